@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Set up the development environment and run the demo or the tests.
+
+    python3 dev.py demo     run the main example
+    python3 dev.py test     run the whole test suite (extra arguments go to pytest)
+
+Needs only Python 3.11+. It installs `uv` into `.cache/bootstrap` if `uv` is not on PATH, then
+`uv sync` builds `.venv` from the committed lock file, so every run uses the same dependency versions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+DEMO = ROOT / "examples" / "two_sites.py"
+
+
+def _uv() -> str:
+    found = shutil.which("uv")
+    if found:
+        return found
+    bootstrap = ROOT / ".cache" / "bootstrap"
+    uv = bootstrap / "bin" / "uv"
+    if not uv.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(bootstrap)], check=True)
+        subprocess.run([str(bootstrap / "bin" / "python"), "-m", "pip", "install", "-q", "uv"], check=True)
+    return str(uv)
+
+
+def _sync(uv: str, extras: list[str]) -> Path:
+    cmd = [uv, "sync", "--locked", "--python", f"{sys.version_info.major}.{sys.version_info.minor}"]
+    for extra in extras:
+        cmd += ["--extra", extra]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return ROOT / ".venv" / "bin" / "python"
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"demo", "test"}:
+        print(__doc__)
+        return 2
+    if sys.version_info < (3, 11):
+        print("simnet needs Python 3.11 or newer", file=sys.stderr)
+        return 2
+    uv = _uv()
+    command, rest = argv[0], argv[1:]
+    if command == "demo":
+        python = _sync(uv, [])
+        return subprocess.call([str(python), str(DEMO), *rest], cwd=ROOT)
+    python = _sync(uv, ["dev"])
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    return subprocess.call([str(python), "-m", "pytest", *rest], cwd=ROOT, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
