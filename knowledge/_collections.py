@@ -1,0 +1,302 @@
+"""The typed collections a KnowledgeBase exposes: kb.skills, kb.maps[name], kb.counters, kb.certificates, kb.blobs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._errors import BlobError, RecordError, UnknownSkillError
+from ._models import Certificate, Counts, Observation, Skill
+from ._records import (
+    COUNTER_FIELDS,
+    MAX_INT,
+    RecordType,
+    Role,
+    canonical_json,
+    cell_key,
+    check_map_name,
+    check_record,
+    check_skill_id,
+    content_id,
+    make_key,
+    parse_key,
+)
+
+if TYPE_CHECKING:
+    from ._kb import KnowledgeBase
+
+
+class Skills:
+    """The skill library: immutable, content-addressed records, withdrawable by their own site."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self._kb = kb
+
+    def publish(
+        self,
+        name: str,
+        task: str,
+        *,
+        description: str = "",
+        policy: Mapping[str, Any] | None = None,
+        embodiments: Iterable[Mapping[str, Any]] = (),
+        preconditions: Iterable[str] = (),
+        postconditions: Iterable[str] = (),
+        parents: Iterable[str] = (),
+        blobs: Iterable[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> Skill:
+        """Publish a skill; returns it with its id (the SHA-256 of its record). Durable on return."""
+        kb = self._kb
+        identity = kb._require(Role.PUBLISH)
+        record = {
+            "v": 1,
+            "name": name,
+            "task": task,
+            "description": description,
+            "policy": dict(policy) if policy is not None else None,
+            "embodiments": [dict(e) for e in embodiments],
+            "preconditions": list(preconditions),
+            "postconditions": list(postconditions),
+            "parents": list(parents),
+            "blobs": list(blobs),
+            "meta": dict(meta) if meta is not None else None,
+            "author": identity.public_key_hex,
+            "hlc": kb.now(),
+        }
+        text = canonical_json(record)
+        skill_id = content_id(text)
+        check_record(parse_key(make_key(RecordType.SKILL, skill_id)), text, identity.public_key_hex)  # type: ignore[arg-type]
+        kb._write({make_key(RecordType.SKILL, skill_id): text})
+        return Skill.from_record(skill_id, record)
+
+    def get(self, skill_id: str) -> Skill:
+        """The skill with this id (withdrawn and revoked ones too); UnknownSkillError if none."""
+        with self._kb._lock:
+            record = self._kb._views.skill(skill_id)
+        if record is None:
+            raise UnknownSkillError(f"no skill {skill_id!r} in this knowledge base")
+        return Skill.from_record(skill_id, record)
+
+    def __contains__(self, skill_id: object) -> bool:
+        with self._kb._lock:
+            return isinstance(skill_id, str) and self._kb._views.skill(skill_id) is not None
+
+    def list(
+        self, *, task: str | None = None, active_only: bool = False, include_withdrawn: bool = False
+    ) -> list[Skill]:
+        """Skills in id order, filtered by task family, activation under this site's policy, withdrawal."""
+        kb = self._kb
+        with kb._lock:
+            out = []
+            for skill_id in sorted(str(i) for i in kb._views.indexes(RecordType.SKILL)):
+                record = kb._views.skill(skill_id)
+                if record is None or (task is not None and record["task"] != task):
+                    continue
+                if not include_withdrawn and kb._views.withdrawn(skill_id):
+                    continue
+                if active_only and not kb.is_active(skill_id):
+                    continue
+                out.append(Skill.from_record(skill_id, record))
+            return out
+
+    def withdraw(self, skill_id: str, reason: str = "") -> None:
+        """Remove a skill this site published from the library (revocation is the fleet-wide switch)."""
+        kb = self._kb
+        kb._require(Role.PUBLISH)
+        skill = self.get(skill_id)
+        if kb._authority.site_of(bytes.fromhex(skill.author)) != kb._authority.site_of(kb.identity.public_key):  # type: ignore[union-attr]
+            raise RecordError(f"skill {skill_id[:16]}… was published by another site; revoke it instead")
+        kb._put_record(RecordType.WITHDRAW, skill_id, {"v": 1, "hlc": kb.now(), "reason": reason})
+
+
+class SemanticMap:
+    """One named semantic map: per cell, the observation with the highest (confidence, hlc, author)."""
+
+    def __init__(self, kb: KnowledgeBase, name: str) -> None:
+        self._kb = kb
+        self.name = check_map_name(name)
+
+    def observe(self, cell: str | tuple[int, ...], value: Any, confidence: float) -> None:
+        """Record what this writer sees in `cell` (any JSON value) with a confidence in [0, 1]."""
+        self._put(cell, value, confidence, deleted=False)
+
+    def delete(self, cell: str | tuple[int, ...], confidence: float) -> None:
+        """A tombstone: this writer, with `confidence`, says the cell is now empty."""
+        self._put(cell, None, confidence, deleted=True)
+
+    def _put(self, cell: str | tuple[int, ...], value: Any, confidence: float, *, deleted: bool) -> None:
+        kb = self._kb
+        kb._require(Role.PUBLISH)
+        key = cell_key(cell)
+        record = {"v": 1, "hlc": kb.now(), "value": value, "confidence": confidence, "deleted": deleted}
+        text = canonical_json(record)
+        check_record(parse_key(make_key(RecordType.CELL, self.name, key)), text, "")  # type: ignore[arg-type]
+        kb._write({make_key(RecordType.CELL, self.name, key): text})
+
+    def get(self, cell: str | tuple[int, ...]) -> Observation | None:
+        """The winning observation of a cell (a tombstone shows as deleted=True), or None if never seen."""
+        key = cell_key(cell)
+        with self._kb._lock:
+            best = self._kb._views.cell(self.name, key)
+        if best is None:
+            return None
+        author, rec = best
+        return Observation(self.name, key, rec["value"], rec["confidence"], rec["hlc"], author.hex(),
+                           rec.get("deleted", False))
+
+    def cells(self, *, include_deleted: bool = False) -> dict[str, Observation]:
+        with self._kb._lock:
+            names = self._kb._views.cells(self.name)
+        out = {}
+        for cell in names:
+            obs = self.get(cell)
+            if obs is not None and (include_deleted or not obs.deleted):
+                out[cell] = obs
+        return out
+
+
+class Maps:
+    """kb.maps[name] gives a SemanticMap; iterating gives the names of maps that hold cells."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self._kb = kb
+
+    def __getitem__(self, name: str) -> SemanticMap:
+        return SemanticMap(self._kb, name)
+
+    def names(self) -> list[str]:
+        with self._kb._lock:
+            return self._kb._views.map_names()
+
+
+class Counters:
+    """PN-counters of uses, successes and failures per skill and site."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self._kb = kb
+
+    def record(self, skill_id: str, *, success: bool | None = None, uses: int = 1) -> None:
+        """Count `uses` runs of a skill here; with `success`, also count them as successes or failures."""
+        delta = Counts(uses, uses if success is True else 0, uses if success is False else 0)
+        self.adjust(skill_id, delta)
+
+    def adjust(self, skill_id: str, delta: Counts) -> None:
+        """Add a (possibly negative) correction to this writer's counts."""
+        kb = self._kb
+        check_skill_id(skill_id)
+        kb._require(Role.PUBLISH)
+        own = kb.identity.public_key  # type: ignore[union-attr]
+        key = make_key(RecordType.COUNTER, skill_id)
+        with kb._lock:
+            pending = kb._pending.get(key) if kb._pending is not None else None
+            feed = kb._feeds.get(own)
+            current = pending or (feed.get(key) if feed is not None else None)
+            rec = _parse_counter(current)
+            for field in COUNTER_FIELDS:
+                change = getattr(delta, field)
+                rec["p" if change > 0 else "n"][field] += abs(change)
+                if rec["p"][field] > MAX_INT or rec["n"][field] > MAX_INT:
+                    raise RecordError(f"counter {field} of {skill_id[:16]}… would exceed 2**53 - 1")
+            rec["hlc"] = kb.now()
+            kb._write({key: canonical_json(rec)})
+
+    def get(self, skill_id: str) -> Counts:
+        """The fleet-wide totals this site knows of."""
+        return sum(self.per_site(skill_id).values(), Counts())
+
+    def per_site(self, skill_id: str) -> dict[str, Counts]:
+        with self._kb._lock:
+            return {site.hex(): c for site, c in sorted(self._kb._views.counts(skill_id).items())}
+
+
+def _parse_counter(text: str | None) -> dict[str, Any]:
+    import json
+
+    if text is None:
+        return {"v": 1, "hlc": 0, "p": dict.fromkeys(COUNTER_FIELDS, 0), "n": dict.fromkeys(COUNTER_FIELDS, 0)}
+    return json.loads(text)
+
+
+class Certificates:
+    """Signed evaluation records naming the skill they certify (grow-only)."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self._kb = kb
+
+    def add(
+        self,
+        skill_id: str,
+        *,
+        branches: int,
+        successes: int,
+        confidence: float = 0.95,
+        randomized: Iterable[str] = (),
+        evaluation: Mapping[str, Any] | None = None,
+    ) -> Certificate:
+        """Certify a skill with an evaluation's outcome; `evaluation` holds what is needed to re-run it."""
+        kb = self._kb
+        identity = kb._require(Role.VALIDATE)
+        check_skill_id(skill_id)
+        record = {
+            "v": 1,
+            "skill": skill_id,
+            "validator": identity.public_key_hex,
+            "hlc": kb.now(),
+            "branches": branches,
+            "successes": successes,
+            "confidence": confidence,
+            "randomized": sorted(set(randomized)),
+            "evaluation": dict(evaluation) if evaluation is not None else None,
+        }
+        text = canonical_json(record)
+        cert_id = content_id(text)
+        check_record(parse_key(make_key(RecordType.CERT, cert_id)), text, identity.public_key_hex)  # type: ignore[arg-type]
+        kb._write({make_key(RecordType.CERT, cert_id): text})
+        return Certificate.from_record(cert_id, record)
+
+    def for_skill(self, skill_id: str) -> list[Certificate]:
+        with self._kb._lock:
+            return [Certificate.from_record(c, r) for c, r in self._kb._views.certificates(skill_id)]
+
+
+class Blobs:
+    """Content-addressed large payloads (policy weights, meshes): stored once, verified on every read."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self._kb = kb
+
+    def put(self, data: bytes, *, expected: str | None = None) -> str:
+        """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to it."""
+        data = bytes(data)
+        if len(data) > self._kb.limits.max_blob_bytes:
+            raise BlobError(f"blob of {len(data)} bytes exceeds the limit of {self._kb.limits.max_blob_bytes}")
+        digest = hashlib.sha256(data).digest()
+        if expected is not None and digest.hex() != expected:
+            raise BlobError(f"blob bytes hash to {digest.hex()[:16]}…, not the expected {expected[:16]}…")
+        kb = self._kb
+        kb._require_identity()
+        with kb._lock, kb._store.transaction():
+            kb._store.put_blob(digest, data)
+        return digest.hex()
+
+    def get(self, blob_hash: str) -> bytes:
+        check_skill_id(blob_hash, "blob hash")
+        with self._kb._lock:
+            data = self._kb._store.blob(bytes.fromhex(blob_hash))
+        if data is None:
+            raise BlobError(f"blob {blob_hash[:16]}… is not stored here")
+        if hashlib.sha256(data).hexdigest() != blob_hash:
+            raise BlobError(f"stored blob {blob_hash[:16]}… is corrupt (hash mismatch)")
+        return data
+
+    def __contains__(self, blob_hash: object) -> bool:
+        if not isinstance(blob_hash, str):
+            return False
+        with self._kb._lock:
+            return self._kb._store.has_blob(bytes.fromhex(blob_hash))
+
+    def missing(self, hashes: Iterable[str]) -> list[str]:
+        """Of `hashes`, those not stored here (what to fetch from a peer)."""
+        return [h for h in hashes if h not in self]

@@ -1,0 +1,542 @@
+"""The knowledge base: one site's feeds, store and views, and the replication surface.
+
+`open()` returns a KnowledgeBase. Local writes become signed envelopes in this site's own feed; remote
+envelopes enter through `ingest`, which checks everything before a byte reaches pycrdt. The public API is
+safe to call from several threads: one re-entrant lock serializes access to the feeds and the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._clock import HybridClock
+from ._collections import Blobs, Certificates, Counters, Maps, Skills
+from ._envelope import Envelope, Kind, decode, seal
+from ._errors import ClockSkewError, EnvelopeError, NotAuthorizedError, StoreError
+from ._feed import Feed, update_client_ids
+from ._identity import Identity
+from ._models import Activation, Head, IngestReport, RecordIssue, Rejection
+from ._policy import TrustPolicy, wilson_lower_bound
+from ._records import RecordType, Role, canonical_json, make_key
+from ._store import MEMORY, Store
+from ._trust import Authority
+from ._views import Views
+
+log = logging.getLogger("knowledge")
+
+_RETRYABLE = {"gap", "unknown_writer"}
+_TRUST_PREFIXES = (RecordType.DELEGATE.value + "/", RecordType.KEY_REVOKE.value + "/")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard limits on what this knowledge base accepts."""
+
+    max_envelope_bytes: int = 1 << 20
+    max_checkpoint_bytes: int = 64 << 20
+    max_blob_bytes: int = 256 << 20
+
+
+def open(  # noqa: A001 - mirrors the builtin on purpose: knowledge.open(path, identity)
+    path: str | os.PathLike[str],
+    identity: Identity | None = None,
+    *,
+    policy: TrustPolicy | str | os.PathLike[str] | None = None,
+    limits: Limits | None = None,
+    clock: HybridClock | None = None,
+) -> KnowledgeBase:
+    """Open (creating if needed) the knowledge base at `path`, writing as `identity`.
+
+    Without an identity the store is opened read-only. `policy` (a TrustPolicy or a TOML path) replaces the
+    stored policy; without one the stored policy is used, or an empty one (trust only yourself).
+    Use ":memory:" for a throwaway knowledge base (tests, experiments): nothing is durable.
+    """
+    if isinstance(policy, (str, os.PathLike)):
+        policy = TrustPolicy.load(policy)
+    store = Store(path, readonly=identity is None and str(path) != MEMORY)
+    try:
+        return KnowledgeBase(store, identity, policy, limits or Limits(), clock)
+    except BaseException:
+        store.close()
+        raise
+
+
+class KnowledgeBase:
+    def __init__(
+        self,
+        store: Store,
+        identity: Identity | None,
+        policy: TrustPolicy | None,
+        limits: Limits,
+        clock: HybridClock | None,
+    ) -> None:
+        self._store = store
+        self.identity = identity
+        self.limits = limits
+        self._lock = threading.RLock()
+        self._pending: dict[str, str | None] | None = None
+        self._bind_identity()
+        self.policy = self._load_policy(policy)
+        self._clock = clock or HybridClock(self.policy.max_clock_offset_ms)
+        self._feeds: dict[bytes, Feed] = {}
+        self._banned = {author: seq for author, seq, _a, _b in store.equivocations()}
+        self._authority = Authority(self.policy, self._own_key, {}, {})
+        self._views = Views(self._authority)
+        for author in store.authors():
+            self._feeds[author] = self._replay(Feed(author))
+            self._clock.advance(self._feeds[author].hlc)
+        self._refresh_trust()
+        self.skills = Skills(self)
+        self.maps = Maps(self)
+        self.counters = Counters(self)
+        self.certificates = Certificates(self)
+        self.blobs = Blobs(self)
+
+    # --- opening ------------------------------------------------------------------------------------
+    @property
+    def _own_key(self) -> bytes | None:
+        return None if self.identity is None else self.identity.public_key
+
+    def _bind_identity(self) -> None:
+        if self.identity is None or self._store.readonly:
+            return
+        bound = self._store.get_meta("identity")
+        if bound is None:
+            with self._store.transaction():
+                self._store.set_meta("identity", self.identity.public_key)
+        elif bound != self.identity.public_key:
+            raise StoreError(
+                f"{self._store.path} belongs to key {bound.hex()[:16]}…, not {self.identity.key_id}; "
+                "a store has exactly one writer identity"
+            )
+
+    def _load_policy(self, policy: TrustPolicy | None) -> TrustPolicy:
+        if policy is None:
+            stored = self._store.get_meta("policy")
+            return TrustPolicy() if stored is None else TrustPolicy.from_toml(stored.decode(), source="stored policy")
+        if not self._store.readonly:
+            with self._store.transaction():
+                self._store.set_meta("policy", policy.to_toml().encode())
+        return policy
+
+    def _replay(self, feed: Feed) -> Feed:
+        """Rebuild one feed from the store: its checkpoint, then its envelopes (already verified)."""
+        author = feed.author
+        feed.reset()
+        checkpoint = self._store.checkpoint(author)
+        if checkpoint is not None:
+            env = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
+            feed.apply(env.update)
+            feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
+        for raw in self._store.envelopes(author, after=feed.seq):
+            env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
+            if env.seq != feed.seq + 1 or env.prev != feed.head:
+                raise StoreError(f"store {self._store.path} is corrupt: feed {author.hex()[:16]} breaks at {env.seq}")
+            feed.apply(env.update)
+            feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+        return feed
+
+    def _refresh_trust(self) -> None:
+        """Recompute grants from the roots' delegation records, cut feeds beyond their grants, rebuild views.
+
+        Delegation records count only in root feeds, and root status comes from the policy alone, so
+        this settles after at most a few rounds.
+        """
+        authority = Authority(self.policy, self._own_key, *self._views.delegation_records())
+        while True:
+            self._views.rebuild(authority, ((a, f.items()) for a, f in self._feeds.items()))
+            settled = Authority(self.policy, self._own_key, *self._views.delegation_records())
+            if settled == authority:
+                break
+            authority = settled
+        self._authority = authority
+        if not self._store.readonly and self._enforce_grants():
+            self._views.rebuild(authority, ((a, f.items()) for a, f in self._feeds.items()))
+
+    def _enforce_grants(self) -> bool:
+        """Drop envelopes beyond a writer's key revocation or delegation expiry and rebuild its feed.
+
+        Seq and HLC grow along a feed, so a feed lies inside its grant iff its head does.
+        """
+        cut = False
+        for author, feed in list(self._feeds.items()):
+            grant = self._authority.grant(author)
+            if grant is None or grant.root or grant.admits(feed.seq, feed.hlc) is None:
+                continue
+            keep = 0
+            checkpoint = self._store.checkpoint(author)
+            if checkpoint is not None:
+                cp = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
+                keep = cp.seq if grant.admits(cp.seq, cp.hlc) is None else 0
+            for raw in self._store.envelopes(author, after=keep):
+                env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
+                if grant.admits(env.seq, env.hlc) is not None:
+                    break
+                keep = env.seq
+            log.info("cutting feed %s after seq %d: %s", author.hex()[:16], keep, grant.admits(feed.seq, feed.hlc))
+            with self._store.transaction():
+                self._store.delete_after(author, keep)
+            self._replay(feed)
+            cut = True
+        return cut
+
+    def close(self) -> None:
+        with self._lock:
+            self._store.close()
+
+    def __enter__(self) -> KnowledgeBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- local writes -------------------------------------------------------------------------------
+    def _require(self, role: Role | None) -> Identity:
+        if self.identity is None:
+            raise NotAuthorizedError("this knowledge base was opened read-only (no identity)")
+        if not self._authority.has_role(self.identity.public_key, role):
+            needed = role.value if role else "site root"
+            raise NotAuthorizedError(f"key {self.identity.key_id} lacks the {needed} role at this site")
+        return self.identity
+
+    def now(self) -> int:
+        """A fresh hybrid-logical-clock timestamp from this site's clock."""
+        return self._clock.now()
+
+    def _write(self, changes: dict[str, str | None]) -> None:
+        with self._lock:
+            if self._pending is not None:
+                self._pending.update(changes)
+            else:
+                self._commit_local(changes)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group several writes into one envelope, committed (durably) when the block exits."""
+        with self._lock:
+            if self._pending is not None:
+                yield
+                return
+            self._pending = {}
+            try:
+                yield
+                changes = self._pending
+            finally:
+                self._pending = None
+            if changes:
+                self._commit_local(changes)
+
+    def _commit_local(self, changes: dict[str, str | None]) -> Envelope | None:
+        identity = self._require_identity()
+        own = identity.public_key
+        feed = self._feeds.get(own) or Feed(own)
+        update, applied = feed.write(changes)
+        if not applied:
+            return None
+        env = seal(identity, Kind.UPDATE, feed.seq + 1, feed.head, self._clock.now(), update)
+        try:
+            with self._store.transaction():
+                self._store.add_envelope(own, env.seq, env.hash, env.raw)
+        except BaseException:
+            self._replay(feed)  # the Doc holds a change the store does not: restore it from the store
+            raise
+        self._feeds[own] = feed
+        feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+        issues: list[RecordIssue] = []
+        self._views.update(own, applied, issues)
+        if issues:
+            log.warning("local records skipped by the views: %s", issues)
+        if any(k.startswith(_TRUST_PREFIXES) for k in applied):
+            self._refresh_trust()
+        return env
+
+    def _put_record(self, rtype: RecordType, name: str, record: dict[str, Any], cell: str | None = None) -> str:
+        text = canonical_json(record)
+        self._write({make_key(rtype, name, cell): text})
+        return text
+
+    def delegate(self, device: bytes, roles: Iterable[Role | str], *, expires: int | None = None) -> None:
+        """As a site root: let `device` write for this site with `roles` (until HLC `expires`, if given)."""
+        self._require(None)
+        record = {"v": 1, "hlc": self.now(), "roles": sorted(Role(r).value for r in roles), "expires": expires}
+        self._put_record(RecordType.DELEGATE, device.hex(), record)
+
+    def revoke_key(self, device: bytes, last_seq: int, reason: str = "") -> None:
+        """As a site root: accept `device`'s feed only up to `last_seq` (never "after time T": clocks lie)."""
+        self._require(None)
+        record = {"v": 1, "hlc": self.now(), "last_seq": int(last_seq), "reason": reason}
+        self._put_record(RecordType.KEY_REVOKE, device.hex(), record)
+
+    def revoke(self, skill_id: str, reason: str = "") -> None:
+        """Turn a skill off fleet-wide, for every site that trusts this writer to revoke. Irreversible."""
+        self._require(Role.REVOKE)
+        self._put_record(RecordType.REVOKE, skill_id, {"v": 1, "hlc": self.now(), "reason": reason})
+
+    def checkpoint(self) -> Envelope:
+        """Sign the merged state of this site's own feed, so newcomers need not replay its history."""
+        identity = self._require_identity()
+        with self._lock:
+            feed = self._feeds.get(identity.public_key)
+            if feed is None or feed.seq == 0:
+                raise StoreError("nothing to checkpoint: this site has not written anything yet")
+            env = seal(identity, Kind.CHECKPOINT, feed.seq, feed.head, feed.hlc, feed.state())
+            with self._store.transaction():
+                self._store.put_checkpoint(identity.public_key, env.seq, env.raw)
+            return env
+
+    def _require_identity(self) -> Identity:
+        if self.identity is None:
+            raise NotAuthorizedError("this knowledge base was opened read-only (no identity)")
+        return self.identity
+
+    def set_policy(self, policy: TrustPolicy) -> None:
+        """Replace the trust and activation policy; views are recomputed under it."""
+        with self._lock:
+            self.policy = self._load_policy(policy)
+            self._clock.max_offset_ms = policy.max_clock_offset_ms
+            self._refresh_trust()
+
+    # --- activation ---------------------------------------------------------------------------------
+    def is_revoked(self, skill_id: str) -> bool:
+        with self._lock:
+            return bool(self._views.revocations(skill_id))
+
+    def activation(self, skill_id: str) -> Activation:
+        """Whether `skill_id` is active here, derived from revocations, certificates and the policy."""
+        with self._lock:
+            policy = self.policy.activation
+            reasons: list[str] = []
+            if self._views.skill(skill_id) is None:
+                return Activation(skill_id, False, ("unknown skill",))
+            if self._views.withdrawn(skill_id):
+                reasons.append("withdrawn by its site")
+            if self._views.revocations(skill_id):
+                reasons.append("revoked")
+            sites: set[bytes] = set()
+            for _cert_id, cert in self._views.certificates(skill_id):
+                site = self._authority.site_of(bytes.fromhex(cert["validator"]))
+                if site is None or (policy.validators and site not in policy.validators):
+                    continue
+                lcb = wilson_lower_bound(cert["successes"], cert["branches"], policy.confidence)
+                if (
+                    cert["branches"] >= policy.min_branches
+                    and lcb >= policy.min_lower_bound
+                    and policy.required_randomization <= set(cert.get("randomized", ()))
+                ):
+                    sites.add(site)
+            if len(sites) < policy.min_validators:
+                reasons.append(f"{len(sites)} of {policy.min_validators} required validator sites certify it")
+            qualifying = tuple(sorted(s.hex() for s in sites))
+            return Activation(skill_id, not reasons, tuple(reasons) or ("active",), qualifying)
+
+    def is_active(self, skill_id: str) -> bool:
+        return self.activation(skill_id).active
+
+    # --- replication surface ------------------------------------------------------------------------
+    def heads(self) -> dict[str, Head]:
+        """Per author: the newest seq and envelope hash held here (what a peer compares against)."""
+        with self._lock:
+            return {a.hex(): Head(f.seq, f.head.hex()) for a, f in sorted(self._feeds.items()) if f.seq}
+
+    def envelopes_since(self, heads: Mapping[str, Head | int], limit: int = 1000) -> list[bytes]:
+        """Envelopes a peer with `heads` lacks, at most `limit`, trust roots first, each feed in order.
+
+        A peer that has nothing of a feed, or is behind the earliest envelope kept here, gets the feed's
+        checkpoint first. Call again with the peer's new heads until the answer is empty.
+        """
+        with self._lock:
+            out: list[bytes] = []
+            roots = set(self._authority.roots())
+            for author in sorted(self._feeds, key=lambda a: (a not in roots, a)):
+                if len(out) >= limit:
+                    break
+                their = heads.get(author.hex(), 0)
+                their_seq = their.seq if isinstance(their, Head) else int(their)
+                out += self._evidence(author)
+                feed = self._feeds[author]
+                if their_seq >= feed.seq:
+                    continue
+                checkpoint = self._store.checkpoint(author)
+                has_next = self._store.envelope_hash(author, their_seq + 1) is not None
+                if checkpoint is not None and their_seq < checkpoint[0] and (their_seq == 0 or not has_next):
+                    out.append(checkpoint[1])
+                    their_seq = checkpoint[0]
+                out += self._store.envelopes(author, after=their_seq, limit=limit - len(out))
+            return out[: max(limit, 0)]
+
+    def _evidence(self, author: bytes) -> list[bytes]:
+        if author not in self._banned:
+            return []
+        return [raw for a, _s, first, second in self._store.equivocations() if a == author for raw in (first, second)]
+
+    def ingest(self, envelopes: Iterable[bytes]) -> IngestReport:
+        """Check and apply envelopes from peers; durable when this returns. Never raises on bad input.
+
+        Each envelope is accepted, a duplicate, or rejected with a reason. Checks, in order: size,
+        structure, equivocating author, duplicate, signature, authorization, seq/prev continuity,
+        clock, and that the Yjs update carries only the author's own client id. Only then does a byte
+        reach pycrdt. Roots' feeds go first so delegations arriving in the same batch apply.
+        """
+        report = IngestReport()
+        with self._lock:
+            self._require_identity()
+            decoded: list[tuple[int, Envelope]] = []
+            for index, raw in enumerate(envelopes):
+                try:
+                    limit = self.limits.max_checkpoint_bytes if _is_checkpoint(raw) else self.limits.max_envelope_bytes
+                    decoded.append((index, decode(raw, max_bytes=limit)))
+                except EnvelopeError as exc:
+                    report.rejected.append(Rejection(index, exc.reason, exc.detail))
+            roots = set(self._authority.roots())
+            decoded.sort(key=lambda item: (item[1].author not in roots, item[1].author, item[1].seq, -item[1].kind))
+            self._trust_dirty = False
+            try:
+                with self._store.transaction():
+                    pending = decoded
+                    while pending:
+                        retry = []
+                        for index, env in pending:
+                            rejection = self._ingest_one(index, env, report)
+                            if rejection is not None:
+                                retry.append((index, env, rejection))
+                        if len(retry) == len(pending) or not any(r.reason in _RETRYABLE for *_x, r in retry):
+                            report.rejected += [r for *_x, r in retry]
+                            break
+                        pending = [(i, e) for i, e, r in retry if r.reason in _RETRYABLE]
+                        report.rejected += [r for *_x, r in retry if r.reason not in _RETRYABLE]
+                    if self._trust_dirty:
+                        self._refresh_trust()
+            except BaseException:
+                log.exception("ingest failed to commit; reloading every feed from the store")
+                for feed in self._feeds.values():
+                    self._replay(feed)
+                self._refresh_trust()
+                raise
+        report.rejected.sort(key=lambda r: r.index)
+        return report
+
+    def _ingest_one(self, index: int, env: Envelope, report: IngestReport) -> Rejection | None:
+        author = env.author
+
+        def reject(reason: str, detail: str) -> Rejection:
+            return Rejection(index, reason, detail, author.hex(), env.seq)
+
+        if author in self._banned:
+            return reject("equivocating_author", f"writer equivocated at seq {self._banned[author]}; refused")
+        feed = self._feeds.get(author)
+        have = feed.seq if feed else 0
+        if env.seq <= have:
+            stored = self._store.envelope_hash(author, env.seq)
+            expected = env.prev if env.is_checkpoint else env.hash
+            if stored is None or stored == expected:
+                report.duplicates += 1
+                return None
+            if not env.signature_valid():
+                return reject("bad_signature", "signature does not verify for this author")
+            if env.is_checkpoint:
+                return reject("checkpoint_conflict", f"checkpoint disagrees with envelope {env.seq} held here")
+            self._record_equivocation(author, env, report)
+            return None
+        if env.kind is Kind.UPDATE and env.seq > have + 1:
+            return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
+        if not env.signature_valid():
+            return reject("bad_signature", "signature does not verify for this author")
+        grant = self._authority.grant(author)
+        if grant is None:
+            return reject("unknown_writer", f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
+        refusal = grant.admits(env.seq, env.hlc)
+        if refusal is not None:
+            return reject(refusal, f"the writer's grant does not cover seq {env.seq}")
+        feed = feed or Feed(author)
+        if env.kind is Kind.UPDATE and env.prev != feed.head:
+            return reject("broken_chain", f"prev does not match the hash of envelope {env.seq - 1} held here")
+        if env.hlc <= feed.hlc:
+            return reject("clock_regressed", "timestamp is not after the author's previous one")
+        try:
+            self._clock.check(env.hlc)
+            foreign = update_client_ids(env.update) - {feed.client_id}
+        except ClockSkewError as exc:
+            return reject("clock_skew", str(exc))
+        except (IndexError, ValueError) as exc:
+            return reject("malformed_update", f"Yjs update cannot be read: {exc}")
+        if foreign:
+            return reject("foreign_client_id", f"update writes as client ids {sorted(foreign)} not owned by its author")
+        try:
+            changes = feed.apply(env.update)
+        except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
+            self._replay(feed)
+            return reject("malformed_update", f"pycrdt refused the update: {exc}")
+        self._clock.advance(env.hlc)
+        if env.is_checkpoint:
+            self._store.put_checkpoint(author, env.seq, env.raw)
+            feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
+        else:
+            self._store.add_envelope(author, env.seq, env.hash, env.raw)
+            feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+        self._feeds[author] = feed
+        self._views.update(author, changes, report.record_issues)
+        if grant.root and any(k.startswith(_TRUST_PREFIXES) for k in changes):
+            self._authority = Authority(self.policy, self._own_key, *self._views.delegation_records())
+            self._views.authority = self._authority
+            self._trust_dirty = True
+        report.accepted.append((author.hex(), env.seq))
+        return None
+
+    def _record_equivocation(self, author: bytes, env: Envelope, report: IngestReport) -> None:
+        """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author."""
+        first = self._store.envelope(author, env.seq)
+        assert first is not None
+        log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
+        self._store.add_equivocation(author, env.seq, first, env.raw)
+        self._store.delete_after(author, env.seq - 1)
+        self._banned[author] = env.seq
+        self._replay(self._feeds[author])
+        self._trust_dirty = True
+        report.equivocations.append((author.hex(), env.seq))
+
+    def equivocations(self) -> list[tuple[str, int]]:
+        """(author, seq) of every equivocation detected here; those writers' data stops at seq - 1."""
+        with self._lock:
+            return [(a.hex(), s) for a, s, _f, _b in self._store.equivocations()]
+
+    # --- introspection ------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Every view as plain data: equal snapshots mean equal knowledge (what convergence tests compare)."""
+        with self._lock:
+            views = self._views
+            skills = {}
+            for skill_id in sorted(str(i) for i in views.indexes(RecordType.SKILL)):
+                skills[skill_id] = {
+                    "withdrawn": views.withdrawn(skill_id),
+                    "revoked": bool(views.revocations(skill_id)),
+                    "active": self.activation(skill_id).active,
+                    "certificates": [c for c, _r in views.certificates(skill_id)],
+                }
+            cells = {}
+            for map_name in views.map_names():
+                for cell in views.cells(map_name):
+                    author, rec = views.cell(map_name, cell)  # type: ignore[misc]
+                    cells[f"{map_name}/{cell}"] = [rec["value"], rec["confidence"], rec["hlc"], author.hex(),
+                                                   rec.get("deleted", False)]
+            counters = {}
+            for skill_id in sorted(str(i) for i in views.indexes(RecordType.COUNTER)):
+                counters[skill_id] = {s.hex(): [c.uses, c.successes, c.failures]
+                                      for s, c in sorted(views.counts(skill_id).items())}
+            return {
+                "skills": skills,
+                "cells": cells,
+                "counters": counters,
+                "revoked": sorted(str(i) for i in views.indexes(RecordType.REVOKE)),
+                "equivocators": sorted(a.hex() for a in self._banned),
+            }
+
+
+def _is_checkpoint(raw: Any) -> bool:
+    return isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) > 1 and raw[1] == Kind.CHECKPOINT

@@ -1,0 +1,151 @@
+"""Plain, immutable values the public API returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """An immutable, content-addressed skill record as published by its author."""
+
+    id: str
+    name: str
+    task: str
+    author: str
+    hlc: int
+    description: str = ""
+    policy: dict[str, Any] | None = None
+    embodiments: tuple[dict[str, Any], ...] = ()
+    preconditions: tuple[str, ...] = ()
+    postconditions: tuple[str, ...] = ()
+    parents: tuple[str, ...] = ()
+    blobs: tuple[str, ...] = ()
+    meta: dict[str, Any] | None = None
+
+    @classmethod
+    def from_record(cls, skill_id: str, rec: dict[str, Any]) -> Skill:
+        return cls(
+            id=skill_id,
+            name=rec["name"],
+            task=rec["task"],
+            author=rec["author"],
+            hlc=rec["hlc"],
+            description=rec.get("description", ""),
+            policy=rec.get("policy"),
+            embodiments=tuple(rec.get("embodiments", ())),
+            preconditions=tuple(rec.get("preconditions", ())),
+            postconditions=tuple(rec.get("postconditions", ())),
+            parents=tuple(rec.get("parents", ())),
+            blobs=tuple(rec.get("blobs", ())),
+            meta=rec.get("meta"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """The winning value of a semantic-map cell: highest (confidence, hlc, author)."""
+
+    map: str
+    cell: str
+    value: Any
+    confidence: float
+    hlc: int
+    author: str
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    uses: int = 0
+    successes: int = 0
+    failures: int = 0
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(self.uses + other.uses, self.successes + other.successes, self.failures + other.failures)
+
+
+@dataclass(frozen=True, slots=True)
+class Certificate:
+    """A validator's signed evaluation of a skill (the record lives in the validator's feed)."""
+
+    id: str
+    skill: str
+    validator: str
+    hlc: int
+    branches: int
+    successes: int
+    confidence: float
+    randomized: tuple[str, ...]
+    evaluation: dict[str, Any] | None
+
+    @classmethod
+    def from_record(cls, cert_id: str, rec: dict[str, Any]) -> Certificate:
+        return cls(
+            id=cert_id,
+            skill=rec["skill"],
+            validator=rec["validator"],
+            hlc=rec["hlc"],
+            branches=rec["branches"],
+            successes=rec["successes"],
+            confidence=float(rec["confidence"]),
+            randomized=tuple(rec.get("randomized", ())),
+            evaluation=rec.get("evaluation"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """Whether a skill is active under this site's policy, and why (derived on every call, never stored)."""
+
+    skill: str
+    active: bool
+    reasons: tuple[str, ...]
+    qualifying_sites: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The newest envelope this site holds from one author."""
+
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One envelope `ingest` refused: its position in the input, its author and seq if decodable, and why."""
+
+    index: int
+    reason: str
+    detail: str
+    author: str | None = None
+    seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordIssue:
+    """A record inside an accepted envelope that the views skip: invalid, unauthorized or from a newer schema."""
+
+    author: str
+    key: str
+    reason: str
+
+
+@dataclass
+class IngestReport:
+    """What `ingest` did: every input envelope is accepted, a duplicate, or rejected with a reason."""
+
+    accepted: list[tuple[str, int]] = field(default_factory=list)
+    duplicates: int = 0
+    rejected: list[Rejection] = field(default_factory=list)
+    record_issues: list[RecordIssue] = field(default_factory=list)
+    equivocations: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.rejected and not self.equivocations
+
+    def reasons(self) -> list[str]:
+        return [r.reason for r in self.rejected]

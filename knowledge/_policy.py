@@ -1,0 +1,161 @@
+"""A site's trust and activation policy, read from TOML.
+
+    max_clock_offset_ms = 5000          # remote timestamps further ahead are rejected
+
+    [[roots]]                           # site roots whose writers we accept, and for what
+    name = "site-b"
+    key = "<64 hex digits: the site root's Ed25519 public key>"
+    roles = ["publish", "validate", "revoke"]
+
+    [activation]                        # when a skill is active here
+    min_branches = 64                   # per certificate
+    min_lower_bound = 0.9               # Wilson lower confidence bound on success
+    confidence = 0.95                   # ... at this one-sided confidence level
+    required_randomization = ["mass", "friction"]
+    min_validators = 1                  # k: distinct validator sites whose certificates qualify
+    validators = []                     # n: roots whose certificates count (empty: every validate root)
+
+A knowledge base always trusts its own identity as a root with every role.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._clock import DEFAULT_MAX_OFFSET_MS
+from ._errors import IdentityError, PolicyError
+from ._identity import parse_public_key
+from ._records import Role
+
+
+@dataclass(frozen=True)
+class TrustedRoot:
+    key: bytes
+    roles: frozenset[Role]
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ActivationPolicy:
+    min_branches: int = 64
+    min_lower_bound: float = 0.9
+    confidence: float = 0.95
+    required_randomization: frozenset[str] = frozenset()
+    min_validators: int = 1
+    validators: frozenset[bytes] = frozenset()
+
+
+@dataclass(frozen=True)
+class TrustPolicy:
+    roots: tuple[TrustedRoot, ...] = ()
+    activation: ActivationPolicy = field(default_factory=ActivationPolicy)
+    max_clock_offset_ms: int = DEFAULT_MAX_OFFSET_MS
+
+    @classmethod
+    def load(cls, path: str | Path) -> TrustPolicy:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise PolicyError(f"cannot read policy file {path}: {exc.strerror}") from None
+        return cls.from_toml(text, source=str(path))
+
+    @classmethod
+    def from_toml(cls, text: str, *, source: str = "<policy>") -> TrustPolicy:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+        try:
+            return cls._from_dict(data)
+        except (PolicyError, IdentityError, TypeError, ValueError) as exc:
+            raise PolicyError(f"{source}: {exc}") from None
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> TrustPolicy:
+        _only(data, {"roots", "activation", "max_clock_offset_ms"}, "top level")
+        roots = []
+        for i, entry in enumerate(data.get("roots", [])):
+            _only(entry, {"name", "key", "roles"}, f"roots[{i}]")
+            roots.append(
+                TrustedRoot(parse_public_key(entry["key"]), _roles(entry.get("roles", [])), str(entry.get("name", "")))
+            )
+        act = data.get("activation", {})
+        _only(act, set(ActivationPolicy.__dataclass_fields__), "[activation]")
+        activation = ActivationPolicy(
+            min_branches=int(act.get("min_branches", 64)),
+            min_lower_bound=float(act.get("min_lower_bound", 0.9)),
+            confidence=float(act.get("confidence", 0.95)),
+            required_randomization=frozenset(act.get("required_randomization", [])),
+            min_validators=int(act.get("min_validators", 1)),
+            validators=frozenset(parse_public_key(k) for k in act.get("validators", [])),
+        )
+        if not 0.5 <= activation.confidence < 1 or not 0 <= activation.min_lower_bound <= 1:
+            raise PolicyError("[activation] confidence must lie in [0.5, 1) and min_lower_bound in [0, 1]")
+        offset = int(data.get("max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS))
+        return cls(tuple(roots), activation, offset)
+
+    def to_toml(self) -> str:
+        lines = [f"max_clock_offset_ms = {self.max_clock_offset_ms}", ""]
+        for root in self.roots:
+            lines += ["[[roots]]", f'name = "{root.name}"', f'key = "{root.key.hex()}"']
+            lines += [f"roles = {sorted(r.value for r in root.roles)!r}".replace("'", '"'), ""]
+        a = self.activation
+        lines += [
+            "[activation]",
+            f"min_branches = {a.min_branches}",
+            f"min_lower_bound = {a.min_lower_bound!r}",
+            f"confidence = {a.confidence!r}",
+            f"required_randomization = {sorted(a.required_randomization)!r}".replace("'", '"'),
+            f"min_validators = {a.min_validators}",
+            f"validators = {sorted(k.hex() for k in a.validators)!r}".replace("'", '"'),
+        ]
+        return "\n".join(lines) + "\n"
+
+    def with_root(self, key: bytes, roles=frozenset(Role), name: str = "") -> TrustPolicy:
+        """A copy that also trusts `key` as a site root for `roles` (replacing an earlier entry for it)."""
+        others = tuple(r for r in self.roots if r.key != key)
+        return TrustPolicy((*others, TrustedRoot(key, frozenset(Role(r) for r in roles), name)), self.activation,
+                           self.max_clock_offset_ms)
+
+
+def _only(table: Any, allowed: set[str], where: str) -> None:
+    if not isinstance(table, dict):
+        raise PolicyError(f"{where} must be a table")
+    unknown = set(table) - allowed
+    if unknown:
+        raise PolicyError(f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}")
+
+
+def _roles(values: Any) -> frozenset[Role]:
+    try:
+        return frozenset(Role(v) for v in values)
+    except ValueError as exc:
+        raise PolicyError(f"{exc}; roles are {[r.value for r in Role]}") from None
+
+
+def wilson_lower_bound(successes: int, trials: int, confidence: float) -> float:
+    """One-sided Wilson score lower bound on a binomial success rate."""
+    if trials <= 0:
+        return 0.0
+    z = _normal_quantile(confidence)
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = p + z * z / (2 * trials)
+    margin = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    return max(0.0, (centre - margin) / denom)
+
+
+def _normal_quantile(p: float) -> float:
+    """Inverse standard normal CDF by bisection on erf (exact to 1e-12; no SciPy needed)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

@@ -1,0 +1,259 @@
+"""Record types stored in a feed, their keys and their schema checks.
+
+Every feed's pycrdt Doc holds one root Map, ``records``, from key to a JSON string. The key's first
+segment names the record type (``skill/<id>``, ``cell/<map>/<cell>``, ...). Immutable records (skills,
+certificates) are content-addressed: their id is the SHA-256 of the exact UTF-8 bytes of their JSON
+string, so a verifier never has to re-canonicalize. Types this version does not know, and records with a
+higher schema version ``v``, are kept and forwarded but skipped by the views (mixed-version fleets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from ._errors import RecordError
+
+SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 256 * 1024
+MAX_TEXT = 4000
+MAX_INT = 2**53 - 1  # counts must survive JSON parsers that use float64
+MAX_TIMESTAMP = 2**64 - 1  # HLC timestamps are unsigned 64-bit integers: parse JSON integers exactly
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_MAP_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_CELL_CHARS = 256
+
+
+class Role(str, Enum):
+    """What a writer may do; a site root delegates roles to its device keys."""
+
+    PUBLISH = "publish"
+    VALIDATE = "validate"
+    REVOKE = "revoke"
+
+
+ALL_ROLES = frozenset(Role)
+
+
+class RecordType(str, Enum):
+    SKILL = "skill"
+    WITHDRAW = "withdraw"
+    CELL = "cell"
+    COUNTER = "counter"
+    CERT = "cert"
+    REVOKE = "revoke"
+    DELEGATE = "delegate"
+    KEY_REVOKE = "keyrevoke"
+
+
+# The role a writer needs for its records of each type to count; None: only a trusted site root.
+REQUIRED_ROLE: dict[RecordType, Role | None] = {
+    RecordType.SKILL: Role.PUBLISH,
+    RecordType.WITHDRAW: Role.PUBLISH,
+    RecordType.CELL: Role.PUBLISH,
+    RecordType.COUNTER: Role.PUBLISH,
+    RecordType.CERT: Role.VALIDATE,
+    RecordType.REVOKE: Role.REVOKE,
+    RecordType.DELEGATE: None,
+    RecordType.KEY_REVOKE: None,
+}
+
+COUNTER_FIELDS = ("uses", "successes", "failures")
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, no NaN/Infinity."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"value is not JSON-serializable: {exc}") from None
+
+
+def content_id(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cell_key(cell: str | tuple[int, ...] | list[int]) -> str:
+    """The string form of a map cell: strings as they are, integer tuples as "x,y[,z]"."""
+    if isinstance(cell, str):
+        text = cell
+    elif isinstance(cell, (tuple, list)) and cell and all(isinstance(c, int) and not isinstance(c, bool) for c in cell):
+        text = ",".join(str(c) for c in cell)
+    else:
+        raise RecordError(f"a map cell is a string or a tuple of ints, not {cell!r}")
+    if not 0 < len(text) <= MAX_CELL_CHARS:
+        raise RecordError(f"a map cell name has 1 to {MAX_CELL_CHARS} characters, not {len(text)}")
+    return text
+
+
+def check_map_name(name: str) -> str:
+    if not isinstance(name, str) or not _MAP_NAME.match(name):
+        raise RecordError(f"map name {name!r} must be 1-128 characters of letters, digits and . _ : -")
+    return name
+
+
+def check_skill_id(value: Any, what: str = "skill id") -> str:
+    if not isinstance(value, str) or not _HEX64.match(value):
+        raise RecordError(f"{what} must be 64 lowercase hex digits, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedKey:
+    type: RecordType
+    name: str  # the id, device key or skill id; for cells the map name
+    cell: str | None = None
+
+
+def parse_key(key: str) -> ParsedKey | None:
+    """Split a records-map key; None for a type this version does not know (skipped, not an error)."""
+    head, _, rest = key.partition("/")
+    try:
+        rtype = RecordType(head)
+    except ValueError:
+        return None
+    if rtype is RecordType.CELL:
+        name, sep, cell = rest.partition("/")
+        if not sep:
+            raise RecordError(f"cell key {key!r} lacks a cell name")
+        return ParsedKey(rtype, check_map_name(name), cell_key(cell))
+    if rtype in (RecordType.DELEGATE, RecordType.KEY_REVOKE):
+        return ParsedKey(rtype, check_skill_id(rest, "device key"))
+    return ParsedKey(rtype, check_skill_id(rest))
+
+
+def make_key(rtype: RecordType, name: str, cell: str | None = None) -> str:
+    return f"{rtype.value}/{name}" if cell is None else f"{rtype.value}/{name}/{cell}"
+
+
+# --- field checks -----------------------------------------------------------------------------------
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RecordError(f"{what} must be a JSON object")
+    return value
+
+
+def _int(rec: dict[str, Any], field: str, lo: int = 0, hi: int = MAX_INT) -> int:
+    value = rec.get(field)
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise RecordError(f"field {field!r} must be an integer in [{lo}, {hi}], not {value!r}")
+    return value
+
+
+def _float(rec: dict[str, Any], field: str, lo: float, hi: float) -> float:
+    value = rec.get(field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RecordError(f"field {field!r} must be a finite number, not {value!r}")
+    if not lo <= value <= hi:
+        raise RecordError(f"field {field!r} must lie in [{lo}, {hi}], not {value!r}")
+    return float(value)
+
+
+def _text(rec: dict[str, Any], field: str, lo: int = 0, hi: int = MAX_TEXT) -> str:
+    value = rec.get(field, "" if lo == 0 else None)
+    if not isinstance(value, str) or not lo <= len(value) <= hi:
+        raise RecordError(f"field {field!r} must be a string of {lo} to {hi} characters, not {value!r:.80}")
+    return value
+
+
+def _texts(rec: dict[str, Any], field: str, item_check=None) -> list[str]:
+    value = rec.get(field, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RecordError(f"field {field!r} must be a list of strings")
+    if item_check is not None:
+        for item in value:
+            item_check(item, f"an entry of {field!r}")
+    return value
+
+
+def _optional_obj(rec: dict[str, Any], field: str) -> None:
+    value = rec.get(field)
+    if value is not None and not isinstance(value, dict):
+        raise RecordError(f"field {field!r} must be a JSON object or absent")
+
+
+def _load(text: str) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
+    if len(text) > MAX_RECORD_BYTES:
+        raise RecordError(f"record of {len(text)} characters exceeds {MAX_RECORD_BYTES}")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"record is not valid JSON: {exc}") from None
+    return _obj(value, "a record")
+
+
+class FutureVersion(Exception):
+    """A record of a newer schema version: kept and forwarded, skipped by this version's views."""
+
+
+def _version(rec: dict[str, Any]) -> None:
+    v = _int(rec, "v", 1)
+    if v > SCHEMA_VERSION:
+        raise FutureVersion(v)
+
+
+def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
+    """Parse and check one record written by `author_hex`; RecordError says what is wrong."""
+    rec = _load(text)
+    _version(rec)
+    _int(rec, "hlc", 0, MAX_TIMESTAMP)
+    t = key.type
+    if t in (RecordType.SKILL, RecordType.CERT) and content_id(text) != key.name:
+        raise RecordError(f"{t.value} id {key.name[:16]}… is not the SHA-256 of its record")
+    if t is RecordType.SKILL:
+        if rec.get("author") != author_hex:
+            raise RecordError("a skill record's author must be the feed's author")
+        _text(rec, "name", 1, 200)
+        _text(rec, "task", 1, 100)
+        _text(rec, "description")
+        _optional_obj(rec, "policy")
+        _optional_obj(rec, "meta")
+        _texts(rec, "preconditions")
+        _texts(rec, "postconditions")
+        _texts(rec, "parents", check_skill_id)
+        _texts(rec, "blobs", check_skill_id)
+        embodiments = rec.get("embodiments", [])
+        if not isinstance(embodiments, list) or not all(isinstance(e, dict) for e in embodiments):
+            raise RecordError("field 'embodiments' must be a list of JSON objects")
+    elif t is RecordType.CERT:
+        if rec.get("validator") != author_hex:
+            raise RecordError("a certificate's validator must be the feed's author")
+        check_skill_id(rec.get("skill"))
+        branches = _int(rec, "branches", 1)
+        _int(rec, "successes", 0, branches)
+        _float(rec, "confidence", 0.5, 0.999999)
+        _texts(rec, "randomized")
+        _optional_obj(rec, "evaluation")
+    elif t in (RecordType.WITHDRAW, RecordType.REVOKE):
+        _text(rec, "reason", 0, 1000)
+    elif t is RecordType.CELL:
+        _float(rec, "confidence", 0.0, 1.0)
+        if not isinstance(rec.get("deleted", False), bool):
+            raise RecordError("field 'deleted' must be a boolean")
+        if "value" not in rec:
+            raise RecordError("a cell observation needs a 'value' (null for a deletion)")
+    elif t is RecordType.COUNTER:
+        for part in ("p", "n"):
+            counts = _obj(rec.get(part), f"field {part!r}")
+            for field in COUNTER_FIELDS:
+                _int(counts, field)
+    elif t is RecordType.DELEGATE:
+        roles = _texts(rec, "roles")
+        unknown = set(roles) - {r.value for r in Role}
+        if unknown:
+            raise RecordError(f"unknown roles {sorted(unknown)}")
+        if rec.get("expires") is not None:
+            _int(rec, "expires", 0, MAX_TIMESTAMP)
+    elif t is RecordType.KEY_REVOKE:
+        _int(rec, "last_seq")
+        _text(rec, "reason", 0, 1000)
+    return rec

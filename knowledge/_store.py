@@ -1,0 +1,161 @@
+"""The durable store: one SQLite file per site in WAL mode with synchronous commits.
+
+It holds envelopes, checkpoints, blobs, equivocation evidence and small metadata. Everything else
+(views, indexes) is derived and rebuilt from it. A write is acknowledged only after `commit` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from ._errors import StoreError, StoreLockedError
+
+MEMORY = ":memory:"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS envelopes (
+    author BLOB NOT NULL, seq INTEGER NOT NULL, hash BLOB NOT NULL, body BLOB NOT NULL,
+    PRIMARY KEY (author, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    author BLOB PRIMARY KEY, seq INTEGER NOT NULL, body BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blobs (hash BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS equivocations (
+    author BLOB NOT NULL, seq INTEGER NOT NULL, first BLOB NOT NULL, second BLOB NOT NULL,
+    PRIMARY KEY (author, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+"""
+
+
+class Store:
+    """SQLite access for one knowledge base. Callers serialize access (the KnowledgeBase holds a lock)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
+        self.path = str(path)
+        self.readonly = readonly
+        self._lock_file = None
+        try:
+            if self.path == MEMORY:
+                self._db = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
+            elif readonly:
+                if not Path(self.path).exists():
+                    raise StoreError(f"no knowledge base at {self.path}")
+                uri = f"file:{Path(self.path).resolve()}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            else:
+                self._take_writer_lock()
+                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if not readonly:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+            self._db.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as exc:
+            self.close()
+            raise StoreError(f"cannot open store {self.path}: {exc}") from None
+
+    def _take_writer_lock(self) -> None:
+        lock_path = self.path + ".lock"
+        self._lock_file = open(lock_path, "a+")  # noqa: SIM115 - held for the store's lifetime
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            self._lock_file = None
+            raise StoreLockedError(
+                f"{self.path} is already open for writing by another process; only one process may write "
+                "as an identity (a second writer would equivocate). Open it read-only or stop the other one."
+            ) from None
+
+    def close(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
+            self._db = None
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT; when the block returns, its writes are on disk."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # --- metadata -------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> bytes | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def set_meta(self, key: str, value: bytes) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    # --- envelopes ------------------------------------------------------------------------------
+    def add_envelope(self, author: bytes, seq: int, hash_: bytes, body: bytes) -> None:
+        self._db.execute("INSERT INTO envelopes VALUES (?, ?, ?, ?)", (author, seq, hash_, body))
+
+    def envelope_hash(self, author: bytes, seq: int) -> bytes | None:
+        row = self._db.execute("SELECT hash FROM envelopes WHERE author=? AND seq=?", (author, seq)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def envelope(self, author: bytes, seq: int) -> bytes | None:
+        row = self._db.execute("SELECT body FROM envelopes WHERE author=? AND seq=?", (author, seq)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def envelopes(self, author: bytes, after: int = 0, limit: int = -1) -> list[bytes]:
+        rows = self._db.execute(
+            "SELECT body FROM envelopes WHERE author=? AND seq>? ORDER BY seq LIMIT ?", (author, after, limit)
+        )
+        return [bytes(r[0]) for r in rows]
+
+    def first_seq(self, author: bytes, after: int = 0) -> int | None:
+        row = self._db.execute("SELECT MIN(seq) FROM envelopes WHERE author=? AND seq>?", (author, after)).fetchone()
+        return row[0]
+
+    def authors(self) -> list[bytes]:
+        rows = self._db.execute("SELECT author FROM envelopes UNION SELECT author FROM checkpoints")
+        return sorted(bytes(r[0]) for r in rows)
+
+    def delete_after(self, author: bytes, seq: int) -> None:
+        """Drop an author's envelopes after `seq` (and a checkpoint beyond it)."""
+        self._db.execute("DELETE FROM envelopes WHERE author=? AND seq>?", (author, seq))
+        self._db.execute("DELETE FROM checkpoints WHERE author=? AND seq>?", (author, seq))
+
+    def count_envelopes(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM envelopes").fetchone()[0]
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def put_checkpoint(self, author: bytes, seq: int, body: bytes) -> None:
+        self._db.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (author, seq, body))
+
+    def checkpoint(self, author: bytes) -> tuple[int, bytes] | None:
+        row = self._db.execute("SELECT seq, body FROM checkpoints WHERE author=?", (author,)).fetchone()
+        return None if row is None else (row[0], bytes(row[1]))
+
+    # --- blobs ----------------------------------------------------------------------------------
+    def put_blob(self, hash_: bytes, data: bytes) -> None:
+        self._db.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (hash_, data))
+
+    def blob(self, hash_: bytes) -> bytes | None:
+        row = self._db.execute("SELECT data FROM blobs WHERE hash=?", (hash_,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def has_blob(self, hash_: bytes) -> bool:
+        return self._db.execute("SELECT 1 FROM blobs WHERE hash=?", (hash_,)).fetchone() is not None
+
+    # --- equivocation evidence ------------------------------------------------------------------
+    def add_equivocation(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:
+        self._db.execute("INSERT OR IGNORE INTO equivocations VALUES (?, ?, ?, ?)", (author, seq, first, second))
+
+    def equivocations(self) -> list[tuple[bytes, int, bytes, bytes]]:
+        rows = self._db.execute("SELECT author, seq, first, second FROM equivocations ORDER BY author, seq")
+        return [(bytes(a), s, bytes(f), bytes(b)) for a, s, f, b in rows]

@@ -1,0 +1,152 @@
+"""Typed CRDT views over every trusted feed, kept up to date record by record.
+
+Each author's feed holds at most one current record per key. The views keep, for every key, the
+current record of each author allowed to write it, and merge across authors on read:
+
+- skills: the union of published records minus those withdrawn by a writer of the publisher's own site
+  (every publish is a fresh element whose id covers author and time, so observed-remove reduces to this);
+- semantic-map cells: the record with the highest (confidence, hlc, author key), tombstones included;
+- counters: per author a PN pair of grow-only counts; the value is the sum of P minus the sum of N;
+- certificates and revocations: grow-only unions (a revoked skill stays revoked).
+
+The merge is a pure function of the feeds, so two sites holding the same envelopes show the same views.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from ._errors import RecordError
+from ._models import Counts, RecordIssue
+from ._records import COUNTER_FIELDS, REQUIRED_ROLE, FutureVersion, ParsedKey, RecordType, check_record, parse_key
+from ._trust import Authority
+
+Index = str | tuple[str, str]
+
+
+def _index(key: ParsedKey) -> Index:
+    return (key.name, key.cell) if key.type is RecordType.CELL else key.name
+
+
+class Views:
+    def __init__(self, authority: Authority) -> None:
+        self.authority = authority
+        self._clear()
+
+    def _clear(self) -> None:
+        self._entries: dict[RecordType, dict[Index, dict[bytes, dict[str, Any]]]] = {t: {} for t in RecordType}
+        self._cells_by_map: dict[str, set[str]] = defaultdict(set)
+        self._certs_by_skill: dict[str, set[str]] = defaultdict(set)
+
+    def rebuild(self, authority: Authority, feeds: Iterable[tuple[bytes, Iterable[tuple[str, str]]]]) -> None:
+        """Recompute everything (after a trust change); issues found again are not reported twice."""
+        self.authority = authority
+        self._clear()
+        for author, items in feeds:
+            self.update(author, dict(items), [])
+
+    def update(self, author: bytes, changes: dict[str, str | None], issues: list[RecordIssue]) -> None:
+        """Fold one author's changed keys into the views; skipped records are appended to `issues`."""
+        author_hex = author.hex()
+        for key, text in changes.items():
+            try:
+                parsed = parse_key(key)
+            except RecordError as exc:
+                issues.append(RecordIssue(author_hex, key, f"invalid_key: {exc}"))
+                continue
+            if parsed is None:
+                issues.append(RecordIssue(author_hex, key, "unknown_type: kept and forwarded, not shown"))
+                continue
+            bucket = self._entries[parsed.type]
+            index = _index(parsed)
+            self._discard(bucket, index, author)
+            if text is None:
+                continue
+            role = REQUIRED_ROLE[parsed.type]
+            if not self.authority.has_role(author, role):
+                needed = role.value if role else "site root"
+                issues.append(RecordIssue(author_hex, key, f"unauthorized: needs the {needed} role"))
+                continue
+            try:
+                record = check_record(parsed, text, author_hex)
+            except FutureVersion as exc:
+                issues.append(RecordIssue(author_hex, key, f"newer_schema: v{exc.args[0]} kept, not shown"))
+                continue
+            except RecordError as exc:
+                issues.append(RecordIssue(author_hex, key, f"invalid_record: {exc}"))
+                continue
+            bucket.setdefault(index, {})[author] = record
+            if parsed.type is RecordType.CELL:
+                self._cells_by_map[parsed.name].add(parsed.cell or "")
+            elif parsed.type is RecordType.CERT:
+                self._certs_by_skill[record["skill"]].add(parsed.name)
+
+    @staticmethod
+    def _discard(bucket: dict[Index, dict[bytes, dict[str, Any]]], index: Index, author: bytes) -> None:
+        by_author = bucket.get(index)
+        if by_author is not None:
+            by_author.pop(author, None)
+            if not by_author:
+                del bucket[index]
+
+    # --- reads --------------------------------------------------------------------------------------
+    def records(self, rtype: RecordType, index: Index) -> dict[bytes, dict[str, Any]]:
+        return self._entries[rtype].get(index, {})
+
+    def indexes(self, rtype: RecordType) -> list[Index]:
+        return list(self._entries[rtype])
+
+    def skill(self, skill_id: str) -> dict[str, Any] | None:
+        by_author = self._entries[RecordType.SKILL].get(skill_id)
+        return next(iter(by_author.values())) if by_author else None
+
+    def withdrawn(self, skill_id: str) -> bool:
+        record = self.skill(skill_id)
+        if record is None:
+            return False
+        site = self.authority.site_of(bytes.fromhex(record["author"]))
+        withdrawers = self._entries[RecordType.WITHDRAW].get(skill_id, {})
+        return any(self.authority.site_of(a) == site for a in withdrawers)
+
+    def revocations(self, skill_id: str) -> dict[bytes, dict[str, Any]]:
+        return self._entries[RecordType.REVOKE].get(skill_id, {})
+
+    def certificates(self, skill_id: str) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for cert_id in sorted(self._certs_by_skill.get(skill_id, ())):
+            by_author = self._entries[RecordType.CERT].get(cert_id)
+            if by_author:
+                out.append((cert_id, next(iter(by_author.values()))))
+        return out
+
+    def cell(self, map_name: str, cell: str) -> tuple[bytes, dict[str, Any]] | None:
+        by_author = self._entries[RecordType.CELL].get((map_name, cell))
+        if not by_author:
+            return None
+        return max(by_author.items(), key=lambda item: (item[1]["confidence"], item[1]["hlc"], item[0]))
+
+    def cells(self, map_name: str) -> list[str]:
+        return sorted(c for c in self._cells_by_map.get(map_name, ()) if (map_name, c) in self._entries[RecordType.CELL])
+
+    def map_names(self) -> list[str]:
+        return sorted(m for m in self._cells_by_map if self.cells(m))
+
+    def counts(self, skill_id: str) -> dict[bytes, Counts]:
+        """Per site: the PN-counter values recorded for a skill by that site's writers."""
+        per_site: dict[bytes, Counts] = {}
+        for author, rec in self._entries[RecordType.COUNTER].get(skill_id, {}).items():
+            site = self.authority.site_of(author) or author
+            value = Counts(*(rec["p"][f] - rec["n"][f] for f in COUNTER_FIELDS))
+            per_site[site] = per_site.get(site, Counts()) + value
+        return per_site
+
+    def delegation_records(self) -> tuple[dict[bytes, dict[bytes, dict]], dict[bytes, dict[bytes, dict]]]:
+        """{root: {device: record}} for delegations and for key revocations, as the views hold them."""
+        result: tuple[dict[bytes, dict[bytes, dict]], dict[bytes, dict[bytes, dict]]] = ({}, {})
+        for out, rtype in zip(result, (RecordType.DELEGATE, RecordType.KEY_REVOKE)):
+            for device, by_root in self._entries[rtype].items():
+                for root, record in by_root.items():
+                    out.setdefault(root, {})[bytes.fromhex(str(device))] = record
+        return result
