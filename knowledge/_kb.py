@@ -83,6 +83,8 @@ class KnowledgeBase:
         self._lock = threading.RLock()
         self._pending: dict[str, str | None] | None = None
         self._bind_identity()
+        # This store's writer key; a read-only open trusts the data exactly as its writer does.
+        self._own_key = identity.public_key if identity is not None else store.get_meta("identity")
         self.policy = self._load_policy(policy)
         self._clock = clock or HybridClock(self.policy.max_clock_offset_ms)
         self._feeds: dict[bytes, Feed] = {}
@@ -100,9 +102,6 @@ class KnowledgeBase:
         self.blobs = Blobs(self)
 
     # --- opening ------------------------------------------------------------------------------------
-    @property
-    def _own_key(self) -> bytes | None:
-        return None if self.identity is None else self.identity.public_key
 
     def _bind_identity(self) -> None:
         if self.identity is None or self._store.readonly:
@@ -168,8 +167,8 @@ class KnowledgeBase:
         cut = False
         for author, feed in list(self._feeds.items()):
             grant = self._authority.grant(author)
-            if grant is None or grant.root or grant.admits(feed.seq, feed.hlc) is None:
-                continue
+            if author == self._own_key or grant is None or grant.root or grant.admits(feed.seq, feed.hlc) is None:
+                continue  # our own feed is never cut: rewriting it would equivocate (writes stop instead)
             keep = 0
             checkpoint = self._store.checkpoint(author)
             if checkpoint is not None:
@@ -201,9 +200,14 @@ class KnowledgeBase:
     def _require(self, role: Role | None) -> Identity:
         if self.identity is None:
             raise NotAuthorizedError("this knowledge base was opened read-only (no identity)")
-        if not self._authority.has_role(self.identity.public_key, role):
+        own = self.identity.public_key
+        if not self._authority.has_role(own, role):
             needed = role.value if role else "site root"
             raise NotAuthorizedError(f"key {self.identity.key_id} lacks the {needed} role at this site")
+        feed = self._feeds.get(own)
+        refusal = self._authority.grant(own).admits(feed.seq + 1 if feed else 1, self._clock.last)  # type: ignore[union-attr]
+        if refusal is not None:
+            raise NotAuthorizedError(f"key {self.identity.key_id} can no longer write: {refusal}")
         return self.identity
 
     def now(self) -> int:

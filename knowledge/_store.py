@@ -82,7 +82,10 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT; when the block returns, its writes are on disk."""
+        """BEGIN IMMEDIATE ... COMMIT; when the outermost block returns, its writes are on disk."""
+        if self._db.in_transaction:
+            yield  # nested: the outermost block commits or rolls back
+            return
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
