@@ -1,0 +1,27 @@
+"""Canonical JSON and hashes: the bytes that content addresses and signatures are computed over."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+
+def canonical_json(value: Any) -> bytes:
+    """UTF-8 JSON with sorted keys and no whitespace; floats in shortest round-trip form; NaN refused."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_hash(value: Any) -> str:
+    """The sha256 of a JSON value's canonical encoding."""
+    return sha256_hex(canonical_json(value))
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float, but not a bool (JSON has no bool/number confusion; Python does)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

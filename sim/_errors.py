@@ -1,0 +1,89 @@
+"""The simulator's errors: each says which branch, field or tensor was wrong and what to do."""
+
+from __future__ import annotations
+
+from knowledge._errors import SimnetError
+
+
+class SimError(SimnetError):
+    """Base class of every error the `sim` package raises on purpose."""
+
+
+class TemplateError(SimError):
+    """A scene cannot be compiled into a template."""
+
+
+class IncompatibleTemplateError(TemplateError):
+    """A patch, skill or record made for one template (or task interface) met another."""
+
+
+class MutationError(SimError, ValueError):
+    """A mutation names no field of the template, or its op or value cannot apply; names the branch."""
+
+    def __init__(self, target: str, detail: str, branch: int | None = None) -> None:
+        where = f"branch {branch}: " if branch is not None else ""
+        super().__init__(f"{where}mutation {target!r}: {detail}")
+        self.target = target
+        self.branch = branch
+        self.detail = detail
+
+
+class SpecError(SimError, ValueError):
+    """A declarative definition (sampler, task, skill architecture) is malformed; `field` is its path."""
+
+    def __init__(self, kind: str, field: str, detail: str) -> None:
+        super().__init__(f"{kind} field {field!r}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+class SamplerSpecError(SpecError):
+    """A sampler spec is malformed or its targets match nothing in the template."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__("sampler", field, detail)
+
+
+class TaskDefinitionError(SpecError):
+    """A task definition is malformed or names objects its scene does not have."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__("task", field, detail)
+
+
+class SkillSpecError(SpecError):
+    """A skill's architecture spec is malformed."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__("skill", field, detail)
+
+
+class SkillPayloadError(SimError):
+    """A skill's weights blob is not safetensors, or its tensors do not match the architecture spec."""
+
+
+class EntryPointError(SimError):
+    """A record names a Python entry point that is not installed here, or not at the recorded version."""
+
+
+class PolicyRunError(SimError):
+    """The policy failed during an evaluation; the run yields no result. Names the branches and step."""
+
+    def __init__(self, detail: str, branches: tuple[int, ...], step: int) -> None:
+        shown = ", ".join(map(str, branches[:5])) + (", ..." if len(branches) > 5 else "")
+        super().__init__(f"control step {step}, branch(es) {shown}: {detail}")
+        self.branches = branches
+        self.step = step
+        self.detail = detail
+
+
+class PolicyCallError(PolicyRunError):
+    """The policy raised; the original exception is chained as `__cause__`."""
+
+
+class PolicyOutputError(PolicyRunError):
+    """The policy returned the wrong shape, a non-numeric array, or NaN/inf for a live branch."""
+
+
+class RecordError(SimError, ValueError):
+    """An evaluation record is malformed, or its hashes do not match its contents (tampered)."""

@@ -1,0 +1,239 @@
+"""Closed-loop evaluation of a policy over N randomized branches, with bounds, SPRT and pairing."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import math
+import multiprocessing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ._patches import Sampler, patches_digest
+from ._policies import EntryPointRef, MLPSpec, Skill, describe_policy
+from ._rollout import BranchOutcome, PolicyCaller, branch_patch, run_wave
+from ._stats import SPRT, clopper_pearson_lower, mcnemar_p, wilson_lower
+from ._tasks import Task
+
+DEFAULT_WAVE = 64
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The outcome of `evaluate`: per-branch outcomes in branch order, and what produced them."""
+
+    task: Task
+    policy: dict
+    sampler: Sampler
+    branches: int  # requested (the SPRT truncation point when sequential)
+    wave: int
+    outcomes: tuple[BranchOutcome, ...]
+    confidence: float = 0.95
+    sprt: SPRT | None = None
+    decision: str | None = None  # SPRT: "accept", "reject" or "undecided"
+    decided_at: int | None = None  # SPRT: how many outcomes (in branch order) the decision used
+
+    @property
+    def n(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def successes(self) -> int:
+        return sum(o.success for o in self.outcomes)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.n
+
+    @property
+    def mean_return(self) -> float:
+        return math.fsum(o.total_reward for o in self.outcomes) / self.n
+
+    @property
+    def wilson_lower(self) -> float:
+        return wilson_lower(self.successes, self.n, self.confidence)
+
+    @property
+    def clopper_pearson_lower(self) -> float:
+        return clopper_pearson_lower(self.successes, self.n, self.confidence)
+
+    @property
+    def patches_digest(self) -> str:
+        return patches_digest(branch_patch(self.task, self.sampler, o.branch) for o in self.outcomes)
+
+    def to_record(self) -> dict:
+        """A deterministic, JSON-safe record of this evaluation: the body of a certificate."""
+        from ._record import evaluation_record
+
+        return evaluation_record(self)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate and an incumbent evaluated on the same branches (same patches, same layout)."""
+
+    candidate: Evaluation
+    incumbent: Evaluation
+
+    def _pairs(self) -> list[tuple[bool, bool]]:
+        return [(c.success, i.success) for c, i in zip(self.candidate.outcomes, self.incumbent.outcomes)]
+
+    @property
+    def both_succeed(self) -> int:
+        return sum(c and i for c, i in self._pairs())
+
+    @property
+    def candidate_only(self) -> int:
+        return sum(c and not i for c, i in self._pairs())
+
+    @property
+    def incumbent_only(self) -> int:
+        return sum(i and not c for c, i in self._pairs())
+
+    @property
+    def both_fail(self) -> int:
+        return sum(not c and not i for c, i in self._pairs())
+
+    @property
+    def rate_difference(self) -> float:
+        return (self.candidate_only - self.incumbent_only) / self.candidate.n
+
+    @property
+    def mcnemar_p(self) -> float:
+        """Two-sided exact test that the two success rates differ, from the discordant branches."""
+        return mcnemar_p(self.candidate_only, self.incumbent_only)
+
+    @property
+    def return_difference(self) -> float:
+        """Mean over branches of candidate return minus incumbent return."""
+        diffs = [c.total_reward - i.total_reward for c, i in zip(self.candidate.outcomes, self.incumbent.outcomes)]
+        return math.fsum(diffs) / len(diffs)
+
+    def to_record(self) -> dict:
+        return {"format": "simnet.sim.comparison/1", "candidate": self.candidate.to_record(),
+                "incumbent": self.incumbent.to_record(),
+                "paired": {"both_succeed": self.both_succeed, "candidate_only": self.candidate_only,
+                           "incumbent_only": self.incumbent_only, "both_fail": self.both_fail,
+                           "mcnemar_p": self.mcnemar_p, "rate_difference": self.rate_difference,
+                           "return_difference": self.return_difference}}
+
+
+def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None = None,
+             wave: int | None = None, threads: int = 0, workers: int = 1, sprt: SPRT | None = None,
+             confidence: float = 0.95, progress: bool | None = None) -> Evaluation:
+    """Roll `policy` out closed loop in `branches` branches of `task` under `sampler`'s patches.
+
+    `policy` is a Skill, an EntryPointRef, a torch module or a callable mapping a (wave, obs_dim)
+    float64 array to (wave, act_dim) actions. Branches run in waves of `wave` (default 64) on
+    `threads` physics threads (0: all CPUs), in `workers` processes; none of these change the
+    outcomes. With `sprt`, waves stop once the test decides. Raises on bad input or a failing
+    policy: a failed run yields no result.
+    """
+    if not isinstance(branches, int) or branches < 1:
+        raise ValueError(f"branches must be a positive integer, got {branches!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    sampler = sampler or Sampler()
+    wave = wave or min(branches, DEFAULT_WAVE)
+    if not isinstance(wave, int) or wave < 1:
+        raise ValueError(f"wave must be a positive integer, got {wave!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    description = describe_policy(policy)
+    caller = PolicyCaller(policy, task)  # checks dimensions before anything runs
+    nwaves = -(-branches // wave)
+    bar = tqdm(total=nwaves * task.horizon, desc=f"evaluate {task.name}", unit="step", disable=_quiet(progress))
+    outcomes: list[BranchOutcome] = []
+    decision = decided_at = None
+    with bar, _single_threaded_torch(), _executor(task, policy, sampler, wave, branches, threads, workers) as pool:
+        for round_ in _rounds(nwaves, workers if sprt else nwaves):
+            if pool is None:
+                results: Iterator[list[BranchOutcome]] = (
+                    run_wave(task, caller, sampler, i, wave, branches, threads, lambda: bar.update(1)) for i in round_)
+            else:
+                results = pool.map(_worker_wave, round_)
+            for done, result in enumerate(results, start=round_[0] + 1):
+                outcomes += result
+                bar.update(done * task.horizon - bar.n)  # waves that ended early count in full
+            if sprt is not None:
+                decision, decided_at = sprt.decide([o.success for o in outcomes])
+                if decision != "undecided":
+                    break
+    return Evaluation(task, description, sampler, branches, wave, tuple(outcomes), confidence, sprt,
+                      decision, decided_at)
+
+
+def compare(task: Task, candidate: Any, incumbent: Any, *, branches: int, sampler: Sampler | None = None,
+            wave: int | None = None, threads: int = 0, workers: int = 1, confidence: float = 0.95,
+            progress: bool | None = None) -> Comparison:
+    """Evaluate a candidate against the incumbent skill on the same branches, paired."""
+    common = dict(branches=branches, sampler=sampler, wave=wave, threads=threads, workers=workers,
+                  confidence=confidence, progress=progress)
+    return Comparison(evaluate(task, candidate, **common), evaluate(task, incumbent, **common))
+
+
+def _quiet(progress: bool | None) -> bool | None:
+    """tqdm's `disable`: None shows the bar only on a terminal."""
+    return None if progress is None else not progress
+
+
+def _rounds(nwaves: int, size: int) -> Iterator[list[int]]:
+    for start in range(0, nwaves, size):
+        yield list(range(start, min(start + size, nwaves)))
+
+
+@contextlib.contextmanager
+def _single_threaded_torch() -> Iterator[None]:
+    """Policy calls on one intra-op thread: the same float result for a row at any machine load."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+# ---- worker processes: each holds the task, template and policy once and runs whole waves ----
+
+
+@contextlib.contextmanager
+def _executor(task: Task, policy: Any, sampler: Sampler, wave: int, branches: int, threads: int,
+              workers: int) -> Iterator[concurrent.futures.ProcessPoolExecutor | None]:
+    if workers == 1:
+        yield None
+        return
+    if isinstance(policy, Skill):
+        payload: tuple = ("skill", policy.spec.to_json(), policy.weights)
+    elif isinstance(policy, EntryPointRef):
+        payload = ("entry_point", policy.to_json())
+    else:
+        raise ValueError("workers > 1 need the policy as data (a Skill) or an EntryPointRef, "
+                         f"not {type(policy).__name__}: only those can be shipped to a worker")
+    with concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+            initargs=(task.to_json(), payload, sampler.to_json(), wave, branches, threads or 1)) as pool:
+        yield pool
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(task_json: dict, payload: tuple, sampler_json: dict, wave: int, branches: int, threads: int) -> None:
+    torch.set_num_threads(1)
+    task = Task(task_json)
+    if payload[0] == "skill":
+        policy: Any = Skill(MLPSpec.from_json(payload[1]), payload[2])
+    else:
+        data = payload[1]
+        policy = EntryPointRef(data["name"], data["distribution"], data["version"], data["group"])
+    _WORKER.update(task=task, caller=PolicyCaller(policy, task), sampler=Sampler.from_json(sampler_json),
+                   wave=wave, branches=branches, threads=threads)
+
+
+def _worker_wave(index: int) -> list[BranchOutcome]:
+    w = _WORKER
+    return run_wave(w["task"], w["caller"], w["sampler"], index, w["wave"], w["branches"], w["threads"])

@@ -1,0 +1,167 @@
+"""One wave: up to `wave` branches stepped together in a `mujoco.batch.Batch`, closed loop.
+
+The batch is built fresh per wave from the shared template, so memory follows the wave size (the
+concurrency), not the branch count; and a branch's dynamics depend on its own patch alone. The
+policy sees every row of the wave in one call per control step, dead rows zeroed, so the batch
+layout of policy calls (wave size, row = branch % wave) is fixed whatever happens to the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+import torch
+from mujoco import batch as mjbatch
+
+from ._errors import IncompatibleTemplateError, PolicyCallError, PolicyOutputError
+from ._patches import Patch, Sampler, apply_model_patches, apply_state_patches
+from ._policies import EntryPointRef, Skill
+from ._tasks import Runtime, Task
+
+_UNSTABLE = {int(getattr(mujoco.mjtWarning, f"mjWARN_{w}")): w for w in ("BADQPOS", "BADQVEL", "BADQACC", "BADCTRL")}
+_POS = int(mujoco.mjtStage.mjSTAGE_POS)
+_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
+
+
+@dataclass(frozen=True)
+class BranchOutcome:
+    """How one branch ended: `reason` is "success", "horizon", "failure:<term>",
+    "unstable:<warning>" or "mujoco:<message>"; `total_reward` sums the task's reward terms."""
+
+    branch: int
+    success: bool
+    total_reward: float
+    steps: int
+    reason: str
+
+
+class PolicyCaller:
+    """A policy as one batched numpy call: torch modules run in float and inference mode."""
+
+    def __init__(self, policy: object, task: Task) -> None:
+        if isinstance(policy, EntryPointRef):
+            policy = policy.load()(task)
+        if isinstance(policy, Skill):
+            policy = policy.module()
+        spec = getattr(policy, "spec", None)
+        if spec is not None and (spec.obs_dim, spec.act_dim) != (task.obs_dim, task.act_dim):
+            raise IncompatibleTemplateError(
+                f"the skill maps {spec.obs_dim} observations to {spec.act_dim} actions; task {task.name!r} "
+                f"gives {task.obs_dim} and drives {task.act_dim}")
+        self.policy = policy
+        self.torch = isinstance(policy, torch.nn.Module)
+        if self.torch:
+            first = next(iter(policy.parameters()), None)
+            self.dtype = first.dtype if first is not None else torch.float64
+
+    def __call__(self, obs: np.ndarray) -> object:
+        if not self.torch:
+            return self.policy(obs)
+        with torch.inference_mode():
+            return self.policy(torch.from_numpy(obs).to(self.dtype)).to(torch.float64).numpy()
+
+
+def branch_patch(task: Task, sampler: Sampler, branch: int) -> Patch:
+    """Everything that makes a branch differ from the template: dynamics draws, then initial state."""
+    return sampler.sample(task.template, branch) + task.init_patch(sampler.seed, branch)
+
+
+def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int, wave: int,
+             branches: int, threads: int, on_step: Callable[[], None] | None = None,
+             patches: Sequence[Patch] | None = None) -> list[BranchOutcome]:
+    """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order."""
+    ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
+    n = len(ids)
+    template = task.template
+    if patches is None:
+        patches = [branch_patch(task, sampler, b) for b in ids]
+    batch = mjbatch.Batch(template.model, wave, threads)
+    apply_model_patches(batch, template, patches, ids)
+    batch.reset(keyframe=task.keyframe, stage=_NONE)
+    apply_state_patches(batch, template, patches, ids)
+    runtime = Runtime(task, batch)
+    batch.forward(stage=_POS)
+    runtime.begin()
+
+    live = np.zeros(wave, bool)
+    live[:n] = True
+    success = np.zeros(wave, bool)
+    reward = np.zeros(wave)
+    steps = np.zeros(wave, np.int64)
+    reasons = [""] * wave
+    warn_ids = np.array(sorted(_UNSTABLE))
+    warned = batch.warning[:, warn_ids, 1].copy()
+    ctrl = runtime.ctrl
+
+    def end(rows: np.ndarray, reason: str | list[str]) -> None:
+        for k, row in enumerate(np.flatnonzero(rows)):
+            reasons[row] = reason if isinstance(reason, str) else reason[k]
+        live[rows] = False
+
+    for step in range(task.horizon):
+        obs = runtime.observe()
+        obs[~live] = 0.0
+        bad = live & ~np.isfinite(obs).all(axis=1)
+        end(bad, "unstable:nonfinite")
+        if not live.any():
+            break
+        actions = _actions(caller, obs, live, ids, step, task.act_dim)
+        target = actions if task.action_mode == "absolute" else ctrl + actions
+        ctrl[live] = np.clip(target, runtime.ctrl_low, runtime.ctrl_high)[live]
+        stepping = None if live.all() else np.flatnonzero(live).astype(np.int32)
+        try:
+            batch.step(stepping, nstep=task.control_substeps, stage=_POS)
+        except mjbatch.SimulationError as exc:
+            failed = np.zeros(wave, bool)
+            failed[exc.ids] = True
+            end(failed & live, [f"mujoco:{batch.error(int(s))}" for s in exc.ids if live[s]])
+        counts = batch.warning[:, warn_ids, 1]
+        rising = (counts > warned) & live[:, None]
+        if rising.any():
+            rows = rising.any(axis=1)
+            end(rows, [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]])
+        warned = counts.copy()
+        steps[live] += 1
+        reward[live] += runtime.reward()[live]
+        for reason, hit in runtime.failures():
+            end(live & hit, reason)
+        if task.definition["success"]["when"] == "first":
+            done = live & runtime.succeeded()
+            success |= done
+            end(done, "success")
+        runtime.end_step()
+        if on_step is not None:
+            on_step()
+        if not live.any():
+            break
+    if live.any():
+        done = live & runtime.succeeded()
+        success |= done
+        end(done, "success")
+        end(live.copy(), "horizon")
+    return [BranchOutcome(b, bool(success[i]), float(reward[i]), int(steps[i]), reasons[i])
+            for i, b in enumerate(ids)]
+
+
+def _actions(caller: PolicyCaller, obs: np.ndarray, live: np.ndarray, ids: list[int], step: int,
+             act_dim: int) -> np.ndarray:
+    """The policy's actions, checked for every live row: a bad policy is an error, not a failure."""
+    live_branches = tuple(ids[i] for i in np.flatnonzero(live))
+    try:
+        raw = caller(obs.copy())
+    except Exception as exc:
+        raise PolicyCallError(f"the policy raised {type(exc).__name__}: {exc}", live_branches, step) from exc
+    try:
+        actions = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise PolicyOutputError(f"the policy returned {type(raw).__name__}, not a numeric array", live_branches, step) from exc
+    if actions.shape != (len(obs), act_dim):
+        raise PolicyOutputError(f"the policy returned shape {actions.shape}, expected {(len(obs), act_dim)}",
+                                live_branches, step)
+    nonfinite = live & ~np.isfinite(actions).all(axis=1)
+    if nonfinite.any():
+        raise PolicyOutputError("the policy returned NaN or inf", tuple(ids[i] for i in np.flatnonzero(nonfinite)), step)
+    return actions

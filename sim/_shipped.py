@@ -1,0 +1,38 @@
+"""The project's own tasks and skills, shipped as package data under sim/assets."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from ._policies import Skill
+from ._tasks import Task
+
+_ASSETS = resources.files("sim") / "assets"
+
+
+def shipped_tasks() -> list[str]:
+    return sorted(p.name.removesuffix(".json") for p in (_ASSETS / "tasks").iterdir() if p.name.endswith(".json"))
+
+
+def load_task(name: str) -> Task:
+    """A shipped task by name ("arm_reach", "walker_forward"); its scene is inlined into the definition."""
+    path = _ASSETS / "tasks" / f"{name}.json"
+    if not path.is_file():
+        raise KeyError(f"no shipped task {name!r}; shipped: {shipped_tasks()}")
+    data = json.loads(path.read_text())
+    data["scene"] = (_ASSETS / "scenes" / data.pop("scene_file")).read_text()
+    return Task(data)
+
+
+def shipped_skills() -> list[str]:
+    return sorted(p.name.removesuffix(".json") for p in (_ASSETS / "skills").iterdir() if p.name.endswith(".json"))
+
+
+def load_skill(name: str) -> Skill:
+    """A shipped skill by name, e.g. "arm_reach_good" or "walker_forward_degraded"."""
+    path = _ASSETS / "skills" / f"{name}.json"
+    if not path.is_file():
+        raise KeyError(f"no shipped skill {name!r}; shipped: {shipped_skills()}")
+    with resources.as_file(path) as spec, resources.as_file(path.with_suffix(".safetensors")) as weights:
+        return Skill.load(spec, weights)

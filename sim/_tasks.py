@@ -1,0 +1,283 @@
+"""Tasks as data: a content-addressed definition (scene, initial-state distribution, observation,
+action, reward, success and failure terms, horizon) written in a small vocabulary implemented here.
+
+A task from a peer is JSON, never code: every term below is evaluated by this module on arrays bound
+from the batch, vectorized over simulations.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import mujoco
+import numpy as np
+from mujoco import batch as mjbatch
+
+from ._canon import content_hash, is_number
+from ._errors import SpecError, TaskDefinitionError
+from ._patches import Patch, SamplerTerm, expand_targets, sample_terms
+from ._templates import Template, cached_template
+
+FORMAT = "simnet.task/1"
+_KEYS = {"format", "name", "embodiment", "scene", "keyframe", "init", "observation", "action",
+         "reward", "success", "failure", "horizon", "control_substeps"}
+# term -> the object references it takes (name -> kind); "axis" and "period" are numbers
+QUANTITIES = {
+    "site_distance": {"from": "site", "to": "site"},
+    "body_displacement": {"body": "body", "axis": None},
+    "body_progress": {"body": "body", "axis": None},
+    "body_height": {"body": "body"},
+    "body_upright": {"body": "body"},
+    "ctrl_sq": {},
+    "alive": {},
+}
+OBSERVATIONS = {
+    "qpos": {"joints": "joints"}, "qvel": {"joints": "joints"}, "site_pos": {"site": "site"},
+    "site_delta": {"from": "site", "to": "site"}, "body_pos": {"body": "body"},
+    "body_upright": {"body": "body"}, "clock": {"period": None}, "ctrl": {},
+}
+Array = np.ndarray
+
+
+class Task:
+    """A validated task definition; `hash` is the sha256 of its canonical JSON."""
+
+    def __init__(self, definition: Mapping[str, Any]) -> None:
+        try:
+            data = json.loads(json.dumps(definition, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise TaskDefinitionError("", f"not JSON-serializable: {exc}") from exc
+        if not isinstance(data, dict):
+            raise TaskDefinitionError("", "a task definition is a JSON object")
+        self._data = data
+        self.hash = content_hash(data)
+        _require(data.get("format") == FORMAT, "format", f"must be {FORMAT!r}")
+        extra = sorted(set(data) - _KEYS)
+        _require(not extra, extra[0] if extra else "", f"unknown key; keys are {sorted(_KEYS)}")
+        for key in ("name", "embodiment", "scene"):
+            _require(isinstance(data.get(key), str) and data[key], key, "must be a non-empty string")
+        self.name: str = data["name"]
+        self.embodiment: str = data["embodiment"]
+        try:
+            self.template: Template = cached_template(data["scene"])
+        except SpecError:
+            raise
+        except Exception as exc:  # TemplateError: the scene itself is a field of the task
+            raise TaskDefinitionError("scene", str(exc)) from exc
+        model = self.template.model
+        for key in ("horizon", "control_substeps"):
+            value = data.get(key)
+            _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, key,
+                     "must be an integer >= 1")
+        self.horizon: int = data["horizon"]
+        self.control_substeps: int = data["control_substeps"]
+        keyframe = data.get("keyframe")
+        self.keyframe = -1
+        if keyframe is not None:
+            _require(isinstance(keyframe, str), "keyframe", "must be a keyframe name or null")
+            self.keyframe = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, keyframe)
+            _require(self.keyframe >= 0, "keyframe", f"the scene has no keyframe {keyframe!r}")
+        init = data.get("init", [])
+        _require(isinstance(init, list), "init", "must be a list of sampler terms")
+        self.init_terms = tuple(SamplerTerm.from_json(t, f"init[{i}]", TaskDefinitionError)
+                                for i, t in enumerate(init))
+        for i, term in enumerate(self.init_terms):
+            expand_targets(term, self.template, f"init[{i}]", TaskDefinitionError)
+        observation = data.get("observation")
+        _require(isinstance(observation, list) and observation, "observation", "must be a non-empty list")
+        self.obs_dim = sum(self._obs_size(t, f"observation[{i}]") for i, t in enumerate(observation))
+        action = data.get("action")
+        _require(isinstance(action, dict) and set(action) == {"mode"} and action["mode"] in ("absolute", "delta"),
+                 "action", "must be {'mode': 'absolute' | 'delta'}")
+        self.action_mode: str = action["mode"]
+        self.act_dim: int = model.nu
+        _require(self.act_dim > 0, "scene", "the scene has no actuators to drive")
+        reward = data.get("reward", [])
+        _require(isinstance(reward, list), "reward", "must be a list of weighted terms")
+        for i, term in enumerate(reward):
+            self._check_quantity(term, f"reward[{i}]", extra={"weight"})
+            _require(is_number(term.get("weight")), f"reward[{i}].weight", "must be a finite number")
+        success = data.get("success")
+        _require(isinstance(success, dict) and set(success) == {"when", "all"}, "success",
+                 "must be {'when': 'end' | 'first', 'all': [conditions]}")
+        _require(success["when"] in ("end", "first"), "success.when", "must be 'end' or 'first'")
+        _require(isinstance(success["all"], list) and success["all"], "success.all", "must be a non-empty list")
+        for i, cond in enumerate(success["all"]):
+            self._check_condition(cond, f"success.all[{i}]")
+        failure = data.get("failure", [])
+        _require(isinstance(failure, list), "failure", "must be a list of conditions")
+        for i, cond in enumerate(failure):
+            self._check_condition(cond, f"failure[{i}]")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Task":
+        return cls(data)
+
+    def to_json(self) -> dict:
+        return copy.deepcopy(self._data)
+
+    def replace(self, **changes: Any) -> "Task":
+        """A new task (with its own hash) differing in the given top-level fields, e.g. horizon."""
+        return Task({**self._data, **changes})
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r}, hash={self.hash[:12]})"
+
+    def init_patch(self, seed: int, branch: int) -> Patch:
+        """A branch's draw from the task's initial-state distribution."""
+        return sample_terms(self.init_terms, self.template, seed, branch, "init", TaskDefinitionError)
+
+    @property
+    def definition(self) -> Mapping[str, Any]:
+        return self._data
+
+    def _ref(self, kind: str, name: Any, where: str) -> int:
+        _require(isinstance(name, str), where, f"must name a {kind}")
+        ident = self.template.object_id(kind, name)
+        _require(ident >= 0, where, f"the scene has no {kind} named {name!r}")
+        return ident
+
+    def _check_args(self, term: dict, args: dict, where: str, extra: set[str]) -> None:
+        allowed = {"term", *args, *extra}
+        unknown = sorted(set(term) - allowed)
+        _require(not unknown, f"{where}.{unknown[0]}" if unknown else where, f"unknown key; allowed {sorted(allowed)}")
+        for key, kind in args.items():
+            if kind == "joints":
+                joints = term.get(key)
+                _require(isinstance(joints, list) and joints, f"{where}.{key}", "must be a non-empty list of joint names")
+                for j, name in enumerate(joints):
+                    self._ref("joint", name, f"{where}.{key}[{j}]")
+            elif kind is not None:
+                self._ref(kind, term.get(key), f"{where}.{key}")
+            elif key == "axis":
+                _require(term.get(key) in (0, 1, 2) and not isinstance(term.get(key), bool), f"{where}.axis", "must be 0, 1 or 2")
+            else:
+                _require(is_number(term.get(key)) and term[key] > 0, f"{where}.{key}", "must be a number > 0")
+
+    def _obs_size(self, term: Any, where: str) -> int:
+        _require(isinstance(term, dict) and term.get("term") in OBSERVATIONS, f"{where}.term",
+                 f"must be one of {sorted(OBSERVATIONS)}")
+        self._check_args(term, OBSERVATIONS[term["term"]], where, set())
+        kind = term["term"]
+        if kind in ("qpos", "qvel"):
+            return sum(self.template.slot(f"joint/{j}/{kind}").size for j in term["joints"])
+        return {"site_pos": 3, "site_delta": 3, "body_pos": 3, "body_upright": 1, "clock": 2,
+                "ctrl": self.template.model.nu}[kind]
+
+    def _check_quantity(self, term: Any, where: str, extra: set[str]) -> None:
+        _require(isinstance(term, dict) and term.get("term") in QUANTITIES, f"{where}.term",
+                 f"must be one of {sorted(QUANTITIES)}")
+        self._check_args(term, QUANTITIES[term["term"]], where, extra)
+
+    def _check_condition(self, cond: Any, where: str) -> None:
+        self._check_quantity(cond, where, extra={"above", "below"})
+        bounds = [k for k in ("above", "below") if k in cond]
+        _require(len(bounds) == 1, where, "a condition has exactly one of 'above' or 'below'")
+        _require(is_number(cond[bounds[0]]), f"{where}.{bounds[0]}", "must be a finite number")
+
+
+def _require(ok: bool, field: str, detail: str) -> None:
+    if not ok:
+        raise TaskDefinitionError(field, detail)
+
+
+class Runtime:
+    """A task's terms compiled against one batch: observations, quantities and conditions as arrays."""
+
+    def __init__(self, task: Task, batch: mjbatch.Batch) -> None:
+        self.task = task
+        model = task.template.model
+        self.qpos, self.qvel, self.ctrl, self.time = (batch.bind(f) for f in ("qpos", "qvel", "ctrl", "time"))
+        # derived fields are bound before the first call, so that it fills them
+        self.site_xpos, self.xpos, self.xmat = (batch.bind(f) for f in ("site_xpos", "xpos", "xmat"))
+        limited = model.actuator_ctrllimited.astype(bool)
+        self.ctrl_low = np.where(limited, model.actuator_ctrlrange[:, 0], -np.inf)
+        self.ctrl_high = np.where(limited, model.actuator_ctrlrange[:, 1], np.inf)
+        data = task.definition
+        self._obs = [self._observation(t) for t in data["observation"]]
+        self._reward = [(float(t["weight"]), self._quantity(t)) for t in data["reward"]]
+        self._success = [self._condition(c) for c in data["success"]["all"]]
+        self._failure = [(f"failure:{c['term']}", self._condition(c)) for c in data.get("failure", [])]
+        self._start = self._previous = self.xpos.copy()
+
+    def begin(self) -> None:
+        """Mark the episode start (after reset and the first forward)."""
+        self._start = self.xpos.copy()
+        self._previous = self.xpos.copy()
+
+    def end_step(self) -> None:
+        self._previous = self.xpos.copy()
+
+    def observe(self) -> Array:
+        return np.concatenate([f() for f in self._obs], axis=1)
+
+    def reward(self) -> Array:
+        total = np.zeros(len(self.qpos))
+        for weight, quantity in self._reward:
+            total += weight * quantity()
+        return total
+
+    def succeeded(self) -> Array:
+        ok = np.ones(len(self.qpos), bool)
+        for cond in self._success:
+            ok &= cond()
+        return ok
+
+    def failures(self) -> list[tuple[str, Array]]:
+        return [(reason, cond()) for reason, cond in self._failure]
+
+    def _observation(self, term: dict) -> Callable[[], Array]:
+        t = self.task.template
+        kind = term["term"]
+        if kind in ("qpos", "qvel"):
+            index = np.concatenate([np.arange(s.start, s.start + s.size)
+                                    for s in (t.slot(f"joint/{j}/{kind}") for j in term["joints"])])
+            source = self.qpos if kind == "qpos" else self.qvel
+            return lambda: source[:, index]
+        if kind == "site_pos":
+            i = t.object_id("site", term["site"])
+            return lambda: self.site_xpos[:, i]
+        if kind == "site_delta":
+            a, b = t.object_id("site", term["from"]), t.object_id("site", term["to"])
+            return lambda: self.site_xpos[:, b] - self.site_xpos[:, a]
+        if kind == "body_pos":
+            i = t.object_id("body", term["body"])
+            return lambda: self.xpos[:, i]
+        if kind == "body_upright":
+            i = t.object_id("body", term["body"])
+            return lambda: self.xmat[:, i, 8:9]
+        if kind == "clock":
+            omega = 2 * np.pi / float(term["period"])
+            return lambda: np.stack([np.sin(omega * self.time), np.cos(omega * self.time)], axis=1)
+        return lambda: self.ctrl.copy()
+
+    def _quantity(self, term: dict) -> Callable[[], Array]:
+        t = self.task.template
+        kind = term["term"]
+        if kind == "site_distance":
+            a, b = t.object_id("site", term["from"]), t.object_id("site", term["to"])
+            return lambda: np.linalg.norm(self.site_xpos[:, b] - self.site_xpos[:, a], axis=1)
+        if kind in ("body_displacement", "body_progress", "body_height", "body_upright"):
+            i = t.object_id("body", term["body"])
+            axis = term.get("axis", 2)
+            if kind == "body_displacement":
+                return lambda: self.xpos[:, i, axis] - self._start[:, i, axis]
+            if kind == "body_progress":
+                return lambda: self.xpos[:, i, axis] - self._previous[:, i, axis]
+            if kind == "body_height":
+                return lambda: self.xpos[:, i, 2].copy()
+            return lambda: self.xmat[:, i, 8].copy()
+        if kind == "ctrl_sq":
+            return lambda: np.sum(self.ctrl * self.ctrl, axis=1)
+        return lambda: np.ones(len(self.qpos))
+
+    def _condition(self, cond: dict) -> Callable[[], Array]:
+        quantity = self._quantity(cond)
+        if "above" in cond:
+            bound = float(cond["above"])
+            return lambda: quantity() > bound
+        bound = float(cond["below"])
+        return lambda: quantity() < bound

@@ -1,0 +1,158 @@
+"""Templates: a compiled scene shared read-only by every branch, and the mutable slots it offers.
+
+A mutation target is "kind/name/attr" (or "option/gravity"); resolving it against a template gives a
+`Slot`: which per-simulation field of `mujoco.batch.Batch` it writes, where, and how many values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from ._canon import sha256_hex
+from ._errors import MutationError, TemplateError
+
+# (kind, attr) -> (field, values per object, column offset in a row, value domain)
+# row-sized fields such as actuator_gainprm hold several values per object; we take a prefix
+_MODEL_ATTRS = {
+    ("body", "mass"): ("body_mass", 1, 0, "positive"),
+    ("body", "inertia"): ("body_inertia", 3, 0, "positive"),
+    ("body", "pos"): ("body_pos", 3, 0, "any"),
+    ("geom", "friction"): ("geom_friction", 3, 0, "nonnegative"),
+    ("joint", "damping"): ("dof_damping", None, 0, "nonnegative"),
+    ("joint", "armature"): ("dof_armature", None, 0, "nonnegative"),
+    ("actuator", "gain"): ("actuator_gainprm", 1, 0, "any"),
+    ("actuator", "bias"): ("actuator_biasprm", 3, 0, "any"),
+}
+_STATE_ATTRS = {("joint", "qpos"): "qpos", ("joint", "qvel"): "qvel"}
+_OPTION_ATTRS = {"gravity": ("opt.gravity", 3, "any")}
+_KINDS = {"body": mujoco.mjtObj.mjOBJ_BODY, "geom": mujoco.mjtObj.mjOBJ_GEOM,
+          "joint": mujoco.mjtObj.mjOBJ_JOINT, "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR}
+_FREE, _BALL = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a target's values live: `field` of the batch, flat `start` and `size` within a simulation."""
+
+    target: str
+    field: str  # a Batch model field ("body_mass", "opt.gravity") or state field ("qpos", "qvel")
+    start: int
+    size: int
+    state: bool  # initial state, written after reset, instead of a model field
+    setconst: bool  # mj_setConst must run after writing it
+    domain: str  # "any", "positive", "nonnegative"
+    quaternion: bool = False  # qpos of a free or ball joint: only "set" with unit quaternions
+
+
+class Template:
+    """A scene compiled once; branches share its `model` read-only and differ only by their patches.
+
+    `source_hash` addresses the MJCF text (portable); `model_hash` the compiled model bytes (exact
+    identity of what was simulated, which can differ across MuJoCo versions and platforms).
+    """
+
+    def __init__(self, xml: str) -> None:
+        if not isinstance(xml, str) or not xml.strip():
+            raise TemplateError("a template needs MJCF text")
+        try:
+            self.model = mujoco.MjModel.from_xml_string(xml)
+        except ValueError as exc:
+            raise TemplateError(f"the scene does not compile: {exc}") from exc
+        self.xml = xml
+        self.source_hash = sha256_hex(xml.encode())
+        buffer = np.empty(mujoco.mj_sizeModel(self.model), np.uint8)
+        mujoco.mj_saveModel(self.model, None, buffer)
+        self.model_hash = sha256_hex(buffer.tobytes())
+        self._slots: dict[str, Slot] = {}
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Template":
+        return cached_template(Path(path).read_text())
+
+    def __repr__(self) -> str:
+        return f"Template(source_hash={self.source_hash[:12]}, nbody={self.model.nbody})"
+
+    def names(self, kind: str) -> list[str]:
+        """Names of the template's objects of a kind, in id order; unnamed objects and the world
+        body (which has no dynamics to randomize) are left out."""
+        count = {"body": self.model.nbody, "geom": self.model.ngeom, "joint": self.model.njnt,
+                 "actuator": self.model.nu, "site": self.model.nsite}[kind]
+        obj = _KINDS.get(kind, mujoco.mjtObj.mjOBJ_SITE)
+        names = (mujoco.mj_id2name(self.model, obj, i) for i in range(1 if kind == "body" else 0, count))
+        return [n for n in names if n]
+
+    def object_id(self, kind: str, name: str) -> int:
+        """The id of a named object, or -1."""
+        obj = _KINDS.get(kind, mujoco.mjtObj.mjOBJ_SITE)
+        return mujoco.mj_name2id(self.model, obj, name)
+
+    def slot(self, target: str) -> Slot:
+        """Resolve a mutation target; raises MutationError naming the target and close matches."""
+        found = self._slots.get(target)
+        if found is None:
+            found = self._slots[target] = self._resolve(target)
+        return found
+
+    def _resolve(self, target: str) -> Slot:
+        parts = target.split("/") if isinstance(target, str) else []
+        if len(parts) == 2 and parts[0] == "option":
+            if parts[1] not in _OPTION_ATTRS:
+                raise MutationError(target, f"unknown option; options are {sorted(_OPTION_ATTRS)}")
+            field, size, domain = _OPTION_ATTRS[parts[1]]
+            return Slot(target, field, 0, size, False, True, domain)
+        if len(parts) != 3:
+            raise MutationError(str(target), "a target is 'kind/name/attr' or 'option/<name>'")
+        kind, name, attr = parts
+        if (kind, attr) not in _MODEL_ATTRS and (kind, attr) not in _STATE_ATTRS:
+            known = sorted(f"{k}/<name>/{a}" for k, a in [*_MODEL_ATTRS, *_STATE_ATTRS])
+            raise MutationError(target, f"unknown kind or attribute; targets are {known} and option/gravity")
+        ident = self.object_id(kind, name)
+        if ident < 0:
+            close = difflib.get_close_matches(name, self.names(kind), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise MutationError(target, f"the template has no {kind} named {name!r}{hint}")
+        m = self.model
+        if (kind, attr) in _STATE_ATTRS:
+            jtype = int(m.jnt_type[ident])
+            if attr == "qpos":
+                start = int(m.jnt_qposadr[ident])
+                size = {_FREE: 7, _BALL: 4}.get(jtype, 1)
+            else:
+                start = int(m.jnt_dofadr[ident])
+                size = {_FREE: 6, _BALL: 3}.get(jtype, 1)
+            quaternion = attr == "qpos" and jtype in (_FREE, _BALL)
+            return Slot(target, _STATE_ATTRS[kind, attr], start, size, True, False, "any", quaternion)
+        field, size, column, domain = _MODEL_ATTRS[kind, attr]
+        if kind == "joint":
+            start = int(m.jnt_dofadr[ident])
+            size = {_FREE: 6, _BALL: 3}.get(int(m.jnt_type[ident]), 1)
+        else:
+            start = ident * getattr(m, field).shape[1] + column if getattr(m, field).ndim == 2 else ident
+        if (kind, attr) == ("body", "pos"):
+            if int(m.body_mocapid[ident]) >= 0:
+                raise MutationError(target, "a mocap body's pose is state (mocap_pos), not a model field")
+            jnt = int(m.body_jntadr[ident])
+            if int(m.body_jntnum[ident]) and int(m.jnt_type[jnt]) == _FREE:
+                raise MutationError(target, "a free body's pose is its joint's qpos: use joint/<name>/qpos")
+        setconst = field in mujoco.MjModel._setconst_inputs
+        return Slot(target, field, int(start), int(size), False, setconst, domain)
+
+
+_CACHE: dict[str, Template] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def cached_template(xml: str) -> Template:
+    """One Template per distinct scene text in this process: memory grows with templates, not tasks."""
+    key = sha256_hex(xml.encode())
+    with _CACHE_LOCK:
+        found = _CACHE.get(key)
+        if found is None:
+            found = _CACHE[key] = Template(xml)
+        return found
