@@ -1,0 +1,183 @@
+"""Embodiment encoders: ψ(embodiment) -> a vector, where nearby vectors mean skills likely transfer.
+
+Vectors from different encoders, or from two versions of one encoder, live in different spaces and must
+never be compared; `EmbeddingSpace` names the space so that an index can refuse (or rebuild for) the wrong
+one. A learned encoder (torch, trained on transfer outcomes) is another `Encoder` subclass with its own
+name and version; it overrides `encode_many` to batch.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ._embodiment import Actuator, Embodiment
+
+Metric = Literal["l2", "cosine"]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSpace:
+    """Which encoder made a vector: vectors compare only within one space."""
+
+    name: str
+    version: str
+    dim: int
+    metric: Metric = "l2"
+    """l2: Euclidean distance; cosine: 1 - cosine similarity (inner product of normalized vectors)."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.version:
+            raise ValueError("an embedding space needs a name and a version")
+        if self.dim < 1:
+            raise ValueError(f"an embedding space needs dim >= 1, got {self.dim}")
+        if self.metric not in ("l2", "cosine"):
+            raise ValueError(f"metric must be 'l2' or 'cosine', got {self.metric!r}")
+
+
+class Encoder(ABC):
+    """Maps embodiment descriptors to float32 vectors of length `dim` in the space `space`."""
+
+    name: str
+    version: str
+    dim: int
+    metric: Metric = "l2"
+
+    @property
+    def space(self) -> EmbeddingSpace:
+        return EmbeddingSpace(self.name, self.version, self.dim, self.metric)
+
+    @abstractmethod
+    def encode(self, embodiment: Embodiment) -> np.ndarray:
+        """One vector, shape (dim,), dtype float32."""
+
+    def encode_many(self, embodiments: Iterable[Embodiment]) -> np.ndarray:
+        """Vectors stacked in order, shape (n, dim), dtype float32."""
+        rows = [self.encode(embodiment) for embodiment in embodiments]
+        return np.stack(rows) if rows else np.empty((0, self.dim), np.float32)
+
+
+def _log_scale(value: float, top: float) -> float:
+    """log(1 + value) / log(1 + top): 0 at 0, 1 at `top`, still growing (slowly) beyond."""
+    return math.log1p(max(value, 0.0)) / math.log1p(top)
+
+
+def _span(low: float, high: float, value: float) -> float:
+    return min(max((value - low) / (high - low), 0.0), 1.0)
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+_SENSOR_GROUPS = {
+    "touch": {"touch", "tactile", "contact"},
+    "force_torque": {"force", "torque", "jointactfrc", "actuatorfrc"},
+    "inertial": {"accelerometer", "gyro", "velocimeter", "magnetometer", "framequat", "frameangvel", "framelinacc"},
+    "proprioceptive": {"jointpos", "jointvel", "ballquat", "ballangvel", "actuatorpos", "actuatorvel", "tendonpos"},
+    "range": {"rangefinder", "camprojection", "geomdist"},
+}
+
+FEATURES: tuple[tuple[str, float], ...] = (
+    # Structure weighs most: a policy rarely survives a change of structure, while control often absorbs
+    # differences of scale, and dynamics and sensors matter least for whether a skill can transfer at all.
+    ("floating_base", 3.0), ("dof", 3.0), ("end_effectors", 2.0), ("chain_depth", 2.0), ("branching", 1.5),
+    ("hinge_fraction", 1.5), ("slide_fraction", 1.5), ("ball_fraction", 1.5), ("actuated_fraction", 1.5),
+    ("actuators", 1.0), ("mass", 1.0), ("reach", 1.0), ("base_mass_fraction", 1.0), ("heaviest_body_fraction", 1.0),
+    ("longest_link", 1.0), ("mean_link", 1.0), ("hinge_range", 1.0), ("limited_fraction", 1.0), ("strength", 1.0),
+    ("damping", 0.5), ("armature", 0.5), ("frictionloss", 0.5), ("motor_fraction", 0.5), ("position_fraction", 0.5),
+    ("velocity_fraction", 0.5), ("other_actuator_fraction", 0.5), ("ctrl_limited_fraction", 0.5),
+    *((f"{group}_sensors", 0.5) for group in _SENSOR_GROUPS),
+)
+"""Feature names and weights, in vector order."""
+
+
+def _fraction(count: int, total: int) -> float:
+    return count / total if total else 0.0
+
+
+def morphology_features(e: Embodiment) -> dict[str, float]:
+    """Named, unweighted features of a body, each roughly in [0, 1]: what the default encoder sees.
+
+    Every feature aggregates over a set (joints, actuators, bodies, sensors), so no order can show.
+    """
+    moving = [j for j in e.joints if j.type != "free"]
+    hinges = [j for j in moving if j.type == "hinge"]
+    jointed = {j.body for j in moving}
+    children: dict[int, int] = {}
+    depth = [0] * len(e.bodies)  # jointed bodies from the base down to each body
+    for i, body in enumerate(e.bodies):
+        if body.parent >= 0:
+            children[body.parent] = children.get(body.parent, 0) + 1
+            depth[i] = depth[body.parent]
+        depth[i] += i in jointed
+    kinds = [a.kind for a in e.actuators]
+    driven = {t for a in e.actuators if a.moves_joints for t in a.target}
+    joint_strength = {a.target[0]: s for a in e.actuators if a.transmission == "joint" and (s := _strength(a))}
+    strengths = [s for i, j in enumerate(e.joints) if j.type != "free" and (s := joint_strength.get(i) or _limit(j.force_range))]
+    links = [b.link_length for b in e.bodies if b.parent >= 0]
+    reach, mass = max(e.reach, 1e-6), max(e.mass, 1e-9)
+    features = {
+        "floating_base": float(e.floating_base),
+        "dof": _log_scale(e.dof, 64),
+        "end_effectors": _log_scale(len(e.end_effectors), 16),
+        "chain_depth": _log_scale(_mean([float(depth[i]) for i in e.end_effectors]), 16),
+        "branching": _log_scale(max(children.values(), default=0), 8),
+        "hinge_fraction": _fraction(len(hinges), len(moving)),
+        "slide_fraction": _fraction(sum(j.type == "slide" for j in moving), len(moving)),
+        "ball_fraction": _fraction(sum(j.type == "ball" for j in moving), len(moving)),
+        "actuated_fraction": _fraction(sum(i in driven or j.force_range is not None for i, j in enumerate(e.joints) if j.type != "free"), len(moving)),
+        "actuators": _log_scale(len(e.actuators), 64),
+        "mass": _span(-2.0, 3.0, math.log10(mass)),
+        "reach": _span(-2.0, 1.0, math.log10(reach)),
+        "base_mass_fraction": math.fsum(b.mass for b in e.bodies if b.parent < 0) / mass,
+        "heaviest_body_fraction": max((b.mass for b in e.bodies), default=0.0) / mass,
+        "longest_link": max(links, default=0.0) / reach,
+        "mean_link": _mean(links) / reach,
+        "hinge_range": _mean([min((j.range[1] - j.range[0]) / (2 * math.pi), 1.0) if j.range else 1.0 for j in hinges]),
+        "limited_fraction": _fraction(sum(j.range is not None for j in moving), len(moving)),
+        "damping": _log_scale(_mean([j.damping for j in moving]), 100),
+        "armature": _log_scale(_mean([j.armature for j in moving]), 1),
+        "frictionloss": _log_scale(_mean([j.frictionloss for j in moving]), 10),
+        "motor_fraction": _fraction(kinds.count("motor"), len(kinds)),
+        "position_fraction": _fraction(kinds.count("position"), len(kinds)),
+        "velocity_fraction": _fraction(kinds.count("velocity"), len(kinds)),
+        "other_actuator_fraction": _fraction(kinds.count("muscle") + kinds.count("other"), len(kinds)),
+        "ctrl_limited_fraction": _fraction(sum(a.ctrl_range is not None for a in e.actuators), len(kinds)),
+        "strength": _log_scale(_mean(strengths), 1000),
+    }
+    for group, types in _SENSOR_GROUPS.items():
+        features[f"{group}_sensors"] = _log_scale(sum(s.type in types for s in e.sensors), 8)
+    return features
+
+
+def _limit(bounds: tuple[float, float] | None) -> float:
+    return max(abs(bounds[0]), abs(bounds[1])) if bounds else 0.0
+
+
+def _strength(a: Actuator) -> float:
+    """Peak force or torque an actuator can apply: its force limit, else gear times the largest control."""
+    if a.force_range:
+        return _limit(a.force_range)
+    return abs(a.gear[0]) * _limit(a.ctrl_range) if a.kind == "motor" else 0.0
+
+
+class FeatureEncoder(Encoder):
+    """The transparent default: `morphology_features` times the `FEATURES` weights, compared by L2 distance."""
+
+    name = "morphology-features"
+    version = "1"
+    dim = len(FEATURES)
+    feature_names = tuple(name for name, _ in FEATURES)
+
+    def __init__(self) -> None:
+        self._weights = np.array([weight for _, weight in FEATURES], np.float32)
+
+    def encode(self, embodiment: Embodiment) -> np.ndarray:
+        features = morphology_features(embodiment)
+        return np.array([features[name] for name in self.feature_names], np.float32) * self._weights
