@@ -56,6 +56,7 @@ class Feed:
         self.doc = Doc(client_id=self.client_id, allow_multithreading=True)
         self.records = self.doc.get(ROOT_MAP, type=Map)
         self._changes: dict[str, str | None] = {}
+        self._staged: list[bytes] = []
         self._last_update: bytes | None = None
         self.records.observe(self._on_records)
         self.doc.observe(self._on_transaction)
@@ -79,6 +80,18 @@ class Feed:
     def apply(self, update: bytes) -> dict[str, str | None]:
         """Apply a verified update; return {key: new JSON text or None if deleted} for what changed."""
         self.doc.apply_update(update)
+        return self._drain()
+
+    def stage(self, update: bytes) -> None:
+        """Queue a verified update; `flush` applies everything queued in one transaction."""
+        self._staged.append(update)
+
+    def flush(self) -> dict[str, str | None]:
+        """Apply the queued updates in one Doc transaction (one change event, not one per update)."""
+        staged, self._staged = self._staged, []
+        with self.doc.transaction():
+            for update in staged:
+                self.doc.apply_update(update)
         return self._drain()
 
     def write(self, changes: dict[str, str | None]) -> tuple[bytes, dict[str, str | None]]:

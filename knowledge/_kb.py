@@ -19,20 +19,19 @@ from typing import Any
 from ._clock import HybridClock
 from ._collections import Blobs, Certificates, Counters, Maps, Skills
 from ._envelope import Envelope, Kind, decode, seal
-from ._errors import ClockSkewError, EnvelopeError, NotAuthorizedError, StoreError
-from ._feed import Feed, update_client_ids
+from ._errors import NotAuthorizedError, StoreError
+from ._feed import Feed
+from ._ingest import Ingestion, UpdateRejected
 from ._identity import Identity
-from ._models import Activation, Head, IngestReport, RecordIssue, Rejection
+from ._models import Activation, Head, IngestReport, RecordIssue
 from ._policy import TrustPolicy, wilson_lower_bound
-from ._records import RecordType, Role, canonical_json, make_key
+from ._records import TRUST_PREFIXES, RecordType, Role, canonical_json, make_key
 from ._store import MEMORY, Store
 from ._trust import Authority
 from ._views import Views
 
 log = logging.getLogger("knowledge")
 
-_RETRYABLE = {"gap", "unknown_writer"}
-_TRUST_PREFIXES = (RecordType.DELEGATE.value + "/", RecordType.KEY_REVOKE.value + "/")
 
 
 @dataclass(frozen=True)
@@ -257,7 +256,7 @@ class KnowledgeBase:
         self._views.update(own, applied, issues)
         if issues:
             log.warning("local records skipped by the views: %s", issues)
-        if any(k.startswith(_TRUST_PREFIXES) for k in applied):
+        if any(k.startswith(TRUST_PREFIXES) for k in applied):
             self._refresh_trust()
         return env
 
@@ -383,127 +382,19 @@ class KnowledgeBase:
     def ingest(self, envelopes: Iterable[bytes]) -> IngestReport:
         """Check and apply envelopes from peers; durable when this returns. Never raises on bad input.
 
-        Each envelope is accepted, a duplicate, or rejected with a reason. Checks, in order: size,
-        structure, equivocating author, duplicate, signature, authorization, seq/prev continuity,
-        clock, and that the Yjs update carries only the author's own client id. Only then does a byte
-        reach pycrdt. Roots' feeds go first so delegations arriving in the same batch apply.
+        Each envelope is accepted, a duplicate, or rejected with a reason (see `Rejection.reason`).
+        Checks, in order: size, structure, equivocating author, duplicate, signature, authorization,
+        seq/prev continuity, clock, and that the Yjs update carries only the author's own client id.
+        Only then does a byte reach pycrdt.
         """
-        report = IngestReport()
+        envelopes = list(envelopes)
         with self._lock:
             self._require_identity()
-            decoded: list[tuple[int, Envelope]] = []
-            for index, raw in enumerate(envelopes):
-                try:
-                    limit = self.limits.max_checkpoint_bytes if _is_checkpoint(raw) else self.limits.max_envelope_bytes
-                    decoded.append((index, decode(raw, max_bytes=limit)))
-                except EnvelopeError as exc:
-                    report.rejected.append(Rejection(index, exc.reason, exc.detail))
-            roots = set(self._authority.roots())
-            decoded.sort(key=lambda item: (item[1].author not in roots, item[1].author, item[1].seq, -item[1].kind))
-            self._trust_dirty = False
             try:
-                with self._store.transaction():
-                    pending = decoded
-                    while pending:
-                        retry = []
-                        for index, env in pending:
-                            rejection = self._ingest_one(index, env, report)
-                            if rejection is not None:
-                                retry.append((index, env, rejection))
-                        if len(retry) == len(pending) or not any(r.reason in _RETRYABLE for *_x, r in retry):
-                            report.rejected += [r for *_x, r in retry]
-                            break
-                        pending = [(i, e) for i, e, r in retry if r.reason in _RETRYABLE]
-                        report.rejected += [r for *_x, r in retry if r.reason not in _RETRYABLE]
-                    if self._trust_dirty:
-                        self._refresh_trust()
-            except BaseException:
-                log.exception("ingest failed to commit; reloading every feed from the store")
-                for feed in self._feeds.values():
-                    self._replay(feed)
-                self._refresh_trust()
-                raise
-        report.rejected.sort(key=lambda r: r.index)
-        return report
-
-    def _ingest_one(self, index: int, env: Envelope, report: IngestReport) -> Rejection | None:
-        author = env.author
-
-        def reject(reason: str, detail: str) -> Rejection:
-            return Rejection(index, reason, detail, author.hex(), env.seq)
-
-        if author in self._banned:
-            return reject("equivocating_author", f"writer equivocated at seq {self._banned[author]}; refused")
-        feed = self._feeds.get(author)
-        have = feed.seq if feed else 0
-        if env.seq <= have:
-            stored = self._store.envelope_hash(author, env.seq)
-            expected = env.prev if env.is_checkpoint else env.hash
-            if stored is None or stored == expected:
-                report.duplicates += 1
-                return None
-            if not env.signature_valid():
-                return reject("bad_signature", "signature does not verify for this author")
-            if env.is_checkpoint:
-                return reject("checkpoint_conflict", f"checkpoint disagrees with envelope {env.seq} held here")
-            self._record_equivocation(author, env, report)
-            return None
-        if env.kind is Kind.UPDATE and env.seq > have + 1:
-            return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
-        if not env.signature_valid():
-            return reject("bad_signature", "signature does not verify for this author")
-        grant = self._authority.grant(author)
-        if grant is None:
-            return reject("unknown_writer", f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
-        refusal = grant.admits(env.seq, env.hlc)
-        if refusal is not None:
-            return reject(refusal, f"the writer's grant does not cover seq {env.seq}")
-        feed = feed or Feed(author)
-        if env.kind is Kind.UPDATE and env.prev != feed.head:
-            return reject("broken_chain", f"prev does not match the hash of envelope {env.seq - 1} held here")
-        if env.hlc <= feed.hlc:
-            return reject("clock_regressed", "timestamp is not after the author's previous one")
-        try:
-            self._clock.check(env.hlc)
-            foreign = update_client_ids(env.update) - {feed.client_id}
-        except ClockSkewError as exc:
-            return reject("clock_skew", str(exc))
-        except (IndexError, ValueError) as exc:
-            return reject("malformed_update", f"Yjs update cannot be read: {exc}")
-        if foreign:
-            return reject("foreign_client_id", f"update writes as client ids {sorted(foreign)} not owned by its author")
-        try:
-            changes = feed.apply(env.update)
-        except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
-            self._replay(feed)
-            return reject("malformed_update", f"pycrdt refused the update: {exc}")
-        self._clock.advance(env.hlc)
-        if env.is_checkpoint:
-            self._store.put_checkpoint(author, env.seq, env.raw)
-            feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
-        else:
-            self._store.add_envelope(author, env.seq, env.hash, env.raw)
-            feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
-        self._feeds[author] = feed
-        self._views.update(author, changes, report.record_issues)
-        if grant.root and any(k.startswith(_TRUST_PREFIXES) for k in changes):
-            self._authority = Authority(self.policy, self._own_key, *self._views.delegation_records())
-            self._views.authority = self._authority
-            self._trust_dirty = True
-        report.accepted.append((author.hex(), env.seq))
-        return None
-
-    def _record_equivocation(self, author: bytes, env: Envelope, report: IngestReport) -> None:
-        """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author."""
-        first = self._store.envelope(author, env.seq)
-        assert first is not None
-        log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
-        self._store.add_equivocation(author, env.seq, first, env.raw)
-        self._store.delete_after(author, env.seq - 1)
-        self._banned[author] = env.seq
-        self._replay(self._feeds[author])
-        self._trust_dirty = True
-        report.equivocations.append((author.hex(), env.seq))
+                return Ingestion(self, careful=False).run(envelopes)
+            except UpdateRejected:
+                # A signed update that pycrdt refuses: redo the batch one update at a time to isolate it.
+                return Ingestion(self, careful=True).run(envelopes)
 
     def equivocations(self) -> list[tuple[str, int]]:
         """(author, seq) of every equivocation detected here; those writers' data stops at seq - 1."""
@@ -540,7 +431,3 @@ class KnowledgeBase:
                 "revoked": sorted(str(i) for i in views.indexes(RecordType.REVOKE)),
                 "equivocators": sorted(a.hex() for a in self._banned),
             }
-
-
-def _is_checkpoint(raw: Any) -> bool:
-    return isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) > 1 and raw[1] == Kind.CHECKPOINT

@@ -64,6 +64,7 @@ REQUIRED_ROLE: dict[RecordType, Role | None] = {
 }
 
 COUNTER_FIELDS = ("uses", "successes", "failures")
+TRUST_PREFIXES = (RecordType.DELEGATE.value + "/", RecordType.KEY_REVOKE.value + "/")
 
 
 def canonical_json(value: Any) -> str:

@@ -1,0 +1,185 @@
+"""One `ingest` call: check every envelope, store the good ones, fold them into the feeds and views.
+
+Checks run envelope by envelope and cost what they must (verification dominates); the pycrdt work is
+batched: the updates of one author's consecutive envelopes are applied in one Doc transaction, so the
+views see one change event per author and batch instead of one per envelope. If pycrdt refuses a signed
+update, the whole call is redone in careful mode, applying one update at a time to isolate it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ._envelope import Envelope, Kind, decode
+from ._errors import ClockSkewError, EnvelopeError
+from ._feed import Feed, update_client_ids
+from ._models import IngestReport, Rejection
+from ._records import TRUST_PREFIXES
+from ._trust import Authority
+
+if TYPE_CHECKING:
+    from ._kb import KnowledgeBase
+
+log = logging.getLogger("knowledge")
+
+# Rejections that an envelope later in the same batch can cure (its predecessor, its delegation).
+RETRYABLE = frozenset({"gap", "unknown_writer"})
+
+
+class UpdateRejected(Exception):
+    """pycrdt refused a batch of signed updates; the caller retries in careful mode."""
+
+
+class Ingestion:
+    def __init__(self, kb: KnowledgeBase, *, careful: bool) -> None:
+        self.kb = kb
+        self.careful = careful
+        self.report = IngestReport()
+        self.trust_dirty = False
+        self.touched: set[bytes] = set()
+        self.staged: Feed | None = None  # the feed whose updates wait to be applied in one transaction
+
+    def run(self, envelopes: list[bytes]) -> IngestReport:
+        kb, report = self.kb, self.report
+        decoded: list[tuple[int, Envelope]] = []
+        for index, raw in enumerate(envelopes):
+            try:
+                limit = kb.limits.max_checkpoint_bytes if _is_checkpoint(raw) else kb.limits.max_envelope_bytes
+                decoded.append((index, decode(raw, max_bytes=limit)))
+            except EnvelopeError as exc:
+                report.rejected.append(Rejection(index, exc.reason, exc.detail))
+        roots = set(kb._authority.roots())  # roots first: their delegations admit the devices after them
+        decoded.sort(key=lambda item: (item[1].author not in roots, item[1].author, item[1].seq, -item[1].kind))
+        try:
+            with kb._store.transaction():
+                pending = decoded
+                while pending:
+                    retry = [(i, e, r) for i, e in pending if (r := self._one(i, e)) is not None]
+                    self._flush()
+                    cured = [(i, e) for i, e, r in retry if r.reason in RETRYABLE]
+                    if len(retry) == len(pending) or not cured:
+                        report.rejected += [r for *_x, r in retry]
+                        break
+                    report.rejected += [r for *_x, r in retry if r.reason not in RETRYABLE]
+                    pending = cured
+                if self.trust_dirty:
+                    kb._refresh_trust()
+        except BaseException as exc:
+            if not isinstance(exc, UpdateRejected):
+                log.exception("ingest failed; restoring the feeds it touched from the store")
+            for author in self.touched:  # the transaction rolled back: so must the in-memory feeds
+                if author in kb._feeds:
+                    kb._replay(kb._feeds[author])
+            kb._refresh_trust()
+            raise
+        report.rejected.sort(key=lambda r: r.index)
+        return report
+
+    def _flush(self) -> None:
+        feed, self.staged = self.staged, None
+        if feed is None:
+            return
+        try:
+            changes = feed.flush()
+        except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
+            raise UpdateRejected(str(exc)) from exc
+        self._fold(feed, changes)
+
+    def _fold(self, feed: Feed, changes: dict[str, str | None]) -> None:
+        kb = self.kb
+        kb._views.update(feed.author, changes, self.report.record_issues)
+        if kb._authority.is_root(feed.author) and any(k.startswith(TRUST_PREFIXES) for k in changes):
+            # A delegation changed: later envelopes in this batch are judged by the new grants.
+            kb._authority = Authority(kb.policy, kb._own_key, *kb._views.delegation_records())
+            kb._views.authority = kb._authority
+            self.trust_dirty = True
+
+    def _one(self, index: int, env: Envelope) -> Rejection | None:
+        kb, report, author = self.kb, self.report, env.author
+
+        def reject(reason: str, detail: str) -> Rejection:
+            return Rejection(index, reason, detail, author.hex(), env.seq)
+
+        if self.staged is not None and self.staged.author != author:
+            self._flush()
+        if author in kb._banned:
+            return reject("equivocating_author", f"writer equivocated at seq {kb._banned[author]}; refused")
+        feed = kb._feeds.get(author)
+        have = feed.seq if feed else 0
+        if env.seq <= have:
+            stored = kb._store.envelope_hash(author, env.seq)
+            if stored is None or stored == (env.prev if env.is_checkpoint else env.hash):
+                report.duplicates += 1
+                return None
+            if not env.signature_valid():
+                return reject("bad_signature", "signature does not verify for this author")
+            if env.is_checkpoint:
+                return reject("checkpoint_conflict", f"checkpoint disagrees with envelope {env.seq} held here")
+            self._flush()
+            self._equivocation(env)
+            return None
+        if env.kind is Kind.UPDATE and env.seq > have + 1:
+            return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
+        if not env.signature_valid():
+            return reject("bad_signature", "signature does not verify for this author")
+        grant = kb._authority.grant(author)
+        if grant is None:
+            return reject("unknown_writer", f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
+        refusal = grant.admits(env.seq, env.hlc)
+        if refusal is not None:
+            return reject(refusal, f"the writer's grant does not cover seq {env.seq}")
+        feed = feed or Feed(author)
+        if env.kind is Kind.UPDATE and env.prev != feed.head:
+            return reject("broken_chain", f"prev does not match the hash of envelope {env.seq - 1} held here")
+        if env.hlc <= feed.hlc:
+            return reject("clock_regressed", "timestamp is not after the author's previous one")
+        try:
+            kb._clock.check(env.hlc)
+            foreign = update_client_ids(env.update) - {feed.client_id}
+        except ClockSkewError as exc:
+            return reject("clock_skew", str(exc))
+        except (IndexError, ValueError) as exc:
+            return reject("malformed_update", f"Yjs update cannot be read: {exc}")
+        if foreign:
+            return reject("foreign_client_id", f"update writes as client ids {sorted(foreign)} not owned by its author")
+        self.touched.add(author)
+        if self.careful:
+            try:
+                changes = feed.apply(env.update)
+            except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
+                kb._replay(feed)
+                return reject("malformed_update", f"pycrdt refused the update: {exc}")
+        else:
+            feed.stage(env.update)
+            self.staged = feed
+        kb._clock.advance(env.hlc)
+        if env.is_checkpoint:
+            kb._store.put_checkpoint(author, env.seq, env.raw)
+            feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
+        else:
+            kb._store.add_envelope(author, env.seq, env.hash, env.raw)
+            feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+        kb._feeds[author] = feed
+        if self.careful:
+            self._fold(feed, changes)
+        report.accepted.append((author.hex(), env.seq))
+        return None
+
+    def _equivocation(self, env: Envelope) -> None:
+        """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author."""
+        kb, author = self.kb, env.author
+        first = kb._store.envelope(author, env.seq)
+        assert first is not None
+        log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
+        kb._store.add_equivocation(author, env.seq, first, env.raw)
+        kb._store.delete_after(author, env.seq - 1)
+        kb._banned[author] = env.seq
+        kb._replay(kb._feeds[author])
+        self.touched.add(author)
+        self.trust_dirty = True
+        self.report.equivocations.append((author.hex(), env.seq))
+
+
+def _is_checkpoint(raw: object) -> bool:
+    return isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) > 1 and raw[1] == Kind.CHECKPOINT
