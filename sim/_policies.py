@@ -132,7 +132,8 @@ class Skill:
         dtype = _DTYPES[spec.dtype][0]
         prepared = {k: torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v).to(dtype).contiguous()
                     for k, v in tensors.items()}
-        blob = safetensors.torch.save(dict(sorted(prepared.items())), metadata=dict(metadata or {}) or None)
+        # metadata stays out of the blob: safetensors writes its map in no fixed order
+        blob = safetensors.torch.save(dict(sorted(prepared.items())))
         return cls(spec, blob, dict(metadata or {}))
 
     @classmethod

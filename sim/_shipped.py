@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from ._patches import Sampler
 from ._policies import Skill
 from ._tasks import Task
 
@@ -36,3 +37,13 @@ def load_skill(name: str) -> Skill:
         raise KeyError(f"no shipped skill {name!r}; shipped: {shipped_skills()}")
     with resources.as_file(path) as spec, resources.as_file(path.with_suffix(".safetensors")) as weights:
         return Skill.load(spec, weights)
+
+
+def load_sampler(task: str, seed: int = 0) -> Sampler:
+    """The project's standard dynamics randomization for a shipped task, with the given seed."""
+    path = _ASSETS / "samplers" / f"{task}.json"
+    if not path.is_file():
+        raise KeyError(f"no shipped sampler for task {task!r}")
+    data = json.loads(path.read_text())
+    data["seed"] = seed
+    return Sampler.from_json(data)
