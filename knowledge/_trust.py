@@ -47,6 +47,10 @@ class Authority:
     ) -> None:
         self.policy = policy
         roots: dict[bytes, frozenset[Role]] = {r.key: frozenset(r.roles) for r in policy.roots if r.roles}
+        if own_key is not None and own_key not in roots:
+            # A knowledge base that no trusted root delegates is its own site root.
+            if not any(own_key in delegations.get(root, {}) for root in roots):
+                roots[own_key] = ALL_ROLES
         self._grants: dict[bytes, Grant] = {key: Grant(key, roles, root=True) for key, roles in roots.items()}
         for root in sorted(roots):
             revoked = key_revocations.get(root, {})
@@ -60,9 +64,6 @@ class Authority:
                     last_seq=None if revocation is None else revocation["last_seq"],
                     expires=record.get("expires"),
                 )
-        if own_key is not None and own_key not in self._grants:
-            # A knowledge base that no trusted root delegates is its own site root.
-            self._grants[own_key] = Grant(own_key, ALL_ROLES, root=True)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Authority) and self._grants == other._grants

@@ -125,6 +125,8 @@ def test_roles_are_enforced_locally(open_kb):
     site.delegate(device.identity.public_key, [Role.PUBLISH])
     device.ingest(site.envelopes_since(device.heads()))
     device.skills.publish("ok", "t")
+    assert site.ingest(device.envelopes_since(site.heads())).ok  # the site admits its delegated device
+    assert len(site.skills.list()) == 1
     with pytest.raises(NotAuthorizedError, match="validate"):
         device.certificates.add("0" * 64, branches=10, successes=10)
     with pytest.raises(NotAuthorizedError, match="revoke"):
