@@ -26,6 +26,7 @@ from ._errors import (
 from ._evaluate import Comparison, Evaluation, compare, evaluate
 from ._patches import Mutation, Patch, Sampler, SamplerTerm
 from ._policies import MLP, EntryPointRef, MLPSpec, Skill
+from ._record import Reproduction, check_record, record_hash, reproduce
 from ._rollout import BranchOutcome, branch_patch
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, fixed_sample_size, wilson_lower
@@ -35,9 +36,9 @@ from ._templates import Template
 __all__ = [
     "BranchOutcome", "Comparison", "EntryPointError", "EntryPointRef", "Evaluation", "IncompatibleTemplateError",
     "MLP", "MLPSpec", "Mutation", "MutationError", "Patch", "PolicyCallError", "PolicyOutputError",
-    "PolicyRunError", "RecordError", "SPRT", "Sampler", "SamplerSpecError", "SamplerTerm", "SimError",
+    "PolicyRunError", "RecordError", "Reproduction", "SPRT", "Sampler", "SamplerSpecError", "SamplerTerm", "SimError",
     "Skill", "SkillPayloadError", "SkillSpecError", "SpecError", "Task", "TaskDefinitionError", "Template",
-    "TemplateError", "branch_patch", "clopper_pearson_interval", "clopper_pearson_lower", "compare", "distill",
-    "evaluate", "fit_mlp", "fixed_sample_size", "load_sampler", "load_skill", "load_task", "shipped_skills",
+    "TemplateError", "branch_patch", "check_record", "clopper_pearson_interval", "clopper_pearson_lower", "compare", "distill",
+    "evaluate", "fit_mlp", "fixed_sample_size", "load_sampler", "load_skill", "load_task", "record_hash", "reproduce", "shipped_skills",
     "shipped_tasks", "wilson_lower",
 ]

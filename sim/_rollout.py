@@ -125,7 +125,9 @@ def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int
             end(rows, [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]])
         warned = counts.copy()
         steps[live] += 1
-        reward[live] += runtime.reward()[live]
+        gained = runtime.reward()
+        end(live & ~np.isfinite(gained), "unstable:nonfinite")
+        reward[live] += gained[live]
         for reason, hit in runtime.failures():
             end(live & hit, reason)
         if task.definition["success"]["when"] == "first":

@@ -1,0 +1,172 @@
+"""Evaluation records: deterministic JSON with everything needed to re-run an evaluation, and
+`reproduce`, which re-runs one and says whether it matches (exactly on the same platform, within
+the binomial confidence interval elsewhere)."""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import mujoco
+import numpy as np
+import torch
+
+from ._canon import canonical_json, content_hash, is_number
+from ._errors import IncompatibleTemplateError, RecordError, SimError
+from ._evaluate import Evaluation, evaluate
+from ._patches import Sampler
+from ._policies import describe_policy
+from ._rollout import BranchOutcome
+from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, wilson_lower
+from ._tasks import Task
+
+FORMAT = "simnet.sim.evaluation/1"
+LAYOUT = "branch b runs in wave b // wave, row b % wave; the policy sees all wave rows per call"
+_KEYS = {"format", "task", "template", "policy", "sampler", "patches_digest", "layout", "settings",
+         "sequential", "outcomes", "summary", "environment"}
+
+
+def environment() -> dict:
+    """What must be equal for outcomes to be bit-identical: library versions and platform."""
+    try:
+        simnet = metadata.version("simnet")
+    except metadata.PackageNotFoundError:
+        simnet = "unknown"
+    return {"mujoco": mujoco.__version__, "numpy": np.__version__, "torch": torch.__version__,
+            "python": platform.python_version(), "simnet": simnet,
+            "platform": {"system": platform.system(), "machine": platform.machine(),
+                         "byteorder": sys.byteorder}}
+
+
+def evaluation_record(ev: Evaluation) -> dict:
+    outcomes = ev.outcomes
+    record = {
+        "format": FORMAT,
+        "task": {"hash": ev.task.hash, "name": ev.task.name, "embodiment": ev.task.embodiment,
+                 "definition": ev.task.to_json()},
+        "template": {"source_hash": ev.task.template.source_hash, "model_hash": ev.task.template.model_hash},
+        "policy": ev.policy,
+        "sampler": ev.sampler.to_json(),
+        "patches_digest": ev.patches_digest,
+        "layout": {"branches": ev.branches, "wave": ev.wave, "order": LAYOUT},
+        "settings": {"policy_threads": 1, "mjtNum": "float64",
+                     "physics_threads": "any: outcomes do not depend on them"},
+        "sequential": None if ev.sprt is None else {**ev.sprt.to_json(), "decision": ev.decision,
+                                                    "decided_at": ev.decided_at},
+        "outcomes": {"branch": [o.branch for o in outcomes], "success": [int(o.success) for o in outcomes],
+                     "total_reward": [o.total_reward for o in outcomes], "steps": [o.steps for o in outcomes],
+                     "reason": [o.reason for o in outcomes]},
+        "summary": _summary(ev.successes, ev.n, ev.mean_return, ev.confidence),
+        "environment": environment(),
+    }
+    canonical_json(record)  # JSON-safe, or fail here rather than at signing
+    return record
+
+
+def _summary(successes: int, n: int, mean_return: float, confidence: float) -> dict:
+    return {"successes": successes, "n": n, "success_rate": successes / n, "mean_return": mean_return,
+            "confidence": confidence, "wilson_lower": wilson_lower(successes, n, confidence),
+            "clopper_pearson_lower": clopper_pearson_lower(successes, n, confidence)}
+
+
+def record_hash(record: dict) -> str:
+    """The content address of a record (sha256 of its canonical JSON)."""
+    return content_hash(record)
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """The verdict of `reproduce`: `matches` is what a verifier acts on; `detail` says why."""
+
+    matches: bool
+    exact: bool
+    same_platform: bool
+    mismatched_branches: tuple[int, ...]
+    detail: str
+    rerun: Evaluation
+
+
+def outcomes_of(record: dict) -> tuple[BranchOutcome, ...]:
+    """The per-branch outcomes a record holds, checked for shape and consistency."""
+    check_record(record)
+    o = record["outcomes"]
+    return tuple(BranchOutcome(b, bool(s), float(r), int(k), str(why))
+                 for b, s, r, k, why in zip(o["branch"], o["success"], o["total_reward"], o["steps"], o["reason"]))
+
+
+def check_record(record: Any) -> None:
+    """Structure, self-consistency and content hashes; raises RecordError on the first problem."""
+    def need(ok: bool, field: str, detail: str) -> None:
+        if not ok:
+            raise RecordError(f"record field {field!r}: {detail}")
+
+    need(isinstance(record, dict), "", "a record is a JSON object")
+    need(record.get("format") == FORMAT, "format", f"must be {FORMAT!r}")
+    need(set(record) == _KEYS, "", f"keys must be exactly {sorted(_KEYS)}")
+    task = record["task"]
+    need(isinstance(task, dict) and isinstance(task.get("definition"), dict), "task.definition", "missing")
+    need(content_hash(task["definition"]) == task.get("hash"), "task.hash", "does not match the definition")
+    o = record["outcomes"]
+    columns = ("branch", "success", "total_reward", "steps", "reason")
+    need(isinstance(o, dict) and set(o) == set(columns) and all(isinstance(o[c], list) for c in columns),
+         "outcomes", f"must hold the lists {columns}")
+    n = len(o["branch"])
+    need(n >= 1 and all(len(o[c]) == n for c in columns), "outcomes", "lists must be non-empty and of equal length")
+    need(o["branch"] == list(range(n)), "outcomes.branch", "must be 0 .. n-1 in order")
+    need(all(s in (0, 1) and not isinstance(s, bool) for s in o["success"]), "outcomes.success", "must be 0 or 1")
+    need(all(map(is_number, o["total_reward"])), "outcomes.total_reward", "must be finite numbers")
+    layout = record["layout"]
+    need(isinstance(layout, dict) and isinstance(layout.get("wave"), int) and isinstance(layout.get("branches"), int)
+         and 1 <= n <= layout["branches"] and layout["wave"] >= 1, "layout", "must give wave and branches >= n")
+    summary = record["summary"]
+    need(isinstance(summary, dict) and is_number(summary.get("confidence")) and 0 < summary["confidence"] < 1,
+         "summary.confidence", "must be in (0, 1)")
+    successes = sum(o["success"])
+    mean_return = math.fsum(o["total_reward"]) / n
+    need(summary == _summary(successes, n, mean_return, summary["confidence"]), "summary",
+         "does not follow from the outcomes")
+
+
+def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
+              interval: float = 0.99, progress: bool | None = None) -> Reproduction:
+    """Re-run a recorded evaluation with `policy` and compare.
+
+    On the same platform (equal environment and compiled-model hash) every branch outcome must match
+    bit for bit; elsewhere the re-run success rate must lie in the recorded result's two-sided
+    `interval` Clopper–Pearson interval. A record that is malformed, tampered with, or names
+    another policy raises RecordError; one that does not reproduce returns matches=False.
+    """
+    recorded = outcomes_of(record)
+    try:
+        task = Task(record["task"]["definition"])
+        sampler = Sampler.from_json(record["sampler"])
+        sprt = None if record["sequential"] is None else SPRT.from_json(record["sequential"])
+    except (SimError, KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"record cannot be re-run: {exc}") from exc
+    if task.template.source_hash != record["template"].get("source_hash"):
+        raise RecordError("record field 'template.source_hash' does not match the task's scene")
+    described = describe_policy(policy)
+    if record["policy"].get("kind") != "callable" and described != record["policy"]:
+        raise IncompatibleTemplateError(f"the policy given is not the one recorded: {described} vs {record['policy']}")
+    layout = record["layout"]
+    rerun = evaluate(task, policy, branches=layout["branches"], sampler=sampler, wave=layout["wave"],
+                     threads=threads, workers=workers, sprt=sprt, confidence=record["summary"]["confidence"],
+                     progress=progress)
+    same_platform = (record["environment"] == environment()
+                     and record["template"].get("model_hash") == task.template.model_hash)
+    pairs = list(zip(recorded, rerun.outcomes))
+    mismatched = tuple(a.branch for a, b in pairs if a != b)
+    exact = not mismatched and len(recorded) == len(rerun.outcomes) and rerun.patches_digest == record["patches_digest"]
+    if same_platform:
+        detail = "all branch outcomes match" if exact else f"{len(mismatched)} branch outcomes differ on the same platform"
+        return Reproduction(exact, exact, True, mismatched, detail, rerun)
+    successes = sum(o.success for o in recorded)
+    low, high = clopper_pearson_interval(successes, len(recorded), interval)
+    inside = low <= rerun.success_rate <= high
+    detail = (f"re-run rate {rerun.success_rate:.4f} {'inside' if inside else 'outside'} the recorded "
+              f"{interval:.0%} interval [{low:.4f}, {high:.4f}] (another platform)")
+    return Reproduction(inside, exact, False, mismatched, detail, rerun)

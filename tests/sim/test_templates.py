@@ -1,0 +1,66 @@
+import hashlib
+
+import mujoco
+import pytest
+
+from sim import MutationError, Template, TemplateError
+from sim._templates import cached_template
+
+
+
+def test_slots_point_at_the_batch_fields(arm):
+    t = arm.template
+    m = t.model
+    mass = t.slot("body/link3/mass")
+    assert (mass.field, mass.start, mass.size, mass.setconst) == ("body_mass", m.body("link3").id, 1, True)
+    friction = t.slot("geom/floor/friction")
+    assert (friction.field, friction.start, friction.size, friction.setconst) == ("geom_friction", 3 * m.geom("floor").id, 3, False)
+    gain = t.slot("actuator/a2/gain")
+    assert (gain.field, gain.start, gain.size) == ("actuator_gainprm", m.actuator_gainprm.shape[1] * m.actuator("a2").id, 1)
+    bias = t.slot("actuator/a2/bias")
+    assert bias.size == 3 and not bias.setconst
+    assert t.slot("joint/j4/damping").field == "dof_damping" and not t.slot("joint/j4/damping").setconst
+    assert t.slot("joint/j4/armature").setconst  # armature enters the mass matrix
+    assert t.slot("option/gravity").setconst
+    qpos = t.slot("joint/j4/qpos")
+    assert qpos.state and qpos.start == m.joint("j4").qposadr[0]
+
+
+def test_unknown_targets_name_the_target_and_suggest(arm):
+    with pytest.raises(MutationError, match="lnk3.*did you mean link3"):
+        arm.template.slot("body/lnk3/mass")
+    with pytest.raises(MutationError, match="unknown kind or attribute"):
+        arm.template.slot("body/link3/colour")
+    with pytest.raises(MutationError, match="unknown option"):
+        arm.template.slot("option/wind")
+    with pytest.raises(MutationError, match="kind/name/attr"):
+        arm.template.slot("mass")
+
+
+def test_free_and_mocap_bodies_are_moved_through_state(free_body):
+    t = free_body
+    with pytest.raises(MutationError, match="free body"):
+        t.slot("body/box/pos")
+    with pytest.raises(MutationError, match="mocap"):
+        t.slot("body/marker/pos")
+    free = t.slot("joint/free/qpos")
+    assert free.size == 7 and free.quaternion
+    assert t.slot("joint/free/qvel").size == 6
+
+
+def test_hashes_and_cache(free_body):
+    FREE_BODY = free_body.xml
+    t = cached_template(FREE_BODY)
+    assert t is cached_template(FREE_BODY)
+    assert t.source_hash == hashlib.sha256(FREE_BODY.encode()).hexdigest()
+    assert t.model_hash == Template(FREE_BODY).model_hash
+    assert Template(FREE_BODY.replace(".05", ".06")).model_hash != t.model_hash
+    assert t.names("body") == ["box", "marker"]  # the world body is not a target
+    assert isinstance(t.model, mujoco.MjModel)
+
+
+def test_a_scene_that_does_not_compile_is_a_template_error():
+    with pytest.raises(TemplateError, match="does not compile"):
+        Template("<mujoco><worldbody><geom type='nonsense'/></worldbody></mujoco>")
+    with pytest.raises(TemplateError):
+        Template("")
