@@ -477,6 +477,22 @@ def test_envelope_limit_does_not_apply_to_checkpoints_and_vice_versa(setup):
     accept_all(newcomer, [checkpoint])
 
 
+def test_a_writer_never_commits_an_envelope_its_peers_must_refuse_as_too_large():
+    """Every record is under the record limit, but one batch of them makes an envelope over the default
+    envelope limit. If the writer commits it, every peer refuses it (too_large) and then every later
+    envelope of that writer as a gap: the feed is stuck for good. The write must be refused instead."""
+    writer = open_site()
+    with pytest.raises(knowledge.SimnetError):
+        with writer.batch():
+            for i in range(5):
+                writer.skills.publish(f"s{i}", "t", meta={"blob": "x" * 250_000})
+    writer.skills.publish("after", "t")
+    receiver = open_site(trust=[writer.identity.public_key])
+    report = accept_all(receiver, writer.envelopes_since({}))
+    assert [s.name for s in receiver.skills.list()] == ["after"]
+    assert report.accepted
+
+
 # --- records that fail schema checks ------------------------------------------------------------
 
 SKILL_REC = {"v": 1, "name": "n", "task": "t", "hlc": 1}
