@@ -138,7 +138,7 @@ def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None 
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     sampler = sampler or Sampler()
-    wave = wave or min(branches, DEFAULT_WAVE)
+    wave = min(branches, DEFAULT_WAVE) if wave is None else wave
     if not isinstance(wave, int) or wave < 1:
         raise ValueError(f"wave must be a positive integer, got {wave!r}")
     if workers < 1:
@@ -214,7 +214,7 @@ def _executor(task: Task, policy: Any, sampler: Sampler, wave: int, branches: in
         raise ValueError("workers > 1 need the policy as data (a Skill) or an EntryPointRef, "
                          f"not {type(policy).__name__}: only those can be shipped to a worker")
     with concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+            workers, mp_context=_context(), initializer=_worker_init,
             initargs=(task.to_json(), payload, sampler.to_json(), wave, branches, threads or 1)) as pool:
         yield pool
 
@@ -237,3 +237,13 @@ def _worker_init(task_json: dict, payload: tuple, sampler_json: dict, wave: int,
 def _worker_wave(index: int) -> list[BranchOutcome]:
     w = _WORKER
     return run_wave(w["task"], w["caller"], w["sampler"], index, w["wave"], w["branches"], w["threads"])
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """forkserver with `sim` preloaded: workers fork from a clean, single-threaded process that has
+    imported torch and mujoco once, instead of each paying for those imports (spawn)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["sim"])
+    return context

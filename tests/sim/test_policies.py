@@ -1,0 +1,147 @@
+import json
+import struct
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from sim import (EntryPointError, EntryPointRef, IncompatibleTemplateError, MLPSpec, Skill, SkillPayloadError,
+                 SkillSpecError, evaluate, load_skill)
+from sim._policies import describe_policy
+
+
+def _tensors(spec, rng):
+    return {name: rng.normal(size=shape) if not name.endswith("std") else np.abs(rng.normal(size=shape)) + 0.5
+            for name, shape in spec.tensor_shapes().items()}
+
+
+def test_skill_round_trip_and_forward_matches_numpy(tmp_path):
+    rng = np.random.default_rng(0)
+    spec = MLPSpec(5, 3, (8, 4), "tanh", "tanh", "float64")
+    tensors = _tensors(spec, rng)
+    skill = Skill.from_tensors(spec, tensors, {"task": "demo"})
+    skill.save(tmp_path / "demo.json")
+    loaded = Skill.load(tmp_path / "demo.json")
+    assert loaded.hash == skill.hash and loaded.weights == skill.weights
+    assert loaded.metadata == {"task": "demo"}
+    obs = rng.normal(size=(6, 5))
+    x = (obs - tensors["obs_mean"]) / tensors["obs_std"]
+    x = np.tanh(x @ tensors["layers.0.weight"].T + tensors["layers.0.bias"])
+    x = np.tanh(x @ tensors["layers.1.weight"].T + tensors["layers.1.bias"])
+    x = np.tanh(x @ tensors["layers.2.weight"].T + tensors["layers.2.bias"])
+    expected = tensors["act_offset"] + tensors["act_scale"] * x
+    with torch.inference_mode():
+        got = loaded.module()(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    # the same spec and tensors give the same blob, so the same address
+    assert Skill.from_tensors(spec, tensors).weights_sha256 == skill.weights_sha256
+
+
+def test_a_tampered_sidecar_hash_is_refused(tmp_path):
+    skill = load_skill("walker_forward_good")
+    skill.save(tmp_path / "w.json")
+    doc = json.loads((tmp_path / "w.json").read_text())
+    doc["weights_sha256"] = "0" * 64
+    (tmp_path / "w.json").write_text(json.dumps(doc))
+    with pytest.raises(SkillPayloadError, match="does not match"):
+        Skill.load(tmp_path / "w.json")
+
+
+def _header_blob(header: dict, payload: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + payload
+
+
+@pytest.mark.parametrize("mangle, message", [
+    (lambda t: t.pop("layers.1.bias"), "missing \\['layers.1.bias'\\]"),
+    (lambda t: t.update(extra=np.zeros(2)), "unexpected \\['extra'\\]"),
+    (lambda t: t.update({"layers.0.weight": np.zeros((3, 4))}), "'layers.0.weight' is F64 \\[3, 4\\].*needs F64 \\[4, 3\\]"),
+    (lambda t: t.update({"layers.0.bias": np.full(4, np.nan)}), "NaN or inf"),
+    (lambda t: t.update(obs_std=np.zeros(3)), "obs_std"),
+])
+def test_payloads_that_do_not_match_the_spec(mangle, message):
+    spec = MLPSpec(3, 2, (4,))
+    tensors = _tensors(spec, np.random.default_rng(1))
+    mangle(tensors)
+    with pytest.raises(SkillPayloadError, match=message):
+        Skill.from_tensors(spec, tensors)
+
+
+def test_dtype_and_garbage_payloads():
+    spec = MLPSpec(3, 2, ())
+    good = Skill.from_tensors(spec, _tensors(spec, np.random.default_rng(2)))
+    with pytest.raises(SkillPayloadError, match="F32"):
+        Skill(MLPSpec(3, 2, (), dtype="float32"), good.weights)
+    with pytest.raises(SkillPayloadError, match="shorter"):
+        Skill(spec, b"abc")
+    with pytest.raises(SkillPayloadError, match="exceeds"):
+        Skill(spec, struct.pack("<Q", 10**6) + b"{}")
+    with pytest.raises(SkillPayloadError, match="not JSON"):
+        Skill(spec, struct.pack("<Q", 4) + b"{{{{")
+    header = {name: {"dtype": "F64", "shape": list(shape), "data_offsets": [0, 10**9]}
+              for name, shape in spec.tensor_shapes().items()}
+    with pytest.raises(SkillPayloadError, match="not valid safetensors"):
+        Skill(spec, _header_blob(header, b"\0" * 16))
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(format="onnx"), "format"),
+    (lambda d: d.update(hidden=[64, -1]), "hidden"),
+    (lambda d: d.update(activation="sigmoid"), "activation"),
+    (lambda d: d.update(output_activation="softmax"), "output_activation"),
+    (lambda d: d.update(obs_dim=0), "obs_dim"),
+    (lambda d: d.update(dtype="float16"), "dtype"),
+    (lambda d: d.update(code="import os"), "code"),
+])
+def test_malformed_architecture_specs_name_the_field(edit, field):
+    data = MLPSpec(3, 2).to_json()
+    edit(data)
+    with pytest.raises(SkillSpecError) as info:
+        MLPSpec.from_json(data)
+    assert info.value.field == field
+
+
+def test_a_skill_for_another_task_interface_is_refused(short_walker):
+    with pytest.raises(IncompatibleTemplateError, match="17 observations to 7 actions"):
+        evaluate(short_walker, load_skill("arm_reach_good"), branches=2, progress=False)
+
+
+def test_policy_descriptions():
+    skill = load_skill("arm_reach_good")
+    assert describe_policy(skill)["skill_hash"] == skill.hash
+    module = skill.module()
+    assert describe_policy(module)["state_sha256"] == describe_policy(skill.module())["state_sha256"]
+    assert describe_policy(torch.nn.Linear(2, 2))["class"] == "torch.nn.modules.linear.Linear"
+    assert describe_policy(np.tanh)["kind"] == "callable"
+
+
+@pytest.fixture
+def installed_policy(tmp_path, monkeypatch):
+    """A real installed distribution (a dist-info on sys.path) exposing a simnet.policies entry point."""
+    (tmp_path / "fleetctl.py").write_text(textwrap.dedent("""
+        import numpy as np
+
+        def make(task):
+            def policy(obs):
+                return np.zeros((len(obs), task.act_dim))
+            return policy
+    """))
+    info = tmp_path / "fleetctl-1.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fleetctl\nVersion: 1.2.0\n")
+    (info / "entry_points.txt").write_text("[simnet.policies]\nstand_still = fleetctl:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("fleetctl", None)
+
+
+def test_entry_point_policies_load_only_at_the_recorded_version(installed_policy, short_walker):
+    ref = EntryPointRef("stand_still", "fleetctl", "1.2.0")
+    result = evaluate(short_walker, ref, branches=2, progress=False)
+    assert result.policy == ref.to_json() and result.successes == 0
+    with pytest.raises(EntryPointError, match="fleetctl==1.2.0.*needs fleetctl==1.3.0"):
+        EntryPointRef("stand_still", "fleetctl", "1.3.0").load()
+    with pytest.raises(EntryPointError, match="no entry point 'walk'"):
+        EntryPointRef("walk", "fleetctl", "1.2.0").load()

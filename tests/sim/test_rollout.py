@@ -1,0 +1,100 @@
+import numpy as np
+import pytest
+
+from sim import Mutation, Patch, PolicyCallError, PolicyOutputError, Sampler, evaluate, load_sampler, load_skill
+from sim._rollout import PolicyCaller, branch_patch, run_wave
+
+
+def _zeros(act_dim):
+    return lambda obs: np.zeros((len(obs), act_dim))
+
+
+def test_outcomes_do_not_depend_on_the_thread_count(short_walker):
+    skill = load_skill("walker_forward_good")
+    sampler = load_sampler("walker_forward", seed=21)
+    runs = [evaluate(short_walker, skill, branches=24, wave=8, sampler=sampler, threads=n, progress=False).outcomes
+            for n in (1, 2, 3)]
+    assert runs[0] == runs[1] == runs[2]
+    assert len({o.total_reward for o in runs[0]}) > 1  # the branches really differ
+
+
+def test_unstable_branches_fail_with_a_reason_and_the_others_continue(short_arm):
+    sampler = Sampler()
+    patches = [branch_patch(short_arm, sampler, b) for b in range(3)]
+    # an absurd gain with the same bias explodes branch 1 alone
+    patches[1] = patches[1] + Patch((Mutation("actuator/a2/gain", "scale", (1e12,)),))
+    caller = PolicyCaller(_zeros(7), short_arm)
+    outcomes = run_wave(short_arm, caller, sampler, 0, 3, 3, 2, patches=patches)
+    assert outcomes[1].reason.startswith("unstable:") and not outcomes[1].success
+    assert outcomes[1].steps < short_arm.horizon
+    for other in (outcomes[0], outcomes[2]):
+        assert other.reason in ("horizon", "success") and other.steps == short_arm.horizon
+
+
+def test_a_policy_that_raises_names_the_step_and_branches(short_arm):
+    calls = []
+
+    def flaky(obs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("sensor dropout")
+        return np.zeros((len(obs), 7))
+
+    with pytest.raises(PolicyCallError, match="control step 2, branch\\(es\\) 0, 1, 2, 3: the policy raised RuntimeError: sensor dropout") as info:
+        evaluate(short_arm, flaky, branches=4, progress=False)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert info.value.branches == (0, 1, 2, 3) and info.value.step == 2
+
+
+def test_nan_actions_name_the_branch(short_arm):
+    calls = []
+
+    def nan_in_second_wave_row_1(obs):
+        calls.append(1)
+        out = np.zeros((len(obs), 7))
+        if len(calls) > short_arm.horizon:  # wave 0 ran its whole horizon: this is wave 1
+            out[1, 3] = np.nan
+        return out
+
+    with pytest.raises(PolicyOutputError, match="control step 0, branch\\(es\\) 5: the policy returned NaN") as info:
+        evaluate(short_arm, nan_in_second_wave_row_1, branches=8, wave=4, progress=False)
+    assert info.value.branches == (5,)
+
+
+def test_wrong_shapes_and_types_are_errors(short_arm):
+    with pytest.raises(PolicyOutputError, match="shape \\(4, 6\\), expected \\(4, 7\\)"):
+        evaluate(short_arm, lambda obs: np.zeros((len(obs), 6)), branches=4, progress=False)
+    with pytest.raises(PolicyOutputError, match="shape \\(7,\\)"):
+        evaluate(short_arm, lambda obs: np.zeros(7), branches=4, progress=False)
+    with pytest.raises(PolicyOutputError, match="not a numeric array"):
+        evaluate(short_arm, lambda obs: [["x"] * 7] * len(obs), branches=4, progress=False)
+
+
+def test_ended_branches_are_zeroed_rows_and_may_hold_nan(short_walker):
+    """A fixed layout: the policy always sees the full wave; rows of ended branches are zero, and
+    what the policy returns for them (even NaN) is ignored."""
+    shapes = []
+
+    def policy(obs):
+        shapes.append(obs.shape)
+        out = np.zeros((len(obs), 4))
+        out[np.all(obs == 0, axis=1)] = np.nan
+        return out
+
+    fallen = short_walker.replace(failure=[{"term": "body_height", "body": "torso", "below": 0.3625}])
+    result = evaluate(fallen, policy, branches=5, wave=8, progress=False)
+    assert set(shapes) == {(8, 11)}
+    assert result.n == 5
+
+
+def test_state_and_model_patches_both_reach_the_branch(short_arm):
+    seen = []
+
+    def record(obs):
+        seen.append(obs.copy())
+        return np.zeros((len(obs), 7))
+
+    moved = Patch((Mutation("body/target/pos", "set", (0.3, 0.2, 0.5)), Mutation("joint/j1/qpos", "set", (0.4,))))
+    run_wave(short_arm, PolicyCaller(record, short_arm), Sampler(), 0, 2, 2, 1, patches=[Patch(), moved])
+    assert seen[0][1, 0] == 0.4 and seen[0][0, 0] == 0.0
+    assert not np.allclose(seen[0][0, 14:17], seen[0][1, 14:17])

@@ -1,0 +1,87 @@
+import copy
+
+import numpy as np
+import pytest
+
+from sim import Task, TaskDefinitionError, evaluate, load_task
+from sim._canon import content_hash
+
+
+def test_shipped_tasks_are_content_addressed(arm, walker):
+    assert arm.hash == content_hash(arm.to_json())
+    assert load_task("arm_reach").hash == arm.hash
+    assert (arm.obs_dim, arm.act_dim) == (17, 7)
+    assert (walker.obs_dim, walker.act_dim) == (11, 4)
+    shorter = arm.replace(horizon=10)
+    assert shorter.hash != arm.hash and shorter.horizon == 10
+    assert Task(arm.to_json()).hash == arm.hash
+
+
+def _broken(task, edit):
+    data = copy.deepcopy(task.to_json())
+    edit(data)
+    return data
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(format="simnet.task/0"), "format"),
+    (lambda d: d.update(colour="red"), "colour"),
+    (lambda d: d.update(scene="<mujoco><worldbody><geom type='blob'/></worldbody></mujoco>"), "scene"),
+    (lambda d: d.pop("name"), "name"),
+    (lambda d: d.update(horizon=0), "horizon"),
+    (lambda d: d.update(control_substeps=2.5), "control_substeps"),
+    (lambda d: d.update(keyframe="sitting"), "keyframe"),
+    (lambda d: d.update(action={"mode": "torque"}), "action"),
+    (lambda d: d["observation"].append({"term": "site_pos", "site": "gripper"}), "observation[3].site"),
+    (lambda d: d["observation"].append({"term": "lidar"}), "observation[3].term"),
+    (lambda d: d["observation"][0]["joints"].append("j8"), "observation[0].joints[7]"),
+    (lambda d: d["reward"][0].pop("weight"), "reward[0].weight"),
+    (lambda d: d["success"]["all"][0].update(above=0.1), "success.all[0]"),
+    (lambda d: d["success"].update(when="sometimes"), "success.when"),
+    (lambda d: d["init"][0].update(target="body/goal/pos"), "init[0].target"),
+    (lambda d: d["init"][1].update(std=-1), "init[1].std"),
+    (lambda d: d.update(failure=[{"term": "body_height", "body": "link1", "below": "low"}]), "failure[0].below"),
+])
+def test_malformed_definitions_name_the_field(arm, edit, field):
+    with pytest.raises(TaskDefinitionError) as info:
+        Task(_broken(arm, edit))
+    assert info.value.field == field
+
+
+def test_non_json_definitions_are_refused(arm):
+    with pytest.raises(TaskDefinitionError, match="JSON"):
+        Task({**arm.to_json(), "horizon": float("nan")})
+    with pytest.raises(TaskDefinitionError):
+        Task([1, 2])
+
+
+def test_observation_layout_and_terms_follow_the_definition(short_walker):
+    seen = []
+
+    def still(obs):
+        seen.append(obs.copy())
+        return np.zeros((len(obs), 4))
+
+    result = evaluate(short_walker, still, branches=2, progress=False)
+    first = seen[0]
+    # clock (sin, cos) at t = 0, then 4 joint angles near 0, 4 velocities at 0, torso upright
+    np.testing.assert_allclose(first[:, :2], [[0.0, 1.0]] * 2, atol=1e-12)
+    assert np.all(np.abs(first[:, 2:6]) < 0.25)
+    np.testing.assert_array_equal(first[:, 6:10], 0.0)
+    np.testing.assert_allclose(first[:, 10], 1.0, atol=1e-9)
+    # a body that stands still does not walk: no success, and reward ~ no progress
+    assert result.successes == 0
+    assert all(abs(o.total_reward) < 0.2 for o in result.outcomes)
+
+
+def test_failure_terms_end_a_branch_with_their_reason(walker):
+    lying = walker.replace(failure=[{"term": "body_height", "body": "torso", "below": 10.0}])
+    result = evaluate(lying, lambda obs: np.zeros((len(obs), 4)), branches=3, progress=False)
+    assert [o.reason for o in result.outcomes] == ["failure:body_height"] * 3
+    assert all(o.steps == 1 and not o.success for o in result.outcomes)
+
+
+def test_success_when_first_ends_branches_early(arm):
+    easy = arm.replace(success={"when": "first", "all": [{"term": "site_distance", "from": "ee", "to": "target", "below": 5.0}]})
+    result = evaluate(easy, lambda obs: np.zeros((len(obs), 7)), branches=3, progress=False)
+    assert all(o.success and o.reason == "success" and o.steps == 1 for o in result.outcomes)
