@@ -241,8 +241,8 @@ def _compile(label: str, text: bytes, root: str, compile_: Callable[[str], mujoc
     except ET.ParseError as exc:
         raise EmbodimentError(f"{label}: XML syntax error: {exc}") from exc
     if tag != root:
-        kinds = {"mujoco": "MJCF (root <mujoco>, use Embodiment.from_mjcf)", "robot": "URDF (root <robot>, use Embodiment.from_urdf)"}
-        raise EmbodimentError(f"{label}: root element <{tag}> is not <{root}>; expected {kinds[root]}")
+        hint = {"robot": "; it is URDF: use Embodiment.from_urdf", "mujoco": "; it is MJCF: use Embodiment.from_mjcf"}
+        raise EmbodimentError(f"{label}: the root element is <{tag}>, not <{root}>{hint.get(tag, '')}")
     try:
         model = compile_(arg)
     except ValueError as exc:

@@ -248,9 +248,11 @@ class SkillIndex:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         if self._count == 0:
-            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+            return _nothing(len(queries), k)
         if allowed is None:
-            return self._faiss.search(queries, min(k, self._count))
+            k = min(k, self._count)
+            distances, numbers = self._faiss.search(queries, k)
+            return self._probe_all_if_short(queries, k, distances, numbers, None)
         if isinstance(allowed, Selection):
             if allowed._index is not self:
                 raise ValueError("this selection belongs to another index")
@@ -269,13 +271,12 @@ class SkillIndex:
         slows a flat scan ~2-3x); query with the selector for rows that come back short, and for sparse
         selections. On an exact index both paths give the exact answer."""
         fraction = min(1.0, len(selection) / self._count) if len(selection) else 0.0
+        out_d, out_n = _nothing(len(queries), k)
         if fraction == 0.0:
-            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+            return out_d, out_n
         fetch = min(self._count, math.ceil(2 * k / fraction) + 16)
         selection._grow(len(self._names))
         bits = selection._bits
-        out_d = np.full((len(queries), k), np.inf, np.float32)
-        out_n = np.full((len(queries), k), -1, np.int64)
         short = list(range(len(queries)))
         if fetch <= _OVERFETCH_LIMIT:
             distances, numbers = self._faiss.search(queries, fetch)
@@ -296,8 +297,22 @@ class SkillIndex:
                 nprobe = min(self._faiss.nlist, math.ceil(self._nprobe / fraction))
                 params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
             distances, numbers = self._faiss.search(queries[short], k, params=params)
-            out_d[short], out_n[short] = distances, numbers
+            out_d[short], out_n[short] = self._probe_all_if_short(queries[short], k, distances, numbers, selector)
         return out_d, out_n
+
+    def _probe_all_if_short(
+        self, queries: np.ndarray, k: int, distances: np.ndarray, numbers: np.ndarray, selector: faiss.IDSelector | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """IVF rows that came back with fewer than k skills may have probed too few lists: probe them all,
+        so a search returns k skills whenever k (allowed) skills are held."""
+        short = np.flatnonzero((numbers < 0).any(axis=1))
+        if self.kind == "exact" or not len(short) or self._nprobe >= self._faiss.nlist:
+            return distances, numbers
+        params = faiss.SearchParametersIVF(nprobe=self._faiss.nlist)
+        if selector is not None:
+            params.sel = selector
+        distances[short], numbers[short] = self._faiss.search(queries[short], k, params=params)
+        return distances, numbers
 
     def _search_predicate(self, queries: np.ndarray, k: int, allowed: Callable[[str], bool]) -> tuple[np.ndarray, np.ndarray]:
         """Test the predicate on candidates nearest first, fetching four times more until k pass; if the
@@ -309,8 +324,7 @@ class SkillIndex:
                 verdicts[number] = bool(allowed(self._names[number]))
             return verdicts[number]
 
-        out_d = np.full((len(queries), k), np.inf, np.float32)
-        out_n = np.full((len(queries), k), -1, np.int64)
+        out_d, out_n = _nothing(len(queries), k)
         pending, fetch = list(range(len(queries))), min(4 * k, self._count)
         while pending:
             distances, numbers = self._faiss.search(queries[pending], fetch)
@@ -440,6 +454,7 @@ class SkillIndex:
         nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))  # FAISS wants >= 39 training points per list
         rng = np.random.default_rng(0)
         index = faiss.index_factory(self.space.dim, f"IVF{nlist},Flat", self._metric())
+        index.cp.min_points_per_centroid = 1  # small indexes (in tests) train on few points, knowingly
         index.train(vectors[rng.choice(n, min(n, 64 * nlist), replace=False)])
         index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by id
         index.add_with_ids(vectors, numbers)
@@ -458,6 +473,11 @@ class SkillIndex:
             nprobe = min(2 * nprobe, nlist)
         self._faiss, self._nprobe, self._trained_on, self._recall = index, nprobe, n, recall
         log.info("skill index: IVF over %d vectors, %d lists, nprobe %d, recall@%d %.3f", n, nlist, nprobe, k, recall)
+
+
+def _nothing(rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Search output with no skill found, in FAISS's layout (id -1 pads missing results)."""
+    return np.full((rows, k), np.inf, np.float32), np.full((rows, k), -1, np.int64)
 
 
 def recall_at_k(found: np.ndarray, truth: np.ndarray, metric: Literal["l2", "cosine"]) -> float:
