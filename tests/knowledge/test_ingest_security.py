@@ -9,11 +9,12 @@ is a genuinely valid envelope, and every rejection carries a reason.
 from __future__ import annotations
 
 import functools
+import random
 import time
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pycrdt import Doc, Map, merge_updates
 
@@ -797,9 +798,14 @@ def test_fuzz_mutated_envelopes(inputs):
     _ingest_and_check(inputs)
 
 
+def _flip_last_byte(raw: bytes) -> bytes:
+    return raw[:-1] + bytes([raw[-1] ^ 1])
+
+
 @FUZZ
 @given(st.lists(mutated(), min_size=1, max_size=2), st.lists(st.sampled_from(world().sources), max_size=3),
        st.randoms(use_true_random=False))
+@example(bad=[_flip_last_byte(world().fresh[1])], good=[world().fresh[2]], rnd=random.Random(0))  # found by hypothesis
 def test_fuzz_mutated_mixed_with_valid(bad, good, rnd):
     """Bad envelopes next to good ones in one batch: the good ones behave as alone, the bad change nothing."""
     wd = world()
