@@ -1,0 +1,20 @@
+from knowledge._errors import SimnetError
+
+import sim
+
+
+def test_every_sim_error_is_a_simnet_error():
+    for name in ("TemplateError", "IncompatibleTemplateError", "MutationError", "SamplerSpecError",
+                 "TaskDefinitionError", "SkillSpecError", "SkillPayloadError", "EntryPointError",
+                 "PolicyCallError", "PolicyOutputError", "RecordError"):
+        assert issubclass(getattr(sim, name), sim.SimError)
+    assert issubclass(sim.SimError, SimnetError)
+
+
+def test_messages_carry_the_branch_and_field():
+    error = sim.MutationError("body/a/mass", "must stay > 0", branch=7)
+    assert str(error) == "branch 7: mutation 'body/a/mass': must stay > 0" and error.branch == 7
+    spec = sim.TaskDefinitionError("reward[0].weight", "must be a finite number")
+    assert spec.field == "reward[0].weight" and "reward[0].weight" in str(spec)
+    run = sim.PolicyOutputError("NaN", tuple(range(8)), 3)
+    assert str(run) == "control step 3, branch(es) 0, 1, 2, 3, 4, ...: NaN"
