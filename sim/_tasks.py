@@ -17,7 +17,7 @@ import numpy as np
 from mujoco import batch as mjbatch
 
 from ._canon import content_hash, is_number
-from ._errors import SpecError, TaskDefinitionError
+from ._errors import TaskDefinitionError, TemplateError
 from ._patches import Patch, SamplerTerm, expand_targets, sample_terms
 from ._templates import Template, cached_template
 
@@ -63,9 +63,7 @@ class Task:
         self.embodiment: str = data["embodiment"]
         try:
             self.template: Template = cached_template(data["scene"])
-        except SpecError:
-            raise
-        except Exception as exc:  # TemplateError: the scene itself is a field of the task
+        except TemplateError as exc:  # the scene is a field of the task
             raise TaskDefinitionError("scene", str(exc)) from exc
         model = self.template.model
         for key in ("horizon", "control_substeps"):

@@ -32,7 +32,8 @@ _MODEL_ATTRS = {
 _STATE_ATTRS = {("joint", "qpos"): "qpos", ("joint", "qvel"): "qvel"}
 _OPTION_ATTRS = {"gravity": ("opt.gravity", 3, "any")}
 _KINDS = {"body": mujoco.mjtObj.mjOBJ_BODY, "geom": mujoco.mjtObj.mjOBJ_GEOM,
-          "joint": mujoco.mjtObj.mjOBJ_JOINT, "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR}
+          "joint": mujoco.mjtObj.mjOBJ_JOINT, "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
+          "site": mujoco.mjtObj.mjOBJ_SITE}
 _FREE, _BALL = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
 
 
@@ -83,14 +84,12 @@ class Template:
         body (which has no dynamics to randomize) are left out."""
         count = {"body": self.model.nbody, "geom": self.model.ngeom, "joint": self.model.njnt,
                  "actuator": self.model.nu, "site": self.model.nsite}[kind]
-        obj = _KINDS.get(kind, mujoco.mjtObj.mjOBJ_SITE)
-        names = (mujoco.mj_id2name(self.model, obj, i) for i in range(1 if kind == "body" else 0, count))
+        names = (mujoco.mj_id2name(self.model, _KINDS[kind], i) for i in range(1 if kind == "body" else 0, count))
         return [n for n in names if n]
 
     def object_id(self, kind: str, name: str) -> int:
         """The id of a named object, or -1."""
-        obj = _KINDS.get(kind, mujoco.mjtObj.mjOBJ_SITE)
-        return mujoco.mj_name2id(self.model, obj, name)
+        return mujoco.mj_name2id(self.model, _KINDS[kind], name)
 
     def slot(self, target: str) -> Slot:
         """Resolve a mutation target; raises MutationError naming the target and close matches."""

@@ -1,0 +1,157 @@
+"""Branch evaluation throughput, memory and SPRT savings, each against its baseline in the same run.
+
+    python benchmarks/branch_eval.py [--quick]
+
+- Throughput: the arm task, 256 branches under the shipped dynamics randomization, closed loop with
+  the shipped torch MLP (64x64), physics on all cores; against a raw single-thread Python
+  `mj_step` loop on the same model. Env steps are physics steps. Library and raw runs alternate and
+  the medians are reported, so that load from other processes hits both alike.
+- Memory: resident-set growth over the footprint after imports and template compilation, for the
+  library's 256 branches against 256 independent MjModel+MjData copies of the same patched models;
+  each measured in a fresh subprocess (peak RSS, VmHWM).
+- SPRT: branches simulated (waves of 8) before deciding, over the shipped good and degraded skills
+  of both tasks, against a fixed-N test with the same error rates.
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import mujoco
+import numpy as np
+
+import sim
+from sim._rollout import branch_patch
+
+BRANCHES = 256
+TASK = "arm_reach"
+
+
+def _rss_kb(key: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(key):
+                return int(line.split()[1])
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def library_rate(task: sim.Task, skill: sim.Skill, sampler: sim.Sampler, threads: int) -> float:
+    start = time.perf_counter()
+    result = sim.evaluate(task, skill, branches=BRANCHES, wave=BRANCHES, sampler=sampler, threads=threads,
+                          progress=False)
+    elapsed = time.perf_counter() - start
+    return sum(o.steps for o in result.outcomes) * task.control_substeps / elapsed
+
+
+def raw_rate(task: sim.Task, steps: int) -> float:
+    model = task.template.model
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, task.keyframe)
+    step = mujoco.mj_step
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(model, data)
+    return steps / (time.perf_counter() - start)
+
+
+def naive_copies(task: sim.Task, sampler: sim.Sampler) -> list:
+    """256 independent patched MjModel + MjData pairs: what the batch saves us from holding."""
+    template = task.template
+    held = []
+    for branch in range(BRANCHES):
+        model = copy.copy(template.model)
+        data = mujoco.MjData(model)
+        for mutation in branch_patch(task, sampler, branch).mutations:
+            slot = template.slot(mutation.target)
+            if slot.state:
+                continue
+            field = model.opt.gravity if slot.field == "opt.gravity" else getattr(model, slot.field).reshape(-1)
+            cells = field[slot.start : slot.start + slot.size]
+            value = np.asarray(mutation.value)
+            cells[:] = value if mutation.op == "set" else cells + value if mutation.op == "add" else cells * value
+        mujoco.mj_setConst(model, data)
+        held.append((model, data))
+    return held
+
+
+def memory_child(kind: str) -> None:
+    task = sim.load_task(TASK)
+    skill = sim.load_skill(f"{TASK}_good")
+    sampler = sim.load_sampler(TASK, seed=0)
+    skill.module()  # torch and the policy are part of the footprint, as the template is
+    base = _rss_kb("VmRSS")
+    if kind == "library":
+        sim.evaluate(task, skill, branches=BRANCHES, wave=BRANCHES, sampler=sampler, progress=False)
+    else:
+        held = naive_copies(task, sampler)
+        assert len(held) == BRANCHES
+    print(json.dumps({"growth_kb": _rss_kb("VmHWM") - base}))
+
+
+def memory_growth_mb(kind: str) -> float:
+    out = subprocess.run([sys.executable, __file__, "--memory", kind], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["growth_kb"] / 1024
+
+
+def sprt_figures(seeds: int) -> dict:
+    test = sim.SPRT(0.85, 0.95, 0.05, 0.05)
+    fixed = sim.fixed_sample_size(test.p0, test.p1, test.alpha, test.beta)
+    simulated, decisions = [], []
+    for name in ("arm_reach", "walker_forward"):
+        task = sim.load_task(name)
+        for quality in ("good", "degraded"):
+            skill = sim.load_skill(f"{name}_{quality}")
+            for seed in range(seeds):
+                result = sim.evaluate(task, skill, branches=fixed, wave=8, sampler=sim.load_sampler(name, seed=100 + seed),
+                                      sprt=test, progress=False)
+                simulated.append(result.n)
+                decisions.append(f"{name}_{quality}:{result.decision}@{result.decided_at}")
+    return {"sprt_savings": 1 - sum(simulated) / (fixed * len(simulated)), "sprt_fixed_n": fixed,
+            "sprt_mean_branches": statistics.mean(simulated), "sprt_decisions": decisions}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and SPRT seeds")
+    parser.add_argument("--memory", choices=("library", "naive"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory:
+        memory_child(args.memory)
+        return
+    repeats, seeds = (3, 1) if args.quick else (7, 5)
+    threads = os.cpu_count() or 1
+    task = sim.load_task(TASK)
+    skill = sim.load_skill(f"{TASK}_good")
+    sampler = sim.load_sampler(TASK, seed=0)
+    raw_steps = BRANCHES * task.horizon * task.control_substeps // (4 if args.quick else 1)
+    library_rate(task, skill, sampler, threads)  # warm up: first torch call, page faults
+    library, raw = [], []
+    for _ in range(repeats):
+        library.append(library_rate(task, skill, sampler, threads))
+        raw.append(raw_rate(task, raw_steps))
+    env_steps, raw_steps_per_s = statistics.median(library), statistics.median(raw)
+    growth, naive = memory_growth_mb("library"), memory_growth_mb("naive")
+    line = {
+        "benchmark": "branch_eval", "task": TASK, "branches": BRANCHES, "quick": args.quick, "repeats": repeats,
+        "threads": threads, "env_steps_per_s": round(env_steps), "raw_mj_step_per_s": round(raw_steps_per_s),
+        "ratio_to_raw": round(env_steps / raw_steps_per_s, 3),
+        "rss_growth_mb": round(growth, 2), "naive_rss_growth_mb": round(naive, 2),
+        "memory_ratio": round(growth / naive, 3),
+        "policy": f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, one batched call per control step",
+        **sprt_figures(seeds),
+    }
+    line["sprt_savings"] = round(line["sprt_savings"], 3)
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
