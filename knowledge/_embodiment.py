@@ -150,10 +150,11 @@ class Embodiment:
         if unknown:
             raise EmbodimentError(f"{where}: unknown keys {sorted(unknown)}")
         parts = {key: _parse_list(kind, data.get(key), key) for key, kind in _PARTS.items()}
-        embodiment = _canonical(_text(data.get("name"), "name"), **parts)
+        embodiment = _canonical(_parse("text", data.get("name"), "name"), **parts)
         for key in _DERIVED:
             if key in data and data[key] != _plain(getattr(embodiment, key)):
-                raise EmbodimentError(f"{where}: {key} says {data[key]!r} but the parts give {getattr(embodiment, key)!r}")
+                found = getattr(embodiment, key)
+                raise EmbodimentError(f"{where}: {key} says {data[key]!r} but the parts give {found!r}")
         return embodiment
 
     def to_dict(self) -> dict[str, Any]:
@@ -212,7 +213,7 @@ class Embodiment:
         return moving
 
     def __repr__(self) -> str:
-        return f"Embodiment(name={self.name!r}, dof={self.dof}, mass={self.mass}, fingerprint={self.fingerprint[:12]!r})"
+        return f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, fingerprint={self.fingerprint[:12]!r})"
 
 
 _PARTS: dict[str, type] = {"bodies": Body, "joints": Joint, "actuators": Actuator, "sites": Site, "sensors": Sensor}
@@ -261,88 +262,68 @@ def _compile(label: str, text: bytes, root: str, compile_: Callable[[str], mujoc
 # -- reading the compiled model ----------------------------------------------------------------------
 
 
-def _enum(value: Any, enum: Any, prefix: str) -> str:
+def _enum(value: Any, enum: Any, prefix: str) -> Any:
     return enum(int(value)).name.removeprefix(prefix).lower()
 
 
 def _describe(m: mujoco.MjModel) -> Embodiment:
     """Read the compiled arrays. Model body b becomes descriptor body b - 1 (the world becomes -1)."""
-    names = m.names
 
     def name(adr: int) -> str:
-        return names[adr : names.index(b"\0", adr)].decode()
+        return m.names[adr : m.names.index(b"\0", adr)].decode()
 
-    geom_reach = np.linalg.norm(m.geom_pos, axis=1) + m.geom_rbound
+    def bounds(limited: Any, values: np.ndarray) -> Range | None:
+        return (float(values[0]), float(values[1])) if limited else None
+
     extent = np.zeros(m.nbody)
-    np.maximum.at(extent, m.geom_bodyid, geom_reach)
+    np.maximum.at(extent, m.geom_bodyid, np.linalg.norm(m.geom_pos, axis=1) + m.geom_rbound)
     np.maximum.at(extent, m.site_bodyid, np.linalg.norm(m.site_pos, axis=1))
-
-    bodies = []
-    for b in range(1, m.nbody):
-        on_world = m.body_parentid[b] == 0
-        rot = np.zeros(9)
-        mujoco.mju_quat2Mat(rot, m.body_iquat[b])
-        rot = rot.reshape(3, 3)
-        tensor = rot @ np.diag(m.body_inertia[b]) @ rot.T
-        tensor[np.abs(tensor) < 1e-9 * max(float(np.abs(np.diag(tensor)).max()), 1e-300)] = 0.0
-        bodies.append(
-            Body(
-                name=name(m.name_bodyadr[b]),
-                parent=int(m.body_parentid[b]) - 1,
-                pos=_vec((0.0, 0.0, 0.0) if on_world else m.body_pos[b]),
-                quat=_vec(m.body_quat[b]),
-                mass=float(m.body_mass[b]),
-                com=_vec(m.body_ipos[b]),
-                inertia=_vec([tensor[0, 0], tensor[1, 1], tensor[2, 2], tensor[0, 1], tensor[0, 2], tensor[1, 2]]),
-                extent=float(extent[b]),
-            )
+    bodies = [
+        Body(
+            name(m.name_bodyadr[b]), int(m.body_parentid[b]) - 1,
+            (0.0, 0.0, 0.0) if m.body_parentid[b] == 0 else _vec(m.body_pos[b]), _vec(m.body_quat[b]),
+            float(m.body_mass[b]), _vec(m.body_ipos[b]), _inertia(m, b), float(extent[b]),
         )
-
-    joints = []
-    for j in range(m.njnt):
-        dof = m.jnt_dofadr[j]
-        joints.append(
-            Joint(
-                name=name(m.name_jntadr[j]),
-                body=int(m.jnt_bodyid[j]) - 1,
-                type=_enum(m.jnt_type[j], mujoco.mjtJoint, "mjJNT_"),  # type: ignore[arg-type]
-                axis=_vec(m.jnt_axis[j]),
-                range=_vec(m.jnt_range[j]) if m.jnt_limited[j] else None,  # type: ignore[arg-type]
-                damping=float(m.dof_damping[dof]),
-                armature=float(m.dof_armature[dof]),
-                frictionloss=float(m.dof_frictionloss[dof]),
-                force_range=_vec(m.jnt_actfrcrange[j]) if m.jnt_actfrclimited[j] else None,  # type: ignore[arg-type]
-            )
+        for b in range(1, m.nbody)
+    ]
+    joints = [
+        Joint(
+            name(m.name_jntadr[j]), int(m.jnt_bodyid[j]) - 1, _enum(m.jnt_type[j], mujoco.mjtJoint, "mjJNT_"),
+            _vec(m.jnt_axis[j]), bounds(m.jnt_limited[j], m.jnt_range[j]),
+            float(m.dof_damping[m.jnt_dofadr[j]]), float(m.dof_armature[m.jnt_dofadr[j]]),
+            float(m.dof_frictionloss[m.jnt_dofadr[j]]), bounds(m.jnt_actfrclimited[j], m.jnt_actfrcrange[j]),
         )
-
-    actuators = []
-    for a in range(m.nu):
-        gain, bias = float(m.actuator_gainprm[a, 0]), m.actuator_biasprm[a, :3]
-        actuators.append(
-            Actuator(
-                name=name(m.name_actuatoradr[a]),
-                transmission=_enum(m.actuator_trntype[a], mujoco.mjtTrn, "mjTRN_"),
-                target=_actuator_target(m, a),
-                kind=_actuator_kind(int(m.actuator_gaintype[a]), int(m.actuator_biastype[a]), gain, bias),
-                gear=_vec(m.actuator_gear[a]),  # type: ignore[arg-type]
-                gain=gain,
-                bias=_vec(bias),
-                ctrl_range=_vec(m.actuator_ctrlrange[a]) if m.actuator_ctrllimited[a] else None,  # type: ignore[arg-type]
-                force_range=_vec(m.actuator_forcerange[a]) if m.actuator_forcelimited[a] else None,  # type: ignore[arg-type]
-            )
+        for j in range(m.njnt)
+    ]
+    actuators = [
+        Actuator(
+            name(m.name_actuatoradr[a]), _enum(m.actuator_trntype[a], mujoco.mjtTrn, "mjTRN_"),
+            _actuator_target(m, a), _actuator_kind(m, a),
+            _vec(m.actuator_gear[a]), float(m.actuator_gainprm[a, 0]), _vec(m.actuator_biasprm[a, :3]),
+            bounds(m.actuator_ctrllimited[a], m.actuator_ctrlrange[a]),
+            bounds(m.actuator_forcelimited[a], m.actuator_forcerange[a]),
         )
-
+        for a in range(m.nu)
+    ]
     sites = [Site(name(m.name_siteadr[s]), int(m.site_bodyid[s]) - 1, _vec(m.site_pos[s])) for s in range(m.nsite)]
     sensors = [
         Sensor(
-            name=name(m.name_sensoradr[s]),
-            type=_enum(m.sensor_type[s], mujoco.mjtSensor, "mjSENS_"),
-            dim=int(m.sensor_dim[s]),
-            body=_sensor_body(m, s) - 1,
+            name(m.name_sensoradr[s]), _enum(m.sensor_type[s], mujoco.mjtSensor, "mjSENS_"), int(m.sensor_dim[s]),
+            _sensor_body(m, s) - 1,
         )
         for s in range(m.nsensor)
     ]
     return _canonical(name(0), bodies, joints, actuators, sites, sensors)
+
+
+def _inertia(m: mujoco.MjModel, b: int) -> Any:
+    """The inertia tensor in body axes: unique, where principal axes are not (equal moments, signs)."""
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, m.body_iquat[b])
+    rot = rot.reshape(3, 3)
+    tensor = rot @ np.diag(m.body_inertia[b]) @ rot.T
+    tensor[np.abs(tensor) < 1e-9 * max(float(np.abs(np.diag(tensor)).max()), 1e-300)] = 0.0  # rotation noise
+    return _vec([tensor[0, 0], tensor[1, 1], tensor[2, 2], tensor[0, 1], tensor[0, 2], tensor[1, 2]])
 
 
 def _actuator_target(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
@@ -360,7 +341,10 @@ def _actuator_target(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
     return ()
 
 
-def _actuator_kind(gain_type: int, bias_type: int, gain: float, bias: np.ndarray) -> str:
+def _actuator_kind(m: mujoco.MjModel, a: int) -> str:
+    """What the control signal means, from MuJoCo's gain and bias: force, target position or velocity."""
+    gain_type, bias_type = m.actuator_gaintype[a], m.actuator_biastype[a]
+    gain, bias = m.actuator_gainprm[a, 0], m.actuator_biasprm[a]
     if gain_type == mujoco.mjtGain.mjGAIN_MUSCLE:
         return "muscle"
     if gain_type != mujoco.mjtGain.mjGAIN_FIXED:
@@ -402,19 +386,22 @@ def _canonical(name: str, bodies: Any, joints: Any, actuators: Any, sites: Any, 
     Each body's subtree gets a hash of its own content (joints, sites, sensors and actuators attached to it,
     names left out) and of its children's hashes; siblings are visited in hash order, names breaking ties.
     """
-    bodies, joints = [_rounded(b) for b in bodies], [_rounded(j) for j in joints]
-    actuators, sites, sensors = [_rounded(a) for a in actuators], [_rounded(s) for s in sites], [_rounded(s) for s in sensors]
+    bodies, joints, actuators, sites, sensors = (
+        [_rounded(item) for item in part] for part in (bodies, joints, actuators, sites, sensors)
+    )
     n = len(bodies)
-    for i, body in enumerate(bodies):
-        if not -1 <= body.parent < i:
-            raise EmbodimentError(f"embodiment: bodies[{i}].parent {body.parent} must name an earlier body or -1")
-    _check_refs("joints", joints, "body", 0, n)
-    _check_refs("sites", sites, "body", -1, n)
-    _check_refs("sensors", sensors, "body", -1, n)
-    for i, act in enumerate(actuators):
-        low, high = (0, len(joints)) if act.moves_joints else (-1, n)
-        if not all(low <= t < high for t in act.target):
-            raise EmbodimentError(f"embodiment: actuators[{i}].target {act.target} is out of range")
+    refs = [(f"bodies[{i}].parent", b.parent, -1, i) for i, b in enumerate(bodies)]
+    refs += [(f"joints[{i}].body", j.body, 0, n) for i, j in enumerate(joints)]
+    refs += [(f"sites[{i}].body", x.body, -1, n) for i, x in enumerate(sites)]
+    refs += [(f"sensors[{i}].body", x.body, -1, n) for i, x in enumerate(sensors)]
+    refs += [
+        (f"actuators[{i}].target", t, *((0, len(joints)) if a.moves_joints else (-1, n)))
+        for i, a in enumerate(actuators)
+        for t in a.target
+    ]
+    for where, ref, low, high in refs:
+        if not low <= ref < high:
+            raise EmbodimentError(f"embodiment: {where} is {ref}, outside {low}..{high - 1}")
 
     local: list[list[Any]] = [[_plain(b, names=False, refs=False), [], [], [], []] for b in bodies]
     position_in_body: dict[int, int] = {}
@@ -481,12 +468,6 @@ def _canonical(name: str, bodies: Any, joints: Any, actuators: Any, sites: Any, 
     )
 
 
-def _check_refs(part: str, items: list[Any], attr: str, low: int, n: int) -> None:
-    for i, item in enumerate(items):
-        if not low <= getattr(item, attr) < n:
-            raise EmbodimentError(f"embodiment: {part}[{i}].{attr} {getattr(item, attr)} is out of range")
-
-
 # -- numbers and plain data --------------------------------------------------------------------------
 
 
@@ -498,7 +479,8 @@ def _num(x: float) -> float:
     return 0.0 if abs(x) < 1e-12 else float(f"{x:.6g}") + 0.0
 
 
-def _vec(values: Any) -> tuple[float, ...]:
+def _vec(values: Any) -> Any:
+    """A tuple of Python floats (of whatever length the field has)."""
     return tuple(float(v) for v in values)
 
 
@@ -540,81 +522,57 @@ def _json(value: Any) -> str:
 
 # -- checking plain data -----------------------------------------------------------------------------
 
+_SCHEMA: dict[type, dict[str, Any]] = {
+    # field kinds: "text", "int", "num", N (a list of N numbers), "range" (two numbers or null),
+    # "ints" (a list of indices), or a tuple of the allowed strings
+    Body: dict(name="text", parent="int", pos=3, quat=4, mass="num", com=3, inertia=6, extent="num"),
+    Joint: dict(
+        name="text", body="int", type=tuple(_JOINT_DOF), axis=3, range="range", damping="num", armature="num",
+        frictionloss="num", force_range="range",
+    ),
+    Actuator: dict(
+        name="text", transmission="text", target="ints", kind=ACTUATOR_KINDS, gear=6, gain="num", bias=3,
+        ctrl_range="range", force_range="range",
+    ),
+    Site: dict(name="text", body="int", pos=3),
+    Sensor: dict(name="text", type="text", dim="int", body="int"),
+}
+
 
 def _fail(where: str, what: str, value: Any) -> EmbodimentError:
     return EmbodimentError(f"embodiment descriptor: {where} must be {what}, got {value!r:.80}")
 
 
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or len(value) > 200:
+def _parse(kind: Any, value: Any, where: str) -> Any:
+    """One field of plain data, checked against its kind in `_SCHEMA` (bools are not numbers)."""
+    if kind == "range":
+        return None if value is None else _parse(2, value, where)
+    if isinstance(kind, int) or kind == "ints":
+        size, item = (kind, "num") if isinstance(kind, int) else (None, "int")
+        if not isinstance(value, list) or len(value) != (size or len(value)) or len(value) > _MAX_PARTS:
+            raise _fail(where, f"a list of {size or 'at most ' + str(_MAX_PARTS)} {item}s", value)
+        return tuple(_parse(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise _fail(where, f"one of {list(kind)}", value)
+        return value
+    if kind == "text" and not (isinstance(value, str) and len(value) <= 200):
         raise _fail(where, "a string of at most 200 characters", value)
-    return value
-
-
-def _integer(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if kind == "int" and type(value) is not int:
         raise _fail(where, "an integer", value)
+    if kind == "num":
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise _fail(where, "a finite number", value)
+        return float(value)
     return value
 
 
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _fail(where, "a finite number", value)
-    return float(value)
-
-
-def _numbers(size: int) -> Callable[[Any, str], tuple[float, ...]]:
-    def parse(value: Any, where: str) -> tuple[float, ...]:
-        if not isinstance(value, list) or len(value) != size:
-            raise _fail(where, f"a list of {size} numbers", value)
-        return tuple(_number(v, f"{where}[{i}]") for i, v in enumerate(value))
-
-    return parse
-
-
-def _range(value: Any, where: str) -> Range | None:
-    return None if value is None else _numbers(2)(value, where)  # type: ignore[return-value]
-
-
-def _indices(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or len(value) > _MAX_PARTS:
-        raise _fail(where, "a list of indices", value)
-    return tuple(_integer(v, f"{where}[{i}]") for i, v in enumerate(value))
-
-
-def _choice(options: Any) -> Callable[[Any, str], str]:
-    def parse(value: Any, where: str) -> str:
-        if value not in options:
-            raise _fail(where, f"one of {sorted(options)}", value)
-        return str(value)
-
-    return parse
-
-
-_SCHEMA: dict[type, dict[str, Callable[[Any, str], Any]]] = {
-    Body: {
-        "name": _text, "parent": _integer, "pos": _numbers(3), "quat": _numbers(4), "mass": _number,
-        "com": _numbers(3), "inertia": _numbers(6), "extent": _number,
-    },
-    Joint: {
-        "name": _text, "body": _integer, "type": _choice(_JOINT_DOF), "axis": _numbers(3), "range": _range,
-        "damping": _number, "armature": _number, "frictionloss": _number, "force_range": _range,
-    },
-    Actuator: {
-        "name": _text, "transmission": _text, "target": _indices, "kind": _choice(ACTUATOR_KINDS),
-        "gear": _numbers(6), "gain": _number, "bias": _numbers(3), "ctrl_range": _range, "force_range": _range,
-    },
-    Site: {"name": _text, "body": _integer, "pos": _numbers(3)},
-    Sensor: {"name": _text, "type": _text, "dim": _integer, "body": _integer},
-}
-
-
-def _parse_list(kind: type, value: Any, where: str) -> list[Any]:
+def _parse_list(part: type, value: Any, where: str) -> list[Any]:
     if not isinstance(value, list) or len(value) > _MAX_PARTS:
         raise _fail(where, f"a list of at most {_MAX_PARTS} objects", value)
-    schema, parsed = _SCHEMA[kind], []
+    schema, parsed = _SCHEMA[part], []
     for i, item in enumerate(value):
         if not isinstance(item, Mapping) or set(item) != set(schema):
             raise _fail(f"{where}[{i}]", f"an object with keys {sorted(schema)}", item)
-        parsed.append(kind(**{key: parse(item[key], f"{where}[{i}].{key}") for key, parse in schema.items()}))
+        parsed.append(part(**{key: _parse(kind, item[key], f"{where}[{i}].{key}") for key, kind in schema.items()}))
     return parsed

@@ -119,7 +119,9 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
     kinds = [a.kind for a in e.actuators]
     driven = {t for a in e.actuators if a.moves_joints for t in a.target}
     joint_strength = {a.target[0]: s for a in e.actuators if a.transmission == "joint" and (s := _strength(a))}
-    strengths = [s for i, j in enumerate(e.joints) if j.type != "free" and (s := joint_strength.get(i) or _limit(j.force_range))]
+    strengths = [joint_strength.get(i) or _limit(j.force_range) for i, j in enumerate(e.joints) if j.type != "free"]
+    strengths = [s for s in strengths if s]
+    actuated = sum(i in driven or j.force_range is not None for i, j in enumerate(e.joints) if j.type != "free")
     links = [b.link_length for b in e.bodies if b.parent >= 0]
     reach, mass = max(e.reach, 1e-6), max(e.mass, 1e-9)
     features = {
@@ -131,7 +133,7 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "hinge_fraction": _fraction(len(hinges), len(moving)),
         "slide_fraction": _fraction(sum(j.type == "slide" for j in moving), len(moving)),
         "ball_fraction": _fraction(sum(j.type == "ball" for j in moving), len(moving)),
-        "actuated_fraction": _fraction(sum(i in driven or j.force_range is not None for i, j in enumerate(e.joints) if j.type != "free"), len(moving)),
+        "actuated_fraction": _fraction(actuated, len(moving)),
         "actuators": _log_scale(len(e.actuators), 64),
         "mass": _span(-2.0, 3.0, math.log10(mass)),
         "reach": _span(-2.0, 1.0, math.log10(reach)),

@@ -207,13 +207,12 @@ class SkillIndex:
         """Rebuild from the held vectors: choose exact or IVF by size, retrain and recalibrate IVF."""
         with self._lock:
             numbers = np.flatnonzero(self._live).astype(np.int64)
-            vectors = self._faiss.reconstruct_batch(numbers) if len(numbers) else np.empty((0, self.space.dim), np.float32)
+            vectors = self._faiss.reconstruct_batch(numbers)
             if len(numbers) > self.approximate_above:
                 self._build_ivf(numbers, vectors)
             else:
                 self._faiss, self._nprobe, self._trained_on, self._recall = self._exact_index(), 0, 0, 1.0
-                if len(numbers):
-                    self._faiss.add_with_ids(vectors, numbers)
+                self._faiss.add_with_ids(vectors, numbers)
 
     def _restructure(self) -> None:
         """Switch to IVF above the threshold, back to exact below half of it, retrain IVF after doubling."""
@@ -314,7 +313,9 @@ class SkillIndex:
         distances[short], numbers[short] = self._faiss.search(queries[short], k, params=params)
         return distances, numbers
 
-    def _search_predicate(self, queries: np.ndarray, k: int, allowed: Callable[[str], bool]) -> tuple[np.ndarray, np.ndarray]:
+    def _search_predicate(
+        self, queries: np.ndarray, k: int, allowed: Callable[[str], bool]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Test the predicate on candidates nearest first, fetching four times more until k pass; if the
         whole index is fetched without k passing, fall back to a selection of every passing skill."""
         verdicts: dict[int, bool] = {}
@@ -406,8 +407,10 @@ class SkillIndex:
             live = np.unpackbits(np.frombuffer(base64.b64decode(header["live"]), np.uint8))[: len(index._names)]
             index._live = live.astype(bool)
             index._count = int(live.sum())
-            index._nprobe, index._trained_on, index._recall = int(header["nprobe"]), int(header["trained_on"]), float(header["recall"])
-            if index._faiss.ntotal != index._count or index._faiss.d != space.dim or len(index._numbers) != len(index._names):
+            index._nprobe, index._trained_on = int(header["nprobe"]), int(header["trained_on"])
+            index._recall = float(header["recall"])
+            held = (index._faiss.ntotal, index._faiss.d, len(index._numbers))
+            if held != (index._count, space.dim, len(index._names)):
                 raise ValueError("the vectors do not match the skill ids")
             if index._nprobe:
                 index._faiss.nprobe = index._nprobe

@@ -72,7 +72,8 @@ def permuted(e: Embodiment, rnd: random.Random) -> Embodiment:
     sites, sensors = list(e.sites), list(e.sensors)
     for part in (actuators, sites, sensors):
         rnd.shuffle(part)
-    return Embodiment(e.name, e.bodies, tuple(e.joints[i] for i in order), tuple(actuators), tuple(sites), tuple(sensors))
+    joints = tuple(e.joints[i] for i in order)
+    return Embodiment(e.name, e.bodies, joints, tuple(actuators), tuple(sites), tuple(sensors))
 
 
 @settings(max_examples=40)
@@ -104,9 +105,8 @@ def test_urdf_effort_limits_count_as_actuation():
 
 
 def test_like_bodies_are_near():
-    assert distance("arm7.xml", "arm6.urdf") < min(
-        distance("arm7.xml", other) for other in ["quadruped.xml", "humanoid_small.xml", "wheeled_base.xml", "gym:ant.xml"]
-    )
+    others = ["quadruped.xml", "humanoid_small.xml", "wheeled_base.xml", "gym:ant.xml"]
+    assert distance("arm7.xml", "arm6.urdf") < min(distance("arm7.xml", other) for other in others)
     assert distance("gym:ant.xml", "quadruped.xml") < distance("gym:ant.xml", "arm7.xml")
     assert distance("gym:humanoid.xml", "humanoid_small.xml") < min(
         distance("gym:humanoid.xml", other) for other in ["arm7.xml", "arm6.urdf", "gripper.xml", "wheeled_base.xml"]
