@@ -117,7 +117,7 @@ def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int
         except mjbatch.SimulationError as exc:
             failed = np.zeros(wave, bool)
             failed[exc.ids] = True
-            end(failed & live, [f"mujoco:{batch.error(int(s))}" for s in exc.ids if live[s]])
+            end(failed & live, [f"mujoco:{batch.error(s).splitlines()[0]}" for s in sorted(map(int, exc.ids)) if live[s]])
         counts = batch.warning[:, warn_ids, 1]
         rising = (counts > warned) & live[:, None]
         if rising.any():

@@ -98,3 +98,13 @@ def test_state_and_model_patches_both_reach_the_branch(short_arm):
     run_wave(short_arm, PolicyCaller(record, short_arm), Sampler(), 0, 2, 2, 1, patches=[Patch(), moved])
     assert seen[0][1, 0] == 0.4 and seen[0][0, 0] == 0.0
     assert not np.allclose(seen[0][0, 14:17], seen[0][1, 14:17])
+
+
+def test_mujoco_errors_end_branches_with_their_message(walker):
+    # an arena too small for the first foot contact: mj_step raises inside the batch
+    cramped = walker.template.xml.replace('<option timestep="0.005"/>', '<option timestep="0.005"/><size memory="4K"/>')
+    result = evaluate(walker.replace(scene=cramped, horizon=50), load_skill("walker_forward_good"), branches=3,
+                      progress=False)
+    for outcome in result.outcomes:
+        assert outcome.reason.startswith("mujoco:mj_stackAlloc: out of memory") and "\n" not in outcome.reason
+        assert not outcome.success and outcome.steps < 50
