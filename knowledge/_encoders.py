@@ -94,7 +94,8 @@ FEATURES: tuple[tuple[str, float], ...] = (
     ("velocity_fraction", 0.5), ("other_actuator_fraction", 0.5), ("ctrl_limited_fraction", 0.5),
     *((f"{group}_sensors", 0.5) for group in _SENSOR_GROUPS),
 )
-"""Feature names and weights, in vector order."""
+"""Feature names and weights, in vector order. Any change to a feature or a weight moves every vector:
+bump `FeatureEncoder.version` with it, so that saved indexes are rebuilt rather than mixed."""
 
 
 def _fraction(count: int, total: int) -> float:

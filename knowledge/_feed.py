@@ -1,15 +1,25 @@
-"""One writer's feed as held at this site: its pycrdt Doc, its head, and what the last change touched."""
+"""One writer's feed as held at this site: its pycrdt Doc, its head, and what the last change touched.
+
+A feed's Doc has two root maps. ``immutable`` holds the records that are written once and never
+replaced or removed (skills, certificates, revocations); ``records`` holds everything else. The feed
+tracks the Yjs clock ranges of its immutable items, so an update that would replace or delete one is
+recognized from its bytes (`check`) and refused before it reaches pycrdt.
+"""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterator
 
-from pycrdt import Doc, Map, MapEvent, TransactionEvent, get_state
+from pycrdt import Doc, Map, MapEvent, TransactionEvent
 
 from ._envelope import ZERO_HASH
+from ._records import IMMUTABLE_PREFIXES
+from ._yjs import ParsedUpdate, parse_update
 
-ROOT_MAP = "records"
+IMMUTABLE_MAP = "immutable"
+RECORDS_MAP = "records"
 
 
 def client_id_for(author: bytes) -> int:
@@ -17,27 +27,8 @@ def client_id_for(author: bytes) -> int:
     return int.from_bytes(hashlib.sha256(b"simnet-client-id\x00" + author).digest()[:8], "big") >> 11
 
 
-def update_client_ids(update: bytes) -> set[int]:
-    """The client ids whose structs a Yjs v1 update carries (from `pycrdt.get_state`)."""
-    state = get_state(update)  # lib0 encoding: count, then (client, clock) var-uint pairs
-    ids, pos = set(), 0
-    count, pos = _read_var_uint(state, pos)
-    for _ in range(count):
-        client, pos = _read_var_uint(state, pos)
-        _clock, pos = _read_var_uint(state, pos)
-        ids.add(client)
-    return ids
-
-
-def _read_var_uint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
+def is_immutable(key: str) -> bool:
+    return key.startswith(IMMUTABLE_PREFIXES)
 
 
 class Feed:
@@ -46,29 +37,31 @@ class Feed:
     def __init__(self, author: bytes) -> None:
         self.author = author
         self.client_id = client_id_for(author)
-        self.seq = 0
-        self.head = ZERO_HASH
-        self.hlc = 0
-        self.checkpoint_seq = 0  # history up to here came from a checkpoint, not envelopes
-        self._new_doc()
-
-    def _new_doc(self) -> None:
-        self.doc = Doc(client_id=self.client_id, allow_multithreading=True)
-        self.records = self.doc.get(ROOT_MAP, type=Map)
-        self._changes: dict[str, str | None] = {}
-        self._staged: list[bytes] = []
-        self._last_update: bytes | None = None
-        self.records.observe(self._on_records)
-        self.doc.observe(self._on_transaction)
+        self.reset()
 
     def reset(self) -> None:
         """Forget everything (before rebuilding the feed from the store)."""
         self.seq, self.head, self.hlc, self.checkpoint_seq = 0, ZERO_HASH, 0, 0
-        self._new_doc()
+        self.doc = Doc(client_id=self.client_id, allow_multithreading=True)
+        self._maps = {True: self.doc.get(IMMUTABLE_MAP, type=Map), False: self.doc.get(RECORDS_MAP, type=Map)}
+        self._frozen: list[int] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
+        self._changes: dict[str, str | None] = {}
+        self.misplaced: list[str] = []  # keys written to the wrong root map: never shown
+        self._queued: list[bytes] = []
+        self._last_update = b""
+        for immutable, root in self._maps.items():
+            root.observe(self._observer(immutable))
+        self.doc.observe(self._on_transaction)
 
-    def _on_records(self, event: MapEvent) -> None:
-        for key, change in event.keys.items():
-            self._changes[key] = None if change["action"] == "delete" else change["newValue"]
+    def _observer(self, immutable: bool):
+        def on_change(event: MapEvent) -> None:
+            for key, change in event.keys.items():
+                if is_immutable(key) != immutable:
+                    self.misplaced.append(key)
+                else:
+                    self._changes[key] = None if change["action"] == "delete" else change["newValue"]
+
+        return on_change
 
     def _on_transaction(self, event: TransactionEvent) -> None:
         self._last_update = event.update
@@ -77,33 +70,83 @@ class Feed:
         changes, self._changes = self._changes, {}
         return changes
 
+    # --- immutable ranges ---------------------------------------------------------------------------
+    def _in_frozen(self, start: int, end: int) -> bool:
+        i = bisect.bisect_right(self._frozen, start)
+        return i % 2 == 1 or (i < len(self._frozen) and self._frozen[i] < end)
+
+    def check(self, parsed: ParsedUpdate) -> str | None:
+        """Why this update would replace or remove an immutable record, or None; notes its new ones.
+
+        Immutable items are only ever inserted fresh into the immutable root; any origin, parent or
+        delete that points at one means a rewrite.
+        """
+        frozen = list(self._frozen)
+        for root, client, clock, length in parsed.root_inserts:
+            if root == IMMUTABLE_MAP and client == self.client_id and length:
+                self._freeze(clock, clock + length)
+        own = self.client_id
+        for client, clock in parsed.references:
+            if client == own and self._in_frozen(clock, clock + 1):
+                self._frozen = frozen
+                return f"an item refers to the immutable record at clock {clock}"
+        for client, clock, length in parsed.deletes:
+            if client == own and self._in_frozen(clock, clock + length):
+                self._frozen = frozen
+                return f"deletes clocks {clock}..{clock + length - 1}, which hold immutable records"
+        return None
+
+    def _freeze(self, start: int, end: int) -> None:
+        if self._frozen and self._frozen[-1] == start:
+            self._frozen[-1] = end  # the common case: contiguous with the newest range
+        elif not self._frozen or self._frozen[-1] < start:
+            self._frozen += [start, end]
+        else:
+            ranges = list(zip(self._frozen[::2], self._frozen[1::2])) + [(start, end)]
+            merged: list[list[int]] = []
+            for lo, hi in sorted(ranges):
+                if merged and lo <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            self._frozen = [x for pair in merged for x in pair]
+
+    # --- applying and writing -----------------------------------------------------------------------
     def apply(self, update: bytes) -> dict[str, str | None]:
-        """Apply a verified update; return {key: new JSON text or None if deleted} for what changed."""
+        """Apply an update that passed the checks; return {key: new JSON text, or None if deleted}."""
         self.doc.apply_update(update)
         return self._drain()
 
-    def stage(self, update: bytes) -> None:
-        """Queue a verified update; `flush` applies everything queued in one transaction."""
-        self._staged.append(update)
+    def replay(self, update: bytes) -> None:
+        """Apply an update from this site's own store (checked when it arrived)."""
+        self.check(parse_update(update))
+        self.apply(update)
 
-    def flush(self) -> dict[str, str | None]:
-        """Apply the queued updates in one Doc transaction (one change event, not one per update)."""
-        staged, self._staged = self._staged, []
+    def queue(self, update: bytes) -> None:
+        """Queue an update that passed the checks; `apply_queued` applies the queue in one transaction."""
+        self._queued.append(update)
+
+    def apply_queued(self) -> dict[str, str | None]:
+        """Apply queued updates in one Doc transaction: one change event for the lot, not one each."""
+        queued, self._queued = self._queued, []
         with self.doc.transaction():
-            for update in staged:
+            for update in queued:
                 self.doc.apply_update(update)
         return self._drain()
 
     def write(self, changes: dict[str, str | None]) -> tuple[bytes, dict[str, str | None]]:
         """Make `changes` in one local transaction; return its Yjs update and the keys it changed."""
-        self._last_update = None
+        self._last_update = b""
         with self.doc.transaction():
             for key, text in changes.items():
+                root = self._maps[is_immutable(key)]
                 if text is None:
-                    self.records.pop(key, None)
+                    root.pop(key, None)
                 else:
-                    self.records[key] = text
-        update = self._last_update or b""
+                    root[key] = text
+        update = self._last_update
+        if update:
+            self.check(parse_update(update))
         return update, self._drain()
 
     def state(self) -> bytes:
@@ -111,7 +154,10 @@ class Feed:
         return self.doc.get_update()
 
     def items(self) -> Iterator[tuple[str, str]]:
-        yield from self.records.items()
+        for immutable, root in self._maps.items():
+            for key, value in root.items():
+                if is_immutable(key) == immutable:
+                    yield key, value
 
     def get(self, key: str) -> str | None:
-        return self.records.get(key)
+        return self._maps[is_immutable(key)].get(key)

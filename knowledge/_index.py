@@ -4,6 +4,9 @@ The index knows skills only by string id and vector. It is exact (`IndexIDMap2` 
 `approximate_above` vectors, and IVF beyond, because IVF, unlike HNSW, removes vectors in place and keeps
 its recall under filters. Every skill id gets an id number (int64) that is never reused, so a `Selection`
 (a bitmap of allowed numbers) stays valid while skills come and go.
+
+A saved index is a cache tagged with its `EmbeddingSpace`: `SkillIndex.load` gives None when the file is
+missing, stale (another encoder or version) or damaged, and the caller rebuilds it from its skills.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ TARGET_RECALL = 0.99
 _MAGIC = b"SIMNETIX"
 _FORMAT = 1
 _OVERFETCH_LIMIT = 1024
+"""Most candidates fetched unfiltered for a filtered search; sparser filters go to FAISS's own selector."""
 
 IndexKind = Literal["exact", "ivf"]
 
@@ -125,7 +129,10 @@ Allowed = Union[Selection, Collection[str], Callable[[str], bool]]
 
 
 class SkillIndex:
-    """Skill ids and their embeddings in one `EmbeddingSpace`; add, remove, search, save. Thread-safe."""
+    """Skill ids and their embeddings in one `EmbeddingSpace`; add, remove, search, save.
+
+    Thread-safe: one lock orders all calls (FAISS may not search while the index changes).
+    """
 
     def __init__(self, space: EmbeddingSpace, *, approximate_above: int = APPROXIMATE_ABOVE) -> None:
         self.space = space

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from ._envelope import Envelope, Kind, decode
 from ._errors import ClockSkewError, EnvelopeError
-from ._feed import Feed, update_client_ids
-from ._models import IngestReport, Rejection
+from ._feed import Feed
+from ._yjs import MalformedUpdate, parse_update
+from ._models import IngestReport, RecordIssue, Rejection
 from ._records import TRUST_PREFIXES
 from ._trust import Authority
 
@@ -38,7 +39,11 @@ class Ingestion:
         self.report = IngestReport()
         self.trust_dirty = False
         self.touched: set[bytes] = set()
-        self.staged: Feed | None = None  # the feed whose updates wait to be applied in one transaction
+        # The current run of one author's envelopes: its updates are applied to the feed as they pass the
+        # checks (pure inserts queued and applied in one transaction), and the keys they changed are
+        # folded into the views once, when the run ends.
+        self.current: Feed | None = None
+        self.current_changes: dict[str, str | None] = {}
 
     def run(self, envelopes: list[bytes]) -> IngestReport:
         kb, report = self.kb, self.report
@@ -56,7 +61,7 @@ class Ingestion:
                 pending = decoded
                 while pending:
                     retry = [(i, e, r) for i, e in pending if (r := self._one(i, e)) is not None]
-                    self._flush()
+                    self._end_run()
                     cured = [(i, e) for i, e, r in retry if r.reason in RETRYABLE]
                     if len(retry) == len(pending) or not cured:
                         report.rejected += [r for *_x, r in retry]
@@ -76,15 +81,24 @@ class Ingestion:
         report.rejected.sort(key=lambda r: r.index)
         return report
 
-    def _flush(self) -> None:
-        feed, self.staged = self.staged, None
-        if feed is None:
+    def _apply_queued(self) -> None:
+        if self.current is None:
             return
         try:
-            changes = feed.flush()
+            self.current_changes.update(self.current.apply_queued())
         except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
             raise UpdateRejected(str(exc)) from exc
-        self._fold(feed, changes)
+
+    def _end_run(self) -> None:
+        self._apply_queued()
+        feed, changes = self.current, self.current_changes
+        self.current, self.current_changes = None, {}
+        if feed is not None:
+            self.report.record_issues += [RecordIssue(feed.author.hex(), k, "misplaced_record: wrong root map")
+                                          for k in feed.misplaced]
+            feed.misplaced.clear()
+            if changes:
+                self._fold(feed, changes)
 
     def _fold(self, feed: Feed, changes: dict[str, str | None]) -> None:
         kb = self.kb
@@ -101,22 +115,25 @@ class Ingestion:
         def reject(reason: str, detail: str) -> Rejection:
             return Rejection(index, reason, detail, author.hex(), env.seq)
 
-        if self.staged is not None and self.staged.author != author:
-            self._flush()
+        if self.current is not None and self.current.author != author:
+            self._end_run()
         if author in kb._banned:
             return reject("equivocating_author", f"writer equivocated at seq {kb._banned[author]}; refused")
         feed = kb._feeds.get(author)
         have = feed.seq if feed else 0
         if env.seq <= have:
             stored = kb._store.envelope_hash(author, env.seq)
-            if stored is None or stored == (env.prev if env.is_checkpoint else env.hash):
-                report.duplicates += 1
+            if not env.is_checkpoint and stored == env.hash:
+                report.duplicates += 1  # the very bytes held here: no need to verify again
                 return None
             if not env.signature_valid():
                 return reject("bad_signature", "signature does not verify for this author")
+            if stored is None or (env.is_checkpoint and stored == env.prev):
+                report.duplicates += 1  # covered by a checkpoint held here, or a consistent checkpoint
+                return None
             if env.is_checkpoint:
                 return reject("checkpoint_conflict", f"checkpoint disagrees with envelope {env.seq} held here")
-            self._flush()
+            self._end_run()
             self._equivocation(env)
             return None
         if env.kind is Kind.UPDATE and env.seq > have + 1:
@@ -136,23 +153,31 @@ class Ingestion:
             return reject("clock_regressed", "timestamp is not after the author's previous one")
         try:
             kb._clock.check(env.hlc)
-            foreign = update_client_ids(env.update) - {feed.client_id}
+            parsed = parse_update(env.update)
         except ClockSkewError as exc:
             return reject("clock_skew", str(exc))
-        except (IndexError, ValueError) as exc:
-            return reject("malformed_update", f"Yjs update cannot be read: {exc}")
+        except MalformedUpdate as exc:
+            return reject("malformed_update", f"not a Yjs v1 update: {exc}")
+        foreign = parsed.clients() - {feed.client_id}
         if foreign:
-            return reject("foreign_client_id", f"update writes as client ids {sorted(foreign)} not owned by its author")
+            return reject("foreign_client_id", f"update touches client ids {sorted(foreign)} not owned by its author")
+        rewrite = feed.check(parsed)
+        if rewrite is not None:
+            return reject("modifies_immutable_record", rewrite)
         self.touched.add(author)
+        if self.current is not feed:
+            self._end_run()
+            self.current = feed
         if self.careful:
             try:
-                changes = feed.apply(env.update)
+                self.current_changes.update(feed.apply(env.update))
             except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
-                kb._replay(feed)
+                self.kb._replay(feed)
+                self.kb._views.reset_author(feed.author, feed.items())
+                self.current, self.current_changes = None, {}
                 return reject("malformed_update", f"pycrdt refused the update: {exc}")
         else:
-            feed.stage(env.update)
-            self.staged = feed
+            feed.queue(env.update)
         kb._clock.advance(env.hlc)
         if env.is_checkpoint:
             kb._store.put_checkpoint(author, env.seq, env.raw)
@@ -161,8 +186,6 @@ class Ingestion:
             kb._store.add_envelope(author, env.seq, env.hash, env.raw)
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
         kb._feeds[author] = feed
-        if self.careful:
-            self._fold(feed, changes)
         report.accepted.append((author.hex(), env.seq))
         return None
 

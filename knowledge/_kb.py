@@ -22,7 +22,7 @@ from ._envelope import Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, StoreError
 from ._feed import Feed
 from ._ingest import Ingestion, UpdateRejected
-from ._identity import Identity
+from ._identity import Identity, key_id
 from ._models import Activation, Head, IngestReport, RecordIssue
 from ._policy import TrustPolicy, wilson_lower_bound
 from ._records import TRUST_PREFIXES, RecordType, Role, canonical_json, make_key
@@ -111,7 +111,7 @@ class KnowledgeBase:
                 self._store.set_meta("identity", self.identity.public_key)
         elif bound != self.identity.public_key:
             raise StoreError(
-                f"{self._store.path} belongs to key {bound.hex()[:16]}…, not {self.identity.key_id}; "
+                f"{self._store.path} belongs to key {key_id(bound)}, not {self.identity.key_id}; "
                 "a store has exactly one writer identity"
             )
 
@@ -131,13 +131,13 @@ class KnowledgeBase:
         checkpoint = self._store.checkpoint(author)
         if checkpoint is not None:
             env = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
-            feed.apply(env.update)
+            feed.replay(env.update)
             feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
         for raw in self._store.envelopes(author, after=feed.seq):
             env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
             if env.seq != feed.seq + 1 or env.prev != feed.head:
                 raise StoreError(f"store {self._store.path} is corrupt: feed {author.hex()[:16]} breaks at {env.seq}")
-            feed.apply(env.update)
+            feed.replay(env.update)
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
         return feed
 
@@ -279,8 +279,13 @@ class KnowledgeBase:
 
     def revoke(self, skill_id: str, reason: str = "") -> None:
         """Turn a skill off fleet-wide, for every site that trusts this writer to revoke. Irreversible."""
-        self._require(Role.REVOKE)
-        self._put_record(RecordType.REVOKE, skill_id, {"v": 1, "hlc": self.now(), "reason": reason})
+        identity = self._require(Role.REVOKE)
+        key = make_key(RecordType.REVOKE, skill_id)
+        with self._lock:
+            own = self._feeds.get(identity.public_key)
+            if (own is not None and own.get(key) is not None) or (self._pending and key in self._pending):
+                return  # already revoked by this writer; revocations are never rewritten
+            self._put_record(RecordType.REVOKE, skill_id, {"v": 1, "hlc": self.now(), "reason": reason})
 
     def checkpoint(self) -> Envelope:
         """Sign the merged state of this site's own feed, so newcomers need not replay its history."""

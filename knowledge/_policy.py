@@ -20,8 +20,10 @@ A knowledge base always trusts its own identity as a root with every role.
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,38 +82,38 @@ class TrustPolicy:
         roots = []
         for i, entry in enumerate(data.get("roots", [])):
             _only(entry, {"name", "key", "roles"}, f"roots[{i}]")
-            roots.append(
-                TrustedRoot(parse_public_key(entry["key"]), _roles(entry.get("roles", [])), str(entry.get("name", "")))
-            )
+            if "key" not in entry:
+                raise PolicyError(f"roots[{i}] has no key (the site root's public key, 64 hex digits)")
+            name = entry.get("name", "")
+            if not isinstance(name, str):
+                raise PolicyError(f"roots[{i}].name must be a string")
+            roots.append(TrustedRoot(parse_public_key(entry["key"]), _roles(entry.get("roles", [])), name))
         act = data.get("activation", {})
         _only(act, set(ActivationPolicy.__dataclass_fields__), "[activation]")
         activation = ActivationPolicy(
-            min_branches=int(act.get("min_branches", 64)),
-            min_lower_bound=float(act.get("min_lower_bound", 0.9)),
-            confidence=float(act.get("confidence", 0.95)),
-            required_randomization=frozenset(act.get("required_randomization", [])),
-            min_validators=int(act.get("min_validators", 1)),
-            validators=frozenset(parse_public_key(k) for k in act.get("validators", [])),
+            min_branches=_count(act, "min_branches", 64),
+            min_lower_bound=_number(act, "min_lower_bound", 0.9, 0.0, 1.0),
+            confidence=_number(act, "confidence", 0.95, 0.5, 1.0, include_hi=False),
+            required_randomization=frozenset(_strings(act, "required_randomization")),
+            min_validators=_count(act, "min_validators", 1),
+            validators=frozenset(parse_public_key(k) for k in _strings(act, "validators")),
         )
-        if not 0.5 <= activation.confidence < 1 or not 0 <= activation.min_lower_bound <= 1:
-            raise PolicyError("[activation] confidence must lie in [0.5, 1) and min_lower_bound in [0, 1]")
-        offset = int(data.get("max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS))
-        return cls(tuple(roots), activation, offset)
+        return cls(tuple(roots), activation, _count(data, "max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS))
 
     def to_toml(self) -> str:
         lines = [f"max_clock_offset_ms = {self.max_clock_offset_ms}", ""]
         for root in self.roots:
-            lines += ["[[roots]]", f'name = "{root.name}"', f'key = "{root.key.hex()}"']
-            lines += [f"roles = {sorted(r.value for r in root.roles)!r}".replace("'", '"'), ""]
+            lines += ["[[roots]]", f"name = {_toml_string(root.name)}", f'key = "{root.key.hex()}"']
+            lines += [f"roles = {_toml_list(r.value for r in root.roles)}", ""]
         a = self.activation
         lines += [
             "[activation]",
             f"min_branches = {a.min_branches}",
             f"min_lower_bound = {a.min_lower_bound!r}",
             f"confidence = {a.confidence!r}",
-            f"required_randomization = {sorted(a.required_randomization)!r}".replace("'", '"'),
+            f"required_randomization = {_toml_list(a.required_randomization)}",
             f"min_validators = {a.min_validators}",
-            f"validators = {sorted(k.hex() for k in a.validators)!r}".replace("'", '"'),
+            f"validators = {_toml_list(k.hex() for k in a.validators)}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -128,6 +130,38 @@ def _only(table: Any, allowed: set[str], where: str) -> None:
     unknown = set(table) - allowed
     if unknown:
         raise PolicyError(f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}")
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes are valid TOML, plus DEL, which TOML also wants escaped."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_toml_string(v) for v in sorted(values)) + "]"
+
+
+def _count(table: dict[str, Any], key: str, default: int) -> int:
+    value = table.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise PolicyError(f"{key} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _number(table: dict[str, Any], key: str, default: float, lo: float, hi: float, include_hi: bool = True) -> float:
+    value = table.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise PolicyError(f"{key} must be a number, not {value!r}")
+    if not (lo <= value <= hi if include_hi else lo <= value < hi):
+        raise PolicyError(f"{key} must lie in [{lo}, {hi}{']' if include_hi else ')'}, not {value!r}")
+    return float(value)
+
+
+def _strings(table: dict[str, Any], key: str) -> list[str]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PolicyError(f"{key} must be a list of strings, not {value!r}")
+    return value
 
 
 def _roles(values: Any) -> frozenset[Role]:

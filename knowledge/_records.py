@@ -24,8 +24,8 @@ MAX_RECORD_BYTES = 256 * 1024
 MAX_TEXT = 4000
 MAX_INT = 2**53 - 1  # counts must survive JSON parsers that use float64
 MAX_TIMESTAMP = 2**64 - 1  # HLC timestamps are unsigned 64-bit integers: parse JSON integers exactly
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_MAP_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MAP_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_CELL_CHARS = 256
 
 
@@ -65,6 +65,8 @@ REQUIRED_ROLE: dict[RecordType, Role | None] = {
 
 COUNTER_FIELDS = ("uses", "successes", "failures")
 TRUST_PREFIXES = (RecordType.DELEGATE.value + "/", RecordType.KEY_REVOKE.value + "/")
+# Records that, once written, are never replaced or removed: a feed that tries is refused.
+IMMUTABLE_PREFIXES = tuple(t.value + "/" for t in (RecordType.SKILL, RecordType.CERT, RecordType.REVOKE))
 
 
 def canonical_json(value: Any) -> str:
@@ -93,13 +95,13 @@ def cell_key(cell: str | tuple[int, ...] | list[int]) -> str:
 
 
 def check_map_name(name: str) -> str:
-    if not isinstance(name, str) or not _MAP_NAME.match(name):
+    if not isinstance(name, str) or not _MAP_NAME.fullmatch(name):
         raise RecordError(f"map name {name!r} must be 1-128 characters of letters, digits and . _ : -")
     return name
 
 
 def check_skill_id(value: Any, what: str = "skill id") -> str:
-    if not isinstance(value, str) or not _HEX64.match(value):
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
         raise RecordError(f"{what} must be 64 lowercase hex digits, not {value!r}")
     return value
 
@@ -183,13 +185,18 @@ def _optional_obj(rec: dict[str, Any], field: str) -> None:
 def _load(text: str) -> dict[str, Any]:
     if not isinstance(text, str):
         raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
-    if len(text) > MAX_RECORD_BYTES:
-        raise RecordError(f"record of {len(text)} characters exceeds {MAX_RECORD_BYTES}")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_RECORD_BYTES:
+        raise RecordError(f"record of {size} bytes exceeds {MAX_RECORD_BYTES}")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant)
     except ValueError as exc:
         raise RecordError(f"record is not valid JSON: {exc}") from None
     return _obj(value, "a record")
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not standard JSON")
 
 
 class FutureVersion(Exception):

@@ -60,7 +60,10 @@ class Store:
 
     def _take_writer_lock(self) -> None:
         lock_path = self.path + ".lock"
-        self._lock_file = open(lock_path, "a+")  # noqa: SIM115 - held for the store's lifetime
+        try:
+            self._lock_file = open(lock_path, "a+")  # noqa: SIM115 - held for the store's lifetime
+        except OSError as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc.strerror}") from None
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -83,6 +83,13 @@ class Views:
             elif parsed.type is RecordType.CERT:
                 self._certs_by_skill[record["skill"]].add(parsed.name)
 
+    def reset_author(self, author: bytes, items: Iterable[tuple[str, str]]) -> None:
+        """Replace everything the views hold from `author` by `items` (after its feed was restored)."""
+        for bucket in self._entries.values():
+            for index in [i for i, by_author in bucket.items() if author in by_author]:
+                self._discard(bucket, index, author)
+        self.update(author, dict(items), [])
+
     @staticmethod
     def _discard(bucket: dict[Index, dict[bytes, dict[str, Any]]], index: Index, author: bytes) -> None:
         by_author = bucket.get(index)
