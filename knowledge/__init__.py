@@ -9,6 +9,9 @@
 """
 
 from ._clock import HybridClock
+from ._embodiment import Actuator, Body, Embodiment, Joint, Sensor, Site
+from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
+from ._index import Hit, Selection, SkillIndex
 from ._collections import Blobs, Certificates, Counters, Maps, SemanticMap, Skills
 from ._envelope import Envelope, Kind
 from ._errors import (
@@ -42,10 +45,11 @@ from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy, wilson_lower_bo
 from ._records import Role
 
 __all__ = [
-    "Activation", "ActivationPolicy", "BlobError", "Blobs", "Certificate", "Certificates", "ClockSkewError",
-    "Counters", "Counts", "EmbodimentError", "Envelope", "EnvelopeError", "Head", "HybridClock", "Identity",
-    "IdentityError", "IngestReport", "Kind", "KnowledgeBase", "Limits", "Maps", "NotAuthorizedError",
-    "Observation", "PolicyError", "RecordError", "RecordIssue", "Rejection", "Role", "SemanticMap",
-    "SimnetError", "Skill", "Skills", "StoreError", "StoreLockedError", "TrustPolicy", "TrustedRoot",
-    "UnknownSkillError", "key_id", "open", "parse_public_key", "wilson_lower_bound",
+    "Activation", "ActivationPolicy", "Actuator", "BlobError", "Blobs", "Body", "Certificate", "Certificates",
+    "ClockSkewError", "Counters", "Counts", "EmbeddingSpace", "Embodiment", "EmbodimentError", "Encoder",
+    "Envelope", "EnvelopeError", "FeatureEncoder", "Head", "Hit", "HybridClock", "Identity", "IdentityError",
+    "IngestReport", "Joint", "Kind", "KnowledgeBase", "Limits", "Maps", "NotAuthorizedError", "Observation",
+    "PolicyError", "RecordError", "RecordIssue", "Rejection", "Role", "Selection", "SemanticMap", "Sensor",
+    "SimnetError", "Site", "Skill", "SkillIndex", "Skills", "StoreError", "StoreLockedError", "TrustPolicy",
+    "TrustedRoot", "UnknownSkillError", "key_id", "open", "parse_public_key", "wilson_lower_bound",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 from ._clock import HybridClock
 from ._collections import Blobs, Certificates, Counters, Maps, Skills
 from ._envelope import Envelope, Kind, decode, seal
-from ._errors import NotAuthorizedError, StoreError
+from ._errors import NotAuthorizedError, RecordError, StoreError
 from ._feed import Feed
 from ._ingest import Ingestion, UpdateRejected
 from ._identity import Identity, key_id
@@ -244,6 +244,12 @@ class KnowledgeBase:
         if not applied:
             return None
         env = seal(identity, Kind.UPDATE, feed.seq + 1, feed.head, self._clock.now(), update)
+        if len(env.raw) > self.limits.max_envelope_bytes:
+            self._replay(feed)  # undo: peers would refuse an envelope this large
+            raise RecordError(
+                f"this write makes a {len(env.raw)}-byte envelope, over the {self.limits.max_envelope_bytes}-byte "
+                "limit peers accept; put large payloads in blobs or split the batch"
+            )
         try:
             with self._store.transaction():
                 self._store.add_envelope(own, env.seq, env.hash, env.raw)
