@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from ._patches import Sampler, patches_digest
 from ._policies import EntryPointRef, MLPSpec, Skill, describe_policy
-from ._rollout import BranchOutcome, PolicyCaller, branch_patch, run_wave
+from ._rollout import BranchOutcome, PolicyCaller, branch_patches, run_wave
 from ._stats import SPRT, clopper_pearson_lower, mcnemar_p, wilson_lower
 from ._tasks import Task
 
@@ -63,7 +63,7 @@ class Evaluation:
 
     @property
     def patches_digest(self) -> str:
-        return patches_digest(branch_patch(self.task, self.sampler, o.branch) for o in self.outcomes)
+        return patches_digest(branch_patches(self.task, self.sampler, 0, self.n))
 
     def to_record(self) -> dict:
         """A deterministic, JSON-safe record of this evaluation: the body of a certificate."""

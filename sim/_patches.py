@@ -9,9 +9,10 @@ patch consumes no randomness, so a recorded patch replays exactly.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,22 +158,22 @@ class Sampler:
         return cls(tuple(SamplerTerm.from_json(t, f"terms[{i}]") for i, t in enumerate(terms)), seed)
 
     def sample(self, template: Template, branch: int, stream: str = "dynamics") -> Patch:
-        return sample_terms(self.terms, template, self.seed, branch, stream)
+        return sample_terms(self.terms, template, self.seed, branch, 1, stream)[0]
+
+    def sample_many(self, template: Template, first: int, count: int, stream: str = "dynamics") -> list[Patch]:
+        """The patches of branches first .. first+count-1, drawn together (the same as one by one)."""
+        return sample_terms(self.terms, template, self.seed, first, count, stream)
 
 
 def expand_targets(term: SamplerTerm, template: Template, where: str,
-                   error: type[SpecError] = SamplerSpecError) -> list[str]:
-    """The concrete targets a term's pattern matches, in template id order."""
-    parts = term.target.split("/")
-    if len(parts) == 3 and any(ch in parts[1] for ch in "*?["):
-        kind, pattern, attr = parts
-        if kind not in ("body", "geom", "joint", "actuator"):
-            raise error(f"{where}.target", f"unknown kind {kind!r}")
-        targets = [f"{kind}/{n}/{attr}" for n in template.names(kind) if fnmatch.fnmatchcase(n, pattern)]
-        if not targets:
-            raise error(f"{where}.target", f"{term.target!r} matches nothing in the template")
-    else:
-        targets = [term.target]
+                   error: type[SpecError] = SamplerSpecError) -> tuple[str, ...]:
+    """The concrete targets a term's pattern matches, in template id order, checked against the term."""
+    targets = _matching(term.target, template)
+    if not targets:
+        kind = term.target.split("/")[0]
+        detail = (f"unknown kind {kind!r}" if kind not in ("body", "geom", "joint", "actuator")
+                  else f"{term.target!r} matches nothing in the template")
+        raise error(f"{where}.target", detail)
     for target in targets:
         try:
             slot = template.slot(target)
@@ -186,86 +187,122 @@ def expand_targets(term: SamplerTerm, template: Template, where: str,
     return targets
 
 
-def _uniforms(seed: int, stream: str, branch: int, term: int, target: str, count: int) -> list[float]:
-    """`count` independent U[0, 1) draws keyed by where they are used (SHA-256 as a counter RNG)."""
-    out = []
-    for k in range(count):
-        key = f"simnet.sampler/1|{seed}|{stream}|{branch}|{term}|{target}|{k}".encode()
-        out.append((int.from_bytes(hashlib.sha256(key).digest()[:8], "big") >> 11) * 2.0**-53)
-    return out
+@functools.lru_cache(maxsize=4096)
+def _matching(pattern: str, template: Template) -> tuple[str, ...]:
+    """Targets named by a pattern: wildcards in the name part match the template's object names."""
+    parts = pattern.split("/")
+    if len(parts) != 3 or not any(ch in parts[1] for ch in "*?["):
+        return (pattern,)
+    kind, names, attr = parts
+    if kind not in ("body", "geom", "joint", "actuator"):
+        return ()
+    return tuple(f"{kind}/{n}/{attr}" for n in template.names(kind) if fnmatch.fnmatchcase(n, names))
 
 
-def _draw(term: SamplerTerm, u: list[float]) -> list[float]:
-    count = len(u) // 2
-    first, *rest = (p if isinstance(p, tuple) else (p,) * count for p in term.params)
+def _uniforms(seed: int, stream: str, term: int, target: str, first: int, count: int, width: int) -> np.ndarray:
+    """U[0, 1) draws for branches first .. first+count-1, `width` each: Philox4x64 (a counter-based
+    generator whose raw stream is fixed) keyed by SHA-256 of where the draws are used, with branch b
+    owning counters [b * blocks, (b + 1) * blocks). Any branch's draws are computed without the others'."""
+    digest = hashlib.sha256(f"simnet.sampler/2|{seed}|{stream}|{term}|{target}".encode()).digest()
+    key = np.frombuffer(digest[:16], dtype=">u8").astype(np.uint64)
+    blocks = -(-width // 4)
+    raw = np.random.Philox(key=key, counter=first * blocks).random_raw(count * blocks * 4)
+    return ((raw >> np.uint64(11)) * 2.0**-53).reshape(count, blocks * 4)[:, :width]
+
+
+def _draw(term: SamplerTerm, u: np.ndarray) -> np.ndarray:
+    """(count, size) values from (count, 2 * size) uniforms."""
+    size = u.shape[1] // 2
+    first, *rest = (np.broadcast_to(np.asarray(p, dtype=np.float64), (size,)) for p in term.params)
     if term.dist == "constant":
-        return list(first)
-    second = rest[0]
+        return np.broadcast_to(first, (len(u), size))
     if term.dist == "uniform":
-        return [lo + (hi - lo) * a for lo, hi, a in zip(first, second, u[::2])]
+        return first + (rest[0] - first) * u[:, 0::2]
     # normal: Box–Muller on pairs of uniforms
-    return [mean + std * math.sqrt(-2.0 * math.log(1.0 - a)) * math.cos(2.0 * math.pi * b)
-            for mean, std, a, b in zip(first, second, u[::2], u[1::2])]
+    return first + rest[0] * np.sqrt(-2.0 * np.log1p(-u[:, 0::2])) * np.cos(2.0 * np.pi * u[:, 1::2])
 
 
-def sample_terms(terms: Sequence[SamplerTerm], template: Template, seed: int, branch: int, stream: str,
-                 error: type[SpecError] = SamplerSpecError) -> Patch:
-    """The patch of one branch: a pure function of the terms, seed, stream and branch index."""
-    mutations = []
+def sample_terms(terms: Sequence[SamplerTerm], template: Template, seed: int, first: int, count: int,
+                 stream: str, error: type[SpecError] = SamplerSpecError) -> list[Patch]:
+    """The patches of branches first .. first+count-1; each a pure function of the terms, seed,
+    stream and its own branch index."""
+    mutations: list[list[Mutation]] = [[] for _ in range(count)]
     for i, term in enumerate(terms):
         for target in expand_targets(term, template, f"terms[{i}]", error):
-            count = template.slot(target).size if term.per_component else 1
-            values = _draw(term, _uniforms(seed, stream, branch, i, target, 2 * count))
-            mutations.append(Mutation(target, term.op, tuple(values)))
-    return Patch(tuple(mutations))
+            size = template.slot(target).size if term.per_component else 1
+            values = _draw(term, _uniforms(seed, stream, i, target, first, count, 2 * size)).tolist()
+            for row, value in zip(mutations, values):
+                row.append(Mutation(target, term.op, tuple(value)))
+    return [Patch(tuple(row)) for row in mutations]
 
 
-def _combine(op: str, old: np.ndarray, value: np.ndarray) -> np.ndarray:
-    return value if op == "set" else old + value if op == "add" else old * value
+def _checked(slot: Slot, target: str, op: str, old: np.ndarray, value: np.ndarray,
+             branches: np.ndarray) -> np.ndarray:
+    """New values for a group of simulations, (n, size), or a MutationError naming the first bad branch."""
+    def fail(rows: np.ndarray, detail: str) -> MutationError:
+        return MutationError(target, detail, int(branches[np.flatnonzero(rows)[0]]))
 
-
-def _checked(slot: Slot, mutation: Mutation, old: np.ndarray, branch: int) -> np.ndarray:
-    """The new values of a slot, or a MutationError naming the branch."""
-    value = np.asarray(mutation.value, dtype=np.float64)
-    if value.size not in (1, slot.size):
-        raise MutationError(mutation.target, f"needs 1 or {slot.size} values, got {value.size}", branch)
-    if mutation.op not in OPS:
-        raise MutationError(mutation.target, f"unknown op {mutation.op!r}; ops are {OPS}", branch)
+    everyone = np.ones(len(branches), bool)
+    if value.shape[1] not in (1, slot.size):
+        raise fail(everyone, f"needs 1 or {slot.size} values, got {value.shape[1]}")
+    if op not in OPS:
+        raise fail(everyone, f"unknown op {op!r}; ops are {OPS}")
     if slot.quaternion:
-        if mutation.op != "set" or value.size != slot.size:
-            raise MutationError(mutation.target, f"holds a quaternion: only 'set' with {slot.size} values", branch)
-        if abs(np.linalg.norm(value[-4:]) - 1.0) > 1e-9:
-            raise MutationError(mutation.target, "the quaternion part must have unit norm", branch)
-    new = _combine(mutation.op, old, value)
-    if not np.all(np.isfinite(new)):
-        raise MutationError(mutation.target, "the result is not finite", branch)
-    if slot.domain == "positive" and np.any(new <= 0):
-        raise MutationError(mutation.target, f"must stay > 0, would be {new.tolist()}", branch)
-    if slot.domain == "nonnegative" and np.any(new < 0):
-        raise MutationError(mutation.target, f"must stay >= 0, would be {new.tolist()}", branch)
+        if op != "set" or value.shape[1] != slot.size:
+            raise fail(everyone, f"holds a quaternion: only 'set' with {slot.size} values")
+        norm = np.sqrt(np.sum(value[:, -4:] ** 2, axis=1))
+        if np.any(np.abs(norm - 1.0) > 1e-9):
+            raise fail(np.abs(norm - 1.0) > 1e-9, "the quaternion part must have unit norm")
+    new = np.broadcast_to(value, old.shape) if op == "set" else old + value if op == "add" else old * value
+    bad = ~np.isfinite(new).all(axis=1)
+    if bad.any():
+        raise fail(bad, "the result is not finite")
+    low = new.min(axis=1)
+    bad = low <= 0 if slot.domain == "positive" else low < 0 if slot.domain == "nonnegative" else ~everyone
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        bound = "> 0" if slot.domain == "positive" else ">= 0"
+        raise fail(bad, f"must stay {bound}, would be {new[row].tolist()}")
     return new
+
+
+def _groups(template: Template, patches: Sequence[Patch | None], branches: Sequence[int],
+            state: bool) -> Iterator[tuple[Slot, str, str, np.ndarray, np.ndarray]]:
+    """Mutations in application order, vectorized: position by position along the patches, one group
+    per (target, op, width) holding its simulations and their values. Each simulation has one
+    mutation per position, so the groups of a position touch disjoint simulations."""
+    longest = max((len(p.mutations) for p in patches if p is not None), default=0)
+    for position in range(longest):
+        groups: dict[tuple[str, str, int], tuple[list[int], list[tuple[float, ...]]]] = {}
+        for sim, patch in enumerate(patches):
+            if patch is not None and position < len(patch.mutations):
+                m = patch.mutations[position]
+                sims, values = groups.setdefault((m.target, m.op, len(m.value)), ([], []))
+                sims.append(sim)
+                values.append(m.value)
+        for (target, op, _), (sims, values) in groups.items():
+            try:
+                slot = template.slot(target)
+            except MutationError as exc:
+                raise MutationError(exc.target, exc.detail, branches[sims[0]]) from None
+            if slot.state == state:
+                yield slot, target, op, np.array(sims), np.array(values, dtype=np.float64)
 
 
 def apply_model_patches(batch: mjbatch.Batch, template: Template, patches: Sequence[Patch | None],
                         branches: Sequence[int]) -> None:
     """Write each simulation's model mutations into expanded fields, then recompute derived constants
     (mj_setConst) for exactly the simulations whose patches touched fields it reads."""
-    needs_setconst = []
-    for sim, (patch, branch) in enumerate(zip(patches, branches)):
-        touched = False
-        for mutation in patch.mutations if patch else ():
-            slot = _slot(template, mutation, branch)
-            if slot.state:
-                continue
-            row = batch.expand(slot.field).reshape(batch.nsim, -1)[sim]
-            cells = slice(slot.start, slot.start + slot.size)
-            row[cells] = _checked(slot, mutation, row[cells], branch)
-            touched |= slot.setconst
-        if touched:
-            needs_setconst.append(sim)
-    if needs_setconst:
+    ids = np.asarray(branches)
+    needs_setconst = np.zeros(batch.nsim, bool)
+    for slot, target, op, sims, values in _groups(template, patches, branches, state=False):
+        rows = batch.expand(slot.field).reshape(batch.nsim, -1)
+        cells = slice(slot.start, slot.start + slot.size)
+        rows[sims, cells] = _checked(slot, target, op, rows[sims, cells], values, ids[sims])
+        needs_setconst[sims] |= slot.setconst
+    if needs_setconst.any():
         try:
-            batch.set_const(np.asarray(needs_setconst, np.int32))
+            batch.set_const(np.flatnonzero(needs_setconst).astype(np.int32))
         except mjbatch.SimulationError as exc:
             sim = int(exc.ids[0])
             raise MutationError("<derived constants>", f"mj_setConst failed: {batch.error(sim)}", branches[sim]) from exc
@@ -274,18 +311,8 @@ def apply_model_patches(batch: mjbatch.Batch, template: Template, patches: Seque
 def apply_state_patches(batch: mjbatch.Batch, template: Template, patches: Sequence[Patch | None],
                         branches: Sequence[int]) -> None:
     """Write each simulation's initial-state mutations (after reset, before the first forward)."""
-    for sim, (patch, branch) in enumerate(zip(patches, branches)):
-        for mutation in patch.mutations if patch else ():
-            slot = _slot(template, mutation, branch)
-            if not slot.state:
-                continue
-            row = batch.bind(slot.field)[sim]
-            cells = slice(slot.start, slot.start + slot.size)
-            row[cells] = _checked(slot, mutation, row[cells], branch)
-
-
-def _slot(template: Template, mutation: Mutation, branch: int) -> Slot:
-    try:
-        return template.slot(mutation.target)
-    except MutationError as exc:
-        raise MutationError(exc.target, exc.detail, branch) from None
+    ids = np.asarray(branches)
+    for slot, target, op, sims, values in _groups(template, patches, branches, state=True):
+        rows = batch.bind(slot.field)
+        cells = slice(slot.start, slot.start + slot.size)
+        rows[sims, cells] = _checked(slot, target, op, rows[sims, cells], values, ids[sims])

@@ -64,9 +64,14 @@ class PolicyCaller:
             return self.policy(torch.from_numpy(obs).to(self.dtype)).to(torch.float64).numpy()
 
 
+def branch_patches(task: Task, sampler: Sampler, first: int, count: int) -> list[Patch]:
+    """What makes each branch differ from the template: its dynamics draws, then its initial state."""
+    dynamics = sampler.sample_many(task.template, first, count)
+    return [d + i for d, i in zip(dynamics, task.init_patches(sampler.seed, first, count))]
+
+
 def branch_patch(task: Task, sampler: Sampler, branch: int) -> Patch:
-    """Everything that makes a branch differ from the template: dynamics draws, then initial state."""
-    return sampler.sample(task.template, branch) + task.init_patch(sampler.seed, branch)
+    return branch_patches(task, sampler, branch, 1)[0]
 
 
 def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int, wave: int,
@@ -77,7 +82,7 @@ def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int
     n = len(ids)
     template = task.template
     if patches is None:
-        patches = [branch_patch(task, sampler, b) for b in ids]
+        patches = branch_patches(task, sampler, ids[0], n)
     batch = mjbatch.Batch(template.model, wave, threads)
     apply_model_patches(batch, template, patches, ids)
     batch.reset(keyframe=task.keyframe, stage=_NONE)

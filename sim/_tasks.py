@@ -124,9 +124,9 @@ class Task:
     def __repr__(self) -> str:
         return f"Task({self.name!r}, hash={self.hash[:12]})"
 
-    def init_patch(self, seed: int, branch: int) -> Patch:
-        """A branch's draw from the task's initial-state distribution."""
-        return sample_terms(self.init_terms, self.template, seed, branch, "init", TaskDefinitionError)
+    def init_patches(self, seed: int, first: int, count: int) -> list[Patch]:
+        """Branches' draws from the task's initial-state distribution."""
+        return sample_terms(self.init_terms, self.template, seed, first, count, "init", TaskDefinitionError)
 
     @property
     def definition(self) -> Mapping[str, Any]:

@@ -62,6 +62,8 @@ def test_seeds_and_branches_give_different_draws(arm):
     assert [m.target for m in a.mutations] == [m.target for m in b.mutations]
     assert a != b
     assert load_sampler("arm_reach", seed=2).sample(arm.template, 0) != a
+    # drawn together or one by one, each branch gets the same patch: it depends on its index alone
+    assert sampler.sample_many(arm.template, 3, 5) == [sampler.sample(arm.template, b) for b in range(3, 8)]
     values = np.array([sampler.sample(arm.template, i).mutations[0].value[0] for i in range(400)])
     assert 0.7 <= values.min() and values.max() <= 1.3  # body/link*/mass scale ~ U[0.7, 1.3]
     assert abs(values.mean() - 1.0) < 0.03
