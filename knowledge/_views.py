@@ -24,6 +24,8 @@ from ._records import COUNTER_FIELDS, REQUIRED_ROLE, FutureVersion, ParsedKey, R
 from ._trust import Authority
 
 Index = str | tuple[str, str]
+_MAX_LOG = 1_000_000
+_SKILL_STATE = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT})
 
 
 def _index(key: ParsedKey) -> Index:
@@ -33,6 +35,8 @@ def _index(key: ParsedKey) -> Index:
 class Views:
     def __init__(self, authority: Authority) -> None:
         self.authority = authority
+        self.generation = 0  # bumped by every rebuild: derived caches built before it are stale
+        self._skill_log: list[str] = []  # skills whose record, withdrawal, revocation or certificates changed
         self._clear()
 
     def _clear(self) -> None:
@@ -46,6 +50,8 @@ class Views:
         self._clear()
         for author, items in feeds:
             self.update(author, dict(items), [])
+        self.generation += 1
+        self._skill_log.clear()
 
     def update(self, author: bytes, changes: dict[str, str | None], issues: list[RecordIssue]) -> None:
         """Fold one author's changed keys into the views; skipped records are appended to `issues`."""
@@ -61,7 +67,10 @@ class Views:
                 continue
             bucket = self._entries[parsed.type]
             index = _index(parsed)
+            old = bucket.get(index, {}).get(author)
             self._discard(bucket, index, author)
+            if parsed.type in _SKILL_STATE:
+                self._log(parsed.name if parsed.type is not RecordType.CERT or old is None else old["skill"])
             if text is None:
                 continue
             role = REQUIRED_ROLE[parsed.type]
@@ -78,6 +87,8 @@ class Views:
                 issues.append(RecordIssue(author_hex, key, f"invalid_record: {exc}"))
                 continue
             bucket.setdefault(index, {})[author] = record
+            if parsed.type is RecordType.CERT:
+                self._log(record["skill"])
             if parsed.type is RecordType.CELL:
                 self._cells_by_map[parsed.name].add(parsed.cell or "")
             elif parsed.type is RecordType.CERT:
@@ -89,6 +100,23 @@ class Views:
             for index in [i for i, by_author in bucket.items() if author in by_author]:
                 self._discard(bucket, index, author)
         self.update(author, dict(items), [])
+
+    def _log(self, skill_id: str) -> None:
+        if len(self._skill_log) >= _MAX_LOG:  # nobody is reading it closely: make readers start over
+            self.generation += 1
+            self._skill_log.clear()
+        self._skill_log.append(skill_id)
+
+    def skill_changes(self, since: tuple[int, int]) -> tuple[set[str] | None, tuple[int, int]]:
+        """Skill ids whose state changed since the position `since` (None: rebuilt, start over).
+
+        Positions are (generation, log length); a derived index (FAISS) calls this to stay in step.
+        """
+        generation, length = since
+        now = (self.generation, len(self._skill_log))
+        if generation != self.generation:
+            return None, now
+        return set(self._skill_log[length:]), now
 
     @staticmethod
     def _discard(bucket: dict[Index, dict[bytes, dict[str, Any]]], index: Index, author: bytes) -> None:
