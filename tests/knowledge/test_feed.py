@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 from pycrdt import Doc, Map, merge_updates
 
 from knowledge._envelope import ZERO_HASH
-from knowledge._feed import ROOT_MAP, Feed, client_id_for, update_client_ids
+from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed, client_id_for, is_immutable
 from knowledge._identity import Identity
+from knowledge._yjs import MalformedUpdate, parse_update
 
 AUTHOR = Identity.from_seed(b"\x01" * 32).public_key
 OTHER = Identity.from_seed(b"\x02" * 32).public_key
@@ -142,74 +143,198 @@ def test_reset_forgets_everything():
     assert changed == {"b": "2"}
 
 
-def test_records_live_in_the_root_map():
+SKILL_KEY = "skill/" + "5e" * 32
+CERT_KEY = "cert/" + "ce" * 32
+REVOKE_KEY = "revoke/" + "5e" * 32
+
+
+def test_immutable_records_live_in_their_own_root_map():
+    assert is_immutable(SKILL_KEY) and is_immutable(CERT_KEY) and is_immutable(REVOKE_KEY)
+    assert not is_immutable("cell/m/1,2") and not is_immutable("counter/" + "5e" * 32)
+    assert not is_immutable("withdraw/" + "5e" * 32) and not is_immutable("delegate/" + "5e" * 32)
     writer = Feed(AUTHOR)
-    update, _ = writer.write({"a": "1"})
+    update, _ = writer.write({"cell/m/1,2": "1", SKILL_KEY: "s"})
     doc = Doc()
     doc.apply_update(update)
-    assert dict(doc.get(ROOT_MAP, type=Map).items()) == {"a": "1"}
+    assert dict(doc.get(RECORDS_MAP, type=Map).items()) == {"cell/m/1,2": "1"}
+    assert dict(doc.get(IMMUTABLE_MAP, type=Map).items()) == {SKILL_KEY: "s"}
+    assert dict(writer.items()) == {"cell/m/1,2": "1", SKILL_KEY: "s"}
+    assert writer.get(SKILL_KEY) == "s" and writer.get("cell/m/1,2") == "1"
 
 
-# --- update_client_ids --------------------------------------------------------------------------
+# --- immutable records: Feed.check ---------------------------------------------------------------
 
 
-def test_update_client_ids_of_a_first_write():
+def _replica_with(writer: Feed, update: bytes) -> Feed:
+    replica = Feed(AUTHOR)
+    assert replica.check(parse_update(update)) is None
+    replica.apply(update)
+    return replica
+
+
+def test_check_accepts_fresh_inserts_and_mutable_rewrites():
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({SKILL_KEY: "s", "cell/m/1,1": "a"})
+    replica = _replica_with(writer, u1)
+    u2, _ = writer.write({CERT_KEY: "c", "cell/m/1,1": "b", "counter/" + "5e" * 32: "n"})
+    assert replica.check(parse_update(u2)) is None
+    replica.apply(u2)
+    u3, _ = writer.write({"cell/m/1,1": None})
+    assert replica.check(parse_update(u3)) is None
+
+
+@pytest.mark.parametrize("key", [SKILL_KEY, CERT_KEY, REVOKE_KEY])
+def test_check_refuses_deleting_an_immutable_record(key):
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({key: "first", "cell/m/1,1": "a"})
+    replica = _replica_with(writer, u1)
+    u2, _ = writer.write({key: None})
+    reason = replica.check(parse_update(u2))
+    assert reason is not None and "immutable" in reason
+
+
+@pytest.mark.parametrize("key", [SKILL_KEY, CERT_KEY, REVOKE_KEY])
+def test_check_refuses_rewriting_an_immutable_record(key):
+    writer = Feed(AUTHOR)
+    writer.write({"cell/m/0,0": "pad"})
+    writer.write({key: "first"})
+    replica = Feed(AUTHOR)
+    u0 = writer.state()
+    assert replica.check(parse_update(u0)) is None
+    replica.apply(u0)
+    u2, _ = writer.write({key: "second"})
+    reason = replica.check(parse_update(u2))
+    assert reason is not None and "immutable" in reason
+    assert replica.get(key) == "first"  # check never applies anything
+
+
+def test_a_refused_check_leaves_no_trace():
+    """A refused update's new immutable insert is not remembered: the same clocks may later hold a
+    mutable record (from the real next update), which stays rewritable."""
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({SKILL_KEY: "s"})
+    replica = _replica_with(writer, u1)
+    u2, _ = writer.write({SKILL_KEY: None, CERT_KEY: "c"})  # deletes one immutable record, adds another
+    assert replica.check(parse_update(u2)) is not None
+    honest = Feed(AUTHOR)
+    honest.apply(u1)
+    u3, _ = honest.write({"cell/m/1,1": "x"})  # reuses the clocks u2 used for its certificate
+    assert replica.check(parse_update(u3)) is None
+    replica.apply(u3)
+    u4, _ = honest.write({"cell/m/1,1": "y"})  # overwrites it: points at those clocks
+    assert any(c == replica.client_id for c, _clock in parse_update(u4).references)
+    assert replica.check(parse_update(u4)) is None
+
+
+def test_a_key_in_the_wrong_root_map_is_never_shown():
+    forged = Doc(client_id=client_id_for(AUTHOR))
+    forged.get(RECORDS_MAP, type=Map)[SKILL_KEY] = "mutable skill?"
+    forged.get(IMMUTABLE_MAP, type=Map)["cell/m/1,1"] = "immutable cell?"
+    replica = Feed(AUTHOR)
+    assert replica.apply(forged.get_update()) == {}
+    assert dict(replica.items()) == {}
+    assert sorted(replica.misplaced) == sorted([SKILL_KEY, "cell/m/1,1"])
+
+
+# --- client ids carried by real feed updates (knowledge._yjs.update_clients) ---------------------
+# Ingest refuses an update that touches any client id but its author's; these are the real updates a Feed
+# produces, so none of them may be refused, and foreign ones must be seen wherever their structs start.
+
+
+def client_ids(update: bytes) -> set[int]:
+    return parse_update(update).clients()
+
+
+def test_client_ids_of_a_first_write():
     feed = Feed(AUTHOR)
     update, _ = feed.write({"a": "1", "b": "x" * 500})
-    assert update_client_ids(update) == {feed.client_id}
-    assert update_client_ids(feed.state()) == {feed.client_id}
+    assert parse_update(update).writes == {feed.client_id}
+    assert client_ids(update) == {feed.client_id}
+    assert client_ids(feed.state()) == {feed.client_id}
 
 
-def test_update_client_ids_of_later_writes():
-    """Every update after a client's first starts at a clock > 0. The function promises "the client ids
-    whose structs a Yjs v1 update carries"; pycrdt.get_state only reports clients whose structs start at
-    clock 0, so this must not rely on it alone."""
+def test_client_ids_of_later_writes():
+    """Every update after a client's first starts at a clock > 0 (pycrdt.get_state reports nothing for
+    those); the reader must still name the client."""
     feed = Feed(AUTHOR)
     feed.write({"a": "1"})
     for changes in ({"a": "2", "b": "x" * 500}, {f"k{i}": "v" for i in range(50)}):
         update, _ = feed.write(changes)
-        assert update_client_ids(update) == {feed.client_id}
+        assert parse_update(update).writes == {feed.client_id}
+        assert client_ids(update) == {feed.client_id}
 
 
-def test_update_client_ids_sees_a_foreign_client_in_an_incremental_update():
-    foreign = Doc(client_id=client_id_for(OTHER))
-    records = foreign.get(ROOT_MAP, type=Map)
-    records["a"] = "first"
-    state = foreign.get_state()
-    records["b"] = "forged"
-    incremental = foreign.get_update(state)
-    assert client_id_for(OTHER) in update_client_ids(incremental)
-
-
-def test_update_client_ids_of_a_deletion_only_update_carries_no_foreign_id():
+def test_client_ids_of_a_deletion():
     feed = Feed(AUTHOR)
     feed.write({"a": "1"})
     update, changed = feed.write({"a": None})
     assert changed == {"a": None}
-    assert update_client_ids(update) <= {feed.client_id}
+    assert client_ids(update) == {feed.client_id}
+    assert {c for c, _clock, _n in parse_update(update).deletes} == {feed.client_id}
 
 
-def test_update_client_ids_sees_a_foreign_client():
+def test_client_ids_of_a_checkpoint_after_edits_and_deletes():
+    feed = Feed(AUTHOR)
+    for changes in ({"a": "1", "b": "2"}, {"a": "3"}, {"b": None}):
+        feed.write(changes)
+    assert client_ids(feed.state()) == {feed.client_id}
+
+
+def test_client_ids_see_a_foreign_client():
     foreign = Doc(client_id=client_id_for(OTHER))
-    foreign.get(ROOT_MAP, type=Map)["a"] = "forged"
-    update = foreign.get_update()
-    assert update_client_ids(update) == {client_id_for(OTHER)}
+    foreign.get(RECORDS_MAP, type=Map)["a"] = "forged"
+    assert parse_update(foreign.get_update()).writes == {client_id_for(OTHER)}
 
 
-def test_update_client_ids_of_a_merged_update_lists_every_client():
+def test_client_ids_see_a_foreign_client_in_an_incremental_update():
+    foreign = Doc(client_id=client_id_for(OTHER))
+    records = foreign.get(RECORDS_MAP, type=Map)
+    records["a"] = "first"
+    state = foreign.get_state()
+    records["b"] = "forged"
+    records["a"] = "overwritten"
+    incremental = foreign.get_update(state)
+    assert client_id_for(OTHER) in client_ids(incremental)
+
+
+def test_client_ids_of_a_merged_update_list_every_client():
     mine, theirs = Feed(AUTHOR), Feed(OTHER)
+    mine.write({"a": "0"})
     u1, _ = mine.write({"a": "1"})
     u2, _ = theirs.write({"b": "2"})
-    assert update_client_ids(merge_updates(u1, u2)) == {mine.client_id, theirs.client_id}
+    assert parse_update(merge_updates(u1, u2)).writes == {mine.client_id, theirs.client_id}
 
 
 @pytest.mark.parametrize("client_id", [0, 1, 127, 128, 2**14, 2**21 + 5, 2**35, 2**53 - 1])
-def test_update_client_ids_decodes_var_uints_of_every_width(client_id):
+def test_client_ids_decode_var_uints_of_every_width(client_id):
     doc = Doc(client_id=client_id)
-    doc.get(ROOT_MAP, type=Map)["k"] = "v"
-    assert update_client_ids(doc.get_update()) == {client_id}
+    doc.get(RECORDS_MAP, type=Map)["k"] = "v"
+    assert client_ids(doc.get_update()) == {client_id}
 
 
-def test_update_client_ids_of_garbage_raises_value_error():
-    with pytest.raises(ValueError):
-        update_client_ids(b"\xff\xff\xff")
+@pytest.mark.parametrize("garbage", [b"", b"\xff\xff\xff", b"\x01\x01\x05\x00\x28\x01", b"not an update"])
+def test_client_ids_of_garbage_raise_malformed_update(garbage):
+    with pytest.raises(MalformedUpdate):
+        parse_update(garbage)
+
+
+def test_client_ids_refuse_trailing_bytes():
+    update, _ = Feed(AUTHOR).write({"a": "1"})
+    with pytest.raises(MalformedUpdate):
+        parse_update(update + b"\x00")
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from("abcdef"), st.none() | st.text(max_size=10), min_size=1, max_size=4),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_every_update_a_feed_writes_carries_only_its_own_client(steps):
+    feed = Feed(AUTHOR)
+    for changes in steps:
+        update, _ = feed.write(changes)
+        if update:
+            assert client_ids(update) == {feed.client_id}

@@ -22,7 +22,7 @@ import knowledge
 from knowledge import HybridClock, Identity, Limits, Rejection, TrustPolicy
 from knowledge._clock import pack
 from knowledge._envelope import HEADER_BYTES, SIGNING_CONTEXT, Envelope, Kind, decode, seal
-from knowledge._feed import ROOT_MAP, Feed, client_id_for
+from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed, client_id_for
 from knowledge._identity import SIGNATURE_BYTES
 from knowledge._records import canonical_json, content_id
 
@@ -32,7 +32,7 @@ REASONS = {
     # checks on a decoded envelope
     "equivocating_author", "bad_signature", "checkpoint_conflict", "gap", "unknown_writer", "unauthorized",
     "revoked_writer", "delegation_expired", "broken_chain", "clock_regressed", "clock_skew", "malformed_update",
-    "foreign_client_id",
+    "foreign_client_id", "modifies_immutable_record",
 }
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -348,7 +348,7 @@ def test_expired_delegation():
 
 def _foreign_doc(author: bytes) -> tuple[Doc, Map]:
     doc = Doc(client_id=client_id_for(author))
-    return doc, doc.get(ROOT_MAP, type=Map)
+    return doc, doc.get(RECORDS_MAP, type=Map)
 
 
 def test_forged_client_id(setup):
@@ -356,7 +356,7 @@ def test_forged_client_id(setup):
     writer, receiver = setup
     victim = Identity.generate().public_key
     _doc, records = _foreign_doc(victim)
-    records["revoke/" + "ab" * 32] = canonical_json({"v": 1, "hlc": 1, "reason": "forged"})
+    records["cell/floor1/1,2"] = canonical_json({"v": 1, "hlc": 1, "value": "forged", "confidence": 1.0})
     forged = writer.forge(_doc.get_update())
     (rejection,) = assert_refused(receiver, [forged], "foreign_client_id")
     assert str(client_id_for(victim)) in rejection.detail
@@ -398,6 +398,94 @@ def test_signed_but_corrupt_update_is_rejected_not_raised(setup):
 def test_signed_garbage_update(setup, update):
     writer, receiver = setup
     assert_refused(receiver, [writer.forge(update)], "malformed_update")
+
+
+# --- immutable records (skills, certificates, revocations) --------------------------------------
+
+
+@pytest.fixture
+def certified():
+    """A writer that published, certified and revoked a skill; a receiver holding all of it."""
+    w_kb = open_site()
+    writer = Writer(w_kb)
+    skill = w_kb.skills.publish("pick-mug", "pick")
+    cert = w_kb.certificates.add(skill.id, branches=64, successes=64)
+    w_kb.revoke(skill.id, "drops mugs")
+    receiver = open_site(trust=[w_kb.identity.public_key])
+    accept_all(receiver, writer.envelopes())
+    assert receiver.is_revoked(skill.id) and len(receiver.certificates.for_skill(skill.id)) == 1
+    return writer, receiver, skill, cert
+
+
+@pytest.mark.parametrize("target", ["skill", "cert", "revoke"])
+@pytest.mark.parametrize("action", ["delete", "rewrite"])
+def test_signed_update_that_modifies_an_immutable_record(certified, target, action):
+    """The writer itself signs an update that deletes or rewrites its skill, certificate or revocation
+    (un-revoking a skill, withdrawing a certificate after the fact): refused, nothing changes."""
+    writer, receiver, skill, cert = certified
+    key = {"skill": f"skill/{skill.id}", "cert": f"cert/{cert.id}", "revoke": f"revoke/{skill.id}"}[target]
+    text = None if action == "delete" else canonical_json({"v": 1, "hlc": 1, "reason": "changed my mind"})
+    (rejection,) = assert_refused(receiver, [writer.forge(writer.next_update({key: text}))],
+                                  "modifies_immutable_record")
+    assert rejection.detail
+
+
+def test_origin_less_reinsert_of_an_immutable_key_does_not_replace_it(certified):
+    """A hand-made update from a Doc with the writer's client id that never saw the existing records
+    inserts the same keys afresh (no origins, so nothing points at the old items). Whatever ingest does
+    with it, the certificate, skill and revocation must stay as they are."""
+    writer, receiver, skill, cert = certified
+    doc = Doc(client_id=client_id_for(writer.identity.public_key))
+    pad = doc.get(RECORDS_MAP, type=Map)
+    with doc.transaction():
+        for i in range(next_clock(writer)):  # one clock per map entry: catch up with the writer's clock
+            pad[f"cell/pad/{i}"] = "x"
+    state_vector = doc.get_state()
+    assert parse_clock(state_vector) == next_clock(writer)
+    immutable = doc.get(IMMUTABLE_MAP, type=Map)
+    immutable[f"cert/{cert.id}"] = "garbage"
+    immutable[f"skill/{skill.id}"] = "garbage"
+    immutable[f"revoke/{skill.id}"] = canonical_json({"v": 1, "hlc": 1, "reason": "rewritten"})
+    forged = writer.forge(doc.get_update(state_vector))
+    snapshot = receiver.snapshot()
+    report = receiver.ingest([forged])
+    check_report(report, 1)
+    assert report.reasons() in ([], ["modifies_immutable_record"])
+    assert receiver.snapshot() == snapshot
+    assert receiver.is_revoked(skill.id)
+    assert [c.id for c in receiver.certificates.for_skill(skill.id)] == [cert.id]
+    assert receiver.skills.get(skill.id).name == "pick-mug"
+
+
+def parse_clock(state_vector: bytes) -> int:
+    """The clock of the single client in a one-client lib0 state vector."""
+    from knowledge._yjs import _uint
+
+    _n, pos = _uint(state_vector, 0)
+    _client, pos = _uint(state_vector, pos)
+    return _uint(state_vector, pos)[0]
+
+
+def next_clock(writer: Writer) -> int:
+    return parse_clock(writer.replica.doc.get_state())
+
+
+def test_misplaced_record_is_reported_and_not_shown(setup):
+    """A revocation written into the mutable root map (where it could later be rewritten) is never shown."""
+    writer, receiver = setup
+    doc = Feed(writer.identity.public_key)
+    doc.apply(writer.replica.state())
+    before = doc.doc.get_state()
+    skill_id = receiver.skills.list()[0].id
+    doc.doc.get(RECORDS_MAP, type=Map)[f"revoke/{skill_id}"] = canonical_json({"v": 1, "hlc": 1, "reason": "x"})
+    forged = writer.forge(doc.doc.get_update(before))
+    snapshot = receiver.snapshot()
+    report = accept_all(receiver, [forged])
+    assert [(i.key, i.reason.split(":")[0]) for i in report.record_issues] == [
+        (f"revoke/{skill_id}", "misplaced_record")
+    ]
+    assert not receiver.is_revoked(skill_id)
+    assert receiver.snapshot() == snapshot
 
 
 # --- order, duplicates, chain, size -------------------------------------------------------------

@@ -314,7 +314,7 @@ def test_withdrawal_arriving_before_the_skill_applies_once_it_arrives():
     assert site.views.withdrawn(sid)
 
 
-# --- certificates and revocations: grow-only ----------------------------------------------------
+# --- certificates and revocations (grow-only: feeds refuse to rewrite them, see test_feed.py) ----
 
 
 def test_certificates_union_across_validators():
@@ -329,17 +329,6 @@ def test_certificates_union_across_validators():
     assert site.views.certificates("00" * 32) == []
 
 
-def test_certificates_are_grow_only():
-    """A validator deleting its certificate's key does not un-certify: certificates are a grow-only set."""
-    site = fleet()
-    sid, changes = skill(D2)
-    site.write(D2, changes)
-    cid, changes = cert(D1, sid)
-    site.write(D1, changes)
-    site.write(D1, {make_key(RecordType.CERT, cid): None})
-    assert [c for c, _ in site.views.certificates(sid)] == [cid]
-
-
 def test_revocations_union_and_remove_wins():
     site = fleet()
     sid, changes = skill(D1)
@@ -348,16 +337,6 @@ def test_revocations_union_and_remove_wins():
     site.write(D3, revoke(sid))
     site.write(RA, revoke(sid))
     assert set(site.views.revocations(sid)) == {D3, RA}
-
-
-def test_a_revoked_skill_stays_revoked():
-    """Design: "a revoked skill hash stays revoked" even if the revoker later deletes its record."""
-    site = fleet()
-    sid, changes = skill(D1)
-    site.write(D1, changes)
-    site.write(D3, revoke(sid))
-    site.write(D3, {make_key(RecordType.REVOKE, sid): None})
-    assert site.views.revocations(sid) != {}
 
 
 # --- authorization ------------------------------------------------------------------------------
