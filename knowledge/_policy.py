@@ -20,13 +20,13 @@ A knowledge base always trusts its own identity as a root with every role.
 
 from __future__ import annotations
 
-import json
 import math
 import tomllib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from ._clock import DEFAULT_MAX_OFFSET_MS
 from ._errors import IdentityError, PolicyError
@@ -101,21 +101,22 @@ class TrustPolicy:
         return cls(tuple(roots), activation, _count(data, "max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS))
 
     def to_toml(self) -> str:
-        lines = [f"max_clock_offset_ms = {self.max_clock_offset_ms}", ""]
-        for root in self.roots:
-            lines += ["[[roots]]", f"name = {_toml_string(root.name)}", f'key = "{root.key.hex()}"']
-            lines += [f"roles = {_toml_list(r.value for r in root.roles)}", ""]
         a = self.activation
-        lines += [
-            "[activation]",
-            f"min_branches = {a.min_branches}",
-            f"min_lower_bound = {a.min_lower_bound!r}",
-            f"confidence = {a.confidence!r}",
-            f"required_randomization = {_toml_list(a.required_randomization)}",
-            f"min_validators = {a.min_validators}",
-            f"validators = {_toml_list(k.hex() for k in a.validators)}",
-        ]
-        return "\n".join(lines) + "\n"
+        return tomli_w.dumps({
+            "max_clock_offset_ms": self.max_clock_offset_ms,
+            "roots": [
+                {"name": r.name, "key": r.key.hex(), "roles": sorted(role.value for role in r.roles)}
+                for r in self.roots
+            ],
+            "activation": {
+                "min_branches": a.min_branches,
+                "min_lower_bound": a.min_lower_bound,
+                "confidence": a.confidence,
+                "required_randomization": sorted(a.required_randomization),
+                "min_validators": a.min_validators,
+                "validators": sorted(k.hex() for k in a.validators),
+            },
+        })
 
     def with_root(self, key: bytes, roles=frozenset(Role), name: str = "") -> TrustPolicy:
         """A copy that also trusts `key` as a site root for `roles` (replacing an earlier entry for it)."""
@@ -130,15 +131,6 @@ def _only(table: Any, allowed: set[str], where: str) -> None:
     unknown = set(table) - allowed
     if unknown:
         raise PolicyError(f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}")
-
-
-def _toml_string(text: str) -> str:
-    """A TOML basic string: JSON's escapes are valid TOML, plus DEL, which TOML also wants escaped."""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
-def _toml_list(values: Iterable[str]) -> str:
-    return "[" + ", ".join(_toml_string(v) for v in sorted(values)) + "]"
 
 
 def _count(table: dict[str, Any], key: str, default: int) -> int:
