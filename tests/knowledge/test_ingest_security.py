@@ -430,6 +430,21 @@ def test_signed_update_that_modifies_an_immutable_record(certified, target, acti
     assert rejection.detail
 
 
+@pytest.mark.parametrize("target", ["cert", "revoke"])
+def test_a_writer_never_commits_a_rewrite_of_its_immutable_records(certified, target):
+    """Like an oversized envelope, an envelope that rewrites an immutable record is refused by every peer
+    (modifies_immutable_record) and strands every later envelope of the writer as a gap. The local
+    write path must refuse it instead of committing it (and showing a view its peers never will)."""
+    writer, receiver, skill, cert = certified
+    key = f"cert/{cert.id}" if target == "cert" else f"revoke/{skill.id}"
+    with pytest.raises(knowledge.SimnetError):
+        writer.kb._write({key: None})
+    assert writer.kb.is_revoked(skill.id) and len(writer.kb.certificates.for_skill(skill.id)) == 1
+    writer.kb.skills.publish("after", "t")
+    accept_all(receiver, writer.envelopes())
+    assert receiver.snapshot() == writer.kb.snapshot()
+
+
 def test_origin_less_reinsert_of_an_immutable_key_does_not_replace_it(certified):
     """A hand-made update from a Doc with the writer's client id that never saw the existing records
     inserts the same keys afresh (no origins, so nothing points at the old items). Whatever ingest does
