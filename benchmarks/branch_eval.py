@@ -111,8 +111,8 @@ def sprt_figures(seeds: int) -> dict:
         for quality in ("good", "degraded"):
             skill = sim.load_skill(f"{name}_{quality}")
             for seed in range(seeds):
-                result = sim.evaluate(task, skill, branches=fixed, wave=8, sampler=sim.load_sampler(name, seed=100 + seed),
-                                      sprt=test, progress=False)
+                sampler = sim.load_sampler(name, seed=100 + seed)
+                result = sim.evaluate(task, skill, branches=fixed, wave=8, sampler=sampler, sprt=test, progress=False)
                 simulated.append(result.n)
                 decisions.append(f"{name}_{quality}:{result.decision}@{result.decided_at}")
     return {"sprt_savings": 1 - sum(simulated) / (fixed * len(simulated)), "sprt_fixed_n": fixed,

@@ -34,11 +34,12 @@ from ._tasks import Task
 from ._templates import Template
 
 __all__ = [
-    "BranchOutcome", "Comparison", "EntryPointError", "EntryPointRef", "Evaluation", "IncompatibleTemplateError",
-    "MLP", "MLPSpec", "Mutation", "MutationError", "Patch", "PolicyCallError", "PolicyOutputError",
-    "PolicyRunError", "RecordError", "Reproduction", "SPRT", "Sampler", "SamplerSpecError", "SamplerTerm", "SimError",
-    "Skill", "SkillPayloadError", "SkillSpecError", "SpecError", "Task", "TaskDefinitionError", "Template",
-    "TemplateError", "branch_patch", "check_record", "clopper_pearson_interval", "clopper_pearson_lower", "compare", "distill",
-    "evaluate", "fit_mlp", "fixed_sample_size", "load_sampler", "load_skill", "load_task", "record_hash", "reproduce", "shipped_skills",
-    "shipped_tasks", "wilson_lower",
+    "BranchOutcome", "Comparison", "EntryPointError", "EntryPointRef", "Evaluation",
+    "IncompatibleTemplateError", "MLP", "MLPSpec", "Mutation", "MutationError", "Patch", "PolicyCallError",
+    "PolicyOutputError", "PolicyRunError", "RecordError", "Reproduction", "SPRT", "Sampler",
+    "SamplerSpecError", "SamplerTerm", "SimError", "Skill", "SkillPayloadError", "SkillSpecError",
+    "SpecError", "Task", "TaskDefinitionError", "Template", "TemplateError", "branch_patch", "check_record",
+    "clopper_pearson_interval", "clopper_pearson_lower", "compare", "distill", "evaluate", "fit_mlp",
+    "fixed_sample_size", "load_sampler", "load_skill", "load_task", "record_hash", "reproduce",
+    "shipped_skills", "shipped_tasks", "wilson_lower",
 ]

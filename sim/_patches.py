@@ -44,7 +44,8 @@ class Mutation:
         target, op, value = data["target"], data["op"], data["value"]
         values = value if isinstance(value, list) else [value]
         if not isinstance(target, str) or op not in OPS or not values or not all(map(is_number, values)):
-            raise MutationError(str(target), f"op must be one of {OPS} and value finite number(s), got {op!r}, {value!r}")
+            raise MutationError(str(target), f"op must be one of {OPS} and value finite number(s), "
+                                             f"got {op!r}, {value!r}")
         return cls(target, op, tuple(float(v) for v in values))
 
 
@@ -95,7 +96,8 @@ class SamplerTerm:
         return out
 
     @classmethod
-    def from_json(cls, data: object, where: str = "terms[0]", error: type[SpecError] = SamplerSpecError) -> "SamplerTerm":
+    def from_json(cls, data: object, where: str = "terms[0]",
+                  error: type[SpecError] = SamplerSpecError) -> "SamplerTerm":
         def fail(field: str, detail: str) -> SpecError:
             return error(f"{where}.{field}" if field else where, detail)
 
@@ -305,7 +307,8 @@ def apply_model_patches(batch: mjbatch.Batch, template: Template, patches: Seque
             batch.set_const(np.flatnonzero(needs_setconst).astype(np.int32))
         except mjbatch.SimulationError as exc:
             sim = int(exc.ids[0])
-            raise MutationError("<derived constants>", f"mj_setConst failed: {batch.error(sim)}", branches[sim]) from exc
+            detail = f"mj_setConst failed: {batch.error(sim)}"
+            raise MutationError("<derived constants>", detail, branches[sim]) from exc
 
 
 def apply_state_patches(batch: mjbatch.Batch, template: Template, patches: Sequence[Patch | None],

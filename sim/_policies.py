@@ -128,7 +128,8 @@ class Skill:
         self._tensors()  # fail now, not at first use
 
     @classmethod
-    def from_tensors(cls, spec: MLPSpec, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> "Skill":
+    def from_tensors(cls, spec: MLPSpec, tensors: Mapping[str, Any],
+                     metadata: Mapping[str, str] | None = None) -> "Skill":
         dtype = _DTYPES[spec.dtype][0]
         prepared = {k: torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v).to(dtype).contiguous()
                     for k, v in tensors.items()}
@@ -145,7 +146,8 @@ class Skill:
         skill = cls(MLPSpec.from_json(doc.get("architecture")), weights_path.read_bytes(), doc.get("metadata", {}))
         recorded = doc.get("weights_sha256")
         if recorded is not None and recorded != skill.weights_sha256:
-            raise SkillPayloadError(f"{weights_path}: sha256 {skill.weights_sha256} does not match the recorded {recorded}")
+            raise SkillPayloadError(f"{weights_path}: sha256 {skill.weights_sha256} does not match "
+                                    f"the recorded {recorded}")
         return skill
 
     def save(self, spec_path: str | Path) -> None:
@@ -180,7 +182,8 @@ class Skill:
         found = {k for k in header if k != "__metadata__"}
         if found != set(expected):
             missing, unexpected = sorted(set(expected) - found), sorted(found - set(expected))
-            raise SkillPayloadError(f"weights do not match the architecture: missing {missing}, unexpected {unexpected}")
+            raise SkillPayloadError(f"weights do not match the architecture: missing {missing}, "
+                                    f"unexpected {unexpected}")
         tag = _DTYPES[self.spec.dtype][1]
         for name, shape in expected.items():
             info = header[name]

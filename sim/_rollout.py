@@ -122,7 +122,8 @@ def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int
         except mjbatch.SimulationError as exc:
             failed = np.zeros(wave, bool)
             failed[exc.ids] = True
-            end(failed & live, [f"mujoco:{batch.error(s).splitlines()[0]}" for s in sorted(map(int, exc.ids)) if live[s]])
+            messages = [batch.error(s).splitlines()[0] for s in sorted(map(int, exc.ids)) if live[s]]
+            end(failed & live, [f"mujoco:{m}" for m in messages])
         counts = batch.warning[:, warn_ids, 1]
         rising = (counts > warned) & live[:, None]
         if rising.any():
@@ -164,11 +165,13 @@ def _actions(caller: PolicyCaller, obs: np.ndarray, live: np.ndarray, ids: list[
     try:
         actions = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise PolicyOutputError(f"the policy returned {type(raw).__name__}, not a numeric array", live_branches, step) from exc
+        detail = f"the policy returned {type(raw).__name__}, not a numeric array"
+        raise PolicyOutputError(detail, live_branches, step) from exc
     if actions.shape != (len(obs), act_dim):
         raise PolicyOutputError(f"the policy returned shape {actions.shape}, expected {(len(obs), act_dim)}",
                                 live_branches, step)
     nonfinite = live & ~np.isfinite(actions).all(axis=1)
     if nonfinite.any():
-        raise PolicyOutputError("the policy returned NaN or inf", tuple(ids[i] for i in np.flatnonzero(nonfinite)), step)
+        bad = tuple(ids[i] for i in np.flatnonzero(nonfinite))
+        raise PolicyOutputError("the policy returned NaN or inf", bad, step)
     return actions

@@ -145,13 +145,15 @@ class Task:
         for key, kind in args.items():
             if kind == "joints":
                 joints = term.get(key)
-                _require(isinstance(joints, list) and joints, f"{where}.{key}", "must be a non-empty list of joint names")
+                _require(isinstance(joints, list) and joints, f"{where}.{key}",
+                         "must be a non-empty list of joint names")
                 for j, name in enumerate(joints):
                     self._ref("joint", name, f"{where}.{key}[{j}]")
             elif kind is not None:
                 self._ref(kind, term.get(key), f"{where}.{key}")
             elif key == "axis":
-                _require(term.get(key) in (0, 1, 2) and not isinstance(term.get(key), bool), f"{where}.axis", "must be 0, 1 or 2")
+                axis = term.get(key)
+                _require(axis in (0, 1, 2) and not isinstance(axis, bool), f"{where}.axis", "must be 0, 1 or 2")
             else:
                 _require(is_number(term.get(key)) and term[key] > 0, f"{where}.{key}", "must be a number > 0")
 

@@ -40,7 +40,8 @@ def test_a_policy_that_raises_names_the_step_and_branches(short_arm):
             raise RuntimeError("sensor dropout")
         return np.zeros((len(obs), 7))
 
-    with pytest.raises(PolicyCallError, match="control step 2, branch\\(es\\) 0, 1, 2, 3: the policy raised RuntimeError: sensor dropout") as info:
+    expected = "control step 2, branch\\(es\\) 0, 1, 2, 3: the policy raised RuntimeError: sensor dropout"
+    with pytest.raises(PolicyCallError, match=expected) as info:
         evaluate(short_arm, flaky, branches=4, progress=False)
     assert isinstance(info.value.__cause__, RuntimeError)
     assert info.value.branches == (0, 1, 2, 3) and info.value.step == 2
