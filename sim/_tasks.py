@@ -2,7 +2,9 @@
 action, reward, success and failure terms, horizon) written in a small vocabulary implemented here.
 
 A task from a peer is JSON, never code: every term below is evaluated by this module on arrays bound
-from the batch, vectorized over simulations.
+from the batch, vectorized over simulations. The one escape hatch, an "entry_point" term, names a
+function of a locally installed, versioned distribution (group simnet.terms); it runs only if that
+exact version is installed here.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mujoco import batch as mjbatch
 from ._canon import content_hash, is_number
 from ._errors import TaskDefinitionError, TemplateError
 from ._patches import Patch, SamplerTerm, expand_targets, sample_terms
+from ._policies import EntryPointRef
 from ._templates import Template, cached_template
 
 FORMAT = "simnet.task/1"
@@ -33,7 +36,10 @@ QUANTITIES = {
     "body_upright": {"body": "body"},
     "ctrl_sq": {},
     "alive": {},
+    # a locally installed Python term, named by the definition but never carried by it
+    "entry_point": {"name": "text", "distribution": "text", "version": "text"},
 }
+TERMS_GROUP = "simnet.terms"
 OBSERVATIONS = {
     "qpos": {"joints": "joints"}, "qvel": {"joints": "joints"}, "site_pos": {"site": "site"},
     "site_delta": {"from": "site", "to": "site"}, "body_pos": {"body": "body"},
@@ -54,6 +60,7 @@ class Task:
             raise TaskDefinitionError("", "a task definition is a JSON object")
         self._data = data
         self.hash = content_hash(data)
+        self._python_terms: dict[tuple[str, str, str], Callable[[Runtime], Array]] = {}
         _require(data.get("format") == FORMAT, "format", f"must be {FORMAT!r}")
         extra = sorted(set(data) - _KEYS)
         _require(not extra, extra[0] if extra else "", f"unknown key; keys are {sorted(_KEYS)}")
@@ -149,6 +156,8 @@ class Task:
                          "must be a non-empty list of joint names")
                 for j, name in enumerate(joints):
                     self._ref("joint", name, f"{where}.{key}[{j}]")
+            elif kind == "text":
+                _require(isinstance(term.get(key), str) and term[key], f"{where}.{key}", "must be a non-empty string")
             elif kind is not None:
                 self._ref(kind, term.get(key), f"{where}.{key}")
             elif key == "axis":
@@ -171,6 +180,16 @@ class Task:
         _require(isinstance(term, dict) and term.get("term") in QUANTITIES, f"{where}.term",
                  f"must be one of {sorted(QUANTITIES)}")
         self._check_args(term, QUANTITIES[term["term"]], where, extra)
+        if term["term"] == "entry_point":
+            self.python_term(term)  # installed here, at the named version, or EntryPointError now
+
+    def python_term(self, term: Mapping[str, str]) -> Callable[["Runtime"], Array]:
+        """The function an "entry_point" term names (group simnet.terms): called with the Runtime
+        after each control step, it returns one float per simulation."""
+        key = (term["name"], term["distribution"], term["version"])
+        if key not in self._python_terms:
+            self._python_terms[key] = EntryPointRef(*key, group=TERMS_GROUP).load()
+        return self._python_terms[key]
 
     def _check_condition(self, cond: Any, where: str) -> None:
         self._check_quantity(cond, where, extra={"above", "below"})
@@ -272,7 +291,17 @@ class Runtime:
             return lambda: self.xmat[:, i, 8].copy()
         if kind == "ctrl_sq":
             return lambda: np.sum(self.ctrl * self.ctrl, axis=1)
+        if kind == "entry_point":
+            function = self.task.python_term(term)
+            return lambda: self._python_value(function, term["name"])
         return lambda: np.ones(len(self.qpos))
+
+    def _python_value(self, function: Callable[["Runtime"], Array], name: str) -> Array:
+        value = np.asarray(function(self), dtype=np.float64)
+        if value.shape != (len(self.qpos),):
+            raise TaskDefinitionError(f"entry_point {name}", f"returned shape {value.shape}, "
+                                      f"expected one value per simulation {(len(self.qpos),)}")
+        return value
 
     def _condition(self, cond: dict) -> Callable[[], Array]:
         quantity = self._quantity(cond)

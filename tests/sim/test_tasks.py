@@ -85,3 +85,38 @@ def test_success_when_first_ends_branches_early(arm):
     easy = arm.replace(success={"when": "first", "all": [{"term": "site_distance", "from": "ee", "to": "target", "below": 5.0}]})
     result = evaluate(easy, lambda obs: np.zeros((len(obs), 7)), branches=3, progress=False)
     assert all(o.success and o.reason == "success" and o.steps == 1 for o in result.outcomes)
+
+
+@pytest.fixture
+def installed_term(tmp_path, monkeypatch):
+    """A real installed distribution exposing a simnet.terms entry point: torso pitch, in radians."""
+    (tmp_path / "fleetterms.py").write_text(
+        "import numpy as np\n\ndef pitch(runtime):\n    return np.abs(runtime.qpos[:, 2])\n\n"
+        "def wrong(runtime):\n    return runtime.qpos\n")
+    info = tmp_path / "fleetterms-0.3.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fleetterms\nVersion: 0.3.0\n")
+    (info / "entry_points.txt").write_text("[simnet.terms]\npitch = fleetterms:pitch\nwrong = fleetterms:wrong\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    import sys
+
+    sys.modules.pop("fleetterms", None)
+
+
+def test_python_terms_come_from_versioned_entry_points(installed_term, short_walker):
+    from sim import EntryPointError
+
+    term = {"term": "entry_point", "name": "pitch", "distribution": "fleetterms", "version": "0.3.0"}
+    strict = short_walker.replace(failure=[{**term, "above": 1e-9}])
+    assert strict.to_json()["failure"][0]["name"] == "pitch"  # the definition names it, carries no code
+    result = evaluate(strict, lambda obs: np.full((len(obs), 4), 0.5), branches=2, progress=False)
+    assert [o.reason for o in result.outcomes] == ["failure:entry_point"] * 2
+    with pytest.raises(EntryPointError, match="fleetterms==0.3.0.*needs fleetterms==0.4.0"):
+        short_walker.replace(failure=[{**term, "version": "0.4.0", "above": 1.0}])
+    with pytest.raises(TaskDefinitionError) as info:
+        short_walker.replace(failure=[{**term, "distribution": "", "above": 1.0}])
+    assert info.value.field == "failure[0].distribution"
+    shaped = short_walker.replace(reward=[{**term, "name": "wrong", "weight": 1.0}])
+    with pytest.raises(TaskDefinitionError, match="entry_point wrong.*one value per simulation"):
+        evaluate(shaped, lambda obs: np.zeros((len(obs), 4)), branches=2, progress=False)
