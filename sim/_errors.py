@@ -5,8 +5,20 @@ from __future__ import annotations
 from knowledge._errors import SimnetError
 
 
+def _rebuild(cls: type, args: tuple, state: dict) -> "SimError":
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
 class SimError(SimnetError):
     """Base class of every error the `sim` package raises on purpose."""
+
+    def __reduce__(self) -> tuple:
+        # subclasses take their own constructor arguments: rebuild from the message and attributes,
+        # so that an error raised in a worker process arrives whole
+        return _rebuild, (type(self), self.args, self.__dict__)
 
 
 class TemplateError(SimError):

@@ -162,6 +162,8 @@ def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None 
             if sprt is not None:
                 decision, decided_at = sprt.decide([o.success for o in outcomes])
                 if decision != "undecided":
+                    # keep whole waves up to the deciding one, however many ran at once
+                    del outcomes[-(-decided_at // wave) * wave :]
                     break
     return Evaluation(task, description, sampler, branches, wave, tuple(outcomes), confidence, sprt,
                       decision, decided_at)

@@ -18,3 +18,13 @@ def test_messages_carry_the_branch_and_field():
     assert spec.field == "reward[0].weight" and "reward[0].weight" in str(spec)
     run = sim.PolicyOutputError("NaN", tuple(range(8)), 3)
     assert str(run) == "control step 3, branch(es) 0, 1, 2, 3, 4, ...: NaN"
+
+
+def test_errors_survive_pickling_with_their_attributes():
+    import pickle
+
+    for error in (sim.MutationError("body/a/mass", "must stay > 0", branch=7),
+                  sim.SamplerSpecError("terms[0].low", "must be a number"),
+                  sim.PolicyCallError("the policy raised", (3, 4), 2), sim.RecordError("tampered")):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and copy.__dict__ == error.__dict__

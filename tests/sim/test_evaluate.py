@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from sim import SPRT, compare, evaluate, fixed_sample_size, load_sampler, load_skill
+from sim import (SPRT, MLPSpec, MutationError, PolicyOutputError, Sampler, Skill, compare, evaluate,
+                 fixed_sample_size, load_sampler, load_skill)
 
 
 @pytest.mark.parametrize("task_name", ["arm_reach", "walker_forward"])
@@ -66,7 +67,23 @@ def test_outcomes_are_identical_for_1_2_and_4_workers(short_walker):
     assert runs[0].to_record() == runs[2].to_record()
     sprt = [evaluate(short_walker, skill, branches=20, wave=4, sampler=sampler, workers=w, sprt=SPRT(0.5, 0.9),
                      progress=False) for w in (1, 2)]
-    assert (sprt[0].decision, sprt[0].decided_at) == (sprt[1].decision, sprt[1].decided_at)
+    assert sprt[0].decision == "reject"
+    assert sprt[0].to_record() == sprt[1].to_record()  # the extra waves a round ran are not kept
+
+
+def test_errors_raised_in_workers_arrive_whole(short_walker, short_arm):
+    sampler = Sampler.from_json({"seed": 0, "terms": [
+        {"target": "body/torso/mass", "op": "set", "dist": "uniform", "low": -1.0, "high": 1.0}]})
+    with pytest.raises(MutationError) as info:
+        evaluate(short_walker, load_skill("walker_forward_good"), branches=8, wave=4, sampler=sampler,
+                 workers=2, progress=False)
+    assert info.value.branch is not None and "must stay > 0" in str(info.value)
+    spec = MLPSpec(17, 7, ())
+    tensors = {name: np.ones(shape) for name, shape in spec.tensor_shapes().items()}
+    tensors["act_scale"] = np.full(7, 1e308)  # finite weights, infinite actions
+    with pytest.raises(PolicyOutputError) as info:
+        evaluate(short_arm, Skill.from_tensors(spec, tensors), branches=4, workers=2, progress=False)
+    assert info.value.branches == (0, 1, 2, 3) and info.value.step == 0
 
 
 def test_workers_need_a_policy_that_can_travel(short_walker):
