@@ -2,8 +2,20 @@
 
 A task (scene, initial-state distribution, observation, reward, success) is data; so is a skill
 (an MLP architecture spec plus safetensors weights). `evaluate` rolls a policy out closed loop in N
-branches of the task's template, each differing only by its patch, and returns per-branch outcomes,
-confidence bounds and, with `to_record()`, a deterministic record that `reproduce` can re-run.
+branches of the task's template, each differing only by its patch (E = T + Δ), and returns
+per-branch outcomes and confidence bounds; `to_record()` gives the deterministic JSON a validator
+signs, and `reproduce` re-runs a record to check it.
+
+    import sim
+
+    task = sim.load_task("arm_reach")
+    result = sim.evaluate(task, sim.load_skill("arm_reach_good"), branches=256,
+                          sampler=sim.load_sampler("arm_reach", seed=7))
+    result.successes, result.clopper_pearson_lower     # (256, 0.988...)
+    record = result.to_record()                        # JSON-safe, deterministic
+    sim.reproduce(record, sim.load_skill("arm_reach_good")).matches   # True
+
+Evaluations with `workers > 1` start worker processes: call them under `if __name__ == "__main__":`.
 """
 
 from ._distill import distill, fit_mlp

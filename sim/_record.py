@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ._canon import canonical_json, content_hash, is_number
-from ._errors import IncompatibleTemplateError, RecordError, SimError
+from ._errors import RecordError, SimError
 from ._evaluate import Evaluation, evaluate
 from ._patches import Sampler
 from ._policies import describe_policy
@@ -138,7 +138,8 @@ def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
     On the same platform (equal environment and compiled-model hash) every branch outcome must match
     bit for bit; elsewhere the re-run success rate must lie in the recorded result's two-sided
     `interval` Clopper–Pearson interval. A record that is malformed, tampered with, or names
-    another policy raises RecordError; one that does not reproduce returns matches=False.
+    another policy than `policy` raises RecordError; one that does not reproduce returns
+    matches=False. (A plain callable cannot be identified: the caller vouches for it.)
     """
     recorded = outcomes_of(record)
     try:
@@ -151,7 +152,7 @@ def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
         raise RecordError("record field 'template.source_hash' does not match the task's scene")
     described = describe_policy(policy)
     if record["policy"].get("kind") != "callable" and described != record["policy"]:
-        raise IncompatibleTemplateError(f"the policy given is not the one recorded: {described} vs {record['policy']}")
+        raise RecordError(f"record field 'policy': names {record['policy']}, the policy given is {described}")
     layout = record["layout"]
     rerun = evaluate(task, policy, branches=layout["branches"], sampler=sampler, wave=layout["wave"],
                      threads=threads, workers=workers, sprt=sprt, confidence=record["summary"]["confidence"],

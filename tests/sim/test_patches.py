@@ -207,3 +207,10 @@ def test_list_parameters_draw_per_component(arm):
     patch = Sampler((term,), 3).sample(arm.template, 0)
     (mutation,) = patch.mutations
     assert 0 <= mutation.value[0] <= 1 and 10 <= mutation.value[1] <= 11 and 20 <= mutation.value[2] <= 21
+
+
+def test_patches_made_for_another_template_name_the_branch_and_target(arm, walker):
+    arm_patch = load_sampler("arm_reach", seed=0).sample(arm.template, 0)
+    batch = mjbatch.Batch(walker.template.model, 2, 1)
+    with pytest.raises(MutationError, match="branch 9: mutation 'body/link1/mass': the template has no body"):
+        apply_model_patches(batch, walker.template, [Patch(), arm_patch], [8, 9])

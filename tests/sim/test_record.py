@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from sim import (SPRT, IncompatibleTemplateError, RecordError, check_record, evaluate, load_sampler, load_skill,
+from sim import (SPRT, RecordError, check_record, evaluate, load_sampler, load_skill,
                  record_hash, reproduce)
 from sim._canon import canonical_json
 from sim._record import _summary, environment, outcomes_of
@@ -98,7 +98,7 @@ def test_tampered_inputs_do_not_reproduce_or_are_refused(recorded):
     widened = copy.deepcopy(record)
     widened["sampler"]["terms"][0]["high"] = 3.0
     assert not reproduce(widened, skill, progress=False).matches
-    with pytest.raises(IncompatibleTemplateError, match="not the one recorded"):
+    with pytest.raises(RecordError, match="record field 'policy'"):
         reproduce(record, load_skill("walker_forward_degraded"), progress=False)
     wrong_scene = copy.deepcopy(record)
     wrong_scene["template"]["source_hash"] = "0" * 64
