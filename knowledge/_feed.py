@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pycrdt import Doc, Map, MapEvent, TransactionEvent
 
 from ._envelope import ZERO_HASH
+from ._errors import RecordError
 from ._records import IMMUTABLE_PREFIXES
-from ._yjs import ParsedUpdate, parse_update
+from ._yjs import MAP_CONTENTS, ParsedUpdate, parse_update
 
 IMMUTABLE_MAP = "immutable"
 RECORDS_MAP = "records"
@@ -47,6 +48,7 @@ class Feed:
         self._frozen: list[int] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
         self._changes: dict[str, str | None] = {}
         self.misplaced: list[str] = []  # keys written to the wrong root map: never shown
+        self.map_names: set[str] = set()  # semantic maps this feed ever wrote to (read rules withhold feeds by map)
         self._queued: list[bytes] = []
         self._last_update = b""
         for immutable, root in self._maps.items():
@@ -58,8 +60,10 @@ class Feed:
             for key, change in event.keys.items():
                 if is_immutable(key) != immutable:
                     self.misplaced.append(key)
-                else:
-                    self._changes[key] = None if change["action"] == "delete" else change["newValue"]
+                    continue
+                self._changes[key] = None if change["action"] == "delete" else change["newValue"]
+                if key.startswith("cell/"):
+                    self.map_names.add(key[5:].partition("/")[0])
 
         return on_change
 
@@ -70,7 +74,22 @@ class Feed:
         changes, self._changes = self._changes, {}
         return changes
 
-    # --- immutable ranges ---------------------------------------------------------------------------
+    # --- structure and immutable ranges -------------------------------------------------------------
+    @staticmethod
+    def foreign_structure(parsed: ParsedUpdate) -> str | None:
+        """Why this update cannot belong to a simnet feed, or None.
+
+        Feeds are two root maps of JSON strings; other content (text, XML, formats, nested types) is not
+        ours, and refusing it keeps odd inputs away from the Yjs core.
+        """
+        odd = parsed.contents - MAP_CONTENTS
+        if odd:
+            return f"content kinds {sorted(odd)} do not occur in simnet feeds"
+        unknown = parsed.roots - {IMMUTABLE_MAP, RECORDS_MAP}
+        if unknown:
+            return f"root types {sorted(unknown)[:3]} do not exist in simnet feeds"
+        return None
+
     def _in_frozen(self, start: int, end: int) -> bool:
         i = bisect.bisect_right(self._frozen, start)
         return i % 2 == 1 or (i < len(self._frozen) and self._frozen[i] < end)
@@ -135,7 +154,11 @@ class Feed:
         return self._drain()
 
     def write(self, changes: dict[str, str | None]) -> tuple[bytes, dict[str, str | None]]:
-        """Make `changes` in one local transaction; return its Yjs update and the keys it changed."""
+        """Make `changes` in one local transaction; return its Yjs update and the keys it changed.
+
+        RecordError if peers would refuse the update (it rewrites an immutable record); the Doc then holds
+        the change already, and the caller must restore the feed from its store.
+        """
         self._last_update = b""
         with self.doc.transaction():
             for key, text in changes.items():
@@ -145,9 +168,11 @@ class Feed:
                 else:
                     root[key] = text
         update = self._last_update
-        if update:
-            self.check(parse_update(update))
-        return update, self._drain()
+        refusal = self.check(parse_update(update)) if update else None  # writes only make map entries
+        changed = self._drain()
+        if refusal is not None:
+            raise RecordError(f"this write would be refused by peers: {refusal}")
+        return update, changed
 
     def state(self) -> bytes:
         """The whole Doc as one update (the body of a checkpoint)."""

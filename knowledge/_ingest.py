@@ -86,7 +86,8 @@ class Ingestion:
             return
         try:
             self.current_changes.update(self.current.apply_queued())
-        except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
+        except BaseException as exc:
+            reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
             raise UpdateRejected(str(exc)) from exc
 
     def _end_run(self) -> None:
@@ -136,16 +137,16 @@ class Ingestion:
             self._end_run()
             self._equivocation(env)
             return None
-        if env.kind is Kind.UPDATE and env.seq > have + 1:
-            return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
-        if not env.signature_valid():
-            return reject("bad_signature", "signature does not verify for this author")
-        grant = kb._authority.grant(author)
+        grant = kb._authority.grant(author)  # cheap refusals first: nothing is verified or stored for them
         if grant is None:
             return reject("unknown_writer", f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
         refusal = grant.admits(env.seq, env.hlc)
         if refusal is not None:
             return reject(refusal, f"the writer's grant does not cover seq {env.seq}")
+        if env.kind is Kind.UPDATE and env.seq > have + 1:
+            return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
+        if not env.signature_valid():
+            return reject("bad_signature", "signature does not verify for this author")
         feed = feed or Feed(author)
         if env.kind is Kind.UPDATE and env.prev != feed.head:
             return reject("broken_chain", f"prev does not match the hash of envelope {env.seq - 1} held here")
@@ -161,6 +162,9 @@ class Ingestion:
         foreign = parsed.clients() - {feed.client_id}
         if foreign:
             return reject("foreign_client_id", f"update touches client ids {sorted(foreign)} not owned by its author")
+        odd = feed.foreign_structure(parsed)
+        if odd is not None:
+            return reject("malformed_update", odd)
         rewrite = feed.check(parsed)
         if rewrite is not None:
             return reject("modifies_immutable_record", rewrite)
@@ -171,7 +175,8 @@ class Ingestion:
         if self.careful:
             try:
                 self.current_changes.update(feed.apply(env.update))
-            except Exception as exc:  # pycrdt raises ValueError and others on malformed updates
+            except BaseException as exc:
+                reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
                 self.kb._replay(feed)
                 self.kb._views.reset_author(feed.author, feed.items())
                 self.current, self.current_changes = None, {}
@@ -202,6 +207,12 @@ class Ingestion:
         self.touched.add(author)
         self.trust_dirty = True
         self.report.equivocations.append((author.hex(), env.seq))
+
+
+def reraise_interrupts(exc: BaseException) -> None:
+    """Let Ctrl-C and interpreter exit through; everything else from pycrdt is the update's fault."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise exc
 
 
 def _is_checkpoint(raw: object) -> bool:

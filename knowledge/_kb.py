@@ -11,14 +11,14 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._clock import HybridClock
 from ._collections import Blobs, Certificates, Counters, Maps, Skills
-from ._envelope import Envelope, Kind, decode, seal
+from ._envelope import ZERO_HASH, Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, RecordError, StoreError
 from ._feed import Feed
 from ._ingest import Ingestion, UpdateRejected
@@ -240,7 +240,11 @@ class KnowledgeBase:
         identity = self._require_identity()
         own = identity.public_key
         feed = self._feeds.get(own) or Feed(own)
-        update, applied = feed.write(changes)
+        try:
+            update, applied = feed.write(changes)
+        except RecordError:
+            self._replay(feed)  # undo: every peer would refuse this envelope and stop at it
+            raise
         if not applied:
             return None
         env = seal(identity, Kind.UPDATE, feed.seq + 1, feed.head, self._clock.now(), update)
@@ -357,25 +361,35 @@ class KnowledgeBase:
     def heads(self) -> dict[str, Head]:
         """Per author: the newest seq and envelope hash held here (what a peer compares against)."""
         with self._lock:
-            return {a.hex(): Head(f.seq, f.head.hex()) for a, f in sorted(self._feeds.items()) if f.seq}
+            heads = {a.hex(): Head(f.seq, f.head.hex()) for a, f in sorted(self._feeds.items()) if f.seq}
+            for author, fork in self._banned.items():
+                head = heads.get(author.hex(), Head(0, ZERO_HASH.hex()))
+                heads[author.hex()] = Head(head.seq, head.hash, equivocated_at=fork)
+            return dict(sorted(heads.items()))
 
-    def envelopes_since(self, heads: Mapping[str, Head | int], limit: int = 1000) -> list[bytes]:
+    def envelopes_since(
+        self, heads: Mapping[str, Head | int], limit: int = 1000, *, exclude: Container[bytes] = ()
+    ) -> list[bytes]:
         """Envelopes a peer with `heads` lacks, at most `limit`, trust roots first, each feed in order.
 
         A peer that has nothing of a feed, or is behind the earliest envelope kept here, gets the feed's
-        checkpoint first. Call again with the peer's new heads until the answer is empty.
+        checkpoint first. Call again with the peer's new heads until the answer is empty. Feeds of the
+        authors in `exclude` are left out (read rules: see `authors_writing`).
         """
         with self._lock:
             out: list[bytes] = []
             roots = set(self._authority.roots())
-            for author in sorted(self._feeds, key=lambda a: (a not in roots, a)):
+            for author in sorted(set(self._feeds) | set(self._banned), key=lambda a: (a not in roots, a)):
                 if len(out) >= limit:
                     break
+                if author in exclude:
+                    continue
                 their = heads.get(author.hex(), 0)
                 their_seq = their.seq if isinstance(their, Head) else int(their)
-                out += self._evidence(author)
-                feed = self._feeds[author]
-                if their_seq >= feed.seq:
+                if author in self._banned and not (isinstance(their, Head) and their.equivocated_at is not None):
+                    out += self._evidence(author)  # the peer does not know of the fork yet: show it both
+                feed = self._feeds.get(author)
+                if feed is None or their_seq >= feed.seq:
                     continue
                 checkpoint = self._store.checkpoint(author)
                 has_next = self._store.envelope_hash(author, their_seq + 1) is not None
@@ -385,9 +399,19 @@ class KnowledgeBase:
                 out += self._store.envelopes(author, after=their_seq, limit=limit - len(out))
             return out[: max(limit, 0)]
 
+    def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
+        """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""
+        names = set(map_names)
+        with self._lock:
+            return {author for author, feed in self._feeds.items() if feed.map_names & names}
+
+    def roles_of(self, key: bytes) -> frozenset[Role] | None:
+        """The roles this site grants `key` (a site root's or a delegated device's), or None if unknown."""
+        with self._lock:
+            grant = self._authority.grant(key)
+            return None if grant is None else grant.roles
+
     def _evidence(self, author: bytes) -> list[bytes]:
-        if author not in self._banned:
-            return []
         return [raw for a, _s, first, second in self._store.equivocations() if a == author for raw in (first, second)]
 
     def ingest(self, envelopes: Iterable[bytes]) -> IngestReport:

@@ -106,11 +106,35 @@ class Activation:
 
 
 @dataclass(frozen=True, slots=True)
+class CertificateSummary:
+    """How strongly a skill is certified here: certificates from trusted validators, their total
+    branches, and the best Wilson lower bound on success among them at the policy's confidence."""
+
+    count: int = 0
+    branches: int = 0
+    best_lower_bound: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """A skill found by embodiment: `distance` from the query body to the nearest body of its scope,
+    which is `skill.embodiments[scope]`."""
+
+    distance: float
+    skill: Skill
+    activation: Activation
+    certificates: CertificateSummary
+    scope: int
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
-    """The newest envelope this site holds from one author."""
+    """The newest envelope this site holds from one author; `equivocated_at` if the author forked there
+    (its feed then stops at the seq before, and this site already holds the evidence)."""
 
     seq: int
     hash: str
+    equivocated_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,7 +165,7 @@ def _roles(values: Any) -> frozenset[Role]:
 
 def wilson_lower_bound(successes: int, trials: int, confidence: float) -> float:
     """One-sided Wilson score lower bound on a binomial success rate."""
-    if trials <= 0:
+    if trials <= 0 or successes <= 0:
         return 0.0
     z = _normal_quantile(confidence)
     p = successes / trials

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 _GC, _DELETED, _JSON, _BINARY, _STRING, _EMBED, _FORMAT, _TYPE, _ANY, _DOC, _SKIP = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 _XML_ELEMENT, _XML_HOOK = 3, 5  # type refs followed by a name
+# What a map of JSON strings ever holds: values (Any), deleted items, and their garbage-collected forms.
+MAP_CONTENTS = frozenset({_GC, _DELETED, _ANY, _SKIP})
 _MAX_DEPTH = 64
 
 
@@ -31,6 +33,8 @@ class ParsedUpdate:
     """
 
     writes: set[int] = field(default_factory=set)
+    contents: set[int] = field(default_factory=set)  # the struct content kinds present (GC=0 ... SKIP=10)
+    roots: set[str] = field(default_factory=set)  # root types it names
     references: list[tuple[int, int]] = field(default_factory=list)
     deletes: list[tuple[int, int, int]] = field(default_factory=list)
     root_inserts: list[tuple[str, int, int, int]] = field(default_factory=list)
@@ -143,6 +147,7 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
     info = data[pos]
     pos += 1
     ref = info & 0x1F
+    found.contents.add(ref)
     if ref in (_GC, _SKIP):
         length, pos = _uint(data, pos)
         return pos, length
@@ -155,6 +160,7 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
         named, pos = _uint(data, pos)
         if named == 1:
             root = _root_name(data, pos)
+            found.roots.add(root)
             pos = _buffer(data, pos)  # a root type's name
         else:
             pos = _id(data, pos, found)

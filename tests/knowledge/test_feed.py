@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pycrdt import Doc, Map, merge_updates
 
+import knowledge
 from knowledge._envelope import ZERO_HASH
 from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed, client_id_for, is_immutable
 from knowledge._identity import Identity
@@ -183,12 +184,34 @@ def test_check_accepts_fresh_inserts_and_mutable_rewrites():
     assert replica.check(parse_update(u3)) is None
 
 
+def _rewrite(writer: Feed, changes: dict[str, str | None]) -> bytes:
+    """The update a misbehaving writer would send: made on a copy of its Doc, outside Feed's own checks."""
+    doc = Doc(client_id=writer.client_id)
+    doc.apply_update(writer.state())
+    before = doc.get_state()
+    for key, text in changes.items():
+        root = doc.get(IMMUTABLE_MAP if key.startswith(("skill/", "cert/", "revoke/")) else RECORDS_MAP, type=Map)
+        if text is None:
+            del root[key]
+        else:
+            root[key] = text
+    return doc.get_update(before)
+
+
+@pytest.mark.parametrize("key", [SKILL_KEY, CERT_KEY, REVOKE_KEY])
+def test_writer_refuses_to_rewrite_its_own_immutable_record(key):
+    writer = Feed(AUTHOR)
+    writer.write({key: "first"})
+    with pytest.raises(knowledge.RecordError, match="refused by peers"):
+        writer.write({key: None})
+
+
 @pytest.mark.parametrize("key", [SKILL_KEY, CERT_KEY, REVOKE_KEY])
 def test_check_refuses_deleting_an_immutable_record(key):
     writer = Feed(AUTHOR)
     u1, _ = writer.write({key: "first", "cell/m/1,1": "a"})
     replica = _replica_with(writer, u1)
-    u2, _ = writer.write({key: None})
+    u2 = _rewrite(writer, {key: None})
     reason = replica.check(parse_update(u2))
     assert reason is not None and "immutable" in reason
 
@@ -202,7 +225,7 @@ def test_check_refuses_rewriting_an_immutable_record(key):
     u0 = writer.state()
     assert replica.check(parse_update(u0)) is None
     replica.apply(u0)
-    u2, _ = writer.write({key: "second"})
+    u2 = _rewrite(writer, {key: "second"})
     reason = replica.check(parse_update(u2))
     assert reason is not None and "immutable" in reason
     assert replica.get(key) == "first"  # check never applies anything
@@ -214,7 +237,7 @@ def test_a_refused_check_leaves_no_trace():
     writer = Feed(AUTHOR)
     u1, _ = writer.write({SKILL_KEY: "s"})
     replica = _replica_with(writer, u1)
-    u2, _ = writer.write({SKILL_KEY: None, CERT_KEY: "c"})  # deletes one immutable record, adds another
+    u2 = _rewrite(writer, {SKILL_KEY: None, CERT_KEY: "c"})  # deletes one immutable record, adds another
     assert replica.check(parse_update(u2)) is not None
     honest = Feed(AUTHOR)
     honest.apply(u1)

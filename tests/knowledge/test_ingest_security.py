@@ -717,7 +717,7 @@ def test_equivocation_is_detected_kept_as_evidence_and_stops_the_author():
     assert k3.equivocations() == [(x, 1)]
     assert k3.snapshot()["equivocators"] == [x]
     assert k3.skills.list() == []  # the author's data stops before the fork
-    assert x not in k3.heads()
+    assert k3.heads()[x] == knowledge.Head(0, "0" * 64, equivocated_at=1)  # nothing held; the fork is known
     evidence = k3.envelopes_since({})
     assert sorted(evidence) == sorted([eq.a[0], eq.b[0]])  # both envelopes kept, and forwarded
 
