@@ -1,0 +1,181 @@
+"""One anti-entropy round with a peer, over HTTP: pull what we lack, push what they lack, fetch blobs.
+
+The round is written once, as a generator that yields `httpx.Request`s and receives `httpx.Response`s
+(no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or `async_sync_with`
+(`httpx.AsyncClient`, with the knowledge-base work run in a worker thread).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+
+from knowledge import BlobError, KnowledgeBase, Rejection
+
+from ._auth import SimnetAuth
+from ._errors import PeerError, WireError
+from ._wire import PAGE_TYPE, decode_page, encode_page, parse_heads, parse_json
+
+API = "/v1"
+DEFAULT_PAGE = 1000
+MAX_PAGES = 100_000  # a hard stop: a round never loops forever, whatever the peer answers
+
+
+@dataclass
+class SyncReport:
+    """What one round moved. `rejected` are envelopes from the peer that we refused."""
+
+    peer: str
+    pulled: int = 0
+    pushed: int = 0
+    duplicates: int = 0
+    rejected: list[Rejection] = field(default_factory=list)
+    refused_by_peer: int = 0
+    blobs: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+
+
+Exchange = Generator[httpx.Request, httpx.Response, SyncReport]
+
+
+def _check(response: httpx.Response) -> httpx.Response:
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+            code, detail = body.get("error"), body.get("detail", "")
+        except (ValueError, AttributeError):
+            code, detail = None, response.text[:200]
+        raise PeerError(f"{response.request.method} {response.request.url.path}: {response.status_code} {code}: {detail}",
+                        response.status_code, code)
+    return response
+
+
+def exchange(
+    kb: KnowledgeBase, base_url: str, *, page: int = DEFAULT_PAGE, blobs: Iterable[str] = (), max_page_bytes: int = 64 << 20
+) -> Exchange:
+    """The round as a sans-I/O generator (see module docstring)."""
+    report = SyncReport(peer=base_url)
+    started = time.perf_counter()
+    limit = kb.limits.max_checkpoint_bytes
+
+    def send(request: httpx.Request) -> Generator[httpx.Request, httpx.Response, httpx.Response]:
+        report.bytes_sent += len(request.content)
+        response = _check((yield request))
+        report.bytes_received += len(response.content)
+        return response
+
+    # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us.
+    for _ in range(MAX_PAGES):
+        heads = {author: head.seq for author, head in kb.heads().items()}
+        body = httpx.Request("POST", f"{base_url}{API}/sync", json={"heads": heads, "limit": page})
+        response = yield from send(body)
+        envelopes = decode_page(response.content, max_count=page, max_envelope_bytes=limit)
+        if not envelopes:
+            break
+        ingested = kb.ingest(envelopes)
+        report.pulled += len(ingested.accepted)
+        report.duplicates += ingested.duplicates
+        report.rejected += ingested.rejected
+        if not ingested.accepted:
+            break  # nothing we can use: stop rather than ask again for the same refused envelopes
+
+    # Push: what their heads lack, page by page, until they hold everything we hold (or refuse the rest).
+    response = yield from send(httpx.Request("GET", f"{base_url}{API}/heads"))
+    for _ in range(MAX_PAGES):
+        theirs = parse_heads(parse_json(response.content).get("heads"), max_authors=1 << 20)
+        envelopes = kb.envelopes_since(theirs, limit=page)
+        if not envelopes:
+            break
+        response = yield from send(
+            httpx.Request("POST", f"{base_url}{API}/envelopes", content=encode_page(envelopes),
+                          headers={"content-type": PAGE_TYPE})
+        )
+        answer = parse_json(response.content)
+        report.pushed += int(answer.get("accepted", 0))
+        report.refused_by_peer += len(answer.get("rejected", []))
+        if not answer.get("accepted"):
+            break
+
+    # Blobs the caller asked for, by hash; each verified before it is stored.
+    for blob_hash in kb.blobs.missing(blobs):
+        response = yield from send(httpx.Request("GET", f"{base_url}{API}/blobs/{blob_hash}"))
+        try:
+            kb.blobs.put(response.content, expected=blob_hash)
+        except BlobError as exc:
+            raise PeerError(f"blob {blob_hash[:16]}… from {base_url} is corrupt: {exc}") from exc
+        report.blobs += 1
+
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _client_kwargs(kb: KnowledgeBase, peer_key: bytes, timeout: float) -> dict:
+    if kb.identity is None:
+        raise PeerError("syncing needs a knowledge base opened with an identity (requests are signed)")
+    return {"auth": SimnetAuth(kb.identity, peer_key), "timeout": timeout, "follow_redirects": False}
+
+
+def _step(rounds: Exchange, response: httpx.Response | None) -> httpx.Request | SyncReport:
+    """Advance the round: the next request to send, or the finished report."""
+    try:
+        return next(rounds) if response is None else rounds.send(response)
+    except StopIteration as done:
+        return done.value
+
+
+def sync_with(
+    kb: KnowledgeBase,
+    url: str,
+    peer_key: bytes,
+    *,
+    page: int = DEFAULT_PAGE,
+    blobs: Iterable[str] = (),
+    timeout: float = 30.0,
+    transport: httpx.BaseTransport | None = None,
+) -> SyncReport:
+    """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking)."""
+    url = url.rstrip("/")
+    rounds = exchange(kb, url, page=page, blobs=blobs)
+    with httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
+        step = _step(rounds, None)
+        while isinstance(step, httpx.Request):
+            try:
+                response = client.send(step)
+                response.read()
+            except httpx.HTTPError as exc:
+                raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+            step = _step(rounds, response)
+    step.peer = url
+    return step
+
+
+async def async_sync_with(
+    kb: KnowledgeBase,
+    url: str,
+    peer_key: bytes,
+    *,
+    page: int = DEFAULT_PAGE,
+    blobs: Iterable[str] = (),
+    timeout: float = 30.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> SyncReport:
+    """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker thread."""
+    url = url.rstrip("/")
+    rounds = exchange(kb, url, page=page, blobs=list(blobs))
+    async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
+        step = await anyio.to_thread.run_sync(_step, rounds, None)
+        while isinstance(step, httpx.Request):
+            try:
+                response = await client.send(step)
+                await response.aread()
+            except httpx.HTTPError as exc:
+                raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+            step = await anyio.to_thread.run_sync(_step, rounds, response)
+    step.peer = url
+    return step

@@ -1,0 +1,192 @@
+"""A site's home directory and its configuration file, `simnet.toml`.
+
+    <home>/site.key      the site root's Ed25519 key (mode 0600)
+    <home>/site.db       the knowledge store
+    <home>/trust.toml    the trust and activation policy (knowledge.TrustPolicy)
+    <home>/simnet.toml   this file: listen address, peers, gossip, limits, read rules
+
+    [site]
+    name = "site-a"
+    listen = "127.0.0.1:7070"
+
+    [gossip]
+    interval_s = 5.0        # one sync with a random peer per interval
+    jitter = 0.2            # +-20% so sites do not synchronize their rounds
+    max_backoff_s = 120.0   # a failing peer is retried after interval * 2**failures, capped here
+
+    [limits]
+    max_body_bytes = 16777216
+    max_page = 1000         # envelopes per request and per answer
+    max_blob_bytes = 268435456
+    max_concurrent_syncs = 8
+    timeout_s = 30.0
+
+    [[peers]]
+    name = "site-b"
+    url = "http://127.0.0.1:7071"
+    key = "<64 hex: site-b's root key>"
+
+    [[private]]             # maps only these readers may receive (feeds holding them are withheld)
+    maps = ["floor-3-secure"]
+    readers = ["<64 hex>"]
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import tomli_w
+
+from knowledge import parse_public_key
+from knowledge._errors import IdentityError
+from knowledge.cli import STORE_FILE
+
+from ._errors import ConfigError
+
+CONFIG_FILE = "simnet.toml"
+KEY_FILE = "site.key"
+POLICY_FILE = "trust.toml"
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    name: str
+    url: str
+    key: bytes
+
+
+@dataclass(frozen=True)
+class GossipConfig:
+    interval_s: float = 5.0
+    jitter: float = 0.2
+    max_backoff_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_body_bytes: int = 16 << 20
+    max_page: int = 1000
+    max_blob_bytes: int = 256 << 20
+    max_concurrent_syncs: int = 8
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class PrivateMaps:
+    maps: tuple[str, ...]
+    readers: tuple[bytes, ...]
+
+
+@dataclass
+class SiteConfig:
+    home: Path
+    name: str = "site"
+    listen: str = "127.0.0.1:7070"
+    peers: list[PeerConfig] = field(default_factory=list)
+    gossip: GossipConfig = field(default_factory=GossipConfig)
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    private: list[PrivateMaps] = field(default_factory=list)
+
+    @property
+    def key_path(self) -> Path:
+        return self.home / KEY_FILE
+
+    @property
+    def store_path(self) -> Path:
+        return self.home / STORE_FILE
+
+    @property
+    def policy_path(self) -> Path:
+        return self.home / POLICY_FILE
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+    def peer(self, name_or_url: str) -> PeerConfig:
+        for peer in self.peers:
+            if name_or_url in (peer.name, peer.url):
+                return peer
+        raise ConfigError(f"no peer named {name_or_url!r}; known: {[p.name for p in self.peers]}")
+
+    @classmethod
+    def load(cls, home: str | os.PathLike[str]) -> SiteConfig:
+        home = Path(home)
+        path = home / CONFIG_FILE
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"no {CONFIG_FILE} in {home}; run `simnet init` there first") from None
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        try:
+            return cls._from_dict(home, data)
+        except (ConfigError, IdentityError, KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+    @classmethod
+    def _from_dict(cls, home: Path, data: dict[str, Any]) -> SiteConfig:
+        _only(data, {"site", "gossip", "limits", "peers", "private"}, "top level")
+        site = data.get("site", {})
+        _only(site, {"name", "listen"}, "[site]")
+        peers = []
+        for i, p in enumerate(data.get("peers", [])):
+            _only(p, {"name", "url", "key"}, f"peers[{i}]")
+            url = str(p["url"])
+            if urlsplit(url).scheme not in ("http", "https"):
+                raise ConfigError(f"peers[{i}].url {url!r} must start with http:// or https://")
+            peers.append(PeerConfig(str(p["name"]), url.rstrip("/"), parse_public_key(p["key"])))
+        private = []
+        for i, rule in enumerate(data.get("private", [])):
+            _only(rule, {"maps", "readers"}, f"private[{i}]")
+            private.append(PrivateMaps(tuple(map(str, rule["maps"])), tuple(parse_public_key(k) for k in rule["readers"])))
+        config = cls(
+            home,
+            name=str(site.get("name", "site")),
+            listen=str(site.get("listen", "127.0.0.1:7070")),
+            peers=peers,
+            gossip=_section(GossipConfig, data.get("gossip", {}), "[gossip]"),
+            limits=_section(ServerLimits, data.get("limits", {}), "[limits]"),
+            private=private,
+        )
+        config.host_port  # noqa: B018 - validates the listen address
+        return config
+
+    def save(self) -> None:
+        """Write simnet.toml atomically (write a temporary file, then rename)."""
+        data = {
+            "site": {"name": self.name, "listen": self.listen},
+            "gossip": asdict(self.gossip),
+            "limits": asdict(self.limits),
+            "peers": [{"name": p.name, "url": p.url, "key": p.key.hex()} for p in self.peers],
+            "private": [{"maps": list(r.maps), "readers": [k.hex() for k in r.readers]} for r in self.private],
+        }
+        tmp = self.home / (CONFIG_FILE + ".tmp")
+        tmp.write_text(tomli_w.dumps(data))
+        os.replace(tmp, self.home / CONFIG_FILE)
+
+
+def _only(table: Any, allowed: set[str], where: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = set(table) - allowed
+    if unknown:
+        raise ConfigError(f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}")
+
+
+def _section(cls: type, table: dict[str, Any], where: str):
+    names = {f.name: f.type for f in fields(cls)}
+    _only(table, set(names), where)
+    values = {}
+    for key, value in table.items():
+        default = getattr(cls(), key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"{where} {key} must be a non-negative number, not {value!r}")
+        values[key] = type(default)(value)
+    return cls(**values)

@@ -1,0 +1,143 @@
+"""The gossip scheduler inside `simnet serve`: sync with a random peer every interval.
+
+Each round a site picks one peer at random (among those not backing off) and runs a push-pull
+anti-entropy round with it, so news spreads epidemically: a fleet of n sites converges in O(log n)
+rounds. Intervals carry jitter so sites do not fall into lockstep; a failing peer is retried after
+interval * 2**failures (capped), and a partitioned site catches up on its first successful round.
+The peer list is re-read from simnet.toml every round, so `simnet peer add` needs no restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+
+from knowledge import PolicyError, TrustPolicy
+
+from ._client import SyncReport, async_sync_with
+from ._config import PeerConfig, SiteConfig
+from ._errors import ConfigError, FederationError
+
+log = logging.getLogger("federation.gossip")
+STATE_FILE = "peers.json"
+
+
+@dataclass
+class PeerState:
+    name: str
+    url: str
+    failures: int = 0
+    next_attempt: float = 0.0  # time.time() before which this peer is not tried (backoff)
+    last_attempt: float | None = None
+    last_success: float | None = None
+    last_error: str | None = None
+    last_pulled: int = 0
+    last_pushed: int = 0
+    rounds: int = 0
+
+
+class Gossip:
+    def __init__(self, site: Any, *, rng: random.Random | None = None) -> None:
+        self.site = site
+        self.rng = rng or random.Random()
+        self._states: dict[str, PeerState] = {}
+        self._lock = asyncio.Lock()  # one round at a time per site
+        self._task: asyncio.Task[None] | None = None
+        self._policy_mtime = site.config.policy_path.stat().st_mtime_ns
+
+    @property
+    def config(self) -> SiteConfig:
+        return self.site.config
+
+    def _reload(self) -> None:
+        """Pick up edits to simnet.toml and trust.toml (`simnet peer add`) without a restart."""
+        try:
+            self.site.config = SiteConfig.load(self.config.home)
+            mtime = self.config.policy_path.stat().st_mtime_ns
+            if mtime != self._policy_mtime:
+                self.site.kb.set_policy(TrustPolicy.load(self.config.policy_path))
+                self._policy_mtime = mtime
+        except (ConfigError, PolicyError, OSError) as exc:
+            log.warning("keeping the previous configuration: %s", exc)
+
+    async def _peers(self) -> list[PeerConfig]:
+        await anyio.to_thread.run_sync(self._reload)
+        peers = self.config.peers
+        for peer in peers:
+            self._states.setdefault(peer.name, PeerState(peer.name, peer.url))
+        return peers
+
+    def states(self) -> list[dict[str, Any]]:
+        return [asdict(s) for s in self._states.values()]
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="simnet-gossip")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        while True:
+            gossip = self.config.gossip
+            await asyncio.sleep(gossip.interval_s * (1 + self.rng.uniform(-gossip.jitter, gossip.jitter)))
+            now = time.time()
+            ready = [p for p in await self._peers() if self._states[p.name].next_attempt <= now]
+            if ready:
+                await self._round(self.rng.choice(ready))
+
+    async def sync_now(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Sync with one named peer, or with every peer in turn, now (ignoring backoff)."""
+        peers = await self._peers()
+        if name is not None:
+            peers = [p for p in peers if name in (p.name, p.url)]
+            if not peers:
+                raise FederationError(f"no peer named {name!r}; see `simnet peer list`")
+        return [await self._round(peer) for peer in peers]
+
+    async def _round(self, peer: PeerConfig) -> dict[str, Any]:
+        state = self._states[peer.name]
+        async with self._lock:
+            state.last_attempt = time.time()
+            state.rounds += 1
+            try:
+                report: SyncReport = await async_sync_with(
+                    self.site.kb, peer.url, peer.key, page=self.config.limits.max_page,
+                    timeout=self.config.limits.timeout_s,
+                )
+            except FederationError as exc:
+                state.failures += 1
+                backoff = min(self.config.gossip.interval_s * 2**state.failures, self.config.gossip.max_backoff_s)
+                state.next_attempt = time.time() + backoff
+                state.last_error = str(exc)
+                log.warning("sync with %s failed (%s); next try in %.1f s", peer.name, exc, backoff)
+                result = {"peer": peer.name, "ok": False, "error": str(exc)}
+            else:
+                state.failures, state.next_attempt, state.last_error = 0, 0.0, None
+                state.last_success = time.time()
+                state.last_pulled, state.last_pushed = report.pulled, report.pushed
+                if report.pulled or report.pushed:
+                    log.info("synced with %s: pulled %d, pushed %d", peer.name, report.pulled, report.pushed)
+                result = {"peer": peer.name, "ok": True, "pulled": report.pulled, "pushed": report.pushed,
+                          "rejected": len(report.rejected), "refused_by_peer": report.refused_by_peer}
+            self._save()
+            return result
+
+    def _save(self) -> None:
+        """Write peers.json (what `simnet status` shows when it cannot ask the server)."""
+        path = self.config.home / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.states(), indent=1))
+        os.replace(tmp, path)

@@ -1,0 +1,77 @@
+"""Run a site: open its knowledge base, start the gossip scheduler, serve HTTP with uvicorn.
+
+`serve(home)` binds the listen address from simnet.toml (port 0 picks a free port), records the URL
+and process id in <home>/serve.json so the CLI can find the running server, and removes it on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+
+import knowledge
+
+from ._config import SiteConfig
+from ._gossip import Gossip
+from ._server import Site, create_app
+
+log = logging.getLogger("federation")
+SERVE_FILE = "serve.json"
+
+
+def open_site(home: Path) -> Site:
+    config = SiteConfig.load(home)
+    identity = knowledge.Identity.load(config.key_path)
+    kb = knowledge.open(config.store_path, identity, policy=config.policy_path)
+    return Site(config, kb)
+
+
+def serve(home: str | os.PathLike[str], *, gossip: bool = True) -> None:
+    """Serve the site in `home` until interrupted (SIGINT/SIGTERM shut it down cleanly)."""
+    home = Path(home)
+    site = open_site(home)
+    host, port = site.config.host_port
+    sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if gossip:
+            site.gossip = Gossip(site)
+            site.gossip.start()
+        (home / SERVE_FILE).write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        log.info("site %s (%s) serving on %s", site.config.name, site.kb.identity.key_id, url)
+        try:
+            yield
+        finally:
+            (home / SERVE_FILE).unlink(missing_ok=True)
+            if site.gossip is not None:
+                await site.gossip.stop()
+            site.kb.close()  # uvicorn re-raises SIGTERM after shutdown: close the store while we can
+
+    app = create_app(site, lifespan=lifespan)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, access_log=False)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        site.kb.close()  # idempotent; covers a failed start
+        sock.close()
+
+
+def running_server(home: Path) -> str | None:
+    """The URL of the server running for `home`, if one answers; None otherwise."""
+    try:
+        info = json.loads((home / SERVE_FILE).read_text())
+        response = httpx.get(f"{info['url']}/v1/health", timeout=2.0)
+        return info["url"] if response.status_code == 200 else None
+    except (OSError, ValueError, KeyError, httpx.HTTPError):
+        return None

@@ -1,0 +1,328 @@
+"""A site's HTTP server: an ASGI application (Starlette) over one knowledge base.
+
+Every endpoint but /v1/health and the OpenAPI description needs a signed request (see `_auth`). Bad
+requests get a 4xx with a JSON body ``{"error": code, "detail": message}`` and change nothing; the
+knowledge-base work runs in worker threads so the event loop keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.schemas import SchemaGenerator
+
+from knowledge import KnowledgeBase, Role
+
+from ._auth import RequestVerifier
+from ._config import SiteConfig
+from ._errors import AuthError, FederationError, WireError
+from ._wire import PAGE_TYPE, check_hex64, decode_page, encode_page, parse_heads, parse_json
+
+log = logging.getLogger("federation")
+BLOB_CHUNK = 256 << 10
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Site:
+    """What a running server holds: the configuration, the knowledge base, the request verifier."""
+
+    def __init__(self, config: SiteConfig, kb: KnowledgeBase) -> None:
+        if kb.identity is None:
+            raise FederationError("a site server needs a knowledge base opened with the site's key")
+        self.config = config
+        self.kb = kb
+        self.key = kb.identity.public_key
+        self.verifier = RequestVerifier(self.key)
+        self.syncs = asyncio.Semaphore(config.limits.max_concurrent_syncs)
+        self.gossip: Any = None  # set by the gossip scheduler when it runs
+
+    def withheld_from(self, caller: bytes) -> set[bytes]:
+        """Feeds this caller may not receive: those holding a private map it is not a reader of."""
+        private = {m for rule in self.config.private if caller not in rule.readers for m in rule.maps}
+        return self.kb.authors_writing(private) if private else set()
+
+
+def _error(status: int, code: str, detail: str) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise WireError(f"Content-Length {declared[:40]!r} is not a number")
+        if int(declared) > limit:
+            raise WireError(f"body of {declared} bytes exceeds the limit of {limit}", 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise WireError(f"body exceeds the limit of {limit} bytes", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]], Handler]:
+    """Wrap a handler: read the body within limits, authenticate, authorize, map errors to 4xx.
+
+    `role` is "read" (any writer this site's policy knows), "push" (same: only admitted peers may push),
+    "admin" (this site's own key), or None (no authentication).
+    """
+
+    def wrap(handler: Callable[..., Awaitable[Response]]) -> Handler:
+        async def run(request: Request) -> Response:
+            site: Site = request.app.state.site
+            try:
+                async with asyncio.timeout(site.config.limits.timeout_s):
+                    body = await _body(request, site.config.limits.max_body_bytes)
+                if role is None:
+                    return await handler(request, site, body)
+                target = request.scope["raw_path"].decode("latin-1")
+                if request.scope.get("query_string"):
+                    target += "?" + request.scope["query_string"].decode("latin-1")
+                caller = site.verifier.verify(request.method, target, body, request.headers.get("authorization"))
+                if role == "admin":
+                    if caller != site.key:
+                        raise AuthError("only this site's own key may use the admin endpoints", 403)
+                elif await run_in_threadpool(site.kb.roles_of, caller) is None:
+                    raise AuthError(f"key {caller.hex()[:16]}… is not trusted by this site's policy", 403)
+                return await handler(request, site, body, caller)
+            except WireError as exc:
+                return _error(exc.status, "bad_request" if exc.status == 400 else "too_large", str(exc))
+            except AuthError as exc:
+                code = {401: "unauthenticated", 403: "forbidden", 429: "too_many_requests"}.get(exc.status, "auth")
+                return _error(exc.status, code, str(exc))
+            except TimeoutError:
+                return _error(408, "timeout", f"request not received within {site.config.limits.timeout_s} s")
+
+        run.__doc__ = handler.__doc__
+        return run
+
+    return wrap
+
+
+@endpoint(None)
+async def health(request: Request, site: Site, body: bytes) -> Response:
+    """
+    summary: Liveness, the site's name and its root key (unauthenticated).
+    responses: {"200": {description: '{"status": "ok", "name": ..., "key": ...}'}}
+    """
+    return JSONResponse({"status": "ok", "name": site.config.name, "key": site.key.hex()})
+
+
+@endpoint("read")
+async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: Pull. Send your heads, get the envelopes you lack (one page).
+    requestBody: {content: {application/json: {example: {"heads": {"<author hex>": 12}, "limit": 1000}}}}
+    responses:
+      "200": {description: 'A page (application/x-simnet-envelopes). Call again with new heads until empty.'}
+      "400": {description: Malformed JSON or heads.}
+      "503": {description: Too many syncs at once; retry later.}
+    """
+    request_json = parse_json(body)
+    if not isinstance(request_json, dict):
+        raise WireError("body must be a JSON object with 'heads' (and optionally 'limit')")
+    heads = parse_heads(request_json.get("heads", {}), max_authors=1 << 20)
+    limit = request_json.get("limit", site.config.limits.max_page)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise WireError(f"'limit' must be a positive integer, not {limit!r}")
+    limit = min(limit, site.config.limits.max_page)
+    if site.syncs.locked():
+        return _error(503, "busy", "too many syncs in progress; retry later")
+    async with site.syncs:
+        withheld = await run_in_threadpool(site.withheld_from, caller)
+        page = await run_in_threadpool(site.kb.envelopes_since, heads, limit, exclude=withheld)
+    return Response(encode_page(page), media_type=PAGE_TYPE)
+
+
+@endpoint("read")
+async def heads(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: The newest seq this site holds per author (what you would push against).
+    responses: {"200": {description: '{"heads": {"<author hex>": seq}}'}}
+    """
+    return JSONResponse({"heads": await run_in_threadpool(_visible_heads, site, caller)})
+
+
+def _visible_heads(site: Site, caller: bytes) -> dict[str, int]:
+    withheld = {a.hex() for a in site.withheld_from(caller)}
+    return {a: h.seq for a, h in site.kb.heads().items() if a not in withheld}
+
+
+@endpoint("push")
+async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: Push. Send a page of envelopes; each is checked and applied or refused with a reason.
+    requestBody: {content: {application/x-simnet-envelopes: {}}}
+    responses:
+      "200": {description: '{"accepted": n, "duplicates": n, "rejected": [{"index", "reason", "detail"}], "heads": {...}}'}
+      "400": {description: Malformed page.}
+      "413": {description: Too many or too large envelopes.}
+    """
+    if request.headers.get("content-type", "").split(";")[0].strip() != PAGE_TYPE:
+        raise WireError(f"content-type must be {PAGE_TYPE}", 415)
+    limits = site.kb.limits
+    page = decode_page(body, max_count=site.config.limits.max_page, max_envelope_bytes=limits.max_checkpoint_bytes)
+    if site.syncs.locked():
+        return _error(503, "busy", "too many syncs in progress; retry later")
+    async with site.syncs:
+        report = await run_in_threadpool(site.kb.ingest, page)
+        current = await run_in_threadpool(_visible_heads, site, caller)
+    return JSONResponse({
+        "accepted": len(report.accepted),
+        "duplicates": report.duplicates,
+        "rejected": [{"index": r.index, "reason": r.reason, "detail": r.detail} for r in report.rejected],
+        "equivocations": [{"author": a, "seq": s} for a, s in report.equivocations],
+        "heads": current,
+    })
+
+
+@endpoint("read")
+async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: A blob by its SHA-256 (streamed). The receiver verifies the hash.
+    parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
+    responses: {"200": {description: The blob's bytes.}, "404": {description: Not stored here.}}
+    """
+    blob_hash = check_hex64(request.path_params["hash"], "blob hash")
+    if blob_hash not in site.kb.blobs:
+        return _error(404, "not_found", f"blob {blob_hash[:16]}… is not stored here")
+    data = await run_in_threadpool(site.kb.blobs.get, blob_hash)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(data), BLOB_CHUNK):
+            yield data[start : start + BLOB_CHUNK]
+
+    return StreamingResponse(chunks(), media_type="application/octet-stream",
+                             headers={"content-length": str(len(data))})
+
+
+@endpoint("read")
+async def status(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: Counts of what this site knows, and its peers' sync state.
+    responses: {"200": {description: 'Site status as JSON.'}}
+    """
+    counts = await run_in_threadpool(knowledge_counts, site.kb)
+    peers = site.gossip.states() if site.gossip is not None else []
+    return JSONResponse({"name": site.config.name, "key": site.key.hex(), **counts, "peers": peers})
+
+
+def knowledge_counts(kb: KnowledgeBase) -> dict[str, int]:
+    skills = kb.skills.list(include_withdrawn=True)
+    return {
+        "skills": len(skills),
+        "active_skills": sum(kb.is_active(s.id) for s in skills),
+        "certificates": sum(len(kb.certificates.for_skill(s.id)) for s in skills),
+        "revocations": sum(kb.is_revoked(s.id) for s in skills),
+        "equivocations": len(kb.equivocations()),
+        "writers": len(kb.heads()),
+        "envelopes": sum(h.seq for h in kb.heads().values()),
+    }
+
+
+@endpoint("admin")
+async def admin_sync(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: Run a sync round now, with one named peer or with every peer (this site's key only).
+    requestBody: {content: {application/json: {example: {"peer": "site-b"}}}}
+    """
+    data = parse_json(body or b"{}")
+    name = data.get("peer") if isinstance(data, dict) else None
+    if site.gossip is None:
+        return _error(409, "no_gossip", "this server runs without a gossip scheduler")
+    try:
+        reports = await site.gossip.sync_now(name)
+    except FederationError as exc:
+        return _error(404, "unknown_peer", str(exc))
+    return JSONResponse({"reports": reports})
+
+
+@endpoint("admin")
+async def admin_revoke(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: Revoke a skill as this site (this site's key only).
+    requestBody: {content: {application/json: {example: {"skill": "<64 hex>", "reason": "..."}}}}
+    """
+    data = parse_json(body)
+    if not isinstance(data, dict) or not isinstance(data.get("skill"), str):
+        raise WireError("body must be a JSON object with 'skill' (64 hex digits) and optionally 'reason'")
+    check_hex64(data["skill"], "skill id")
+    await run_in_threadpool(site.kb.revoke, data["skill"], str(data.get("reason", "")))
+    return JSONResponse({"revoked": data["skill"]})
+
+
+@endpoint("admin")
+async def admin_delegate(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: Delegate roles to a device key (this site's key only).
+    requestBody: {content: {application/json: {example: {"device": "<64 hex>", "roles": ["publish"]}}}}
+    """
+    data = parse_json(body)
+    if not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(data.get("roles"), list):
+        raise WireError("body must be a JSON object with 'device' (64 hex digits) and 'roles' (a list)")
+    try:
+        roles = [Role(r) for r in data["roles"]]
+    except ValueError as exc:
+        raise WireError(f"{exc}; roles are publish, validate, revoke") from None
+    device = bytes.fromhex(check_hex64(data["device"], "device key"))
+    await run_in_threadpool(lambda: site.kb.delegate(device, roles))
+    return JSONResponse({"delegated": data["device"], "roles": [r.value for r in roles]})
+
+
+@endpoint("admin")
+async def admin_revoke_key(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: Stop accepting a device's feed after a given seq (this site's key only).
+    requestBody: {content: {application/json: {example: {"device": "<64 hex>", "last_seq": 41, "reason": "lost"}}}}
+    """
+    data = parse_json(body)
+    last_seq = data.get("last_seq") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(last_seq, int):
+        raise WireError("body must be a JSON object with 'device' (64 hex digits) and 'last_seq' (an integer)")
+    device = bytes.fromhex(check_hex64(data["device"], "device key"))
+    await run_in_threadpool(site.kb.revoke_key, device, last_seq, str(data.get("reason", "")))
+    return JSONResponse({"revoked_key": data["device"], "last_seq": last_seq})
+
+
+_schemas = SchemaGenerator({"openapi": "3.0.3", "info": {"title": "simnet site", "version": "1"}})
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(_schemas.get_schema(routes=request.app.routes))
+
+
+def create_app(site: Site, *, lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None) -> Starlette:
+    """The ASGI application for `site` (serve it with uvicorn; `simnet serve` does)."""
+    routes = [
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/v1/sync", sync, methods=["POST"]),
+        Route("/v1/heads", heads, methods=["GET"]),
+        Route("/v1/envelopes", envelopes, methods=["POST"]),
+        Route("/v1/blobs/{hash}", blob, methods=["GET"]),
+        Route("/v1/status", status, methods=["GET"]),
+        Route("/v1/admin/sync", admin_sync, methods=["POST"]),
+        Route("/v1/admin/revoke", admin_revoke, methods=["POST"]),
+        Route("/v1/admin/delegate", admin_delegate, methods=["POST"]),
+        Route("/v1/admin/revoke-key", admin_revoke_key, methods=["POST"]),
+        Route("/v1/openapi.json", openapi, methods=["GET"], include_in_schema=False),
+    ]
+    app = Starlette(routes=routes, middleware=[Middleware(GZipMiddleware, minimum_size=1024)], lifespan=lifespan)
+    app.state.site = site
+    return app
+
+
+__all__ = ["Role", "Site", "create_app", "knowledge_counts"]

@@ -1,0 +1,83 @@
+"""What travels between sites besides HTTP itself: pages of envelopes and maps of heads.
+
+A **page** is the body of `application/x-simnet-envelopes`: the 4 bytes ``SNP1``, a 4-byte big-endian
+count, then per envelope a 4-byte big-endian length and the envelope's bytes (docs/PROTOCOL.md). Binary,
+not base64-in-JSON: envelopes are mostly signatures and Yjs bytes, and the point of anti-entropy is to
+send little.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._errors import WireError
+
+PAGE_TYPE = "application/x-simnet-envelopes"
+_MAGIC = b"SNP1"
+_U32 = struct.Struct(">I")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def encode_page(envelopes: Iterable[bytes]) -> bytes:
+    items = list(envelopes)
+    parts = [_MAGIC, _U32.pack(len(items))]
+    for raw in items:
+        parts += [_U32.pack(len(raw)), raw]
+    return b"".join(parts)
+
+
+def decode_page(body: bytes, *, max_count: int, max_envelope_bytes: int) -> list[bytes]:
+    """Split a page into envelopes (unverified); WireError with a precise message if it is malformed."""
+    if len(body) < 8 or body[:4] != _MAGIC:
+        raise WireError("body is not an envelope page (expected the SNP1 magic and a count)")
+    (count,) = _U32.unpack_from(body, 4)
+    if count > max_count:
+        raise WireError(f"page holds {count} envelopes; this site accepts at most {max_count} per request", 413)
+    out, pos = [], 8
+    for i in range(count):
+        if pos + 4 > len(body):
+            raise WireError(f"page ends inside the length of envelope {i}")
+        (length,) = _U32.unpack_from(body, pos)
+        pos += 4
+        if length > max_envelope_bytes:
+            raise WireError(f"envelope {i} is {length} bytes; the limit is {max_envelope_bytes}", 413)
+        if pos + length > len(body):
+            raise WireError(f"page ends inside envelope {i} ({length} bytes announced)")
+        out.append(body[pos : pos + length])
+        pos += length
+    if pos != len(body):
+        raise WireError(f"{len(body) - pos} bytes after the last envelope")
+    return out
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WireError(f"body is not JSON: {exc}") from None
+
+
+def parse_heads(value: Any, *, max_authors: int) -> dict[str, int]:
+    """A heads map from JSON: {author hex: seq}; WireError naming the first bad entry."""
+    if not isinstance(value, Mapping):
+        raise WireError("'heads' must be an object mapping author keys (64 hex digits) to seq numbers")
+    if len(value) > max_authors:
+        raise WireError(f"'heads' names {len(value)} authors; at most {max_authors} accepted", 413)
+    heads = {}
+    for author, seq in value.items():
+        if not isinstance(author, str) or not _HEX64.fullmatch(author):
+            raise WireError(f"heads key {str(author)[:80]!r} is not 64 lowercase hex digits")
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**63:
+            raise WireError(f"heads[{author[:16]}…] must be a non-negative integer, not {seq!r}")
+        heads[author] = seq
+    return heads
+
+
+def check_hex64(value: str, what: str) -> str:
+    if not _HEX64.fullmatch(value):
+        raise WireError(f"{what} {value[:80]!r} is not 64 lowercase hex digits")
+    return value

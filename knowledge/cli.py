@@ -1,0 +1,131 @@
+"""The `simnet` command: one click group, composed from each package's own commands.
+
+This module defines the group and the knowledge-base commands (`skills list/show`). Other packages add
+theirs through the ``simnet.commands`` entry-point group (see pyproject.toml), so `knowledge` never
+imports them. Every read command takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import click
+
+import knowledge
+
+from ._errors import SimnetError
+
+STORE_FILE = "site.db"
+
+
+class Home:
+    """A site's directory (``--home`` or $SIMNET_HOME); see federation's config for its files."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def store(self) -> Path:
+        return self.path / STORE_FILE
+
+    def open_readonly(self) -> knowledge.KnowledgeBase:
+        if not self.store.exists():
+            raise click.ClickException(f"no knowledge base in {self.path}; run `simnet init` there, or pass --home")
+        return knowledge.open(self.store)
+
+
+def emit(data: Any, as_json: bool, human: str) -> None:
+    click.echo(json.dumps(data, indent=1, default=str) if as_json else human)
+
+
+@click.group()
+@click.option("--home", envvar="SIMNET_HOME", default=".", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path), help="The site's directory (or $SIMNET_HOME).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.pass_context
+def main(ctx: click.Context, home: Path, verbose: int) -> None:
+    """simnet: share robot skills, maps and certificates across sites, safely."""
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.obj = Home(home)
+
+
+@main.group()
+def skills() -> None:
+    """The skill library."""
+
+
+@skills.command("list")
+@click.option("--task", help="Only this task family.")
+@click.option("--active", is_flag=True, help="Only skills active under this site's policy.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def skills_list(home: Home, task: str | None, active: bool, as_json: bool) -> None:
+    """List skills: id, name, task, active, revoked."""
+    with home.open_readonly() as kb:
+        rows = [
+            {"id": s.id, "name": s.name, "task": s.task, "author": s.author,
+             "active": kb.is_active(s.id), "revoked": kb.is_revoked(s.id)}
+            for s in kb.skills.list(task=task, active_only=active)
+        ]
+    lines = [f"{'id':16}  {'name':32} {'task':14} state"]
+    for r in rows:
+        state = "revoked" if r["revoked"] else "active" if r["active"] else "inactive"
+        lines.append(f"{r['id'][:16]}  {r['name'][:32]:32} {r['task'][:14]:14} {state}")
+    emit(rows, as_json, "\n".join(lines) if rows else "no skills")
+
+
+@skills.command("show")
+@click.argument("skill_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
+    """Show one skill (an id prefix is enough), its activation, certificates and counts."""
+    with home.open_readonly() as kb:
+        matches = [s for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(skill_id.lower())]
+        if len(matches) != 1:
+            raise click.ClickException(f"{len(matches)} skills match {skill_id!r}; give more of the id")
+        skill = matches[0]
+        activation = kb.activation(skill.id)
+        data = {
+            "skill": asdict(skill),
+            "active": activation.active,
+            "reasons": list(activation.reasons),
+            "revoked": kb.is_revoked(skill.id),
+            "certificates": [asdict(c) for c in kb.certificates.for_skill(skill.id)],
+            "counts": asdict(kb.counters.get(skill.id)),
+        }
+    human = [f"{skill.name}  ({skill.task})", f"id        {skill.id}", f"author    {skill.author}",
+             f"active    {data['active']}  ({'; '.join(data['reasons'])})",
+             f"counts    {data['counts']}", f"certified {len(data['certificates'])} time(s)"]
+    if skill.description:
+        human.insert(1, skill.description)
+    emit(data, as_json, "\n".join(human))
+
+
+def _load_plugins() -> None:
+    for entry in entry_points(group="simnet.commands"):
+        for command in entry.load():
+            main.add_command(command)
+
+
+def run() -> None:
+    """Console-script entry point: library errors become one-line messages and exit status 1."""
+    _load_plugins()
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except click.Abort:
+        raise SystemExit(1) from None
+    except SimnetError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
