@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-DEMO = ROOT / "examples" / "two_sites.py"
+DEMO = ROOT / "examples" / "fleet_demo.py"
 
 
 def _uv() -> str:

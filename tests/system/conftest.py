@@ -1,0 +1,173 @@
+"""Real sites for system tests: `simnet init` + `simnet serve` as separate processes on loopback ports."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+import knowledge
+from federation import GossipConfig, SimnetAuth, SiteConfig
+from knowledge import Identity
+
+SIMNET = [sys.executable, "-c", "from knowledge.cli import run; run()"]
+
+
+def simnet(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([*SIMNET, "--home", str(home), *args], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"simnet {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+@dataclass
+class SiteProcess:
+    """One site: its home directory, key, port, and (when running) its `simnet serve` process."""
+
+    name: str
+    home: Path
+    port: int
+    key: Identity
+    process: subprocess.Popen | None = None
+    log: list[Path] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = self.home / f"serve-{len(self.log)}.log"
+        self.log.append(log)
+        with open(log, "w") as out:
+            self.process = subprocess.Popen([*SIMNET, "--home", str(self.home), "-v", "serve"], stdout=out,
+                                            stderr=subprocess.STDOUT)
+        wait_until(self.healthy, 30, f"{self.name} to answer /v1/health")
+
+    def healthy(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.log[-1].read_text()}")
+        try:
+            return httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=30)
+        self.process = None
+
+    def client(self, identity: Identity | None = None) -> httpx.Client:
+        """An httpx client signing as `identity` (default: the site's own key) for this site."""
+        return httpx.Client(base_url=self.url, auth=SimnetAuth(identity or self.key, self.key.public_key), timeout=30)
+
+    def status(self) -> dict:
+        with self.client() as c:
+            return c.get("/v1/status").raise_for_status().json()
+
+    def heads(self, identity: Identity | None = None) -> dict:
+        with self.client(identity) as c:
+            return c.get("/v1/heads").raise_for_status().json()["heads"]
+
+
+class Fleet:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sites: dict[str, SiteProcess] = {}
+
+    def add(self, name: str, *, interval_s: float = 0.3) -> SiteProcess:
+        home, port = self.root / name, free_port()
+        simnet(home, "init", "--name", name, "--listen", f"127.0.0.1:{port}")
+        config = SiteConfig.load(home)
+        config.gossip = GossipConfig(interval_s=interval_s, jitter=0.2, max_backoff_s=2.0)
+        config.save()
+        site = SiteProcess(name, home, port, Identity.load(home / "site.key"))
+        self.sites[name] = site
+        return site
+
+    def connect(self, a: SiteProcess, b: SiteProcess, roles: str = "publish,validate,revoke") -> None:
+        """a syncs with b and trusts b's root for `roles` (call both ways for a symmetric link)."""
+        simnet(a.home, "peer", "add", b.name, b.url, "--key", b.key.public_key_hex, "--trust", roles)
+
+    def trust(self, a: SiteProcess, b: SiteProcess, roles=tuple(knowledge.Role)) -> None:
+        """a trusts b's root for `roles` (without syncing with b directly); before a starts."""
+        policy = knowledge.TrustPolicy.load(a.home / "trust.toml").with_root(b.key.public_key, roles, name=b.name)
+        (a.home / "trust.toml").write_text(policy.to_toml())
+
+    def mesh(self, roles: str = "publish,validate,revoke") -> None:
+        for a in self.sites.values():
+            for b in self.sites.values():
+                if a is not b:
+                    self.connect(a, b, roles)
+
+    def stop(self) -> None:
+        for site in self.sites.values():
+            site.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    fleet = Fleet(tmp_path)
+    yield fleet
+    fleet.stop()
+
+
+def device_kb(site: SiteProcess, roles: str = "publish", path: Path | str = ":memory:") -> knowledge.KnowledgeBase:
+    """A robot's knowledge base: a new key delegated by `site` (through `simnet device add`)."""
+    device = Identity.generate()
+    simnet(site.home, "device", "add", device.public_key_hex, "--roles", roles)
+    policy = knowledge.TrustPolicy().with_root(site.key.public_key, name=site.name)
+    return knowledge.open(path, device, policy=policy)
+
+
+def served_url(home: Path) -> str:
+    return json.loads((home / "serve.json").read_text())["url"]
+
+
+@pytest.fixture
+def make_device():
+    """make_device(site, roles="publish") -> a robot's in-memory KnowledgeBase delegated by `site`."""
+    opened = []
+
+    def _make(site: SiteProcess, roles: str = "publish", path: Path | str = ":memory:") -> knowledge.KnowledgeBase:
+        kb = device_kb(site, roles, path)
+        opened.append(kb)
+        return kb
+
+    yield _make
+    for kb in opened:
+        kb.close()
+
+
+@pytest.fixture
+def run_simnet():
+    """run_simnet(home, *args, check=True) -> CompletedProcess of the real `simnet` command."""
+    return simnet
+
+
+@pytest.fixture
+def wait():
+    """wait(predicate, timeout=60, what=...) polls until the predicate holds."""
+    return wait_until
