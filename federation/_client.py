@@ -1,15 +1,17 @@
 """One anti-entropy round with a peer, over HTTP: pull what we lack, push what they lack, fetch blobs.
 
-The round is written once, as a generator that yields `httpx.Request`s and receives `httpx.Response`s
-(no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or `async_sync_with`
+The round is written once, as a generator that yields `Call`s (requests to make) and receives
+`httpx.Response`s (no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or `async_sync_with`
 (`httpx.AsyncClient`, with the knowledge-base work run in a worker thread).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import anyio
 import httpx
@@ -17,7 +19,7 @@ import httpx
 from knowledge import BlobError, KnowledgeBase, Rejection
 
 from ._auth import SimnetAuth
-from ._errors import PeerError, WireError
+from ._errors import PeerError
 from ._wire import PAGE_TYPE, decode_page, encode_page, parse_heads, parse_json
 
 API = "/v1"
@@ -41,7 +43,20 @@ class SyncReport:
     seconds: float = 0.0
 
 
-Exchange = Generator[httpx.Request, httpx.Response, SyncReport]
+class Call(NamedTuple):
+    """One HTTP request the round wants made; the driver builds it with its client's defaults."""
+
+    method: str
+    url: str
+    content: bytes = b""
+    headers: dict[str, str] = {}
+
+
+Exchange = Generator[Call, httpx.Response, SyncReport]
+
+
+def _json_call(url: str, body: object) -> Call:
+    return Call("POST", url, json.dumps(body, separators=(",", ":")).encode(), {"content-type": "application/json"})
 
 
 def _check(response: httpx.Response) -> httpx.Response:
@@ -64,17 +79,16 @@ def exchange(
     started = time.perf_counter()
     limit = kb.limits.max_checkpoint_bytes
 
-    def send(request: httpx.Request) -> Generator[httpx.Request, httpx.Response, httpx.Response]:
-        report.bytes_sent += len(request.content)
-        response = _check((yield request))
-        report.bytes_received += len(response.content)
+    def send(call: Call) -> Generator[Call, httpx.Response, httpx.Response]:
+        report.bytes_sent += len(call.content)
+        response = _check((yield call))
+        report.bytes_received += response.num_bytes_downloaded  # as on the wire (compressed)
         return response
 
     # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us.
     for _ in range(MAX_PAGES):
         heads = {author: head.seq for author, head in kb.heads().items()}
-        body = httpx.Request("POST", f"{base_url}{API}/sync", json={"heads": heads, "limit": page})
-        response = yield from send(body)
+        response = yield from send(_json_call(f"{base_url}{API}/sync", {"heads": heads, "limit": page}))
         envelopes = decode_page(response.content, max_count=page, max_envelope_bytes=limit)
         if not envelopes:
             break
@@ -86,15 +100,14 @@ def exchange(
             break  # nothing we can use: stop rather than ask again for the same refused envelopes
 
     # Push: what their heads lack, page by page, until they hold everything we hold (or refuse the rest).
-    response = yield from send(httpx.Request("GET", f"{base_url}{API}/heads"))
+    response = yield from send(Call("GET", f"{base_url}{API}/heads"))
     for _ in range(MAX_PAGES):
         theirs = parse_heads(parse_json(response.content).get("heads"), max_authors=1 << 20)
         envelopes = kb.envelopes_since(theirs, limit=page)
         if not envelopes:
             break
         response = yield from send(
-            httpx.Request("POST", f"{base_url}{API}/envelopes", content=encode_page(envelopes),
-                          headers={"content-type": PAGE_TYPE})
+            Call("POST", f"{base_url}{API}/envelopes", encode_page(envelopes), {"content-type": PAGE_TYPE})
         )
         answer = parse_json(response.content)
         report.pushed += int(answer.get("accepted", 0))
@@ -104,7 +117,7 @@ def exchange(
 
     # Blobs the caller asked for, by hash; each verified before it is stored.
     for blob_hash in kb.blobs.missing(blobs):
-        response = yield from send(httpx.Request("GET", f"{base_url}{API}/blobs/{blob_hash}"))
+        response = yield from send(Call("GET", f"{base_url}{API}/blobs/{blob_hash}"))
         try:
             kb.blobs.put(response.content, expected=blob_hash)
         except BlobError as exc:
@@ -121,8 +134,8 @@ def _client_kwargs(kb: KnowledgeBase, peer_key: bytes, timeout: float) -> dict:
     return {"auth": SimnetAuth(kb.identity, peer_key), "timeout": timeout, "follow_redirects": False}
 
 
-def _step(rounds: Exchange, response: httpx.Response | None) -> httpx.Request | SyncReport:
-    """Advance the round: the next request to send, or the finished report."""
+def _step(rounds: Exchange, response: httpx.Response | None) -> Call | SyncReport:
+    """Advance the round: the next request to make, or the finished report."""
     try:
         return next(rounds) if response is None else rounds.send(response)
     except StopIteration as done:
@@ -144,9 +157,10 @@ def sync_with(
     rounds = exchange(kb, url, page=page, blobs=blobs)
     with httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
         step = _step(rounds, None)
-        while isinstance(step, httpx.Request):
+        while isinstance(step, Call):
             try:
-                response = client.send(step)
+                response = client.send(client.build_request(step.method, step.url, content=step.content,
+                                                            headers=step.headers))
                 response.read()
             except httpx.HTTPError as exc:
                 raise PeerError(f"cannot reach {step.url}: {exc}") from exc
@@ -170,9 +184,10 @@ async def async_sync_with(
     rounds = exchange(kb, url, page=page, blobs=list(blobs))
     async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
         step = await anyio.to_thread.run_sync(_step, rounds, None)
-        while isinstance(step, httpx.Request):
+        while isinstance(step, Call):
             try:
-                response = await client.send(step)
+                response = await client.send(client.build_request(step.method, step.url, content=step.content,
+                                                                  headers=step.headers))
                 await response.aread()
             except httpx.HTTPError as exc:
                 raise PeerError(f"cannot reach {step.url}: {exc}") from exc

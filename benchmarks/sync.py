@@ -1,0 +1,170 @@
+"""Sync over real HTTP between `simnet serve` processes on loopback.
+
+(a) One site holds K new records (default 10,000 skill records, one per envelope, as robots publish
+    them); a fresh site pulls them: wall time, records/s, and bytes on the wire (compressed bodies, as
+    sent) against the raw size of the records' JSON payloads.
+(b) M sites (default 16), each holding records of its own, in push-pull gossip rounds: in every round
+    each site syncs with one peer chosen at random, all at once; rounds until every site holds
+    everything, against the goal ceil(log2 M) + 2.
+
+Prints one JSON line.   python benchmarks/sync.py [--quick] [--records K] [--sites M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+import knowledge
+from federation import GossipConfig, PeerConfig, SimnetAuth, SiteConfig, sync_with
+from knowledge import Identity, TrustPolicy
+
+SIMNET = [sys.executable, "-c", "from knowledge.cli import run; run()"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Site:
+    def __init__(self, root: Path, name: str) -> None:
+        self.name, self.home, self.port = name, root / name, free_port()
+        subprocess.run([*SIMNET, "--home", str(self.home), "init", "--name", name, "--listen",
+                        f"127.0.0.1:{self.port}"], check=True, capture_output=True)
+        config = SiteConfig.load(self.home)
+        config.gossip = GossipConfig(interval_s=3600.0)  # the benchmark drives every round itself
+        config.save()
+        self.key = Identity.load(self.home / "site.key")
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def trust(self, keys: list[bytes]) -> None:
+        policy = TrustPolicy()
+        for key in keys:
+            policy = policy.with_root(key)
+        (self.home / "trust.toml").write_text(policy.to_toml())
+
+    def publish(self, count: int) -> int:
+        """Write `count` skill records into the site's own store (before serving); returns payload bytes."""
+        with knowledge.open(self.home / "site.db", self.key, policy=self.home / "trust.toml") as kb:
+            before = {s.id for s in kb.skills.list()}
+            for i in range(count):
+                kb.skills.publish(
+                    f"{self.name}-skill-{i}", random.choice(["pick", "place", "walk", "push"]),
+                    description=f"skill {i} learned at {self.name}: approach, grasp, lift, verify",
+                    embodiments=[{"fingerprint": f"{random.getrandbits(256):064x}", "dof": 7}],
+                    preconditions=["object visible"], postconditions=["object held"],
+                )
+            return sum(len(knowledge._records.canonical_json(_record(kb, s.id)).encode())
+                       for s in kb.skills.list() if s.id not in before)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([*SIMNET, "--home", str(self.home), "serve"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise SystemExit(f"{self.name} did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+
+    def admin(self, path: str, body: dict) -> dict:
+        auth = SimnetAuth(self.key, self.key.public_key)
+        return httpx.post(f"{self.url}{path}", json=body, auth=auth, timeout=600).raise_for_status().json()
+
+    def heads(self) -> dict:
+        auth = SimnetAuth(self.key, self.key.public_key)
+        return httpx.get(f"{self.url}/v1/heads", auth=auth, timeout=60).raise_for_status().json()["heads"]
+
+
+def _record(kb: knowledge.KnowledgeBase, skill_id: str) -> dict:
+    return json.loads(kb._feeds[kb.identity.public_key].get(f"skill/{skill_id}"))
+
+
+def bulk_pull(root: Path, records: int) -> dict:
+    source = Site(root, "source")
+    fresh_key = Identity.generate()
+    source.trust([fresh_key.public_key])  # reading needs trust too
+    payload = source.publish(records)
+    source.start()
+    try:
+        policy = TrustPolicy().with_root(source.key.public_key)
+        with knowledge.open(root / "fresh.db", fresh_key, policy=policy) as fresh:
+            start = time.perf_counter()
+            report = sync_with(fresh, source.url, source.key.public_key)
+            seconds = time.perf_counter() - start
+            assert len(fresh.skills.list()) == records, "the fresh site did not receive every record"
+    finally:
+        source.stop()
+    wire = report.bytes_sent + report.bytes_received
+    return {"records": records, "seconds": round(seconds, 3), "records_per_s": round(records / seconds),
+            "wire_bytes": wire, "payload_bytes": payload, "bytes_ratio": round(wire / payload, 3)}
+
+
+def gossip_rounds(root: Path, count: int, per_site: int, rng: random.Random) -> dict:
+    sites = [Site(root, f"g{i:02d}") for i in range(count)]
+    for site in sites:
+        config = SiteConfig.load(site.home)
+        config.peers = [PeerConfig(o.name, o.url, o.key.public_key) for o in sites if o is not site]
+        config.save()
+        site.trust([o.key.public_key for o in sites if o is not site])
+        site.publish(per_site)
+    with ThreadPoolExecutor(len(sites)) as pool:
+        list(pool.map(Site.start, sites))
+        try:
+            rounds = 0
+            while len({json.dumps(h, sort_keys=True) for h in pool.map(Site.heads, sites)}) > 1:
+                rounds += 1
+                if rounds > 50:
+                    raise SystemExit("gossip did not converge in 50 rounds")
+                pairs = [(s, rng.choice([o for o in sites if o is not s])) for s in sites]
+                list(pool.map(lambda pair: pair[0].admin("/v1/admin/sync", {"peer": pair[1].name}), pairs))
+        finally:
+            list(pool.map(Site.stop, sites))
+    return {"sites": count, "rounds_to_converge": rounds, "rounds_goal": math.ceil(math.log2(count)) + 2}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--records", type=int, default=None)
+    parser.add_argument("--sites", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    records = args.records or (1_000 if args.quick else 10_000)
+    sites = args.sites or (6 if args.quick else 16)
+    rng = random.Random(args.seed)
+    random.seed(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = {"benchmark": "sync", **bulk_pull(Path(tmp) / "a", records)}
+        result.update(gossip_rounds(Path(tmp) / "b", sites, 3, rng))
+    result["record_kind"] = "skill record, one per envelope"
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
