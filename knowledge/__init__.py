@@ -2,7 +2,8 @@
 
     import knowledge
     kb = knowledge.open("site.db", knowledge.Identity.generate())
-    skill = kb.skills.publish("pick-mug", "pick", description="...")
+    skill = kb.skills.publish("pick-mug", "pick", embodiments=[knowledge.Embodiment.from_mjcf("arm.xml").to_dict()])
+    kb.skills.query("new_arm.urdf", task="pick", k=5)
     kb.maps["floor1"].observe((12, 7), {"label": "shelf"}, confidence=0.8)
     kb.counters.record(skill.id, success=True)
     other.ingest(kb.envelopes_since(other.heads()))
@@ -33,10 +34,12 @@ from ._kb import KnowledgeBase, Limits, open
 from ._models import (
     Activation,
     Certificate,
+    CertificateSummary,
     Counts,
     Head,
     IngestReport,
     Observation,
+    QueryResult,
     RecordIssue,
     Rejection,
     Skill,
@@ -45,11 +48,12 @@ from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy, wilson_lower_bo
 from ._records import Role
 
 __all__ = [
-    "Activation", "ActivationPolicy", "Actuator", "BlobError", "Blobs", "Body", "Certificate", "Certificates",
-    "ClockSkewError", "Counters", "Counts", "EmbeddingSpace", "Embodiment", "EmbodimentError", "Encoder",
-    "Envelope", "EnvelopeError", "FeatureEncoder", "Head", "Hit", "HybridClock", "Identity", "IdentityError",
-    "IngestReport", "Joint", "Kind", "KnowledgeBase", "Limits", "Maps", "NotAuthorizedError", "Observation",
-    "PolicyError", "RecordError", "RecordIssue", "Rejection", "Role", "Selection", "SemanticMap", "Sensor",
-    "SimnetError", "Site", "Skill", "SkillIndex", "Skills", "StoreError", "StoreLockedError", "TrustPolicy",
-    "TrustedRoot", "UnknownSkillError", "key_id", "open", "parse_public_key", "wilson_lower_bound",
+    "Activation", "ActivationPolicy", "Actuator", "BlobError", "Blobs", "Body", "Certificate", "CertificateSummary",
+    "Certificates", "ClockSkewError", "Counters", "Counts", "EmbeddingSpace", "Embodiment", "EmbodimentError",
+    "Encoder", "Envelope", "EnvelopeError", "FeatureEncoder", "Head", "Hit", "HybridClock", "Identity",
+    "IdentityError", "IngestReport", "Joint", "Kind", "KnowledgeBase", "Limits", "Maps", "NotAuthorizedError",
+    "Observation", "PolicyError", "QueryResult", "RecordError", "RecordIssue", "Rejection", "Role", "Selection",
+    "SemanticMap", "Sensor", "SimnetError", "Site", "Skill", "SkillIndex", "Skills", "StoreError",
+    "StoreLockedError", "TrustPolicy", "TrustedRoot", "UnknownSkillError", "key_id", "open", "parse_public_key",
+    "wilson_lower_bound",
 ]

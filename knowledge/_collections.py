@@ -6,8 +6,10 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._encoders import Encoder
 from ._errors import BlobError, RecordError, UnknownSkillError
-from ._models import Certificate, Counts, Observation, Skill
+from ._models import Certificate, Counts, Observation, QueryResult, Skill
+from ._retrieval import EmbodimentInput, Retrieval
 from ._records import (
     COUNTER_FIELDS,
     MAX_INT,
@@ -32,6 +34,7 @@ class Skills:
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self._kb = kb
+        self._retrieval = Retrieval(kb)
 
     def publish(
         self,
@@ -47,7 +50,10 @@ class Skills:
         blobs: Iterable[str] = (),
         meta: Mapping[str, Any] | None = None,
     ) -> Skill:
-        """Publish a skill; returns it with its id (the SHA-256 of its record). Durable on return."""
+        """Publish a skill; returns it with its id (the SHA-256 of its record). Durable on return.
+
+        `embodiments` is the scope: `Embodiment.to_dict()` of each body the skill is for (what `query` reads).
+        """
         kb = self._kb
         identity = kb._require(Role.PUBLISH)
         record = {
@@ -100,6 +106,24 @@ class Skills:
                     continue
                 out.append(Skill.from_record(skill_id, record))
             return out
+
+    def query(
+        self,
+        embodiment: EmbodimentInput,
+        *,
+        task: str | None = None,
+        k: int = 10,
+        active_only: bool = True,
+        min_certified_branches: int = 0,
+        encoder: Encoder | None = None,
+    ) -> list[QueryResult]:
+        """The k skills whose scope holds the bodies nearest to `embodiment` (an Embodiment, an MJCF or URDF
+        path, or MJCF text), nearest first, filtered by task family, activation here and total certified
+        branches. Withdrawn skills and skills without a valid scope descriptor are never found."""
+        return self._retrieval.query(
+            embodiment, task=task, k=k, active_only=active_only, min_certified_branches=min_certified_branches,
+            encoder=encoder,
+        )
 
     def withdraw(self, skill_id: str, reason: str = "") -> None:
         """Remove a skill this site published from the library (revocation is the fleet-wide switch)."""

@@ -104,7 +104,7 @@ class Selection:
         if other._index is not self._index:
             raise ValueError("selections of different indexes cannot be combined")
         with self._index._lock:
-            size = len(self._index._names)
+            size = max(len(self._index._names), len(self._bits), len(other._bits))  # `_grow` may overshoot
             return Selection(self._index, op(self._padded(size), other._padded(size)))
 
     def _grow(self, size: int) -> None:

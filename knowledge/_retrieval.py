@@ -1,0 +1,322 @@
+"""Skills found by embodiment: a FAISS index that follows a knowledge base's skill library.
+
+The scope convention: each entry of a skill record's `embodiments` list is an `Embodiment.to_dict()`.
+Entries that are not valid descriptors (an older `{"fingerprint": ...}` tag, a peer's malformed data)
+are skipped, and a skill with no valid entry cannot be found by embodiment.
+
+The index holds one vector per skill and distinct scope body, named "<skill id>/<position in the list>";
+a query ranks a skill by its nearest body. Withdrawn skills leave the index. Revoked and inactive ones
+stay, so that `active_only=False` can show them with their state, and standing `Selection`s (active
+skills, a task family, a certificate strength) filter inside the search. Skill records are immutable,
+so the index's contents depend only on which skills are present and on the encoder: after a reopen, a
+saved index is brought up to date by comparing skill ids, without encoding again what it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._embodiment import Embodiment
+from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
+from ._errors import EmbodimentError
+from ._index import Selection, SkillIndex
+from ._models import CertificateSummary, QueryResult, Skill
+from ._policy import wilson_lower_bound
+from ._records import RecordType
+from ._store import MEMORY
+
+if TYPE_CHECKING:
+    from ._kb import KnowledgeBase
+
+log = logging.getLogger(__name__)
+
+EmbodimentInput = Embodiment | str | os.PathLike[str]
+"""An `Embodiment`, a path to an MJCF or URDF file (URDF by its `.urdf` suffix), or MJCF text."""
+
+SAVE_FRACTION = 0.01
+"""Save the index once the vectors added or removed since the last save reach this share of it: a reopen
+then encodes at most that many bodies again, and a busy site does not rewrite a large file on every query."""
+_MAX_FILTERS = 32
+"""Standing selections kept (LRU): task families and certificate strengths come from queries and peers."""
+_MAX_BODIES = 65_536
+"""Distinct scope descriptors whose vectors are cached: skills of one fleet share a few bodies."""
+_START = (-1, 0)
+"""A views position no views have: the first sync reads every skill."""
+
+Filter = tuple[str, Any]
+"""("active", None), ("task", family) or ("branches", minimum)."""
+
+
+@dataclass(slots=True)
+class _State:
+    """What the filters need to know of a present (not withdrawn) skill."""
+
+    task: str
+    entries: tuple[str, ...]
+    active: bool
+    branches: int
+
+
+def _passes(state: _State, key: Filter) -> bool:
+    kind, value = key
+    if kind == "active":
+        return state.active
+    if kind == "task":
+        return state.task == value
+    return state.branches >= value
+
+
+class Retrieval:
+    """The engine behind `kb.skills.query`: one `_Library` per embedding space that queries have used."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self._kb = kb
+        self._libraries: dict[EmbeddingSpace, _Library] = {}
+
+    def query(
+        self,
+        embodiment: EmbodimentInput,
+        *,
+        task: str | None,
+        k: int,
+        active_only: bool,
+        min_certified_branches: int,
+        encoder: Encoder | None,
+    ) -> list[QueryResult]:
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if min_certified_branches < 0:
+            raise ValueError(f"min_certified_branches must be >= 0, got {min_certified_branches}")
+        encoder = encoder or FeatureEncoder()
+        vector = encoder.encode(as_embodiment(embodiment))  # compiling a model file needs no lock
+        filters: list[Filter] = [("active", None)] if active_only else []
+        filters += [("task", task)] if task is not None else []
+        filters += [("branches", min_certified_branches)] if min_certified_branches else []
+        with self._kb._lock:
+            library = self._libraries.get(encoder.space)
+            if library is None:
+                library = self._libraries[encoder.space] = _Library(self._kb, encoder)
+            return library.query(vector, k, filters)
+
+
+def as_embodiment(embodiment: EmbodimentInput) -> Embodiment:
+    """Read a query's body; EmbodimentError names the file or the input and the problem."""
+    if isinstance(embodiment, Embodiment):
+        return embodiment
+    if isinstance(embodiment, str) and embodiment.lstrip().startswith("<"):
+        return Embodiment.from_mjcf(embodiment)
+    if isinstance(embodiment, (str, os.PathLike)):
+        path = Path(embodiment)
+        return Embodiment.from_urdf(path) if path.suffix.lower() == ".urdf" else Embodiment.from_mjcf(path)
+    raise EmbodimentError(
+        f"a query's embodiment is an Embodiment, a path to MJCF or URDF, or MJCF text; got {type(embodiment).__name__}"
+    )
+
+
+def index_path(store_path: str, encoder: Encoder) -> Path | None:
+    """Where an encoder's index of a store is saved: beside it, named by the encoder; None in memory."""
+    if store_path == MEMORY:
+        return None
+    return Path(f"{store_path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', encoder.name)}.index")
+
+
+def certificate_summary(kb: KnowledgeBase, skill_id: str) -> CertificateSummary:
+    """Count, total branches and best Wilson lower bound (at the policy's confidence) of a skill's
+    certificates, as the views show them (from writers trusted to validate). Call with the lock held."""
+    confidence = kb.policy.activation.confidence
+    certificates = [record for _id, record in kb._views.certificates(skill_id)]
+    return CertificateSummary(
+        count=len(certificates),
+        branches=sum(c["branches"] for c in certificates),
+        best_lower_bound=max((wilson_lower_bound(c["successes"], c["branches"], confidence) for c in certificates),
+                             default=0.0),
+    )
+
+
+class _Library:
+    """One encoder's index of one knowledge base's skills, with standing filters. Call with the lock held."""
+
+    def __init__(self, kb: KnowledgeBase, encoder: Encoder) -> None:
+        self._kb = kb
+        self._encoder = encoder
+        self._path = index_path(kb._store.path, encoder)
+        loaded = SkillIndex.load(self._path, encoder.space) if self._path is not None else None
+        self._index = loaded or SkillIndex(encoder.space)
+        self._skills: dict[str, _State] = {}
+        self._filters: OrderedDict[Filter, Selection] = OrderedDict()
+        self._bodies: dict[bytes, tuple[str, np.ndarray] | None] = {}  # descriptor hash -> (fingerprint, vector)
+        self._position = _START
+        self._unsaved = 0
+
+    def query(self, vector: np.ndarray, k: int, filters: list[Filter]) -> list[QueryResult]:
+        self._sync()
+        results = self._search(vector, k, filters)
+        if not all(self._admits(result, filters) for result in results):
+            # the views log missed a change (it must not): the filters are a cache, so start over
+            log.warning("skill index filters were stale; rebuilding them from the knowledge base")
+            self._resync()
+            results = self._search(vector, k, filters)
+        return results
+
+    # -- following the skill library -----------------------------------------------------------------
+
+    def _sync(self) -> None:
+        changed, position = self._kb._views.skill_changes(self._position)
+        if changed is None:
+            self._resync()
+        else:
+            self._apply(changed)
+        self._position = position
+        if self._path is not None and self._unsaved and self._unsaved >= SAVE_FRACTION * len(self._index):
+            try:
+                self._index.save(self._path)
+            except OSError as exc:
+                log.warning("cannot save the skill index to %s (%s); it is rebuilt when needed", self._path, exc)
+            self._unsaved = 0
+
+    def _resync(self) -> None:
+        """Compare the index with every present skill: drop what left, add what is missing, refilter."""
+        views = self._kb._views
+        self._position = views.skill_changes(_START)[1]
+        held: dict[str, list[str]] = defaultdict(list)
+        for entry in self._index.ids():
+            held[entry.partition("/")[0]].append(entry)
+        present = {str(s) for s in views.indexes(RecordType.SKILL) if not views.withdrawn(str(s))}
+        self._unsaved += self._index.remove(e for s, entries in held.items() if s not in present for e in entries)
+        known = {s: tuple(held.get(s, ())) for s in present if s in held or self._has_no_scope(s)}
+        missing = [s for s in present if s not in known]
+        known.update(self._add(missing))
+        self._skills = {s: self._state(s, entries) for s, entries in known.items()}
+        self._filters.clear()
+
+    def _has_no_scope(self, skill_id: str) -> bool:
+        """Known to have no valid scope entry (the entries of every other known skill are in the index)."""
+        state = self._skills.get(skill_id)
+        return state is not None and not state.entries
+
+    def _apply(self, changed: set[str]) -> None:
+        views = self._kb._views
+        added = []
+        for skill_id in changed:
+            if views.skill(skill_id) is None or views.withdrawn(skill_id):
+                old = self._skills.pop(skill_id, None)
+                if old is not None:
+                    self._unsaved += self._index.remove(old.entries)
+                    self._refilter(old.entries, None)
+            elif skill_id in self._skills:
+                state = self._skills[skill_id] = self._state(skill_id, self._skills[skill_id].entries)
+                self._refilter(state.entries, state)
+            else:
+                added.append(skill_id)
+        for skill_id, entries in self._add(added).items():
+            state = self._skills[skill_id] = self._state(skill_id, entries)
+            self._refilter(entries, state)
+
+    def _state(self, skill_id: str, entries: tuple[str, ...]) -> _State:
+        record = self._kb._views.skill(skill_id)
+        assert record is not None
+        branches = sum(c["branches"] for _id, c in self._kb._views.certificates(skill_id))
+        return _State(record["task"], entries, self._kb.activation(skill_id).active, branches)
+
+    def _refilter(self, entries: Iterable[str], state: _State | None) -> None:
+        for key, selection in self._filters.items():
+            keep = state is not None and _passes(state, key)
+            for entry in entries:
+                selection.add(entry) if keep else selection.discard(entry)
+
+    def _add(self, skill_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """Encode the scopes of new skills (each distinct descriptor once) and add them; their entry names."""
+        views = self._kb._views
+        if len(self._bodies) > _MAX_BODIES:
+            self._bodies.clear()
+        scopes = {s: views.skill(s).get("embodiments", []) for s in skill_ids}  # type: ignore[union-attr]
+        keyed = {s: [_descriptor_key(scope) for scope in entries] for s, entries in scopes.items()}
+        fresh: dict[bytes, Embodiment] = {}
+        for skill_id, entries in scopes.items():
+            for key, scope in zip(keyed[skill_id], entries):
+                if key in self._bodies or key in fresh:
+                    continue
+                try:
+                    fresh[key] = Embodiment.from_dict(scope)
+                except EmbodimentError as exc:
+                    log.debug("skill %s…: scope skipped: %s", skill_id[:16], exc)
+                    self._bodies[key] = None
+        for (key, body), vector in zip(fresh.items(), self._encoder.encode_many(fresh.values())):
+            self._bodies[key] = (body.fingerprint, vector) if np.isfinite(vector).all() else None
+        names: list[str] = []
+        rows: list[np.ndarray] = []
+        out = {}
+        for skill_id in skill_ids:
+            found: dict[str, str] = {}  # fingerprint -> entry name: one vector per distinct body
+            for position, key in enumerate(keyed[skill_id]):
+                body = self._bodies[key]
+                if body is not None and body[0] not in found:
+                    found[body[0]] = f"{skill_id}/{position}"
+                    rows.append(body[1])
+            names += found.values()
+            out[skill_id] = tuple(found.values())
+        if names:
+            self._index.add(names, np.stack(rows))
+            self._unsaved += len(names)
+        return out
+
+    # -- searching -----------------------------------------------------------------------------------
+
+    def _selection(self, key: Filter) -> Selection:
+        selection = self._filters.pop(key, None)
+        if selection is None:
+            selection = self._index.select(e for s in self._skills.values() if _passes(s, key) for e in s.entries)
+        self._filters[key] = selection  # most recently used last
+        while len(self._filters) > _MAX_FILTERS:
+            self._filters.popitem(last=False)
+        return selection
+
+    def _search(self, vector: np.ndarray, k: int, filters: list[Filter]) -> list[QueryResult]:
+        """The k nearest skills: fetch entries nearest first until k distinct skills show up."""
+        allowed = reduce(lambda a, b: a & b, [self._selection(key) for key in filters]) if filters else None
+        available = len(allowed) if allowed is not None else len(self._index)
+        fetch = k
+        while True:
+            nearest: dict[str, tuple[float, int]] = {}
+            for hit in self._index.search(vector, fetch, allowed=allowed):
+                skill_id, _, position = hit.skill_id.partition("/")
+                nearest.setdefault(skill_id, (hit.distance, int(position)))
+            if len(nearest) >= k or fetch >= available:
+                break
+            fetch = min(4 * fetch, available)
+        return [self._result(s, d, p) for s, (d, p) in list(nearest.items())[:k]]
+
+    def _result(self, skill_id: str, distance: float, position: int) -> QueryResult:
+        record = self._kb._views.skill(skill_id)
+        assert record is not None
+        return QueryResult(
+            distance=distance,
+            skill=Skill.from_record(skill_id, record),
+            activation=self._kb.activation(skill_id),
+            certificates=certificate_summary(self._kb, skill_id),
+            scope=position,
+        )
+
+    def _admits(self, result: QueryResult, filters: list[Filter]) -> bool:
+        """Whether a result passes the filters by its fresh state (never by the cached one)."""
+        if self._kb._views.withdrawn(result.skill.id):
+            return False
+        state = _State(result.skill.task, (), result.activation.active, result.certificates.branches)
+        return all(_passes(state, key) for key in filters)
+
+
+def _descriptor_key(scope: Any) -> bytes:
+    text = json.dumps(scope, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).digest()
