@@ -11,7 +11,6 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
