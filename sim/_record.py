@@ -53,8 +53,8 @@ def evaluation_record(ev: Evaluation) -> dict:
         "sampler": ev.sampler.to_json(),
         "patches_digest": ev.patches_digest,
         "layout": {"branches": ev.branches, "wave": ev.wave, "order": LAYOUT},
-        "settings": {"policy_threads": 1, "mjtNum": "float64",
-                     "physics_threads": "any: outcomes do not depend on them"},
+        # what outcomes depend on besides the inputs above; physics threads and workers are not
+        "settings": {"policy_threads": 1, "mjtNum": str(np.dtype(mujoco.MJTNUM_DTYPE))},
         "sequential": None if ev.sprt is None else {**ev.sprt.to_json(), "decision": ev.decision,
                                                     "decided_at": ev.decided_at},
         "outcomes": {"branch": [o.branch for o in outcomes], "success": [int(o.success) for o in outcomes],
