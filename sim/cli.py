@@ -1,0 +1,106 @@
+"""The simulator commands of `simnet`: evaluate and reproduce.
+
+Mounted into the `simnet` group through the ``simnet.commands`` entry-point group (as
+``sim.cli:COMMANDS``), so that neither `knowledge` nor `federation` imports `sim`. A skill or task
+is a shipped name ("arm_reach_good", "arm_reach") or a file: a skill's ``.json`` sidecar beside its
+``.safetensors``, a task's full JSON definition.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ._evaluate import evaluate
+from ._patches import Sampler
+from ._policies import Skill
+from ._record import reproduce
+from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
+from ._stats import SPRT
+from ._tasks import Task
+
+
+def _skill(name: str) -> Skill:
+    if name in shipped_skills():
+        return load_skill(name)
+    if Path(name).is_file():
+        return Skill.load(name)
+    raise click.BadParameter(f"neither a shipped skill ({', '.join(shipped_skills())}) nor a file", param_hint="SKILL")
+
+
+def _task(name: str) -> Task:
+    if name in shipped_tasks():
+        return load_task(name)
+    if Path(name).is_file():
+        return Task(json.loads(Path(name).read_text()))
+    raise click.BadParameter(f"neither a shipped task ({', '.join(shipped_tasks())}) nor a file", param_hint="--task")
+
+
+def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
+    if spec is None:
+        return load_sampler(task.name, seed) if task.name in shipped_tasks() else Sampler(seed=seed)
+    data = json.loads(Path(spec).read_text())
+    return Sampler.from_json({**data, "seed": seed})
+
+
+@click.command("evaluate")
+@click.argument("skill")
+@click.option("--task", "task_name", required=True, help="A shipped task name or a task definition file.")
+@click.option("--branches", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes; outcomes do not depend on it.")
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Physics threads per process (0: all CPUs); outcomes do not depend on it.")
+@click.option("--wave", type=click.IntRange(min=1), default=None, help="Branches per batch (default: up to 64).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--sampler", "sampler_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A sampler spec file (default: the task's shipped randomization).")
+@click.option("--sprt", nargs=2, type=click.FloatRange(0, 1), default=None, metavar="P0 P1",
+              help="Stop early by a sequential test of rate P0 against P1 (5% error rates).")
+@click.option("--record", "record_file", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the evaluation record (the body of a certificate) to this file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+def evaluate_command(skill: str, task_name: str, branches: int, workers: int, threads: int, wave: int | None,
+                     seed: int, sampler_file: str | None, sprt: tuple[float, float] | None, record_file: str | None,
+                     as_json: bool) -> None:
+    """Roll SKILL out closed loop in randomized branches of a task and report its success rate."""
+    task = _task(task_name)
+    result = evaluate(task, _skill(skill), branches=branches, sampler=_sampler(sampler_file, task, seed),
+                      wave=wave, threads=threads, workers=workers, sprt=SPRT(*sprt) if sprt else None)
+    record = result.to_record()
+    if record_file:
+        Path(record_file).write_text(json.dumps(record, sort_keys=True) + "\n")
+    if as_json:
+        click.echo(json.dumps(record, sort_keys=True))
+        return
+    lines = [f"{task.name}: {result.successes}/{result.n} succeeded ({result.success_rate:.3f})",
+             f"lower bound at {result.confidence:.0%}: Clopper-Pearson {result.clopper_pearson_lower:.4f}, "
+             f"Wilson {result.wilson_lower:.4f}",
+             f"mean return {result.mean_return:.4f}"]
+    if result.sprt is not None:
+        lines.append(f"SPRT {result.decision} after {result.decided_at} branches ({result.n} simulated)")
+    click.echo("\n".join(lines))
+
+
+@click.command("reproduce")
+@click.argument("record_file", type=click.Path(dir_okay=False, exists=True))
+@click.argument("skill")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool) -> None:
+    """Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce."""
+    verdict = reproduce(json.loads(Path(record_file).read_text()), _skill(skill), workers=workers)
+    if as_json:
+        click.echo(json.dumps({"matches": verdict.matches, "exact": verdict.exact,
+                               "same_platform": verdict.same_platform, "detail": verdict.detail,
+                               "mismatched_branches": list(verdict.mismatched_branches)}))
+    else:
+        click.echo(f"{'reproduces' if verdict.matches else 'DOES NOT REPRODUCE'}: {verdict.detail}")
+    if not verdict.matches:
+        raise SystemExit(1)
+
+
+COMMANDS = [evaluate_command, reproduce_command]
+__all__ = ["COMMANDS"]
