@@ -5,7 +5,6 @@ sequences); a saved index is reused, brought up to date, or rebuilt; bad bodies 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import logging
 import tempfile
@@ -31,7 +30,8 @@ STRICT = ActivationPolicy(min_branches=32, min_lower_bound=0.8)
 def scaled(body: Embodiment, size: float) -> Embodiment:
     """The same structure at another size: longer links, heavier bodies (through `from_dict`, which
     rounds as a compiled model's descriptor is rounded)."""
-    data = {key: value for key, value in body.to_dict().items() if key not in ("dof", "mass", "reach", "end_effectors", "fingerprint")}
+    derived = ("dof", "mass", "reach", "end_effectors", "fingerprint")
+    data = {key: value for key, value in body.to_dict().items() if key not in derived}
     for b in data["bodies"]:
         b.update(pos=[p * size for p in b["pos"]], mass=b["mass"] * size**3, extent=b["extent"] * size)
     return Embodiment.from_dict(data)
@@ -262,10 +262,10 @@ class CountingEncoder(FeatureEncoder):
         return super().encode(embodiment)
 
 
-def query_counting(path: Path, version: str = "1", **kwargs) -> tuple[list, int]:
+def query_counting(path: Path, identity: Identity, version: str = "1") -> tuple[list, int]:
     """Open the knowledge base at `path`, query it with a fresh counting encoder, close it."""
     encoder = CountingEncoder(version)
-    with knowledge.open(path, kwargs.pop("identity"), policy=TrustPolicy(activation=LOOSE)) as kb:
+    with knowledge.open(path, identity, policy=TrustPolicy(activation=LOOSE)) as kb:
         results = kb.skills.query(BASE[0], encoder=encoder, active_only=False, k=100)
         assert [r.skill.id for r in results] == [s for s, _ in brute_force(kb, BASE[0], active_only=False)]
     return results, encoder.encoded
@@ -275,16 +275,16 @@ def test_saved_index_is_reused_then_brought_up_to_date(tmp_path):
     path, me = tmp_path / "x.db", Identity.generate()
     with knowledge.open(path, me, policy=TrustPolicy(activation=LOOSE)) as kb:
         skills = [kb.skills.publish(f"s{i}", "pick", embodiments=[SCOPES[i]]).id for i in range(6)]
-    results, encoded = query_counting(path, identity=me)
+    results, encoded = query_counting(path, me)
     assert len(results) == 6 and encoded == 6 + 1
     assert index_path(str(path), CountingEncoder()).exists()
-    results, encoded = query_counting(path, identity=me)
+    results, encoded = query_counting(path, me)
     assert len(results) == 6 and encoded == 1  # the saved index is reused: only the query is encoded
     with knowledge.open(path, me) as kb:  # changes the saved index does not know of yet
         added = [kb.skills.publish(f"s{i}", "pick", embodiments=[SCOPES[i]]).id for i in (6, 7)]
         kb.skills.withdraw(skills[0])
         kb.revoke(skills[1])
-    results, encoded = query_counting(path, identity=me)
+    results, encoded = query_counting(path, me)
     assert encoded == 1 + 2  # the query and the two new bodies; nothing else is encoded again
     assert {r.skill.id for r in results} == set(skills[1:] + added)
 
@@ -294,18 +294,18 @@ def test_index_is_rebuilt_when_the_encoder_changes_or_the_file_is_damaged(tmp_pa
     with knowledge.open(path, me, policy=TrustPolicy(activation=LOOSE)) as kb:
         for i in range(5):
             kb.skills.publish(f"s{i}", "pick", embodiments=[SCOPES[i]])
-    assert query_counting(path, identity=me)[1] == 5 + 1
-    assert query_counting(path, "2", identity=me)[1] == 5 + 1  # another version: another space, rebuilt
-    assert query_counting(path, "2", identity=me)[1] == 1
+    assert query_counting(path, me)[1] == 5 + 1
+    assert query_counting(path, me, "2")[1] == 5 + 1  # another version: another space, rebuilt
+    assert query_counting(path, me, "2")[1] == 1
     saved = index_path(str(path), CountingEncoder())
     saved.write_bytes(saved.read_bytes()[:100])
-    assert query_counting(path, "2", identity=me)[1] == 5 + 1
+    assert query_counting(path, me, "2")[1] == 5 + 1
     other = tmp_path / "other.db"  # an index saved for another store holds other skills: dropped on reconcile
     with knowledge.open(other, Identity.generate()) as kb:
         kb.skills.publish("elsewhere", "pick", embodiments=[SCOPES[0]])
         kb.skills.query(BASE[0], encoder=CountingEncoder("2"), active_only=False)
     saved.write_bytes(index_path(str(other), CountingEncoder()).read_bytes())
-    results, _ = query_counting(path, "2", identity=me)
+    results, _ = query_counting(path, me, "2")
     assert "elsewhere" not in {r.skill.name for r in results} and len(results) == 5
 
 
