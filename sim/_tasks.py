@@ -131,6 +131,12 @@ class Task:
     def __repr__(self) -> str:
         return f"Task({self.name!r}, hash={self.hash[:12]})"
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Task) and other.hash == self.hash
+
+    def __hash__(self) -> int:
+        return hash(self.hash)
+
     def init_patches(self, seed: int, first: int, count: int) -> list[Patch]:
         """Branches' draws from the task's initial-state distribution."""
         return sample_terms(self.init_terms, self.template, seed, first, count, "init", TaskDefinitionError)

@@ -15,6 +15,7 @@ def test_shipped_tasks_are_content_addressed(arm, walker):
     shorter = arm.replace(horizon=10)
     assert shorter.hash != arm.hash and shorter.horizon == 10
     assert Task(arm.to_json()).hash == arm.hash
+    assert Task(arm.to_json()) == arm and len({arm, Task(arm.to_json()), shorter}) == 2
 
 
 def _broken(task, edit):
