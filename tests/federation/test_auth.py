@@ -1,0 +1,260 @@
+"""federation._auth: requests signed by SimnetAuth, checked by RequestVerifier (real Ed25519 keys)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import httpx
+import pytest
+
+from federation import AuthError, RequestVerifier, SimnetAuth
+from federation._auth import DEFAULT_WINDOW_MS, signed_message
+from knowledge import Identity
+
+WINDOW = DEFAULT_WINDOW_MS
+NOW = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self, now: int = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def caller():
+    return Identity.generate()
+
+
+@pytest.fixture
+def server():
+    return Identity.generate()
+
+
+def sign(request: httpx.Request, identity: Identity, audience: bytes) -> httpx.Request:
+    """Run SimnetAuth's flow on `request` (it signs in place and yields it)."""
+    flow = SimnetAuth(identity, audience).auth_flow(request)
+    return next(flow)
+
+
+def header(identity: Identity, audience: bytes, method: str, target: str, body: bytes, *, ts: int, nonce: str | None = None,
+           claimed: bytes | None = None) -> str:
+    """An Authorization header built by hand (any timestamp, nonce, or a key it does not own)."""
+    nonce = nonce or os.urandom(16).hex()
+    sig = identity.sign(signed_message(method, target, body, ts, nonce, audience))
+    return f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, nonce={nonce}, sig={sig.hex()}"
+
+
+def parts(request: httpx.Request) -> tuple[str, str, bytes, str]:
+    return request.method, request.url.raw_path.decode(), request.content, request.headers["authorization"]
+
+
+def refused(verifier: RequestVerifier, method, target, body, auth, match: str, status: int = 401) -> None:
+    with pytest.raises(AuthError, match=match) as caught:
+        verifier.verify(method, target, body, auth)
+    assert caught.value.status == status
+
+
+def test_simnet_auth_signs_method_path_query_body_and_audience(caller, server):
+    request = sign(httpx.Request("POST", "http://peer:7070/v1/sync?x=1", content=b'{"heads": {}}'), caller, server.public_key)
+    auth = request.headers["authorization"]
+    match = re.fullmatch(r"Simnet key=([0-9a-f]{64}), ts=([0-9]+), nonce=([0-9a-f]{32}), sig=([0-9a-f]{128})", auth)
+    assert match and match[1] == caller.public_key_hex
+    assert RequestVerifier(server.public_key).verify(*parts(request)) == caller.public_key
+
+
+def test_each_request_gets_a_fresh_nonce(caller, server):
+    nonces = {sign(httpx.Request("GET", "http://p/v1/heads"), caller, server.public_key).headers["authorization"]
+              .split("nonce=")[1][:32] for _ in range(20)}
+    assert len(nonces) == 20
+
+
+def test_valid_request_verifies_through_httpx_auth(caller, server):
+    seen = []
+    verifier = RequestVerifier(server.public_key)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(verifier.verify(*parts(request)))
+        return httpx.Response(200)
+
+    with httpx.Client(transport=httpx.MockTransport(handler), auth=SimnetAuth(caller, server.public_key)) as client:
+        client.post("http://peer/v1/envelopes", content=b"SNP1\x00\x00\x00\x00")
+        client.get("http://peer/v1/blobs/" + "a" * 64)
+        client.post("http://peer/v1/sync", json={"heads": {}})
+    assert seen == [caller.public_key] * 3
+
+
+def test_missing_header(server):
+    for missing in (None, ""):
+        refused(RequestVerifier(server.public_key), "GET", "/v1/heads", b"", missing, "request is not signed")
+
+
+@pytest.mark.parametrize("auth", [
+    "Bearer abc",
+    "Simnet key=00, ts=1, nonce=00, sig=00",
+    "Simnet key={key}, ts={ts}, nonce={nonce}",  # no signature
+    "Simnet key={KEY}, ts={ts}, nonce={nonce}, sig={sig}",  # upper-case hex
+    "Simnet ts={ts}, key={key}, nonce={nonce}, sig={sig}",  # fields out of order
+    "Simnet key={key}, ts=-{ts}, nonce={nonce}, sig={sig}",
+    "Simnet key={key}, ts={ts}, nonce={nonce}, sig={sig}, extra=1",
+    "Simnet key={key},ts={ts},nonce={nonce},sig={sig}",
+    "simnet key={key}, ts={ts}, nonce={nonce}, sig={sig}",
+    "Simnet key={key}, ts=12345678901234567, nonce={nonce}, sig={sig}",  # 17-digit timestamp
+])
+def test_malformed_header(caller, server, auth):
+    good = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    fields = dict(re.findall(r"(\w+)=([0-9a-f]+)", good))
+    auth = auth.format(key=fields["key"], KEY=fields["key"].upper(), ts=fields["ts"], nonce=fields["nonce"],
+                       sig=fields["sig"])
+    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth,
+            "Authorization header is not of the form")
+
+
+def test_forged_signature(caller, server):
+    verifier = RequestVerifier(server.public_key, clock=Clock())
+    auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    forged = re.sub(r"sig=[0-9a-f]{128}", "sig=" + os.urandom(64).hex(), auth)
+    refused(verifier, "GET", "/v1/heads", b"", forged, "request signature does not verify")
+
+
+def test_key_claimed_by_someone_else(caller, server):
+    """Signing with one key and naming another (a trusted peer's) does not verify."""
+    victim = Identity.generate()
+    auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW, claimed=victim.public_key)
+    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth, "does not verify")
+
+
+def test_key_that_is_not_a_curve_point_does_not_verify(server):
+    auth = f"Simnet key={'ff' * 32}, ts={NOW}, nonce={'00' * 16}, sig={'00' * 64}"
+    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth, "does not verify")
+
+
+@pytest.mark.parametrize("change", ["body", "path", "query", "method"])
+def test_altered_request(caller, server, change):
+    method, target, body = "POST", "/v1/sync?limit=5", b'{"heads": {}}'
+    auth = header(caller, server.public_key, method, target, body, ts=NOW)
+    altered = {
+        "body": (method, target, b'{"heads": {}} '),
+        "path": (method, "/v1/envelopes?limit=5", body),
+        "query": (method, "/v1/sync?limit=6", body),
+        "method": ("PUT", target, body),
+    }[change]
+    verifier = RequestVerifier(server.public_key, clock=Clock())
+    refused(verifier, *altered, auth, "request signature does not verify")
+    assert verifier.verify(method, target, body, auth) == caller.public_key  # the original still does
+
+
+def test_method_is_case_insensitive_in_the_signature(caller, server):
+    auth = header(caller, server.public_key, "post", "/v1/sync", b"{}", ts=NOW)
+    assert RequestVerifier(server.public_key, clock=Clock()).verify("POST", "/v1/sync", b"{}", auth) == caller.public_key
+
+
+def test_wrong_audience(caller, server):
+    other_site = Identity.generate()
+    request = sign(httpx.Request("GET", "http://peer/v1/heads"), caller, other_site.public_key)
+    refused(RequestVerifier(server.public_key), *parts(request), "does not verify .*meant for another site")
+    assert RequestVerifier(other_site.public_key).verify(*parts(request)) == caller.public_key
+
+
+@pytest.mark.parametrize("offset", [WINDOW + 1, -(WINDOW + 1), 10 * WINDOW, -NOW])
+def test_stale_and_future_timestamps(caller, server, offset):
+    auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW + offset)
+    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth,
+            f"request timestamp is {abs(offset)} ms from this site's clock \\(window {WINDOW} ms\\)")
+
+
+@pytest.mark.parametrize("offset", [WINDOW, -WINDOW, 0])
+def test_timestamps_at_the_edge_of_the_window_are_accepted(caller, server, offset):
+    auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW + offset)
+    assert RequestVerifier(server.public_key, clock=Clock()).verify("GET", "/v1/heads", b"", auth) == caller.public_key
+
+
+def test_custom_window(caller, server):
+    verifier = RequestVerifier(server.public_key, window_ms=1000, clock=Clock())
+    refused(verifier, "GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW - 1001),
+            "window 1000 ms")
+
+
+def test_replayed_nonce(caller, server):
+    verifier = RequestVerifier(server.public_key)
+    request = sign(httpx.Request("POST", "http://peer/v1/envelopes", content=b"page"), caller, server.public_key)
+    assert verifier.verify(*parts(request)) == caller.public_key
+    refused(verifier, *parts(request), "request replayed: this nonce was already used")
+    refused(verifier, *parts(request), "request replayed")
+
+
+def test_same_nonce_from_two_keys_is_not_a_replay(caller, server):
+    other = Identity.generate()
+    verifier = RequestVerifier(server.public_key, clock=Clock())
+    nonce = "ab" * 16
+    for who in (caller, other):
+        auth = header(who, server.public_key, "GET", "/v1/heads", b"", ts=NOW, nonce=nonce)
+        assert verifier.verify("GET", "/v1/heads", b"", auth) == who.public_key
+
+
+def test_a_refused_request_does_not_burn_its_nonce(caller, server):
+    verifier = RequestVerifier(server.public_key, clock=Clock())
+    nonce = "cd" * 16
+    bad = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW, nonce=nonce)
+    refused(verifier, "GET", "/v1/status", b"", bad, "does not verify")
+    good = header(caller, server.public_key, "GET", "/v1/status", b"", ts=NOW, nonce=nonce)
+    assert verifier.verify("GET", "/v1/status", b"", good) == caller.public_key
+
+
+def test_a_replay_after_the_nonce_expired_is_refused_as_stale(caller, server):
+    clock = Clock()
+    verifier = RequestVerifier(server.public_key, clock=clock)
+    auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    verifier.verify("GET", "/v1/heads", b"", auth)
+    for later in (WINDOW + 1, 2 * WINDOW + 1, 100 * WINDOW):
+        clock.now = NOW + later
+        refused(verifier, "GET", "/v1/heads", b"", auth, "request timestamp is")
+
+
+def test_nonce_cache_expires_with_the_clock(caller, server):
+    clock = Clock()
+    verifier = RequestVerifier(server.public_key, max_nonces=2, clock=clock)
+    for _ in range(2):
+        verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now))
+    full = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now)
+    refused(verifier, "GET", "/v1/heads", b"", full, "too many requests in the replay window; retry later", 429)
+    clock.now = NOW + 2 * WINDOW  # remembered until now + 2 windows: still full
+    refused(verifier, "GET", "/v1/heads", b"",
+            header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now), "too many requests", 429)
+    clock.now = NOW + 2 * WINDOW + 1  # both nonces expired: room again
+    for _ in range(2):
+        verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now))
+    refused(verifier, "GET", "/v1/heads", b"",
+            header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now), "too many requests", 429)
+
+
+def test_max_nonces_refusal_is_429_and_the_nonce_stays_usable(caller, server):
+    clock = Clock()
+    verifier = RequestVerifier(server.public_key, max_nonces=1, clock=clock)
+    verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW))
+    later = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW + 2 * WINDOW, nonce="ef" * 16)
+    clock.now = NOW + WINDOW
+    refused(verifier, "GET", "/v1/heads", b"", later, "too many requests", 429)
+    clock.now = NOW + 2 * WINDOW + 1  # the first nonce expired; `later` (its ts still in the window) passes
+    assert verifier.verify("GET", "/v1/heads", b"", later) == caller.public_key
+
+
+def test_verifier_is_thread_safe_under_concurrent_replays(caller, server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    verifier = RequestVerifier(server.public_key)
+    request = sign(httpx.Request("GET", "http://peer/v1/heads"), caller, server.public_key)
+
+    def attempt(_):
+        try:
+            verifier.verify(*parts(request))
+            return True
+        except AuthError:
+            return False
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(attempt, range(64)))
+    assert results.count(True) == 1  # exactly one of 64 simultaneous copies gets through

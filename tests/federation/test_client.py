@@ -1,0 +1,344 @@
+"""federation._client: one anti-entropy round, against the real ASGI app (in-process or served by uvicorn)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import socket
+
+import httpx
+import pytest
+
+import knowledge
+from federation import (
+    FederationError,
+    PeerError,
+    ServerLimits,
+    SyncReport,
+    WireError,
+    async_sync_with,
+    encode_page,
+    exchange,
+    sync_with,
+)
+from federation._client import Call
+from knowledge import Identity
+
+BLOB = bytes(range(256)) * 2400  # 600 KiB: more than one streamed chunk
+
+
+@pytest.fixture
+def pair(make_site):
+    """Two sites that trust each other's roots for every role."""
+    a, b = make_site("a"), make_site("b")
+    a.trust(b.key)
+    b.trust(a.key)
+    return a, b
+
+
+def publish(kb: knowledge.KnowledgeBase, n: int, prefix: str) -> list[str]:
+    return [kb.skills.publish(f"{prefix}-{i}", "pick").id for i in range(n)]
+
+
+def envelopes(kb: knowledge.KnowledgeBase) -> int:
+    return sum(h.seq for h in kb.heads().values())
+
+
+def skill_ids(kb: knowledge.KnowledgeBase) -> set[str]:
+    return {s.id for s in kb.skills.list(include_withdrawn=True)}
+
+
+def writer_below(key: bytes) -> knowledge.KnowledgeBase:
+    """A writer (its own site root) whose key sorts before `key`: its feed is served first."""
+    while True:
+        identity = Identity.generate()
+        if identity.public_key < key:
+            return knowledge.open(":memory:", identity)
+
+
+async def drive(rounds, client: httpx.AsyncClient) -> tuple[SyncReport, list[tuple[str, str]]]:
+    """Run the sans-I/O round by hand: make each yielded Call with `client`, feed back the response."""
+    sent = []
+    step = next(rounds)
+    while True:
+        assert isinstance(step, Call), step
+        request = client.build_request(step.method, step.url, content=step.content, headers=step.headers)
+        sent.append((request.method, request.url.path))
+        response = await client.send(request)
+        await response.aread()
+        try:
+            step = rounds.send(response)
+        except StopIteration as done:
+            return done.value, sent
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# --- the round --------------------------------------------------------------------------------------
+
+def test_exchange_yields_calls_and_two_knowledge_bases_converge(pair):
+    a, b = pair
+    publish(a.kb, 3, "a")
+    publish(b.kb, 5, "b")
+    b.kb.maps["yard"].observe((1, 2), "gate", 0.9)
+
+    async def go():
+        async with b.client(a.identity) as http:
+            return await drive(exchange(a.kb, "http://site", page=2), http)
+
+    report, sent = run(go())
+    assert sent == ([("POST", "/v1/sync")] * (math.ceil(6 / 2) + 1) + [("GET", "/v1/heads")]
+                    + [("POST", "/v1/envelopes")] * math.ceil(3 / 2))
+    assert (report.pulled, report.pushed, report.duplicates, report.rejected, report.refused_by_peer) == (6, 3, 0, [], 0)
+    assert report.bytes_sent > 0 and report.bytes_received > 0 and report.peer == "http://site"
+    assert a.kb.heads() == b.kb.heads()
+    assert skill_ids(a.kb) == skill_ids(b.kb) and len(skill_ids(a.kb)) == 8
+    assert a.kb.maps["yard"].get((1, 2)).value == "gate"
+
+
+def test_sync_with_over_real_http_converges_and_a_second_round_moves_nothing(pair, serve_app):
+    a, b = pair
+    publish(a.kb, 4, "a")
+    publish(b.kb, 7, "b")
+    url = serve_app(b.app)
+    report = sync_with(a.kb, url + "/", b.key, page=3)
+    assert (report.pulled, report.pushed, report.peer) == (7, 4, url)
+    assert a.kb.heads() == b.kb.heads() and len(skill_ids(b.kb)) == 11
+    again = sync_with(a.kb, url, b.key, page=3)
+    assert (again.pulled, again.pushed, again.duplicates, again.refused_by_peer) == (0, 0, 0, 0)
+
+
+def test_async_sync_with_in_process(pair):
+    a, b = pair
+    publish(a.kb, 2, "a")
+    publish(b.kb, 2, "b")
+    report = run(async_sync_with(a.kb, "http://b", b.key, transport=httpx.ASGITransport(app=b.app)))
+    assert (report.pulled, report.pushed) == (2, 2)
+    assert a.kb.heads() == b.kb.heads()
+
+
+def test_devices_sync_through_their_site(make_site, make_device):
+    """Two robots of one site exchange a map through it (delegations travel first)."""
+    site = make_site("s")
+    robot, other = make_device(site), make_device(site)
+    robot.maps["floor"].observe((3, 4), {"label": "shelf"}, 0.8)
+    transport = httpx.ASGITransport(app=site.app)
+    assert run(async_sync_with(robot, "http://s", site.key, transport=transport)).pushed == 1
+    run(async_sync_with(other, "http://s", site.key, transport=httpx.ASGITransport(app=site.app)))
+    assert other.maps["floor"].get((3, 4)).value == {"label": "shelf"}
+
+
+@pytest.mark.parametrize("client_page, server_page", [(4, 1000), (10, 3), (1, 1000)])
+def test_paging_with_small_pages(pair, fault, client_page, server_page):
+    a, b = pair
+    b.site.config.limits = ServerLimits(max_page=server_page)
+    publish(b.kb, 25, "b")
+    counting = fault(httpx.ASGITransport(app=b.app))
+    report = run(async_sync_with(a.kb, "http://b", b.key, page=client_page, transport=counting))
+    per_page = min(client_page, server_page)
+    assert report.pulled == 25
+    assert counting.requests.count(("POST", "/v1/sync")) == math.ceil(25 / per_page) + 1
+    assert a.kb.heads() == b.kb.heads()
+
+
+def test_a_peer_that_refuses_everything_ends_the_round(pair, fault):
+    """Feeds the other side will not take are offered once per round, not forever."""
+    a, b = pair
+    c, d = knowledge.open(":memory:", Identity.generate()), knowledge.open(":memory:", Identity.generate())
+    publish(c, 12, "c")
+    publish(d, 12, "d")
+    a.trust(c.identity.public_key)  # a holds c's feed, which b does not trust
+    b.trust(d.identity.public_key)  # b holds d's feed, which a does not trust
+    a.kb.ingest(c.envelopes_since({}))
+    b.kb.ingest(d.envelopes_since({}))
+    counting = fault(httpx.ASGITransport(app=b.app))
+    report = run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=counting))
+    assert (report.pulled, report.pushed, report.refused_by_peer) == (0, 0, 5)
+    assert [r.reason for r in report.rejected] == ["unknown_writer"] * 5
+    assert counting.requests == [("POST", "/v1/sync"), ("GET", "/v1/heads"), ("POST", "/v1/envelopes")]
+    assert c.identity.public_key_hex not in b.kb.heads() and d.identity.public_key_hex not in a.kb.heads()
+    c.close()
+    d.close()
+
+
+def test_a_peer_that_repeats_the_same_page_ends_the_round(pair, fault):
+    a, b = pair
+    publish(b.kb, 12, "b")
+    first: list[bytes] = []
+
+    def replay_first_page(request, status, headers, body):
+        if request.url.path == "/v1/sync":
+            first.append(body)
+            return status, headers, first[0]
+        return None
+
+    faulty = fault(httpx.ASGITransport(app=b.app), replay_first_page)
+    report = run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=faulty))
+    assert (report.pulled, report.duplicates) == (5, 5)
+    assert faulty.requests.count(("POST", "/v1/sync")) == 2
+
+
+def test_feeds_the_client_refuses_do_not_starve_the_feeds_it_trusts(pair):
+    """b serves a feed a does not trust (d's, a full page of it) before its own; a must still get b's news."""
+    a, b = pair
+    d = writer_below(b.key)
+    publish(d, 6, "d")
+    b.trust(d.identity.public_key)
+    b.kb.ingest(d.envelopes_since({}))
+    mine = publish(b.kb, 3, "b")
+    for _ in range(3):  # a few rounds, as gossip would run them
+        run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=httpx.ASGITransport(app=b.app)))
+    assert set(mine) <= skill_ids(a.kb), "a never received b's own skills: d's refused feed blocks every round"
+    d.close()
+
+
+def test_feeds_the_peer_refuses_do_not_starve_the_rest_of_a_push(pair):
+    """a holds a feed b does not trust (c's, a full page of it) that sorts before a's own; b must still get a's."""
+    a, b = pair
+    c = writer_below(a.key)
+    publish(c, 6, "c")
+    a.trust(c.identity.public_key)
+    a.kb.ingest(c.envelopes_since({}))
+    mine = publish(a.kb, 3, "a")
+    for _ in range(3):
+        run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=httpx.ASGITransport(app=b.app)))
+    assert set(mine) <= skill_ids(b.kb), "b never received a's own skills: c's refused feed blocks every push"
+    c.close()
+
+
+# --- blobs ------------------------------------------------------------------------------------------
+
+def test_blob_fetch_stores_verified_bytes(pair, serve_app, fault):
+    a, b = pair
+    blob_hash = b.kb.blobs.put(BLOB)
+    url = serve_app(b.app)
+    report = sync_with(a.kb, url, b.key, blobs=[blob_hash])
+    assert report.blobs == 1 and a.kb.blobs.get(blob_hash) == BLOB
+    counting = fault(httpx.HTTPTransport())
+    assert sync_with(a.kb, url, b.key, blobs=[blob_hash], transport=counting).blobs == 0  # already held: not asked
+    assert not any(path.startswith("/v1/blobs/") for _, path in counting.requests)
+
+
+def test_blob_the_peer_lacks_is_a_peer_error(pair):
+    a, b = pair
+    missing = hashlib.sha256(b"nobody has this").hexdigest()
+    with pytest.raises(PeerError, match="404 not_found") as caught:
+        run(async_sync_with(a.kb, "http://b", b.key, blobs=[missing], transport=httpx.ASGITransport(app=b.app)))
+    assert (caught.value.status, caught.value.code) == (404, "not_found")
+    assert missing not in a.kb.blobs
+
+
+CORRUPTIONS = {
+    "flip": lambda body: body[:1000] + bytes([body[1000] ^ 1]) + body[1001:],
+    "truncate": lambda body: body[:-1],
+    "extend": lambda body: body + b"\x00",
+    "replace": lambda body: b"evil bytes",
+    "empty": lambda body: b"",
+}
+
+
+def corrupt_blobs(how):
+    def rewrite(request, status, headers, body):
+        if request.url.path.startswith("/v1/blobs/"):
+            return status, headers, CORRUPTIONS[how](body)
+        return None
+    return rewrite
+
+
+@pytest.mark.parametrize("how", list(CORRUPTIONS))
+def test_blob_corrupted_in_transit_is_refused_and_not_stored_over_http(pair, serve_app, fault, how):
+    a, b = pair
+    blob_hash = b.kb.blobs.put(BLOB)
+    url = serve_app(b.app)
+    with pytest.raises(PeerError, match=f"blob {blob_hash[:16]}… from .* is corrupt"):
+        sync_with(a.kb, url, b.key, blobs=[blob_hash], transport=fault(httpx.HTTPTransport(), corrupt_blobs(how)))
+    assert blob_hash not in a.kb.blobs
+
+
+@pytest.mark.parametrize("how", list(CORRUPTIONS))
+def test_blob_corrupted_in_transit_is_refused_and_not_stored_async(pair, fault, how):
+    a, b = pair
+    blob_hash = b.kb.blobs.put(BLOB)
+    transport = fault(httpx.ASGITransport(app=b.app), corrupt_blobs(how))
+    with pytest.raises(PeerError, match="is corrupt"):
+        run(async_sync_with(a.kb, "http://b", b.key, blobs=[blob_hash], transport=transport))
+    assert blob_hash not in a.kb.blobs
+    # the same fetch through an honest transport succeeds: the refusal was the corruption's doing
+    run(async_sync_with(a.kb, "http://b", b.key, blobs=[blob_hash], transport=httpx.ASGITransport(app=b.app)))
+    assert a.kb.blobs.get(blob_hash) == BLOB
+
+
+# --- failures are PeerErrors ------------------------------------------------------------------------
+
+def test_a_read_only_knowledge_base_cannot_sync(pair):
+    a, b = pair
+    with knowledge.open(a.config.store_path) as readonly:
+        with pytest.raises(PeerError, match="needs a knowledge base opened with an identity"):
+            sync_with(readonly, "http://127.0.0.1:9", b.key)
+
+
+def test_unreachable_peer(pair):
+    a, b = pair
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(PeerError, match=f"cannot reach http://127.0.0.1:{port}/v1/sync") as caught:
+        sync_with(a.kb, f"http://127.0.0.1:{port}", b.key, timeout=5)
+    assert caught.value.status is None
+
+
+def test_untrusted_caller_gets_a_peer_error_with_status_and_code(make_site):
+    a, b = make_site("a"), make_site("b")
+    a.trust(b.key)  # but b does not trust a
+    with pytest.raises(PeerError) as caught:
+        run(async_sync_with(a.kb, "http://b", b.key, transport=httpx.ASGITransport(app=b.app)))
+    assert (caught.value.status, caught.value.code) == (403, "forbidden")
+    assert "not trusted by this site's policy" in str(caught.value)
+
+
+def test_wrong_peer_key_is_refused_by_the_peer(pair):
+    a, b = pair
+    with pytest.raises(PeerError) as caught:
+        run(async_sync_with(a.kb, "http://b", Identity.generate().public_key, transport=httpx.ASGITransport(app=b.app)))
+    assert (caught.value.status, caught.value.code) == (401, "unauthenticated")
+
+
+def _answer(path: str, body: bytes, status: int = 200, content_type: str = "application/json"):
+    def rewrite(request, _status, headers, _body):
+        if request.url.path == path:
+            return status, {"content-type": content_type}, body
+        return None
+    return rewrite
+
+
+MISBEHAVING = {
+    "sync answers a non-page": _answer("/v1/sync", b"garbage", content_type="application/x-simnet-envelopes"),
+    "sync answers more than asked": _answer("/v1/sync", encode_page([b"x"] * 6)),
+    "sync answers 500 html": _answer("/v1/sync", b"<html>oops</html>", 500, "text/html"),
+    "heads answers non-JSON": _answer("/v1/heads", b"{"),
+    "heads answers bad keys": _answer("/v1/heads", json.dumps({"heads": {"zz": 1}}).encode()),
+    "heads answers a list": _answer("/v1/heads", b"[]"),
+    "heads answers a string": _answer("/v1/heads", b'"heads"'),
+    "push answers a list": _answer("/v1/envelopes", b"[]"),
+    "push answers a non-number": _answer("/v1/envelopes", json.dumps({"accepted": "many", "heads": {}}).encode()),
+    "push answers rejected as a number": _answer("/v1/envelopes",
+                                                 json.dumps({"accepted": 1, "rejected": 5, "heads": {}}).encode()),
+}
+
+
+@pytest.mark.parametrize("rewrite", list(MISBEHAVING.values()), ids=list(MISBEHAVING))
+def test_a_misbehaving_peer_is_a_federation_error(pair, fault, rewrite):
+    """Whatever a peer answers, the round ends with a FederationError (which gossip handles), nothing else."""
+    a, b = pair
+    publish(a.kb, 2, "a")  # something to push
+    publish(b.kb, 2, "b")  # something to pull
+    with pytest.raises(FederationError):
+        run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=fault(httpx.ASGITransport(app=b.app), rewrite)))
+
+
+def test_wire_errors_from_a_peer_are_federation_errors():
+    assert issubclass(WireError, FederationError) and issubclass(PeerError, FederationError)
