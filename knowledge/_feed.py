@@ -98,21 +98,23 @@ class Feed:
         """Why this update would replace or remove an immutable record, or None; notes its new ones.
 
         Immutable items are only ever inserted fresh into the immutable root; any origin, parent or
-        delete that points at one means a rewrite.
+        delete that points at one (already held, or new in this very update) means a rewrite.
         """
-        frozen = list(self._frozen)
-        for root, client, clock, length in parsed.root_inserts:
-            if root == IMMUTABLE_MAP and client == self.client_id and length:
-                self._freeze(clock, clock + length)
         own = self.client_id
+        fresh = [(clock, clock + length) for root, client, clock, length in parsed.root_inserts
+                 if root == IMMUTABLE_MAP and client == own and length]
+
+        def frozen(start: int, end: int) -> bool:
+            return self._in_frozen(start, end) or any(lo < end and start < hi for lo, hi in fresh)
+
         for client, clock in parsed.references:
-            if client == own and self._in_frozen(clock, clock + 1):
-                self._frozen = frozen
+            if client == own and frozen(clock, clock + 1):
                 return f"an item refers to the immutable record at clock {clock}"
         for client, clock, length in parsed.deletes:
-            if client == own and self._in_frozen(clock, clock + length):
-                self._frozen = frozen
+            if client == own and frozen(clock, clock + length):
                 return f"deletes clocks {clock}..{clock + length - 1}, which hold immutable records"
+        for start, end in fresh:
+            self._freeze(start, end)
         return None
 
     def _freeze(self, start: int, end: int) -> None:
