@@ -15,6 +15,8 @@ from pathlib import Path
 import knowledge
 from knowledge import Identity, Role, TrustPolicy
 
+ARM = Path(__file__).with_name("robots") / "arm7.xml"
+
 
 def sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> int:
     """One anti-entropy exchange in both directions; returns how many envelopes moved."""
@@ -57,7 +59,7 @@ def main() -> None:
         # The robot works offline: a skill, a semantic map, usage counts.
         skill = robot_kb.skills.publish(
             "pick-mug-side-grasp", "pick", description="grasp a mug by its body from the side",
-            embodiments=[{"fingerprint": "panda-7dof"}],
+            embodiments=[knowledge.Embodiment.from_mjcf(ARM).to_dict()],
         )
         with robot_kb.batch():  # one envelope for the whole scan
             for x in range(4):

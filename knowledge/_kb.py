@@ -187,6 +187,8 @@ class KnowledgeBase:
 
     def close(self) -> None:
         with self._lock:
+            if self._store.is_open:
+                self.skills._retrieval.flush()
             self._store.close()
 
     def __enter__(self) -> KnowledgeBase:

@@ -111,6 +111,13 @@ class Retrieval:
             return library.query(vector, k, filters)
 
 
+    def flush(self) -> None:
+        """Save every index with unsaved changes (on close), so the next open need not re-encode."""
+        with self._kb._lock:
+            for library in self._libraries.values():
+                library.save()
+
+
 def as_embodiment(embodiment: EmbodimentInput) -> Embodiment:
     """Read a query's body; EmbodimentError names the file or the input and the problem."""
     if isinstance(embodiment, Embodiment):
@@ -179,12 +186,17 @@ class _Library:
         else:
             self._apply(changed)
         self._position = position
-        if self._path is not None and self._unsaved and self._unsaved >= SAVE_FRACTION * len(self._index):
-            try:
-                self._index.save(self._path)
-            except OSError as exc:
-                log.warning("cannot save the skill index to %s (%s); it is rebuilt when needed", self._path, exc)
-            self._unsaved = 0
+        if self._unsaved and self._unsaved >= SAVE_FRACTION * len(self._index):
+            self.save()
+
+    def save(self) -> None:
+        if self._path is None or not self._unsaved:
+            return
+        try:
+            self._index.save(self._path)
+        except OSError as exc:
+            log.warning("cannot save the skill index to %s (%s); it is rebuilt when needed", self._path, exc)
+        self._unsaved = 0
 
     def _resync(self) -> None:
         """Compare the index with every present skill: drop what left, add what is missing, refilter."""

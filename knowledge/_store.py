@@ -74,6 +74,10 @@ class Store:
                 "as an identity (a second writer would equivocate). Open it read-only or stop the other one."
             ) from None
 
+    @property
+    def is_open(self) -> bool:
+        return getattr(self, "_db", None) is not None
+
     def close(self) -> None:
         db = getattr(self, "_db", None)
         if db is not None:

@@ -96,6 +96,8 @@ class Views:
 
     def reset_author(self, author: bytes, items: Iterable[tuple[str, str]]) -> None:
         """Replace everything the views hold from `author` by `items` (after its feed was restored)."""
+        self.generation += 1  # too coarse to log skill by skill: derived indexes start over
+        self._skill_log.clear()
         for bucket in self._entries.values():
             for index in [i for i, by_author in bucket.items() if author in by_author]:
                 self._discard(bucket, index, author)

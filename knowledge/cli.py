@@ -108,6 +108,32 @@ def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
     emit(data, as_json, "\n".join(human))
 
 
+@skills.command("query")
+@click.option("--mjcf", type=click.Path(exists=True, dir_okay=False), help="The robot's MJCF file.")
+@click.option("--urdf", type=click.Path(exists=True, dir_okay=False), help="The robot's URDF file.")
+@click.option("--task", help="Only this task family.")
+@click.option("-k", "k", default=10, show_default=True, help="How many skills.")
+@click.option("--all", "include_inactive", is_flag=True, help="Include inactive and revoked skills.")
+@click.option("--min-branches", default=0, show_default=True, help="Minimum certified branches.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def skills_query(home: Home, mjcf: str | None, urdf: str | None, task: str | None, k: int, include_inactive: bool,
+                 min_branches: int, as_json: bool) -> None:
+    """Skills that should work on this body, nearest first."""
+    if (mjcf is None) == (urdf is None):
+        raise click.UsageError("give exactly one of --mjcf or --urdf")
+    body = knowledge.Embodiment.from_mjcf(mjcf) if mjcf else knowledge.Embodiment.from_urdf(urdf)  # type: ignore[arg-type]
+    with home.open_readonly() as kb:
+        results = kb.skills.query(body, task=task, k=k, active_only=not include_inactive,
+                                  min_certified_branches=min_branches)
+    rows = [{"id": r.skill.id, "name": r.skill.name, "task": r.skill.task, "distance": r.distance,
+             "active": r.activation.active, "certificates": asdict(r.certificates)} for r in results]
+    lines = [f"{'distance':>9}  {'id':16}  {'name':32} {'task':12} active"]
+    lines += [f"{r['distance']:9.4f}  {r['id'][:16]}  {r['name'][:32]:32} {r['task'][:12]:12} {r['active']}"
+              for r in rows]
+    emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
+
+
 def _load_plugins() -> None:
     for entry in entry_points(group="simnet.commands"):
         for command in entry.load():
