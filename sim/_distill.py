@@ -75,11 +75,12 @@ def distill(task: Task, expert: Controller, *, sampler: Sampler | None = None, b
             iterations: int = 4, hidden: tuple[int, ...] = (64, 64), act_bound: float | None = None,
             epochs: int = 2000, seed: int = 0) -> Skill:
     """Fit an MLP skill that imitates `expert` on `task` by DAgger; returns the last student."""
+    if iterations < 1:
+        raise ValueError(f"distill needs at least one iteration, got {iterations}")
     sampler = sampler or Sampler()
     obs_sets: list[np.ndarray] = []
     label_sets: list[np.ndarray] = []
     actor: Callable[[np.ndarray], np.ndarray] = expert
-    skill = None
     for iteration in range(iterations):
         recorder = _Recorder(actor, expert)
         evaluate(task, recorder, branches=branches, sampler=Sampler(sampler.terms, sampler.seed + iteration),
@@ -88,9 +89,7 @@ def distill(task: Task, expert: Controller, *, sampler: Sampler | None = None, b
         label_sets += recorder.labels
         skill = fit_mlp(np.concatenate(obs_sets), np.concatenate(label_sets), hidden=hidden,
                         act_bound=act_bound, epochs=epochs, seed=seed + iteration)
-        module = skill.module()
-        actor = _numpy_policy(module)
-    assert skill is not None
+        actor = _numpy_policy(skill.module())
     return skill
 
 
