@@ -158,10 +158,14 @@ class Embodiment:
         return embodiment
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe, canonical form; totals and the fingerprint are included for readers and checked on reading."""
-        data: dict[str, Any] = {"format": FORMAT, "name": self.name}
-        data.update({key: [_plain(item) for item in getattr(self, key)] for key in _PARTS})
-        data.update({key: _plain(getattr(self, key)) for key in _DERIVED})
+        """JSON-safe, canonical form; totals and the fingerprint are included for readers and checked on reading.
+
+        Canonicalized again first, so an Embodiment edited by hand (dataclasses.replace) round-trips too.
+        """
+        canon = _canonical(self.name, **{key: getattr(self, key) for key in _PARTS})
+        data: dict[str, Any] = {"format": FORMAT, "name": canon.name}
+        data.update({key: [_plain(item) for item in getattr(canon, key)] for key in _PARTS})
+        data.update({key: _plain(getattr(canon, key)) for key in _DERIVED})
         return data
 
     @cached_property

@@ -3,6 +3,7 @@ invariance (sibling order, whitespace, file name and place) and sensitivity, dic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -387,3 +388,14 @@ def test_a_directory_and_bad_xml_text_are_refused(tmp_path):
         Embodiment.from_urdf(tmp_path)
     with pytest.raises(EmbodimentError, match="<MJCF text>: XML syntax error"):
         Embodiment.from_mjcf("<mujoco><worldbody>")
+
+
+def test_a_hand_edited_embodiment_round_trips():
+    """to_dict canonicalizes again, so an Embodiment changed with dataclasses.replace reads back."""
+    arm = load("arm7.xml")
+    joint = arm.joints[0]
+    edited = dataclasses.replace(arm, joints=(dataclasses.replace(joint, damping=joint.damping * 1.2345678901),
+                                              *arm.joints[1:]))
+    back = Embodiment.from_dict(edited.to_dict())
+    assert back.fingerprint != arm.fingerprint
+    assert Embodiment.from_dict(back.to_dict()) == back
