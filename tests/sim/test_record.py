@@ -71,7 +71,8 @@ def test_a_result_that_does_not_reproduce_is_reported(recorded, short_walker):
 
 @pytest.mark.parametrize("tamper, message", [
     (lambda r: r["task"]["definition"].update(horizon=31), "task.hash"),
-    (lambda r: r["summary"].update(successes=r["summary"]["successes"] + 1), "summary"),
+    (lambda r: r["summary"].update(successes=r["summary"]["successes"] + 1), "summary.successes"),
+    (lambda r: r["summary"].update(wilson_lower=r["summary"]["wilson_lower"] + 1e-6), "summary.wilson_lower"),
     (lambda r: r["outcomes"]["success"].__setitem__(0, 1 - r["outcomes"]["success"][0]), "summary"),
     (lambda r: r["outcomes"]["total_reward"].__setitem__(1, 99.0), "summary"),
     (lambda r: r["outcomes"]["branch"].reverse(), "outcomes.branch"),
@@ -88,6 +89,13 @@ def test_tampered_records_are_refused(recorded, tamper, message):
         check_record(bad)
     with pytest.raises(RecordError):
         reproduce(bad, skill, progress=False)
+
+
+def test_bounds_computed_by_another_libm_are_accepted(recorded):
+    _, _, record = recorded
+    elsewhere = copy.deepcopy(record)
+    elsewhere["summary"]["clopper_pearson_lower"] += 1e-15  # a last-bit difference in log/exp
+    check_record(elsewhere)
 
 
 def test_tampered_inputs_do_not_reproduce_or_are_refused(recorded):
