@@ -182,8 +182,12 @@ def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
     mismatched = tuple(a.branch for a, b in pairs if a != b)
     exact = not mismatched and len(recorded) == len(rerun.outcomes) and rerun.patches_digest == record["patches_digest"]
     if same_platform:
-        detail = ("all branch outcomes match" if exact
-                  else f"{len(mismatched)} branch outcomes differ on the same platform")
+        if exact:
+            detail = "all branch outcomes match"
+        elif rerun.patches_digest != record["patches_digest"]:
+            detail = "the recorded sampler spec draws other patches than the record claims"
+        else:
+            detail = f"{len(mismatched)} of {len(recorded)} branch outcomes differ on the same platform"
         return Reproduction(exact, exact, True, mismatched, detail, rerun)
     successes = sum(o.success for o in recorded)
     low, high = clopper_pearson_interval(successes, len(recorded), interval)

@@ -102,7 +102,8 @@ def test_tampered_inputs_do_not_reproduce_or_are_refused(recorded):
     skill, _, record = recorded
     reseeded = copy.deepcopy(record)
     reseeded["sampler"]["seed"] += 1
-    assert not reproduce(reseeded, skill, progress=False).matches
+    verdict = reproduce(reseeded, skill, progress=False)
+    assert not verdict.matches and "other patches" in verdict.detail
     widened = copy.deepcopy(record)
     widened["sampler"]["terms"][0]["high"] = 3.0
     assert not reproduce(widened, skill, progress=False).matches
