@@ -1,6 +1,29 @@
 """Evaluation records: deterministic JSON with everything needed to re-run an evaluation, and
 `reproduce`, which re-runs one and says whether it matches (exactly on the same platform, within
-the binomial confidence interval elsewhere)."""
+the binomial confidence interval elsewhere).
+
+A record (format "simnet.sim.evaluation/1") is a JSON object with exactly these keys:
+
+    task            {hash, name, embodiment, definition}: hash = sha256(canonical JSON of definition)
+    template        {source_hash: sha256 of the scene MJCF, model_hash: sha256 of the compiled MJB}
+    policy          {kind: "mlp", skill_hash, architecture, weights_sha256}
+                    | {kind: "entry_point", group, name, distribution, version}
+                    | {kind: "torch", class, state_sha256[, architecture]} | {kind: "callable", class}
+    sampler         {seed, terms: [...]}: the dynamics randomization (the task holds its init terms)
+    patches_digest  sha256 over the patches of the simulated branches, in branch order
+    layout          {branches (requested), wave, order}: the batch layout of physics and policy calls
+    settings        {policy_threads, mjtNum}
+    sequential      null | {p0, p1, alpha, beta, decision, decided_at}
+    outcomes        parallel lists over simulated branches 0..n-1: branch, success (0/1),
+                    total_reward, steps, reason
+    summary         {successes, n, success_rate, mean_return, confidence, wilson_lower,
+                     clopper_pearson_lower}: follows from outcomes (checked)
+    environment     {mujoco, numpy, torch, python, simnet, platform: {system, machine, byteorder,
+                     cpu_features}}
+
+Floats are finite and written in shortest round-trip form; `record_hash` is the sha256 of the
+canonical encoding (sorted keys, no whitespace). No timestamps: signing adds those.
+"""
 
 from __future__ import annotations
 
