@@ -58,13 +58,14 @@ def test_paired_comparison_on_the_same_branches(walker):
     assert same.candidate_only == same.incumbent_only == 0 and same.mcnemar_p == 1.0
 
 
-def test_outcomes_are_identical_for_1_2_and_4_workers(short_walker):
-    sampler = load_sampler("walker_forward", seed=8)
-    skill = load_skill("walker_forward_good")
-    runs = [evaluate(short_walker, skill, branches=20, wave=4, sampler=sampler, workers=w, progress=False)
-            for w in (1, 2, 4)]
-    assert runs[0].outcomes == runs[1].outcomes == runs[2].outcomes
-    assert runs[0].to_record() == runs[2].to_record()
+def test_outcomes_are_identical_for_1_2_and_4_workers(short_walker, short_arm):
+    for task, name in ((short_walker, "walker_forward"), (short_arm, "arm_reach")):
+        sampler = load_sampler(name, seed=8)
+        skill = load_skill(f"{name}_good")  # an affine MLP, and a 64x64 torch MLP
+        runs = [evaluate(task, skill, branches=20, wave=4, sampler=sampler, workers=w, progress=False)
+                for w in (1, 2, 4)]
+        assert runs[0].outcomes == runs[1].outcomes == runs[2].outcomes
+        assert runs[0].to_record() == runs[2].to_record()
     sprt = [evaluate(short_walker, skill, branches=20, wave=4, sampler=sampler, workers=w, sprt=SPRT(0.5, 0.9),
                      progress=False) for w in (1, 2)]
     assert sprt[0].decision == "reject"
