@@ -171,3 +171,72 @@ def run_simnet():
 def wait():
     """wait(predicate, timeout=60, what=...) polls until the predicate holds."""
     return wait_until
+
+
+# --- request-level fixtures (tests/system/test_requests.py, test_fuzz_sync.py) ------------------------
+
+import federation  # noqa: E402 - appended section
+from federation import ServerLimits, encode_page  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def module_fleet(tmp_path_factory):
+    """A Fleet shared by one module's tests (sites started once, many requests against them)."""
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"))
+    yield fleet
+    fleet.stop()
+
+
+@dataclass
+class PreparedSite:
+    """A running site with small limits, a trusted peer root, a robot whose feed it holds, and a blob.
+
+    `held_page(n)`: a page of envelopes the site already holds (pushing it changes nothing);
+    `fresh(n)`: a page of valid envelopes the site does not hold yet (accepting it would change state).
+    """
+
+    site: SiteProcess
+    peer: Identity  # a site root the site trusts for every role (not the site itself: no admin rights)
+    device: knowledge.KnowledgeBase  # a robot delegated by the site
+    blob: str
+    blob_data: bytes
+    limits: ServerLimits
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return self.site.heads(), self.site.status()
+
+    def held_page(self, n: int = 5) -> bytes:
+        return encode_page(self.device.envelopes_since({}, limit=n))
+
+    def fresh(self, n: int = 1) -> bytes:
+        page = self.device.envelopes_since(self.site.heads(), limit=n)
+        assert len(page) == n, "the prepared robot ran out of unsent envelopes"
+        return encode_page(page)
+
+
+@pytest.fixture(scope="module")
+def prepared_site(tmp_path_factory):
+    fleet = Fleet(tmp_path_factory.mktemp("prepared"))
+    site = fleet.add("a", interval_s=3600)  # gossip idle: only the tests' requests change anything
+    config = SiteConfig.load(site.home)
+    limits = ServerLimits(max_body_bytes=64 << 10, max_page=20, timeout_s=10.0)
+    config.limits = limits
+    config.save()
+    peer = Identity.generate()
+    fleet_policy = knowledge.TrustPolicy.load(site.home / "trust.toml").with_root(peer.public_key, name="peer")
+    (site.home / "trust.toml").write_text(fleet_policy.to_toml())
+    blob_data = bytes(range(256)) * 1200
+    with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as kb:
+        blob = kb.blobs.put(blob_data)  # before the server holds the store
+    site.start()
+    device = device_kb(site)
+    federation.sync_with(device, site.url, site.key.public_key)
+    for i in range(5):
+        device.skills.publish(f"held-{i}", "pick")
+    device.maps["lobby"].observe((1, 1), "door", 0.5)
+    federation.sync_with(device, site.url, site.key.public_key)
+    for i in range(60):  # written but never sent: what a refused request must not deliver
+        device.skills.publish(f"unsent-{i}", "pick")
+    yield PreparedSite(site, peer, device, blob, blob_data, limits)
+    device.close()
+    fleet.stop()
