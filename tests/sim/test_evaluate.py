@@ -66,6 +66,7 @@ def test_outcomes_are_identical_for_1_2_and_4_workers(short_walker, short_arm):
                 for w in (1, 2, 4)]
         assert runs[0].outcomes == runs[1].outcomes == runs[2].outcomes
         assert runs[0].to_record() == runs[2].to_record()
+    skill, sampler = load_skill("walker_forward_good"), load_sampler("walker_forward", seed=8)
     sprt = [evaluate(short_walker, skill, branches=20, wave=4, sampler=sampler, workers=w, sprt=SPRT(0.5, 0.9),
                      progress=False) for w in (1, 2)]
     assert sprt[0].decision == "reject"
