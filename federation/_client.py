@@ -16,15 +16,16 @@ from typing import NamedTuple
 import anyio
 import httpx
 
-from knowledge import BlobError, KnowledgeBase, Rejection
+from knowledge import BlobError, Head, KnowledgeBase, Rejection
 
 from ._auth import SimnetAuth
-from ._errors import PeerError
+from ._errors import PeerError, WireError
 from ._wire import PAGE_TYPE, decode_page, encode_page, parse_heads, parse_json
 
 API = "/v1"
 DEFAULT_PAGE = 1000
 MAX_PAGES = 100_000  # a hard stop: a round never loops forever, whatever the peer answers
+HELD_EVERYTHING = 2**62  # a head that tells the peer to send nothing of a feed
 
 
 @dataclass
@@ -85,10 +86,15 @@ def exchange(
         report.bytes_received += response.num_bytes_downloaded  # as on the wire (compressed)
         return response
 
-    # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us.
+    # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us. Feeds we
+    # refuse (untrusted writers, say) are claimed as held for the rest of the round, so that a page full
+    # of them cannot hide the feeds behind them.
+    refused_here: dict[str, int] = {}
     for _ in range(MAX_PAGES):
-        heads = {author: head.seq for author, head in kb.heads().items()}
-        response = yield from send(_json_call(f"{base_url}{API}/sync", {"heads": heads, "limit": page}))
+        heads = kb.heads()
+        body = {"heads": {a: h.seq for a, h in heads.items()} | refused_here, "limit": page,
+                "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None]}
+        response = yield from send(_json_call(f"{base_url}{API}/sync", body))
         envelopes = decode_page(response.content, max_count=page, max_envelope_bytes=limit)
         if not envelopes:
             break
@@ -96,24 +102,31 @@ def exchange(
         report.pulled += len(ingested.accepted)
         report.duplicates += ingested.duplicates
         report.rejected += ingested.rejected
-        if not ingested.accepted:
-            break  # nothing we can use: stop rather than ask again for the same refused envelopes
+        newly_refused = {r.author for r in ingested.rejected if r.author} - refused_here.keys()
+        if not ingested.accepted and not newly_refused:
+            break  # nothing we can use, and nothing new to skip: stop rather than ask again
+        refused_here.update(dict.fromkeys(newly_refused, HELD_EVERYTHING))
 
-    # Push: what their heads lack, page by page, until they hold everything we hold (or refuse the rest).
+    # Push: what their heads lack, page by page, until they hold everything we hold. Feeds they refuse
+    # are left out for the rest of the round, for the same reason.
+    refused_there: set[bytes] = set()
     response = yield from send(Call("GET", f"{base_url}{API}/heads"))
     for _ in range(MAX_PAGES):
-        theirs = parse_heads(parse_json(response.content).get("heads"), max_authors=1 << 20)
-        envelopes = kb.envelopes_since(theirs, limit=page)
+        theirs = _peer_heads(parse_json(response.content))
+        envelopes = kb.envelopes_since(theirs, limit=page, exclude=refused_there)
         if not envelopes:
             break
         response = yield from send(
             Call("POST", f"{base_url}{API}/envelopes", encode_page(envelopes), {"content-type": PAGE_TYPE})
         )
         answer = parse_json(response.content)
-        report.pushed += int(answer.get("accepted", 0))
-        report.refused_by_peer += len(answer.get("rejected", []))
-        if not answer.get("accepted"):
+        accepted, rejected = _push_answer(answer, len(envelopes))
+        report.pushed += accepted
+        report.refused_by_peer += len(rejected)
+        newly_refused = {envelopes[i][2:34] for i in rejected} - refused_there
+        if not accepted and not newly_refused:
             break
+        refused_there |= newly_refused
 
     # Blobs the caller asked for, by hash; each verified before it is stored.
     for blob_hash in kb.blobs.missing(blobs):
@@ -126,6 +139,35 @@ def exchange(
 
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _push_answer(answer: object, sent: int) -> tuple[int, list[int]]:
+    """(accepted count, indexes of refused envelopes) from a push answer; PeerError if malformed."""
+    if not isinstance(answer, dict):
+        raise PeerError("the peer's push answer is not a JSON object")
+    accepted, rejected = answer.get("accepted", 0), answer.get("rejected", [])
+    if not isinstance(accepted, int) or isinstance(accepted, bool) or not 0 <= accepted <= sent:
+        raise PeerError(f"the peer's push answer says accepted={accepted!r} for {sent} envelopes")
+    if not isinstance(rejected, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("index"), int) and 0 <= r["index"] < sent for r in rejected
+    ):
+        raise PeerError("the peer's push answer lists rejections without valid envelope indexes")
+    return accepted, [r["index"] for r in rejected]
+
+
+def _peer_heads(answer: object) -> dict[str, Head | int]:
+    """A peer's heads answer as `envelopes_since` reads it (authors it knows forked carry equivocated_at)."""
+    if not isinstance(answer, dict):
+        raise PeerError("the peer's heads answer is not a JSON object")
+    try:
+        heads: dict[str, Head | int] = dict(parse_heads(answer.get("heads"), max_authors=1 << 20))
+    except WireError as exc:
+        raise PeerError(f"the peer's heads answer is malformed: {exc}") from None
+    equivocators = answer.get("equivocators", [])
+    for author in equivocators if isinstance(equivocators, list) else ():
+        if isinstance(author, str) and author in heads:
+            heads[author] = Head(int(heads[author]), "", equivocated_at=1)
+    return heads
 
 
 def _client_kwargs(kb: KnowledgeBase, peer_key: bytes, timeout: float) -> dict:

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
-from knowledge import KnowledgeBase, Role
+from knowledge import Head, KnowledgeBase, Role
 
 from ._auth import RequestVerifier
 from ._config import SiteConfig
@@ -135,7 +135,12 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     request_json = parse_json(body)
     if not isinstance(request_json, dict):
         raise WireError("body must be a JSON object with 'heads' (and optionally 'limit')")
-    heads = parse_heads(request_json.get("heads", {}), max_authors=1 << 20)
+    heads: dict[str, Head | int] = dict(parse_heads(request_json.get("heads", {}), max_authors=1 << 20))
+    equivocators = request_json.get("equivocators", [])
+    if not isinstance(equivocators, list) or not all(isinstance(a, str) for a in equivocators):
+        raise WireError("'equivocators' must be a list of author keys (64 hex digits)")
+    for author in equivocators:  # authors the caller knows forked: it needs no evidence
+        heads[check_hex64(author, "equivocator")] = Head(int(heads.get(author, 0)), "", equivocated_at=1)
     limit = request_json.get("limit", site.config.limits.max_page)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")
@@ -152,14 +157,17 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
 async def heads(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
     summary: The newest seq this site holds per author (what you would push against).
-    responses: {"200": {description: '{"heads": {"<author hex>": seq}}'}}
+    responses: {"200": {description: '{"heads": {"<author hex>": seq}, "equivocators": ["<author hex>"]}'}}
     """
-    return JSONResponse({"heads": await run_in_threadpool(_visible_heads, site, caller)})
+    return JSONResponse(await run_in_threadpool(_visible_heads, site, caller))
 
 
-def _visible_heads(site: Site, caller: bytes) -> dict[str, int]:
+def _visible_heads(site: Site, caller: bytes) -> dict[str, Any]:
+    """{"heads": {author: seq}, "equivocators": [...]}, without the feeds withheld from this caller."""
     withheld = {a.hex() for a in site.withheld_from(caller)}
-    return {a: h.seq for a, h in site.kb.heads().items() if a not in withheld}
+    heads = {a: h for a, h in site.kb.heads().items() if a not in withheld}
+    return {"heads": {a: h.seq for a, h in heads.items()},
+            "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None]}
 
 
 @endpoint("push")
@@ -186,7 +194,7 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
         "duplicates": report.duplicates,
         "rejected": [{"index": r.index, "reason": r.reason, "detail": r.detail} for r in report.rejected],
         "equivocations": [{"author": a, "seq": s} for a, s in report.equivocations],
-        "heads": current,
+        **current,
     })
 
 
