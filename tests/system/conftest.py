@@ -205,8 +205,20 @@ class PreparedSite:
     def snapshot(self) -> tuple[dict, dict]:
         return self.site.heads(), self.site.status()
 
+    def held(self, n: int = 5) -> list[bytes]:
+        """Up to n envelopes (the site's delegation first, then the robot's) that the site holds."""
+        from knowledge._envelope import decode
+
+        heads = self.site.heads()
+        out = []
+        for raw in self.device.envelopes_since({}, limit=10_000):
+            envelope = decode(raw, max_bytes=1 << 26)
+            if envelope.seq <= heads.get(envelope.author.hex(), 0):
+                out.append(raw)
+        return out[:n]
+
     def held_page(self, n: int = 5) -> bytes:
-        return encode_page(self.device.envelopes_since({}, limit=n))
+        return encode_page(self.held(n))
 
     def fresh(self, n: int = 1) -> bytes:
         page = self.device.envelopes_since(self.site.heads(), limit=n)
