@@ -145,6 +145,16 @@ def test_paging_with_small_pages(pair, fault, client_page, server_page):
     assert a.kb.heads() == b.kb.heads()
 
 
+def test_push_to_a_peer_that_accepts_smaller_pages(pair):
+    """Sites may configure different [limits] max_page; a round with default pages must still push everything
+    (today the peer answers 413 to the whole page and the round fails, every round)."""
+    a, b = pair
+    b.site.config.limits = ServerLimits(max_page=3)
+    mine = publish(a.kb, 10, "a")
+    report = run(async_sync_with(a.kb, "http://b", b.key, transport=httpx.ASGITransport(app=b.app)))
+    assert report.pushed == 10 and set(mine) <= skill_ids(b.kb)
+
+
 def test_a_peer_that_refuses_everything_ends_the_round(pair, fault):
     """Feeds the other side will not take are offered once per round, not forever."""
     a, b = pair
