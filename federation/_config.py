@@ -44,13 +44,11 @@ import tomli_w
 
 from knowledge import parse_public_key
 from knowledge._errors import IdentityError
-from knowledge.cli import STORE_FILE
+from knowledge.cli import KEY_FILE, POLICY_FILE, STORE_FILE
 
 from ._errors import ConfigError
 
 CONFIG_FILE = "simnet.toml"
-KEY_FILE = "site.key"
-POLICY_FILE = "trust.toml"
 
 
 @dataclass(frozen=True)

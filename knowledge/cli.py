@@ -21,10 +21,13 @@ import knowledge
 from ._errors import SimnetError
 
 STORE_FILE = "site.db"
+KEY_FILE = "site.key"
+POLICY_FILE = "trust.toml"
 
 
 class Home:
-    """A site's directory (``--home`` or $SIMNET_HOME); see federation's config for its files."""
+    """A site's directory (``--home`` or $SIMNET_HOME): its store, root key and trust policy, plus the
+    files of federation's configuration (simnet.toml)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -33,10 +36,20 @@ class Home:
     def store(self) -> Path:
         return self.path / STORE_FILE
 
-    def open_readonly(self) -> knowledge.KnowledgeBase:
+    def _need_store(self) -> None:
         if not self.store.exists():
             raise click.ClickException(f"no knowledge base in {self.path}; run `simnet init` there, or pass --home")
+
+    def open_readonly(self) -> knowledge.KnowledgeBase:
+        self._need_store()
         return knowledge.open(self.store)
+
+    def open_writer(self) -> knowledge.KnowledgeBase:
+        """The store opened as the site's key; StoreLockedError says so if `simnet serve` holds it."""
+        self._need_store()
+        identity = knowledge.Identity.load(self.path / KEY_FILE)
+        policy = self.path / POLICY_FILE
+        return knowledge.open(self.store, identity, policy=policy if policy.exists() else None)
 
 
 def emit(data: Any, as_json: bool, human: str) -> None:

@@ -18,6 +18,7 @@ signs, and `reproduce` re-runs a record to check it.
 Evaluations with `workers > 1` start worker processes: call them under `if __name__ == "__main__":`.
 """
 
+from ._certify import Verification, certify, load_policy, publish_skill, randomized, verify_certificate
 from ._distill import distill, fit_mlp
 from ._errors import (
     EntryPointError,
@@ -46,7 +47,8 @@ from ._tasks import Task
 from ._templates import Template
 
 __all__ = [
-    "BranchOutcome", "Comparison", "EntryPointError", "EntryPointRef", "Evaluation",
+    "BranchOutcome", "Comparison", "Verification", "certify", "load_policy", "publish_skill", "randomized",
+    "verify_certificate", "EntryPointError", "EntryPointRef", "Evaluation",
     "IncompatibleTemplateError", "MLP", "MLPSpec", "Mutation", "MutationError", "Patch", "PolicyCallError",
     "PolicyOutputError", "PolicyRunError", "RecordError", "Reproduction", "SPRT", "Sampler",
     "SamplerSpecError", "SamplerTerm", "SimError", "Skill", "SkillPayloadError", "SkillSpecError",

@@ -1,9 +1,10 @@
-"""The simulator commands of `simnet`: evaluate and reproduce.
+"""The simulator commands of `simnet`: evaluate, reproduce, publish, certify, verify.
 
 Mounted into the `simnet` group through the ``simnet.commands`` entry-point group (as
-``sim.cli:COMMANDS``), so that neither `knowledge` nor `federation` imports `sim`. A skill or task
-is a shipped name ("arm_reach_good", "arm_reach") or a file: a skill's ``.json`` sidecar beside its
-``.safetensors``, a task's full JSON definition.
+``sim.cli:COMMANDS``), so that neither `knowledge` nor `federation` imports `sim`. A skill is a
+shipped name ("arm_reach_good"), a file (a ``.json`` sidecar beside its ``.safetensors``) or, where a
+site's store is at hand (--home), the id (or an id prefix) of a skill in it; a task is a shipped name
+or a task definition file.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from pathlib import Path
 
 import click
 
+import knowledge
+from knowledge.cli import Home
+
+from ._certify import certify, load_policy, publish_skill, verify_certificate
 from ._evaluate import evaluate
 from ._patches import Sampler
 from ._policies import Skill
@@ -27,7 +32,19 @@ def _skill(name: str) -> Skill:
         return load_skill(name)
     if Path(name).is_file():
         return Skill.load(name)
-    raise click.BadParameter(f"neither a shipped skill ({', '.join(shipped_skills())}) nor a file", param_hint="SKILL")
+    home = click.get_current_context().find_object(Home)
+    if home is not None and home.store.exists():
+        with home.open_readonly() as kb:
+            return load_policy(kb, _kb_skill_id(kb, name))
+    raise click.BadParameter(f"neither a shipped skill ({', '.join(shipped_skills())}), a file, nor a skill id",
+                             param_hint="SKILL")
+
+
+def _kb_skill_id(kb: knowledge.KnowledgeBase, prefix: str) -> str:
+    matches = [s.id for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(prefix.lower())]
+    if len(matches) != 1:
+        raise click.ClickException(f"{len(matches)} skills in this site match {prefix!r}; give more of the id")
+    return matches[0]
 
 
 def _task(name: str) -> Task:
@@ -102,5 +119,75 @@ def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool)
         raise SystemExit(1)
 
 
-COMMANDS = [evaluate_command, reproduce_command]
+@click.command("publish")
+@click.argument("skill")
+@click.option("--name", required=True, help="The skill's name in the library.")
+@click.option("--task", "task_family", required=True, help="Its task family (pick, reach, walk, ...).")
+@click.option("--description", default="")
+@click.option("--mjcf", "bodies", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A body it was made for (repeatable): its embodiment scope.")
+@click.pass_obj
+def publish_command(home: Home, skill: str, name: str, task_family: str, description: str,
+                    bodies: tuple[str, ...]) -> None:
+    """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
+    policy = _skill(skill)
+    embodiments = [knowledge.Embodiment.from_mjcf(b).to_dict() for b in bodies]
+    with home.open_writer() as kb:
+        record = publish_skill(kb, policy, name, task_family, description=description, embodiments=embodiments)
+    click.echo(f"published {name}: {record.id}")
+
+
+@click.command("certify")
+@click.argument("skill_id")
+@click.option("--task", "task_name", required=True, help="A shipped task name or a task definition file.")
+@click.option("--branches", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
+@click.pass_obj
+def certify_command(home: Home, skill_id: str, task_name: str, branches: int, seed: int, workers: int,
+                    as_json: bool) -> None:
+    """Evaluate a skill of this site's library in randomized branches and sign the result as a certificate.
+
+    The site's key needs the validate role; while `simnet serve` holds the store, run this from a
+    validator's own home (a key the site delegated with `simnet device add KEY --roles validate`).
+    """
+    task = _task(task_name)
+    with home.open_writer() as kb:
+        skill_id = _kb_skill_id(kb, skill_id)
+        result = evaluate(task, load_policy(kb, skill_id), branches=branches, workers=workers,
+                          sampler=_sampler(None, task, seed))
+        cert = certify(kb, skill_id, result)
+        active = kb.is_active(skill_id)
+    if as_json:
+        click.echo(json.dumps({"certificate": cert.id, "skill": skill_id, "branches": cert.branches,
+                               "successes": cert.successes, "randomized": list(cert.randomized), "active": active}))
+        return
+    click.echo(f"certified {skill_id[:16]}… on {task.name}: {cert.successes}/{cert.branches} "
+               f"(Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)})\n"
+               f"certificate {cert.id}\nactive here: {active}")
+
+
+@click.command("verify")
+@click.argument("certificate_id")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.pass_obj
+def verify_command(home: Home, certificate_id: str, workers: int, as_json: bool) -> None:
+    """Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not reproduce."""
+    with home.open_readonly() as kb:
+        found = [c for s in kb.skills.list(include_withdrawn=True) for c in kb.certificates.for_skill(s.id)
+                 if c.id.startswith(certificate_id.lower())]
+        if len(found) != 1:
+            raise click.ClickException(f"{len(found)} certificates match {certificate_id!r}; give more of the id")
+        verdict = verify_certificate(kb, found[0], workers=workers)
+    if as_json:
+        click.echo(json.dumps({"certificate": found[0].id, "valid": verdict.valid, "detail": verdict.detail}))
+    else:
+        click.echo(f"{'valid' if verdict.valid else 'NOT VALID'}: {verdict.detail}")
+    if not verdict.valid:
+        raise SystemExit(1)
+
+
+COMMANDS = [evaluate_command, reproduce_command, publish_command, certify_command, verify_command]
 __all__ = ["COMMANDS"]

@@ -1,0 +1,131 @@
+"""From evaluation to activation: skills as knowledge-base records, evaluations as signed certificates.
+
+A simulator skill travels as data: `publish_skill` stores its safetensors weights as a blob and puts
+its architecture spec in the skill record's ``policy`` field (``{"kind": "mlp", "architecture": ...,
+"weights": <blob sha256>, "skill_hash": ...}``); `load_policy` turns a record back into a checked
+`sim.Skill`. `certify` signs an evaluation of a knowledge-base skill as a certificate (the evaluation
+record rides along, so any site can re-run it); `verify_certificate` does that re-run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import knowledge
+from knowledge import Certificate, KnowledgeBase
+
+from ._errors import RecordError, SkillSpecError
+from ._evaluate import Evaluation
+from ._policies import EntryPointRef, MLPSpec, Skill
+from ._record import Reproduction, check_record, reproduce
+
+# What a sampler or initial-state term randomizes, in the vocabulary of activation policies.
+_KINDS = {
+    ("body", "mass"): "mass", ("body", "inertia"): "inertia", ("body", "pos"): "pose",
+    ("geom", "friction"): "friction", ("joint", "damping"): "damping", ("joint", "armature"): "armature",
+    ("joint", "qpos"): "initial_state", ("joint", "qvel"): "initial_state", ("actuator", "gain"): "gain",
+    ("actuator", "bias"): "bias", ("option", "gravity"): "gravity",
+}
+
+
+def randomized(record: Mapping[str, Any]) -> list[str]:
+    """The kinds of randomization an evaluation record used: dynamics (its sampler) and initial state (its task)."""
+    terms = list(record["sampler"].get("terms", [])) + list(record["task"]["definition"].get("init", []))
+    kinds = set()
+    for term in terms:
+        parts = str(term.get("target", "")).split("/")
+        kind = _KINDS.get((parts[0], parts[-1]))
+        if kind is not None:
+            kinds.add(kind)
+    return sorted(kinds)
+
+
+def publish_skill(
+    kb: KnowledgeBase,
+    skill: Skill,
+    name: str,
+    task: str,
+    *,
+    description: str = "",
+    embodiments: Iterable[Mapping[str, Any]] = (),
+    parents: Iterable[str] = (),
+    meta: Mapping[str, Any] | None = None,
+) -> knowledge.Skill:
+    """Publish a simulator skill: weights as a content-addressed blob, the architecture in the record."""
+    weights = kb.blobs.put(skill.weights)
+    policy = {"kind": "mlp", "architecture": skill.spec.to_json(), "weights": weights, "skill_hash": skill.hash}
+    return kb.skills.publish(name, task, description=description, policy=policy, blobs=[weights],
+                             embodiments=embodiments, parents=parents, meta=meta)
+
+
+def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
+    """The runnable policy of a knowledge-base skill: weights checked against their hash and the spec.
+
+    BlobError if the weights are not here yet (fetch them: `federation.sync_with(..., blobs=[...])`),
+    SkillSpecError / SkillPayloadError if the record's policy is not a valid skill, EntryPointError if it
+    names a local entry point that is not installed at the recorded version.
+    """
+    policy = kb.skills.get(skill_id).policy
+    if not isinstance(policy, dict):
+        raise SkillSpecError("policy", f"skill {skill_id[:16]}… carries no policy")
+    if policy.get("kind") == "mlp":
+        skill = Skill(MLPSpec.from_json(policy.get("architecture")), kb.blobs.get(str(policy.get("weights"))))
+        if policy.get("skill_hash") not in (None, skill.hash):
+            raise SkillSpecError("policy.skill_hash", "does not match the architecture and weights")
+        return skill
+    if policy.get("kind") == "entry_point":
+        fields = {k: policy[k] for k in ("group", "name", "distribution", "version") if k in policy}
+        return EntryPointRef(**fields).load()
+    raise SkillSpecError("policy.kind", f"{policy.get('kind')!r} is not 'mlp' or 'entry_point'")
+
+
+def certify(kb: KnowledgeBase, skill_id: str, evaluation: Evaluation | Mapping[str, Any]) -> Certificate:
+    """Sign an evaluation of `skill_id` as a certificate in `kb` (the writer needs the validate role).
+
+    The evaluation must be of that skill's own policy; a failed run never reaches here (evaluate raises).
+    """
+    record = evaluation.to_record() if isinstance(evaluation, Evaluation) else dict(evaluation)
+    check_record(record)
+    policy = kb.skills.get(skill_id).policy or {}
+    expected = policy.get("skill_hash") if policy.get("kind") == "mlp" else None
+    if expected is not None and record["policy"].get("skill_hash") != expected:
+        raise RecordError(f"the evaluation ran policy {str(record['policy'].get('skill_hash'))[:16]}…, "
+                          f"not skill {skill_id[:16]}…'s {expected[:16]}…")
+    summary = record["summary"]
+    return kb.certificates.add(skill_id, branches=summary["n"], successes=summary["successes"],
+                               confidence=summary["confidence"], randomized=randomized(record), evaluation=record)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The verdict on a certificate: `valid` if it is consistent and its evaluation re-runs to match."""
+
+    valid: bool
+    detail: str
+    reproduction: Reproduction | None = None
+
+
+def verify_certificate(kb: KnowledgeBase, certificate: Certificate, *, workers: int = 1,
+                       threads: int = 0) -> Verification:
+    """Re-run a certificate's evaluation here: identical outcomes on the same platform, within the
+    binomial interval elsewhere. A tampered or non-reproducing certificate comes back valid=False."""
+    record = certificate.evaluation
+    if not isinstance(record, dict):
+        return Verification(False, "the certificate carries no evaluation record to re-run")
+    try:
+        check_record(record)
+        summary = record["summary"]
+        claims = {"branches": (certificate.branches, summary["n"]),
+                  "successes": (certificate.successes, summary["successes"]),
+                  "confidence": (certificate.confidence, summary["confidence"]),
+                  "randomized": (sorted(certificate.randomized), randomized(record))}
+        for field, (claimed, recorded) in claims.items():
+            if claimed != recorded:
+                return Verification(False, f"the certificate says {field}={claimed!r}; its record says {recorded!r}")
+        reproduction = reproduce(record, load_policy(kb, certificate.skill), workers=workers, threads=threads,
+                                 progress=False)
+    except RecordError as exc:
+        return Verification(False, f"the evaluation record is inconsistent: {exc}")
+    return Verification(reproduction.matches, reproduction.detail, reproduction)
