@@ -1,0 +1,87 @@
+"""Activation follows the site's policy in every combination: a property test against a reference."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import knowledge
+from knowledge import ActivationPolicy, Identity, Role, TrustPolicy, wilson_lower_bound
+
+VALIDATOR_SITES = [Identity.from_seed(bytes([40 + i]) * 32) for i in range(3)]
+DEVICES = [Identity.from_seed(bytes([60 + i]) * 32) for i in range(3)]  # one validator device per site
+PUBLISHER = Identity.from_seed(b"\x07" * 32)
+KINDS = ["mass", "friction", "damping", "gravity"]
+
+certificates = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # which validator: 0-2 site roots, 3-5 their devices
+        st.integers(1, 200),  # branches
+        st.floats(0, 1),  # success fraction
+        st.sets(st.sampled_from(KINDS)),
+    ),
+    max_size=6,
+)
+policies = st.builds(
+    ActivationPolicy,
+    min_branches=st.integers(0, 150),
+    min_lower_bound=st.floats(0, 1),
+    confidence=st.sampled_from([0.5, 0.9, 0.95, 0.99]),
+    required_randomization=st.frozensets(st.sampled_from(KINDS), max_size=2),
+    min_validators=st.integers(0, 3),
+    validators=st.frozensets(st.sampled_from([v.public_key for v in VALIDATOR_SITES]), max_size=2),
+)
+
+
+def expected_active(policy: ActivationPolicy, certs, revoked: bool, validate_roles: list[bool]) -> bool:
+    """The rule of docs/PROTOCOL.md, written out independently of the library."""
+    if revoked:
+        return False
+    sites = set()
+    for who, branches, fraction, kinds in certs:
+        site = who % 3
+        if not validate_roles[site]:
+            continue  # the policy does not trust this site to validate
+        key = VALIDATOR_SITES[site].public_key
+        if policy.validators and key not in policy.validators:
+            continue
+        successes = round(fraction * branches)
+        if (branches >= policy.min_branches and policy.required_randomization <= kinds
+                and wilson_lower_bound(successes, branches, policy.confidence) >= policy.min_lower_bound):
+            sites.add(site)
+    return len(sites) >= policy.min_validators
+
+
+@settings(max_examples=150)
+@given(policy=policies, certs=certificates, revoked=st.booleans(),
+       validate_roles=st.lists(st.booleans(), min_size=3, max_size=3))
+def test_activation_follows_the_policy(policy, certs, revoked, validate_roles):
+    trust = TrustPolicy(activation=policy)
+    for site, can_validate in zip(VALIDATOR_SITES, validate_roles):
+        trust = trust.with_root(site.public_key, [Role.VALIDATE] if can_validate else [Role.PUBLISH])
+    trust = trust.with_root(PUBLISHER.public_key)
+    trust = TrustPolicy(trust.roots, policy)
+    with knowledge.open(":memory:", Identity.generate(), policy=trust) as here, \
+            knowledge.open(":memory:", PUBLISHER, policy=trust) as publisher:
+        skill = publisher.skills.publish("s", "t")
+        if revoked:
+            publisher.revoke(skill.id)
+        here.ingest(publisher.envelopes_since({}))
+        writers = {}
+        for i, (site, device) in enumerate(zip(VALIDATOR_SITES, DEVICES)):
+            root = knowledge.open(":memory:", site, policy=trust)
+            root.delegate(device.public_key, [Role.VALIDATE])
+            writers[i] = root
+            writers[i + 3] = knowledge.open(":memory:", device, policy=trust.with_root(site.public_key))
+            writers[i + 3].ingest(root.envelopes_since({}))
+        for who, branches, fraction, kinds in certs:
+            writer = writers[who]
+            try:
+                writer.certificates.add(skill.id, branches=branches, successes=round(fraction * branches),
+                                        randomized=kinds)
+            except knowledge.NotAuthorizedError:
+                pass  # a site root the policy trusts only to publish cannot certify
+        for writer in writers.values():
+            here.ingest(writer.envelopes_since({}, limit=100))
+            writer.close()
+        assert here.is_active(skill.id) == expected_active(policy, certs, revoked, validate_roles)
