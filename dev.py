@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         python = _sync(uv, [])
         return subprocess.call([str(python), str(DEMO), *rest], cwd=ROOT)
-    python = _sync(uv, ["dev"])
+    python = _sync(uv, ["dev", "ray"])  # the test suite covers the optional Ray backend too
     env = dict(os.environ, PYTHONHASHSEED="0")
     return subprocess.call([str(python), "-m", "pytest", *rest], cwd=ROOT, env=env)
 
