@@ -99,3 +99,48 @@ class PolicyOutputError(PolicyRunError):
 
 class RecordError(SimError, ValueError):
     """An evaluation record is malformed, or its hashes do not match its contents (tampered)."""
+
+
+class BackendError(SimError):
+    """A backend cannot run: the Ray extra is not installed (pip install simnet[ray]) or no cluster answers."""
+
+
+class WorldError(SimError):
+    """A persistent world refused an operation; the message names the shard, branch or tick."""
+
+
+class WorldLockedError(WorldError):
+    """Another process has this world open: one process at a time drives a world."""
+
+
+class HistoryError(WorldError, ValueError):
+    """A tick outside the recorded history: forking or replaying beyond a shard's head, or writing into its past."""
+
+
+class UnknownShardError(WorldError, LookupError):
+    """The world has no shard (or branch) of that name."""
+
+
+class UnknownEntityError(WorldError, LookupError):
+    """The world has no entity of that name, or it is not where the operation expects it."""
+
+
+class CorruptWorldError(WorldError):
+    """Stored world data fails its checksum; nothing was built from it. Restore the file from a backup."""
+
+
+class CorruptLogError(CorruptWorldError):
+    """An event log segment fails its checksum, or has a gap."""
+
+
+class CorruptCheckpointError(CorruptWorldError):
+    """A checkpoint fails its checksum."""
+
+
+class ReplayTemplateError(IncompatibleTemplateError, WorldError):
+    """History recorded on one template would be replayed on another (another scene, or another MuJoCo
+    build compiling it differently): the replay could not be exact, so it does not run."""
+
+
+class WorkerLostError(WorldError):
+    """A shard worker died and could not be rebuilt from its checkpoint and log."""

@@ -19,7 +19,7 @@ from mujoco import batch as mjbatch
 
 from ._canon import content_hash, is_number
 from ._errors import MutationError, SamplerSpecError, SpecError
-from ._templates import Slot, Template
+from ._templates import Slot, Template, split_target
 
 OPS = ("set", "add", "scale")
 _DISTS = {"uniform": ("low", "high"), "normal": ("mean", "std"), "constant": ("value",)}
@@ -191,8 +191,8 @@ def expand_targets(term: SamplerTerm, template: Template, where: str,
 @functools.lru_cache(maxsize=4096)
 def _matching(pattern: str, template: Template) -> tuple[str, ...]:
     """Targets named by a pattern: wildcards in the name part match the template's object names."""
-    parts = pattern.split("/")
-    if len(parts) != 3 or not any(ch in parts[1] for ch in "*?["):
+    parts = split_target(pattern)
+    if parts is None or not any(ch in parts[1] for ch in "*?["):
         return (pattern,)
     kind, names, attr = parts
     if kind not in ("body", "geom", "joint", "actuator"):

@@ -1,7 +1,7 @@
 """Templates: a compiled scene shared read-only by every branch, and the mutable slots it offers.
 
-A mutation target is "kind/name/attr" (or "option/gravity"); resolving it against a template gives a
-`Slot`: which per-simulation field of `mujoco.batch.Batch` it writes, where, and how many values.
+A mutation target is "kind/name/attr" (or "option/gravity"); a name may itself hold "/" (an entity's
+prefix in a world, "walker1/torso"). Resolving a target against a template gives a `Slot`: which per-simulation field of `mujoco.batch.Batch` it writes, where, and how many values.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _MODEL_ATTRS = {
     ("actuator", "gain"): ("actuator_gainprm", 1, 0, "any"),
     ("actuator", "bias"): ("actuator_biasprm", 3, 0, "any"),
 }
-_STATE_ATTRS = {("joint", "qpos"): "qpos", ("joint", "qvel"): "qvel"}
+_STATE_ATTRS = {("joint", "qpos"): "qpos", ("joint", "qvel"): "qvel", ("actuator", "ctrl"): "ctrl"}
 _OPTION_ATTRS = {"gravity": ("opt.gravity", 3, "any")}
 _KINDS = {"body": mujoco.mjtObj.mjOBJ_BODY, "geom": mujoco.mjtObj.mjOBJ_GEOM,
           "joint": mujoco.mjtObj.mjOBJ_JOINT, "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
@@ -99,13 +99,14 @@ class Template:
         return found
 
     def _resolve(self, target: str) -> Slot:
-        parts = target.split("/") if isinstance(target, str) else []
-        if len(parts) == 2 and parts[0] == "option":
-            if parts[1] not in _OPTION_ATTRS:
+        parts = split_target(target) if isinstance(target, str) else None
+        if isinstance(target, str) and target.startswith("option/"):
+            option = target.removeprefix("option/")
+            if option not in _OPTION_ATTRS:
                 raise MutationError(target, f"unknown option; options are {sorted(_OPTION_ATTRS)}")
-            field, size, domain = _OPTION_ATTRS[parts[1]]
+            field, size, domain = _OPTION_ATTRS[option]
             return Slot(target, field, 0, size, False, True, domain)
-        if len(parts) != 3:
+        if parts is None:
             raise MutationError(str(target), "a target is 'kind/name/attr' or 'option/<name>'")
         kind, name, attr = parts
         if (kind, attr) not in _MODEL_ATTRS and (kind, attr) not in _STATE_ATTRS:
@@ -117,6 +118,8 @@ class Template:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise MutationError(target, f"the template has no {kind} named {name!r}{hint}")
         m = self.model
+        if (kind, attr) == ("actuator", "ctrl"):
+            return Slot(target, "ctrl", ident, 1, True, False, "any")
         if (kind, attr) in _STATE_ATTRS:
             jtype = int(m.jnt_type[ident])
             if attr == "qpos":
@@ -141,6 +144,13 @@ class Template:
                 raise MutationError(target, "a free body's pose is its joint's qpos: use joint/<name>/qpos")
         setconst = field in mujoco.MjModel._setconst_inputs
         return Slot(target, field, int(start), int(size), False, setconst, domain)
+
+
+def split_target(target: str) -> tuple[str, str, str] | None:
+    """(kind, name, attr) of "kind/name/attr", where the name may hold "/"; None if malformed."""
+    kind, _, rest = target.partition("/")
+    name, _, attr = rest.rpartition("/")
+    return (kind, name, attr) if kind and name and attr else None
 
 
 _CACHE: dict[str, Template] = {}
