@@ -231,18 +231,20 @@ def prepared_site(tmp_path_factory):
     fleet = Fleet(tmp_path_factory.mktemp("prepared"))
     site = fleet.add("a", interval_s=3600)  # gossip idle: only the tests' requests change anything
     config = SiteConfig.load(site.home)
-    limits = ServerLimits(max_body_bytes=64 << 10, max_page=20, timeout_s=10.0)
+    limits = ServerLimits(max_body_bytes=2 << 20, max_page=20, timeout_s=10.0)
     config.limits = limits
     config.save()
     peer = Identity.generate()
     fleet_policy = knowledge.TrustPolicy.load(site.home / "trust.toml").with_root(peer.public_key, name="peer")
     (site.home / "trust.toml").write_text(fleet_policy.to_toml())
     blob_data = bytes(range(256)) * 1200
+    robot = Identity.generate()
     with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as kb:
         blob = kb.blobs.put(blob_data)  # before the server holds the store
+        kb.delegate(robot.public_key, [knowledge.Role.PUBLISH])  # what `simnet device add` does
     site.start()
-    device = device_kb(site)
-    federation.sync_with(device, site.url, site.key.public_key)
+    device = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().with_root(site.key.public_key))
+    federation.sync_with(device, site.url, site.key.public_key)  # the robot learns its delegation
     for i in range(5):
         device.skills.publish(f"held-{i}", "pick")
     device.maps["lobby"].observe((1, 1), "door", 0.5)
@@ -252,3 +254,24 @@ def prepared_site(tmp_path_factory):
     yield PreparedSite(site, peer, device, blob, blob_data, limits)
     device.close()
     fleet.stop()
+
+
+@pytest.fixture
+def early_device():
+    """early_device(site, roles=("publish",)) -> a robot's in-memory knowledge base, delegated by `site`
+    on its store before the site starts (what `simnet device add` does without a server)."""
+    opened = []
+
+    def _make(site: SiteProcess, roles=(knowledge.Role.PUBLISH,)) -> knowledge.KnowledgeBase:
+        assert site.process is None, "delegate before the site's server holds its store"
+        robot = Identity.generate()
+        kb = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().with_root(site.key.public_key))
+        opened.append(kb)
+        with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as store:
+            store.delegate(robot.public_key, roles)
+            kb.ingest(store.envelopes_since(kb.heads(), limit=100_000))
+        return kb
+
+    yield _make
+    for kb in opened:
+        kb.close()

@@ -11,13 +11,14 @@ import json
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 import federation
 import knowledge
-from federation import PAGE_TYPE, PeerError, SiteConfig, decode_page, encode_page
+from federation import PAGE_TYPE, PeerConfig, PeerError, SiteConfig, decode_page, encode_page
 from federation._auth import signed_message
 from federation._config import PrivateMaps
 from knowledge import Identity, TrustPolicy
@@ -133,11 +134,11 @@ CASES: dict[str, tuple[Case, int, str | None]] = {
     "device on admin revoke": (lambda ps: call(ps, "POST", "/v1/admin/revoke", b'{"skill": "%s"}' % skill_id(ps).encode(),
                                                who="device"), 403, "forbidden"),
     # --- over the limits: 413 ---
-    "push body over max_body_bytes": (lambda ps: call(ps, "POST", "/v1/envelopes", ps.fresh() + b"\0" * (64 << 10),
+    "push body over max_body_bytes": (lambda ps: call(ps, "POST", "/v1/envelopes", ps.fresh() + b"\0" * ps.limits.max_body_bytes,
                                                       content_type=PAGE_TYPE), 413, "too_large"),
-    "sync body over max_body_bytes": (lambda ps: call(ps, "POST", "/v1/sync", sync_body() + b" " * (64 << 10)), 413,
+    "sync body over max_body_bytes": (lambda ps: call(ps, "POST", "/v1/sync", sync_body() + b" " * ps.limits.max_body_bytes), 413,
                                       "too_large"),
-    "chunked body over max_body_bytes": (lambda ps: call(ps, "POST", "/v1/envelopes", ps.fresh() + b"\0" * (64 << 10),
+    "chunked body over max_body_bytes": (lambda ps: call(ps, "POST", "/v1/envelopes", ps.fresh() + b"\0" * ps.limits.max_body_bytes,
                                                          content_type=PAGE_TYPE, stream=True), 413, "too_large"),
     "page over max_page": (lambda ps: call(ps, "POST", "/v1/envelopes", ps.fresh(ps.limits.max_page + 1),
                                            content_type=PAGE_TYPE), 413, "too_large"),
@@ -256,7 +257,7 @@ def test_refusals_name_the_problem(prepared_site):
         "untrusted": call(ps, "GET", "/v1/heads", who=Identity.generate()).json()["detail"],
         "admin": call(ps, "POST", "/v1/admin/sync", b"{}").json()["detail"],
         "page": call(ps, "POST", "/v1/envelopes", ps.fresh(ps.limits.max_page + 1), content_type=PAGE_TYPE).json()["detail"],
-        "body": call(ps, "POST", "/v1/sync", b" " * (65 << 10)).json()["detail"],
+        "body": call(ps, "POST", "/v1/sync", b" " * (ps.limits.max_body_bytes + 1)).json()["detail"],
     }
     assert "timestamp" in details["stale"]
     assert "not signed" in details["unsigned"]
@@ -275,19 +276,29 @@ def test_deeply_nested_json_is_a_400_not_a_500(prepared_site):
     assert ps.snapshot() == before and ps.site.healthy()
 
 
-def test_a_private_map_is_never_served_to_a_site_without_read_rights(fleet, make_device):
+def in_parallel(*calls) -> list:
+    """Run slow independent steps (site inits, server starts) at once; re-raise the first failure."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(c) for c in calls]]
+
+
+def trust_roots(site, *keys: bytes) -> None:
+    policy = TrustPolicy.load(site.home / "trust.toml")
+    for key in keys:
+        policy = policy.with_root(key)
+    (site.home / "trust.toml").write_text(policy.to_toml())
+
+
+def test_a_private_map_is_never_served_to_a_site_without_read_rights(fleet, early_device):
     a = fleet.add("a", interval_s=3600)
     reader, nosy = Identity.generate(), Identity.generate()
     config = SiteConfig.load(a.home)
     config.private = [PrivateMaps(("secure",), (reader.public_key,))]
     config.save()
-    policy = TrustPolicy.load(a.home / "trust.toml").with_root(reader.public_key).with_root(nosy.public_key)
-    (a.home / "trust.toml").write_text(policy.to_toml())
+    trust_roots(a, reader.public_key, nosy.public_key)
+    public, secret = early_device(a), early_device(a)  # the private map gets a dedicated device key
     a.start()
     root = a.key.public_key
-    public, secret = make_device(a), make_device(a)  # the private map gets a dedicated device key
-    for robot in (public, secret):
-        federation.sync_with(robot, a.url, root)
     public.maps["lobby"].observe((0, 0), "door", 0.5)
     secret.maps["lobby"].observe((5, 5), "stairs", 0.5)  # public, before the device writes anything private
     federation.sync_with(public, a.url, root)
@@ -321,25 +332,25 @@ def test_a_private_map_is_never_served_to_a_site_without_read_rights(fleet, make
     nosy_kb.close()
 
 
-def test_a_private_map_is_not_pushed_to_a_peer_without_read_rights(fleet, make_device, run_simnet):
+def test_a_private_map_is_not_pushed_to_a_peer_without_read_rights(fleet, early_device):
     """The site's own sync round must apply its read rules too: pushing a feed is serving it."""
-    a, b = fleet.add("a", interval_s=3600), fleet.add("b", interval_s=3600)
+    a, b = in_parallel(lambda: fleet.add("a", interval_s=3600), lambda: fleet.add("b", interval_s=3600))
     config = SiteConfig.load(a.home)
     config.private = [PrivateMaps(("secure",), ())]  # no other site may read it
+    config.peers = [PeerConfig("b", b.url, b.key.public_key)]
     config.save()
-    fleet.connect(a, b)
-    fleet.connect(b, a)
-    a.start()
-    b.start()
+    trust_roots(a, b.key.public_key)
+    trust_roots(b, a.key.public_key)
+    public, secret = early_device(a), early_device(a)
+    in_parallel(a.start, b.start)
     root = a.key.public_key
-    public, secret = make_device(a), make_device(a)
-    for robot in (public, secret):
-        federation.sync_with(robot, a.url, root)
     public.maps["lobby"].observe((0, 0), "door", 0.5)
     secret.maps["secure"].observe((7, 7), "vault", 0.9)
     for robot in (public, secret):
         federation.sync_with(robot, a.url, root)
-    run_simnet(a.home, "sync", "b")  # a's server runs a round with b: pull, then push
+    with a.client() as client:  # what `simnet sync b` asks a's server: a round with b, pull then push
+        [report] = client.post("/v1/admin/sync", json={"peer": "b"}).raise_for_status().json()["reports"]
+    assert report["ok"], report
     heads_at_b = b.heads()
     assert public.identity.public_key_hex in heads_at_b  # the round did push a's news
     assert secret.identity.public_key_hex not in heads_at_b, "a pushed its private map's feed to b"
@@ -368,42 +379,48 @@ def test_blob_corruption_in_transit_is_detected(prepared_site):
         assert report.blobs == 1 and kb.blobs.get(ps.blob) == ps.blob_data
 
 
-@pytest.fixture(scope="module")
-def plain_site(module_fleet):
-    """A running site with default limits."""
-    site = module_fleet.add("plain", interval_s=3600)
-    site.start()
-    return site
-
-
-def test_openapi_lists_every_endpoint(plain_site):
-    response = httpx.get(f"{plain_site.url}/v1/openapi.json", timeout=30)
+def test_openapi_lists_every_endpoint(prepared_site):
+    response = httpx.get(f"{prepared_site.site.url}/v1/openapi.json", timeout=30)
     assert response.status_code == 200, response.text[:300]
     paths = response.json()["paths"]
     assert {path: set(ops) for path, ops in paths.items()} == {path: {m} for path, m in ENDPOINTS.items()}
 
 
-def test_unknown_routes_and_methods_answer_json_errors(plain_site):
-    with plain_site.client() as client:
+def test_openapi_needs_no_optional_extra():
+    """/v1/openapi.json builds its schema with Starlette's SchemaGenerator, which parses the endpoint
+    docstrings with PyYAML: without it the endpoint answers 500. PyYAML must then be a core dependency,
+    not something an optional extra (ray) happens to pull in."""
+    from importlib.metadata import requires
+
+    core = {r.split(";")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower()
+            for r in requires("simnet") or () if "extra ==" not in r}
+    assert "pyyaml" in core, sorted(core)
+
+
+def test_unknown_routes_and_methods_answer_json_errors(prepared_site):
+    with prepared_site.site.client() as client:
         assert_refused(client.get("/v1/nothing-here"), 404, None)
         assert_refused(client.get("/v1/sync"), 405, None)
         assert_refused(client.delete("/v1/heads"), 405, None)
 
 
-def test_admin_revoke_key_refuses_a_negative_seq(plain_site):
+def test_admin_revoke_key_refuses_a_negative_seq(prepared_site):
     device = Identity.generate().public_key_hex
-    before = plain_site.heads()
-    with plain_site.client() as client:
+    before = prepared_site.site.heads()
+    with prepared_site.site.client() as client:
         response = client.post("/v1/admin/revoke-key", json={"device": device, "last_seq": -1})
     assert_refused(response, 400, "bad_request")
-    assert plain_site.heads() == before
+    assert prepared_site.site.heads() == before
 
 
-def test_admin_revoke_with_an_oversized_reason_is_a_4xx(plain_site):
-    """A reason that makes the revocation envelope larger than peers accept must be refused as input."""
-    before = plain_site.heads()
-    with plain_site.client() as client:
-        response = client.post("/v1/admin/revoke", json={"skill": "ab" * 32, "reason": "x" * (2 << 20)})
+def test_admin_revoke_with_an_oversized_reason_is_a_4xx(prepared_site):
+    """A reason that makes the revocation envelope larger than peers accept (1 MiB) must be refused as
+    input, even though the body itself is within the site's limit."""
+    body = json.dumps({"skill": "ab" * 32, "reason": "x" * (1200 << 10)}).encode()
+    assert len(body) < prepared_site.limits.max_body_bytes
+    before = prepared_site.site.heads()
+    with prepared_site.site.client() as client:
+        response = client.post("/v1/admin/revoke", content=body, headers={"content-type": JSON})
     assert 400 <= response.status_code < 500, (response.status_code, response.text[:200])
     assert_refused(response, response.status_code, None)
-    assert plain_site.heads() == before and plain_site.healthy()
+    assert prepared_site.site.heads() == before and prepared_site.site.healthy()
