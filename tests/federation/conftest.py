@@ -158,17 +158,18 @@ class ServeProcess:
         return json.loads((self.home / "serve.json").read_text())["url"]
 
 
-@pytest.fixture
-def serve_process():
-    """serve_process(home) -> ServeProcess: the real `simnet serve` for `home`, stopped at teardown."""
-    started: list[ServeProcess] = []
+class _Servers:
+    """Starts `simnet serve` processes and stops them all at close()."""
 
-    def _start(home: Path) -> ServeProcess:
-        log = home / f"serve-{len(started)}.log"
+    def __init__(self) -> None:
+        self.started: list[ServeProcess] = []
+
+    def __call__(self, home: Path) -> ServeProcess:
+        log = home / f"serve-{len(self.started)}.log"
         with open(log, "w") as out:
             process = subprocess.Popen([*SIMNET, "--home", str(home), "serve"], stdout=out, stderr=subprocess.STDOUT)
         served = ServeProcess(home, process, log)
-        started.append(served)
+        self.started.append(served)
 
         def up() -> bool:
             if process.poll() is not None:
@@ -178,14 +179,31 @@ def serve_process():
             except (OSError, ValueError, KeyError, httpx.HTTPError):
                 return False
 
-        _wait(up, 30, "simnet serve to answer /v1/health")
+        _wait(up, 60, "simnet serve to answer /v1/health")
         return served
 
-    yield _start
-    for served in started:
-        if served.process.poll() is None:
-            served.process.send_signal(signal.SIGTERM)
+    def close(self) -> None:
+        for served in self.started:
+            if served.process.poll() is None:
+                served.process.send_signal(signal.SIGTERM)
+        for served in self.started:
             served.process.wait(30)
+
+
+@pytest.fixture
+def serve_process():
+    """serve_process(home) -> ServeProcess: the real `simnet serve` for `home`, stopped at teardown."""
+    servers = _Servers()
+    yield servers
+    servers.close()
+
+
+@pytest.fixture(scope="module")
+def module_serve_process():
+    """serve_process for module-scoped fixtures (one server shared by a module's tests)."""
+    servers = _Servers()
+    yield servers
+    servers.close()
 
 
 @dataclass
@@ -200,7 +218,7 @@ class CliResult:
         return json.loads(self.out)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cli():
     """cli(home, *args) -> CliResult of the real `simnet` entry point (knowledge.cli.run), in-process.
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -39,6 +41,22 @@ def site(tmp_path, cli):
     home = tmp_path / "a"
     ok(cli(home, "init", "--name", "a", "--listen", "127.0.0.1:0"))
     return home
+
+
+@dataclass
+class Served:
+    home: Path
+    url: str
+    skills: list[str]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, cli, module_serve_process):
+    """A site with three skills and its real `simnet serve` running, shared by this module's tests."""
+    home = tmp_path_factory.mktemp("served") / "s"
+    ok(cli(home, "init", "--name", "s", "--listen", "127.0.0.1:0"))
+    skills = publish(home, "walk", "grasp", "climb")
+    return Served(home, module_serve_process(home).url, skills)
 
 
 def site_key(home) -> Identity:
@@ -110,14 +128,11 @@ def test_peer_add_with_trust_writes_the_policy(site, cli):
     assert set(root.roles) == {Role.PUBLISH, Role.VALIDATE}
 
 
-def test_peer_add_asks_a_running_server_for_its_key(tmp_path, site, cli, serve_process):
-    other = tmp_path / "b"
-    ok(cli(other, "init", "--name", "b", "--listen", "127.0.0.1:0"))
-    server = serve_process(other)
-    result = ok(cli(site, "peer", "add", "b", server.url))
-    b_key = site_key(other).public_key
-    assert f"peer b says its key is {b_key.hex()}" in result.out
-    assert SiteConfig.load(site).peers == [PeerConfig("b", server.url, b_key)]
+def test_peer_add_asks_a_running_server_for_its_key(site, cli, served):
+    result = ok(cli(site, "peer", "add", "s", served.url))
+    s_key = site_key(served.home).public_key
+    assert f"peer s says its key is {s_key.hex()}" in result.out
+    assert SiteConfig.load(site).peers == [PeerConfig("s", served.url, s_key)]
 
 
 def test_peer_add_without_key_and_no_server_fails_cleanly(site, cli):
@@ -160,11 +175,12 @@ def test_status_json_without_a_server(site, cli):
     assert "site a" in human and "not running" in human and "skills 2" in human and "never synced" in human
 
 
-def test_status_json_names_the_running_server(site, cli, serve_process):
-    server = serve_process(site)
-    data = ok(cli(site, "status", "--json")).json
-    assert data["server"] == server.url
-    assert server.url in ok(cli(site, "status")).out
+def test_status_json_names_the_running_server(served, cli):
+    data = ok(cli(served.home, "status", "--json")).json
+    with readonly(served.home) as kb:
+        held = len(kb.skills.list(include_withdrawn=True))
+    assert data["server"] == served.url and data["skills"] == held >= 3
+    assert served.url in ok(cli(served.home, "status")).out
 
 
 # --- skills -------------------------------------------------------------------------------------------
@@ -223,17 +239,17 @@ def test_revoke_ambiguous_prefix_revokes_nothing(site, cli):
         assert not any(kb.is_revoked(s) for s in matching)
 
 
-def test_revoke_with_a_server_goes_through_the_admin_endpoint(site, cli, serve_process):
-    [walk] = publish(site, "walk")
-    server = serve_process(site)
-    with signed(site, server.url) as client:
-        before = client.get("/v1/heads").json()["heads"]
-    ok(cli(site, "revoke", walk[:10], "--reason", "falls over"))
-    with signed(site, server.url) as client:
-        assert client.get("/v1/status").json()["revocations"] == 1
-        after = client.get("/v1/heads").json()["heads"]
-    me = site_key(site).public_key_hex
-    assert after[me] == before[me] + 1  # one envelope, written by the server (the store's one writer)
+def test_revoke_with_a_server_goes_through_the_admin_endpoint(served, cli):
+    walk = served.skills[0]
+    me = site_key(served.home).public_key_hex
+    with signed(served.home, served.url) as client:
+        before = client.get("/v1/heads").json()["heads"][me], client.get("/v1/status").json()["revocations"]
+    ok(cli(served.home, "revoke", walk[:10], "--reason", "falls over"))
+    with signed(served.home, served.url) as client:
+        after = client.get("/v1/heads").json()["heads"][me], client.get("/v1/status").json()["revocations"]
+    assert after == (before[0] + 1, before[1] + 1)  # one envelope, written by the server (the store's one writer)
+    with readonly(served.home) as kb:
+        assert kb.is_revoked(walk)
 
 
 # --- devices ------------------------------------------------------------------------------------------
@@ -257,20 +273,20 @@ def test_device_add_and_revoke_without_a_server(site, cli):
     assert [r.reason for r in report.rejected] == ["revoked_writer", "revoked_writer"]
 
 
-def test_device_add_and_revoke_with_a_server(site, cli, serve_process):
-    server = serve_process(site)
+def test_device_add_and_revoke_with_a_server(served, cli):
+    site = served.home
     device = Identity.generate()
-    with signed(site, server.url, device) as as_device:
+    with signed(site, served.url, device) as as_device:
         assert as_device.get("/v1/heads").status_code == 403  # unknown to the site
         ok(cli(site, "device", "add", device.public_key_hex))
         assert as_device.get("/v1/heads").status_code == 200  # the server holds the delegation
     robot = knowledge.open(":memory:", device, policy=TrustPolicy().with_root(site_key(site).public_key))
-    sync_with(robot, server.url, site_key(site).public_key)
+    sync_with(robot, served.url, site_key(site).public_key)
     robot.skills.publish("first", "pick")
-    assert sync_with(robot, server.url, site_key(site).public_key).pushed == 1
+    assert sync_with(robot, served.url, site_key(site).public_key).pushed == 1
     ok(cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "1", "--reason", "lost"))
     robot.skills.publish("second", "pick")
-    with signed(site, server.url) as client:  # offered by the site's own key: refused on its merits
+    with signed(site, served.url) as client:  # offered by the site's own key: refused on its merits
         answer = client.post("/v1/envelopes", content=encode_page(robot.envelopes_since({}, limit=100)),
                              headers={"content-type": PAGE_TYPE}).json()
     assert answer["accepted"] == 0 and [r["reason"] for r in answer["rejected"]] == ["revoked_writer"]
@@ -298,9 +314,8 @@ def test_sync_unknown_peer_fails_cleanly(site, cli):
     fails(cli(site, "sync", "nobody"), "no peer named 'nobody'")
 
 
-def test_sync_unknown_peer_through_the_server_fails_cleanly(site, cli, serve_process):
-    serve_process(site)
-    fails(cli(site, "sync", "nobody"), "nobody")
+def test_sync_unknown_peer_through_the_server_fails_cleanly(served, cli):
+    fails(cli(served.home, "sync", "nobody"), "nobody")
 
 
 def test_sync_with_and_without_a_server(tmp_path, site, cli, serve_process):
