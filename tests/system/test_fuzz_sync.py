@@ -104,7 +104,8 @@ def mutated_sync_bodies(draw, heads: dict) -> bytes:
     elif how == "whole":
         body = draw(json_values)
     elif how == "extra":
-        body[draw(st.text(max_size=10))] = draw(json_values)
+        key = draw(st.one_of(st.sampled_from(["equivocators", "heads", "limit"]), st.text(max_size=10)))
+        body[key] = draw(st.one_of(json_values, st.lists(st.sampled_from(list(heads) or ["ab" * 32]), max_size=3)))
     raw = json.dumps(body).encode()
     if how == "bytes":
         for _ in range(draw(st.integers(1, 4))):
