@@ -6,7 +6,7 @@ import concurrent.futures
 import contextlib
 import math
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from ._patches import Sampler, patches_digest
 from ._policies import EntryPointRef, MLPSpec, Skill, describe_policy
 from ._rollout import BranchOutcome, PolicyCaller, branch_patches, run_wave
+from ._snapshot import Snapshot, check_start
 from ._stats import SPRT, clopper_pearson_lower, mcnemar_p, wilson_lower
 from ._tasks import Task
 
@@ -36,6 +37,7 @@ class Evaluation:
     sprt: SPRT | None = None
     decision: str | None = None  # SPRT: "accept", "reject" or "undecided"
     decided_at: int | None = None  # SPRT: how many outcomes (in branch order) the decision used
+    start: Snapshot | None = None  # the world snapshot every branch started from, if not a reset
 
     @property
     def n(self) -> int:
@@ -124,14 +126,17 @@ class Comparison:
 
 def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None = None,
              wave: int | None = None, threads: int = 0, workers: int = 1, sprt: SPRT | None = None,
-             confidence: float = 0.95, progress: bool | None = None) -> Evaluation:
+             confidence: float = 0.95, progress: bool | None = None, start: Snapshot | None = None,
+             backend: str = "process") -> Evaluation:
     """Roll `policy` out closed loop in `branches` branches of `task` under `sampler`'s patches.
 
     `policy` is a Skill, an EntryPointRef, a torch module or a callable mapping a (wave, obs_dim)
     float64 array to (wave, act_dim) actions. Branches run in waves of `wave` (default 64) on
-    `threads` physics threads (0: all CPUs), in `workers` processes; none of these change the
-    outcomes. With `sprt`, waves stop once the test decides. Raises on bad input or a failing
-    policy: a failed run yields no result.
+    `threads` physics threads (0: all CPUs), in `workers` processes, or with backend="ray" in
+    `workers` Ray actors (each runs whole waves); none of these change the outcomes. With `sprt`,
+    waves stop once the test decides. With `start` (a world `Snapshot`; the task must run on its
+    template, see `Snapshot.task`), every branch starts from that state instead of a reset. Raises
+    on bad input or a failing policy: a failed run yields no result.
     """
     if not isinstance(branches, int) or branches < 1:
         raise ValueError(f"branches must be a positive integer, got {branches!r}")
@@ -143,19 +148,26 @@ def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None 
         raise ValueError(f"wave must be a positive integer, got {wave!r}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    if backend not in ("process", "ray"):
+        raise ValueError(f"backend must be 'process' or 'ray', got {backend!r}")
+    if start is not None:
+        check_start(task, start)
     description = describe_policy(policy)
     caller = PolicyCaller(policy, task)  # checks dimensions before anything runs
     nwaves = -(-branches // wave)
     bar = tqdm(total=nwaves * task.horizon, desc=f"evaluate {task.name}", unit="step", disable=_quiet(progress))
     outcomes: list[BranchOutcome] = []
     decision = decided_at = None
-    with bar, _single_threaded_torch(), _executor(task, policy, sampler, wave, branches, threads, workers) as pool:
+    setup = (task.to_json(), policy_payload(policy) if workers > 1 or backend == "ray" else None,
+             sampler.to_json(), wave, branches, threads or 1, start.to_json() if start else None)
+    with bar, _single_threaded_torch(), _executor(setup, workers, backend) as waves:
         for round_ in _rounds(nwaves, workers if sprt else nwaves):
-            if pool is None:
+            if waves is None:
                 results: Iterator[list[BranchOutcome]] = (
-                    run_wave(task, caller, sampler, i, wave, branches, threads, lambda: bar.update(1)) for i in round_)
+                    run_wave(task, caller, sampler, i, wave, branches, threads, lambda: bar.update(1), start=start)
+                    for i in round_)
             else:
-                results = pool.map(_worker_wave, round_)
+                results = waves(round_)
             for done, result in enumerate(results, start=round_[0] + 1):
                 outcomes += result
                 bar.update(done * task.horizon - bar.n)  # waves that ended early count in full
@@ -166,7 +178,7 @@ def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None 
                     del outcomes[-(-decided_at // wave) * wave :]
                     break
     return Evaluation(task, description, sampler, branches, wave, tuple(outcomes), confidence, sprt,
-                      decision, decided_at)
+                      decision, decided_at, start)
 
 
 def compare(task: Task, candidate: Any, incumbent: Any, *, branches: int, sampler: Sampler | None = None,
@@ -199,46 +211,60 @@ def _single_threaded_torch() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-# ---- worker processes: each holds the task, template and policy once and runs whole waves ----
+# ---- workers (processes or Ray actors): each holds the task, template and policy once, runs whole waves ----
+
+
+def policy_payload(policy: Any) -> tuple:
+    """A policy as data a worker can rebuild: only skills and entry points can be shipped."""
+    if isinstance(policy, Skill):
+        return ("skill", policy.spec.to_json(), policy.weights)
+    if isinstance(policy, EntryPointRef):
+        return ("entry_point", policy.to_json())
+    raise ValueError("workers > 1 and other backends need the policy as data (a Skill) or an EntryPointRef, "
+                     f"not {type(policy).__name__}: only those can be shipped to a worker")
+
+
+def policy_from_payload(payload: tuple) -> Any:
+    if payload[0] == "skill":
+        return Skill(MLPSpec.from_json(payload[1]), payload[2])
+    data = payload[1]
+    return EntryPointRef(data["name"], data["distribution"], data["version"], data["group"])
 
 
 @contextlib.contextmanager
-def _executor(task: Task, policy: Any, sampler: Sampler, wave: int, branches: int, threads: int,
-              workers: int) -> Iterator[concurrent.futures.ProcessPoolExecutor | None]:
+def _executor(setup: tuple, workers: int, backend: str) -> Iterator[Callable[[list[int]], Iterable] | None]:
+    """None (run here), or a function running a round of waves in workers, results in wave order."""
+    if backend == "ray":
+        from ._ray import wave_runner
+
+        with wave_runner(setup, workers) as run:
+            yield run
+        return
     if workers == 1:
         yield None
         return
-    if isinstance(policy, Skill):
-        payload: tuple = ("skill", policy.spec.to_json(), policy.weights)
-    elif isinstance(policy, EntryPointRef):
-        payload = ("entry_point", policy.to_json())
-    else:
-        raise ValueError("workers > 1 need the policy as data (a Skill) or an EntryPointRef, "
-                         f"not {type(policy).__name__}: only those can be shipped to a worker")
-    with concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=_context(), initializer=_worker_init,
-            initargs=(task.to_json(), payload, sampler.to_json(), wave, branches, threads or 1)) as pool:
-        yield pool
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=_context(), initializer=worker_setup,
+                                                initargs=setup) as pool:
+        yield lambda indices: pool.map(worker_wave, indices)
 
 
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(task_json: dict, payload: tuple, sampler_json: dict, wave: int, branches: int, threads: int) -> None:
+def worker_setup(task_json: dict, payload: tuple, sampler_json: dict, wave: int, branches: int, threads: int,
+                 start: dict | None) -> None:
+    """Make this process (or actor) a wave worker for one evaluation."""
     torch.set_num_threads(1)
     task = Task(task_json)
-    if payload[0] == "skill":
-        policy: Any = Skill(MLPSpec.from_json(payload[1]), payload[2])
-    else:
-        data = payload[1]
-        policy = EntryPointRef(data["name"], data["distribution"], data["version"], data["group"])
-    _WORKER.update(task=task, caller=PolicyCaller(policy, task), sampler=Sampler.from_json(sampler_json),
-                   wave=wave, branches=branches, threads=threads)
+    _WORKER.update(task=task, caller=PolicyCaller(policy_from_payload(payload), task),
+                   sampler=Sampler.from_json(sampler_json), wave=wave, branches=branches, threads=threads,
+                   start=Snapshot.from_json(start, task.definition["scene"]) if start else None)
 
 
-def _worker_wave(index: int) -> list[BranchOutcome]:
+def worker_wave(index: int) -> list[BranchOutcome]:
     w = _WORKER
-    return run_wave(w["task"], w["caller"], w["sampler"], index, w["wave"], w["branches"], w["threads"])
+    return run_wave(w["task"], w["caller"], w["sampler"], index, w["wave"], w["branches"], w["threads"],
+                    start=w["start"])
 
 
 def _context() -> multiprocessing.context.BaseContext:

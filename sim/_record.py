@@ -21,6 +21,14 @@ A record (format "simnet.sim.evaluation/1") is a JSON object with exactly these 
     environment     {mujoco, numpy, torch, python, simnet, platform: {system, machine, byteorder,
                      cpu_features}}
 
+An evaluation that started from a world snapshot (`evaluate(..., start=snapshot)`) has format
+"simnet.sim.evaluation/2" and one more key:
+
+    start           {world: {name, id}, shard, branch, tick, time, events, template: {source_hash,
+                     model_hash}, patch, state, state_sha256}: the site's world at virtual time
+                    `time` (tick `tick`, after `events` events of its log), exactly: the shard's
+                    model patch and its mjSTATE_INTEGRATION row; the scene is the task's
+
 Floats are finite and written in shortest round-trip form; `record_hash` is the sha256 of the
 canonical encoding (sorted keys, no whitespace). No timestamps: signing adds those.
 """
@@ -44,10 +52,12 @@ from ._evaluate import Evaluation, evaluate
 from ._patches import Sampler
 from ._policies import describe_policy
 from ._rollout import BranchOutcome
+from ._snapshot import Snapshot
 from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, wilson_lower
 from ._tasks import Task
 
 FORMAT = "simnet.sim.evaluation/1"
+FORMAT_FROM_WORLD = "simnet.sim.evaluation/2"
 LAYOUT = "branch b runs in wave b // wave, row b % wave; the policy sees all wave rows per call"
 _KEYS = {"format", "task", "template", "policy", "sampler", "patches_digest", "layout", "settings",
          "sequential", "outcomes", "summary", "environment"}
@@ -99,6 +109,9 @@ def evaluation_record(ev: Evaluation) -> dict:
         "summary": _summary(ev.successes, ev.n, ev.mean_return, ev.confidence),
         "environment": environment(),
     }
+    if ev.start is not None:
+        record["format"] = FORMAT_FROM_WORLD
+        record["start"] = ev.start.to_json()
     canonical_json(record)  # JSON-safe, or fail here rather than at signing
     return record
 
@@ -141,8 +154,10 @@ def check_record(record: Any) -> None:
             raise RecordError(f"record field {field!r}: {detail}")
 
     need(isinstance(record, dict), "", "a record is a JSON object")
-    need(record.get("format") == FORMAT, "format", f"must be {FORMAT!r}")
-    need(set(record) == _KEYS, "", f"keys must be exactly {sorted(_KEYS)}")
+    need(record.get("format") in (FORMAT, FORMAT_FROM_WORLD), "format", f"must be {FORMAT!r} or {FORMAT_FROM_WORLD!r}")
+    keys = _KEYS | {"start"} if record["format"] == FORMAT_FROM_WORLD else _KEYS
+    need(set(record) == keys, "", f"keys must be exactly {sorted(keys)}")
+    need(keys == _KEYS or isinstance(record["start"], dict), "start", "must be an object")
     task = record["task"]
     need(isinstance(task, dict) and isinstance(task.get("definition"), dict), "task.definition", "missing")
     need(content_hash(task["definition"]) == task.get("hash"), "task.hash", "does not match the definition")
@@ -186,6 +201,7 @@ def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
         task = Task(record["task"]["definition"])
         sampler = Sampler.from_json(record["sampler"])
         sprt = None if record["sequential"] is None else SPRT.from_json(record["sequential"])
+        start = Snapshot.from_json(record["start"], task.definition["scene"]) if "start" in record else None
     except (SimError, KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"record cannot be re-run: {exc}") from exc
     if task.template.source_hash != record["template"].get("source_hash"):
@@ -196,7 +212,7 @@ def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
     layout = record["layout"]
     rerun = evaluate(task, policy, branches=layout["branches"], sampler=sampler, wave=layout["wave"],
                      threads=threads, workers=workers, sprt=sprt, confidence=record["summary"]["confidence"],
-                     progress=progress)
+                     progress=progress, start=start)
     # equal versions, CPU vector features and compiled model: the patch draws and every outcome must
     # then be bit-identical
     same_platform = (record["environment"] == environment()

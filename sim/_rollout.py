@@ -19,6 +19,7 @@ from mujoco import batch as mjbatch
 from ._errors import IncompatibleTemplateError, PolicyCallError, PolicyOutputError
 from ._patches import Patch, Sampler, apply_model_patches, apply_state_patches
 from ._policies import EntryPointRef, Skill
+from ._snapshot import Snapshot, apply_stepwise
 from ._tasks import Runtime, Task
 
 _UNSTABLE = {int(getattr(mujoco.mjtWarning, f"mjWARN_{w}")): w for w in ("BADQPOS", "BADQVEL", "BADQACC", "BADCTRL")}
@@ -76,16 +77,21 @@ def branch_patch(task: Task, sampler: Sampler, branch: int) -> Patch:
 
 def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int, wave: int,
              branches: int, threads: int, on_step: Callable[[], None] | None = None,
-             patches: Sequence[Patch] | None = None) -> list[BranchOutcome]:
-    """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order."""
+             patches: Sequence[Patch] | None = None, start: Snapshot | None = None) -> list[BranchOutcome]:
+    """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order. With `start`,
+    every branch begins at that world snapshot (its model patch, then its state) instead of a reset."""
     ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
     n = len(ids)
     template = task.template
     if patches is None:
         patches = branch_patches(task, sampler, ids[0], n)
     batch = mjbatch.Batch(template.model, wave, threads)
+    if start is not None:
+        apply_stepwise(batch, template, start.patch, ids)
     apply_model_patches(batch, template, patches, ids)
     batch.reset(keyframe=task.keyframe, stage=_NONE)
+    if start is not None:
+        batch.state[:n] = start.state
     apply_state_patches(batch, template, patches, ids)
     runtime = Runtime(task, batch)
     batch.forward(stage=_POS)

@@ -1,0 +1,223 @@
+"""Branches, replays and migrations: the operations of a world that make new histories.
+
+A branch is a checkpoint reference (a shard and a tick) plus a log of its own; its engine lives in
+the shard's worker beside the canonical one and is rebuilt like it. A replay re-executes recorded
+history and compares it with the checkpoints recorded on the way; with interventions it becomes a
+counterfactual branch. A migration reads the entity's state from its shard, then commits its leave
+and enter events in one transaction: a worker that dies before the commit leaves the entity where
+it was, one that dies after it is rebuilt from a log that holds both events.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._entities import Entity, compose, entity_of
+from ._errors import HistoryError, UnknownEntityError, WorldError
+from ._evaluate import Evaluation
+from ._patches import Mutation, Patch
+from ._snapshot import Snapshot
+from ._templates import Template, cached_template
+from ._worldstore import CANONICAL, Checkpoint, Event, Log
+
+if TYPE_CHECKING:
+    from ._world import Intervention, Migration, World
+
+
+class Branch:
+    """A fork of one shard: it starts as the shard was at `base_tick` and lives on its own log."""
+
+    def __init__(self, world: "World", shard: str, branch_id: str) -> None:
+        self.world = world
+        self.shard = shard
+        self.id = branch_id
+
+    def __repr__(self) -> str:
+        return f"Branch({self.shard!r}, {self.id!r}, base_tick={self.base_tick}, head={self.head})"
+
+    @property
+    def base_tick(self) -> int:
+        return self.world._log(self.shard, self.id).base_tick
+
+    @property
+    def head(self) -> int:
+        return self.world._log(self.shard, self.id).head
+
+    @property
+    def label(self) -> str:
+        return self.world._log(self.shard, self.id).label
+
+    def apply(self, mutations: Mutation | Sequence[Mutation], *, provenance: str = "api",
+              at: int | None = None) -> list[Event]:
+        """Log mutations on this branch only (at its head by default)."""
+        return self.world._apply(self.shard, self.id, mutations, provenance, at)
+
+    def advance(self, steps: int) -> int:
+        """Step the branch; returns its new head."""
+        if not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+        with self.world._lock:
+            self.world._wait_all([(self.shard, self.world._call(
+                self.shard, self.id, "advance", self.world._flush_args(self.shard, self.id, steps)))])
+            return self.head
+
+    def snapshot(self) -> Snapshot:
+        return self.world._snapshot(self.shard, self.id)
+
+    def events(self) -> list[Event]:
+        return self.world.events(self.shard, self.id)
+
+    def evaluate(self, task: Any, policy: Any, **options: Any) -> Evaluation:
+        """`World.evaluate` from this branch's current state, inside the shard's worker."""
+        return self.world.evaluate(self.shard, task, policy, branch=self.id, **options)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A re-execution of `shard` up to tick `stop`: the `snapshot` on arrival there; which recorded
+    checkpoints it crossed (`checked`) and which of those it did not reproduce bit for bit; with
+    interventions, the counterfactual `branch` instead."""
+
+    shard: str
+    start: int
+    stop: int
+    snapshot: Snapshot
+    branch: Branch | None
+    checked: tuple[int, ...]
+    mismatched: tuple[int, ...]
+
+    @property
+    def exact(self) -> bool:
+        return self.branch is None and not self.mismatched
+
+
+def fork(world: "World", shard: str, at: int, label: str) -> Branch:
+    with world._lock:
+        head = world._log(shard, CANONICAL).head
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= head:
+            raise HistoryError(f"shard {shard!r} has history for ticks 0..{head}: cannot fork at {at!r}")
+        branch_id = uuid.uuid4().hex[:16]
+        with world._store.transaction():
+            world._store.add_log(Log(shard, branch_id, at, at, label))
+        return Branch(world, shard, branch_id)
+
+
+def replay(world: "World", shard: str, start: int, stop: int, interventions: Sequence["Intervention"]) -> Replay:
+    from ._world import check_mutation
+
+    with world._lock:
+        head = world._log(shard, CANONICAL).head
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in (start, stop)) or not 0 <= start <= stop <= head:
+            raise HistoryError(f"shard {shard!r} has history for ticks 0..{head}: cannot replay {start!r}..{stop!r}")
+        store = world._store
+        if interventions:
+            template = _template_at(world, shard, start)
+            for iv in interventions:
+                if not start <= iv.at < stop:
+                    raise HistoryError(f"an intervention at tick {iv.at} is outside the replay [{start}, {stop})")
+                check_mutation(template, iv.mutation)
+            branch = fork(world, shard, start, f"replay {start}..{stop} with {len(interventions)} intervention(s)")
+            rows = [(e.tick, e.entity, e.kind, e.change, f"{e.provenance} (canonical #{e.seq})")
+                    for e in store.events(shard, CANONICAL, first_tick=start, last_tick=stop - 1)]
+            rows += [(iv.at, entity_of(iv.mutation.target), "mutate", iv.mutation.to_json(), iv.provenance)
+                     for iv in interventions]
+            rows.sort(key=lambda row: row[0])  # stable: at one tick, the recorded events come first
+            with store.transaction():
+                store.append(shard, branch.id, rows)
+            branch.advance(stop - start)
+            snapshot = branch.snapshot()
+            world._unload(shard, branch.id)
+            return Replay(shard, start, stop, snapshot, branch, (), ())
+        checkpoint = store.checkpoint(shard, CANONICAL, start)
+        events = store.events(shard, CANONICAL, first_tick=checkpoint.tick, last_tick=stop - 1)
+        xml, _ = store.template(checkpoint.template)
+        args = (checkpoint.to_json(), xml, world.checkpoint_every, stop, world._wire(events))
+        report = world._call(shard, "", "replay", lambda: args, load=False)()
+        recorded = {c.tick: c for c in store.checkpoints(shard, CANONICAL, checkpoint.tick + 1, stop)}
+        crossed = [Checkpoint(**c) for c in report["checkpoints"]]
+        checked = tuple(c.tick for c in crossed if c.tick in recorded)
+        mismatched = tuple(c.tick for c in crossed if c.tick in recorded and c != recorded[c.tick])
+        state = report["state"]
+        snapshot = Snapshot(world.name, world.id, shard, None, stop, store.last_seq(shard, CANONICAL, stop - 1),
+                            cached_template(store.template(state["template"])[0]), Patch.from_json(state["patch"]),
+                            np.frombuffer(state["state"], dtype=np.float64))
+        return Replay(shard, start, stop, snapshot, None, checked, mismatched)
+
+
+def _template_at(world: "World", shard: str, tick: int) -> Template:
+    """The canonical template of `shard` on arrival at `tick`."""
+    store = world._store
+    checkpoint = store.checkpoint(shard, CANONICAL, tick)
+    switches = [e for e in store.events(shard, CANONICAL, first_tick=checkpoint.tick, last_tick=tick - 1)
+                if e.kind in ("leave", "enter")]
+    source = switches[-1].change["template"] if switches else checkpoint.template
+    return cached_template(store.template(source)[0])
+
+
+# ---- migration: read, commit (the one atomic step), deliver ----
+
+
+def migrate(world: "World", entity: str, to: str, provenance: str) -> "Migration":
+    with world._lock:
+        found = world._entities.get(entity)
+        if found is None:
+            raise UnknownEntityError(f"world {world.name!r} has no entity {entity!r}; entities are "
+                                     f"{sorted(world._entities)}")
+        world._log(to, CANONICAL)
+        if found.shard == to:
+            raise WorldError(f"entity {entity!r} is already in shard {to!r}")
+        source = found.shard
+        for shard in (source, to):
+            head = world.head(shard)
+            _, last = world._store.last_event(shard, CANONICAL)
+            if last > head:
+                raise HistoryError(f"shard {shard!r} has events scheduled up to tick {last}, past its head {head}: "
+                                   "advance past them before migrating")
+        handoff = read_handoff(world, source, entity)
+        moved = replace(found, shard=to)
+        others = [e for e in world._entities.values() if e.name != entity]
+        templates = (cached_template(compose(world._scenes[source], [e for e in others if e.shard == source])),
+                     cached_template(compose(world._scenes[to], [e for e in others if e.shard == to] + [moved])))
+        migration = commit_migration(world, moved, source, templates, handoff, provenance)
+        world._entities[entity] = moved
+        deliver(world, (source, to))
+        return migration
+
+
+def read_handoff(world: "World", shard: str, entity: str) -> dict:
+    """The entity's state at the shard's head, every event logged so far applied (reads only)."""
+    world._wait_all([(shard, world._call(shard, CANONICAL, "advance", world._flush_args(shard, CANONICAL, 0)))])
+    return world._call(shard, CANONICAL, "entity_state", lambda: (entity,))()
+
+
+def commit_migration(world: "World", moved: Entity, source: str, templates: tuple[Template, Template],
+                     handoff: dict, provenance: str) -> "Migration":
+    from ._world import Migration
+
+    store, ident = world._store, uuid.uuid4().hex[:16]
+    leaving, entering = templates
+    with store.transaction():
+        for template in templates:
+            store.put_template(template.xml, template.model_hash)
+        common = {"entity": moved.name, "migration": ident}
+        (left,) = store.append(source, CANONICAL, [(world.head(source), moved.name, "leave", {
+            **common, "template": leaving.source_hash, "model_hash": leaving.model_hash}, provenance)])
+        (entered,) = store.append(moved.shard, CANONICAL, [(world.head(moved.shard), moved.name, "enter", {
+            **common, "template": entering.source_hash, "model_hash": entering.model_hash,
+            "state": handoff["state"], "patch": handoff["patch"], "from": source}, provenance)])
+        store.put_entity(moved.to_json())
+        store.add_migration({"id": ident, "entity": moved.name, "source": source, "target": moved.shard,
+                             "left": left.seq, "entered": entered.seq})
+    world._current[source, CANONICAL] = leaving.source_hash
+    world._current[moved.shard, CANONICAL] = entering.source_hash
+    return Migration(ident, moved.name, source, moved.shard, left, entered)
+
+
+def deliver(world: "World", shards: Sequence[str]) -> None:
+    """Apply committed events at the shards' heads now (they would be at their next call anyway)."""
+    world._wait_all([(s, world._call(s, CANONICAL, "advance", world._flush_args(s, CANONICAL, 0))) for s in shards])

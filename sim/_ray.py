@@ -1,0 +1,113 @@
+"""The optional Ray backend: the same shard hosts and wave workers, as Ray actors.
+
+An actor imports torch and MuJoCo once (seconds), so actors are kept in a pool for the life of the
+Ray session and reused across worlds and evaluations; one that dies is dropped. Calls ship whole
+units of work, an `advance` of a shard or a wave of branches, never one control step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ._errors import BackendError
+
+_LOCK = threading.Lock()
+_IDLE: list[Any] = []
+_ACTOR_CLASS: Any = None
+
+
+def ray_module() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendError("the Ray backend needs the ray extra: pip install 'simnet[ray]'") from exc
+    return ray
+
+
+def use_ray(address: str | None = None, **init: Any) -> None:
+    """Connect to a Ray cluster at `address` ("auto", "ray://host:10001", ...), or start a local one
+    (keyword arguments go to `ray.init`, e.g. num_cpus=2); a session already started is kept."""
+    ray = ray_module()
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, include_dashboard=False, **init)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise BackendError(f"cannot start or reach Ray at {address or 'a local node'}: {exc}") from exc
+
+
+class SimActor:
+    """One Ray actor: a shard host and a wave worker, whichever it is asked to be."""
+
+    def __init__(self) -> None:
+        from ._hosts import ShardHost
+
+        self.host = ShardHost()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def call(self, method: str, args: tuple) -> Any:
+        return getattr(self.host, method)(*args)
+
+    def clear(self) -> None:
+        self.host.engines.clear()
+
+    def setup_waves(self, setup: tuple) -> None:
+        from ._evaluate import worker_setup
+
+        worker_setup(*setup)
+
+    def wave(self, index: int) -> Any:
+        from ._evaluate import worker_wave
+
+        return worker_wave(index)
+
+
+def acquire() -> Any:
+    """An idle actor of the pool, or a new one (Ray places it; it reserves no CPU, as a process would not)."""
+    global _ACTOR_CLASS
+    ray = ray_module()
+    use_ray()
+    with _LOCK:
+        if _ACTOR_CLASS is None:
+            _ACTOR_CLASS = ray.remote(num_cpus=0, max_restarts=0)(SimActor)
+        if _IDLE:
+            return _IDLE.pop()
+    return _ACTOR_CLASS.options(scheduling_strategy="SPREAD").remote()
+
+
+def release(actor: Any) -> None:
+    """Give an actor back to the pool, its engines dropped; a dead one is dropped instead."""
+    ray = ray_module()
+    try:
+        ray.get(actor.clear.remote())
+    except ray.exceptions.RayActorError:
+        return
+    with _LOCK:
+        _IDLE.append(actor)
+
+
+def lost_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean an actor died during a call."""
+    return (ray_module().exceptions.RayActorError,)
+
+
+@contextlib.contextmanager
+def wave_runner(setup: tuple, workers: int) -> Iterator[Callable[[list[int]], Iterable]]:
+    """`workers` actors set up for one evaluation; the function runs a round of waves on them."""
+    ray = ray_module()
+    from ray.util import ActorPool
+
+    actors = [acquire() for _ in range(workers)]
+    try:
+        ray.get([a.setup_waves.remote(setup) for a in actors])
+        pool = ActorPool(actors)
+        yield lambda indices: pool.map(lambda actor, i: actor.wave.remote(i), indices)
+    finally:
+        for actor in actors:
+            release(actor)

@@ -1,0 +1,455 @@
+"""Persistent, sharded worlds: a site's digital twin that remembers, forks cheaply and replays exactly.
+
+The store is the truth; workers are caches of it. Every mutation is appended to its shard's log
+(durable) before any worker applies it; a worker reports checkpoints as it crosses them, and the
+new head and those checkpoints commit together. A worker that dies, or a world reopened after a
+crash, is rebuilt from the last checkpoint plus the log, and the result is bit-identical because the
+engine is deterministic. Only this process writes the store, so a migration between shards is one
+SQLite transaction: the entity leaves one log and enters the other, or neither.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from ._entities import Entity, check_name, compose, entity_of
+from ._errors import (HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError,
+                      WorldError)
+from ._evaluate import Evaluation, policy_payload
+from ._hosts import WorkerLost, make_worker
+from ._patches import Mutation, Patch, Sampler
+from ._policies import describe_policy
+from ._snapshot import Snapshot, check_start, on_template
+from ._stats import SPRT
+from ._tasks import Task
+from ._templates import Template, cached_template
+from ._worldstore import CANONICAL, Checkpoint, Event, Log, WorldStore
+
+log = logging.getLogger(__name__)
+_RETRIES = 3
+_INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """A counterfactual change for `World.replay`: `mutation` at tick `at`."""
+
+    at: int
+    mutation: Mutation
+    provenance: str = "intervention"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A committed handoff: `entity` left `source` (event `left`) and entered `target` (event `entered`)."""
+
+    id: str
+    entity: str
+    source: str
+    target: str
+    left: Event
+    entered: Event
+
+
+class World:
+    """A world of shards, each in its own worker (`backend` "process", "ray" or "inline").
+
+    Ticks are physics steps of a shard. Use `World.create` or `World.open`, and close it (or use
+    it as a context manager). Thread-safe: calls are serialized.
+    """
+
+    def __init__(self, store: WorldStore, backend: str) -> None:
+        self._store = store
+        self._lock = threading.RLock()
+        self.id = store.id
+        self.name: str = store.meta("name")
+        self.checkpoint_every: int = store.meta("checkpoint_every")
+        self.backend = backend
+        self.recoveries = 0  # workers rebuilt from checkpoint and log since opening
+        self._scenes = store.shards()
+        self._entities = {e["name"]: Entity.from_json(e) for e in store.entities()}
+        self._delivered: dict[str, dict[str, int]] = {s: {} for s in self._scenes}  # engines loaded: last seq sent
+        self._current: dict[tuple[str, str], str] = {}  # (shard, key) -> template source hash
+        self._workers = {}
+        try:
+            for shard in self._scenes:
+                self._workers[shard] = make_worker(backend)
+            for wait in [self._load(shard, CANONICAL) for shard in self._scenes]:  # started together
+                wait()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- creating and opening ----
+
+    @classmethod
+    def create(cls, path: str | Path, shards: Mapping[str, str], entities: Sequence[Entity] = (), *,
+               name: str | None = None, checkpoint_every: int = 1000, backend: str = "process",
+               fsync: bool = False) -> "World":
+        """A new world at `path` (an SQLite file): `shards` maps shard names to scene MJCF, each entity
+        starts in its `shard`. Checkpoints every `checkpoint_every` ticks; `fsync` makes every commit
+        survive power loss, not only a killed process."""
+        if not shards:
+            raise ValueError("a world needs at least one shard")
+        if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+        for shard in shards:
+            check_name("shard", shard)
+        names = [e.name for e in entities]
+        if len(set(names)) != len(names):
+            raise ValueError(f"entity names must be unique, got {sorted(names)}")
+        for e in entities:
+            if e.shard not in shards:
+                raise UnknownShardError(f"entity {e.name!r} is placed in shard {e.shard!r}; shards are {sorted(shards)}")
+        templates = {s: cached_template(compose(scene, [e for e in entities if e.shard == s]))
+                     for s, scene in shards.items()}
+        store = WorldStore(path, create=True, fsync=fsync)
+        try:
+            with store.transaction():
+                store.set_meta("name", name or Path(path).stem)
+                store.set_meta("checkpoint_every", checkpoint_every)
+                for shard, scene in shards.items():
+                    store.add_shard(shard, scene)
+                    template = templates[shard]
+                    store.put_template(template.xml, template.model_hash)
+                    store.add_log(Log(shard, CANONICAL, 0, 0, "canonical"))
+                    store.put_checkpoints(shard, CANONICAL, [_initial_checkpoint(template)])
+                for e in entities:
+                    store.put_entity(e.to_json())
+        except BaseException:
+            store.close()
+            Path(path).unlink(missing_ok=True)
+            raise
+        return cls(store, backend)
+
+    @classmethod
+    def open(cls, path: str | Path, *, backend: str = "process") -> "World":
+        """Reopen a world: every shard resumes exactly where it stopped (last checkpoint plus log)."""
+        return cls(WorldStore(path, create=False), backend)
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
+        self._store.close()
+
+    def __enter__(self) -> "World":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- reading ----
+
+    @property
+    def shards(self) -> list[str]:
+        return sorted(self._scenes)
+
+    def entities(self) -> dict[str, str]:
+        """Entity name -> the shard it is in."""
+        return {name: e.shard for name, e in sorted(self._entities.items())}
+
+    def head(self, shard: str, branch: str = CANONICAL) -> int:
+        """The tick a shard's canonical log (or a branch) has reached."""
+        return self._log(shard, branch).head
+
+    def events(self, shard: str, branch: str = CANONICAL) -> list[Event]:
+        self._log(shard, branch)
+        return self._store.events(shard, branch)
+
+    def status(self) -> dict:
+        with self._lock:
+            shards = {}
+            for shard in self.shards:
+                head = self.head(shard)
+                template = self._template(shard, CANONICAL)
+                shards[shard] = {"tick": head, "time": head * float(template.model.opt.timestep),
+                                 "entities": [n for n, s in self.entities().items() if s == shard],
+                                 "events": self._store.count("events", shard, CANONICAL),
+                                 "checkpoints": self._store.count("checkpoints", shard, CANONICAL),
+                                 "template": template.source_hash, "worker_pid": self._workers[shard].pid}
+            branches = [{"id": b.branch, "shard": b.shard, "base_tick": b.base_tick, "head": b.head,
+                         "label": b.label} for b in self._store.logs()]
+            return {"name": self.name, "id": self.id, "path": str(self._store.path), "backend": self.backend,
+                    "checkpoint_every": self.checkpoint_every, "shards": shards, "branches": branches,
+                    "migrations": len(self._store.migrations()), "recoveries": self.recoveries}
+
+    def worker_pid(self, shard: str) -> int | None:
+        """The process id of a shard's worker (None if the backend cannot say)."""
+        self._log(shard, CANONICAL)
+        return self._workers[shard].pid
+
+    # ---- writing ----
+
+    def apply(self, shard: str, mutations: Mutation | Iterable[Mutation], *, provenance: str = "api",
+              at: int | None = None) -> list[Event]:
+        """Log mutations of `shard` at tick `at` (default: its head; never before its head or its last
+        event). They are durable when this returns and take effect as the shard reaches `at`."""
+        return self._apply(shard, CANONICAL, mutations, provenance, at)
+
+    def advance(self, steps: int, shards: Sequence[str] | None = None) -> dict[str, int]:
+        """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the heads."""
+        if not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+        with self._lock:
+            targets = list(shards) if shards is not None else self.shards
+            self._wait_all([(s, self._call(s, CANONICAL, "advance", self._flush_args(s, CANONICAL, steps)))
+                            for s in targets])
+            return {s: self.head(s) for s in targets}
+
+    def snapshot(self, shard: str) -> Snapshot:
+        """The shard's current state (at its head, every event logged so far applied)."""
+        return self._snapshot(shard, CANONICAL)
+
+    def fork(self, shard: str, at: int, *, label: str = "") -> "Branch":
+        """A branch of `shard` from tick `at` (the state on arrival at `at`, before that tick's events):
+        a checkpoint reference plus a log of its own. Nothing done to it touches the canonical world."""
+        from ._branches import fork
+
+        return fork(self, shard, at, label)
+
+    def branch(self, branch_id: str) -> "Branch":
+        """A branch made earlier (also in an earlier session)."""
+        from ._branches import Branch
+
+        found = [b for b in self._store.logs() if b.branch == branch_id]
+        if not found:
+            raise UnknownShardError(f"world {self.name!r} has no branch {branch_id!r}")
+        return Branch(self, found[0].shard, branch_id)
+
+    def branches(self, shard: str | None = None) -> list["Branch"]:
+        from ._branches import Branch
+
+        return [Branch(self, b.shard, b.branch) for b in self._store.logs(shard)]
+
+    def replay(self, shard: str, start: int, stop: int, *, interventions: Sequence[Intervention] = ()) -> "Replay":
+        """Re-execute `shard` from its last checkpoint at or before `start` to `stop`. Without
+        interventions, every checkpoint crossed is compared with the recorded one (`Replay.exact`);
+        with them, the canonical events of [start, stop) and the interventions make a new branch."""
+        from ._branches import replay
+
+        return replay(self, shard, start, stop, interventions)
+
+    def migrate(self, entity: str, to: str, *, provenance: str = "migration") -> Migration:
+        """Move an entity to shard `to`, with its state and its mutations, exactly once."""
+        from ._branches import migrate
+
+        return migrate(self, entity, to, provenance)
+
+    def evaluate(self, shard: str, task: Task, policy: Any, *, branches: int, sampler: Sampler | None = None,
+                 entity: str | None = None, wave: int | None = None, threads: int = 1,
+                 sprt: SPRT | None = None, confidence: float = 0.95, branch: str = CANONICAL) -> Evaluation:
+        """Evaluate `policy` from the shard's current state (or a branch's), inside the shard's worker.
+
+        With `entity`, `task` and `sampler` name that entity's objects ("torso" -> "walker1/torso")."""
+        with self._lock:
+            template = self._template(shard, branch)
+            sampler = sampler or Sampler()
+            if entity is not None:
+                if entity not in self._entities:
+                    raise UnknownEntityError(f"world {self.name!r} has no entity {entity!r}")
+                sampler = Snapshot.sampler(sampler, entity)
+            task = on_template(task, template, entity)
+            wave = min(branches, 64) if wave is None else wave
+            spec = {"task": task.to_json(), "policy": policy_payload(policy), "sampler": sampler.to_json(),
+                    "branches": branches, "wave": wave, "threads": threads, "confidence": confidence,
+                    "sprt": sprt.to_json() if sprt else None}
+            self._wait_all([(shard, self._call(shard, branch, "advance", self._flush_args(shard, branch, 0)))])
+            where = self._where(shard, branch)
+            report = self._call(shard, branch, "evaluate", lambda: (where(), spec))()
+            start = Snapshot.from_json(report["start"], template.xml)
+            check_start(task, start)
+            return Evaluation(task, describe_policy(policy), sampler, branches, wave, tuple(report["outcomes"]),
+                              confidence, sprt, report["decision"], report["decided_at"], start)
+
+    # ---- internals shared with branches ----
+
+    def _log(self, shard: str, branch: str) -> Log:
+        if shard not in self._scenes:
+            raise UnknownShardError(f"world {self.name!r} has no shard {shard!r}; shards are {self.shards}")
+        try:
+            return self._store.log(shard, branch)
+        except KeyError:
+            raise UnknownShardError(f"shard {shard!r} has no branch {branch!r}") from None
+
+    def _template(self, shard: str, key: str) -> Template:
+        if (shard, key) not in self._current:
+            self._ensure(shard, key)
+        return cached_template(self._store.template(self._current[shard, key])[0])
+
+    def _where(self, shard: str, key: str) -> Callable[[], dict]:
+        return lambda: {"world": self.name, "world_id": self.id, "shard": shard, "branch": key or None,
+                        "events": self._delivered[shard].get(key, 0)}
+
+    def _apply(self, shard: str, key: str, mutations: Mutation | Iterable[Mutation], provenance: str,
+               at: int | None) -> list[Event]:
+        batch = [mutations] if isinstance(mutations, Mutation) else list(mutations)
+        with self._lock:
+            head = self._log(shard, key).head
+            _, last = self._store.last_event(shard, key)
+            tick = head if at is None else at
+            if tick < max(head, last):
+                raise HistoryError(f"shard {shard!r}{' branch ' + key if key else ''} is at tick {head} (last event "
+                                   f"at {last}): events cannot go to tick {tick}; fork at {tick} to change the past")
+            template = self._template(shard, key)
+            for mutation in batch:
+                check_mutation(template, mutation)
+            with self._store.transaction():
+                return self._store.append(shard, key, [(tick, entity_of(m.target), "mutate", m.to_json(), provenance)
+                                                       for m in batch])
+
+    def _snapshot(self, shard: str, key: str) -> Snapshot:
+        with self._lock:
+            self._wait_all([(shard, self._call(shard, key, "advance", self._flush_args(shard, key, 0)))])
+            state = self._call(shard, key, "state", lambda: ())()
+            xml, _ = self._store.template(state["template"])
+            where = self._where(shard, key)()
+            return Snapshot(self.name, self.id, shard, key or None, state["tick"], where["events"],
+                            cached_template(xml), Patch.from_json(state["patch"]),
+                            np.frombuffer(state["state"], dtype=np.float64))
+
+    def _flush_args(self, shard: str, key: str, steps: int) -> Callable[[], tuple]:
+        """Arguments of an `advance` by `steps`, computed when (re)issued: the events not yet sent."""
+        def args() -> tuple:
+            to = self._log(shard, key).head + steps
+            events = self._store.events(shard, key, after_seq=self._delivered[shard][key], last_tick=to)
+            return to, self._wire(events)
+        return args
+
+    def _wait_all(self, calls: list[tuple[str, Callable[[], Any]]]) -> None:
+        """Wait for advances issued on several shards at once, and commit what each reports."""
+        for shard, wait in calls:
+            wait()
+
+    def _wire(self, events: Sequence[Event]) -> list[dict]:
+        """Events as a worker applies them: template switches carry their MJCF."""
+        out = []
+        for event in events:
+            data = event.to_json()
+            if event.kind in ("leave", "enter"):
+                data["xml"] = self._store.template(event.change["template"])[0]
+            out.append(data)
+        return out
+
+    def _call(self, shard: str, key: str, method: str, args: Callable[[], tuple], *,
+              load: bool = True) -> Callable[[], Any]:
+        """Issue `method` on engine `key` of `shard`'s worker now (loading it first, with `load`); the
+        returned function waits for it. A worker that dies is rebuilt from checkpoint and log and the
+        call issued again; an `advance` is committed (checkpoints and head together) when it returns."""
+        def issue() -> Callable[[], Any]:
+            for _ in range(_RETRIES):
+                try:
+                    if load:
+                        self._ensure(shard, key)
+                    call_args = args()
+                    return self._finisher(shard, key, method, call_args,
+                                          self._workers[shard].call(method, key, *call_args))
+                except WorkerLost as exc:
+                    self._recover(shard, exc)
+            raise WorkerLostError(f"the worker of shard {shard!r} died {_RETRIES} times in a row")
+
+        pending = issue()
+
+        def wait() -> Any:
+            nonlocal pending
+            for _ in range(_RETRIES):
+                try:
+                    return pending()
+                except WorkerLost as exc:
+                    self._recover(shard, exc)
+                    pending = issue()
+            raise WorkerLostError(f"the worker of shard {shard!r} died {_RETRIES} times in a row")
+        return wait
+
+    def _finisher(self, shard: str, key: str, method: str, args: tuple, waiter: Callable[[], Any]) -> Callable[[], Any]:
+        def finish() -> Any:
+            try:
+                report = waiter()
+            except WorkerLost:
+                raise
+            except BaseException:
+                self._delivered[shard].pop(key, None)  # the engine may be half-way: rebuild it on next use
+                raise
+            if method == "advance":
+                self._commit(shard, key, args[0], args[1], report)
+            return report
+        return finish
+
+    def _commit(self, shard: str, key: str, to: int, sent: list[dict], report: Mapping) -> None:
+        with self._store.transaction():
+            self._store.put_checkpoints(shard, key, [Checkpoint(**c) for c in report["checkpoints"]])
+            if to != self._log(shard, key).head:
+                self._store.set_head(shard, key, to)
+        if sent:
+            self._delivered[shard][key] = sent[-1]["seq"]
+        self._current[shard, key] = report["template"]
+        for seq, why in report["rejected"]:
+            log.warning("shard %s%s: event %d was rejected: %s", shard, f" branch {key}" if key else "", seq, why)
+
+    def _ensure(self, shard: str, key: str) -> None:
+        if key not in self._delivered[shard]:
+            self._load(shard, key)()
+
+    def _load(self, shard: str, key: str) -> Callable[[], None]:
+        """Load engine `key` into `shard`'s worker: its checkpoint plus its log up to its head."""
+        head = self._log(shard, key)
+        checkpoint, events = self._history(shard, key, head)
+        xml, _ = self._store.template(checkpoint.template)
+        waiter = self._workers[shard].call("load", key, checkpoint.to_json(), xml, self.checkpoint_every,
+                                           head.head, self._wire(events))
+
+        def finish() -> None:
+            self._current[shard, key] = waiter()["template"]
+            self._delivered[shard][key] = self._store.last_seq(shard, key, head.head)
+        return finish
+
+    def _history(self, shard: str, key: str, head: Log) -> tuple[Checkpoint, list[Event]]:
+        """The checkpoint an engine restarts from and the events to re-execute up to its head."""
+        own = self._store.checkpoint(shard, key, head.head)
+        if own is not None:
+            return own, self._store.events(shard, key, first_tick=own.tick, last_tick=head.head)
+        base = self._store.checkpoint(shard, CANONICAL, head.base_tick)  # a branch without checkpoints yet
+        before = self._store.events(shard, CANONICAL, first_tick=base.tick, last_tick=head.base_tick - 1)
+        return base, before + self._store.events(shard, key, last_tick=head.head)
+
+    def _unload(self, shard: str, key: str) -> None:
+        """Free an engine in the worker; it is rebuilt from the store when used again."""
+        if self._delivered[shard].pop(key, None) is not None:
+            self._workers[shard].call("drop", key)()
+
+    def _recover(self, shard: str, exc: BaseException) -> None:
+        log.warning("the worker of shard %s died (%s); rebuilding it from checkpoint and log", shard, exc)
+        self.recoveries += 1
+        self._delivered[shard].clear()
+        self._workers[shard].restart()
+
+
+def check_mutation(template: Template, mutation: Mutation) -> None:
+    """What can be checked before a mutation is logged: its target, op, width, and a `set`'s values."""
+    slot = template.slot(mutation.target)
+    value = np.array(mutation.value)
+    if len(value) not in (1, slot.size):
+        raise MutationError(mutation.target, f"needs 1 or {slot.size} values, got {len(value)}")
+    if slot.quaternion and (mutation.op != "set" or len(value) != slot.size
+                            or abs(np.linalg.norm(value[-4:]) - 1.0) > 1e-9):
+        raise MutationError(mutation.target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
+    if mutation.op == "set" and ((slot.domain == "positive" and value.min() <= 0)
+                                 or (slot.domain == "nonnegative" and value.min() < 0)):
+        raise MutationError(mutation.target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
+
+
+def _initial_checkpoint(template: Template) -> Checkpoint:
+    data = mujoco.MjData(template.model)
+    row = np.empty(mujoco.mj_stateSize(template.model, _INTEGRATION))
+    mujoco.mj_getState(template.model, data, row, _INTEGRATION)
+    return Checkpoint(0, template.source_hash, template.model_hash, [], row.tobytes())
+

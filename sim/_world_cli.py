@@ -1,0 +1,166 @@
+"""`simnet world ...`: persistent worlds of a site, stored beside its knowledge base (<home>/worlds/NAME.db).
+
+The commands run shards in the CLI's own process by default (`--backend inline`): they are short,
+and a worker process or Ray actor would only add start-up time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from knowledge.cli import Home
+
+from ._entities import Entity, check_name
+from ._errors import SimError
+from ._hosts import BACKENDS
+from ._world import World
+
+WORLDS_DIR = "worlds"
+
+
+def world_path(home: Home, name: str) -> Path:
+    return home.path / WORLDS_DIR / f"{check_name('world', name)}.db"
+
+
+def _open(home: Home, name: str, backend: str) -> World:
+    path = world_path(home, name)
+    if not path.exists():
+        raise click.ClickException(f"no world {name!r} in {home.path / WORLDS_DIR}; create it with `simnet world create`")
+    return World.open(path, backend=backend)
+
+
+def _entity(spec: str) -> Entity:
+    """NAME=FILE@SHARD or NAME=FILE@SHARD:X,Y,Z"""
+    try:
+        name, rest = spec.split("=", 1)
+        path, where = rest.rsplit("@", 1)
+        shard, _, pos = where.partition(":")
+        xyz = tuple(float(v) for v in pos.split(",")) if pos else (0.0, 0.0, 0.0)
+        return Entity(name, Path(path).read_text(), shard, xyz)  # type: ignore[arg-type]
+    except (ValueError, OSError) as exc:
+        raise click.BadParameter(f"{spec!r}: {exc} (expected NAME=FILE@SHARD[:X,Y,Z])", param_hint="--entity")
+
+
+_backend = click.option("--backend", type=click.Choice(BACKENDS), default="inline", show_default=True,
+                        help="Where shards run: this process, worker processes, or Ray actors.")
+_json = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@click.group("world")
+def world_group() -> None:
+    """Persistent, sharded worlds: create, status, advance, fork, replay."""
+
+
+@world_group.command("create")
+@click.argument("name")
+@click.option("--shard", "shards", multiple=True, required=True, metavar="NAME=SCENE.xml",
+              help="A shard and its scene MJCF (repeatable).")
+@click.option("--entity", "entities", multiple=True, metavar="NAME=FILE@SHARD[:X,Y,Z]",
+              help="An entity (an MJCF model of it alone), the shard it starts in and where (repeatable).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Ticks (physics steps) between checkpoints.")
+@click.pass_obj
+def create_command(home: Home, name: str, shards: tuple[str, ...], entities: tuple[str, ...],
+                   checkpoint_every: int) -> None:
+    """Create world NAME in this site's directory."""
+    scenes = {}
+    for spec in shards:
+        shard, sep, path = spec.partition("=")
+        if not sep or not Path(path).is_file():
+            raise click.BadParameter(f"{spec!r}: expected NAME=SCENE.xml with an existing file", param_hint="--shard")
+        scenes[shard] = Path(path).read_text()
+    path = world_path(home, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with World.create(path, scenes, [_entity(e) for e in entities], name=name,
+                          checkpoint_every=checkpoint_every, backend="inline") as world:
+            click.echo(f"created world {name} ({world.id}) with shards {', '.join(world.shards)} at {path}")
+    except (SimError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@world_group.command("status")
+@click.argument("name", required=False)
+@_backend
+@_json
+@click.pass_obj
+def status_command(home: Home, name: str | None, backend: str, as_json: bool) -> None:
+    """Shards (tick, time, entities, events, checkpoints) and branches of world NAME; without NAME, the worlds here."""
+    if name is None:
+        names = sorted(p.stem for p in (home.path / WORLDS_DIR).glob("*.db"))
+        click.echo(json.dumps(names) if as_json else "\n".join(names) or "no worlds")
+        return
+    with _open(home, name, backend) as world:
+        status = world.status()
+    if as_json:
+        click.echo(json.dumps(status, indent=1))
+        return
+    lines = [f"world {status['name']} ({status['id']}), checkpoints every {status['checkpoint_every']} ticks"]
+    for shard, s in status["shards"].items():
+        lines.append(f"  {shard:12} tick {s['tick']:>9}  t={s['time']:.3f}s  events {s['events']:>6}  "
+                     f"checkpoints {s['checkpoints']:>5}  entities: {', '.join(s['entities']) or '-'}")
+    for b in status["branches"]:
+        lines.append(f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, at {b['head']}  {b['label']}")
+    click.echo("\n".join(lines))
+
+
+@world_group.command("advance")
+@click.argument("name")
+@click.argument("steps", type=click.IntRange(min=0))
+@click.option("--shard", "shards", multiple=True, help="Only these shards (default: all).")
+@_backend
+@click.pass_obj
+def advance_command(home: Home, name: str, steps: int, shards: tuple[str, ...], backend: str) -> None:
+    """Step world NAME by STEPS ticks, logging and checkpointing as it goes."""
+    with _open(home, name, backend) as world:
+        try:
+            heads = world.advance(steps, list(shards) or None)
+        except SimError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(", ".join(f"{s} at tick {t}" for s, t in heads.items()))
+
+
+@world_group.command("fork")
+@click.argument("name")
+@click.argument("shard")
+@click.option("--at", "tick", type=click.IntRange(min=0), required=True, help="The tick to branch from.")
+@click.option("--label", default="", help="A note kept with the branch.")
+@click.pass_obj
+def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> None:
+    """Branch SHARD of world NAME at a tick; prints the branch id."""
+    with _open(home, name, "inline") as world:
+        try:
+            branch = world.fork(shard, tick, label=label)
+        except SimError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(branch.id)
+
+
+@world_group.command("replay")
+@click.argument("name")
+@click.argument("shard")
+@click.argument("start", type=click.IntRange(min=0))
+@click.argument("stop", type=click.IntRange(min=0))
+@_backend
+@_json
+@click.pass_obj
+def replay_command(home: Home, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool) -> None:
+    """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they differ."""
+    with _open(home, name, backend) as world:
+        try:
+            result = world.replay(shard, start, stop)
+        except SimError as exc:
+            raise click.ClickException(str(exc)) from exc
+    data = {"shard": shard, "start": start, "stop": stop, "exact": result.exact, "checked": list(result.checked),
+            "mismatched": list(result.mismatched), "state_sha256": result.snapshot.state_sha256}
+    if as_json:
+        click.echo(json.dumps(data))
+    else:
+        verdict = "exact" if result.exact else f"DIFFERS at ticks {list(result.mismatched)}"
+        click.echo(f"replayed {shard} {start}..{stop}: {verdict} ({len(result.checked)} checkpoints compared); "
+                   f"state {data['state_sha256'][:16]}")
+    if not result.exact:
+        raise SystemExit(1)

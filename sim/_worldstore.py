@@ -1,0 +1,348 @@
+"""A world's durable store: one SQLite file (WAL) holding shards, entities, templates, event logs,
+checkpoints, branches and migrations, every row under a SHA-256 checksum.
+
+Each log (a shard's canonical one, or a branch's) is append-only and hash-chained: an event's
+checksum covers its content and the previous event's checksum, so a changed, dropped or reordered
+event is found before anything is built from its segment. Ticks never decrease along a log. Commits
+are durable against a killed process (WAL); with `fsync` also against power loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._canon import canonical_json, sha256_hex
+from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
+
+FORMAT = "simnet.world/1"
+CANONICAL = ""  # the branch key of a shard's canonical log
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
+    checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL, checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base_tick INTEGER NOT NULL,
+    head INTEGER NOT NULL, label TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
+CREATE TABLE IF NOT EXISTS events (shard TEXT NOT NULL, branch TEXT NOT NULL, seq INTEGER NOT NULL,
+    tick INTEGER NOT NULL, entity TEXT NOT NULL, kind TEXT NOT NULL, change TEXT NOT NULL,
+    provenance TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, seq)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS events_tick ON events (shard, branch, tick);
+CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL, tick INTEGER NOT NULL,
+    template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL, state BLOB NOT NULL,
+    checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One mutation of a shard: at virtual `tick`, on `entity` ("" for the shard itself), what
+    changed (`kind` "mutate", "leave" or "enter" and its `change`), and who asked (`provenance`)."""
+
+    seq: int
+    tick: int
+    entity: str
+    kind: str
+    change: dict
+    provenance: str
+
+    def to_json(self) -> dict:
+        return {"seq": self.seq, "tick": self.tick, "entity": self.entity, "kind": self.kind,
+                "change": self.change, "provenance": self.provenance}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A shard's state on arrival at `tick`, before that tick's events: template, patch, state row."""
+
+    tick: int
+    template: str  # source hash
+    model_hash: str
+    patch: list
+    state: bytes
+
+    def to_json(self) -> dict:
+        return {"tick": self.tick, "template": self.template, "model_hash": self.model_hash,
+                "patch": self.patch, "state": self.state}
+
+
+@dataclass(frozen=True)
+class Log:
+    shard: str
+    branch: str
+    base_tick: int
+    head: int
+    label: str
+
+
+class WorldStore:
+    """SQLite access for one world; one process at a time (an exclusive lock beside the file)."""
+
+    def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
+        self.path = Path(path)
+        if create == self.path.exists():
+            raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
+        self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise WorldLockedError(f"{self.path} is open in another process; close it there first") from None
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+            if create:
+                self.id = str(uuid.uuid4())
+                with self.transaction():
+                    self._db.executemany("INSERT INTO meta VALUES (?, ?)", [
+                        ("format", FORMAT), ("id", self.id), ("fsync", json.dumps(fsync))])
+            meta = dict(self._db.execute("SELECT key, value FROM meta"))
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise CorruptWorldError(f"{self.path} is not a readable world: {exc}") from None
+        if meta.get("format") != FORMAT:
+            self.close()
+            raise CorruptWorldError(f"{self.path}: unknown world format {meta.get('format')!r}")
+        self.id = meta["id"]
+        self._db.execute(f"PRAGMA synchronous={'FULL' if json.loads(meta['fsync']) else 'NORMAL'}")
+        self._heads: dict[tuple[str, str], tuple[int, str]] = {}  # log -> (last seq, its checksum)
+
+    def close(self) -> None:
+        if getattr(self, "_db", None) is not None:
+            self._db.close()
+            self._db = None
+        if not self._lock.closed:
+            self._lock.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            self._heads.clear()  # may hold sequence numbers that were rolled back
+            raise
+        self._db.execute("COMMIT")
+
+    def _checksum(self, table: str, *fields: Any) -> str:
+        return sha256_hex(canonical_json([table, self.id, *fields]))
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise CorruptWorldError(f"{self.path}: {exc}") from None
+
+    # ---- meta, shards, entities, templates ----
+
+    def set_meta(self, key: str, value: Any) -> None:
+        text = json.dumps(value)
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, text))
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"{key}.checksum", self._checksum("meta", key, text)))
+
+    def meta(self, key: str) -> Any:
+        rows = dict(self._rows("SELECT key, value FROM meta WHERE key IN (?, ?)", (key, f"{key}.checksum")))
+        if key not in rows or rows.get(f"{key}.checksum") != self._checksum("meta", key, rows[key]):
+            raise CorruptWorldError(f"{self.path}: world setting {key!r} is missing or fails its checksum")
+        return json.loads(rows[key])
+
+    def add_shard(self, name: str, scene: str) -> None:
+        self._db.execute("INSERT INTO shards VALUES (?, ?, ?)", (name, scene, self._checksum("shard", name, scene)))
+
+    def shards(self) -> dict[str, str]:
+        out = {}
+        for name, scene, checksum in self._rows("SELECT name, scene, checksum FROM shards ORDER BY name"):
+            if checksum != self._checksum("shard", name, scene):
+                raise CorruptWorldError(f"{self.path}: the scene of shard {name!r} fails its checksum")
+            out[name] = scene
+        return out
+
+    def put_entity(self, data: dict) -> None:
+        text = canonical_json(data).decode()
+        self._db.execute("INSERT OR REPLACE INTO entities VALUES (?, ?, ?)",
+                         (data["name"], text, self._checksum("entity", text)))
+
+    def entities(self) -> list[dict]:
+        out = []
+        for name, text, checksum in self._rows("SELECT name, data, checksum FROM entities ORDER BY name"):
+            if checksum != self._checksum("entity", text):
+                raise CorruptWorldError(f"{self.path}: entity {name!r} fails its checksum")
+            out.append(json.loads(text))
+        return out
+
+    def put_template(self, xml: str, model_hash: str) -> str:
+        source_hash = sha256_hex(xml.encode())
+        self._db.execute("INSERT OR IGNORE INTO templates VALUES (?, ?, ?, ?)",
+                         (source_hash, xml, model_hash, self._checksum("template", source_hash, xml, model_hash)))
+        return source_hash
+
+    def template(self, source_hash: str) -> tuple[str, str]:
+        """(xml, model_hash) of a stored template."""
+        rows = self._rows("SELECT xml, model_hash, checksum FROM templates WHERE hash = ?", (source_hash,))
+        if not rows:
+            raise CorruptWorldError(f"{self.path}: template {source_hash[:12]} is missing")
+        xml, model_hash, checksum = rows[0]
+        if checksum != self._checksum("template", source_hash, xml, model_hash) or sha256_hex(xml.encode()) != source_hash:
+            raise CorruptWorldError(f"{self.path}: template {source_hash[:12]} fails its checksum")
+        return xml, model_hash
+
+    # ---- logs (canonical and branches) ----
+
+    def add_log(self, log: Log) -> None:
+        self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?)", (*self._log_row(log),))
+
+    def _log_row(self, log: Log) -> tuple:
+        fields = (log.shard, log.branch, log.base_tick, log.head, log.label)
+        return (*fields, self._checksum("log", *fields))
+
+    def set_head(self, shard: str, branch: str, head: int) -> None:
+        log = self.log(shard, branch)
+        self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
+                         (head, self._log_row(Log(shard, branch, log.base_tick, head, log.label))[-1], shard, branch))
+
+    def log(self, shard: str, branch: str) -> Log:
+        rows = self._rows("SELECT * FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
+        if not rows:
+            raise KeyError((shard, branch))
+        return self._checked_log(rows[0])
+
+    def logs(self, shard: str | None = None) -> list[Log]:
+        rows = self._rows("SELECT * FROM logs WHERE branch != '' AND (? IS NULL OR shard = ?) ORDER BY shard, branch",
+                          (shard, shard))
+        return [self._checked_log(r) for r in rows]
+
+    def _checked_log(self, row: tuple) -> Log:
+        *fields, checksum = row
+        if checksum != self._checksum("log", *fields):
+            raise CorruptLogError(f"{self.path}: the head of log {fields[0]}/{fields[1] or 'canonical'} fails its checksum")
+        return Log(*fields)
+
+    # ---- events ----
+
+    def append(self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]) -> list[Event]:
+        """Append (tick, entity, kind, change, provenance) events; ticks must not go back."""
+        seq, prev = self._head(shard, branch)
+        last_tick = self._last_tick(shard, branch)
+        out = []
+        for tick, entity, kind, change, provenance in events:
+            if tick < last_tick:
+                raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
+            seq += 1
+            text = canonical_json(change).decode()
+            prev = self._checksum("event", shard, branch, seq, tick, entity, kind, text, provenance, prev)
+            self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (shard, branch, seq, tick, entity, kind, text, provenance, prev))
+            out.append(Event(seq, tick, entity, kind, change, provenance))
+            last_tick = tick
+        self._heads[shard, branch] = (seq, prev)
+        return out
+
+    def _head(self, shard: str, branch: str) -> tuple[int, str]:
+        if (shard, branch) not in self._heads:
+            rows = self._rows("SELECT seq, checksum FROM events WHERE shard = ? AND branch = ? ORDER BY seq DESC LIMIT 1",
+                              (shard, branch))
+            self._heads[shard, branch] = rows[0] if rows else (0, "")
+        return self._heads[shard, branch]
+
+    def _last_tick(self, shard: str, branch: str) -> int:
+        rows = self._rows("SELECT max(tick) FROM events WHERE shard = ? AND branch = ?", (shard, branch))
+        return rows[0][0] if rows[0][0] is not None else 0
+
+    def last_event(self, shard: str, branch: str) -> tuple[int, int]:
+        """(seq, tick) of a log's last event, (0, 0) if it has none."""
+        rows = self._rows("SELECT seq, tick FROM events WHERE shard = ? AND branch = ? ORDER BY seq DESC LIMIT 1",
+                          (shard, branch))
+        return rows[0] if rows else (0, 0)
+
+    def last_seq(self, shard: str, branch: str, until_tick: int) -> int:
+        """The seq of a log's last event at or before a tick (0 if none)."""
+        rows = self._rows("SELECT max(seq) FROM events WHERE shard = ? AND branch = ? AND tick <= ?",
+                          (shard, branch, until_tick))
+        return rows[0][0] or 0
+
+    def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
+               after_seq: int = 0) -> list[Event]:
+        """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, each verified
+        against its checksum and its predecessor's: CorruptLogError before anything is returned."""
+        rows = self._rows(
+            "SELECT seq, tick, entity, kind, change, provenance, checksum FROM events WHERE shard = ? AND branch = ? "
+            "AND tick >= ? AND (? IS NULL OR tick <= ?) AND seq > ? ORDER BY seq",
+            (shard, branch, first_tick, last_tick, last_tick, after_seq))
+        if not rows:
+            return []
+        where = f"log {shard}/{branch or 'canonical'}"
+        anchor = self._rows("SELECT checksum FROM events WHERE shard = ? AND branch = ? AND seq = ?",
+                            (shard, branch, rows[0][0] - 1))
+        prev = anchor[0][0] if anchor else ""
+        if rows[0][0] > 1 and not anchor:
+            raise CorruptLogError(f"{self.path}: {where} lacks event {rows[0][0] - 1}")
+        out = []
+        for expected, (seq, tick, entity, kind, text, provenance, checksum) in enumerate(
+                rows, start=rows[0][0]):
+            if seq != expected:
+                raise CorruptLogError(f"{self.path}: {where} lacks event {expected}")
+            prev = self._checksum("event", shard, branch, seq, tick, entity, kind, text, provenance, prev)
+            if checksum != prev:
+                raise CorruptLogError(f"{self.path}: {where}, event {seq} (tick {tick}) fails its checksum; "
+                                      "nothing was applied from it")
+            out.append(Event(seq, tick, entity, kind, json.loads(text), provenance))
+        return out
+
+    # ---- checkpoints ----
+
+    def put_checkpoints(self, shard: str, branch: str, checkpoints: Sequence[Checkpoint]) -> None:
+        for cp in checkpoints:
+            patch = canonical_json(cp.patch).decode()
+            checksum = self._checksum("checkpoint", shard, branch, cp.tick, cp.template, cp.model_hash, patch,
+                                      sha256_hex(cp.state))
+            self._db.execute("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (shard, branch, cp.tick, cp.template, cp.model_hash, patch, cp.state, checksum))
+
+    def checkpoint(self, shard: str, branch: str, at_or_before: int) -> Checkpoint | None:
+        rows = self._rows("SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
+                          "AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1", (shard, branch, at_or_before))
+        return self._checked_checkpoint(shard, branch, rows[0]) if rows else None
+
+    def checkpoints(self, shard: str, branch: str, first: int, last: int) -> list[Checkpoint]:
+        rows = self._rows("SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
+                          "AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick", (shard, branch, first, last))
+        return [self._checked_checkpoint(shard, branch, r) for r in rows]
+
+    def _checked_checkpoint(self, shard: str, branch: str, row: tuple) -> Checkpoint:
+        tick, template, model_hash, patch, state, checksum = row
+        state = bytes(state) if isinstance(state, (bytes, memoryview)) else b""
+        if checksum != self._checksum("checkpoint", shard, branch, tick, template, model_hash, patch, sha256_hex(state)):
+            raise CorruptCheckpointError(f"{self.path}: the checkpoint of {shard}/{branch or 'canonical'} at tick "
+                                         f"{tick} fails its checksum; nothing was restored from it")
+        return Checkpoint(tick, template, model_hash, json.loads(patch), state)
+
+    def count(self, table: str, shard: str, branch: str) -> int:
+        return self._rows(f"SELECT count(*) FROM {table} WHERE shard = ? AND branch = ?", (shard, branch))[0][0]
+
+    # ---- migrations ----
+
+    def add_migration(self, data: dict) -> None:
+        text = canonical_json(data).decode()
+        self._db.execute("INSERT INTO migrations VALUES (?, ?, ?)", (data["id"], text, self._checksum("migration", text)))
+
+    def migrations(self) -> list[dict]:
+        out = []
+        for ident, text, checksum in self._rows("SELECT id, data, checksum FROM migrations ORDER BY rowid"):
+            if checksum != self._checksum("migration", text):
+                raise CorruptWorldError(f"{self.path}: migration {ident} fails its checksum")
+            out.append(json.loads(text))
+        return out
