@@ -15,19 +15,38 @@ signs, and `reproduce` re-runs a record to check it.
     record = result.to_record()                        # JSON-safe, deterministic
     sim.reproduce(record, sim.load_skill("arm_reach_good")).matches   # True
 
-Evaluations with `workers > 1` start worker processes: call them under `if __name__ == "__main__":`.
+A `World` is a site's persistent digital twin, split into shards that run in worker processes (or
+Ray actors): every mutation is logged, checkpoints are taken as it runs, and it can be reopened,
+forked at any recorded tick, replayed exactly, and evaluated from:
+
+    world = sim.World.create("site.world", {"cell": scene_xml}, [sim.Entity("walker1", walker_xml, "cell")])
+    world.apply("cell", sim.Mutation("actuator/walker1/hhip/ctrl", "set", (0.3,)), provenance="operator")
+    world.advance(2000)
+    branch = world.fork("cell", at=1000)               # never changes the canonical world
+    world.replay("cell", 0, 2000).exact                # True: re-executed bit for bit
+
+Evaluations with `workers > 1` and worlds with worker processes start processes: call them under
+`if __name__ == "__main__":`.
 """
 
 from ._certify import Verification, certify, load_policy, publish_skill, randomized, verify_certificate
 from ._distill import distill, fit_mlp
+from ._branches import Branch, Replay
+from ._entities import Entity
 from ._errors import (
+    BackendError,
+    CorruptCheckpointError,
+    CorruptLogError,
+    CorruptWorldError,
     EntryPointError,
+    HistoryError,
     IncompatibleTemplateError,
     MutationError,
     PolicyCallError,
     PolicyOutputError,
     PolicyRunError,
     RecordError,
+    ReplayTemplateError,
     SamplerSpecError,
     SimError,
     SkillPayloadError,
@@ -35,16 +54,25 @@ from ._errors import (
     SpecError,
     TaskDefinitionError,
     TemplateError,
+    UnknownEntityError,
+    UnknownShardError,
+    WorkerLostError,
+    WorldError,
+    WorldLockedError,
 )
 from ._evaluate import Comparison, Evaluation, compare, evaluate
 from ._patches import Mutation, Patch, Sampler, SamplerTerm
 from ._policies import MLP, EntryPointRef, MLPSpec, Skill
+from ._ray import use_ray
 from ._record import Reproduction, check_record, record_hash, reproduce
 from ._rollout import BranchOutcome, branch_patch
+from ._snapshot import Snapshot
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, fixed_sample_size, wilson_lower
 from ._tasks import Task
 from ._templates import Template
+from ._world import Intervention, Migration, World
+from ._worldstore import Event
 
 __all__ = [
     "BranchOutcome", "Comparison", "Verification", "certify", "load_policy", "publish_skill", "randomized",
@@ -56,4 +84,7 @@ __all__ = [
     "clopper_pearson_interval", "clopper_pearson_lower", "compare", "distill", "evaluate", "fit_mlp",
     "fixed_sample_size", "load_sampler", "load_skill", "load_task", "record_hash", "reproduce",
     "shipped_skills", "shipped_tasks", "wilson_lower",
+    "BackendError", "Branch", "CorruptCheckpointError", "CorruptLogError", "CorruptWorldError", "Entity", "Event",
+    "HistoryError", "Intervention", "Migration", "Replay", "ReplayTemplateError", "Snapshot", "UnknownEntityError",
+    "UnknownShardError", "WorkerLostError", "World", "WorldError", "WorldLockedError", "use_ray",
 ]
