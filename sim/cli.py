@@ -1,4 +1,4 @@
-"""The simulator commands of `simnet`: evaluate, reproduce, publish, certify, verify.
+"""The simulator commands of `simnet`: evaluate, reproduce, publish, certify, verify, world.
 
 Mounted into the `simnet` group through the ``simnet.commands`` entry-point group (as
 ``sim.cli:COMMANDS``), so that neither `knowledge` nor `federation` imports `sim`. A skill is a
@@ -21,10 +21,12 @@ from ._certify import certify, load_policy, publish_skill, verify_certificate
 from ._evaluate import evaluate
 from ._patches import Sampler
 from ._policies import Skill
+from ._ray import use_ray
 from ._record import reproduce
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT
 from ._tasks import Task
+from ._world_cli import world_group
 
 
 def _skill(name: str) -> Skill:
@@ -78,14 +80,20 @@ def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
               help="Stop early by a sequential test of rate P0 against P1 (5% error rates).")
 @click.option("--record", "record_file", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the evaluation record (the body of a certificate) to this file.")
+@click.option("--backend", type=click.Choice(["process", "ray"]), default="process", show_default=True,
+              help="Run the waves in worker processes or in Ray actors (--workers of them); outcomes do not depend on it.")
+@click.option("--ray-address", default=None, help="With --backend ray: the cluster (default: $RAY_ADDRESS, or a local Ray).")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def evaluate_command(skill: str, task_name: str, branches: int, workers: int, threads: int, wave: int | None,
                      seed: int, sampler_file: str | None, sprt: tuple[float, float] | None, record_file: str | None,
-                     as_json: bool) -> None:
+                     backend: str, ray_address: str | None, as_json: bool) -> None:
     """Roll SKILL out closed loop in randomized branches of a task and report its success rate."""
     task = _task(task_name)
+    if backend == "ray":
+        use_ray(ray_address)
     result = evaluate(task, _skill(skill), branches=branches, sampler=_sampler(sampler_file, task, seed),
-                      wave=wave, threads=threads, workers=workers, sprt=SPRT(*sprt) if sprt else None)
+                      wave=wave, threads=threads, workers=workers, sprt=SPRT(*sprt) if sprt else None,
+                      backend=backend)
     record = result.to_record()
     if record_file:
         Path(record_file).write_text(json.dumps(record, sort_keys=True) + "\n")
@@ -189,5 +197,5 @@ def verify_command(home: Home, certificate_id: str, workers: int, as_json: bool)
         raise SystemExit(1)
 
 
-COMMANDS = [evaluate_command, reproduce_command, publish_command, certify_command, verify_command]
+COMMANDS = [evaluate_command, reproduce_command, publish_command, certify_command, verify_command, world_group]
 __all__ = ["COMMANDS"]
