@@ -41,3 +41,43 @@ FREE_BODY = """
 def free_body() -> sim.Template:
     """A scene with a free body and a mocap body, whose poses are state rather than model fields."""
     return sim.Template(FREE_BODY)
+
+
+# ---- persistent worlds ----
+
+REGION = """
+<mujoco model="region">
+  <option timestep="0.005"/>
+  <worldbody><geom name="floor" type="plane" size="40 40 0.1"/></worldbody>
+</mujoco>
+"""
+CRATE = """
+<mujoco>
+  <worldbody>
+    <body name="crate" pos="1 0 0.3"><freejoint/><geom type="box" size=".1 .1 .1" mass="2"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.fixture(scope="session")
+def region() -> str:
+    """A shard's scene: a floor, nothing else."""
+    return REGION
+
+
+@pytest.fixture(scope="session")
+def world_entities() -> list[sim.Entity]:
+    """The shipped walker in shard "west" and a free crate in shard "east"."""
+    walker = (sim.load_task("walker_forward").definition["scene"])
+    return [sim.Entity("walker1", walker, "west"), sim.Entity("crate", CRATE, "east", (0.0, 1.0, 0.0))]
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray (2 CPUs) for the whole session: starting one takes seconds."""
+    import ray
+
+    sim.use_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()
