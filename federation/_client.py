@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Container, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -26,6 +26,7 @@ API = "/v1"
 DEFAULT_PAGE = 1000
 MAX_PAGES = 100_000  # a hard stop: a round never loops forever, whatever the peer answers
 HELD_EVERYTHING = 2**62  # a head that tells the peer to send nothing of a feed
+MAX_REFUSED_AUTHORS = 10_000  # feeds skipped in one round before the round gives up on the peer
 
 
 @dataclass
@@ -73,9 +74,11 @@ def _check(response: httpx.Response) -> httpx.Response:
 
 
 def exchange(
-    kb: KnowledgeBase, base_url: str, *, page: int = DEFAULT_PAGE, blobs: Iterable[str] = (), max_page_bytes: int = 64 << 20
+    kb: KnowledgeBase, base_url: str, *, page: int = DEFAULT_PAGE, blobs: Iterable[str] = (),
+    withhold: Container[bytes] = (),
 ) -> Exchange:
-    """The round as a sans-I/O generator (see module docstring)."""
+    """The round as a sans-I/O generator (see module docstring). Feeds of the authors in `withhold` are
+    never pushed (read rules: a peer without read rights to a private map must not be sent it)."""
     report = SyncReport(peer=base_url)
     started = time.perf_counter()
     limit = kb.limits.max_checkpoint_bytes
@@ -103,24 +106,32 @@ def exchange(
         report.duplicates += ingested.duplicates
         report.rejected += ingested.rejected
         newly_refused = {r.author for r in ingested.rejected if r.author} - refused_here.keys()
-        if not ingested.accepted and not newly_refused:
-            break  # nothing we can use, and nothing new to skip: stop rather than ask again
+        if not ingested.accepted and (not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS):
+            break  # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
         refused_here.update(dict.fromkeys(newly_refused, HELD_EVERYTHING))
 
     # Push: what their heads lack, page by page, until they hold everything we hold. Feeds they refuse
     # are left out for the rest of the round, for the same reason.
     refused_there: set[bytes] = set()
     response = yield from send(Call("GET", f"{base_url}{API}/heads"))
+    theirs = _peer_heads(parse_json(response.content))
+    push_page = page
     for _ in range(MAX_PAGES):
-        theirs = _peer_heads(parse_json(response.content))
-        envelopes = kb.envelopes_since(theirs, limit=page, exclude=refused_there)
+        envelopes = kb.envelopes_since(theirs, limit=push_page, exclude=_Either(refused_there, withhold))
         if not envelopes:
             break
-        response = yield from send(
-            Call("POST", f"{base_url}{API}/envelopes", encode_page(envelopes), {"content-type": PAGE_TYPE})
-        )
+        try:
+            response = yield from send(
+                Call("POST", f"{base_url}{API}/envelopes", encode_page(envelopes), {"content-type": PAGE_TYPE})
+            )
+        except PeerError as exc:
+            if exc.status != 413 or push_page == 1:
+                raise
+            push_page = max(1, push_page // 2)  # the peer takes smaller pages: halve and try again
+            continue
         answer = parse_json(response.content)
         accepted, rejected = _push_answer(answer, len(envelopes))
+        theirs = _peer_heads(answer)
         report.pushed += accepted
         report.refused_by_peer += len(rejected)
         newly_refused = {envelopes[i][2:34] for i in rejected} - refused_there
@@ -139,6 +150,16 @@ def exchange(
 
     report.seconds = time.perf_counter() - started
     return report
+
+
+class _Either:
+    """Membership in either of two containers, without copying them."""
+
+    def __init__(self, first: Container[bytes], second: Container[bytes]) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.first or item in self.second
 
 
 def _push_answer(answer: object, sent: int) -> tuple[int, list[int]]:
@@ -192,11 +213,12 @@ def sync_with(
     page: int = DEFAULT_PAGE,
     blobs: Iterable[str] = (),
     timeout: float = 30.0,
+    withhold: Container[bytes] = (),
     transport: httpx.BaseTransport | None = None,
 ) -> SyncReport:
     """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking)."""
     url = url.rstrip("/")
-    rounds = exchange(kb, url, page=page, blobs=blobs)
+    rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold)
     with httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
         step = _step(rounds, None)
         while isinstance(step, Call):
@@ -219,11 +241,12 @@ async def async_sync_with(
     page: int = DEFAULT_PAGE,
     blobs: Iterable[str] = (),
     timeout: float = 30.0,
+    withhold: Container[bytes] = (),
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> SyncReport:
     """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker thread."""
     url = url.rstrip("/")
-    rounds = exchange(kb, url, page=page, blobs=list(blobs))
+    rounds = exchange(kb, url, page=page, blobs=list(blobs), withhold=withhold)
     async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
         step = await anyio.to_thread.run_sync(_step, rounds, None)
         while isinstance(step, Call):

@@ -33,6 +33,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -133,17 +134,21 @@ class SiteConfig:
         _only(data, {"site", "gossip", "limits", "peers", "private"}, "top level")
         site = data.get("site", {})
         _only(site, {"name", "listen"}, "[site]")
-        peers = []
-        for i, p in enumerate(data.get("peers", [])):
+        peers: list[PeerConfig] = []
+        for i, p in enumerate(_tables(data, "peers")):
             _only(p, {"name", "url", "key"}, f"peers[{i}]")
-            url = str(p["url"])
-            if urlsplit(url).scheme not in ("http", "https"):
-                raise ConfigError(f"peers[{i}].url {url!r} must start with http:// or https://")
-            peers.append(PeerConfig(str(p["name"]), url.rstrip("/"), parse_public_key(p["key"])))
+            name, url = _text(p, "name", f"peers[{i}]"), _text(p, "url", f"peers[{i}]")
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ConfigError(f"peers[{i}].url {url!r} must start with http:// or https:// and name a host")
+            if any(peer.name == name for peer in peers):
+                raise ConfigError(f"two peers are named {name!r}; peer names must be unique")
+            peers.append(PeerConfig(name, url.rstrip("/"), parse_public_key(_text(p, "key", f"peers[{i}]"))))
         private = []
-        for i, rule in enumerate(data.get("private", [])):
+        for i, rule in enumerate(_tables(data, "private")):
             _only(rule, {"maps", "readers"}, f"private[{i}]")
-            private.append(PrivateMaps(tuple(map(str, rule["maps"])), tuple(parse_public_key(k) for k in rule["readers"])))
+            maps, readers = _texts(rule, "maps", f"private[{i}]"), _texts(rule, "readers", f"private[{i}]")
+            private.append(PrivateMaps(tuple(maps), tuple(parse_public_key(k) for k in readers)))
         config = cls(
             home,
             name=str(site.get("name", "site")),
@@ -153,7 +158,14 @@ class SiteConfig:
             limits=_section(ServerLimits, data.get("limits", {}), "[limits]"),
             private=private,
         )
-        config.host_port  # noqa: B018 - validates the listen address
+        if config.gossip.jitter > 1:
+            raise ConfigError(f"[gossip] jitter is a fraction of the interval, at most 1, not {config.gossip.jitter}")
+        for name in ("max_page", "max_concurrent_syncs", "max_body_bytes"):
+            if getattr(config.limits, name) < 1:
+                raise ConfigError(f"[limits] {name} must be at least 1")
+        host, _, port = config.listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"[site] listen {config.listen!r} must be host:port with a port in 0-65535")
         return config
 
     def save(self) -> None:
@@ -178,13 +190,35 @@ def _only(table: Any, allowed: set[str], where: str) -> None:
         raise ConfigError(f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}")
 
 
-def _section(cls: type, table: dict[str, Any], where: str):
-    names = {f.name: f.type for f in fields(cls)}
-    _only(table, set(names), where)
+def _section(cls: type, table: Any, where: str):
+    _only(table, {f.name for f in fields(cls)}, where)
     values = {}
     for key, value in table.items():
         default = getattr(cls(), key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
             raise ConfigError(f"{where} {key} must be a non-negative number, not {value!r}")
+        if isinstance(default, int) and value != int(value):
+            raise ConfigError(f"{where} {key} must be a whole number, not {value!r}")
         values[key] = type(default)(value)
     return cls(**values)
+
+
+def _tables(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ConfigError(f"{key} must be an array of tables ([[{key}]])")
+    return value
+
+
+def _text(table: dict[str, Any], key: str, where: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}.{key} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _texts(table: dict[str, Any], key: str, where: str) -> list[str]:
+    value = table.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}.{key} must be a list of strings, not {value!r}")
+    return value

@@ -71,8 +71,7 @@ class Gossip:
     async def _peers(self) -> list[PeerConfig]:
         await anyio.to_thread.run_sync(self._reload)
         peers = self.config.peers
-        for peer in peers:
-            self._states.setdefault(peer.name, PeerState(peer.name, peer.url))
+        self._states = {p.name: self._states.get(p.name) or PeerState(p.name, p.url) for p in peers}
         return peers
 
     def states(self) -> list[dict[str, Any]]:
@@ -113,9 +112,10 @@ class Gossip:
             state.last_attempt = time.time()
             state.rounds += 1
             try:
+                withheld = await anyio.to_thread.run_sync(self.site.withheld_from, peer.key)
                 report: SyncReport = await async_sync_with(
                     self.site.kb, peer.url, peer.key, page=self.config.limits.max_page,
-                    timeout=self.config.limits.timeout_s,
+                    timeout=self.config.limits.timeout_s, withhold=withheld,
                 )
             except FederationError as exc:
                 state.failures += 1

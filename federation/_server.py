@@ -15,6 +15,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
@@ -22,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
-from knowledge import Head, KnowledgeBase, Role
+from knowledge import Head, IdentityError, KnowledgeBase, RecordError, Role
 
 from ._auth import RequestVerifier
 from ._config import SiteConfig
@@ -33,6 +34,7 @@ log = logging.getLogger("federation")
 BLOB_CHUNK = 256 << 10
 
 Handler = Callable[[Request], Awaitable[Response]]
+_WIRE_CODES = {400: "bad_request", 413: "too_large", 415: "unsupported_media_type"}
 
 
 class Site:
@@ -49,9 +51,13 @@ class Site:
         self.gossip: Any = None  # set by the gossip scheduler when it runs
 
     def withheld_from(self, caller: bytes) -> set[bytes]:
-        """Feeds this caller may not receive: those holding a private map it is not a reader of."""
-        private = {m for rule in self.config.private if caller not in rule.readers for m in rule.maps}
-        return self.kb.authors_writing(private) if private else set()
+        return withheld_from(self.config, self.kb, caller)
+
+
+def withheld_from(config: SiteConfig, kb: KnowledgeBase, caller: bytes) -> set[bytes]:
+    """Feeds `caller` may not receive (by pull or push): those holding a private map it cannot read."""
+    private = {m for rule in config.private if caller not in rule.readers for m in rule.maps}
+    return kb.authors_writing(private) if private else set()
 
 
 def _error(status: int, code: str, detail: str) -> JSONResponse:
@@ -100,7 +106,9 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
                     raise AuthError(f"key {caller.hex()[:16]}… is not trusted by this site's policy", 403)
                 return await handler(request, site, body, caller)
             except WireError as exc:
-                return _error(exc.status, "bad_request" if exc.status == 400 else "too_large", str(exc))
+                return _error(exc.status, _WIRE_CODES.get(exc.status, "bad_request"), str(exc))
+            except (RecordError, IdentityError) as exc:  # a well-formed request asking for an invalid write
+                return _error(400, "bad_request", str(exc))
             except AuthError as exc:
                 code = {401: "unauthenticated", 403: "forbidden", 429: "too_many_requests"}.get(exc.status, "auth")
                 return _error(exc.status, code, str(exc))
@@ -299,8 +307,9 @@ async def admin_revoke_key(request: Request, site: Site, body: bytes, caller: by
     """
     data = parse_json(body)
     last_seq = data.get("last_seq") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(last_seq, int):
-        raise WireError("body must be a JSON object with 'device' (64 hex digits) and 'last_seq' (an integer)")
+    if (not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(last_seq, int)
+            or isinstance(last_seq, bool) or last_seq < 0):
+        raise WireError("body must be a JSON object with 'device' (64 hex digits) and 'last_seq' (an integer >= 0)")
     device = bytes.fromhex(check_hex64(data["device"], "device key"))
     await run_in_threadpool(site.kb.revoke_key, device, last_seq, str(data.get("reason", "")))
     return JSONResponse({"revoked_key": data["device"], "last_seq": last_seq})
@@ -311,6 +320,13 @@ _schemas = SchemaGenerator({"openapi": "3.0.3", "info": {"title": "simnet site",
 
 async def openapi(request: Request) -> Response:
     return JSONResponse(_schemas.get_schema(routes=request.app.routes))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown routes and methods answer in the same JSON shape as every other refusal."""
+    assert isinstance(exc, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    return _error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
 
 
 def create_app(site: Site, *, lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None) -> Starlette:
@@ -328,7 +344,8 @@ def create_app(site: Site, *, lifespan: Callable[[Starlette], contextlib.Abstrac
         Route("/v1/admin/revoke-key", admin_revoke_key, methods=["POST"]),
         Route("/v1/openapi.json", openapi, methods=["GET"], include_in_schema=False),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(GZipMiddleware, minimum_size=1024)], lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=[Middleware(GZipMiddleware, minimum_size=1024)], lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error})
     app.state.site = site
     return app
 

@@ -59,6 +59,8 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise WireError(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise WireError("body nests JSON too deeply") from None
 
 
 def parse_heads(value: Any, *, max_authors: int) -> dict[str, int]:

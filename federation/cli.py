@@ -24,7 +24,15 @@ from ._config import PeerConfig, SiteConfig
 from ._errors import FederationError, PeerError
 from ._gossip import STATE_FILE
 from ._serve import running_server, serve
-from ._server import knowledge_counts
+from ._server import knowledge_counts, withheld_from
+
+
+def _roles(text: str) -> list[Role]:
+    """Comma-separated role names; a clear error (and nothing changed) for an unknown one."""
+    try:
+        return [Role(r.strip()) for r in text.split(",") if r.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}; roles are publish, validate, revoke") from None
 
 
 def _config(home: Home) -> SiteConfig:
@@ -90,9 +98,9 @@ def peer_add(home: Home, name: str, url: str, key: str | None, trust: str) -> No
             raise click.ClickException(f"cannot ask {url} for its key ({exc}); pass --key") from None
         click.echo(f"peer {name} says its key is {key}: compare it with the peer's `simnet status`")
     public_key = knowledge.parse_public_key(key)
+    roles = _roles(trust)
     config.peers = [p for p in config.peers if p.name != name] + [PeerConfig(name, url.rstrip("/"), public_key)]
     config.save()
-    roles = [Role(r.strip()) for r in trust.split(",") if r.strip()]
     if roles:
         policy = TrustPolicy.load(config.policy_path).with_root(public_key, roles, name=name)
         config.policy_path.write_text(policy.to_toml())
@@ -158,7 +166,8 @@ def sync_command(home: Home, peer_name: str | None, as_json: bool) -> None:
         with knowledge.open(config.store_path, identity, policy=config.policy_path) as kb:
             for p in peers:
                 try:
-                    r = sync_with(kb, p.url, p.key, page=config.limits.max_page, timeout=config.limits.timeout_s)
+                    r = sync_with(kb, p.url, p.key, page=config.limits.max_page, timeout=config.limits.timeout_s,
+                                  withhold=withheld_from(config, kb, p.key))
                     reports.append({"peer": p.name, "ok": True, "pulled": r.pulled, "pushed": r.pushed,
                                     "rejected": len(r.rejected), "refused_by_peer": r.refused_by_peer})
                 except FederationError as exc:
@@ -231,7 +240,7 @@ def device() -> None:
 def device_add(home: Home, key: str, roles: str) -> None:
     """Delegate roles to a device's public key (64 hex)."""
     public_key = knowledge.parse_public_key(key)
-    granted = [Role(r.strip()) for r in roles.split(",") if r.strip()]
+    granted = _roles(roles)
     _write(home, "/v1/admin/delegate", {"device": public_key.hex(), "roles": [r.value for r in granted]},
            lambda kb: kb.delegate(public_key, granted))
     click.echo(f"device {knowledge.key_id(public_key)} may now {', '.join(r.value for r in granted)}")
@@ -239,7 +248,7 @@ def device_add(home: Home, key: str, roles: str) -> None:
 
 @device.command("revoke")
 @click.argument("key")
-@click.option("--last-seq", type=int, required=True, help="The device's last envelope still accepted.")
+@click.option("--last-seq", type=click.IntRange(min=0), required=True, help="The device's last envelope still accepted.")
 @click.option("--reason", default="", help="Why (recorded with the revocation).")
 @click.pass_obj
 def device_revoke(home: Home, key: str, last_seq: int, reason: str) -> None:

@@ -25,7 +25,7 @@ from ._ingest import Ingestion, UpdateRejected
 from ._identity import Identity, key_id
 from ._models import Activation, Head, IngestReport, RecordIssue
 from ._policy import TrustPolicy, wilson_lower_bound
-from ._records import TRUST_PREFIXES, RecordType, Role, canonical_json, make_key
+from ._records import TRUST_PREFIXES, RecordType, Role, canonical_json, check_record, make_key, parse_key
 from ._store import MEMORY, Store
 from ._trust import Authority
 from ._views import Views
@@ -273,8 +273,13 @@ class KnowledgeBase:
         return env
 
     def _put_record(self, rtype: RecordType, name: str, record: dict[str, Any], cell: str | None = None) -> str:
+        """Check a record as every receiver will (RecordError says what is wrong), then write it."""
         text = canonical_json(record)
-        self._write({make_key(rtype, name, cell): text})
+        key = make_key(rtype, name, cell)
+        parsed = parse_key(key)
+        assert parsed is not None
+        check_record(parsed, text, self._require_identity().public_key_hex)
+        self._write({key: text})
         return text
 
     def delegate(self, device: bytes, roles: Iterable[Role | str], *, expires: int | None = None) -> None:
