@@ -259,5 +259,3 @@ def device_revoke(home: Home, key: str, last_seq: int, reason: str) -> None:
     click.echo(f"device {knowledge.key_id(public_key)} revoked after seq {last_seq}")
 
 
-COMMANDS = [init, serve_command, peer, device, sync_command, status, revoke]
-__all__ = ["COMMANDS"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,26 @@ def emit(data: Any, as_json: bool, human: str) -> None:
     click.echo(json.dumps(data, indent=1, default=str) if as_json else human)
 
 
-@click.group()
+class _Commands(click.Group):
+    """`simnet`: its own commands plus those other packages register under the ``simnet.commands``
+    entry-point group (one entry per command name), imported only when used — so `simnet status` does not
+    pay for importing the simulator and torch."""
+
+    @staticmethod
+    def _registered() -> dict[str, EntryPoint]:
+        return {entry.name: entry for entry in entry_points(group="simnet.commands")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self._registered()))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        command = super().get_command(ctx, name)
+        if command is None and name in (registered := self._registered()):
+            command = registered[name].load()
+        return command
+
+
+@click.group(cls=_Commands)
 @click.option("--home", envvar="SIMNET_HOME", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="The site's directory (or $SIMNET_HOME).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
@@ -147,15 +166,8 @@ def skills_query(home: Home, mjcf: str | None, urdf: str | None, task: str | Non
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
 
 
-def _load_plugins() -> None:
-    for entry in entry_points(group="simnet.commands"):
-        for command in entry.load():
-            main.add_command(command)
-
-
 def run() -> None:
     """Console-script entry point: library errors become one-line messages and exit status 1."""
-    _load_plugins()
     try:
         main(standalone_mode=False)
     except click.exceptions.Exit as exc:
