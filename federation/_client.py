@@ -27,6 +27,7 @@ DEFAULT_PAGE = 1000
 MAX_PAGES = 100_000  # a hard stop: a round never loops forever, whatever the peer answers
 HELD_EVERYTHING = 2**62  # a head that tells the peer to send nothing of a feed
 MAX_REFUSED_AUTHORS = 10_000  # feeds skipped in one round before the round gives up on the peer
+WIRE_BYTES = "simnet.wire_bytes"
 
 
 @dataclass
@@ -86,7 +87,7 @@ def exchange(
     def send(call: Call) -> Generator[Call, httpx.Response, httpx.Response]:
         report.bytes_sent += len(call.content)
         response = _check((yield call))
-        report.bytes_received += response.num_bytes_downloaded  # as on the wire (compressed)
+        report.bytes_received += response.extensions.get(WIRE_BYTES, response.num_bytes_downloaded)
         return response
 
     # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us. Feeds we
@@ -152,6 +153,17 @@ def exchange(
     return report
 
 
+def _capped(response: httpx.Response, data: bytes, cap: int) -> httpx.Response:
+    """The response with its (decoded) body in memory; the number of bytes on the wire kept aside."""
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-length")]
+    return httpx.Response(response.status_code, headers=headers, content=data, request=response.request,
+                          extensions={WIRE_BYTES: response.num_bytes_downloaded})
+
+
+def _too_large(call: Call, cap: int) -> PeerError:
+    return PeerError(f"{call.method} {call.url}: the answer exceeds {cap} bytes; refused", code="too_large")
+
+
 class _Either:
     """Membership in either of two containers, without copying them."""
 
@@ -191,6 +203,11 @@ def _peer_heads(answer: object) -> dict[str, Head | int]:
     return heads
 
 
+def _answer_cap(kb: KnowledgeBase) -> int:
+    """The largest answer a round reads: a blob, or a page of envelopes (64 MiB), whichever is larger."""
+    return max(kb.limits.max_blob_bytes, 64 << 20)
+
+
 def _client_kwargs(kb: KnowledgeBase, peer_key: bytes, timeout: float) -> dict:
     if kb.identity is None:
         raise PeerError("syncing needs a knowledge base opened with an identity (requests are signed)")
@@ -219,13 +236,18 @@ def sync_with(
     """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking)."""
     url = url.rstrip("/")
     rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold)
+    cap = _answer_cap(kb)
     with httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
         step = _step(rounds, None)
         while isinstance(step, Call):
             try:
-                response = client.send(client.build_request(step.method, step.url, content=step.content,
-                                                            headers=step.headers))
-                response.read()
+                with client.stream(step.method, step.url, content=step.content, headers=step.headers) as answer:
+                    data = bytearray()
+                    for chunk in answer.iter_bytes():  # decoded as it arrives: a compressed bomb hits the cap too
+                        data += chunk
+                        if len(data) > cap:
+                            raise _too_large(step, cap)
+                    response = _capped(answer, bytes(data), cap)
             except httpx.HTTPError as exc:
                 raise PeerError(f"cannot reach {step.url}: {exc}") from exc
             step = _step(rounds, response)
@@ -247,13 +269,18 @@ async def async_sync_with(
     """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker thread."""
     url = url.rstrip("/")
     rounds = exchange(kb, url, page=page, blobs=list(blobs), withhold=withhold)
+    cap = _answer_cap(kb)
     async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
         step = await anyio.to_thread.run_sync(_step, rounds, None)
         while isinstance(step, Call):
             try:
-                response = await client.send(client.build_request(step.method, step.url, content=step.content,
-                                                                  headers=step.headers))
-                await response.aread()
+                async with client.stream(step.method, step.url, content=step.content, headers=step.headers) as answer:
+                    data = bytearray()
+                    async for chunk in answer.aiter_bytes():
+                        data += chunk
+                        if len(data) > cap:
+                            raise _too_large(step, cap)
+                    response = _capped(answer, bytes(data), cap)
             except httpx.HTTPError as exc:
                 raise PeerError(f"cannot reach {step.url}: {exc}") from exc
             step = await anyio.to_thread.run_sync(_step, rounds, response)

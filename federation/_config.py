@@ -17,7 +17,6 @@
     [limits]
     max_body_bytes = 16777216
     max_page = 1000         # envelopes per request and per answer
-    max_blob_bytes = 268435456
     max_concurrent_syncs = 8
     timeout_s = 30.0
 
@@ -70,7 +69,6 @@ class GossipConfig:
 class ServerLimits:
     max_body_bytes: int = 16 << 20
     max_page: int = 1000
-    max_blob_bytes: int = 256 << 20
     max_concurrent_syncs: int = 8
     timeout_s: float = 30.0
 

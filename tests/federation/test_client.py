@@ -355,3 +355,15 @@ def test_a_misbehaving_peer_is_a_federation_error(pair, fault, rewrite):
 def test_wire_errors_from_a_peer_are_federation_errors():
     assert issubclass(WireError, FederationError) and issubclass(PeerError, FederationError)
 
+
+
+def test_an_answer_over_the_cap_is_refused_before_it_is_all_read(pair, monkeypatch):
+    """A peer streaming a huge (or decompression-bomb) answer is cut off at the cap, not read into memory."""
+    import federation._client as client_module
+
+    a, b = pair
+    publish(b.kb, 50, "b")
+    monkeypatch.setattr(client_module, "_answer_cap", lambda kb: 2_000)
+    with pytest.raises(PeerError, match="exceeds 2000 bytes"):
+        run(async_sync_with(a.kb, "http://b", b.key, transport=httpx.ASGITransport(app=b.app)))
+    assert skill_ids(a.kb) == set()

@@ -38,7 +38,7 @@ def configs(draw, home: Path) -> SiteConfig:
         peers=[PeerConfig(n, draw(urls), draw(keys)) for n in peer_names],
         gossip=GossipConfig(interval_s=draw(finite.filter(lambda x: x > 0)), jitter=draw(st.floats(0, 1)),
                             max_backoff_s=draw(finite)),
-        limits=ServerLimits(max_body_bytes=draw(positive), max_page=draw(positive), max_blob_bytes=draw(positive),
+        limits=ServerLimits(max_body_bytes=draw(positive), max_page=draw(positive),
                             max_concurrent_syncs=draw(st.integers(1, 1000)), timeout_s=draw(finite.filter(bool))),
         private=[PrivateMaps(tuple(draw(st.lists(names, min_size=1, max_size=3))),
                              tuple(draw(st.lists(keys, max_size=3)))) for _ in range(draw(st.integers(0, 2)))],
@@ -176,4 +176,4 @@ def test_saved_file_is_what_the_docstring_describes(tmp_path):
     assert data["peers"] == [{"name": "site-b", "url": "http://127.0.0.1:7071", "key": KEY}]
     assert data["private"] == [{"maps": ["floor-3-secure"], "readers": [KEY2]}]
     assert set(data["gossip"]) == {"interval_s", "jitter", "max_backoff_s"}
-    assert set(data["limits"]) == {"max_body_bytes", "max_page", "max_blob_bytes", "max_concurrent_syncs", "timeout_s"}
+    assert set(data["limits"]) == {"max_body_bytes", "max_page", "max_concurrent_syncs", "timeout_s"}
