@@ -1,0 +1,94 @@
+import sqlite3
+
+import pytest
+
+from sim import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
+from sim._worldstore import Checkpoint, Log, WorldStore
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = WorldStore(tmp_path / "w.db", create=True)
+    with store.transaction():
+        store.add_log(Log("west", "", 0, 0, "canonical"))
+        store.append("west", "", [(t, "walker1", "mutate", {"target": "x", "op": "set", "value": [t]}, "test")
+                                  for t in (0, 0, 5, 9, 9, 12)])
+        store.put_checkpoints("west", "", [Checkpoint(10, "t" * 64, "m" * 64, [], b"\x01" * 16)])
+    yield store
+    store.close()
+
+
+def _sql(store, statement, *args):
+    with sqlite3.connect(store.path) as db:
+        db.execute(statement, args)
+
+
+def test_events_read_back_in_order_and_by_tick(store):
+    events = store.events("west", "")
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5, 6] and [e.tick for e in events] == [0, 0, 5, 9, 9, 12]
+    assert [e.seq for e in store.events("west", "", first_tick=5, last_tick=9)] == [3, 4, 5]
+    assert [e.seq for e in store.events("west", "", after_seq=4)] == [5, 6]
+    assert store.last_seq("west", "", 9) == 5 and store.last_event("west", "") == (6, 12)
+    assert store.checkpoint("west", "", 11).state == b"\x01" * 16 and store.checkpoint("west", "", 9) is None
+
+
+def test_ticks_never_go_back_along_a_log(store):
+    with pytest.raises(WorldError, match="tick 11 after tick 12"), store.transaction():
+        store.append("west", "", [(11, "", "mutate", {}, "late")])
+    assert store.last_event("west", "") == (6, 12)  # rolled back
+    with store.transaction():
+        assert store.append("west", "", [(12, "", "mutate", {}, "on time")])[0].seq == 7
+
+
+def test_a_changed_event_fails_its_checksum(store):
+    _sql(store, "UPDATE events SET change = ? WHERE seq = 4", '{"op":"set","target":"x","value":[1000]}')
+    assert [e.seq for e in store.events("west", "", last_tick=5)] == [1, 2, 3]  # the segment before is intact
+    with pytest.raises(CorruptLogError, match="event 4 .tick 9. fails its checksum"):
+        store.events("west", "", first_tick=5)
+
+
+def test_a_dropped_or_moved_event_breaks_the_chain(store):
+    _sql(store, "DELETE FROM events WHERE seq = 3")
+    with pytest.raises(CorruptLogError, match="lacks event 3"):
+        store.events("west", "")
+    with pytest.raises(CorruptLogError, match="lacks event 3"):
+        store.events("west", "", first_tick=9)
+
+
+def test_a_changed_checkpoint_fails_its_checksum(store):
+    _sql(store, "UPDATE checkpoints SET state = ? WHERE tick = 10", b"\x02" * 16)
+    with pytest.raises(CorruptCheckpointError, match="tick 10 fails its checksum"):
+        store.checkpoint("west", "", 10)
+
+
+def test_heads_templates_and_settings_are_checked_too(store):
+    with store.transaction():
+        store.set_meta("checkpoint_every", 100)
+        store.put_template("<mujoco/>", "m" * 64)
+        store.add_shard("west", "<mujoco/>")
+    source = store.put_template("<mujoco/>", "m" * 64)
+    _sql(store, "UPDATE logs SET head = 99")
+    with pytest.raises(CorruptLogError, match="head of log west/canonical"):
+        store.log("west", "")
+    _sql(store, "UPDATE templates SET model_hash = ?", "x" * 64)
+    with pytest.raises(CorruptWorldError, match="fails its checksum"):
+        store.template(source)
+    _sql(store, "UPDATE meta SET value = '1' WHERE key = 'checkpoint_every'")
+    with pytest.raises(CorruptWorldError, match="checkpoint_every"):
+        store.meta("checkpoint_every")
+    _sql(store, "UPDATE shards SET scene = '<mujoco></mujoco>'")
+    with pytest.raises(CorruptWorldError, match="scene of shard 'west'"):
+        store.shards()
+
+
+def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
+    with pytest.raises(WorldLockedError, match="open in another process"):
+        WorldStore(store.path, create=False)
+    with pytest.raises(WorldError, match="already exists"):
+        WorldStore(store.path, create=True)
+    with pytest.raises(WorldError, match="holds no world"):
+        WorldStore(tmp_path / "none.db", create=False)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(CorruptWorldError, match="not a readable world"):
+        WorldStore(junk, create=False)
