@@ -83,8 +83,12 @@ class World:
         try:
             for shard in self._scenes:
                 self._workers[shard] = make_worker(backend)
-            for wait in [self._load(shard, CANONICAL) for shard in self._scenes]:  # started together
-                wait()
+            for shard, wait in [(s, self._load(s, CANONICAL)) for s in self._scenes]:  # started together
+                try:
+                    wait()
+                except WorkerLost as exc:
+                    self._recover(shard, exc)
+                    self._call(shard, CANONICAL, "state", lambda: ())()  # loads it, retrying
         except BaseException:
             self.close()
             raise
@@ -202,6 +206,8 @@ class World:
             raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
         with self._lock:
             targets = list(shards) if shards is not None else self.shards
+            for shard in targets:
+                self._log(shard, CANONICAL)
             self._wait_all([(s, self._call(s, CANONICAL, "advance", self._flush_args(s, CANONICAL, steps)))
                             for s in targets])
             return {s: self.head(s) for s in targets}

@@ -1,0 +1,206 @@
+"""The canonical world: durable logs, exact reopening and replay, real worker processes killed mid-run."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import sim
+from sim import Mutation
+from sim._worldstore import WorldStore
+
+JOINTS = ("hhip", "hknee", "fhip", "fknee")
+
+
+def gait(tick):
+    """The walker's controls at a tick: a function of the tick only, so any run can repeat them."""
+    return [Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),)) for i, j in enumerate(JOINTS)]
+
+
+def drive(world, ticks, every=20):
+    for _ in range(ticks // every):
+        tick = world.head("west")
+        world.apply("west", gait(tick), provenance=f"gait@{tick}")
+        world.advance(every)
+
+
+@pytest.fixture
+def make(tmp_path, region, world_entities):
+    made = []
+
+    def make(name="w", backend="process", every=100):
+        world = sim.World.create(tmp_path / f"{name}.db", {"west": region, "east": region}, world_entities,
+                                 checkpoint_every=every, backend=backend)
+        made.append(world)
+        return world
+    yield make
+    for world in made:
+        world.close()
+
+
+def _same(a, b):
+    return all(a.snapshot(s).same_state(b.snapshot(s)) for s in ("west", "east"))
+
+
+def _events(world, shard="west"):
+    return [e.to_json() for e in world.events(shard)]
+
+
+def test_every_mutation_is_logged_and_a_reopened_world_resumes_exactly(make, tmp_path):
+    world, reference = make("w"), make("ref", backend="inline")
+    for w in (world, reference):
+        w.apply("east", Mutation("joint/crate/~joint0/qvel", "set", (1.0, 0, 0, 0, 0, 0)), provenance="push")
+        drive(w, 300)
+    event = world.events("west")[0]
+    assert (event.seq, event.tick, event.entity, event.kind, event.provenance) == (1, 0, "walker1", "mutate", "gait@0")
+    assert world.events("east")[0].entity == "crate"
+    world.close()
+    world = sim.World.open(tmp_path / "w.db")
+    assert world.head("west") == 300 and _same(world, reference)
+    for w in (world, reference):
+        drive(w, 200)
+    assert _same(world, reference) and _events(world) == _events(reference)
+    status = world.status()
+    assert status["shards"]["west"]["checkpoints"] == 6 and status["shards"]["west"]["events"] == 100
+    assert status["shards"]["east"]["entities"] == ["crate"] and world.worker_pid("west") != os.getpid()
+    world.close()
+
+
+def test_replay_is_bit_exact_against_the_original_run(make):
+    world = make(every=50)
+    seen = {}
+    for _ in range(8):
+        seen[world.head("west")] = world.snapshot("west")  # on arrival: before this tick's events
+        drive(world, 40)
+    for start, stop in ((0, 280), (40, 160), (120, 120), (130, 240)):
+        replay = world.replay("west", start, stop)
+        assert replay.exact and replay.snapshot.same_state(seen[stop])
+    assert world.replay("west", 0, 320).checked == (50, 100, 150, 200, 250, 300)
+
+
+def test_bad_input_is_refused_before_anything_is_logged(make):
+    world = make(backend="inline")
+    drive(world, 100)
+    with pytest.raises(sim.HistoryError, match="fork at 50 to change the past"):
+        world.apply("west", gait(50), at=50)
+    with pytest.raises(sim.MutationError, match="no body named 'walker1/tors'"):
+        world.apply("west", Mutation("body/walker1/tors/mass", "set", (2.0,)))
+    with pytest.raises(sim.MutationError, match="must stay > 0"):
+        world.apply("west", Mutation("body/walker1/torso/mass", "set", (0.0,)))
+    with pytest.raises(sim.HistoryError, match="ticks 0..100: cannot fork at 101"):
+        world.fork("west", 101)
+    with pytest.raises(sim.HistoryError, match="cannot replay 20..150"):
+        world.replay("west", 20, 150)
+    with pytest.raises(sim.UnknownShardError, match="no shard 'north'"):
+        world.advance(10, ["north"])
+    assert len(world.events("west")) == 20 and world.head("west") == 100
+
+
+def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path):
+    world = make("w", backend="inline")
+    drive(world, 240)
+    world.close()
+    with sqlite3.connect(tmp_path / "w.db") as db:
+        db.execute("UPDATE events SET change = replace(change, '0.', '9.') WHERE shard = 'west' AND seq = 45")
+    with pytest.raises(sim.CorruptLogError, match="event 45 .tick 220. fails its checksum"):
+        sim.World.open(tmp_path / "w.db", backend="inline")
+    with sqlite3.connect(tmp_path / "w.db") as db:
+        db.execute("UPDATE checkpoints SET state = zeroblob(length(state)) WHERE shard = 'west' AND tick = 200")
+    with pytest.raises(sim.CorruptCheckpointError, match="tick 200 fails its checksum"):
+        sim.World.open(tmp_path / "w.db", backend="inline")
+    store = WorldStore(tmp_path / "w.db", create=False)  # nothing was written by the failed opens
+    assert store.log("west", "").head == 240 and store.last_event("west", "") == (48, 220)
+    store.close()
+
+
+def test_history_from_another_build_is_not_replayed(make, tmp_path):
+    world = make("w", backend="inline")
+    drive(world, 120)
+    world.close()
+    store = WorldStore(tmp_path / "w.db", create=False)  # as if another MuJoCo build had compiled the template
+    cp = store.checkpoint("west", "", 100)
+    forged = "f" * 64
+    checksum = store._checksum("checkpoint", "west", "", 100, cp.template, forged, json.dumps(cp.patch, separators=(",", ":")),
+                               __import__("hashlib").sha256(cp.state).hexdigest())
+    with store.transaction():
+        store._db.execute("UPDATE checkpoints SET model_hash = ?, checksum = ? WHERE shard = 'west' AND tick = 100",
+                          (forged, checksum))
+    store.close()
+    with pytest.raises(sim.ReplayTemplateError, match="cannot replay exactly"):
+        sim.World.open(tmp_path / "w.db", backend="inline")
+
+
+def test_a_shard_worker_killed_mid_run_is_rebuilt_with_no_lost_or_duplicated_events(make):
+    world, reference = make("w", every=500), make("ref", backend="inline", every=500)
+    for w in (world, reference):
+        for tick in range(0, 40000, 20):  # scheduled ahead: one long advance, killed in the middle
+            w.apply("west", gait(tick), provenance=f"gait@{tick}", at=tick)
+    pid = world.worker_pid("west")
+    killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    world.advance(40000)
+    killer.join()
+    reference.advance(40000)
+    assert world.recoveries >= 1 and world.worker_pid("west") != pid
+    assert world.head("west") == 40000 and _same(world, reference)
+    assert _events(world) == _events(reference) and len(_events(world)) == 8000
+    assert world.replay("west", 0, 40000).checked == tuple(range(500, 40001, 500))
+
+
+CHILD = """
+import sys, sim
+sys.path.insert(0, {tests!r})
+from test_world import drive, gait
+if __name__ == "__main__":
+    world = sim.World.open({path!r}, backend="process")
+    while True:
+        tick = world.head("west")
+        world.apply("west", gait(tick), provenance=f"gait@{{tick}}")
+        print("acked", tick, flush=True)
+        world.advance(20)
+"""
+
+
+def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path):
+    world = make("w")
+    drive(world, 100)
+    world.close()
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(tests=os.path.dirname(__file__), path=str(tmp_path / "w.db")))
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    acked = []
+    for line in child.stdout:
+        acked.append(int(line.split()[1]))
+        if len(acked) == 60:
+            break
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    world = sim.World.open(tmp_path / "w.db")
+    logged = {int(e.provenance.split("@")[1]) for e in world.events("west")}
+    assert set(acked) <= logged and world.head("west") >= acked[-1]
+    reference = make("ref", backend="inline")
+    for event in world.events("west"):
+        reference.apply("west", Mutation.from_json(event.change), provenance=event.provenance, at=event.tick)
+    reference.advance(world.head("west"))
+    assert _same(world, reference)
+
+
+def test_evaluations_run_inside_the_shard_worker_from_its_state(make):
+    world = make()
+    drive(world, 60)
+    task, skill = sim.load_task("walker_forward").replace(horizon=25), sim.load_skill("walker_forward_good")
+    sampler = sim.load_sampler("walker_forward", seed=9)
+    inside = world.evaluate("west", task, skill, branches=8, wave=4, sampler=sampler, entity="walker1")
+    snap = world.snapshot("west")
+    here = sim.evaluate(snap.task(task, "walker1"), skill, branches=8, wave=4,
+                        sampler=snap.sampler(sampler, "walker1"), start=snap, progress=False)
+    assert inside.to_record() == here.to_record() and inside.start.tick == 60
+    with pytest.raises(sim.UnknownEntityError):
+        world.evaluate("west", task, skill, branches=2, entity="walker9")
