@@ -29,7 +29,10 @@ def _open(home: Home, name: str, backend: str) -> World:
     path = world_path(home, name)
     if not path.exists():
         raise click.ClickException(f"no world {name!r} in {home.path / WORLDS_DIR}; create it with `simnet world create`")
-    return World.open(path, backend=backend)
+    try:
+        return World.open(path, backend=backend)
+    except SimError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _entity(spec: str) -> Entity:

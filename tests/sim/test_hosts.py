@@ -1,0 +1,66 @@
+import os
+import signal
+
+import pytest
+
+from sim import Mutation, Template
+from sim._entities import compose
+from sim._hosts import InlineWorker, ProcessWorker, ShardHost, WorkerLost, make_worker
+from sim._world import _initial_checkpoint
+
+
+@pytest.fixture(scope="module")
+def template(region, world_entities):
+    return Template(compose(region, world_entities))
+
+
+def _load_args(template):
+    return (_initial_checkpoint(template).to_json(), template.xml, 50, 0, [])
+
+
+def _ctrl(seq, tick, value):
+    return {"seq": seq, "tick": tick, "entity": "walker1", "kind": "mutate", "provenance": "t",
+            "change": Mutation("actuator/walker1/hhip/ctrl", "set", (value,)).to_json()}
+
+
+def test_a_host_keeps_engines_apart_and_reports_what_it_crossed(template):
+    host = ShardHost()
+    host.load("", *_load_args(template))
+    host.load("b", *_load_args(template))
+    report = host.advance("", 120, [_ctrl(1, 0, 0.5)])
+    assert report["tick"] == 120 and [c["tick"] for c in report["checkpoints"]] == [50, 100]
+    assert report["template"] == template.source_hash and report["rejected"] == []
+    host.advance("b", 120, [])
+    assert host.state("")["state"] != host.state("b")["state"]
+    again = host.replay("", *_load_args(template)[:3], 120, [_ctrl(1, 0, 0.5)])
+    assert again["state"] == host.state("") and again["checkpoints"] == report["checkpoints"]
+    host.drop("b")
+    assert set(host.engines) == {""}
+
+
+def test_a_worker_process_runs_the_host_and_its_death_is_reported(template):
+    worker = make_worker("process")
+    assert isinstance(worker, ProcessWorker) and worker.pid != os.getpid()
+    worker.call("load", "", *_load_args(template))()
+    assert worker.call("advance", "", 60, [_ctrl(1, 0, 0.5)])()["tick"] == 60
+    pid = worker.pid
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(WorkerLost):
+        worker.call("state", "")()
+    worker.restart()
+    assert worker.pid != pid
+    with pytest.raises(KeyError):  # a new process: its engines are gone until the world reloads them
+        worker.call("state", "")()
+    worker.close()
+
+
+def test_inline_and_process_workers_compute_the_same_bits(template):
+    results = []
+    for worker in (InlineWorker(), make_worker("process")):
+        worker.call("load", "", *_load_args(template))()
+        worker.call("advance", "", 200, [_ctrl(1, 0, 0.3), _ctrl(2, 77, -0.6)])()
+        results.append(worker.call("state", "")())
+        worker.close()
+    assert results[0] == results[1]
+    with pytest.raises(ValueError, match="backend must be one of"):
+        make_worker("threads")

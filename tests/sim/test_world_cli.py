@@ -1,0 +1,60 @@
+import json
+
+from click.testing import CliRunner
+
+import sim
+from knowledge.cli import main
+
+
+def simnet(home, *args):
+    return CliRunner().invoke(main, ["--home", str(home), *args])
+
+
+def test_create_advance_fork_replay_and_status(tmp_path, region, world_entities):
+    (tmp_path / "region.xml").write_text(region)
+    (tmp_path / "walker.xml").write_text(world_entities[0].mjcf)
+    (tmp_path / "crate.xml").write_text(world_entities[1].mjcf)
+    home = tmp_path / "site"
+    made = simnet(home, "world", "create", "cell", "--shard", f"west={tmp_path / 'region.xml'}",
+                  "--shard", f"east={tmp_path / 'region.xml'}", "--entity", f"walker1={tmp_path / 'walker.xml'}@west",
+                  "--entity", f"crate={tmp_path / 'crate.xml'}@east:0,1,0", "--checkpoint-every", "100")
+    assert made.exit_code == 0, made.output
+    assert (home / "worlds" / "cell.db").exists() and "shards east, west" in made.output
+    advanced = simnet(home, "world", "advance", "cell", "250", "--backend", "process")
+    assert advanced.exit_code == 0 and "west at tick 250" in advanced.output
+    fork = simnet(home, "world", "fork", "cell", "west", "--at", "120", "--label", "before the slip")
+    assert fork.exit_code == 0
+    status = json.loads(simnet(home, "world", "status", "cell", "--json").output)
+    assert status["shards"]["west"]["tick"] == 250 and status["shards"]["west"]["checkpoints"] == 3
+    assert status["shards"]["east"]["entities"] == ["crate"]
+    assert status["branches"] == [{"id": fork.output.strip(), "shard": "west", "base_tick": 120, "head": 120,
+                                   "label": "before the slip"}]
+    human = simnet(home, "world", "status", "cell")
+    assert "tick       250" in human.output and "before the slip" in human.output
+    replay = simnet(home, "world", "replay", "cell", "west", "0", "250", "--json")
+    assert replay.exit_code == 0 and json.loads(replay.output)["checked"] == [100, 200]
+    with sim.World.open(home / "worlds" / "cell.db", backend="inline") as world:
+        assert json.loads(replay.output)["state_sha256"] == world.snapshot("west").state_sha256
+    assert simnet(home, "world", "status").output.strip() == "cell"
+
+
+def test_bad_input_is_reported_not_raised(tmp_path, region):
+    home = tmp_path / "site"
+    assert "no world 'nowhere'" in simnet(home, "world", "status", "nowhere").output
+    (tmp_path / "region.xml").write_text(region)
+    bad = simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}",
+                 "--entity", "walker1=missing.xml@west")
+    assert bad.exit_code == 2 and "NAME=FILE@SHARD" in bad.output
+    simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}")
+    beyond = simnet(home, "world", "replay", "w", "west", "0", "10")
+    assert beyond.exit_code == 1 and "cannot replay 0..10" in beyond.output
+    again = simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}")
+    assert again.exit_code == 1 and "already exists" in again.output
+
+
+def test_evaluate_with_the_ray_backend(ray_session, tmp_path):
+    result = simnet(tmp_path, "evaluate", "walker_forward_good", "--task", "walker_forward", "--branches", "8",
+                    "--workers", "2", "--backend", "ray", "--json")
+    assert result.exit_code == 0, result.output
+    local = simnet(tmp_path, "evaluate", "walker_forward_good", "--task", "walker_forward", "--branches", "8", "--json")
+    assert json.loads(result.output)["outcomes"] == json.loads(local.output)["outcomes"]
