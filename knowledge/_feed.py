@@ -139,9 +139,9 @@ class Feed:
         return self._drain()
 
     def replay(self, update: bytes) -> None:
-        """Apply an update from this site's own store (checked when it arrived)."""
+        """Queue an update from this site's own store (checked when it arrived); `apply_queued` applies."""
         self.check(parse_update(update))
-        self.apply(update)
+        self.queue(update)
 
     def queue(self, update: bytes) -> None:
         """Queue an update that passed the checks; `apply_queued` applies the queue in one transaction."""

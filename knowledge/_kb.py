@@ -125,7 +125,8 @@ class KnowledgeBase:
         return policy
 
     def _replay(self, feed: Feed) -> Feed:
-        """Rebuild one feed from the store: its checkpoint, then its envelopes (already verified)."""
+        """Rebuild one feed from the store: its checkpoint, then its envelopes (verified when they came),
+        applied in one Doc transaction. Callers refresh the views from the feed afterwards."""
         author = feed.author
         feed.reset()
         checkpoint = self._store.checkpoint(author)
@@ -139,6 +140,7 @@ class KnowledgeBase:
                 raise StoreError(f"store {self._store.path} is corrupt: feed {author.hex()[:16]} breaks at {env.seq}")
             feed.replay(env.update)
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+        feed.apply_queued()
         return feed
 
     def _refresh_trust(self) -> None:
