@@ -81,3 +81,29 @@ def ray_session():
     sim.use_ray(num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def kill_when_busy():
+    """SIGKILL a process once it has used `cpu` seconds more than now: mid-computation, not between calls."""
+    import os
+    import signal
+    import threading
+    import time
+
+    def cpu_seconds(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def kill(pid: int, cpu: float = 0.2) -> threading.Thread:
+        start = cpu_seconds(pid)
+
+        def watch() -> None:
+            while cpu_seconds(pid) - start < cpu:
+                time.sleep(0.005)
+            os.kill(pid, signal.SIGKILL)
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        return thread
+    return kill
