@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._entities import Entity, compose, entity_of
+from ._entities import Entity, compose
 from ._errors import HistoryError, UnknownEntityError, WorldError
 from ._evaluate import Evaluation
 from ._patches import Mutation, Patch
@@ -53,8 +53,8 @@ class Branch:
         return self.world._log(self.shard, self.id).label
 
     def apply(self, mutations: Mutation | Sequence[Mutation], *, provenance: str = "api",
-              at: int | None = None) -> list[Event]:
-        """Log mutations on this branch only (at its head by default)."""
+              at: int | None = None) -> Event:
+        """Log an event on this branch only (at its head by default), as `World.apply`."""
         return self.world._apply(self.shard, self.id, mutations, provenance, at)
 
     def advance(self, steps: int) -> int:
@@ -108,7 +108,7 @@ def fork(world: "World", shard: str, at: int, label: str) -> Branch:
 
 
 def replay(world: "World", shard: str, start: int, stop: int, interventions: Sequence["Intervention"]) -> Replay:
-    from ._world import check_mutation
+    from ._world import check_mutation, mutate_event
 
     with world._lock:
         head = world._log(shard, CANONICAL).head
@@ -124,8 +124,7 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
             branch = fork(world, shard, start, f"replay {start}..{stop} with {len(interventions)} intervention(s)")
             rows = [(e.tick, e.entity, e.kind, e.change, f"{e.provenance} (canonical #{e.seq})")
                     for e in store.events(shard, CANONICAL, first_tick=start, last_tick=stop - 1)]
-            rows += [(iv.at, entity_of(iv.mutation.target), "mutate", iv.mutation.to_json(), iv.provenance)
-                     for iv in interventions]
+            rows += [mutate_event(iv.at, [iv.mutation], iv.provenance) for iv in interventions]
             rows.sort(key=lambda row: row[0])  # stable: at one tick, the recorded events come first
             with store.transaction():
                 store.append(shard, branch.id, rows)

@@ -88,7 +88,7 @@ class Engine:
     def apply(self, event: Mapping) -> None:
         kind, change = event["kind"], event["change"]
         if kind == "mutate":
-            self._mutate(Mutation.from_json(change), event["seq"])
+            self._mutate([Mutation.from_json(m) for m in change["mutations"]], event["seq"])
         elif kind == "leave":
             _, rest = entity_patch(self.patch, change["entity"])
             new = load_template(event["xml"], change["model_hash"])
@@ -100,25 +100,28 @@ class Engine:
         else:
             raise WorldError(f"event {event['seq']}: unknown kind {kind!r}")
 
-    def _mutate(self, mutation: Mutation, seq: int) -> None:
-        """Apply one mutation, or leave the state as it was and record why not: a mutation that cannot
-        apply here (its values would leave the field's domain, its entity has left) is rejected the
-        same way on every replay."""
+    def _mutate(self, mutations: list[Mutation], seq: int) -> None:
+        """Apply an event's mutations, all or none: one that cannot apply here (its values would leave the
+        field's domain, its entity has left) rejects the event, the same way on every replay."""
+        row, patch = self.row, self.patch
         try:
-            slot = self.template.slot(mutation.target)
-            if slot.state:
-                apply_state_patches(self.batch, self.template, [Patch((mutation,))], [0])
-                return
-            row = self.row
-            try:
-                apply_model_patches(self.batch, self.template, [Patch((mutation,))], [0])
-            except MutationError:
-                self._load(self.template, self.patch, row)  # undo a half-applied model change
-                raise
-            self.patch = self.patch + Patch((mutation,))
+            for mutation in mutations:
+                self._set(mutation)
         except MutationError as exc:
-            self.rejected.append((seq, exc.detail))
+            self._load(self.template, patch, row)
+            self.rejected.append((seq, str(exc)))
             log.warning("event %d (tick %d) rejected: %s", seq, self.tick, exc)
+
+    def _set(self, mutation: Mutation) -> None:
+        slot = self.template.slot(mutation.target)
+        if slot.state and mutation.op == "set" and not slot.quaternion and len(mutation.value) in (1, slot.size):
+            # the common case, controls: a plain write into the state row (what the general path computes)
+            self.batch.bind(slot.field)[0, slot.start:slot.start + slot.size] = mutation.value
+        elif slot.state:
+            apply_state_patches(self.batch, self.template, [Patch((mutation,))], [0])
+        else:
+            apply_model_patches(self.batch, self.template, [Patch((mutation,))], [0])
+            self.patch = self.patch + Patch((mutation,))
 
     def entity_state(self, entity: str) -> dict:
         """What an entity takes along when it leaves: the state of its elements and its mutations."""

@@ -10,11 +10,11 @@ SQLite transaction: the entity leaves one log and enters the other, or neither.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,7 @@ import mujoco
 import numpy as np
 
 from ._entities import Entity, check_name, compose, entity_of
-from ._errors import (HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError,
-                      WorldError)
+from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError
 from ._evaluate import Evaluation, policy_payload
 from ._hosts import WorkerLost, make_worker
 from ._patches import Mutation, Patch, Sampler
@@ -79,6 +78,7 @@ class World:
         self._entities = {e["name"]: Entity.from_json(e) for e in store.entities()}
         self._delivered: dict[str, dict[str, int]] = {s: {} for s in self._scenes}  # engines loaded: last seq sent
         self._current: dict[tuple[str, str], str] = {}  # (shard, key) -> template source hash
+        self._templates: dict[str, Template] = {}
         self._workers = {}
         try:
             for shard in self._scenes:
@@ -195,10 +195,18 @@ class World:
     # ---- writing ----
 
     def apply(self, shard: str, mutations: Mutation | Iterable[Mutation], *, provenance: str = "api",
-              at: int | None = None) -> list[Event]:
-        """Log mutations of `shard` at tick `at` (default: its head; never before its head or its last
-        event). They are durable when this returns and take effect as the shard reaches `at`."""
+              at: int | None = None) -> Event:
+        """Log one event of `shard`: `mutations` applied together (all or none) at tick `at` (default: its
+        head; never before its head or its last event). It is durable when this returns (or when the
+        enclosing `batch()` ends) and takes effect as the shard reaches `at`."""
         return self._apply(shard, CANONICAL, mutations, provenance, at)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group commit: events applied in the block become durable together when it ends (or none, if
+        it raises). For streams of many small events, one commit instead of one each."""
+        with self._lock, self._store.transaction():
+            yield
 
     def advance(self, steps: int, shards: Sequence[str] | None = None) -> dict[str, int]:
         """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the heads."""
@@ -290,15 +298,20 @@ class World:
     def _template(self, shard: str, key: str) -> Template:
         if (shard, key) not in self._current:
             self._ensure(shard, key)
-        return cached_template(self._store.template(self._current[shard, key])[0])
+        source = self._current[shard, key]
+        if source not in self._templates:
+            self._templates[source] = cached_template(self._store.template(source)[0])
+        return self._templates[source]
 
     def _where(self, shard: str, key: str) -> Callable[[], dict]:
         return lambda: {"world": self.name, "world_id": self.id, "shard": shard, "branch": key or None,
                         "events": self._delivered[shard].get(key, 0)}
 
     def _apply(self, shard: str, key: str, mutations: Mutation | Iterable[Mutation], provenance: str,
-               at: int | None) -> list[Event]:
+               at: int | None) -> Event:
         batch = [mutations] if isinstance(mutations, Mutation) else list(mutations)
+        if not batch:
+            raise ValueError("an event needs at least one mutation")
         with self._lock:
             head = self._log(shard, key).head
             _, last = self._store.last_event(shard, key)
@@ -310,8 +323,7 @@ class World:
             for mutation in batch:
                 check_mutation(template, mutation)
             with self._store.transaction():
-                return self._store.append(shard, key, [(tick, entity_of(m.target), "mutate", m.to_json(), provenance)
-                                                       for m in batch])
+                return self._store.append(shard, key, [mutate_event(tick, batch, provenance)])[0]
 
     def _snapshot(self, shard: str, key: str) -> Snapshot:
         with self._lock:
@@ -437,6 +449,13 @@ class World:
         self.recoveries += 1
         self._delivered[shard].clear()
         self._workers[shard].restart()
+
+
+def mutate_event(tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:
+    """A "mutate" event as the store appends it: its entity is the one all its mutations address, if any."""
+    entities = {entity_of(m.target) for m in mutations}
+    entity = entities.pop() if len(entities) == 1 else ""
+    return (tick, entity, "mutate", {"mutations": [m.to_json() for m in mutations]}, provenance)
 
 
 def check_mutation(template: Template, mutation: Mutation) -> None:

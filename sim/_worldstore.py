@@ -115,7 +115,9 @@ class WorldStore:
             raise CorruptWorldError(f"{self.path}: unknown world format {meta.get('format')!r}")
         self.id = meta["id"]
         self._db.execute(f"PRAGMA synchronous={'FULL' if json.loads(meta['fsync']) else 'NORMAL'}")
-        self._heads: dict[tuple[str, str], tuple[int, str]] = {}  # log -> (last seq, its checksum)
+        # this process is the only writer: what it has read or written stays true until a rollback
+        self._heads: dict[tuple[str, str], tuple[int, str, int]] = {}  # log -> last (seq, checksum, tick)
+        self._logs: dict[tuple[str, str], Log] = {}
 
     def close(self) -> None:
         if getattr(self, "_db", None) is not None:
@@ -134,7 +136,8 @@ class WorldStore:
             yield
         except BaseException:
             self._db.execute("ROLLBACK")
-            self._heads.clear()  # may hold sequence numbers that were rolled back
+            self._heads.clear()  # may hold what was rolled back
+            self._logs.clear()
             raise
         self._db.execute("COMMIT")
 
@@ -204,21 +207,25 @@ class WorldStore:
 
     def add_log(self, log: Log) -> None:
         self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?)", (*self._log_row(log),))
+        self._logs[log.shard, log.branch] = log
 
     def _log_row(self, log: Log) -> tuple:
         fields = (log.shard, log.branch, log.base_tick, log.head, log.label)
         return (*fields, self._checksum("log", *fields))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        log = self.log(shard, branch)
+        log = Log(shard, branch, self.log(shard, branch).base_tick, head, self.log(shard, branch).label)
         self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
-                         (head, self._log_row(Log(shard, branch, log.base_tick, head, log.label))[-1], shard, branch))
+                         (head, self._log_row(log)[-1], shard, branch))
+        self._logs[shard, branch] = log
 
     def log(self, shard: str, branch: str) -> Log:
-        rows = self._rows("SELECT * FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
-        if not rows:
-            raise KeyError((shard, branch))
-        return self._checked_log(rows[0])
+        if (shard, branch) not in self._logs:
+            rows = self._rows("SELECT * FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
+            if not rows:
+                raise KeyError((shard, branch))
+            self._logs[shard, branch] = self._checked_log(rows[0])
+        return self._logs[shard, branch]
 
     def logs(self, shard: str | None = None) -> list[Log]:
         rows = self._rows("SELECT * FROM logs WHERE branch != '' AND (? IS NULL OR shard = ?) ORDER BY shard, branch",
@@ -235,38 +242,32 @@ class WorldStore:
 
     def append(self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]) -> list[Event]:
         """Append (tick, entity, kind, change, provenance) events; ticks must not go back."""
-        seq, prev = self._head(shard, branch)
-        last_tick = self._last_tick(shard, branch)
-        out = []
+        seq, prev, last_tick = self._head(shard, branch)
+        out, rows = [], []
         for tick, entity, kind, change, provenance in events:
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
             seq += 1
             text = canonical_json(change).decode()
             prev = self._checksum("event", shard, branch, seq, tick, entity, kind, text, provenance, prev)
-            self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (shard, branch, seq, tick, entity, kind, text, provenance, prev))
+            rows.append((shard, branch, seq, tick, entity, kind, text, provenance, prev))
             out.append(Event(seq, tick, entity, kind, change, provenance))
             last_tick = tick
-        self._heads[shard, branch] = (seq, prev)
+        self._db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self._heads[shard, branch] = (seq, prev, last_tick)
         return out
 
-    def _head(self, shard: str, branch: str) -> tuple[int, str]:
+    def _head(self, shard: str, branch: str) -> tuple[int, str, int]:
         if (shard, branch) not in self._heads:
-            rows = self._rows("SELECT seq, checksum FROM events WHERE shard = ? AND branch = ? ORDER BY seq DESC LIMIT 1",
-                              (shard, branch))
-            self._heads[shard, branch] = rows[0] if rows else (0, "")
+            rows = self._rows("SELECT seq, checksum, tick FROM events WHERE shard = ? AND branch = ? "
+                              "ORDER BY seq DESC LIMIT 1", (shard, branch))
+            self._heads[shard, branch] = rows[0] if rows else (0, "", 0)
         return self._heads[shard, branch]
-
-    def _last_tick(self, shard: str, branch: str) -> int:
-        rows = self._rows("SELECT max(tick) FROM events WHERE shard = ? AND branch = ?", (shard, branch))
-        return rows[0][0] if rows[0][0] is not None else 0
 
     def last_event(self, shard: str, branch: str) -> tuple[int, int]:
         """(seq, tick) of a log's last event, (0, 0) if it has none."""
-        rows = self._rows("SELECT seq, tick FROM events WHERE shard = ? AND branch = ? ORDER BY seq DESC LIMIT 1",
-                          (shard, branch))
-        return rows[0] if rows else (0, 0)
+        seq, _, tick = self._head(shard, branch)
+        return seq, tick
 
     def last_seq(self, shard: str, branch: str, until_tick: int) -> int:
         """The seq of a log's last event at or before a tick (0 if none)."""

@@ -7,7 +7,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -122,7 +121,7 @@ def test_a_counterfactual_replay_is_a_branch_of_the_recorded_events_plus_the_int
     assert "canonical #3" in replay.branch.events()[0].provenance
     by_hand = world.fork("west", 40)
     for event in replay.branch.events():
-        by_hand.apply(Mutation.from_json(event.change), at=event.tick)
+        by_hand.apply([Mutation.from_json(m) for m in event.change["mutations"]], at=event.tick)
     by_hand.advance(110)
     assert by_hand.snapshot().same_state(replay.snapshot)
     assert not replay.snapshot.same_state(world.replay("west", 40, 150).snapshot)

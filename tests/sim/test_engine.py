@@ -16,7 +16,7 @@ def _events():
     """Controls every 25 ticks, a mass change and a push, as a worker receives them (seq follows tick)."""
     def mutate(tick, target, op, value):
         return {"tick": tick, "entity": target.split("/")[1], "kind": "mutate", "provenance": "test",
-                "change": Mutation(target, op, value).to_json()}
+                "change": {"mutations": [Mutation(target, op, value).to_json()]}}
     out = [mutate(25 * k, "actuator/walker1/hhip/ctrl", "set", (0.4 * np.sin(k),)) for k in range(8)]
     out += [mutate(110, "body/walker1/torso/mass", "scale", (1.5,)),
             mutate(110, "joint/crate/~joint0/qvel", "set", (0.5, 0, 0, 0, 0, 0))]
@@ -52,9 +52,11 @@ def test_a_checkpoint_restores_the_live_state_bit_for_bit(template):
 
 
 def test_a_mutation_that_cannot_apply_is_rejected_and_changes_nothing(template):
+    half = [Mutation("actuator/walker1/hhip/ctrl", "set", (0.7,)), Mutation("body/walker1/torso/mass", "scale", (2.0,)),
+            Mutation("body/walker1/torso/mass", "add", (-100.0,))]  # the last one rejects the whole event
     bad = {"seq": 1, "tick": 10, "entity": "walker1", "kind": "mutate", "provenance": "t",
-           "change": Mutation("body/walker1/torso/mass", "add", (-100.0,)).to_json()}
-    gone = {**bad, "seq": 2, "change": Mutation("body/walker2/torso/mass", "set", (1.0,)).to_json()}
+           "change": {"mutations": [m.to_json() for m in half]}}
+    gone = {**bad, "seq": 2, "change": {"mutations": [Mutation("body/walker2/torso/mass", "set", (1.0,)).to_json()]}}
     a, b = _fresh(template), _fresh(template)
     a.advance(60, [bad, gone], lambda c: None)
     b.advance(60, [], lambda c: None)

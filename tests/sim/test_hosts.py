@@ -20,7 +20,7 @@ def _load_args(template):
 
 def _ctrl(seq, tick, value):
     return {"seq": seq, "tick": tick, "entity": "walker1", "kind": "mutate", "provenance": "t",
-            "change": Mutation("actuator/walker1/hhip/ctrl", "set", (value,)).to_json()}
+            "change": {"mutations": [Mutation("actuator/walker1/hhip/ctrl", "set", (value,)).to_json()]}}
 
 
 def test_a_host_keeps_engines_apart_and_reports_what_it_crossed(template):

@@ -1,9 +1,5 @@
 """The Ray backend on a real local Ray (2 CPUs, one session for all tests): same outcomes, same worlds."""
 
-import os
-import signal
-import threading
-
 import numpy as np
 import pytest
 
@@ -25,22 +21,22 @@ def test_ray_actors_run_the_same_evaluation_as_worker_processes(ray_session, sho
 
 
 def test_a_world_on_ray_actors_is_the_same_world_and_survives_a_killed_actor(ray_session, tmp_path, region,
-                                                                          world_entities):
+                                                                          world_entities, kill_when_busy):
     worlds = {b: sim.World.create(tmp_path / f"{b}.db", {"west": region, "east": region}, world_entities,
                                   checkpoint_every=500, backend=b) for b in ("ray", "process")}
     try:
         for world in worlds.values():
-            for tick in range(0, 60000, 25):
-                world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", (0.5 * np.sin(0.01 * tick),)),
-                            at=tick)
+            with world.batch():
+                for tick in range(0, 60000, 25):
+                    world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", (0.5 * np.sin(0.01 * tick),)),
+                                at=tick)
         remote = worlds["ray"]
         pid = remote.worker_pid("west")
-        killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
-        killer.start()
+        killer = kill_when_busy(pid)
         for world in worlds.values():
             world.advance(60000)
         killer.join()
-        for shard in ("west", "east"):  # (if the kill came after the advance, the next call finds it)
+        for shard in ("west", "east"):
             assert remote.snapshot(shard).same_state(worlds["process"].snapshot(shard))
         assert remote.recoveries == 1 and remote.worker_pid("west") != pid
         assert [e.to_json() for e in remote.events("west")] == [e.to_json() for e in worlds["process"].events("west")]

@@ -67,7 +67,9 @@ def test_heads_templates_and_settings_are_checked_too(store):
         store.put_template("<mujoco/>", "m" * 64)
         store.add_shard("west", "<mujoco/>")
     source = store.put_template("<mujoco/>", "m" * 64)
+    store.close()  # what a session reads from the file, not what it wrote
     _sql(store, "UPDATE logs SET head = 99")
+    store = WorldStore(store.path, create=False)
     with pytest.raises(CorruptLogError, match="head of log west/canonical"):
         store.log("west", "")
     _sql(store, "UPDATE templates SET model_hash = ?", "x" * 64)
@@ -79,6 +81,7 @@ def test_heads_templates_and_settings_are_checked_too(store):
     _sql(store, "UPDATE shards SET scene = '<mujoco></mujoco>'")
     with pytest.raises(CorruptWorldError, match="scene of shard 'west'"):
         store.shards()
+    store.close()
 
 
 def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
