@@ -197,9 +197,9 @@ def _peer_heads(answer: object) -> dict[str, Head | int]:
     except WireError as exc:
         raise PeerError(f"the peer's heads answer is malformed: {exc}") from None
     equivocators = answer.get("equivocators", [])
-    for author in equivocators if isinstance(equivocators, list) else ():
-        if isinstance(author, str) and author in heads:
-            heads[author] = Head(int(heads[author]), "", equivocated_at=1)
+    for author in set(equivocators) if isinstance(equivocators, list) else ():
+        if isinstance(author, str) and isinstance(seq := heads.get(author), int):
+            heads[author] = Head(seq, "", equivocated_at=1)
     return heads
 
 

@@ -143,12 +143,13 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     request_json = parse_json(body)
     if not isinstance(request_json, dict):
         raise WireError("body must be a JSON object with 'heads' (and optionally 'limit')")
-    heads: dict[str, Head | int] = dict(parse_heads(request_json.get("heads", {}), max_authors=1 << 20))
+    seqs = parse_heads(request_json.get("heads", {}), max_authors=1 << 20)
     equivocators = request_json.get("equivocators", [])
     if not isinstance(equivocators, list) or not all(isinstance(a, str) for a in equivocators):
         raise WireError("'equivocators' must be a list of author keys (64 hex digits)")
-    for author in equivocators:  # authors the caller knows forked: it needs no evidence
-        heads[check_hex64(author, "equivocator")] = Head(int(heads.get(author, 0)), "", equivocated_at=1)
+    heads: dict[str, Head | int] = dict(seqs)
+    for author in {check_hex64(a, "equivocator") for a in equivocators}:  # forks the caller knows of
+        heads[author] = Head(seqs.get(author, 0), "", equivocated_at=1)
     limit = request_json.get("limit", site.config.limits.max_page)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")

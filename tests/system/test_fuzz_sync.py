@@ -224,3 +224,12 @@ def test_the_oracle_sees_a_valid_push_and_the_server_survived(fuzz):
     me = ps.device.identity.public_key_hex
     assert after[0]["heads"][me] == before[0]["heads"][me] + 1
     assert ps.site.process.poll() is None and ps.site.healthy()
+
+
+def test_an_equivocator_named_twice_is_a_normal_request(fuzz):
+    """Found by the fuzzer: the same author twice in 'equivocators' gave a 500."""
+    ps, signed, _ = fuzz
+    author = "32" * 32
+    body = json.dumps({"heads": {author: 6}, "limit": 1, "equivocators": [author, author]}).encode()
+    response = signed.post("/v1/sync", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200
