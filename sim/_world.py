@@ -164,11 +164,14 @@ class World:
 
     def head(self, shard: str, branch: str = CANONICAL) -> int:
         """The tick a shard's canonical log (or a branch) has reached."""
-        return self._log(shard, branch).head
+        with self._lock:
+            return self._log(shard, branch).head
 
     def events(self, shard: str, branch: str = CANONICAL) -> list[Event]:
-        self._log(shard, branch)
-        return self._store.events(shard, branch)
+        """A shard's canonical log (or a branch's own), verified."""
+        with self._lock:
+            self._log(shard, branch)
+            return self._store.events(shard, branch)
 
     def status(self) -> dict:
         with self._lock:
@@ -203,10 +206,17 @@ class World:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Group commit: events applied in the block become durable together when it ends (or none, if
-        it raises). For streams of many small events, one commit instead of one each."""
-        with self._lock, self._store.transaction():
-            yield
+        """Group commit: what the block logs (events, advances, forks) becomes durable together when it
+        ends, or none of it if it raises. For streams of small events: one commit instead of one each."""
+        with self._lock:
+            try:
+                with self._store.transaction():
+                    yield
+            except BaseException:
+                for shard in self._scenes:  # workers may have run what was rolled back: rebuild from the store
+                    self._delivered[shard].clear()
+                self._current.clear()
+                raise
 
     def advance(self, steps: int, shards: Sequence[str] | None = None) -> dict[str, int]:
         """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the heads."""
@@ -344,9 +354,16 @@ class World:
         return args
 
     def _wait_all(self, calls: list[tuple[str, Callable[[], Any]]]) -> None:
-        """Wait for advances issued on several shards at once, and commit what each reports."""
-        for shard, wait in calls:
-            wait()
+        """Wait for calls issued on several shards at once; every one is waited for (and an advance
+        committed) even if another fails, then the first failure is raised."""
+        failure: BaseException | None = None
+        for _shard, wait in calls:
+            try:
+                wait()
+            except Exception as exc:  # noqa: BLE001 - raised below, after the others are settled
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def _wire(self, events: Sequence[Event]) -> list[dict]:
         """Events as a worker applies them: template switches carry their MJCF."""
@@ -461,14 +478,14 @@ def mutate_event(tick: int, mutations: Sequence[Mutation], provenance: str) -> t
 def check_mutation(template: Template, mutation: Mutation) -> None:
     """What can be checked before a mutation is logged: its target, op, width, and a `set`'s values."""
     slot = template.slot(mutation.target)
-    value = np.array(mutation.value)
+    value = mutation.value
     if len(value) not in (1, slot.size):
         raise MutationError(mutation.target, f"needs 1 or {slot.size} values, got {len(value)}")
     if slot.quaternion and (mutation.op != "set" or len(value) != slot.size
                             or abs(np.linalg.norm(value[-4:]) - 1.0) > 1e-9):
         raise MutationError(mutation.target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
-    if mutation.op == "set" and ((slot.domain == "positive" and value.min() <= 0)
-                                 or (slot.domain == "nonnegative" and value.min() < 0)):
+    if mutation.op == "set" and ((slot.domain == "positive" and min(value) <= 0)
+                                 or (slot.domain == "nonnegative" and min(value) < 0)):
         raise MutationError(mutation.target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
 
 

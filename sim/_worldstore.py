@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import sqlite3
 import uuid
@@ -24,6 +25,7 @@ from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError,
 
 FORMAT = "simnet.world/1"
 CANONICAL = ""  # the branch key of a shard's canonical log
+_RECENT = 4096  # events per log kept in memory after this process appended them
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
@@ -89,6 +91,10 @@ class WorldStore:
 
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self.path = Path(path)
+        # this process is the only writer: what it has read or written stays true until a rollback
+        self._heads: dict[tuple[str, str], tuple[int, str, int]] = {}  # log -> last (seq, checksum, tick)
+        self._logs: dict[tuple[str, str], Log] = {}
+        self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
         self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
@@ -115,9 +121,6 @@ class WorldStore:
             raise CorruptWorldError(f"{self.path}: unknown world format {meta.get('format')!r}")
         self.id = meta["id"]
         self._db.execute(f"PRAGMA synchronous={'FULL' if json.loads(meta['fsync']) else 'NORMAL'}")
-        # this process is the only writer: what it has read or written stays true until a rollback
-        self._heads: dict[tuple[str, str], tuple[int, str, int]] = {}  # log -> last (seq, checksum, tick)
-        self._logs: dict[tuple[str, str], Log] = {}
 
     def close(self) -> None:
         if getattr(self, "_db", None) is not None:
@@ -136,13 +139,15 @@ class WorldStore:
             yield
         except BaseException:
             self._db.execute("ROLLBACK")
-            self._heads.clear()  # may hold what was rolled back
-            self._logs.clear()
+            for cache in (self._heads, self._logs, self._recent):  # they may hold what was rolled back
+                cache.clear()
             raise
         self._db.execute("COMMIT")
 
-    def _checksum(self, table: str, *fields: Any) -> str:
-        return sha256_hex(canonical_json([table, self.id, *fields]))
+    def _checksum(self, table: str, *fields: str | int) -> str:
+        """SHA-256 over the world id and the fields, after their lengths (unambiguous, and cheap)."""
+        parts = [str(field).encode() for field in (table, self.id, *fields)]
+        return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
         try:
@@ -255,6 +260,9 @@ class WorldStore:
             last_tick = tick
         self._db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         self._heads[shard, branch] = (seq, prev, last_tick)
+        recent = self._recent.setdefault((shard, branch), [])
+        recent += out
+        del recent[:-_RECENT]
         return out
 
     def _head(self, shard: str, branch: str) -> tuple[int, str, int]:
@@ -278,7 +286,12 @@ class WorldStore:
     def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
                after_seq: int = 0) -> list[Event]:
         """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, each verified
-        against its checksum and its predecessor's: CorruptLogError before anything is returned."""
+        against its checksum and its predecessor's: CorruptLogError before anything is returned.
+        (What this process appended it serves from memory: those are its own bytes.)"""
+        recent = self._recent.get((shard, branch))
+        if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == self._head(shard, branch)[0]:
+            return [e for e in recent if e.seq > after_seq and e.tick >= first_tick
+                    and (last_tick is None or e.tick <= last_tick)]
         rows = self._rows(
             "SELECT seq, tick, entity, kind, change, provenance, checksum FROM events WHERE shard = ? AND branch = ? "
             "AND tick >= ? AND (? IS NULL OR tick <= ?) AND seq > ? ORDER BY seq",

@@ -1,6 +1,6 @@
 """The canonical world: durable logs, exact reopening and replay, real worker processes killed mid-run."""
 
-import json
+import hashlib
 import os
 import signal
 import sqlite3
@@ -123,11 +123,11 @@ def test_history_from_another_build_is_not_replayed(make, tmp_path):
     drive(world, 120)
     world.close()
     store = WorldStore(tmp_path / "w.db", create=False)  # as if another MuJoCo build had compiled the template
-    cp = store.checkpoint("west", "", 100)
     forged = "f" * 64
-    checksum = store._checksum("checkpoint", "west", "", 100, cp.template, forged, json.dumps(cp.patch, separators=(",", ":")),
-                               __import__("hashlib").sha256(cp.state).hexdigest())
     with store.transaction():
+        template, patch, state = store._db.execute(
+            "SELECT template, patch, state FROM checkpoints WHERE shard = 'west' AND tick = 100").fetchone()
+        checksum = store._checksum("checkpoint", "west", "", 100, template, forged, patch, hashlib.sha256(state).hexdigest())
         store._db.execute("UPDATE checkpoints SET model_hash = ?, checksum = ? WHERE shard = 'west' AND tick = 100",
                           (forged, checksum))
     store.close()

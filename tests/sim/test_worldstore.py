@@ -14,6 +14,8 @@ def store(tmp_path):
         store.append("west", "", [(t, "walker1", "mutate", {"target": "x", "op": "set", "value": [t]}, "test")
                                   for t in (0, 0, 5, 9, 9, 12)])
         store.put_checkpoints("west", "", [Checkpoint(10, "t" * 64, "m" * 64, [], b"\x01" * 16)])
+    store.close()  # reopened, it reads the file: what a later session would see
+    store = WorldStore(tmp_path / "w.db", create=False)
     yield store
     store.close()
 

@@ -1,0 +1,153 @@
+"""Persistent worlds: what persistence costs, how fast a fork is, how big a checkpoint is, whether replays are
+exact, and how much evaluation throughput the Ray backend keeps; each against its baseline in the same run.
+
+    python benchmarks/world.py [--quick]
+
+- persistence_overhead: one shard (the shipped walker and a crate on a floor) stepping with its event log
+  and checkpoints on, against the same engine stepping the same events with persistence off; a setpoint
+  event for the walker's four joints every 20 ticks (10 Hz of virtual time), checkpoints every 1000 ticks,
+  in windows of one second of virtual time: the window's events and the advance over it are one commit
+  (`World.batch`). Both run in this process (backend "inline"), so that persistence is the only
+  difference. Runs alternate; medians.
+- fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
+  process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the
+  fork alone (a checkpoint reference and a new log).
+- checkpoint_bytes: a stored checkpoint's state row and model patch (median over the run's checkpoints).
+- replay_exact_rate: of the recorded checkpoints that replays crossed (one from tick 0 over the whole run,
+  others from random ticks), the fraction reproduced bit for bit.
+- ray_throughput_retention: the walker task's closed-loop evaluation on 2 workers, physics steps/s with
+  Ray actors over steps/s with worker processes, both warm, alternating; medians.
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import sim
+from sim._engine import Engine
+from sim._world import _initial_checkpoint
+
+REGION = """<mujoco model="cell"><option timestep="0.005"/>
+  <worldbody><geom name="floor" type="plane" size="200 200 0.1"/></worldbody></mujoco>"""
+CRATE = """<mujoco><worldbody><body name="crate" pos="1 0 0.3"><freejoint/>
+  <geom type="box" size=".1 .1 .1" mass="2"/></body></worldbody></mujoco>"""
+JOINTS = ("hhip", "hknee", "fhip", "fknee")
+EVERY, WINDOW, PERIOD = 1000, 200, 20  # ticks between checkpoints, per commit window, between setpoints
+
+
+def gait(tick: int) -> list[sim.Mutation]:
+    return [sim.Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),))
+            for i, j in enumerate(JOINTS)]
+
+
+def entities() -> list[sim.Entity]:
+    walker = sim.load_task("walker_forward").definition["scene"]
+    return [sim.Entity("walker1", walker, "cell"), sim.Entity("crate", CRATE, "cell", (0.0, 1.0, 0.0))]
+
+
+def persistent(path: Path, ticks: int, setpoints: dict) -> tuple[float, sim.Snapshot]:
+    with sim.World.create(path, {"cell": REGION}, entities(), checkpoint_every=EVERY, backend="inline") as world:
+        start = time.perf_counter()
+        for window in range(0, ticks, WINDOW):
+            with world.batch():  # the window's events, the advance and its checkpoint: one commit
+                for tick in range(window, window + WINDOW, PERIOD):
+                    world.apply("cell", setpoints[tick], at=tick, provenance="setpoint")
+                world.advance(WINDOW)
+        elapsed = time.perf_counter() - start
+        return elapsed, world.snapshot("cell")
+
+
+def volatile(template: sim.Template, ticks: int, events: dict) -> tuple[float, np.ndarray]:
+    """The same engine, the same events, nothing logged and no checkpoints."""
+    engine = Engine.restore(_initial_checkpoint(template), template.xml, sys.maxsize)
+    start = time.perf_counter()
+    for window in range(0, ticks, WINDOW):
+        engine.advance(window + WINDOW, events[window], lambda checkpoint: None)
+    return time.perf_counter() - start, engine.row
+
+
+def evaluation_rate(backend: str, branches: int) -> float:
+    task, skill = sim.load_task("walker_forward"), sim.load_skill("walker_forward_good")
+    start = time.perf_counter()
+    result = sim.evaluate(task, skill, branches=branches, wave=16, workers=2, threads=1, backend=backend,
+                          sampler=sim.load_sampler("walker_forward", seed=1), progress=False)
+    return sum(o.steps for o in result.outcomes) * task.control_substeps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a shorter run, fewer repetitions")
+    args = parser.parse_args()
+    ticks, repeats, forks, branches = (20_000, 3, 8, 64) if args.quick else (100_000, 5, 20, 256)
+    rng = random.Random(6)
+    setpoints = {tick: gait(tick) for tick in range(0, ticks, PERIOD)}
+    events, seq = {}, 0
+    for window in range(0, ticks, WINDOW):
+        events[window] = []
+        for tick in range(window, window + WINDOW, PERIOD):
+            seq += 1
+            events[window].append({"seq": seq, "tick": tick, "entity": "walker1", "kind": "mutate", "provenance": "",
+                                   "change": {"mutations": [m.to_json() for m in setpoints[tick]]}})
+    with tempfile.TemporaryDirectory() as tmp:
+        # persistence on and off, alternating
+        on, off = [], []
+        for rep in range(repeats):
+            path = Path(tmp) / f"w{rep}.db"
+            elapsed, final = persistent(path, ticks, setpoints)
+            on.append(elapsed)
+            elapsed, row = volatile(final.template, ticks, events)
+            off.append(elapsed)
+            assert row.tobytes() == final.state.tobytes(), "persistence changed the simulation"
+        # forks, checkpoints and replays of the last run's history, in a worker process
+        with sim.World.open(path, backend="process") as world:
+            fork_ms, log_ms = [], []
+            for _ in range(forks):
+                at = rng.randrange(ticks)
+                start = time.perf_counter()
+                branch = world.fork("cell", at)
+                log_ms.append((time.perf_counter() - start) * 1e3)
+                branch.snapshot()
+                fork_ms.append((time.perf_counter() - start) * 1e3)
+            store = world._store
+            sizes = [len(c.state) + len(json.dumps(c.patch)) for c in store.checkpoints("cell", "", 0, ticks)]
+            replays = [world.replay("cell", 0, ticks)]
+            replays += [world.replay("cell", s, min(ticks, s + 5 * EVERY)) for s in rng.sample(range(ticks), 5)]
+        checked = sum(len(r.checked) for r in replays)
+        exact = checked - sum(len(r.mismatched) for r in replays)
+    # evaluation throughput: worker processes against Ray actors, both warm
+    sim.use_ray(num_cpus=2)
+    for backend in ("process", "ray"):
+        evaluation_rate(backend, 32)
+    local, remote = [], []
+    for _ in range(repeats):
+        local.append(evaluation_rate("process", branches))
+        remote.append(evaluation_rate("ray", branches))
+    median_on, median_off = statistics.median(on), statistics.median(off)
+    line = {
+        "benchmark": "world", "quick": args.quick, "ticks": ticks, "repeats": repeats,
+        "persistence_overhead": median_on / median_off - 1,
+        "steps_per_s_persistent": ticks / median_on, "steps_per_s_volatile": ticks / median_off,
+        "events": len(setpoints), "checkpoint_every": EVERY,
+        "fork_ms": statistics.median(fork_ms), "fork_log_ms": statistics.median(log_ms),
+        "checkpoint_bytes": statistics.median(sizes),
+        "replay_exact_rate": exact / checked, "replay_checkpoints_compared": checked,
+        "ray_throughput_retention": statistics.median(remote) / statistics.median(local),
+        "ray_steps_per_s": statistics.median(remote), "local_steps_per_s": statistics.median(local),
+        "evaluation_branches": branches,
+    }
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
