@@ -44,6 +44,7 @@ class Ingestion:
         # folded into the views once, when the run ends.
         self.current: Feed | None = None
         self.current_changes: dict[str, str | None] = {}
+        self.rows: list[tuple[bytes, int, bytes, bytes]] = []  # accepted envelopes not yet inserted
 
     def run(self, envelopes: list[bytes]) -> IngestReport:
         kb, report = self.kb, self.report
@@ -90,7 +91,13 @@ class Ingestion:
             reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
             raise UpdateRejected(str(exc)) from exc
 
+    def _store_rows(self) -> None:
+        if self.rows:
+            self.kb._store.add_envelopes(self.rows)
+            self.rows = []
+
     def _end_run(self) -> None:
+        self._store_rows()
         self._apply_queued()
         feed, changes = self.current, self.current_changes
         self.current, self.current_changes = None, {}
@@ -123,6 +130,7 @@ class Ingestion:
         feed = kb._feeds.get(author)
         have = feed.seq if feed else 0
         if env.seq <= have:
+            self._store_rows()  # the lookup below must see this batch's envelopes too
             stored = kb._store.envelope_hash(author, env.seq)
             if not env.is_checkpoint and stored == env.hash:
                 report.duplicates += 1  # the very bytes held here: no need to verify again
@@ -177,6 +185,7 @@ class Ingestion:
                 self.current_changes.update(feed.apply(env.update))
             except BaseException as exc:
                 reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
+                self._store_rows()
                 self.kb._replay(feed)
                 self.kb._views.reset_author(feed.author, feed.items())
                 self.current, self.current_changes = None, {}
@@ -188,7 +197,7 @@ class Ingestion:
             kb._store.put_checkpoint(author, env.seq, env.raw)
             feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
         else:
-            kb._store.add_envelope(author, env.seq, env.hash, env.raw)
+            self.rows.append((author, env.seq, env.hash, env.raw))
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
         kb._feeds[author] = feed
         report.accepted.append((author.hex(), env.seq))

@@ -113,6 +113,10 @@ class Store:
     def add_envelope(self, author: bytes, seq: int, hash_: bytes, body: bytes) -> None:
         self._db.execute("INSERT INTO envelopes VALUES (?, ?, ?, ?)", (author, seq, hash_, body))
 
+    def add_envelopes(self, rows: list[tuple[bytes, int, bytes, bytes]]) -> None:
+        """Many (author, seq, hash, body) rows in one statement (ingest writes a run at a time)."""
+        self._db.executemany("INSERT INTO envelopes VALUES (?, ?, ?, ?)", rows)
+
     def envelope_hash(self, author: bytes, seq: int) -> bytes | None:
         row = self._db.execute("SELECT hash FROM envelopes WHERE author=? AND seq=?", (author, seq)).fetchone()
         return None if row is None else bytes(row[0])
