@@ -8,7 +8,8 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
   event for the walker's four joints every 20 ticks (10 Hz of virtual time), checkpoints every 1000 ticks,
   in windows of one second of virtual time: the window's events and the advance over it are one commit
   (`World.batch`). Both run in this process (backend "inline"), so that persistence is the only
-  difference. Runs alternate; medians.
+  difference. Runs alternate; medians. persistence_overhead_1hz: the same with a setpoint every 200
+  ticks; event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints included.
 - fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
   process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the
   fork alone (a checkpoint reference and a new log).
@@ -16,7 +17,9 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
 - replay_exact_rate: of the recorded checkpoints that replays crossed (one from tick 0 over the whole run,
   others from random ticks), the fraction reproduced bit for bit.
 - ray_throughput_retention: the walker task's closed-loop evaluation on 2 workers, physics steps/s with
-  Ray actors over steps/s with worker processes, both warm, alternating; medians.
+  Ray actors over steps/s with worker processes, each as `evaluate` runs it (worker processes are forked
+  per call from the preloaded forkserver; Ray actors are pooled for the session), both warm, alternating;
+  medians. With few branches the per-call fork weighs on the processes; use the full run's figure.
 
 Prints one JSON line.
 """
@@ -43,7 +46,7 @@ REGION = """<mujoco model="cell"><option timestep="0.005"/>
 CRATE = """<mujoco><worldbody><body name="crate" pos="1 0 0.3"><freejoint/>
   <geom type="box" size=".1 .1 .1" mass="2"/></body></worldbody></mujoco>"""
 JOINTS = ("hhip", "hknee", "fhip", "fknee")
-EVERY, WINDOW, PERIOD = 1000, 200, 20  # ticks between checkpoints, per commit window, between setpoints
+EVERY, WINDOW = 1000, 200  # ticks between checkpoints, per commit window
 
 
 def gait(tick: int) -> list[sim.Mutation]:
@@ -56,25 +59,43 @@ def entities() -> list[sim.Entity]:
     return [sim.Entity("walker1", walker, "cell"), sim.Entity("crate", CRATE, "cell", (0.0, 1.0, 0.0))]
 
 
-def persistent(path: Path, ticks: int, setpoints: dict) -> tuple[float, sim.Snapshot]:
+def persistent(path: Path, ticks: int, period: int) -> tuple[float, sim.Snapshot]:
+    setpoints = {tick: gait(tick) for tick in range(0, ticks, period)}
     with sim.World.create(path, {"cell": REGION}, entities(), checkpoint_every=EVERY, backend="inline") as world:
         start = time.perf_counter()
         for window in range(0, ticks, WINDOW):
             with world.batch():  # the window's events, the advance and its checkpoint: one commit
-                for tick in range(window, window + WINDOW, PERIOD):
+                for tick in range(window, window + WINDOW, period):
                     world.apply("cell", setpoints[tick], at=tick, provenance="setpoint")
                 world.advance(WINDOW)
         elapsed = time.perf_counter() - start
         return elapsed, world.snapshot("cell")
 
 
-def volatile(template: sim.Template, ticks: int, events: dict) -> tuple[float, np.ndarray]:
+def volatile(template: sim.Template, ticks: int, period: int) -> tuple[float, np.ndarray]:
     """The same engine, the same events, nothing logged and no checkpoints."""
+    events: dict[int, list[dict]] = {window: [] for window in range(0, ticks, WINDOW)}
+    for seq, tick in enumerate(range(0, ticks, period), start=1):
+        events[tick - tick % WINDOW].append({"seq": seq, "tick": tick, "entity": "walker1", "kind": "mutate",
+                                             "provenance": "", "change": {"mutations": [m.to_json() for m in gait(tick)]}})
     engine = Engine.restore(_initial_checkpoint(template), template.xml, sys.maxsize)
     start = time.perf_counter()
     for window in range(0, ticks, WINDOW):
         engine.advance(window + WINDOW, events[window], lambda checkpoint: None)
     return time.perf_counter() - start, engine.row
+
+
+def overhead(tmp: Path, ticks: int, period: int, repeats: int) -> tuple[float, float, Path]:
+    """Median seconds with persistence and without, alternating; and the last persistent world."""
+    on, off = [], []
+    for rep in range(repeats):
+        path = tmp / f"w{period}-{rep}.db"
+        elapsed, final = persistent(path, ticks, period)
+        on.append(elapsed)
+        elapsed, row = volatile(final.template, ticks, period)
+        off.append(elapsed)
+        assert row.tobytes() == final.state.tobytes(), "persistence changed the simulation"
+    return statistics.median(on), statistics.median(off), path
 
 
 def evaluation_rate(backend: str, branches: int) -> float:
@@ -91,24 +112,9 @@ def main() -> None:
     args = parser.parse_args()
     ticks, repeats, forks, branches = (20_000, 3, 8, 64) if args.quick else (100_000, 5, 20, 256)
     rng = random.Random(6)
-    setpoints = {tick: gait(tick) for tick in range(0, ticks, PERIOD)}
-    events, seq = {}, 0
-    for window in range(0, ticks, WINDOW):
-        events[window] = []
-        for tick in range(window, window + WINDOW, PERIOD):
-            seq += 1
-            events[window].append({"seq": seq, "tick": tick, "entity": "walker1", "kind": "mutate", "provenance": "",
-                                   "change": {"mutations": [m.to_json() for m in setpoints[tick]]}})
     with tempfile.TemporaryDirectory() as tmp:
-        # persistence on and off, alternating
-        on, off = [], []
-        for rep in range(repeats):
-            path = Path(tmp) / f"w{rep}.db"
-            elapsed, final = persistent(path, ticks, setpoints)
-            on.append(elapsed)
-            elapsed, row = volatile(final.template, ticks, events)
-            off.append(elapsed)
-            assert row.tobytes() == final.state.tobytes(), "persistence changed the simulation"
+        slow_on, slow_off, _ = overhead(Path(tmp), ticks, 200, repeats)
+        median_on, median_off, path = overhead(Path(tmp), ticks, 20, repeats)
         # forks, checkpoints and replays of the last run's history, in a worker process
         with sim.World.open(path, backend="process") as world:
             fork_ms, log_ms = [], []
@@ -133,12 +139,11 @@ def main() -> None:
     for _ in range(repeats):
         local.append(evaluation_rate("process", branches))
         remote.append(evaluation_rate("ray", branches))
-    median_on, median_off = statistics.median(on), statistics.median(off)
     line = {
         "benchmark": "world", "quick": args.quick, "ticks": ticks, "repeats": repeats,
-        "persistence_overhead": median_on / median_off - 1,
+        "persistence_overhead": median_on / median_off - 1, "persistence_overhead_1hz": slow_on / slow_off - 1,
         "steps_per_s_persistent": ticks / median_on, "steps_per_s_volatile": ticks / median_off,
-        "events": len(setpoints), "checkpoint_every": EVERY,
+        "event_cost_us": (median_on - median_off) / (ticks // 20) * 1e6, "checkpoint_every": EVERY,
         "fork_ms": statistics.median(fork_ms), "fork_log_ms": statistics.median(log_ms),
         "checkpoint_bytes": statistics.median(sizes),
         "replay_exact_rate": exact / checked, "replay_checkpoints_compared": checked,

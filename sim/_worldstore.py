@@ -290,8 +290,13 @@ class WorldStore:
         (What this process appended it serves from memory: those are its own bytes.)"""
         recent = self._recent.get((shard, branch))
         if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == self._head(shard, branch)[0]:
-            return [e for e in recent if e.seq > after_seq and e.tick >= first_tick
-                    and (last_tick is None or e.tick <= last_tick)]
+            out = []  # seqs are contiguous and ticks ordered: start at after_seq, stop past last_tick
+            for event in recent[after_seq + 1 - recent[0].seq:]:
+                if last_tick is not None and event.tick > last_tick:
+                    break
+                if event.tick >= first_tick:
+                    out.append(event)
+            return out
         rows = self._rows(
             "SELECT seq, tick, entity, kind, change, provenance, checksum FROM events WHERE shard = ? AND branch = ? "
             "AND tick >= ? AND (? IS NULL OR tick <= ?) AND seq > ? ORDER BY seq",
