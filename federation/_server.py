@@ -351,4 +351,4 @@ def create_app(site: Site, *, lifespan: Callable[[Starlette], contextlib.Abstrac
     return app
 
 
-__all__ = ["Role", "Site", "create_app", "knowledge_counts"]
+__all__ = ["Site", "create_app", "knowledge_counts", "withheld_from"]

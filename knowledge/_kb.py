@@ -13,7 +13,6 @@ import os
 import threading
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ._clock import HybridClock
