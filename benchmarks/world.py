@@ -21,12 +21,15 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
   per call from the preloaded forkserver; Ray actors are pooled for the session), both warm, alternating;
   medians. With few branches the per-call fork weighs on the processes; use the full run's figure.
 
-Prints one JSON line.
+Before measuring, the benchmark freezes the garbage collector's view of the heap after imports and setup
+(`gc.freeze()`, as long-running services do), so that collections of torch's and MuJoCo's import-time
+objects do not land at random in either measurement. Prints one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -112,6 +115,8 @@ def main() -> None:
     args = parser.parse_args()
     ticks, repeats, forks, branches = (20_000, 3, 8, 64) if args.quick else (100_000, 5, 20, 256)
     rng = random.Random(6)
+    gc.collect()
+    gc.freeze()
     with tempfile.TemporaryDirectory() as tmp:
         slow_on, slow_off, _ = overhead(Path(tmp), ticks, 200, repeats)
         median_on, median_off, path = overhead(Path(tmp), ticks, 20, repeats)

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError,
 FORMAT = "simnet.world/1"
 CANONICAL = ""  # the branch key of a shard's canonical log
 _RECENT = 4096  # events per log kept in memory after this process appended them
+_WAL_CHECKPOINT_S = 0.5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
@@ -121,13 +123,34 @@ class WorldStore:
             raise CorruptWorldError(f"{self.path}: unknown world format {meta.get('format')!r}")
         self.id = meta["id"]
         self._db.execute(f"PRAGMA synchronous={'FULL' if json.loads(meta['fsync']) else 'NORMAL'}")
+        # WAL checkpoints (which fsync) run beside the writer, not inside one of its commits
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self._stop = threading.Event()
+        self._checkpointer = threading.Thread(target=self._checkpoint_wal, name=f"wal {self.path.name}", daemon=True)
+        self._checkpointer.start()
 
     def close(self) -> None:
+        if getattr(self, "_checkpointer", None) is not None:
+            self._stop.set()
+            self._checkpointer.join()
+            self._checkpointer = None
         if getattr(self, "_db", None) is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
             self._db = None
         if not self._lock.closed:
             self._lock.close()
+
+    def _checkpoint_wal(self) -> None:
+        """Copy committed pages from the WAL into the database every half second, on a connection of its own."""
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            while not self._stop.wait(_WAL_CHECKPOINT_S):
+                with contextlib.suppress(sqlite3.Error):  # busy now: the next round catches up
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            db.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
