@@ -46,6 +46,19 @@ from ._models import (
 )
 from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy, wilson_lower_bound
 from ._records import Role
+from ._transfer import BodyScore, EncoderReport, Transfer, TransferDataError, TransferDataset, evaluate_encoder
+
+_LEARNED = ("EncoderWeightsError", "LearnedEncoder", "train_encoder")
+
+
+def __getattr__(name: str) -> object:
+    """The learned encoder needs torch: it is imported on first use, so `import knowledge` stays light."""
+    if name in _LEARNED:
+        from . import _learned
+
+        return getattr(_learned, name)
+    raise AttributeError(f"module 'knowledge' has no attribute {name!r}")
+
 
 __all__ = [
     "Activation", "ActivationPolicy", "Actuator", "BlobError", "Blobs", "Body", "Certificate", "CertificateSummary",
@@ -55,5 +68,6 @@ __all__ = [
     "Observation", "PolicyError", "QueryResult", "RecordError", "RecordIssue", "Rejection", "Role", "Selection",
     "SemanticMap", "Sensor", "SimnetError", "Site", "Skill", "SkillIndex", "Skills", "StoreError",
     "StoreLockedError", "TrustPolicy", "TrustedRoot", "UnknownSkillError", "key_id", "open", "parse_public_key",
-    "wilson_lower_bound",
+    "wilson_lower_bound", "BodyScore", "EncoderReport", "Transfer", "TransferDataError", "TransferDataset",
+    "evaluate_encoder", *_LEARNED,
 ]

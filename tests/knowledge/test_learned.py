@@ -1,0 +1,183 @@
+"""The learned encoder: tokens, determinism, joint-order invariance, weights on disk, training, retrieval.
+
+`tests/assets/transfer_small.json.gz` is real simulator data: `simnet encoder dataset --arms 32 --walkers 0
+--no-shipped` (32 procedural arms, every arm's reach skill evaluated on every arm, 16 branches each).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import knowledge
+from knowledge import EncoderWeightsError, Embodiment, FeatureEncoder, LearnedEncoder, SkillIndex, TransferDataset
+from knowledge import TransferDataError, evaluate_encoder, train_encoder
+from knowledge._learned import BODY_FEATURES, JOINT_FEATURES, body_tokens
+from knowledge._retrieval import index_path
+
+ASSETS = Path(__file__).parent.parent / "assets"
+ROBOTS = ASSETS / "robots"
+SMALL = TransferDataset.load(ASSETS / "transfer_small.json.gz")
+BODIES = [Embodiment.from_mjcf(ROBOTS / name) for name in ("arm7.xml", "gripper.xml", "quadruped.xml",
+                                                            "humanoid_small.xml", "wheeled_base.xml")]
+BODIES += [Embodiment.from_urdf(ROBOTS / "arm6.urdf"), *SMALL.bodies[:4]]
+shipped = LearnedEncoder()
+
+
+def permuted(e: Embodiment, rnd: random.Random) -> Embodiment:
+    """The same body with joints, actuators, sites and sensors listed in another order (indices renumbered)."""
+    order = list(range(len(e.joints)))
+    rnd.shuffle(order)
+    new = {old: i for i, old in enumerate(order)}
+    actuators = [dataclasses.replace(a, target=tuple(new[t] for t in a.target)) if a.moves_joints else a
+                 for a in e.actuators]
+    sites, sensors = list(e.sites), list(e.sensors)
+    for part in (actuators, sites, sensors):
+        rnd.shuffle(part)
+    return Embodiment(e.name, e.bodies, tuple(e.joints[i] for i in order), tuple(actuators), tuple(sites), tuple(sensors))
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: b.name)
+def test_one_token_per_moving_joint(body):
+    joints, whole = body_tokens(body)
+    assert joints.shape == (sum(j.type != "free" for j in body.joints), JOINT_FEATURES)
+    assert whole.shape == (BODY_FEATURES,) and np.isfinite(joints).all() and np.isfinite(whole).all()
+
+
+def test_vectors_are_deterministic_and_batching_does_not_change_them():
+    vectors = shipped.encode_many(BODIES)
+    assert vectors.dtype == np.float32 and vectors.shape == (len(BODIES), shipped.dim)
+    assert np.array_equal(vectors, shipped.encode_many(BODIES))
+    assert np.array_equal(vectors, LearnedEncoder().encode_many(Embodiment.from_dict(b.to_dict()) for b in BODIES))
+    single = np.stack([shipped.encode(b) for b in BODIES])  # no padding: other float summation order
+    assert np.allclose(single, vectors, atol=1e-5)
+    assert shipped.encode_many([]).shape == (0, shipped.dim)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: b.name)
+def test_listing_order_of_joints_does_not_matter(body, seed):
+    assert np.allclose(shipped.encode(permuted(body, random.Random(seed))), shipped.encode(body), atol=1e-5)
+
+
+def test_where_a_joint_sits_in_the_chain_matters():
+    """Swapping two links of an arm is another body: the vector changes (it is not a bag of links)."""
+    arm = SMALL.bodies[0]
+    bodies = list(arm.bodies)
+    first, second = [i for i, b in enumerate(bodies) if b.parent >= 0 and b.link_length > 0][1:3]
+    bodies[first], bodies[second] = (dataclasses.replace(bodies[first], pos=bodies[second].pos),
+                                     dataclasses.replace(bodies[second], pos=bodies[first].pos))
+    swapped = dataclasses.replace(arm, bodies=tuple(bodies))
+    assert swapped.fingerprint != arm.fingerprint
+    assert not np.allclose(shipped.encode(swapped), shipped.encode(arm), atol=1e-3)
+
+
+def test_shipped_weights_load_without_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the encoder tried to open a socket")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    encoder = LearnedEncoder()
+    assert encoder.space == knowledge.EmbeddingSpace("transfer-attention", encoder.version, 16, "l2")
+    assert encoder.version.startswith("1-") and encoder.meta["trained_on"]
+
+
+def test_weights_round_trip(tmp_path):
+    path = tmp_path / "weights.safetensors"
+    shipped.save(path)
+    for again in (LearnedEncoder(path), LearnedEncoder(path.read_bytes()), LearnedEncoder(str(path))):
+        assert again.version == shipped.version and again.config == shipped.config
+        assert np.array_equal(again.encode_many(BODIES), shipped.encode_many(BODIES))
+
+
+def test_bad_weights_are_refused(tmp_path):
+    import safetensors.torch
+    import torch
+
+    good = shipped.to_bytes()
+    tensors = safetensors.torch.load(good)
+    header = {"format": "simnet.encoder/1", "config": '{"dim": 16, "heads": 4, "layers": 2, "width": 48}'}
+    bad = {
+        "not safetensors": b"hello, weights",
+        "truncated": good[: len(good) // 2],
+        "other format": safetensors.torch.save(tensors, metadata={**header, "format": "other/1"}),
+        "wrong shapes": safetensors.torch.save(tensors, metadata={**header, "config": header["config"].replace("48", "32")}),
+        "missing tensor": safetensors.torch.save(dict(list(tensors.items())[1:]), metadata=header),
+        "NaN": safetensors.torch.save({**tensors, "out.3.bias": torch.full_like(tensors["out.3.bias"], float("nan"))},
+                                      metadata=header),
+    }
+    for name, blob in bad.items():
+        with pytest.raises(EncoderWeightsError):
+            LearnedEncoder(blob)
+        assert name
+
+
+def test_training_improves_the_ranking_on_held_out_bodies():
+    train, held = SMALL.split(0.25, seed=0)
+    assert len(held) >= 6
+    data = SMALL.subset(train)
+    untrained = LearnedEncoder.untrained(data.bodies)
+    trained = train_encoder(data, epochs=150)
+    before, after = evaluate_encoder(SMALL, untrained, held), evaluate_encoder(SMALL, trained, held)
+    assert after.spearman > before.spearman + 0.2
+    assert after.spearman > evaluate_encoder(SMALL, FeatureEncoder(), held).spearman
+    assert trained.version not in (untrained.version, shipped.version)
+    assert trained.meta["epochs"] == 150
+    # the same data and seed give the same weights
+    assert train_encoder(data, epochs=150).version == trained.version
+
+
+def test_training_needs_something_to_rank():
+    body = SMALL.bodies[0]
+    with pytest.raises(TransferDataError, match="distinct"):
+        train_encoder(TransferDataset.from_outcomes([(body, body, "reach", 3, 4)]))
+    alike = TransferDataset.from_outcomes([(SMALL.bodies[i], body, "reach", 2, 4) for i in (1, 2, 3)])
+    with pytest.raises(TransferDataError, match="alike"):
+        train_encoder(alike)
+    with pytest.raises(ValueError):
+        train_encoder(SMALL, epochs=0)
+
+
+def test_retrieval_with_the_learned_encoder_is_the_brute_force_answer(open_kb):
+    kb = open_kb()
+    scopes = SMALL.bodies[:24]
+    ids = [kb.skills.publish(f"reach-{i}", "reach", embodiments=[body.to_dict()]).id for i, body in enumerate(scopes)]
+    query = SMALL.bodies[30]
+    results = kb.skills.query(query, task="reach", k=8, active_only=False, encoder=shipped)
+    vectors = shipped.encode_many(scopes)
+    distance = np.linalg.norm(vectors - shipped.encode(query), axis=1)
+    expected = [ids[i] for i in np.argsort(distance, kind="stable")[:8]]
+    assert [r.skill.id for r in results] == expected
+    assert np.allclose([r.distance for r in results], np.sort(distance)[:8], rtol=1e-4)
+
+
+def test_switching_encoders_uses_and_rebuilds_their_own_index(tmp_path):
+    identity = knowledge.Identity.generate()
+    store = tmp_path / "site.db"
+    kb = knowledge.open(store, identity)
+    for i, body in enumerate(SMALL.bodies[:12]):
+        kb.skills.publish(f"reach-{i}", "reach", embodiments=[body.to_dict()])
+    query = SMALL.bodies[20]
+    assert len(kb.skills.query(query, k=3, active_only=False)) == 3
+    assert len(kb.skills.query(query, k=3, active_only=False, encoder=shipped)) == 3
+    kb.close()
+    learned_index = index_path(str(store), shipped)
+    assert index_path(str(store), FeatureEncoder()).exists() and learned_index.exists()
+    assert SkillIndex.load(learned_index, shipped.space) is not None
+    # retrained weights are another space: the saved index is not reused but rebuilt for them
+    retrained = train_encoder(SMALL.subset(list(range(16))), epochs=20)
+    assert retrained.space != shipped.space and index_path(str(store), retrained) == learned_index
+    kb = knowledge.open(store, identity)
+    results = kb.skills.query(query, k=12, active_only=False, encoder=retrained)
+    kb.close()
+    vectors = retrained.encode_many(SMALL.bodies[:12])
+    order = np.argsort(np.linalg.norm(vectors - retrained.encode(query), axis=1), kind="stable")
+    assert [r.skill.name for r in results] == [f"reach-{i}" for i in order]
+    assert SkillIndex.load(learned_index, retrained.space) is not None
+    assert SkillIndex.load(learned_index, shipped.space) is None
