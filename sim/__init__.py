@@ -29,6 +29,7 @@ Evaluations with `workers > 1` and worlds with worker processes start processes:
 `if __name__ == "__main__":`.
 """
 
+from ._bodies import Robot, Slot, procedural_arm, procedural_legged, robot_population, shipped_robots
 from ._certify import Verification, certify, load_policy, publish_skill, randomized, verify_certificate
 from ._distill import distill, fit_mlp
 from ._branches import Branch, Replay
@@ -71,6 +72,7 @@ from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipp
 from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, fixed_sample_size, wilson_lower
 from ._tasks import Task
 from ._templates import Template
+from ._transfer import NativeSkill, native_skill, retarget, transfer_dataset
 from ._world import Intervention, Migration, World
 from ._worldstore import Event
 
@@ -87,4 +89,6 @@ __all__ = [
     "BackendError", "Branch", "CorruptCheckpointError", "CorruptLogError", "CorruptWorldError", "Entity", "Event",
     "HistoryError", "Intervention", "Migration", "Replay", "ReplayTemplateError", "Snapshot", "UnknownEntityError",
     "UnknownShardError", "WorkerLostError", "World", "WorldError", "WorldLockedError", "use_ray",
+    "NativeSkill", "Robot", "Slot", "native_skill", "procedural_arm", "procedural_legged", "retarget",
+    "robot_population", "shipped_robots", "transfer_dataset",
 ]

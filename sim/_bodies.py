@@ -1,0 +1,308 @@
+"""Robot bodies for transfer experiments: procedural arms and legged walkers from a seed, and real models.
+
+A `Robot` is a scene (the body plus what its task needs: a floor; a home marker and a goal for an arm) and the
+body's skill interface: its actuated joints, each placed by a `Slot` (which limb, how far out along
+it). Skills move between bodies through slots, never through names or file order, so that a gait for
+a four-legged body drives a six-legged one by matching legs front to back, and an arm skill drives
+another arm joint by joint from the base.
+
+Arms follow one of three kinematic patterns (articulated, anthropomorphic, with a roll joint), with
+3-7 hinge joints, the home posture built into the link frames (qpos 0 is home), gravity compensation
+and position actuators; their task family is "reach" (bring the tool to a goal near home). Legged
+bodies are planar: a torso on slide-slide-hinge root joints and 2-6 legs of thigh and shin, position
+actuators at hips and knees; their task family is "walk" (one leg length forward in 2 s without
+falling). Every number comes from the seed: the same seed gives the same MJCF text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Literal
+
+import mujoco
+import numpy as np
+
+from knowledge import Embodiment
+
+from ._tasks import Task
+
+Kind = Literal["arm", "legged"]
+TASKS: dict[str, tuple[str, ...]] = {"arm": ("reach",), "legged": ("walk",)}
+"""The task families each kind of body has."""
+_AXES = {"z": (0.0, 0.0, 1.0), "y": (0.0, 1.0, 0.0), "x": (1.0, 0.0, 0.0)}
+# kinematic patterns of arms: joint axes from the base, nominal link proportions, home bends (radians)
+_ARM_PATTERNS = (
+    ("zyyyzyz", (1.0, 1.2, 1.0, 0.6, 0.5, 0.4, 0.3), (0.0, 0.5, 1.2, 0.8, 0.0, 0.6, 0.0)),
+    ("zyzyzyz", (1.0, 1.0, 0.9, 0.9, 0.6, 0.4, 0.3), (0.0, 0.5, 0.0, 1.4, 0.0, 0.9, 0.0)),
+    ("zyyxyzy", (0.8, 1.3, 1.1, 0.5, 0.5, 0.4, 0.3), (0.0, 0.4, 1.3, 0.0, 0.7, 0.0, 0.5)),
+)
+CLOCK_PERIOD = 0.5
+"""Seconds per gait cycle: the walk task's clock observation, which gaits are written against."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where an actuated joint sits: `limb` along the body (0 front or base .. 1 back), `joint` outward."""
+
+    limb: float
+    joint: int
+
+
+@dataclass(frozen=True)
+class Robot:
+    """A body in its family's scene, with the interface its skills use (actuator k drives `joints[k]`)."""
+
+    name: str
+    kind: Kind
+    scene: str = field(repr=False)
+    joints: tuple[str, ...]
+    slots: tuple[Slot, ...]
+    gear: tuple[float, ...]
+    """Actuator length per joint radian: position targets are `gear * angle`."""
+    size: float
+    """The length tasks scale with: an arm's reach, a legged body's leg length (metres)."""
+    home: tuple[float, ...]
+    """Joint angles at home, the keyframe the task starts from (zeros for procedural bodies)."""
+    keyframe: str | None = None
+    source: str = ""
+
+    def embodiment(self) -> Embodiment:
+        return Embodiment.from_mjcf(self.scene)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return TASKS[self.kind]
+
+    def task(self, family: str) -> Task:
+        """This body's task of a family (one of `tasks`)."""
+        if family not in self.tasks:
+            raise ValueError(f"{self.name} is a{'n' if self.kind == 'arm' else ''} {self.kind} body: "
+                             f"its tasks are {list(self.tasks)}, not {family!r}")
+        return _reach_task(self) if family == "reach" else _walk_task(self)
+
+
+def _f(values: object) -> str:
+    return " ".join(f"{float(v):.6g}" for v in np.atleast_1d(values))
+
+
+def _quat(axis: str, angle: float) -> np.ndarray:
+    return np.array([math.cos(angle / 2), *(math.sin(angle / 2) * np.array(_AXES[axis]))])
+
+
+def procedural_arm(seed: int) -> Robot:
+    """A procedural arm: pattern, dof (3-7), reach, proportions, home bends, masses, limits, gear."""
+    rng = np.random.default_rng([seed, 1])
+    pattern, nominal, bends = _ARM_PATTERNS[int(rng.integers(len(_ARM_PATTERNS)))]
+    n = int(rng.integers(4 if pattern[2] == "z" else 3, 8))  # a roll third joint needs a fourth to reach in 3D
+    axes = pattern[:n]
+    reach = float(np.exp(rng.uniform(math.log(0.55), math.log(1.1))))
+    weights = np.array(nominal[:n]) * rng.uniform(0.8, 1.25, n)
+    lengths = reach * weights / weights.sum()
+    gear = float(np.exp(rng.uniform(math.log(0.75), math.log(1.33))))
+    stiffness = rng.uniform(80, 250) * reach / 0.9
+    density = rng.uniform(4.0, 10.0)
+    widths = rng.uniform(1.6, 2.9, n)
+    damping, armature = rng.uniform(0.5, 3.0, n), rng.uniform(0.01, 0.1, n)
+    pitch = np.array([a != "z" for a in axes])
+    for _ in range(50):  # a home posture far from singular, so the arm can move its tool every way
+        home = (np.array(bends[:n]) + rng.normal(0.0, 0.15, n)) * pitch
+        scene = _arm_scene(seed, axes, lengths, home, gear, stiffness, density, widths, damping, armature, reach)
+        if _conditioning(scene) > 0.2:
+            break
+    joints = tuple(f"j{k + 1}" for k in range(n))
+    return Robot(f"arm-{seed}", "arm", scene, joints, tuple(Slot(0.0, k) for k in range(n)), (gear,) * n,
+                 reach, (0.0,) * n, None, f"procedural arm, seed {seed}")
+
+
+def _arm_scene(seed: int, axes: str, lengths: np.ndarray, home: np.ndarray, gear: float, stiffness: float,
+               density: float, widths: np.ndarray, damping: np.ndarray, armature: np.ndarray, reach: float) -> str:
+    n = len(axes)
+    radius = 0.035 * reach / 0.9
+    chain, closing = [], []
+    for k in range(n):
+        pos = 0.1 * reach / 0.9 if k == 0 else lengths[k - 1]
+        chain.append(
+            f'<body name="link{k + 1}" pos="0 0 {pos:.6g}" quat="{_f(_quat(axes[k], home[k]))}" gravcomp="1">'
+            f'<joint name="j{k + 1}" axis="{_f(_AXES[axes[k]])}" range="{-widths[k]:.6g} {widths[k]:.6g}" '
+            f'damping="{damping[k]:.6g}" armature="{armature[k]:.6g}"/>'
+            f'<geom fromto="0 0 0 0 0 {lengths[k]:.6g}" size="{radius * (1 - 0.4 * k / n):.6g}" '
+            f'mass="{density * lengths[k]:.6g}"/>'
+        )
+        closing.append("</body>")
+    chain.append(f'<site name="ee" pos="0 0 {lengths[-1]:.6g}" size="0.02"/>')
+    kp, kv = stiffness / gear**2, 0.08 * stiffness / gear**2
+    actuators = "".join(
+        f'<position name="a{k + 1}" joint="j{k + 1}" gear="{gear:.6g}" kp="{kp:.6g}" kv="{kv:.6g}" '
+        f'ctrlrange="{-widths[k] * gear:.6g} {widths[k] * gear:.6g}"/>'
+        for k in range(n)
+    )
+    robot = f"""<mujoco model="arm-{seed}">
+  <compiler angle="radian" autolimits="true"/>
+  <option timestep="0.004" integrator="implicitfast"/>
+  <default><geom type="capsule" contype="0" conaffinity="0" rgba="0.7 0.7 0.75 1"/></default>
+  <worldbody>
+    <light pos="0 0 2"/>
+    <geom name="floor" type="plane" size="2 2 0.1" contype="1" conaffinity="1"/>
+    <body name="base" pos="0 0 0.05"><geom type="cylinder" size="{0.07 * reach / 0.9:.6g} 0.05" mass="3"/>
+      {"".join(chain)}{"".join(closing)}
+    </body>
+    MARKERS
+  </worldbody>
+  <actuator>{actuators}</actuator>
+</mujoco>"""
+    model = mujoco.MjModel.from_xml_string(robot.replace("MARKERS", ""))
+    data = mujoco.MjData(model)
+    mujoco.mj_kinematics(model, data)
+    tool = _f(data.site("ee").xpos)
+    markers = (f'<site name="home" pos="{tool}" size="0.01" rgba="1 1 1 0.3"/>'
+               f'<body name="target" pos="{tool}"><site name="target" size="0.025" rgba="0 1 0 0.6"/></body>')
+    return robot.replace("MARKERS", markers)
+
+
+def _conditioning(scene: str) -> float:
+    """Smallest over largest singular value of the tool's position Jacobian at home (qpos 0)."""
+    model = mujoco.MjModel.from_xml_string(scene)
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    jac = np.zeros((3, model.nv))
+    mujoco.mj_jacSite(model, data, jac, None, model.site("ee").id)
+    values = np.linalg.svd(jac, compute_uv=False)
+    return float(values[-1] / values[0])
+
+
+def procedural_legged(seed: int) -> Robot:
+    """A procedural planar walker: 2-6 legs spread along a torso; leg, torso, mass, gain and gear vary."""
+    rng = np.random.default_rng([seed, 2])
+    legs = int(rng.integers(2, 7))
+    leg = float(np.exp(rng.uniform(math.log(0.25), math.log(0.45))))  # thigh plus shin
+    thigh = leg * rng.uniform(0.45, 0.6)
+    shin = leg - thigh
+    torso = leg * rng.uniform(1.4, 2.4)
+    gear = float(np.exp(rng.uniform(math.log(0.8), math.log(1.25))))
+    stiffness = 28 * leg / 0.35 * rng.uniform(0.8, 1.25)
+    torso_mass, leg_mass = 4.0 * torso / 0.6 * rng.uniform(0.8, 1.25), 0.4 * leg / 0.35 * rng.uniform(0.8, 1.25)
+    hip, knee = rng.uniform(0.9, 1.1), rng.uniform(1.0, 1.3)
+    parts, joints, slots, ranges = [], [], [], []
+    for i in range(legs):
+        x, y = torso / 2 - i * torso / (legs - 1), 0.06 * (1 if i % 2 == 0 else -1)
+        parts.append(
+            f'<body name="thigh{i}" pos="{x:.6g} {y:.6g} 0"><joint name="hip{i}" axis="0 1 0" range="{-hip:.6g} {hip:.6g}"/>'
+            f'<geom fromto="0 0 0 0 0 {-thigh:.6g}" mass="{leg_mass:.6g}"/>'
+            f'<body name="shin{i}" pos="0 0 {-thigh:.6g}"><joint name="knee{i}" axis="0 1 0" range="{-knee:.6g} 0.3"/>'
+            f'<geom name="foot{i}" fromto="0 0 0 0 0 {-shin:.6g}" mass="{0.7 * leg_mass:.6g}"/></body></body>'
+        )
+        joints += [f"hip{i}", f"knee{i}"]
+        slots += [Slot(i / (legs - 1), 0), Slot(i / (legs - 1), 1)]
+        ranges += [(-hip, hip), (-knee, 0.3)]
+    kp, kv = stiffness / gear**2, 0.05 * stiffness / gear**2
+    actuators = "".join(
+        f'<position name="{j}" joint="{j}" gear="{gear:.6g}" kp="{kp:.6g}" kv="{kv:.6g}" '
+        f'ctrlrange="{low * gear:.6g} {high * gear:.6g}"/>'
+        for j, (low, high) in zip(joints, ranges)
+    )
+    scene = f"""<mujoco model="legged-{seed}">
+  <compiler angle="radian" autolimits="true"/>
+  <option timestep="0.005"/>
+  <default>
+    <joint damping="0.5" armature="0.01"/>
+    <geom type="capsule" size="0.025" friction="0.9 0.05 0.001" rgba="0.8 0.6 0.4 1"/>
+  </default>
+  <worldbody>
+    <light pos="0 0 3" dir="0 0 -1"/>
+    <geom name="floor" type="plane" size="40 2 0.1" rgba="0.3 0.35 0.4 1"/>
+    <body name="torso" pos="0 0 {thigh + shin + 0.025:.6g}">
+      <joint name="rootx" type="slide" axis="1 0 0" damping="0" armature="0"/>
+      <joint name="rootz" type="slide" axis="0 0 1" damping="0" armature="0"/>
+      <joint name="rooty" type="hinge" axis="0 1 0" damping="0" armature="0"/>
+      <geom name="torso" fromto="{-torso / 2:.6g} 0 0 {torso / 2:.6g} 0 0" size="0.045" mass="{torso_mass:.6g}"/>
+      {"".join(parts)}
+    </body>
+  </worldbody>
+  <actuator>{actuators}</actuator>
+</mujoco>"""
+    return Robot(f"legged-{seed}", "legged", scene, tuple(joints), tuple(slots), (gear,) * len(joints),
+                 thigh + shin, (0.0,) * len(joints), None, f"procedural legged body, seed {seed}")
+
+
+def shipped_robots() -> list[Robot]:
+    """The project's real task scenes as robots: the 7-dof arm (reach, from its home keyframe) and the walker."""
+    scenes = resources.files("sim") / "assets" / "scenes"
+    spec = mujoco.MjSpec.from_string((scenes / "arm7.xml").read_text())
+    model = spec.compile()
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+    mujoco.mj_kinematics(model, data)
+    spec.worldbody.add_site(name="home", pos=data.site("ee").xpos.copy(), size=[0.01, 0, 0])
+    arm7 = Robot("simnet-arm7", "arm", spec.to_xml(), tuple(f"j{k}" for k in range(1, 8)),
+                 tuple(Slot(0.0, k) for k in range(7)), (1.0,) * 7, _arm_reach(model),
+                 tuple(float(q) for q in data.qpos), "home", "sim/assets/scenes/arm7.xml")
+    # the walker's actuators run hind hip, hind knee, fore hip, fore knee; legs count from the front
+    walker = Robot("simnet-walker", "legged", (scenes / "walker.xml").read_text(), ("hhip", "hknee", "fhip", "fknee"),
+                   (Slot(1.0, 0), Slot(1.0, 1), Slot(0.0, 0), Slot(0.0, 1)), (1.0,) * 4, 0.32, (0.0,) * 4, None,
+                   "sim/assets/scenes/walker.xml")
+    return [arm7, walker]
+
+
+def _arm_reach(model: mujoco.MjModel) -> float:
+    """Sum of link offsets from the first jointed body to the tool: the reach of a serial arm."""
+    tool = model.site("ee").id
+    body, total = int(model.site_bodyid[tool]), float(np.linalg.norm(model.site_pos[tool]))
+    while model.body_jntnum[body] and body:
+        total += float(np.linalg.norm(model.body_pos[body]))
+        body = int(model.body_parentid[body])
+    return total
+
+
+def robot_population(arms: int, legged: int, *, seed: int = 0, shipped: bool = True) -> list[Robot]:
+    """`arms` procedural arms and `legged` legged bodies (seeds from `seed` on), plus the shipped robots."""
+    population = [procedural_arm(seed + i) for i in range(arms)] + [procedural_legged(seed + i) for i in range(legged)]
+    return population + (shipped_robots() if shipped else [])
+
+
+_BOX = (0.12, 0.12, 0.1)
+"""Half-extents of the reach goals around the home tool position, in units of the arm's reach."""
+REACH_TOLERANCE = 0.05
+"""A reach succeeds when the tool ends within this fraction of the arm's reach from the goal."""
+WALK_DISTANCE = 1.0
+"""A walk succeeds when the torso ends this many leg lengths forward (in 2 s), not having fallen."""
+
+
+def _reach_task(robot: Robot) -> Task:
+    joints = list(robot.joints)
+    box = [b * robot.size for b in _BOX]
+    return Task({
+        "format": "simnet.task/1", "name": f"reach-{robot.name}", "embodiment": robot.name, "scene": robot.scene,
+        "keyframe": robot.keyframe,
+        "init": [{"target": "body/target/pos", "op": "add", "dist": "uniform", "low": [-b for b in box], "high": box},
+                 {"target": "joint/j*/qpos", "op": "add", "dist": "normal", "mean": 0.0, "std": 0.02}],
+        "observation": [{"term": "qpos", "joints": joints}, {"term": "qvel", "joints": joints},
+                        {"term": "site_delta", "from": "home", "to": "target"}],
+        "action": {"mode": "absolute"},
+        "reward": [{"term": "site_distance", "from": "ee", "to": "target", "weight": -1.0}],
+        "success": {"when": "end", "all": [{"term": "site_distance", "from": "ee", "to": "target",
+                                            "below": REACH_TOLERANCE * robot.size}]},
+        "failure": [], "horizon": 30, "control_substeps": 10,
+    })
+
+
+
+def _walk_task(robot: Robot) -> Task:
+    joints = list(robot.joints)
+    height = float(mujoco.MjModel.from_xml_string(robot.scene).body("torso").pos[2])
+    return Task({
+        "format": "simnet.task/1", "name": f"walk-{robot.name}", "embodiment": robot.name, "scene": robot.scene,
+        "keyframe": robot.keyframe,
+        "init": [{"target": f"joint/{j}/qpos", "op": "add", "dist": "normal", "mean": 0.0, "std": 0.03}
+                 for j, slot in zip(joints, robot.slots) if slot.joint == 0],
+        "observation": [{"term": "clock", "period": CLOCK_PERIOD}, {"term": "qpos", "joints": joints},
+                        {"term": "qvel", "joints": joints}, {"term": "body_upright", "body": "torso"}],
+        "action": {"mode": "absolute"},
+        "reward": [{"term": "body_progress", "body": "torso", "axis": 0, "weight": 1.0}],
+        "success": {"when": "end", "all": [{"term": "body_displacement", "body": "torso", "axis": 0,
+                                            "above": round(WALK_DISTANCE * robot.size, 6)}]},
+        "failure": [{"term": "body_upright", "body": "torso", "below": 0.5},
+                    {"term": "body_height", "body": "torso", "below": round(0.4 * height, 6)}],
+        "horizon": 100, "control_substeps": 4,
+    })

@@ -1,0 +1,255 @@
+"""The transfer dataset: skills made for source bodies, evaluated by branch evaluation on target bodies.
+
+Each body gets a native skill per task family, computed or tuned on that body alone and expressed as
+data (a linear `MLPSpec`, hidden=()):
+
+- reach (arms): an open-loop inverse-kinematics map. Goals are sampled in the task's box around the
+  home tool position and solved by damped least squares on the body's own model; a linear map from
+  goal offset to joint angles is fitted to the solutions (least squares). It moves the joints once,
+  with no feedback on the tool: on another arm it works as far as that arm's kinematics and gear agree.
+- walk (legged): a gait of sine waves on the task clock (hip and knee amplitudes and offsets, a phase
+  lag front to back, a knee lag; the form of the shipped walker skill), tuned by the cross-entropy
+  method on the body's own randomized branches.
+
+A skill drives another body of its kind through `retarget` (slots matched: same joint index, nearest
+limb). Every cell of a success matrix is one `evaluate` of the retargeted skill on the target's task
+under the family's dynamics randomization, all sources of a target on the same branches (paired).
+Targets run in `workers` processes; the outcomes do not depend on how many.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from knowledge import TransferDataset
+
+from ._bodies import Robot, Slot
+from ._evaluate import _context, evaluate
+from ._patches import Sampler
+from ._policies import MLPSpec, Skill
+from ._record import environment
+
+_LEGGED = [{"target": "geom/*/friction", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
+           *({"target": f"body/{part}/mass", "op": "scale", "dist": "uniform", "low": 0.9, "high": 1.1}
+             for part in ("torso", "*thigh*", "*shin*"))]
+SAMPLERS = {
+    "reach": [{"target": "body/link*/mass", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
+              {"target": "joint/j*/damping", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3},
+              {"target": "joint/j*/armature", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3}],
+    "walk": _LEGGED,
+}
+"""Dynamics randomization per task family, for tuning and for every transfer evaluation."""
+# gait: hip, knee amplitude; phase lag front to back, knee lag; hip, knee offset (radians); CEM start, spread
+_GAIT = (np.array([0.1, 0.1, -np.pi, -np.pi, -0.5, -1.0]), np.array([1.0, 1.0, np.pi, np.pi, 0.5, 0.2]),
+         np.array([0.8, 0.8, -2.3, -1.4, 0.1, -0.5]), np.array([0.2, 0.2, 0.5, 0.5, 0.15, 0.2]))
+
+
+def sampler(family: str, seed: int) -> Sampler:
+    return Sampler.from_json({"seed": seed, "terms": SAMPLERS[family]})
+
+
+@dataclass(frozen=True)
+class NativeSkill:
+    """A body's own skill for one task family."""
+
+    robot: Robot
+    family: str
+    skill: Skill
+
+
+def observation_slots(robot: Robot, family: str) -> list[tuple[str, Slot | int]]:
+    """What each entry of the task's observation is, in order (see `Robot.task`)."""
+    joints: list[tuple[str, Slot | int]] = [(kind, slot) for kind in ("qpos", "qvel") for slot in robot.slots]
+    if family == "walk":
+        return [("clock", 0), ("clock", 1), *joints, ("upright", 0)]
+    return joints + [("delta", axis) for axis in range(3)]
+
+
+def _match(wanted: tuple[str, Slot | int], offered: Sequence[tuple[str, Slot | int]]) -> int | None:
+    """Index of the offered entry that stands for `wanted`: same kind and joint, nearest limb."""
+    kind, slot = wanted
+    if not isinstance(slot, Slot):
+        return next((i for i, entry in enumerate(offered) if entry == wanted), None)
+    same = [i for i, (k, s) in enumerate(offered) if k == kind and isinstance(s, Slot) and s.joint == slot.joint]
+    return min(same, key=lambda i: (abs(offered[i][1].limb - slot.limb), i)) if same else None  # type: ignore[union-attr]
+
+
+def retarget(skill: Skill, source: Robot, target: Robot, family: str) -> Skill:
+    """`skill`, made for `source`, rewired to `target`'s observation and actuators through their slots.
+
+    Inputs the source does not have read nothing (zero weight); actuators with no counterpart command
+    zero. Between bodies with the same interface this returns the skill unchanged.
+    """
+    if family not in source.tasks or family not in target.tasks:
+        raise ValueError(f"a {family} skill needs two bodies with {family} tasks")
+    source_obs = observation_slots(source, family)
+    obs = [_match(entry, source_obs) for entry in observation_slots(target, family)]
+    act = [_match(("act", slot), [("act", s) for s in source.slots]) for slot in target.slots]
+    if obs == list(range(len(source_obs))) and act == list(range(len(source.slots))):
+        return skill
+    tensors = {name: t.numpy() for name, t in skill.module().state_dict().items()}
+    last = f"layers.{len(skill.spec.hidden)}"
+
+    def gather(name: str, picks: list[int | None], fill: float, axis: int) -> None:
+        values = tensors[name]
+        shape = list(values.shape)
+        shape[axis] = len(picks)
+        out = np.full(shape, fill)
+        for i, pick in enumerate(picks):
+            if pick is not None:
+                np.moveaxis(out, axis, 0)[i] = np.moveaxis(values, axis, 0)[pick]
+        tensors[name] = out
+
+    gather("layers.0.weight", obs, 0.0, 1)
+    gather("obs_mean", obs, 0.0, 0)
+    gather("obs_std", obs, 1.0, 0)
+    for name, fill in ((f"{last}.weight", 0.0), (f"{last}.bias", 0.0), ("act_offset", 0.0), ("act_scale", 1.0)):
+        gather(name, act, fill, 0)
+    spec = MLPSpec(len(obs), len(act), skill.spec.hidden, skill.spec.activation, skill.spec.output_activation,
+                   skill.spec.dtype)
+    return Skill.from_tensors(spec, tensors, {**skill.metadata, "retargeted_to": target.name})
+
+
+def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Skill:
+    act_dim, obs_dim = weight.shape
+    spec = MLPSpec(obs_dim, act_dim, (), "tanh", None)
+    return Skill.from_tensors(spec, {"layers.0.weight": weight, "layers.0.bias": bias, "obs_mean": np.zeros(obs_dim),
+                                     "obs_std": np.ones(obs_dim), "act_offset": np.zeros(act_dim),
+                                     "act_scale": np.ones(act_dim)}, {"note": note})
+
+
+def reach_skill(robot: Robot, samples: int = 200) -> Skill:
+    """Fit the linear inverse-kinematics map of an arm over its task's goal box (see the module doc)."""
+    task = robot.task("reach")
+    model = task.template.model
+    data = mujoco.MjData(model)
+    home = np.array(robot.home)
+    address = np.array([model.joint(j).qposadr[0] for j in robot.joints])
+    dofs = np.array([model.joint(j).dofadr[0] for j in robot.joints])
+    box = task.definition["init"][0]  # the goal's offsets from the home tool position
+    offsets = np.random.default_rng(0).uniform(box["low"], box["high"], (samples, 3))
+    tool, jac = model.site("ee").id, np.zeros((3, model.nv))
+    solutions = []
+    for offset in offsets:
+        data.qpos[address] = home
+        mujoco.mj_kinematics(model, data)
+        goal = data.site_xpos[tool] + offset
+        for _ in range(30):
+            mujoco.mj_kinematics(model, data)
+            mujoco.mj_comPos(model, data)
+            mujoco.mj_jacSite(model, data, jac, None, tool)
+            columns = jac[:, dofs]
+            error = goal - data.site_xpos[tool]
+            data.qpos[address] += columns.T @ np.linalg.solve(columns @ columns.T + 0.05**2 * np.eye(3), error)
+        solutions.append(data.qpos[address] - home)
+    ik = np.linalg.lstsq(offsets, np.array(solutions), rcond=None)[0].T  # (joints, 3)
+    gear, n = np.array(robot.gear), len(robot.joints)
+    weight = np.zeros((n, task.obs_dim))
+    weight[:, 2 * n:] = gear[:, None] * ik
+    return _linear_skill(weight, gear * home, f"linear inverse kinematics of {robot.name}")
+
+
+def _gait(robot: Robot, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weights and bias of a gait: gear * (amplitude sin(wt + phase) + offset) per joint, from the clock."""
+    amp_hip, amp_knee, lag, knee_lag, off_hip, off_knee = theta
+    knee = np.array([s.joint == 1 for s in robot.slots])
+    limb = np.array([s.limb for s in robot.slots])
+    amplitude, phase = np.where(knee, amp_knee, amp_hip), lag * limb + knee * knee_lag
+    gear = np.array(robot.gear)
+    weight = np.zeros((len(robot.joints), len(observation_slots(robot, "walk"))))
+    weight[:, 0], weight[:, 1] = gear * amplitude * np.cos(phase), gear * amplitude * np.sin(phase)
+    return weight, gear * np.where(knee, off_knee, off_hip)
+
+
+def walk_skill(robot: Robot, *, iterations: int = 8, population: int = 48, elite: int = 8,
+               branches: int = 16) -> Skill:
+    """Cross-entropy search for a gait on the body's own randomized branches, from a common start.
+
+    A generation is one evaluation: candidate r drives branch r, in row r of a single wave (the
+    evaluator's fixed batch layout). Of the final mean and the best candidate, the better one on
+    fresh branches wins. Fitness is the task's return, less one for a fall.
+    """
+    task = robot.task("walk")
+    low, high, mean, spread = _GAIT
+    rng = np.random.default_rng(0)
+
+    def fitness(outcomes: Sequence) -> np.ndarray:
+        return np.array([o.total_reward - o.reason.startswith(("failure", "unstable")) for o in outcomes])
+
+    for generation in range(iterations):
+        thetas = np.clip(mean + spread * rng.standard_normal((population, len(mean))), low, high)
+        weights, biases = (np.stack(part) for part in zip(*(_gait(robot, t) for t in thetas)))
+
+        def policy(obs: np.ndarray, w: np.ndarray = weights, b: np.ndarray = biases) -> np.ndarray:
+            return np.einsum("rao,ro->ra", w, obs) + b
+
+        result = evaluate(task, policy, branches=population, wave=population, threads=1, progress=False,
+                          sampler=sampler("walk", 1000 + generation))
+        best = thetas[np.argsort(-fitness(result.outcomes), kind="stable")[:elite]]
+        mean, spread = best.mean(axis=0), best.std(axis=0) + 0.02
+    note = f"gait of {robot.name}, tuned by the cross-entropy method"
+    candidates = [_linear_skill(*_gait(robot, theta), note) for theta in (mean, best[0])]
+    scores = [np.median(fitness(evaluate(task, c, branches=branches, threads=1, progress=False,
+                                         sampler=sampler("walk", 999)).outcomes)) for c in candidates]
+    return candidates[int(np.argmax(scores))]
+
+
+def native_skill(robot: Robot, family: str) -> NativeSkill:
+    """The body's own skill for a task family (see the module doc for how each is made)."""
+    return NativeSkill(robot, family, reach_skill(robot) if family == "reach" else walk_skill(robot))
+
+
+def _measure_row(target: Robot, family: str, sources: list[tuple[int, NativeSkill]], branches: int,
+                 seed: int) -> list[tuple[int, int]]:
+    """Successes of every source skill on one target, all on the same branches."""
+    task = target.task(family)
+    return [(i, evaluate(task, retarget(source.skill, source.robot, target, family), branches=branches, threads=1,
+                         sampler=sampler(family, seed), progress=False).successes)
+            for i, source in sources]
+
+
+def _pool(workers: int, function: Callable, jobs: list[tuple], label: str, progress: bool | None) -> Iterator:
+    """`function(*job)` for every job, in order, in `workers` processes (in this one when 1)."""
+    with tqdm(total=len(jobs), desc=label, disable=None if progress is None else not progress) as bar:
+        if workers == 1:
+            for job in jobs:
+                yield function(*job)
+                bar.update(1)
+            return
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=_context(),
+                                                    initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            for result in pool.map(function, *zip(*jobs)):
+                yield result
+                bar.update(1)
+
+
+def transfer_dataset(robots: Sequence[Robot], *, branches: int = 16, workers: int = 1, seed: int = 0,
+                     progress: bool | None = None) -> TransferDataset:
+    """Make every body's native skills, then evaluate each on every body with that task (itself included).
+
+    Worker processes need the caller under `if __name__ == "__main__":` (as `evaluate` does).
+    """
+    if branches < 1 or workers < 1:
+        raise ValueError(f"branches and workers must be >= 1, got {branches} and {workers}")
+    names = [r.name for r in robots]
+    if len(set(names)) != len(names):
+        raise ValueError(f"robot names must be distinct: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    pairs = [(r, family) for r in robots for family in r.tasks]
+    natives = list(_pool(workers, native_skill, pairs, "native skills", progress))
+    jobs = [(target, family, [(i, s) for i, s in enumerate(natives) if s.family == family], branches, seed)
+            for target, family in pairs]
+    bodies = {r.name: r.embodiment() for r in robots}
+    outcomes = []
+    for (target, family), row in zip(pairs, _pool(workers, _measure_row, jobs, "transfer", progress)):
+        outcomes += [(bodies[natives[s].robot.name], bodies[target.name], family, k, branches) for s, k in row]
+    meta = {"generator": "sim.transfer_dataset", "branches": branches, "seed": seed,
+            "robots": [{"name": r.name, "kind": r.kind, "source": r.source} for r in robots],
+            "samplers": SAMPLERS, "environment": environment()}
+    return TransferDataset.from_outcomes(outcomes, meta)
