@@ -18,6 +18,7 @@ import click
 
 import knowledge
 
+from ._encoder_cli import load_encoder, report_command, train_command
 from ._errors import SimnetError
 
 STORE_FILE = "site.db"
@@ -59,11 +60,16 @@ def emit(data: Any, as_json: bool, human: str) -> None:
 class _Commands(click.Group):
     """`simnet`: its own commands plus those other packages register under the ``simnet.commands``
     entry-point group (one entry per command name), imported only when used — so `simnet status` does not
-    pay for importing the simulator and torch."""
+    pay for importing the simulator and torch. An entry named ``group.name`` adds to one of our groups."""
 
-    @staticmethod
-    def _registered() -> dict[str, EntryPoint]:
-        return {entry.name: entry for entry in entry_points(group="simnet.commands")}
+    def __init__(self, *args: Any, prefix: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prefix = prefix
+
+    def _registered(self) -> dict[str, EntryPoint]:
+        found = {entry.name.removeprefix(self.prefix): entry for entry in entry_points(group="simnet.commands")
+                 if entry.name.startswith(self.prefix)}
+        return {name: entry for name, entry in found.items() if "." not in name}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self._registered()))
@@ -147,23 +153,35 @@ def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
 @click.option("-k", "k", default=10, show_default=True, help="How many skills.")
 @click.option("--all", "include_inactive", is_flag=True, help="Include inactive and revoked skills.")
 @click.option("--min-branches", default=0, show_default=True, help="Minimum certified branches.")
+@click.option("--encoder", "encoder_spec", default="features", show_default=True,
+              help="'features', 'learned' (the shipped weights) or a weights file from `simnet encoder train`.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def skills_query(home: Home, mjcf: str | None, urdf: str | None, task: str | None, k: int, include_inactive: bool,
-                 min_branches: int, as_json: bool) -> None:
+                 min_branches: int, encoder_spec: str, as_json: bool) -> None:
     """Skills that should work on this body, nearest first."""
     if (mjcf is None) == (urdf is None):
         raise click.UsageError("give exactly one of --mjcf or --urdf")
     body = knowledge.Embodiment.from_mjcf(mjcf) if mjcf else knowledge.Embodiment.from_urdf(urdf)  # type: ignore[arg-type]
+    encoder = load_encoder(encoder_spec)
     with home.open_readonly() as kb:
         results = kb.skills.query(body, task=task, k=k, active_only=not include_inactive,
-                                  min_certified_branches=min_branches)
+                                  min_certified_branches=min_branches, encoder=encoder)
     rows = [{"id": r.skill.id, "name": r.skill.name, "task": r.skill.task, "distance": r.distance,
              "active": r.activation.active, "certificates": asdict(r.certificates)} for r in results]
     lines = [f"{'distance':>9}  {'id':16}  {'name':32} {'task':12} active"]
     lines += [f"{r['distance']:9.4f}  {r['id'][:16]}  {r['name'][:32]:32} {r['task'][:12]:12} {r['active']}"
               for r in rows]
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
+
+
+@main.group(cls=_Commands, prefix="encoder.")
+def encoder() -> None:
+    """The learned embodiment encoder: retrain it, report how well its distances predict transfer."""
+
+
+encoder.add_command(train_command)
+encoder.add_command(report_command)
 
 
 def run() -> None:

@@ -26,6 +26,7 @@ from ._record import reproduce
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT
 from ._tasks import Task
+from ._transfer_cli import encoder_dataset_command
 from ._world_cli import world_group
 
 
@@ -197,5 +198,6 @@ def verify_command(home: Home, certificate_id: str, workers: int, as_json: bool)
         raise SystemExit(1)
 
 
-COMMANDS = [evaluate_command, reproduce_command, publish_command, certify_command, verify_command, world_group]
+COMMANDS = [evaluate_command, reproduce_command, publish_command, certify_command, verify_command, world_group,
+            encoder_dataset_command]
 __all__ = ["COMMANDS"]
