@@ -1,5 +1,7 @@
 """The Ray backend on a real local Ray (2 CPUs, one session for all tests): same outcomes, same worlds."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -48,3 +50,11 @@ def test_a_world_on_ray_actors_is_the_same_world_and_survives_a_killed_actor(ray
     finally:
         for world in worlds.values():
             world.close()
+
+
+def test_without_the_extra_the_ray_backend_says_how_to_get_it(monkeypatch, short_walker):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if `pip install simnet[ray]` had not been run
+    with pytest.raises(sim.BackendError, match=r"pip install 'simnet\[ray\]'"):
+        sim.use_ray()
+    with pytest.raises(sim.BackendError):
+        sim.evaluate(short_walker, sim.load_skill("walker_forward_good"), branches=2, backend="ray", progress=False)
