@@ -18,6 +18,7 @@ from ._errors import BackendError
 _LOCK = threading.Lock()
 _IDLE: list[Any] = []
 _ACTOR_CLASS: Any = None
+_SESSION: str | None = None
 
 
 def ray_module() -> Any:
@@ -70,12 +71,15 @@ class SimActor:
 
 def acquire() -> Any:
     """An idle actor of the pool, or a new one (Ray places it; it reserves no CPU, as a process would not)."""
-    global _ACTOR_CLASS
+    global _ACTOR_CLASS, _SESSION
     ray = ray_module()
     use_ray()
     with _LOCK:
-        if _ACTOR_CLASS is None:
-            _ACTOR_CLASS = ray.remote(num_cpus=0, max_restarts=0)(SimActor)
+        context = ray.get_runtime_context()
+        session = f"{context.get_node_id()}/{context.get_job_id()}"
+        if session != _SESSION:  # a new Ray session: the pooled actors belonged to the old one
+            _IDLE.clear()
+            _ACTOR_CLASS, _SESSION = ray.remote(num_cpus=0, max_restarts=0)(SimActor), session
         if _IDLE:
             return _IDLE.pop()
     return _ACTOR_CLASS.options(scheduling_strategy="SPREAD").remote()
