@@ -28,6 +28,7 @@ FORMAT = "simnet.world/1"
 CANONICAL = ""  # the branch key of a shard's canonical log
 _RECENT = 4096  # events per log kept in memory after this process appended them
 _WAL_CHECKPOINT_S = 0.5
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
@@ -276,7 +277,7 @@ class WorldStore:
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
             seq += 1
-            text = canonical_json(change).decode()
+            text = _canonical(change)
             prev = self._checksum("event", shard, branch, seq, tick, entity, kind, text, provenance, prev)
             rows.append((shard, branch, seq, tick, entity, kind, text, provenance, prev))
             out.append(Event(seq, tick, entity, kind, change, provenance))
