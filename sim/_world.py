@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mujoco
 import numpy as np
@@ -32,6 +32,9 @@ from ._stats import SPRT
 from ._tasks import Task
 from ._templates import Template, cached_template
 from ._worldstore import CANONICAL, Checkpoint, Event, Log, WorldStore
+
+if TYPE_CHECKING:  # _branches imports this module
+    from ._branches import Branch, Replay
 
 log = logging.getLogger(__name__)
 _RETRIES = 3
@@ -234,14 +237,14 @@ class World:
         """The shard's current state (at its head, every event logged so far applied)."""
         return self._snapshot(shard, CANONICAL)
 
-    def fork(self, shard: str, at: int, *, label: str = "") -> "Branch":
+    def fork(self, shard: str, at: int, *, label: str = "") -> Branch:
         """A branch of `shard` from tick `at` (the state on arrival at `at`, before that tick's events):
         a checkpoint reference plus a log of its own. Nothing done to it touches the canonical world."""
         from ._branches import fork
 
         return fork(self, shard, at, label)
 
-    def branch(self, branch_id: str) -> "Branch":
+    def branch(self, branch_id: str) -> Branch:
         """A branch made earlier (also in an earlier session)."""
         from ._branches import Branch
 
@@ -250,12 +253,12 @@ class World:
             raise UnknownShardError(f"world {self.name!r} has no branch {branch_id!r}")
         return Branch(self, found[0].shard, branch_id)
 
-    def branches(self, shard: str | None = None) -> list["Branch"]:
+    def branches(self, shard: str | None = None) -> list[Branch]:
         from ._branches import Branch
 
         return [Branch(self, b.shard, b.branch) for b in self._store.logs(shard)]
 
-    def replay(self, shard: str, start: int, stop: int, *, interventions: Sequence[Intervention] = ()) -> "Replay":
+    def replay(self, shard: str, start: int, stop: int, *, interventions: Sequence[Intervention] = ()) -> Replay:
         """Re-execute `shard` from its last checkpoint at or before `start` to `stop`. Without
         interventions, every checkpoint crossed is compared with the recorded one (`Replay.exact`);
         with them, the canonical events of [start, stop) and the interventions make a new branch."""

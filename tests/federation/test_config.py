@@ -137,7 +137,7 @@ MALFORMED = {
     "peer key not a string": ('[[peers]]\nname = "b"\nurl = "http://x:1"\nkey = 5\n', r"key"),
     "two peers with one name": (f"[[peers]]\n{PEER}[[peers]]\n{PEER.replace('7071', '7072')}", r"'b'"),
     "private not an array of tables": ("private = 3\n", r"private"),
-    "private rule with unknown key": (f'[[private]]\nmaps = ["m"]\nreaders = []\nwriters = []\n',
+    "private rule with unknown key": ('[[private]]\nmaps = ["m"]\nreaders = []\nwriters = []\n',
                                       r"unknown key\(s\) \['writers'\] in private\[0\]"),
     "private rule without readers": ('[[private]]\nmaps = ["m"]\n', r"readers"),
     "private reader not a key": ('[[private]]\nmaps = ["m"]\nreaders = ["nope"]\n', r"public key 'nope' is not hex"),
