@@ -156,7 +156,8 @@ class _Network(nn.Module):
         valid = joints[~mask]
         for name, values in (("joint", valid), ("body", body)):
             getattr(self, f"{name}_mean").copy_(values.mean(0))
-            getattr(self, f"{name}_std").copy_(values.std(0).clamp(min=1e-3) if len(values) > 1 else 1.0)
+            getattr(self, f"{name}_std").copy_(values.std(0).clamp(min=1e-3) if len(values) > 1
+                                               else torch.ones(values.shape[1]))
 
 
 class LearnedEncoder(Encoder):
@@ -182,8 +183,9 @@ class LearnedEncoder(Encoder):
     def untrained(cls, bodies: Sequence[Embodiment], *, seed: int = 0, **config: int) -> LearnedEncoder:
         """A randomly initialized network (seeded), its inputs normalized over `bodies`: where training starts."""
         config = {**DEFAULT_CONFIG, **config}
-        torch.manual_seed(seed)
-        network = _Network(**config)
+        with torch.random.fork_rng():  # seeded, without touching the caller's random state
+            torch.manual_seed(seed)
+            network = _Network(**config)
         network.normalize_from(bodies)
         return cls(_write(network, config, {"trained_on": "nothing (untrained)"}))
 

@@ -225,10 +225,15 @@ class EncoderReport:
         return float(np.mean(values)) if values else math.nan
 
     def to_json(self) -> dict[str, Any]:
-        return {"encoder": self.encoder, "spearman": self.spearman, f"recall_at_{self.k}": self.recall_at_k,
-                "threshold": self.threshold,
-                "bodies": [{"body": s.body, "task": s.task, "spearman": s.spearman,
-                            f"recall_at_{self.k}": s.recall_at_k, "skills": s.skills} for s in self.scores]}
+        """JSON-safe: undefined figures (NaN) become null."""
+        return {"encoder": self.encoder, "spearman": _finite(self.spearman),
+                f"recall_at_{self.k}": _finite(self.recall_at_k), "threshold": self.threshold,
+                "bodies": [{"body": s.body, "task": s.task, "spearman": _finite(s.spearman),
+                            f"recall_at_{self.k}": _finite(s.recall_at_k), "skills": s.skills} for s in self.scores]}
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def distances(dataset: TransferDataset, encoder: Encoder) -> np.ndarray:
