@@ -163,19 +163,22 @@ def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int
 def _actions(caller: PolicyCaller, obs: np.ndarray, live: np.ndarray, ids: list[int], step: int,
              act_dim: int) -> np.ndarray:
     """The policy's actions, checked for every live row: a bad policy is an error, not a failure."""
-    live_branches = tuple(ids[i] for i in np.flatnonzero(live))
+
+    def live_branches() -> tuple[int, ...]:  # only built for an error: this runs every control step
+        return tuple(ids[i] for i in np.flatnonzero(live))
+
     try:
         raw = caller(obs.copy())
     except Exception as exc:
-        raise PolicyCallError(f"the policy raised {type(exc).__name__}: {exc}", live_branches, step) from exc
+        raise PolicyCallError(f"the policy raised {type(exc).__name__}: {exc}", live_branches(), step) from exc
     try:
         actions = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         detail = f"the policy returned {type(raw).__name__}, not a numeric array"
-        raise PolicyOutputError(detail, live_branches, step) from exc
+        raise PolicyOutputError(detail, live_branches(), step) from exc
     if actions.shape != (len(obs), act_dim):
         raise PolicyOutputError(f"the policy returned shape {actions.shape}, expected {(len(obs), act_dim)}",
-                                live_branches, step)
+                                live_branches(), step)
     nonfinite = live & ~np.isfinite(actions).all(axis=1)
     if nonfinite.any():
         bad = tuple(ids[i] for i in np.flatnonzero(nonfinite))
