@@ -1,7 +1,7 @@
 """The simulator commands of `simnet`: evaluate, reproduce, publish, certify, verify, world.
 
-Mounted into the `simnet` group through the ``simnet.commands`` entry-point group (as
-``sim.cli:COMMANDS``), so that neither `knowledge` nor `federation` imports `sim`. A skill is a
+Mounted into the `simnet` group through the ``simnet.commands`` entry-point group (one entry per
+command, in pyproject.toml), so that neither `knowledge` nor `federation` imports `sim`. A skill is a
 shipped name ("arm_reach_good"), a file (a ``.json`` sidecar beside its ``.safetensors``) or, where a
 site's store is at hand (--home), the id (or an id prefix) of a skill in it; a task is a shipped name
 or a task definition file.
@@ -196,8 +196,3 @@ def verify_command(home: Home, certificate_id: str, workers: int, as_json: bool)
         click.echo(f"{'valid' if verdict.valid else 'NOT VALID'}: {verdict.detail}")
     if not verdict.valid:
         raise SystemExit(1)
-
-
-COMMANDS = [evaluate_command, reproduce_command, publish_command, certify_command, verify_command, world_group,
-            encoder_dataset_command]
-__all__ = ["COMMANDS"]
