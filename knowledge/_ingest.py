@@ -1,9 +1,11 @@
 """One `ingest` call: check every envelope, store the good ones, fold them into the feeds and views.
 
-Checks run envelope by envelope and cost what they must (verification dominates); the pycrdt work is
-batched: the updates of one author's consecutive envelopes are applied in one Doc transaction, so the
-views see one change event per author and batch instead of one per envelope. If pycrdt refuses a signed
-update, the whole call is redone in careful mode, applying one update at a time to isolate it.
+Checks run envelope by envelope and cost what they must (verification dominates); every check, "does
+not rewrite an immutable record" included, reads the envelope's own bytes, so outcomes do not depend on
+how envelopes are batched. The pycrdt work is batched: the updates of one author's consecutive
+envelopes are applied in one Doc transaction, so the views see one change event per author and batch.
+If pycrdt refuses a signed update anyway, the whole call is redone in careful mode, applying one
+update at a time to isolate it.
 """
 
 from __future__ import annotations
@@ -39,9 +41,8 @@ class Ingestion:
         self.report = IngestReport()
         self.trust_dirty = False
         self.touched: set[bytes] = set()
-        # The current run of one author's envelopes: its updates are applied to the feed as they pass the
-        # checks (pure inserts queued and applied in one transaction), and the keys they changed are
-        # folded into the views once, when the run ends.
+        # The current run of one author's envelopes: their updates are queued as they pass the checks,
+        # applied in one transaction, and the keys they changed folded into the views once, when it ends.
         self.current: Feed | None = None
         self.current_changes: dict[str, str | None] = {}
         self.rows: list[tuple[bytes, int, bytes, bytes]] = []  # accepted envelopes not yet inserted
