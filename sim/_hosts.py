@@ -9,6 +9,7 @@ rebuilds it from its checkpoint and log.
 
 from __future__ import annotations
 
+import abc
 import concurrent.futures
 import os
 from collections.abc import Callable, Mapping
@@ -95,22 +96,23 @@ class ShardHost:
                 "start": start.to_json()}
 
 
-class Worker:
-    """One shard host somewhere; `call` returns a function that waits for the result."""
+class Worker(abc.ABC):
+    """One shard host somewhere (in this process, a worker process, a Ray actor); `call` returns a
+    function that waits for the result."""
 
     @property
     def pid(self) -> int | None:
         """The worker's process id (its start is awaited here, so workers start in parallel)."""
         return self._pid()
 
-    def call(self, method: str, *args: Any) -> Callable[[], Any]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def call(self, method: str, *args: Any) -> Callable[[], Any]: ...
 
-    def restart(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def restart(self) -> None: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
 
 class InlineWorker(Worker):
