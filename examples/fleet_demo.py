@@ -80,7 +80,9 @@ def main() -> None:
             config.save()
         print(f"three sites initialized in {tmp}: " + ", ".join(f"{n} :{p}" for n, p in ports.items()))
 
-        servers = [subprocess.Popen([*SIMNET, "--home", str(home), "serve"]) for home in homes.values()]
+        logs = [open(home / "serve.log", "w") for home in homes.values()]  # noqa: SIM115 - closed below
+        servers = [subprocess.Popen([*SIMNET, "--home", str(home), "serve"], stdout=log, stderr=subprocess.STDOUT)
+                   for home, log in zip(homes.values(), logs)]
         try:
             wait_for("all three servers answer", lambda: all((h / "serve.json").exists() for h in homes.values()))
             run_fleet(homes, ports, keys)
@@ -89,7 +91,10 @@ def main() -> None:
                 server.send_signal(signal.SIGTERM)
             for server in servers:
                 server.wait(timeout=20)
-            print(f"servers stopped (exit codes {[s.returncode for s in servers]})")
+            for log in logs:
+                log.close()
+            print(f"servers stopped by SIGTERM; each wrote its log to <site>/serve.log, e.g.:\n"
+                  + "".join(f"    {line}" for line in (homes["site-b"] / "serve.log").read_text().splitlines(True)[:4]))
 
 
 def run_fleet(homes: dict[str, Path], ports: dict[str, int], keys: dict[str, bytes]) -> None:
