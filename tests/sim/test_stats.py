@@ -3,7 +3,8 @@ import math
 import pytest
 
 from sim import SPRT, clopper_pearson_interval, clopper_pearson_lower, fixed_sample_size, wilson_lower
-from sim._stats import betainc, binom_sf, mcnemar_p, normal_quantile
+from knowledge._policy import normal_quantile
+from sim._stats import betainc, binom_sf, mcnemar_p
 
 
 def test_known_lower_bounds_for_64_of_64():
