@@ -153,15 +153,24 @@ def exchange(
     return report
 
 
-def _capped(response: httpx.Response, data: bytes, cap: int) -> httpx.Response:
-    """The response with its (decoded) body in memory; the number of bytes on the wire kept aside."""
-    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-length")]
-    return httpx.Response(response.status_code, headers=headers, content=data, request=response.request,
-                          extensions={WIRE_BYTES: response.num_bytes_downloaded})
+class _Body:
+    """An answer's body, read as it arrives (decoded, so a compressed bomb hits the cap too), up to a cap."""
 
+    def __init__(self, call: Call, cap: int) -> None:
+        self.call, self.cap, self.data = call, cap, bytearray()
 
-def _too_large(call: Call, cap: int) -> PeerError:
-    return PeerError(f"{call.method} {call.url}: the answer exceeds {cap} bytes; refused", code="too_large")
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > self.cap:
+            raise PeerError(f"{self.call.method} {self.call.url}: the answer exceeds {self.cap} bytes; refused",
+                            code="too_large")
+
+    def response(self, answer: httpx.Response) -> httpx.Response:
+        """The answer with its body in memory; the number of bytes on the wire kept aside."""
+        headers = [(k, v) for k, v in answer.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length")]
+        return httpx.Response(answer.status_code, headers=headers, content=bytes(self.data), request=answer.request,
+                              extensions={WIRE_BYTES: answer.num_bytes_downloaded})
 
 
 class _Either:
@@ -242,16 +251,13 @@ def sync_with(
         while isinstance(step, Call):
             try:
                 with client.stream(step.method, step.url, content=step.content, headers=step.headers) as answer:
-                    data = bytearray()
-                    for chunk in answer.iter_bytes():  # decoded as it arrives: a compressed bomb hits the cap too
-                        data += chunk
-                        if len(data) > cap:
-                            raise _too_large(step, cap)
-                    response = _capped(answer, bytes(data), cap)
+                    body = _Body(step, cap)
+                    for chunk in answer.iter_bytes():
+                        body.add(chunk)
+                    response = body.response(answer)
             except httpx.HTTPError as exc:
                 raise PeerError(f"cannot reach {step.url}: {exc}") from exc
             step = _step(rounds, response)
-    step.peer = url
     return step
 
 
@@ -275,14 +281,11 @@ async def async_sync_with(
         while isinstance(step, Call):
             try:
                 async with client.stream(step.method, step.url, content=step.content, headers=step.headers) as answer:
-                    data = bytearray()
+                    body = _Body(step, cap)
                     async for chunk in answer.aiter_bytes():
-                        data += chunk
-                        if len(data) > cap:
-                            raise _too_large(step, cap)
-                    response = _capped(answer, bytes(data), cap)
+                        body.add(chunk)
+                    response = body.response(answer)
             except httpx.HTTPError as exc:
                 raise PeerError(f"cannot reach {step.url}: {exc}") from exc
             step = await anyio.to_thread.run_sync(_step, rounds, response)
-    step.peer = url
     return step

@@ -42,7 +42,7 @@ class Feed:
 
     def reset(self) -> None:
         """Forget everything (before rebuilding the feed from the store)."""
-        self.seq, self.head, self.hlc, self.checkpoint_seq = 0, ZERO_HASH, 0, 0
+        self.seq, self.head, self.hlc = 0, ZERO_HASH, 0
         self.doc = Doc(client_id=self.client_id, allow_multithreading=True)
         self._maps = {True: self.doc.get(IMMUTABLE_MAP, type=Map), False: self.doc.get(RECORDS_MAP, type=Map)}
         self._frozen: list[int] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened

@@ -196,7 +196,7 @@ class Ingestion:
         kb._clock.advance(env.hlc)
         if env.is_checkpoint:
             kb._store.put_checkpoint(author, env.seq, env.raw)
-            feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
+            feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
         else:
             self.rows.append((author, env.seq, env.hash, env.raw))
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc

@@ -132,7 +132,7 @@ class KnowledgeBase:
         if checkpoint is not None:
             env = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
             feed.replay(env.update)
-            feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = env.seq, env.prev, env.hlc, env.seq
+            feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
         for raw in self._store.envelopes(author, after=feed.seq):
             env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
             if env.seq != feed.seq + 1 or env.prev != feed.head:

@@ -131,10 +131,6 @@ class Store:
         )
         return [bytes(r[0]) for r in rows]
 
-    def first_seq(self, author: bytes, after: int = 0) -> int | None:
-        row = self._db.execute("SELECT MIN(seq) FROM envelopes WHERE author=? AND seq>?", (author, after)).fetchone()
-        return row[0]
-
     def authors(self) -> list[bytes]:
         rows = self._db.execute("SELECT author FROM envelopes UNION SELECT author FROM checkpoints")
         return sorted(bytes(r[0]) for r in rows)

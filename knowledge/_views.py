@@ -129,9 +129,6 @@ class Views:
                 del bucket[index]
 
     # --- reads --------------------------------------------------------------------------------------
-    def records(self, rtype: RecordType, index: Index) -> dict[bytes, dict[str, Any]]:
-        return self._entries[rtype].get(index, {})
-
     def indexes(self, rtype: RecordType) -> list[Index]:
         return list(self._entries[rtype])
 

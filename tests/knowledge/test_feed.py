@@ -42,7 +42,7 @@ def test_feed_doc_uses_the_derived_client_id():
     feed = Feed(AUTHOR)
     assert feed.client_id == client_id_for(AUTHOR)
     assert feed.doc.client_id == feed.client_id
-    assert (feed.seq, feed.head, feed.hlc, feed.checkpoint_seq) == (0, ZERO_HASH, 0, 0)
+    assert (feed.seq, feed.head, feed.hlc) == (0, ZERO_HASH, 0)
 
 
 # --- write / apply ------------------------------------------------------------------------------
@@ -135,10 +135,10 @@ def test_state_is_a_checkpoint_of_the_whole_doc():
 def test_reset_forgets_everything():
     feed = Feed(AUTHOR)
     feed.write({"a": "1"})
-    feed.seq, feed.head, feed.hlc, feed.checkpoint_seq = 3, b"h" * 32, 9, 2
+    feed.seq, feed.head, feed.hlc = 3, b"h" * 32, 9
     feed.reset()
     assert dict(feed.items()) == {}
-    assert (feed.seq, feed.head, feed.hlc, feed.checkpoint_seq) == (0, ZERO_HASH, 0, 0)
+    assert (feed.seq, feed.head, feed.hlc) == (0, ZERO_HASH, 0)
     assert feed.doc.client_id == client_id_for(AUTHOR)
     update, changed = feed.write({"b": "2"})  # usable after reset
     assert changed == {"b": "2"}
