@@ -18,11 +18,9 @@ from ._records import (
     canonical_json,
     cell_key,
     check_map_name,
-    check_record,
     check_skill_id,
     content_id,
     make_key,
-    parse_key,
 )
 
 if TYPE_CHECKING:
@@ -71,10 +69,8 @@ class Skills:
             "author": identity.public_key_hex,
             "hlc": kb.now(),
         }
-        text = canonical_json(record)
-        skill_id = content_id(text)
-        check_record(parse_key(make_key(RecordType.SKILL, skill_id)), text, identity.public_key_hex)  # type: ignore[arg-type]
-        kb._write({make_key(RecordType.SKILL, skill_id): text})
+        skill_id = content_id(canonical_json(record))
+        kb._put_record(RecordType.SKILL, skill_id, record)
         return Skill.from_record(skill_id, record)
 
     def get(self, skill_id: str) -> Skill:
@@ -155,9 +151,7 @@ class SemanticMap:
         kb._require(Role.PUBLISH)
         key = cell_key(cell)
         record = {"v": 1, "hlc": kb.now(), "value": value, "confidence": confidence, "deleted": deleted}
-        text = canonical_json(record)
-        check_record(parse_key(make_key(RecordType.CELL, self.name, key)), text, "")  # type: ignore[arg-type]
-        kb._write({make_key(RecordType.CELL, self.name, key): text})
+        kb._put_record(RecordType.CELL, self.name, record, key)
 
     def get(self, cell: str | tuple[int, ...]) -> Observation | None:
         """The winning observation of a cell (a tombstone shows as deleted=True), or None if never seen."""
@@ -224,7 +218,7 @@ class Counters:
                 if rec["p"][field] > MAX_INT or rec["n"][field] > MAX_INT:
                     raise RecordError(f"counter {field} of {skill_id[:16]}… would exceed 2**53 - 1")
             rec["hlc"] = kb.now()
-            kb._write({key: canonical_json(rec)})
+            kb._put_record(RecordType.COUNTER, skill_id, rec)
 
     def get(self, skill_id: str) -> Counts:
         """The fleet-wide totals this site knows of."""
@@ -274,10 +268,8 @@ class Certificates:
             "randomized": sorted(set(randomized)),
             "evaluation": dict(evaluation) if evaluation is not None else None,
         }
-        text = canonical_json(record)
-        cert_id = content_id(text)
-        check_record(parse_key(make_key(RecordType.CERT, cert_id)), text, identity.public_key_hex)  # type: ignore[arg-type]
-        kb._write({make_key(RecordType.CERT, cert_id): text})
+        cert_id = content_id(canonical_json(record))
+        kb._put_record(RecordType.CERT, cert_id, record)
         return Certificate.from_record(cert_id, record)
 
     def for_skill(self, skill_id: str) -> list[Certificate]:
