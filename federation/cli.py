@@ -161,9 +161,8 @@ def sync_command(home: Home, peer_name: str | None, as_json: bool) -> None:
     else:
         config = _config(home)
         peers = [config.peer(peer_name)] if peer_name else config.peers
-        identity = Identity.load(config.key_path)
         reports = []
-        with knowledge.open(config.store_path, identity, policy=config.policy_path) as kb:
+        with home.open_writer() as kb:
             for p in peers:
                 try:
                     r = sync_with(kb, p.url, p.key, page=config.limits.max_page, timeout=config.limits.timeout_s,
@@ -209,8 +208,7 @@ def _write(home: Home, admin_path: str, body: dict, local: Callable[[knowledge.K
     if url is not None:
         _admin(home, url, admin_path, body)
         return
-    config = _config(home)
-    with knowledge.open(config.store_path, Identity.load(config.key_path), policy=config.policy_path) as kb:
+    with home.open_writer() as kb:
         local(kb)
 
 
