@@ -9,6 +9,7 @@ one shard and enter another with its joints, controls and warm start intact.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -101,6 +102,7 @@ def _strip_scenery(child: mujoco.MjSpec, parent: mujoco.MjSpec) -> None:
             setattr(child.option, attr, getattr(parent.option, attr))
 
 
+@functools.lru_cache(maxsize=4096)  # called for every mutation a world logs
 def entity_of(target: str) -> str:
     """The entity a mutation target addresses ("joint/walker1/hhip/qpos" -> "walker1"), or "" for the shard."""
     parts = split_target(target)

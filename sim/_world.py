@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import mujoco
 import numpy as np
 
+from ._canon import is_number
 from ._entities import Entity, check_name, compose, entity_of
 from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError
 from ._evaluate import Evaluation, policy_payload
@@ -184,8 +185,8 @@ class World:
                 template = self._template(shard, CANONICAL)
                 shards[shard] = {"tick": head, "time": head * float(template.model.opt.timestep),
                                  "entities": [n for n, s in self.entities().items() if s == shard],
-                                 "events": self._store.count("events", shard, CANONICAL),
-                                 "checkpoints": self._store.count("checkpoints", shard, CANONICAL),
+                                 "events": self._store.last_event(shard, CANONICAL)[0],
+                                 "checkpoints": self._store.count_checkpoints(shard, CANONICAL),
                                  "template": template.source_hash, "worker_pid": self._workers[shard].pid}
             branches = [{"id": b.branch, "shard": b.shard, "base_tick": b.base_tick, "head": b.head,
                          "label": b.label} for b in self._store.logs()]
@@ -482,6 +483,8 @@ def check_mutation(template: Template, mutation: Mutation) -> None:
     """What can be checked before a mutation is logged: its target, op, width, and a `set`'s values."""
     slot = template.slot(mutation.target)
     value = mutation.value
+    if not all(map(is_number, value)):
+        raise MutationError(mutation.target, f"values must be finite numbers, got {value!r}")
     if len(value) not in (1, slot.size):
         raise MutationError(mutation.target, f"needs 1 or {slot.size} values, got {len(value)}")
     if slot.quaternion and (mutation.op != "set" or len(value) != slot.size

@@ -1,10 +1,15 @@
 """A world's durable store: one SQLite file (WAL) holding shards, entities, templates, event logs,
 checkpoints, branches and migrations, every row under a SHA-256 checksum.
 
-Each log (a shard's canonical one, or a branch's) is append-only and hash-chained: an event's
-checksum covers its content and the previous event's checksum, so a changed, dropped or reordered
-event is found before anything is built from its segment. Ticks never decrease along a log. Commits
-are durable against a killed process (WAL); with `fsync` also against power loss.
+Each log (a shard's canonical one, or a branch's) is append-only, stored as segments: the events one
+commit appended (at most `_SEGMENT_EVENTS` per segment) in one row under one checksum, which also covers
+the previous segment's checksum. A changed, dropped or reordered segment is found before anything is
+built from it. Ticks never decrease along a log. Commits are durable against a killed process (WAL);
+with `fsync` also against power loss.
+
+Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
+appended events wait in memory, and the commit encodes each log's new ones at once (orjson, sorted
+keys; nothing re-encodes them, the checksum covers the stored text) and writes one row per segment.
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import orjson
 
 from ._canon import canonical_json, sha256_hex
 from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
 
-FORMAT = "simnet.world/1"
+FORMAT = "simnet.world/2"  # /1 logged one row per event
 CANONICAL = ""  # the branch key of a shard's canonical log
-_RECENT = 4096  # events per log kept in memory after this process appended them
-_WAL_CHECKPOINT_S = 0.5
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_RECENT = 4096  # events per log at least kept in memory after this process appended them
+_SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick decodes
+_WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
+_ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
@@ -37,10 +45,10 @@ CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL, c
 CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base_tick INTEGER NOT NULL,
     head INTEGER NOT NULL, label TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
-CREATE TABLE IF NOT EXISTS events (shard TEXT NOT NULL, branch TEXT NOT NULL, seq INTEGER NOT NULL,
-    tick INTEGER NOT NULL, entity TEXT NOT NULL, kind TEXT NOT NULL, change TEXT NOT NULL,
-    provenance TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, seq)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS events_tick ON events (shard, branch, tick);
+CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, events TEXT NOT NULL,
+    checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, first_seq)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS segments_tick ON segments (shard, branch, last_tick);
 CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL, tick INTEGER NOT NULL,
     template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL, state BLOB NOT NULL,
     checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
@@ -48,8 +56,7 @@ CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL, 
 """
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):  # a tuple: one is made for every event logged, and read back
     """One mutation of a shard: at virtual `tick`, on `entity` ("" for the shard itself), what
     changed (`kind` "mutate", "leave" or "enter" and its `change`), and who asked (`provenance`)."""
 
@@ -95,9 +102,11 @@ class WorldStore:
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self.path = Path(path)
         # this process is the only writer: what it has read or written stays true until a rollback
-        self._heads: dict[tuple[str, str], tuple[int, str, int]] = {}  # log -> last (seq, checksum, tick)
+        self._heads: dict[tuple[str, str], tuple[int, int]] = {}  # log -> (seq, tick) of its last event
+        self._chain: dict[tuple[str, str], str] = {}  # log -> checksum of its last written segment
         self._logs: dict[tuple[str, str], Log] = {}
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
+        self._pending: dict[tuple[str, str], list[Event]] = {}  # appended in this transaction, not yet written
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
         self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
@@ -144,7 +153,7 @@ class WorldStore:
             self._lock.close()
 
     def _checkpoint_wal(self) -> None:
-        """Copy committed pages from the WAL into the database every half second, on a connection of its own."""
+        """Copy committed pages from the WAL into the database every few seconds, on a connection of its own."""
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             while not self._stop.wait(_WAL_CHECKPOINT_S):
@@ -153,20 +162,42 @@ class WorldStore:
         finally:
             db.close()
 
+    def transaction(self) -> contextlib.AbstractContextManager:
+        """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of events)."""
+        return contextlib.nullcontext() if self._db.in_transaction else self._transaction()
+
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        if self._db.in_transaction:
-            yield
-            return
+    def _transaction(self) -> Iterator[None]:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._write_pending()
         except BaseException:
             self._db.execute("ROLLBACK")
-            for cache in (self._heads, self._logs, self._recent):  # they may hold what was rolled back
-                cache.clear()
+            for cache in (self._heads, self._chain, self._logs, self._recent, self._pending):  # may hold what was
+                cache.clear()                                                                  # rolled back
             raise
         self._db.execute("COMMIT")
+
+    def _write_pending(self) -> None:
+        """Write the events appended since the last write as segments of their logs."""
+        pending, self._pending = self._pending, {}
+        rows = []
+        for (shard, branch), events in pending.items():
+            prev = self._last_checksum(shard, branch)
+            for start in range(0, len(events), _SEGMENT_EVENTS):
+                chunk = events[start:start + _SEGMENT_EVENTS]
+                try:
+                    text = orjson.dumps([(e.tick, e.entity, e.kind, e.change, e.provenance) for e in chunk],
+                                        option=_ORJSON).decode()
+                except orjson.JSONEncodeError as exc:
+                    raise WorldError(f"log {shard}/{branch or 'canonical'}: an event is not JSON: {exc}") from None
+                fields = (shard, branch, chunk[0].seq, chunk[-1].seq, chunk[0].tick, chunk[-1].tick, text)
+                prev = self._checksum("segment", *fields, prev)
+                rows.append((*fields, prev))
+            self._chain[shard, branch] = prev
+        if rows:
+            self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def _checksum(self, table: str, *fields: str | int) -> str:
         """SHA-256 over the world id and the fields, after their lengths (unambiguous, and cheap)."""
@@ -175,6 +206,7 @@ class WorldStore:
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
         try:
+            self._write_pending()  # reads see this transaction's own events
             return self._db.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as exc:
             raise CorruptWorldError(f"{self.path}: {exc}") from None
@@ -243,7 +275,8 @@ class WorldStore:
         return (*fields, self._checksum("log", *fields))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        log = Log(shard, branch, self.log(shard, branch).base_tick, head, self.log(shard, branch).label)
+        old = self.log(shard, branch)
+        log = Log(shard, branch, old.base_tick, head, old.label)
         self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
                          (head, self._log_row(log)[-1], shard, branch))
         self._logs[shard, branch] = log
@@ -270,80 +303,83 @@ class WorldStore:
     # ---- events ----
 
     def append(self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]) -> list[Event]:
-        """Append (tick, entity, kind, change, provenance) events; ticks must not go back."""
-        seq, prev, last_tick = self._head(shard, branch)
-        out, rows = [], []
+        """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
+        back. They are written when the transaction commits, or before the next read."""
+        assert self._db.in_transaction, "append outside a transaction"
+        seq, last_tick = self._head(shard, branch)
+        out = []
         for tick, entity, kind, change, provenance in events:
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
             seq += 1
-            text = _canonical(change)
-            prev = self._checksum("event", shard, branch, seq, tick, entity, kind, text, provenance, prev)
-            rows.append((shard, branch, seq, tick, entity, kind, text, provenance, prev))
             out.append(Event(seq, tick, entity, kind, change, provenance))
             last_tick = tick
-        self._db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        self._heads[shard, branch] = (seq, prev, last_tick)
+        self._pending.setdefault((shard, branch), []).extend(out)
+        self._heads[shard, branch] = (seq, last_tick)
         recent = self._recent.setdefault((shard, branch), [])
         recent += out
-        del recent[:-_RECENT]
+        if len(recent) > 2 * _RECENT:  # trimmed now and then: a list's front is dear to cut
+            del recent[:-_RECENT]
         return out
 
-    def _head(self, shard: str, branch: str) -> tuple[int, str, int]:
+    def _head(self, shard: str, branch: str) -> tuple[int, int]:
         if (shard, branch) not in self._heads:
-            rows = self._rows("SELECT seq, checksum, tick FROM events WHERE shard = ? AND branch = ? "
-                              "ORDER BY seq DESC LIMIT 1", (shard, branch))
-            self._heads[shard, branch] = rows[0] if rows else (0, "", 0)
+            rows = self._rows("SELECT last_seq, last_tick FROM segments WHERE shard = ? AND branch = ? "
+                              "ORDER BY first_seq DESC LIMIT 1", (shard, branch))
+            self._heads[shard, branch] = rows[0] if rows else (0, 0)
         return self._heads[shard, branch]
+
+    def _last_checksum(self, shard: str, branch: str) -> str:
+        if (shard, branch) not in self._chain:
+            rows = self._db.execute("SELECT checksum FROM segments WHERE shard = ? AND branch = ? "
+                                    "ORDER BY first_seq DESC LIMIT 1", (shard, branch)).fetchall()
+            self._chain[shard, branch] = rows[0][0] if rows else ""
+        return self._chain[shard, branch]
 
     def last_event(self, shard: str, branch: str) -> tuple[int, int]:
         """(seq, tick) of a log's last event, (0, 0) if it has none."""
-        seq, _, tick = self._head(shard, branch)
-        return seq, tick
+        return self._head(shard, branch)
 
     def last_seq(self, shard: str, branch: str, until_tick: int) -> int:
         """The seq of a log's last event at or before a tick (0 if none)."""
-        rows = self._rows("SELECT max(seq) FROM events WHERE shard = ? AND branch = ? AND tick <= ?",
-                          (shard, branch, until_tick))
-        return rows[0][0] or 0
+        rows = self._rows("SELECT first_seq FROM segments WHERE shard = ? AND branch = ? AND first_tick <= ? "
+                          "ORDER BY first_seq DESC LIMIT 1", (shard, branch, until_tick))
+        if not rows:
+            return 0
+        return self.events(shard, branch, after_seq=rows[0][0] - 1, last_tick=until_tick)[-1].seq
 
     def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
                after_seq: int = 0) -> list[Event]:
-        """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, each verified
-        against its checksum and its predecessor's: CorruptLogError before anything is returned.
+        """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, from segments each
+        verified against its checksum and its predecessor's: CorruptLogError before anything is returned.
         (What this process appended it serves from memory: those are its own bytes.)"""
         recent = self._recent.get((shard, branch))
         if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == self._head(shard, branch)[0]:
-            out = []  # seqs are contiguous and ticks ordered: start at after_seq, stop past last_tick
-            for event in recent[after_seq + 1 - recent[0].seq:]:
-                if last_tick is not None and event.tick > last_tick:
-                    break
-                if event.tick >= first_tick:
-                    out.append(event)
-            return out
+            return _select(recent[after_seq + 1 - recent[0].seq:], first_tick, last_tick)
         rows = self._rows(
-            "SELECT seq, tick, entity, kind, change, provenance, checksum FROM events WHERE shard = ? AND branch = ? "
-            "AND tick >= ? AND (? IS NULL OR tick <= ?) AND seq > ? ORDER BY seq",
-            (shard, branch, first_tick, last_tick, last_tick, after_seq))
+            "SELECT first_seq, last_seq, first_tick, last_tick, events, checksum FROM segments WHERE shard = ? "
+            "AND branch = ? AND last_tick >= ? AND last_seq > ? AND (? IS NULL OR first_tick <= ?) ORDER BY first_seq",
+            (shard, branch, first_tick, after_seq, last_tick, last_tick))
         if not rows:
             return []
-        where = f"log {shard}/{branch or 'canonical'}"
-        anchor = self._rows("SELECT checksum FROM events WHERE shard = ? AND branch = ? AND seq = ?",
-                            (shard, branch, rows[0][0] - 1))
-        prev = anchor[0][0] if anchor else ""
-        if rows[0][0] > 1 and not anchor:
-            raise CorruptLogError(f"{self.path}: {where} lacks event {rows[0][0] - 1}")
-        out = []
-        for expected, (seq, tick, entity, kind, text, provenance, checksum) in enumerate(
-                rows, start=rows[0][0]):
-            if seq != expected:
-                raise CorruptLogError(f"{self.path}: {where} lacks event {expected}")
-            prev = self._checksum("event", shard, branch, seq, tick, entity, kind, text, provenance, prev)
+        where = f"{self.path}: log {shard}/{branch or 'canonical'}"
+        before = self._rows("SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? AND first_seq < ? "
+                            "ORDER BY first_seq DESC LIMIT 1", (shard, branch, rows[0][0]))
+        expected, prev = (before[0][0] + 1, before[0][1]) if before else (1, "")
+        out: list[Event] = []
+        for first_seq, last_seq, first_ticks, last_ticks, text, checksum in rows:
+            if first_seq != expected:
+                raise CorruptLogError(f"{where} lacks events {expected}..{first_seq - 1}")
+            prev = self._checksum("segment", shard, branch, first_seq, last_seq, first_ticks, last_ticks, text, prev)
             if checksum != prev:
-                raise CorruptLogError(f"{self.path}: {where}, event {seq} (tick {tick}) fails its checksum; "
-                                      "nothing was applied from it")
-            out.append(Event(seq, tick, entity, kind, json.loads(text), provenance))
-        return out
+                raise CorruptLogError(f"{where}: the segment of events {first_seq}..{last_seq} (ticks {first_ticks}.."
+                                      f"{last_ticks}) fails its checksum; nothing was applied from it")
+            decoded = orjson.loads(text)
+            if len(decoded) != last_seq - first_seq + 1:
+                raise CorruptLogError(f"{where}: the segment of events {first_seq}..{last_seq} holds {len(decoded)}")
+            out += (Event(seq, *fields) for seq, fields in enumerate(decoded, start=first_seq))
+            expected = last_seq + 1
+        return _select([e for e in out if e.seq > after_seq], first_tick, last_tick)
 
     # ---- checkpoints ----
 
@@ -373,8 +409,8 @@ class WorldStore:
                                          f"{tick} fails its checksum; nothing was restored from it")
         return Checkpoint(tick, template, model_hash, json.loads(patch), state)
 
-    def count(self, table: str, shard: str, branch: str) -> int:
-        return self._rows(f"SELECT count(*) FROM {table} WHERE shard = ? AND branch = ?", (shard, branch))[0][0]
+    def count_checkpoints(self, shard: str, branch: str) -> int:
+        return self._rows("SELECT count(*) FROM checkpoints WHERE shard = ? AND branch = ?", (shard, branch))[0][0]
 
     # ---- migrations ----
 
@@ -389,3 +425,14 @@ class WorldStore:
                 raise CorruptWorldError(f"{self.path}: migration {ident} fails its checksum")
             out.append(json.loads(text))
         return out
+
+
+def _select(events: Sequence[Event], first_tick: int, last_tick: int | None) -> list[Event]:
+    """The events of a run in seq order (so in tick order) with first_tick <= tick <= last_tick."""
+    out = []
+    for event in events:
+        if last_tick is not None and event.tick > last_tick:
+            break
+        if event.tick >= first_tick:
+            out.append(event)
+    return out

@@ -92,6 +92,9 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
         world.apply("west", Mutation("body/walker1/tors/mass", "set", (2.0,)))
     with pytest.raises(sim.MutationError, match="must stay > 0"):
         world.apply("west", Mutation("body/walker1/torso/mass", "set", (0.0,)))
+    for bad in (float("nan"), float("inf"), "1.0", True):
+        with pytest.raises(sim.MutationError, match="finite numbers"):
+            world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", (bad,)))
     with pytest.raises(sim.HistoryError, match="ticks 0..100: cannot fork at 101"):
         world.fork("west", 101)
     with pytest.raises(sim.HistoryError, match="cannot replay 20..150"):
@@ -106,8 +109,8 @@ def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path
     drive(world, 240)
     world.close()
     with sqlite3.connect(tmp_path / "w.db") as db:
-        db.execute("UPDATE events SET change = replace(change, '0.', '9.') WHERE shard = 'west' AND seq = 12")
-    with pytest.raises(sim.CorruptLogError, match="event 12 .tick 220. fails its checksum"):
+        db.execute("UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 12")
+    with pytest.raises(sim.CorruptLogError, match=r"events 12..12 \(ticks 220..220\) fails its checksum"):
         sim.World.open(tmp_path / "w.db", backend="inline")
     with sqlite3.connect(tmp_path / "w.db") as db:
         db.execute("UPDATE checkpoints SET state = zeroblob(length(state)) WHERE shard = 'west' AND tick = 200")

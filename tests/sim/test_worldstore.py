@@ -11,9 +11,11 @@ def store(tmp_path):
     store = WorldStore(tmp_path / "w.db", create=True)
     with store.transaction():
         store.add_log(Log("west", "", 0, 0, "canonical"))
-        store.append("west", "", [(t, "walker1", "mutate", {"target": "x", "op": "set", "value": [t]}, "test")
-                                  for t in (0, 0, 5, 9, 9, 12)])
         store.put_checkpoints("west", "", [Checkpoint(10, "t" * 64, "m" * 64, [], b"\x01" * 16)])
+    for ticks in ((0, 0), (5, 9, 9), (12,)):  # one commit each: segments of events 1..2, 3..5 and 6
+        with store.transaction():
+            store.append("west", "", [(t, "walker1", "mutate", {"target": "x", "op": "set", "value": [t]}, "test")
+                                      for t in ticks])
     store.close()  # reopened, it reads the file: what a later session would see
     store = WorldStore(tmp_path / "w.db", create=False)
     yield store
@@ -42,19 +44,38 @@ def test_ticks_never_go_back_along_a_log(store):
         assert store.append("west", "", [(12, "", "mutate", {}, "on time")])[0].seq == 7
 
 
-def test_a_changed_event_fails_its_checksum(store):
-    _sql(store, "UPDATE events SET change = ? WHERE seq = 4", '{"op":"set","target":"x","value":[1000]}')
-    assert [e.seq for e in store.events("west", "", last_tick=5)] == [1, 2, 3]  # the segment before is intact
-    with pytest.raises(CorruptLogError, match="event 4 .tick 9. fails its checksum"):
+def test_a_changed_segment_fails_its_checksum(store):
+    _sql(store, "UPDATE segments SET events = replace(events, '9', '8') WHERE first_seq = 3")
+    assert [e.seq for e in store.events("west", "", last_tick=4)] == [1, 2]  # the segment before is intact
+    with pytest.raises(CorruptLogError, match=r"events 3..5 \(ticks 5..9\) fails its checksum"):
         store.events("west", "", first_tick=5)
 
 
-def test_a_dropped_or_moved_event_breaks_the_chain(store):
-    _sql(store, "DELETE FROM events WHERE seq = 3")
-    with pytest.raises(CorruptLogError, match="lacks event 3"):
+def test_a_dropped_segment_breaks_the_chain(store):
+    _sql(store, "DELETE FROM segments WHERE first_seq = 3")
+    with pytest.raises(CorruptLogError, match=r"lacks events 3..5"):
         store.events("west", "")
-    with pytest.raises(CorruptLogError, match="lacks event 3"):
-        store.events("west", "", first_tick=9)
+    with pytest.raises(CorruptLogError, match=r"lacks events 3..5"):  # 6 no longer follows what is before it
+        store.events("west", "", first_tick=12)
+
+
+def test_segments_are_capped_and_a_transaction_reads_its_own_events(tmp_path):
+    store = WorldStore(tmp_path / "w.db", create=True)
+    with store.transaction():
+        store.add_log(Log("west", "", 0, 0, "canonical"))
+        store.append("west", "", [(t // 2, "", "mutate", {"i": t}, "") for t in range(600)])
+        assert store.last_seq("west", "", 100) == 202  # read before the commit: written first
+        store.append("west", "", [(300, "", "mutate", {"i": 600}, "")])
+    with pytest.raises(RuntimeError), store.transaction():
+        store.append("west", "", [(301, "", "mutate", {"i": 601}, "")])
+        raise RuntimeError("rolled back")
+    store.close()
+    store = WorldStore(tmp_path / "w.db", create=False)
+    sizes = [n for (n,) in store._db.execute("SELECT last_seq - first_seq + 1 FROM segments ORDER BY first_seq")]
+    assert sizes == [256, 256, 88, 1] and store.last_event("west", "") == (601, 300)
+    assert [e.change["i"] for e in store.events("west", "", first_tick=127, last_tick=128)] == [254, 255, 256, 257]
+    assert [e.seq for e in store.events("west", "", after_seq=598)] == [599, 600, 601]
+    store.close()
 
 
 def test_a_changed_checkpoint_fails_its_checksum(store):
@@ -93,6 +114,12 @@ def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
         WorldStore(store.path, create=True)
     with pytest.raises(WorldError, match="holds no world"):
         WorldStore(tmp_path / "none.db", create=False)
+    old = tmp_path / "old.db"  # a world of an earlier format is refused, not misread
+    with sqlite3.connect(old) as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('format', 'simnet.world/1')")
+    with pytest.raises(CorruptWorldError, match="unknown world format 'simnet.world/1'"):
+        WorldStore(old, create=False)
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)
     with pytest.raises(CorruptWorldError, match="not a readable world"):
