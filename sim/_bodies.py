@@ -10,8 +10,9 @@ Arms follow one of three kinematic patterns (articulated, anthropomorphic, with 
 3-7 hinge joints, the home posture built into the link frames (qpos 0 is home), gravity compensation
 and position actuators; their task family is "reach" (bring the tool to a goal near home). Legged
 bodies are planar: a torso on slide-slide-hinge root joints and 2-6 legs of thigh and shin, position
-actuators at hips and knees; their task family is "walk" (one leg length forward in 2 s without
-falling). Every number comes from the seed: the same seed gives the same MJCF text.
+actuators at hips and knees; their task family is "posture" (crouch so that the torso's front and back
+ends reach goal heights, which sets height and pitch, and hold still there). Every number comes from the
+seed: the same seed gives the same MJCF text.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from knowledge import Embodiment
 from ._tasks import Task
 
 Kind = Literal["arm", "legged"]
-TASKS: dict[str, tuple[str, ...]] = {"arm": ("reach",), "legged": ("walk",)}
+TASKS: dict[str, tuple[str, ...]] = {"arm": ("reach",), "legged": ("posture",)}
 """The task families each kind of body has."""
 _AXES = {"z": (0.0, 0.0, 1.0), "y": (0.0, 1.0, 0.0), "x": (1.0, 0.0, 0.0)}
 # kinematic patterns of arms: joint axes from the base, nominal link proportions, home bends (radians)
@@ -38,8 +39,6 @@ _ARM_PATTERNS = (
     ("zyzyzyz", (1.0, 1.0, 0.9, 0.9, 0.6, 0.4, 0.3), (0.0, 0.5, 0.0, 1.4, 0.0, 0.9, 0.0)),
     ("zyyxyzy", (0.8, 1.3, 1.1, 0.5, 0.5, 0.4, 0.3), (0.0, 0.4, 1.3, 0.0, 0.7, 0.0, 0.5)),
 )
-CLOCK_PERIOD = 0.5
-"""Seconds per gait cycle: the walk task's clock observation, which gaits are written against."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +79,7 @@ class Robot:
         if family not in self.tasks:
             raise ValueError(f"{self.name} is a{'n' if self.kind == 'arm' else ''} {self.kind} body: "
                              f"its tasks are {list(self.tasks)}, not {family!r}")
-        return _reach_task(self) if family == "reach" else _walk_task(self)
+        return _reach_task(self) if family == "reach" else _posture_task(self)
 
 
 def _f(values: object) -> str:
@@ -222,7 +221,7 @@ def procedural_legged(seed: int) -> Robot:
   </worldbody>
   <actuator>{actuators}</actuator>
 </mujoco>"""
-    return Robot(f"legged-{seed}", "legged", scene, tuple(joints), tuple(slots), (gear,) * len(joints),
+    return Robot(f"legged-{seed}", "legged", _posture_markers(scene), tuple(joints), tuple(slots), (gear,) * len(joints),
                  thigh + shin, (0.0,) * len(joints), None, f"procedural legged body, seed {seed}")
 
 
@@ -239,10 +238,25 @@ def shipped_robots() -> list[Robot]:
                  tuple(Slot(0.0, k) for k in range(7)), (1.0,) * 7, _arm_reach(model),
                  tuple(float(q) for q in data.qpos), "home", "sim/assets/scenes/arm7.xml")
     # the walker's actuators run hind hip, hind knee, fore hip, fore knee; legs count from the front
-    walker = Robot("simnet-walker", "legged", (scenes / "walker.xml").read_text(), ("hhip", "hknee", "fhip", "fknee"),
+    walker = Robot("simnet-walker", "legged", _posture_markers((scenes / "walker.xml").read_text()), ("hhip", "hknee", "fhip", "fknee"),
                    (Slot(1.0, 0), Slot(1.0, 1), Slot(0.0, 0), Slot(0.0, 1)), (1.0,) * 4, 0.32, (0.0,) * 4, None,
                    "sim/assets/scenes/walker.xml")
     return [arm7, walker]
+
+
+def _posture_markers(scene: str) -> str:
+    """The legged scene plus what its posture task reads: sites at the torso's ends, where they are at
+    the start ("home_*", fixed) and where they should go ("goal_*", bodies the task moves)."""
+    spec = mujoco.MjSpec.from_string(scene)
+    model = spec.compile()
+    half, height = float(model.geom("torso").size[1]), float(model.body("torso").pos[2])
+    torso = spec.body("torso")
+    for end, x in (("front", half), ("back", -half)):
+        torso.add_site(name=end, pos=[x, 0, 0], size=[0.015, 0, 0])
+        spec.worldbody.add_site(name=f"home_{end}", pos=[x, 0, height], size=[0.01, 0, 0], rgba=[1, 1, 1, 0.3])
+        goal = spec.worldbody.add_body(name=f"goal_{end}", pos=[x, 0, height])
+        goal.add_site(name=f"goal_{end}", size=[0.02, 0, 0], rgba=[0, 1, 0, 0.6])
+    return spec.to_xml()
 
 
 def _arm_reach(model: mujoco.MjModel) -> float:
@@ -265,8 +279,10 @@ _BOX = (0.12, 0.12, 0.1)
 """Half-extents of the reach goals around the home tool position, in units of the arm's reach."""
 REACH_TOLERANCE = 0.05
 """A reach succeeds when the tool ends within this fraction of the arm's reach from the goal."""
-WALK_DISTANCE = 1.0
-"""A walk succeeds when the torso ends this many leg lengths forward (in 2 s), not having fallen."""
+POSTURE_RANGE = (-0.15, -0.03)
+"""Goal heights of the torso's ends, each drawn in this range from where it starts, in leg lengths."""
+POSTURE_TOLERANCE = 0.05
+"""A posture succeeds when both ends of the torso end within this fraction of the leg length of their goals."""
 
 
 def _reach_task(robot: Robot) -> Task:
@@ -288,21 +304,25 @@ def _reach_task(robot: Robot) -> Task:
 
 
 
-def _walk_task(robot: Robot) -> Task:
+def _posture_task(robot: Robot) -> Task:
     joints = list(robot.joints)
     height = float(mujoco.MjModel.from_xml_string(robot.scene).body("torso").pos[2])
+    low, high = (round(z * robot.size, 6) for z in POSTURE_RANGE)
+    ends = ("front", "back")
     return Task({
-        "format": "simnet.task/1", "name": f"walk-{robot.name}", "embodiment": robot.name, "scene": robot.scene,
+        "format": "simnet.task/1", "name": f"posture-{robot.name}", "embodiment": robot.name, "scene": robot.scene,
         "keyframe": robot.keyframe,
-        "init": [{"target": f"joint/{j}/qpos", "op": "add", "dist": "normal", "mean": 0.0, "std": 0.03}
-                 for j, slot in zip(joints, robot.slots) if slot.joint == 0],
-        "observation": [{"term": "clock", "period": CLOCK_PERIOD}, {"term": "qpos", "joints": joints},
-                        {"term": "qvel", "joints": joints}, {"term": "body_upright", "body": "torso"}],
+        "init": [*({"target": f"body/goal_{end}/pos", "op": "add", "dist": "uniform", "low": [0, 0, low],
+                    "high": [0, 0, high]} for end in ends),
+                 *({"target": f"joint/{j}/qpos", "op": "add", "dist": "normal", "mean": 0.0, "std": 0.03}
+                   for j, slot in zip(joints, robot.slots) if slot.joint == 0)],
+        "observation": [{"term": "qpos", "joints": joints}, {"term": "qvel", "joints": joints},
+                        *({"term": "site_delta", "from": f"home_{end}", "to": f"goal_{end}"} for end in ends)],
         "action": {"mode": "absolute"},
-        "reward": [{"term": "body_progress", "body": "torso", "axis": 0, "weight": 1.0}],
-        "success": {"when": "end", "all": [{"term": "body_displacement", "body": "torso", "axis": 0,
-                                            "above": round(WALK_DISTANCE * robot.size, 6)}]},
+        "reward": [{"term": "site_distance", "from": end, "to": f"goal_{end}", "weight": -1.0} for end in ends],
+        "success": {"when": "end", "all": [{"term": "site_distance", "from": end, "to": f"goal_{end}",
+                                            "below": round(POSTURE_TOLERANCE * robot.size, 6)} for end in ends]},
         "failure": [{"term": "body_upright", "body": "torso", "below": 0.5},
                     {"term": "body_height", "body": "torso", "below": round(0.4 * height, 6)}],
-        "horizon": 100, "control_substeps": 4,
+        "horizon": 75, "control_substeps": 4,
     })

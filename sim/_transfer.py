@@ -1,15 +1,20 @@
 """The transfer dataset: skills made for source bodies, evaluated by branch evaluation on target bodies.
 
-Each body gets a native skill per task family, computed or tuned on that body alone and expressed as
+Each body gets a native skill per task family, computed on that body alone and expressed as
 data (a linear `MLPSpec`, hidden=()):
 
 - reach (arms): an open-loop inverse-kinematics map. Goals are sampled in the task's box around the
   home tool position and solved by damped least squares on the body's own model; a linear map from
   goal offset to joint angles is fitted to the solutions (least squares). It moves the joints once,
   with no feedback on the tool: on another arm it works as far as that arm's kinematics and gear agree.
-- walk (legged): a gait of sine waves on the task clock (hip and knee amplitudes and offsets, a phase
-  lag front to back, a knee lag; the form of the shipped walker skill), tuned by the cross-entropy
-  method on the body's own randomized branches.
+- posture (legged): an open-loop map from the goal heights of the torso's two ends to joint angles.
+  Goals are sampled in the task's range; each is solved by the body's own leg geometry (torso pitch
+  and height from the goal, then two-link inverse kinematics per leg, feet straight below the hips),
+  then corrected on the body's own model: the pose is held with its actuators until it settles and
+  the goal it is solved for moves by what it missed (sag under gravity, feet slipping), three times.
+  A linear map from goal to angles is fitted to the corrected solutions (least squares). On another
+  body it works as far as that body's legs (lengths, knee direction, limits), gear, stiffness and
+  masses agree.
 
 A skill drives another body of its kind through `retarget` (slots matched: same joint index, nearest
 limb). Every cell of a success matrix is one `evaluate` of the retargeted skill on the target's task
@@ -20,6 +25,7 @@ Targets run in `workers` processes; the outcomes do not depend on how many.
 from __future__ import annotations
 
 import concurrent.futures
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +36,7 @@ from tqdm.auto import tqdm
 
 from knowledge import TransferDataset
 
-from ._bodies import Robot, Slot
+from ._bodies import POSTURE_RANGE, Robot, Slot
 from ._evaluate import _context, evaluate
 from ._patches import Sampler
 from ._policies import MLPSpec, Skill
@@ -43,12 +49,9 @@ SAMPLERS = {
     "reach": [{"target": "body/link*/mass", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
               {"target": "joint/j*/damping", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3},
               {"target": "joint/j*/armature", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3}],
-    "walk": _LEGGED,
+    "posture": _LEGGED,
 }
 """Dynamics randomization per task family, for tuning and for every transfer evaluation."""
-# gait: hip, knee amplitude; phase lag front to back, knee lag; hip, knee offset (radians); CEM start, spread
-_GAIT = (np.array([0.1, 0.1, -np.pi, -np.pi, -0.5, -1.0]), np.array([1.0, 1.0, np.pi, np.pi, 0.5, 0.2]),
-         np.array([0.8, 0.8, -2.3, -1.4, 0.1, -0.5]), np.array([0.2, 0.2, 0.5, 0.5, 0.15, 0.2]))
 
 
 def sampler(family: str, seed: int) -> Sampler:
@@ -67,8 +70,8 @@ class NativeSkill:
 def observation_slots(robot: Robot, family: str) -> list[tuple[str, Slot | int]]:
     """What each entry of the task's observation is, in order (see `Robot.task`)."""
     joints: list[tuple[str, Slot | int]] = [(kind, slot) for kind in ("qpos", "qvel") for slot in robot.slots]
-    if family == "walk":
-        return [("clock", 0), ("clock", 1), *joints, ("upright", 0)]
+    if family == "posture":
+        return joints + [(end, axis) for end in ("front", "back") for axis in range(3)]
     return joints + [("delta", axis) for axis in range(3)]
 
 
@@ -156,54 +159,71 @@ def reach_skill(robot: Robot, samples: int = 200) -> Skill:
     return _linear_skill(weight, gear * home, f"linear inverse kinematics of {robot.name}")
 
 
-def _gait(robot: Robot, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Weights and bias of a gait: gear * (amplitude sin(wt + phase) + offset) per joint, from the clock."""
-    amp_hip, amp_knee, lag, knee_lag, off_hip, off_knee = theta
-    knee = np.array([s.joint == 1 for s in robot.slots])
-    limb = np.array([s.limb for s in robot.slots])
-    amplitude, phase = np.where(knee, amp_knee, amp_hip), lag * limb + knee * knee_lag
-    gear = np.array(robot.gear)
-    weight = np.zeros((len(robot.joints), len(observation_slots(robot, "walk"))))
-    weight[:, 0], weight[:, 1] = gear * amplitude * np.cos(phase), gear * amplitude * np.sin(phase)
-    return weight, gear * np.where(knee, off_knee, off_hip)
+def _leg_pose(model: mujoco.MjModel, robot: Robot, aim: np.ndarray) -> np.ndarray:
+    """Joint angles that put the torso's ends `aim[:2]` (front, back) above where they start and the torso
+    `aim[2]` ahead of where it starts, every foot staying where it stands: the torso's pitch and height
+    from the aim, then each leg's own two-link inverse kinematics, its knee bent the way its range allows."""
+    front, back = model.site("front").pos[0], model.site("back").pos[0]
+    pitch = math.asin(float(np.clip((aim[1] - aim[0]) / (front - back), -1, 1)))
+    centre = model.body("torso").pos[2] + aim[0] + front * math.sin(pitch)
+    angles = np.zeros(len(robot.joints))
+    for hip, knee in _legs(robot):
+        thigh, shin = (model.joint(robot.joints[k]).bodyid[0] for k in (hip, knee))
+        foot = next(g for g in range(model.ngeom) if model.geom_bodyid[g] == shin)
+        upper, lower = float(np.linalg.norm(model.body_pos[shin])), 2 * float(model.geom_size[foot, 1])
+        x = model.body_pos[thigh][0]
+        reach = np.array([x * math.cos(pitch) - x + aim[2],  # foot behind the hip by this much
+                          centre - x * math.sin(pitch) - model.geom_size[foot, 0]])
+        span = min(float(np.linalg.norm(reach)), upper + lower - 1e-6)
+        lean = math.acos(np.clip((upper**2 + span**2 - lower**2) / (2 * upper * span), -1, 1))
+        bend = math.asin(np.clip(upper * math.sin(lean) / lower, -1, 1))
+        low, high = model.jnt_range[model.joint(robot.joints[knee]).id]
+        sign = 1.0 if -low > high else -1.0  # the knee bends the way its range is wider
+        direction = math.atan2(reach[0], reach[1])
+        angles[hip], angles[knee] = direction + sign * lean - pitch, -sign * (lean + bend)
+    return angles
 
 
-def walk_skill(robot: Robot, *, iterations: int = 8, population: int = 48, elite: int = 8,
-               branches: int = 16) -> Skill:
-    """Cross-entropy search for a gait on the body's own randomized branches, from a common start.
+def _legs(robot: Robot) -> list[tuple[int, int]]:
+    """(hip, knee) actuator indices of each leg."""
+    knees = {s.limb: k for k, s in enumerate(robot.slots) if s.joint == 1}
+    return [(k, knees[s.limb]) for k, s in enumerate(robot.slots) if s.joint == 0]
 
-    A generation is one evaluation: candidate r drives branch r, in row r of a single wave (the
-    evaluator's fixed batch layout). Of the final mean and the best candidate, the better one on
-    fresh branches wins. Fitness is the task's return, less one for a fall.
+
+def posture_skill(robot: Robot, samples: int = 32, corrections: int = 3) -> Skill:
+    """Fit the linear map from goal heights to joint angles of a legged body (see the module doc).
+
+    Each sampled goal is solved by `_leg_pose`, then corrected on the body's own model: the pose is held
+    with the body's actuators until it settles, and the goal it is solved for moves by what it missed, so
+    the skill offsets its own sag under gravity.
     """
-    task = robot.task("walk")
-    low, high, mean, spread = _GAIT
-    rng = np.random.default_rng(0)
-
-    def fitness(outcomes: Sequence) -> np.ndarray:
-        return np.array([o.total_reward - o.reason.startswith(("failure", "unstable")) for o in outcomes])
-
-    for generation in range(iterations):
-        thetas = np.clip(mean + spread * rng.standard_normal((population, len(mean))), low, high)
-        weights, biases = (np.stack(part) for part in zip(*(_gait(robot, t) for t in thetas)))
-
-        def policy(obs: np.ndarray, w: np.ndarray = weights, b: np.ndarray = biases) -> np.ndarray:
-            return np.einsum("rao,ro->ra", w, obs) + b
-
-        result = evaluate(task, policy, branches=population, wave=population, threads=1, progress=False,
-                          sampler=sampler("walk", 1000 + generation))
-        best = thetas[np.argsort(-fitness(result.outcomes), kind="stable")[:elite]]
-        mean, spread = best.mean(axis=0), best.std(axis=0) + 0.02
-    note = f"gait of {robot.name}, tuned by the cross-entropy method"
-    candidates = [_linear_skill(*_gait(robot, theta), note) for theta in (mean, best[0])]
-    scores = [np.median(fitness(evaluate(task, c, branches=branches, threads=1, progress=False,
-                                         sampler=sampler("walk", 999)).outcomes)) for c in candidates]
-    return candidates[int(np.argmax(scores))]
+    task = robot.task("posture")
+    model = task.template.model
+    data = mujoco.MjData(model)
+    gear = np.array(robot.gear)
+    goals = np.random.default_rng(0).uniform(*(np.array(POSTURE_RANGE) * robot.size), (samples, 2))
+    aims = np.column_stack([goals, np.zeros(samples)])
+    ends = [model.site(end).id for end in ("front", "back")]
+    homes = np.array([model.site(f"home_{end}").pos for end in ("front", "back")])
+    steps = task.definition["horizon"] * task.definition["control_substeps"]
+    for _ in range(corrections):
+        for goal, aim in zip(goals, aims):
+            mujoco.mj_resetData(model, data)
+            data.ctrl[:] = gear * _leg_pose(model, robot, aim)
+            mujoco.mj_step(model, data, nstep=steps)
+            missed = data.site_xpos[ends] - homes
+            aim += [*(goal - missed[:, 2]), -missed[:, 0].mean()]
+    poses = np.array([_leg_pose(model, robot, aim) for aim in aims])
+    fit = np.linalg.lstsq(np.column_stack([goals, np.ones(samples)]), poses, rcond=None)[0]  # (3, joints)
+    n = len(robot.joints)
+    weight = np.zeros((n, task.obs_dim))
+    weight[:, 2 * n + 2], weight[:, 2 * n + 5] = gear * fit[0], gear * fit[1]  # the z of each goal offset
+    return _linear_skill(weight, gear * fit[2], f"posture map of {robot.name}, corrected on its own model")
 
 
 def native_skill(robot: Robot, family: str) -> NativeSkill:
     """The body's own skill for a task family (see the module doc for how each is made)."""
-    return NativeSkill(robot, family, reach_skill(robot) if family == "reach" else walk_skill(robot))
+    return NativeSkill(robot, family, reach_skill(robot) if family == "reach" else posture_skill(robot))
 
 
 def _measure_row(target: Robot, family: str, sources: list[tuple[int, NativeSkill]], branches: int,

@@ -53,7 +53,7 @@ def test_legged_bodies_are_valid_for_every_seed(seed):
     robot = sim.procedural_legged(seed)
     model = check(robot)
     legs = len({s.limb for s in robot.slots})
-    assert robot.kind == "legged" and robot.tasks == ("walk",) and 2 <= legs <= 6
+    assert robot.kind == "legged" and robot.tasks == ("posture",) and 2 <= legs <= 6
     assert sorted(s.joint for s in robot.slots) == [0, 1] * legs or sorted(s.joint for s in robot.slots) == \
         sorted([0, 1] * legs)
     assert len(robot.embodiment().end_effectors) == legs
@@ -62,6 +62,8 @@ def test_legged_bodies_are_valid_for_every_seed(seed):
     mujoco.mj_step(model, data, nstep=200)
     torso = data.body("torso")
     assert torso.xpos[2] > 0.8 * model.body("torso").pos[2] and torso.xmat[8] > 0.95
+    for end in ("front", "back"):  # its posture task starts from where the torso's ends are
+        assert np.linalg.norm(data.site(end).xpos - data.site(f"home_{end}").xpos) < 0.05 * robot.size
     assert not data.warning.number.any()
     assert robot.scene == sim.procedural_legged(seed).scene
 

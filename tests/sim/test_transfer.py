@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+import mujoco
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 import sim
 from knowledge import TransferDataset
-from sim._transfer import observation_slots, reach_skill, sampler, walk_skill
+from sim._transfer import observation_slots, posture_skill, reach_skill, sampler
 from sim.cli import encoder_dataset_command
 
 ARMS = {n: next(r for s in range(100) if len((r := sim.procedural_arm(s)).joints) == n) for n in (3, 7)}
@@ -41,14 +42,14 @@ def test_an_arm_skill_drives_a_smaller_arm_joint_by_joint_from_the_base():
 
 
 def test_legs_are_matched_front_to_back():
-    gait = sim._transfer._linear_skill(*sim._transfer._gait(SIX, np.array([0.5, 0.6, -2.0, -1.0, 0.1, -0.4])), "gait")
-    on_walker = sim.retarget(gait, SIX, WALKER, "walk")
-    six, two = weights(gait), weights(on_walker)
+    posture = posture_skill(SIX)
+    on_walker = sim.retarget(posture, SIX, WALKER, "posture")
+    six, two = weights(posture), weights(on_walker)
     # walker actuators: hind hip, hind knee, fore hip, fore knee; the six legs run front (0) to back (5)
-    assert np.array_equal(two[[2, 3], :2], six[[0, 1], :2]) and np.array_equal(two[[0, 1], :2], six[[10, 11], :2])
-    assert len(observation_slots(WALKER, "walk")) == two.shape[1]
-    with pytest.raises(ValueError, match="walk"):
-        sim.retarget(gait, SIX, ARM7, "walk")
+    assert np.array_equal(two[[2, 3], -6:], six[[0, 1], -6:]) and np.array_equal(two[[0, 1], -6:], six[[10, 11], -6:])
+    assert len(observation_slots(WALKER, "posture")) == two.shape[1]
+    with pytest.raises(ValueError, match="posture"):
+        sim.retarget(posture, SIX, ARM7, "posture")
 
 
 def test_native_skills_work_on_their_own_bodies():
@@ -56,9 +57,36 @@ def test_native_skills_work_on_their_own_bodies():
         result = sim.evaluate(robot.task("reach"), sim.native_skill(robot, "reach").skill, branches=16,
                               sampler=sampler("reach", 5), progress=False)
         assert result.success_rate >= 0.8
-    gait = walk_skill(WALKER, iterations=4)
-    walked = sim.evaluate(WALKER.task("walk"), gait, branches=16, sampler=sampler("walk", 5), progress=False)
-    assert walked.success_rate >= 0.5 and gait.spec.hidden == ()
+    for robot in (SIX, WALKER):
+        skill = sim.native_skill(robot, "posture").skill
+        result = sim.evaluate(robot.task("posture"), skill, branches=16, sampler=sampler("posture", 5), progress=False)
+        assert result.success_rate >= 0.8 and skill.spec.hidden == ()
+
+
+def test_a_posture_skill_bends_the_knees_nearest_the_lower_goal():
+    """The map follows its goal: a lower front goal bends the front knees most, a lower back goal the back ones."""
+    w = weights(posture_skill(SIX))
+    knees = [k for k, s in enumerate(SIX.slots) if s.joint == 1]  # front to back; they bend negative
+    front, back = w[knees, -4], w[knees, -1]  # per metre of goal offset, the z of each goal
+    assert np.all(np.diff(front) < 0) and np.all(np.diff(back) > 0)
+    assert front[0] > 10 * abs(front[-1]) and back[-1] > 10 * abs(back[0])
+
+
+def test_a_posture_skill_fails_where_the_gear_differs():
+    """Open loop, it works only as far as the bodies agree: the walker with twice the actuator gear (same joint
+    stiffness) holds the postures with its own skill, and misses them with the walker's."""
+    spec = mujoco.MjSpec.from_string(WALKER.scene)
+    for actuator in spec.actuators:
+        actuator.gear[0] = 2.0
+        actuator.gainprm[0] /= 4
+        actuator.biasprm[1:3] = actuator.biasprm[1:3] / 4
+        actuator.ctrlrange = actuator.ctrlrange * 2
+    geared = sim.Robot("geared-walker", "legged", spec.to_xml(), WALKER.joints, WALKER.slots, (2.0,) * 4, WALKER.size,
+                       WALKER.home)
+    task, branches = geared.task("posture"), {"branches": 16, "sampler": sampler("posture", 5), "progress": False}
+    assert sim.evaluate(task, posture_skill(geared), **branches).success_rate >= 0.8
+    assert sim.evaluate(task, sim.retarget(posture_skill(WALKER), WALKER, geared, "posture"),
+                        **branches).success_rate <= 0.25
 
 
 def test_the_dataset_is_the_same_with_any_number_of_workers(tmp_path):
@@ -66,10 +94,10 @@ def test_the_dataset_is_the_same_with_any_number_of_workers(tmp_path):
     one = sim.transfer_dataset(robots, branches=4, workers=1, seed=2, progress=False)
     two = sim.transfer_dataset(robots, branches=4, workers=2, seed=2, progress=False)
     assert one.transfers == two.transfers and one.names == two.names
-    assert len(one.transfers) == 3 * 3 + 2 * 2 and one.tasks == ("reach", "walk")
+    assert len(one.transfers) == 3 * 3 + 2 * 2 and one.tasks == ("posture", "reach")
     assert all(t.trials == 4 for t in one.transfers)
-    reach = one.rates("reach")
-    assert np.diag(reach[:3, :3]).min() >= 0.5  # each arm's own skill, on its own body
+    assert np.diag(one.rates("reach")[:3, :3]).min() >= 0.5  # each arm's own skill, on its own body
+    assert np.diag(one.rates("posture")[3:, 3:]).min() >= 0.5
     assert one.meta["branches"] == 4 and [r["name"] for r in one.meta["robots"]] == [r.name for r in robots]
     with pytest.raises(ValueError, match="distinct"):
         sim.transfer_dataset(robots + robots[:1], branches=1)
