@@ -43,6 +43,7 @@ import numpy as np
 import sim
 from sim._engine import Engine
 from sim._world import _initial_checkpoint
+from sim._worldstore import Event
 
 REGION = """<mujoco model="cell"><option timestep="0.005"/>
   <worldbody><geom name="floor" type="plane" size="200 200 0.1"/></worldbody></mujoco>"""
@@ -77,10 +78,10 @@ def persistent(path: Path, ticks: int, period: int) -> tuple[float, sim.Snapshot
 
 def volatile(template: sim.Template, ticks: int, period: int) -> tuple[float, np.ndarray]:
     """The same engine, the same events, nothing logged and no checkpoints."""
-    events: dict[int, list[dict]] = {window: [] for window in range(0, ticks, WINDOW)}
+    events: dict[int, list[Event]] = {window: [] for window in range(0, ticks, WINDOW)}
     for seq, tick in enumerate(range(0, ticks, period), start=1):
-        events[tick - tick % WINDOW].append({"seq": seq, "tick": tick, "entity": "walker1", "kind": "mutate",
-                                             "provenance": "", "change": {"mutations": [m.to_json() for m in gait(tick)]}})
+        events[tick - tick % WINDOW].append(
+            Event(seq, tick, "walker1", "mutate", {"mutations": [m.to_json() for m in gait(tick)]}, "setpoint"))
     engine = Engine.restore(_initial_checkpoint(template), template.xml, sys.maxsize)
     start = time.perf_counter()
     for window in range(0, ticks, WINDOW):

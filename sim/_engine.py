@@ -10,7 +10,7 @@ before t's events, and that is what a checkpoint at t holds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from mujoco import batch as mjbatch
@@ -20,7 +20,7 @@ from ._errors import MutationError, ReplayTemplateError, WorldError
 from ._patches import Mutation, Patch, apply_model_patches, apply_state_patches
 from ._snapshot import apply_stepwise
 from ._templates import Template, cached_template
-from ._worldstore import Checkpoint
+from ._worldstore import Checkpoint, Event
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +64,13 @@ class Engine:
         return Checkpoint(self.tick, self.template.source_hash, self.template.model_hash, self.patch.to_json(),
                           self.batch.state[0].tobytes())
 
-    def advance(self, to: int, events: Sequence[Mapping], on_checkpoint: Callable[[Checkpoint], None]) -> None:
-        """Apply `events` (dicts of `Event.to_json()`, with "xml" for template switches) at their ticks and
-        step to tick `to`, handing over a checkpoint on arrival at every multiple of `every`."""
+    def advance(self, to: int, events: Sequence[Event], on_checkpoint: Callable[[Checkpoint], None]) -> None:
+        """Apply `events` (template switches carry their MJCF in `change["xml"]`) at their ticks and step to
+        tick `to`, handing over a checkpoint on arrival at every multiple of `every`."""
         for event in events:
-            if not self.tick <= event["tick"] <= to:
-                raise WorldError(f"event {event['seq']} at tick {event['tick']} outside [{self.tick}, {to}]")
-            self._step_to(event["tick"], on_checkpoint)
+            if not self.tick <= event.tick <= to:
+                raise WorldError(f"event {event.seq} at tick {event.tick} outside [{self.tick}, {to}]")
+            self._step_to(event.tick, on_checkpoint)
             self.apply(event)
         self._step_to(to, on_checkpoint)
 
@@ -85,20 +85,20 @@ class Engine:
             if stop % self.every == 0:
                 on_checkpoint(self.checkpoint())
 
-    def apply(self, event: Mapping) -> None:
-        kind, change = event["kind"], event["change"]
+    def apply(self, event: Event) -> None:
+        kind, change = event.kind, event.change
         if kind == "mutate":
-            self._mutate([Mutation.from_json(m) for m in change["mutations"]], event["seq"])
+            self._mutate([Mutation.from_json(m) for m in change["mutations"]], event.seq)
         elif kind == "leave":
             _, rest = entity_patch(self.patch, change["entity"])
-            new = load_template(event["xml"], change["model_hash"])
+            new = load_template(change["xml"], change["model_hash"])
             self._load(new, rest, moved_row(self.template.model, self.row, new.model))
         elif kind == "enter":
-            new = load_template(event["xml"], change["model_hash"])
+            new = load_template(change["xml"], change["model_hash"])
             row = moved_row(self.template.model, self.row, new.model, change["state"])
             self._load(new, self.patch + Patch.from_json(change["patch"]), row)
         else:
-            raise WorldError(f"event {event['seq']}: unknown kind {kind!r}")
+            raise WorldError(f"event {event.seq}: unknown kind {kind!r}")
 
     def _mutate(self, mutations: list[Mutation], seq: int) -> None:
         """Apply an event's mutations, all or none: one that cannot apply here (its values would leave the

@@ -369,15 +369,10 @@ class World:
         if failure is not None:
             raise failure
 
-    def _wire(self, events: Sequence[Event]) -> list[dict]:
-        """Events as a worker applies them: template switches carry their MJCF."""
-        out = []
-        for event in events:
-            data = event.to_json()
-            if event.kind in ("leave", "enter"):
-                data["xml"] = self._store.template(event.change["template"])[0]
-            out.append(data)
-        return out
+    def _wire(self, events: Sequence[Event]) -> list[Event]:
+        """Events as a worker applies them: template switches carry their MJCF (in `change["xml"]`)."""
+        return [event._replace(change={**event.change, "xml": self._store.template(event.change["template"])[0]})
+                if event.kind in ("leave", "enter") else event for event in events]
 
     def _call(self, shard: str, key: str, method: str, args: Callable[[], tuple], *,
               load: bool = True) -> Callable[[], Any]:
@@ -423,13 +418,13 @@ class World:
             return report
         return finish
 
-    def _commit(self, shard: str, key: str, to: int, sent: list[dict], report: Mapping) -> None:
+    def _commit(self, shard: str, key: str, to: int, sent: list[Event], report: Mapping) -> None:
         with self._store.transaction():
             self._store.put_checkpoints(shard, key, [Checkpoint(**c) for c in report["checkpoints"]])
             if to != self._log(shard, key).head:
                 self._store.set_head(shard, key, to)
         if sent:
-            self._delivered[shard][key] = sent[-1]["seq"]
+            self._delivered[shard][key] = sent[-1].seq
         self._current[shard, key] = report["template"]
         for seq, why in report["rejected"]:
             log.warning("shard %s%s: event %d was rejected: %s", shard, f" branch {key}" if key else "", seq, why)

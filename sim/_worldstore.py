@@ -189,19 +189,19 @@ class WorldStore:
                 chunk = events[start:start + _SEGMENT_EVENTS]
                 try:
                     text = orjson.dumps([(e.tick, e.entity, e.kind, e.change, e.provenance) for e in chunk],
-                                        option=_ORJSON).decode()
+                                        option=_ORJSON)
                 except orjson.JSONEncodeError as exc:
                     raise WorldError(f"log {shard}/{branch or 'canonical'}: an event is not JSON: {exc}") from None
-                fields = (shard, branch, chunk[0].seq, chunk[-1].seq, chunk[0].tick, chunk[-1].tick, text)
-                prev = self._checksum("segment", *fields, prev)
-                rows.append((*fields, prev))
+                fields = (shard, branch, chunk[0].seq, chunk[-1].seq, chunk[0].tick, chunk[-1].tick)
+                prev = self._checksum("segment", *fields, text, prev)
+                rows.append((*fields, text.decode(), prev))
             self._chain[shard, branch] = prev
         if rows:
             self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
-    def _checksum(self, table: str, *fields: str | int) -> str:
-        """SHA-256 over the world id and the fields, after their lengths (unambiguous, and cheap)."""
-        parts = [str(field).encode() for field in (table, self.id, *fields)]
+    def _checksum(self, table: str, *fields: str | int | bytes) -> str:
+        """SHA-256 over the world id and the fields (text as UTF-8), after their lengths (unambiguous, and cheap)."""
+        parts = [field if isinstance(field, bytes) else str(field).encode() for field in (table, self.id, *fields)]
         return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:

@@ -5,6 +5,7 @@ from sim import Mutation, Patch, ReplayTemplateError, Template
 from sim._engine import Engine, load_template
 from sim._entities import compose
 from sim._world import _initial_checkpoint
+from sim._worldstore import Event
 
 
 @pytest.fixture
@@ -15,13 +16,12 @@ def template(region, world_entities):
 def _events():
     """Controls every 25 ticks, a mass change and a push, as a worker receives them (seq follows tick)."""
     def mutate(tick, target, op, value):
-        return {"tick": tick, "entity": target.split("/")[1], "kind": "mutate", "provenance": "test",
-                "change": {"mutations": [Mutation(target, op, value).to_json()]}}
+        return (tick, target.split("/")[1], "mutate", {"mutations": [Mutation(target, op, value).to_json()]}, "test")
     out = [mutate(25 * k, "actuator/walker1/hhip/ctrl", "set", (0.4 * np.sin(k),)) for k in range(8)]
     out += [mutate(110, "body/walker1/torso/mass", "scale", (1.5,)),
             mutate(110, "joint/crate/~joint0/qvel", "set", (0.5, 0, 0, 0, 0, 0))]
-    out.sort(key=lambda e: e["tick"])
-    return [{**e, "seq": i} for i, e in enumerate(out, start=1)]
+    out.sort(key=lambda e: e[0])
+    return [Event(seq, *e) for seq, e in enumerate(out, start=1)]
 
 
 def _fresh(template, every=50):
@@ -33,9 +33,9 @@ def test_the_same_events_give_the_same_state_however_the_steps_are_split(templat
     whole.advance(300, _events(), crossed.append)
     parts, sent = _fresh(template), 0
     for stop in (7, 110, 111, 250, 300):  # events at a stop tick are applied on arrival there
-        batch = [e for e in _events() if sent < e["seq"] and e["tick"] <= stop]
+        batch = [e for e in _events() if sent < e.seq and e.tick <= stop]
         parts.advance(stop, batch, lambda c: None)
-        sent = max([sent] + [e["seq"] for e in batch])
+        sent = max([sent] + [e.seq for e in batch])
     assert whole.row.tobytes() == parts.row.tobytes()
     assert [c.tick for c in crossed] == [50, 100, 150, 200, 250, 300]
 
@@ -46,7 +46,7 @@ def test_a_checkpoint_restores_the_live_state_bit_for_bit(template):
     at150 = next(c for c in crossed if c.tick == 150)
     assert at150.patch == [Mutation("body/walker1/torso/mass", "scale", (1.5,)).to_json()]
     restored = Engine.restore(at150, template.xml, 50)
-    restored.advance(300, [e for e in _events() if e["tick"] >= 150], lambda c: None)
+    restored.advance(300, [e for e in _events() if e.tick >= 150], lambda c: None)
     assert restored.row.tobytes() == live.row.tobytes()
     assert restored.checkpoint() == live.checkpoint()
 
@@ -54,9 +54,8 @@ def test_a_checkpoint_restores_the_live_state_bit_for_bit(template):
 def test_a_mutation_that_cannot_apply_is_rejected_and_changes_nothing(template):
     half = [Mutation("actuator/walker1/hhip/ctrl", "set", (0.7,)), Mutation("body/walker1/torso/mass", "scale", (2.0,)),
             Mutation("body/walker1/torso/mass", "add", (-100.0,))]  # the last one rejects the whole event
-    bad = {"seq": 1, "tick": 10, "entity": "walker1", "kind": "mutate", "provenance": "t",
-           "change": {"mutations": [m.to_json() for m in half]}}
-    gone = {**bad, "seq": 2, "change": {"mutations": [Mutation("body/walker2/torso/mass", "set", (1.0,)).to_json()]}}
+    bad = Event(1, 10, "walker1", "mutate", {"mutations": [m.to_json() for m in half]}, "t")
+    gone = bad._replace(seq=2, change={"mutations": [Mutation("body/walker2/torso/mass", "set", (1.0,)).to_json()]})
     a, b = _fresh(template), _fresh(template)
     a.advance(60, [bad, gone], lambda c: None)
     b.advance(60, [], lambda c: None)
@@ -66,15 +65,15 @@ def test_a_mutation_that_cannot_apply_is_rejected_and_changes_nothing(template):
 
 def test_an_entity_leaves_and_comes_back_with_its_state(region, world_entities, template):
     engine = _fresh(template)
-    engine.advance(120, [e for e in _events() if e["tick"] <= 120], lambda c: None)
+    engine.advance(120, [e for e in _events() if e.tick <= 120], lambda c: None)
     before, row = engine.entity_state("walker1"), engine.row
     assert before["patch"] == [Mutation("body/walker1/torso/mass", "scale", (1.5,)).to_json()]
     crate_only = Template(compose(region, world_entities[1:]))
-    leave = {"seq": 20, "tick": 120, "entity": "walker1", "kind": "leave", "provenance": "t", "xml": crate_only.xml,
-             "change": {"entity": "walker1", "template": crate_only.source_hash, "model_hash": crate_only.model_hash}}
-    enter = {"seq": 21, "tick": 120, "entity": "walker1", "kind": "enter", "provenance": "t", "xml": template.xml,
-             "change": {"entity": "walker1", "template": template.source_hash, "model_hash": template.model_hash,
-                        "state": before["state"], "patch": before["patch"]}}
+    leave = Event(20, 120, "walker1", "leave", {"entity": "walker1", "template": crate_only.source_hash,
+                                                "model_hash": crate_only.model_hash, "xml": crate_only.xml}, "t")
+    enter = Event(21, 120, "walker1", "enter", {"entity": "walker1", "template": template.source_hash,
+                                                "model_hash": template.model_hash, "xml": template.xml,
+                                                "state": before["state"], "patch": before["patch"]}, "t")
     engine.advance(120, [leave], lambda c: None)
     assert engine.template.model.nu == 0 and engine.patch == Patch()
     engine.advance(120, [enter], lambda c: None)

@@ -7,6 +7,7 @@ from sim import Mutation, Template
 from sim._entities import compose
 from sim._hosts import InlineWorker, ProcessWorker, ShardHost, WorkerLost, make_worker
 from sim._world import _initial_checkpoint
+from sim._worldstore import Event
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +20,8 @@ def _load_args(template):
 
 
 def _ctrl(seq, tick, value):
-    return {"seq": seq, "tick": tick, "entity": "walker1", "kind": "mutate", "provenance": "t",
-            "change": {"mutations": [Mutation("actuator/walker1/hhip/ctrl", "set", (value,)).to_json()]}}
+    return Event(seq, tick, "walker1", "mutate",
+                 {"mutations": [Mutation("actuator/walker1/hhip/ctrl", "set", (value,)).to_json()]}, "t")
 
 
 def test_a_host_keeps_engines_apart_and_reports_what_it_crossed(template):
