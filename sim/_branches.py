@@ -76,6 +76,16 @@ class Branch:
         """`World.evaluate` from this branch's current state, inside the shard's worker."""
         return self.world.evaluate(self.shard, task, policy, branch=self.id, **options)
 
+    def delete(self) -> None:
+        """Drop the branch: its engine, its log and its checkpoints. The canonical world is untouched."""
+        world = self.world
+        with world._lock:
+            world._log(self.shard, self.id)
+            world._unload(self.shard, self.id)
+            with world._store.transaction():
+                world._store.delete_log(self.shard, self.id)
+            world._current.pop((self.shard, self.id), None)
+
 
 @dataclass(frozen=True)
 class Replay:
@@ -98,9 +108,10 @@ class Replay:
 
 def fork(world: "World", shard: str, at: int, label: str) -> Branch:
     with world._lock:
-        head = world._log(shard, CANONICAL).head
-        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= head:
-            raise HistoryError(f"shard {shard!r} has history for ticks 0..{head}: cannot fork at {at!r}")
+        log = world._log(shard, CANONICAL)
+        if not isinstance(at, int) or isinstance(at, bool) or not log.base_tick <= at <= log.head:
+            raise HistoryError(f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
+                               f"cannot fork at {at!r}")
         branch_id = uuid.uuid4().hex[:16]
         with world._store.transaction():
             world._store.add_log(Log(shard, branch_id, at, at, label))
@@ -111,9 +122,11 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
     from ._world import check_mutation, mutate_event
 
     with world._lock:
-        head = world._log(shard, CANONICAL).head
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in (start, stop)) or not 0 <= start <= stop <= head:
-            raise HistoryError(f"shard {shard!r} has history for ticks 0..{head}: cannot replay {start!r}..{stop!r}")
+        log = world._log(shard, CANONICAL)
+        if (not all(isinstance(t, int) and not isinstance(t, bool) for t in (start, stop))
+                or not log.base_tick <= start <= stop <= log.head):
+            raise HistoryError(f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
+                               f"cannot replay {start!r}..{stop!r}")
         store = world._store
         if interventions:
             template = _template_at(world, shard, start)
@@ -156,6 +169,27 @@ def _template_at(world: "World", shard: str, tick: int) -> Template:
                 if e.kind in ("leave", "enter")]
     source = switches[-1].change["template"] if switches else checkpoint.template
     return cached_template(store.template(source)[0])
+
+
+def prune(world: "World", before: int, shards: Sequence[str] | None) -> dict[str, int]:
+    if not isinstance(before, int) or isinstance(before, bool) or before < 0:
+        raise ValueError(f"before must be a non-negative tick, got {before!r}")
+    with world._lock:
+        targets = list(shards) if shards is not None else world.shards
+        starts = {}
+        for shard in targets:
+            log = world._log(shard, CANONICAL)
+            # a checkpoint at the base always exists: the first one, or the one the last pruning kept
+            starts[shard] = world._store.checkpoint(shard, CANONICAL, min(max(before, log.base_tick), log.head)).tick
+            older = [b.branch for b in world._store.logs(shard) if b.base_tick < starts[shard]]
+            if older:
+                raise HistoryError(f"shard {shard!r}: branches {older} fork before tick {starts[shard]}; "
+                                   "delete them before pruning there")
+        with world._store.transaction():
+            for shard, start in starts.items():
+                if start > world._log(shard, CANONICAL).base_tick:
+                    world._store.prune(shard, CANONICAL, start)
+        return starts
 
 
 # ---- migration: read, commit (the one atomic step), deliver ----

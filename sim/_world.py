@@ -184,6 +184,7 @@ class World:
                 head = self.head(shard)
                 template = self._template(shard, CANONICAL)
                 shards[shard] = {"tick": head, "time": head * float(template.model.opt.timestep),
+                                 "history_from": self._log(shard, CANONICAL).base_tick,
                                  "entities": [n for n, s in self.entities().items() if s == shard],
                                  "events": self._store.last_event(shard, CANONICAL)[0],
                                  "checkpoints": self._store.count_checkpoints(shard, CANONICAL),
@@ -266,6 +267,14 @@ class World:
         from ._branches import replay
 
         return replay(self, shard, start, stop, interventions)
+
+    def prune(self, before: int, shards: Sequence[str] | None = None) -> dict[str, int]:
+        """Retention: forget each shard's canonical history before its last checkpoint at or before tick
+        `before` (events, checkpoints); forks and replays start there from then on. Returns the ticks the
+        shards' histories now start at. Refused (HistoryError) while a branch forks from earlier: delete it."""
+        from ._branches import prune
+
+        return prune(self, before, shards)
 
     def migrate(self, entity: str, to: str, *, provenance: str = "migration") -> Migration:
         """Move an entity to shard `to`, with its state and its mutations, exactly once."""

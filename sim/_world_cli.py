@@ -54,7 +54,7 @@ _json = click.option("--json", "as_json", is_flag=True, help="Machine-readable o
 
 @click.group("world")
 def world_group() -> None:
-    """Persistent, sharded worlds: create, status, advance, fork, replay."""
+    """Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop."""
 
 
 @world_group.command("create")
@@ -103,8 +103,9 @@ def status_command(home: Home, name: str | None, backend: str, as_json: bool) ->
         return
     lines = [f"world {status['name']} ({status['id']}), checkpoints every {status['checkpoint_every']} ticks"]
     for shard, s in status["shards"].items():
+        kept = f" (history from tick {s['history_from']})" if s["history_from"] else ""
         lines.append(f"  {shard:12} tick {s['tick']:>9}  t={s['time']:.3f}s  events {s['events']:>6}  "
-                     f"checkpoints {s['checkpoints']:>5}  entities: {', '.join(s['entities']) or '-'}")
+                     f"checkpoints {s['checkpoints']:>5}  entities: {', '.join(s['entities']) or '-'}{kept}")
     for b in status["branches"]:
         lines.append(f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, at {b['head']}  {b['label']}")
     click.echo("\n".join(lines))
@@ -167,3 +168,33 @@ def replay_command(home: Home, name: str, shard: str, start: int, stop: int, bac
                    f"state {data['state_sha256'][:16]}")
     if not result.exact:
         raise SystemExit(1)
+
+
+@world_group.command("prune")
+@click.argument("name")
+@click.option("--before", "tick", type=click.IntRange(min=0), required=True,
+              help="Forget history before the last checkpoint at or before this tick.")
+@click.option("--shard", "shards", multiple=True, help="Only these shards (default: all).")
+@click.pass_obj
+def prune_command(home: Home, name: str, tick: int, shards: tuple[str, ...]) -> None:
+    """Retention: drop each shard's events and checkpoints before a tick; forks and replays start there after."""
+    with _open(home, name, "inline") as world:
+        try:
+            starts = world.prune(tick, list(shards) or None)
+        except SimError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(", ".join(f"{s}: history from tick {t}" for s, t in starts.items()))
+
+
+@world_group.command("drop")
+@click.argument("name")
+@click.argument("branch")
+@click.pass_obj
+def drop_command(home: Home, name: str, branch: str) -> None:
+    """Delete BRANCH of world NAME (its log and checkpoints); the canonical world is untouched."""
+    with _open(home, name, "inline") as world:
+        try:
+            world.branch(branch).delete()
+        except SimError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(f"dropped branch {branch}")

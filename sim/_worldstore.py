@@ -15,6 +15,7 @@ keys; nothing re-encodes them, the checksum covers the stored text) and writes o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -44,7 +45,8 @@ CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, 
 CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL, checksum TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base_tick INTEGER NOT NULL,
-    head INTEGER NOT NULL, label TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
+    head INTEGER NOT NULL, label TEXT NOT NULL, anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL,
+    anchor TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
 CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
     last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, events TEXT NOT NULL,
     checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, first_seq)) WITHOUT ROWID;
@@ -89,11 +91,18 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Log:
+    """A log's extent: its history runs from `base_tick` (a fork's tick, or where pruning left the
+    canonical log) to `head`; events up to `anchor_seq` (tick `anchor_tick`) were pruned, and `anchor`
+    is the checksum of their last segment, which the first remaining segment chains from."""
+
     shard: str
     branch: str
     base_tick: int
     head: int
     label: str
+    anchor_seq: int = 0
+    anchor_tick: int = 0
+    anchor: str = ""
 
 
 class WorldStore:
@@ -267,19 +276,43 @@ class WorldStore:
     # ---- logs (canonical and branches) ----
 
     def add_log(self, log: Log) -> None:
-        self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?)", (*self._log_row(log),))
+        self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log))
         self._logs[log.shard, log.branch] = log
 
     def _log_row(self, log: Log) -> tuple:
-        fields = (log.shard, log.branch, log.base_tick, log.head, log.label)
+        fields = dataclasses.astuple(log)
         return (*fields, self._checksum("log", *fields))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        old = self.log(shard, branch)
-        log = Log(shard, branch, old.base_tick, head, old.label)
+        log = dataclasses.replace(self.log(shard, branch), head=head)
         self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
                          (head, self._log_row(log)[-1], shard, branch))
         self._logs[shard, branch] = log
+
+    def prune(self, shard: str, branch: str, tick: int) -> None:
+        """Forget a log's history before `tick` (one of its checkpoints): its earlier checkpoints and the
+        segments that end before it; the log's base moves to `tick` and its anchor to the last one dropped."""
+        log = self.log(shard, branch)
+        last = self._rows("SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
+                          "AND last_tick < ? ORDER BY first_seq DESC LIMIT 1", (shard, branch, tick))
+        anchor = last[0] if last else (log.anchor_seq, log.anchor_tick, log.anchor)
+        self._db.execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_seq <= ?",
+                         (shard, branch, anchor[0]))
+        self._db.execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
+        self._db.execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
+        self._forget(shard, branch)
+        self.add_log(dataclasses.replace(log, base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1],
+                                         anchor=anchor[2]))
+
+    def delete_log(self, shard: str, branch: str) -> None:
+        """A branch's log, checkpoints and all, gone."""
+        for table in ("segments", "checkpoints", "logs"):
+            self._db.execute(f"DELETE FROM {table} WHERE shard = ? AND branch = ?", (shard, branch))
+        self._forget(shard, branch)
+
+    def _forget(self, shard: str, branch: str) -> None:
+        for cache in (self._heads, self._chain, self._logs, self._recent):
+            cache.pop((shard, branch), None)
 
     def log(self, shard: str, branch: str) -> Log:
         if (shard, branch) not in self._logs:
@@ -326,14 +359,15 @@ class WorldStore:
         if (shard, branch) not in self._heads:
             rows = self._rows("SELECT last_seq, last_tick FROM segments WHERE shard = ? AND branch = ? "
                               "ORDER BY first_seq DESC LIMIT 1", (shard, branch))
-            self._heads[shard, branch] = rows[0] if rows else (0, 0)
+            log = self.log(shard, branch)
+            self._heads[shard, branch] = rows[0] if rows else (log.anchor_seq, log.anchor_tick)
         return self._heads[shard, branch]
 
     def _last_checksum(self, shard: str, branch: str) -> str:
         if (shard, branch) not in self._chain:
             rows = self._db.execute("SELECT checksum FROM segments WHERE shard = ? AND branch = ? "
                                     "ORDER BY first_seq DESC LIMIT 1", (shard, branch)).fetchall()
-            self._chain[shard, branch] = rows[0][0] if rows else ""
+            self._chain[shard, branch] = rows[0][0] if rows else self.log(shard, branch).anchor
         return self._chain[shard, branch]
 
     def last_event(self, shard: str, branch: str) -> tuple[int, int]:
@@ -345,7 +379,7 @@ class WorldStore:
         rows = self._rows("SELECT first_seq FROM segments WHERE shard = ? AND branch = ? AND first_tick <= ? "
                           "ORDER BY first_seq DESC LIMIT 1", (shard, branch, until_tick))
         if not rows:
-            return 0
+            return self.log(shard, branch).anchor_seq
         return self.events(shard, branch, after_seq=rows[0][0] - 1, last_tick=until_tick)[-1].seq
 
     def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
@@ -365,7 +399,8 @@ class WorldStore:
         where = f"{self.path}: log {shard}/{branch or 'canonical'}"
         before = self._rows("SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? AND first_seq < ? "
                             "ORDER BY first_seq DESC LIMIT 1", (shard, branch, rows[0][0]))
-        expected, prev = (before[0][0] + 1, before[0][1]) if before else (1, "")
+        log = self.log(shard, branch)
+        expected, prev = (before[0][0] + 1, before[0][1]) if before else (log.anchor_seq + 1, log.anchor)
         out: list[Event] = []
         for first_seq, last_seq, first_ticks, last_ticks, text, checksum in rows:
             if first_seq != expected:

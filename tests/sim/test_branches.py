@@ -233,3 +233,29 @@ def test_a_coordinator_killed_mid_migration_leaves_it_done_or_not_done(world, tm
             _check_exactly_once(reopened, True, before)
     finally:
         reopened.close()
+
+
+def test_pruned_history_is_gone_and_the_world_goes_on_exactly(world, tmp_path, region, world_entities):
+    reference = sim.World.create(tmp_path / "ref.db", dict.fromkeys(SHARDS, region), world_entities,
+                                 checkpoint_every=50, backend="inline")
+    for k in range(6):
+        reference.apply("west", _mutation("ctrl", 0.4 * (-1) ** k))
+        reference.advance(25)
+    branch = world.fork("west", 60)
+    with pytest.raises(sim.HistoryError, match=r"branches \['[0-9a-f]+'\] fork before tick 100"):
+        world.prune(120)
+    branch.delete()
+    assert world.branches() == [] and world.prune(120) == {"west": 100, "east": 100}
+    assert world.status()["shards"]["west"]["history_from"] == 100
+    with pytest.raises(sim.HistoryError, match="history for ticks 100..150: cannot fork at 99"):
+        world.fork("west", 99)
+    assert world.replay("west", 100, 150).exact and world.prune(80) == {"west": 100, "east": 100}
+    assert [e.tick for e in world.events("west")] == [100, 125]
+    world.close()
+    world = sim.World.open(tmp_path / "w.db", backend="inline")  # rebuilt from the kept checkpoint and log
+    for w in (world, reference):
+        w.apply("west", _mutation("mass", 0.5))
+        w.advance(30)
+    assert all(world.snapshot(s).same_state(reference.snapshot(s)) for s in SHARDS)
+    reference.close()
+    world.close()

@@ -36,6 +36,14 @@ def test_create_advance_fork_replay_and_status(tmp_path, region, world_entities)
     with sim.World.open(home / "worlds" / "cell.db", backend="inline") as world:
         assert json.loads(replay.output)["state_sha256"] == world.snapshot("west").state_sha256
     assert simnet(home, "world", "status").output.strip() == "cell"
+    refused = simnet(home, "world", "prune", "cell", "--before", "210")
+    assert refused.exit_code == 1 and "fork before tick 200" in refused.output
+    assert simnet(home, "world", "drop", "cell", fork.output.strip()).exit_code == 0
+    pruned = simnet(home, "world", "prune", "cell", "--before", "210", "--shard", "west")
+    assert pruned.exit_code == 0 and pruned.output.strip() == "west: history from tick 200"
+    status = json.loads(simnet(home, "world", "status", "cell", "--json").output)
+    assert status["branches"] == [] and status["shards"]["west"]["history_from"] == 200
+    assert status["shards"]["east"]["history_from"] == 0 and status["shards"]["west"]["checkpoints"] == 1
 
 
 def test_bad_input_is_reported_not_raised(tmp_path, region):

@@ -124,3 +124,27 @@ def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
     junk.write_bytes(b"not a database at all" * 100)
     with pytest.raises(CorruptWorldError, match="not a readable world"):
         WorldStore(junk, create=False)
+
+
+def test_pruning_keeps_the_chain_anchored_and_the_head(store):
+    with store.transaction():
+        store.prune("west", "", 10)  # before the checkpoint at 10: segments 1..2 and 3..5 end earlier
+    store.close()
+    store = WorldStore(store.path, create=False)
+    log = store.log("west", "")
+    assert (log.base_tick, log.anchor_seq, log.anchor_tick) == (10, 5, 9)
+    assert [e.seq for e in store.events("west", "")] == [6] and store.last_event("west", "") == (6, 12)
+    assert store.last_seq("west", "", 11) == 5 and store.checkpoint("west", "", 11).tick == 10
+    with store.transaction():
+        store.prune("west", "", 13)  # every segment gone: head and chain continue from the anchor
+    with store.transaction():
+        (event,) = store.append("west", "", [(20, "", "mutate", {}, "after")])
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert event.seq == 7 and [e.seq for e in store.events("west", "")] == [7]
+    store.close()
+    _sql(store, "UPDATE logs SET anchor = 'x'")
+    store = WorldStore(store.path, create=False)
+    with pytest.raises(CorruptLogError, match="head of log"):
+        store.events("west", "")
+    store.close()
