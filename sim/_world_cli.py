@@ -6,7 +6,9 @@ and a worker process or Ray actor would only add start-up time.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -25,12 +27,15 @@ def world_path(home: Home, name: str) -> Path:
     return home.path / WORLDS_DIR / f"{check_name('world', name)}.db"
 
 
-def _open(home: Home, name: str, backend: str) -> World:
+@contextlib.contextmanager
+def _opened(home: Home, name: str, backend: str = "inline") -> Iterator[World]:
+    """World NAME, open for the block; a SimError in it (opening included) is the command's error message."""
     path = world_path(home, name)
     if not path.exists():
         raise click.ClickException(f"no world {name!r} in {home.path / WORLDS_DIR}; create it with `simnet world create`")
     try:
-        return World.open(path, backend=backend)
+        with World.open(path, backend=backend) as world:
+            yield world
     except SimError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -96,7 +101,7 @@ def status_command(home: Home, name: str | None, backend: str, as_json: bool) ->
         names = sorted(p.stem for p in (home.path / WORLDS_DIR).glob("*.db"))
         click.echo(json.dumps(names) if as_json else "\n".join(names) or "no worlds")
         return
-    with _open(home, name, backend) as world:
+    with _opened(home, name, backend) as world:
         status = world.status()
     if as_json:
         click.echo(json.dumps(status, indent=1))
@@ -119,11 +124,8 @@ def status_command(home: Home, name: str | None, backend: str, as_json: bool) ->
 @click.pass_obj
 def advance_command(home: Home, name: str, steps: int, shards: tuple[str, ...], backend: str) -> None:
     """Step world NAME by STEPS ticks, logging and checkpointing as it goes."""
-    with _open(home, name, backend) as world:
-        try:
-            heads = world.advance(steps, list(shards) or None)
-        except SimError as exc:
-            raise click.ClickException(str(exc)) from exc
+    with _opened(home, name, backend) as world:
+        heads = world.advance(steps, list(shards) or None)
     click.echo(", ".join(f"{s} at tick {t}" for s, t in heads.items()))
 
 
@@ -135,11 +137,8 @@ def advance_command(home: Home, name: str, steps: int, shards: tuple[str, ...], 
 @click.pass_obj
 def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> None:
     """Branch SHARD of world NAME at a tick; prints the branch id."""
-    with _open(home, name, "inline") as world:
-        try:
-            branch = world.fork(shard, tick, label=label)
-        except SimError as exc:
-            raise click.ClickException(str(exc)) from exc
+    with _opened(home, name) as world:
+        branch = world.fork(shard, tick, label=label)
     click.echo(branch.id)
 
 
@@ -153,11 +152,8 @@ def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> No
 @click.pass_obj
 def replay_command(home: Home, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool) -> None:
     """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they differ."""
-    with _open(home, name, backend) as world:
-        try:
-            result = world.replay(shard, start, stop)
-        except SimError as exc:
-            raise click.ClickException(str(exc)) from exc
+    with _opened(home, name, backend) as world:
+        result = world.replay(shard, start, stop)
     data = {"shard": shard, "start": start, "stop": stop, "exact": result.exact, "checked": list(result.checked),
             "mismatched": list(result.mismatched), "state_sha256": result.snapshot.state_sha256}
     if as_json:
@@ -178,11 +174,8 @@ def replay_command(home: Home, name: str, shard: str, start: int, stop: int, bac
 @click.pass_obj
 def prune_command(home: Home, name: str, tick: int, shards: tuple[str, ...]) -> None:
     """Retention: drop each shard's events and checkpoints before a tick; forks and replays start there after."""
-    with _open(home, name, "inline") as world:
-        try:
-            starts = world.prune(tick, list(shards) or None)
-        except SimError as exc:
-            raise click.ClickException(str(exc)) from exc
+    with _opened(home, name) as world:
+        starts = world.prune(tick, list(shards) or None)
     click.echo(", ".join(f"{s}: history from tick {t}" for s, t in starts.items()))
 
 
@@ -192,9 +185,6 @@ def prune_command(home: Home, name: str, tick: int, shards: tuple[str, ...]) -> 
 @click.pass_obj
 def drop_command(home: Home, name: str, branch: str) -> None:
     """Delete BRANCH of world NAME (its log and checkpoints); the canonical world is untouched."""
-    with _open(home, name, "inline") as world:
-        try:
-            world.branch(branch).delete()
-        except SimError as exc:
-            raise click.ClickException(str(exc)) from exc
+    with _opened(home, name) as world:
+        world.branch(branch).delete()
     click.echo(f"dropped branch {branch}")
