@@ -359,11 +359,13 @@ class World:
                             np.frombuffer(state["state"], dtype=np.float64))
 
     def _flush_args(self, shard: str, key: str, steps: int) -> Callable[[], tuple]:
-        """Arguments of an `advance` by `steps`, computed when (re)issued: the events not yet sent."""
+        """Arguments of an `advance` by `steps`, computed when (re)issued: the events not yet sent (none of
+        them is before the head: those were sent as the engine passed their ticks)."""
         def args() -> tuple:
-            to = self._log(shard, key).head + steps
-            events = self._store.events(shard, key, after_seq=self._delivered[shard][key], last_tick=to)
-            return to, self._wire(events)
+            head = self._log(shard, key).head
+            events = self._store.events(shard, key, first_tick=head, last_tick=head + steps,
+                                        after_seq=self._delivered[shard][key])
+            return head + steps, self._wire(events)
         return args
 
     def _wait_all(self, calls: list[tuple[str, Callable[[], Any]]]) -> None:

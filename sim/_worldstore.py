@@ -36,6 +36,9 @@ FORMAT = "simnet.world/2"  # /1 logged one row per event
 CANONICAL = ""  # the branch key of a shard's canonical log
 _RECENT = 4096  # events per log at least kept in memory after this process appended them
 _SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick decodes
+# Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
+# log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
+_LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 _SCHEMA = """
@@ -49,8 +52,7 @@ CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base
     anchor TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
 CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
     last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, events TEXT NOT NULL,
-    checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, first_seq)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS segments_tick ON segments (shard, branch, last_tick);
+    checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
 CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL, tick INTEGER NOT NULL,
     template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL, state BLOB NOT NULL,
     checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
@@ -214,9 +216,13 @@ class WorldStore:
         return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        return list(self._cursor(sql, args))
+
+    def _cursor(self, sql: str, args: Sequence[Any] = ()) -> Iterator[tuple]:
+        """Rows one by one, as read; reads see this transaction's own events."""
         try:
-            self._write_pending()  # reads see this transaction's own events
-            return self._db.execute(sql, args).fetchall()
+            self._write_pending()
+            yield from self._db.execute(sql, args)
         except sqlite3.DatabaseError as exc:
             raise CorruptWorldError(f"{self.path}: {exc}") from None
 
@@ -293,11 +299,10 @@ class WorldStore:
         """Forget a log's history before `tick` (one of its checkpoints): its earlier checkpoints and the
         segments that end before it; the log's base moves to `tick` and its anchor to the last one dropped."""
         log = self.log(shard, branch)
-        last = self._rows("SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
-                          "AND last_tick < ? ORDER BY first_seq DESC LIMIT 1", (shard, branch, tick))
+        last = self._rows(f"SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
+                          f"AND last_tick < ? {_LAST}", (shard, branch, tick))
         anchor = last[0] if last else (log.anchor_seq, log.anchor_tick, log.anchor)
-        self._db.execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_seq <= ?",
-                         (shard, branch, anchor[0]))
+        self._db.execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
         self._db.execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
         self._db.execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
         self._forget(shard, branch)
@@ -357,16 +362,16 @@ class WorldStore:
 
     def _head(self, shard: str, branch: str) -> tuple[int, int]:
         if (shard, branch) not in self._heads:
-            rows = self._rows("SELECT last_seq, last_tick FROM segments WHERE shard = ? AND branch = ? "
-                              "ORDER BY first_seq DESC LIMIT 1", (shard, branch))
+            rows = self._rows(f"SELECT last_seq, last_tick FROM segments WHERE shard = ? AND branch = ? {_LAST}",
+                              (shard, branch))
             log = self.log(shard, branch)
             self._heads[shard, branch] = rows[0] if rows else (log.anchor_seq, log.anchor_tick)
         return self._heads[shard, branch]
 
     def _last_checksum(self, shard: str, branch: str) -> str:
         if (shard, branch) not in self._chain:
-            rows = self._db.execute("SELECT checksum FROM segments WHERE shard = ? AND branch = ? "
-                                    "ORDER BY first_seq DESC LIMIT 1", (shard, branch)).fetchall()
+            rows = self._db.execute(f"SELECT checksum FROM segments WHERE shard = ? AND branch = ? {_LAST}",
+                                    (shard, branch)).fetchall()
             self._chain[shard, branch] = rows[0][0] if rows else self.log(shard, branch).anchor
         return self._chain[shard, branch]
 
@@ -376,11 +381,15 @@ class WorldStore:
 
     def last_seq(self, shard: str, branch: str, until_tick: int) -> int:
         """The seq of a log's last event at or before a tick (0 if none)."""
-        rows = self._rows("SELECT first_seq FROM segments WHERE shard = ? AND branch = ? AND first_tick <= ? "
-                          "ORDER BY first_seq DESC LIMIT 1", (shard, branch, until_tick))
-        if not rows:
-            return self.log(shard, branch).anchor_seq
-        return self.events(shard, branch, after_seq=rows[0][0] - 1, last_tick=until_tick)[-1].seq
+        # the first segment that goes past the tick holds the answer if it starts at or before it; else the
+        # segment before it ends with the answer
+        past = self._rows("SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
+                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick))
+        if past and past[0][1] <= until_tick:
+            return self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)[-1].seq
+        before = self._rows(f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
+                            (shard, branch, until_tick))
+        return before[0][0] if before else self.log(shard, branch).anchor_seq
 
     def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
                after_seq: int = 0) -> list[Event]:
@@ -390,15 +399,20 @@ class WorldStore:
         recent = self._recent.get((shard, branch))
         if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == self._head(shard, branch)[0]:
             return _select(recent[after_seq + 1 - recent[0].seq:], first_tick, last_tick)
-        rows = self._rows(
-            "SELECT first_seq, last_seq, first_tick, last_tick, events, checksum FROM segments WHERE shard = ? "
-            "AND branch = ? AND last_tick >= ? AND last_seq > ? AND (? IS NULL OR first_tick <= ?) ORDER BY first_seq",
-            (shard, branch, first_tick, after_seq, last_tick, last_tick))
+        rows = []
+        with contextlib.closing(self._cursor(
+                "SELECT first_seq, last_seq, first_tick, last_tick, events, checksum FROM segments WHERE shard = ? "
+                "AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
+                (shard, branch, first_tick, after_seq))) as cursor:
+            for row in cursor:
+                if last_tick is not None and row[2] > last_tick:
+                    break  # segments start later and later: no need to read on to the end of the log
+                rows.append(row)
         if not rows:
             return []
         where = f"{self.path}: log {shard}/{branch or 'canonical'}"
-        before = self._rows("SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? AND first_seq < ? "
-                            "ORDER BY first_seq DESC LIMIT 1", (shard, branch, rows[0][0]))
+        before = self._rows(f"SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? "
+                            f"AND (last_tick, first_seq) < (?, ?) {_LAST}", (shard, branch, rows[0][3], rows[0][0]))
         log = self.log(shard, branch)
         expected, prev = (before[0][0] + 1, before[0][1]) if before else (log.anchor_seq + 1, log.anchor)
         out: list[Event] = []
