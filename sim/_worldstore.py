@@ -39,6 +39,7 @@ _SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick
 # Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
 # log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
 _LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
+_JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 _SCHEMA = """
@@ -175,7 +176,7 @@ class WorldStore:
 
     def transaction(self) -> contextlib.AbstractContextManager:
         """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of events)."""
-        return contextlib.nullcontext() if self._db.in_transaction else self._transaction()
+        return _JOINED if self._db.in_transaction else self._transaction()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -286,11 +287,12 @@ class WorldStore:
         self._logs[log.shard, log.branch] = log
 
     def _log_row(self, log: Log) -> tuple:
-        fields = dataclasses.astuple(log)
+        fields = (log.shard, log.branch, log.base_tick, log.head, log.label, log.anchor_seq, log.anchor_tick, log.anchor)
         return (*fields, self._checksum("log", *fields))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        log = dataclasses.replace(self.log(shard, branch), head=head)
+        old = self.log(shard, branch)
+        log = Log(shard, branch, old.base_tick, head, old.label, old.anchor_seq, old.anchor_tick, old.anchor)
         self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
                          (head, self._log_row(log)[-1], shard, branch))
         self._logs[shard, branch] = log
