@@ -11,7 +11,8 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
   difference. Runs alternate; medians. persistence_overhead_1hz: the same with a setpoint every 200
   ticks; event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints included.
   (The store copies its WAL into the database file every 5 s, beside the writer, and each copy stalls
-  the writer ~25 ms here: about 0.5% of a run's time, which a run of about a second may or may not see.)
+  the writer ~25 ms here, about 0.5% of a long run's time; each run here is a new world lasting about a
+  second, so the figure leaves that 0.5% out.)
 - fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
   process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the
   fork alone (a checkpoint reference and a new log).
