@@ -3,8 +3,8 @@
 A world of two shards (cells of a site) holds a walking robot and a crate. An operator's setpoints are
 logged as the walker runs; the world is closed and reopened where it stopped; a branch is forked before a
 moment of interest and pushed; the recorded history replays bit for bit; a counterfactual replay makes the
-walker heavier; the walker migrates to the other cell; and the walking skill is certified from the
-world's own state, so the certificate says where and when it was evaluated.
+walker heavier; the walker migrates to the other cell; the walking skill is certified from the world's
+own state, so the certificate says where and when it was evaluated; and old history is pruned.
 
     python examples/world_twin.py
 """
@@ -74,6 +74,10 @@ def main() -> None:
             print(f"certified {cert.successes}/{cert.branches} from world {start['world']['name']} shard "
                   f"{start['shard']} at t={start['time']:.2f}s; verifies: {sim.verify_certificate(kb, cert).valid}")
             kb.close()
+
+            for old in world.branches():  # retention: the what-ifs are done, and so is the history before 1000
+                old.delete()
+            print(f"pruned: {world.prune(before=1000)} (history from these ticks on)")
 
 
 if __name__ == "__main__":
