@@ -8,7 +8,8 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
   event for the walker's four joints every 20 ticks (10 Hz of virtual time), checkpoints every 1000 ticks,
   in windows of one second of virtual time: the window's events and the advance over it are one commit
   (`World.batch`). Both run in this process (backend "inline"), so that persistence is the only
-  difference. Runs alternate; medians. persistence_overhead_1hz: the same with a setpoint every 200
+  difference. Runs alternate in pairs; the figure is the median over pairs of (with / without - 1), which
+  load drifting between pairs does not bias. persistence_overhead_1hz: the same with a setpoint every 200
   ticks; event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints included.
   (The store copies its WAL into the database file every 5 s, beside the writer, and each copy stalls
   the writer ~25 ms here, about 0.5% of a long run's time; each run here is a new world lasting about a
@@ -22,7 +23,7 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
 - ray_throughput_retention: the walker task's closed-loop evaluation on 2 workers, physics steps/s with
   Ray actors over steps/s with worker processes, each as `evaluate` runs it (worker processes are forked
   per call from the preloaded forkserver; Ray actors are pooled for the session), both warm, alternating;
-  medians. With few branches the per-call fork weighs on the processes; use the full run's figure.
+  the median over pairs of Ray / processes. With few branches the per-call fork weighs on the processes; use the full run's figure.
 
 Before measuring, the benchmark freezes the garbage collector's view of the heap after imports and setup
 (`gc.freeze()`, as long-running services do), so that collections of torch's and MuJoCo's import-time
@@ -92,8 +93,10 @@ def volatile(template: sim.Template, ticks: int, period: int) -> tuple[float, np
     return time.perf_counter() - start, engine.row
 
 
-def overhead(tmp: Path, ticks: int, period: int, repeats: int) -> tuple[float, float, Path]:
-    """Median seconds with persistence and without, alternating; and the last persistent world."""
+def overhead(tmp: Path, ticks: int, period: int, repeats: int) -> tuple[float, float, float, Path]:
+    """Pairs of runs, with persistence then without: the median over pairs of (with / without - 1), the
+    median seconds of each, and the last persistent world. A pair's ratio is robust to load that drifts
+    between pairs; a ratio of medians is not."""
     on, off = [], []
     for rep in range(repeats):
         path = tmp / f"w{period}-{rep}.db"
@@ -102,7 +105,8 @@ def overhead(tmp: Path, ticks: int, period: int, repeats: int) -> tuple[float, f
         elapsed, row = volatile(final.template, ticks, period)
         off.append(elapsed)
         assert row.tobytes() == final.state.tobytes(), "persistence changed the simulation"
-    return statistics.median(on), statistics.median(off), path
+    ratio = statistics.median(a / b - 1 for a, b in zip(on, off))
+    return ratio, statistics.median(on), statistics.median(off), path
 
 
 def evaluation_rate(backend: str, branches: int) -> float:
@@ -117,13 +121,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a shorter run, fewer repetitions")
     args = parser.parse_args()
-    ticks, repeats, forks, branches = (20_000, 3, 8, 64) if args.quick else (100_000, 5, 20, 256)
+    ticks, repeats, forks, branches = (20_000, 3, 8, 64) if args.quick else (100_000, 7, 20, 256)
     rng = random.Random(6)
     gc.collect()
     gc.freeze()
     with tempfile.TemporaryDirectory() as tmp:
-        slow_on, slow_off, _ = overhead(Path(tmp), ticks, 200, repeats)
-        median_on, median_off, path = overhead(Path(tmp), ticks, 20, repeats)
+        slow, _, _, _ = overhead(Path(tmp), ticks, 200, repeats)
+        fast, median_on, median_off, path = overhead(Path(tmp), ticks, 20, repeats)
         # forks, checkpoints and replays of the last run's history, in a worker process
         with sim.World.open(path, backend="process") as world:
             fork_ms, log_ms = [], []
@@ -150,13 +154,13 @@ def main() -> None:
         remote.append(evaluation_rate("ray", branches))
     line = {
         "benchmark": "world", "quick": args.quick, "ticks": ticks, "repeats": repeats,
-        "persistence_overhead": median_on / median_off - 1, "persistence_overhead_1hz": slow_on / slow_off - 1,
+        "persistence_overhead": fast, "persistence_overhead_1hz": slow,
         "steps_per_s_persistent": ticks / median_on, "steps_per_s_volatile": ticks / median_off,
         "event_cost_us": (median_on - median_off) / (ticks // 20) * 1e6, "checkpoint_every": EVERY,
         "fork_ms": statistics.median(fork_ms), "fork_log_ms": statistics.median(log_ms),
         "checkpoint_bytes": statistics.median(sizes),
         "replay_exact_rate": exact / checked, "replay_checkpoints_compared": checked,
-        "ray_throughput_retention": statistics.median(remote) / statistics.median(local),
+        "ray_throughput_retention": statistics.median(r / lo for r, lo in zip(remote, local)),
         "ray_steps_per_s": statistics.median(remote), "local_steps_per_s": statistics.median(local),
         "evaluation_branches": branches,
     }
