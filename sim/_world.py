@@ -489,7 +489,11 @@ def check_mutation(template: Template, mutation: Mutation) -> None:
     """What can be checked before a mutation is logged: its target, op, width, and a `set`'s values."""
     slot = template.slot(mutation.target)
     value = mutation.value
-    if not all(map(is_number, value)):
+    try:
+        finite = all(map(is_number, value))
+    except OverflowError:  # an int beyond every float
+        finite = False
+    if not finite:
         raise MutationError(mutation.target, f"values must be finite numbers, got {value!r}")
     if len(value) not in (1, slot.size):
         raise MutationError(mutation.target, f"needs 1 or {slot.size} values, got {len(value)}")

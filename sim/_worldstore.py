@@ -8,8 +8,8 @@ built from it. Ticks never decrease along a log. Commits are durable against a k
 with `fsync` also against power loss.
 
 Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
-appended events wait in memory, and the commit encodes each log's new ones at once (orjson, sorted
-keys; nothing re-encodes them, the checksum covers the stored text) and writes one row per segment.
+an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the checksum covers the stored
+text) and waits in memory; the commit writes each log's new ones as one row per segment.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class WorldStore:
         self._chain: dict[tuple[str, str], str] = {}  # log -> checksum of its last written segment
         self._logs: dict[tuple[str, str], Log] = {}
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
-        self._pending: dict[tuple[str, str], list[Event]] = {}  # appended in this transaction, not yet written
+        self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
         self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
@@ -199,12 +199,9 @@ class WorldStore:
             prev = self._last_checksum(shard, branch)
             for start in range(0, len(events), _SEGMENT_EVENTS):
                 chunk = events[start:start + _SEGMENT_EVENTS]
-                try:
-                    text = orjson.dumps([(e.tick, e.entity, e.kind, e.change, e.provenance) for e in chunk],
-                                        option=_ORJSON)
-                except orjson.JSONEncodeError as exc:
-                    raise WorldError(f"log {shard}/{branch or 'canonical'}: an event is not JSON: {exc}") from None
-                fields = (shard, branch, chunk[0].seq, chunk[-1].seq, chunk[0].tick, chunk[-1].tick)
+                text = b"[" + b",".join(encoded for _, encoded in chunk) + b"]"
+                first, last = chunk[0][0], chunk[-1][0]
+                fields = (shard, branch, first.seq, last.seq, first.tick, last.tick)
                 prev = self._checksum("segment", *fields, text, prev)
                 rows.append((*fields, text.decode(), prev))
             self._chain[shard, branch] = prev
@@ -347,14 +344,19 @@ class WorldStore:
         back. They are written when the transaction commits, or before the next read."""
         assert self._db.in_transaction, "append outside a transaction"
         seq, last_tick = self._head(shard, branch)
-        out = []
+        out, encoded = [], []
         for tick, entity, kind, change, provenance in events:
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
+            try:  # encoded now, so that an event that cannot be stored is refused here, alone
+                encoded.append(orjson.dumps((tick, entity, kind, change, provenance), option=_ORJSON))
+            except orjson.JSONEncodeError as exc:
+                raise WorldError(f"log {shard}/{branch or 'canonical'}: the event at tick {tick} cannot be stored: "
+                                 f"{exc}") from None
             seq += 1
             out.append(Event(seq, tick, entity, kind, change, provenance))
             last_tick = tick
-        self._pending.setdefault((shard, branch), []).extend(out)
+        self._pending.setdefault((shard, branch), []).extend(zip(out, encoded))
         self._heads[shard, branch] = (seq, last_tick)
         recent = self._recent.setdefault((shard, branch), [])
         recent += out

@@ -1,6 +1,8 @@
 import sqlite3
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
 from sim._worldstore import Checkpoint, Log, WorldStore
@@ -34,6 +36,16 @@ def test_events_read_back_in_order_and_by_tick(store):
     assert [e.seq for e in store.events("west", "", after_seq=4)] == [5, 6]
     assert store.last_seq("west", "", 9) == 5 and store.last_event("west", "") == (6, 12)
     assert store.checkpoint("west", "", 11).state == b"\x01" * 16 and store.checkpoint("west", "", 9) is None
+
+
+def test_an_event_that_cannot_be_stored_is_refused_alone(store):
+    with store.transaction():
+        with pytest.raises(WorldError, match="event at tick 20 cannot be stored: Integer exceeds 64-bit range"):
+            store.append("west", "", [(20, "", "mutate", {"value": [2**70]}, "huge")])
+        with pytest.raises(WorldError, match="cannot be stored"):
+            store.append("west", "", [(20, "", "mutate", {1: "a key that is no string"}, "bad")])
+        assert store.append("west", "", [(20, "", "mutate", {"value": [1]}, "fine")])[0].seq == 7
+    assert [e.provenance for e in store.events("west", "", first_tick=20)] == ["fine"]
 
 
 def test_ticks_never_go_back_along_a_log(store):
@@ -147,4 +159,43 @@ def test_pruning_keeps_the_chain_anchored_and_the_head(store):
     store = WorldStore(store.path, create=False)
     with pytest.raises(CorruptLogError, match="head of log"):
         store.events("west", "")
+    store.close()
+
+
+changes = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**63, 2**63 - 1),
+                                                         st.floats(allow_nan=False, allow_infinity=False),
+                                                         st.text(max_size=8), st.lists(st.floats(-1, 1), max_size=3)),
+                          max_size=3)
+commits = st.lists(st.lists(st.tuples(st.integers(0, 3), changes), min_size=0, max_size=300), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(commits=commits, query=st.tuples(st.integers(0, 400), st.integers(0, 400), st.integers(0, 900)),
+       prune_at=st.integers(0, 400), reopen=st.booleans())
+def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_factory, commits, query, prune_at,
+                                                                         reopen):
+    """A model of the log (a list) against the store: any commits, any range read, pruning, reopening."""
+    path = tmp_path_factory.mktemp("w") / "w.db"
+    store = WorldStore(path, create=True)
+    with store.transaction():
+        store.add_log(Log("west", "", 0, 0, "canonical"))
+    model, tick = [], 0
+    for commit in commits:
+        with store.transaction():
+            for step, change in commit:
+                tick += step
+                model.append((len(model) + 1, tick, "", "mutate", change, "p"))
+                store.append("west", "", [model[-1][1:]])
+    if reopen:
+        store.close()
+        store = WorldStore(path, create=False)
+    first, last, after = min(query[:2]), max(query[:2]), query[2]
+    expected = [e for e in model if first <= e[1] <= last and e[0] > after]
+    assert [tuple(e) for e in store.events("west", "", first_tick=first, last_tick=last, after_seq=after)] == expected
+    assert store.last_seq("west", "", last) == max([e[0] for e in model if e[1] <= last], default=0)
+    with store.transaction():
+        store.prune("west", "", prune_at)
+    kept = [tuple(e) for e in store.events("west", "", first_tick=prune_at)]
+    assert kept == [e for e in model if e[1] >= prune_at] and store.last_event("west", "") == (
+        (model[-1][0], model[-1][1]) if model else (0, 0))
     store.close()
