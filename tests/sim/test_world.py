@@ -95,6 +95,8 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     for bad in (float("nan"), float("inf"), "1.0", True, 10**400):
         with pytest.raises(sim.MutationError, match="finite numbers"):
             world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", (bad,)))
+    with pytest.raises(sim.WorldError, match="cannot be stored: str is not valid UTF-8"):
+        world.apply("west", gait(100), provenance="half a surrogate \ud800")
     with pytest.raises(sim.HistoryError, match="ticks 0..100: cannot fork at 101"):
         world.fork("west", 101)
     with pytest.raises(sim.HistoryError, match="cannot replay 20..150"):
