@@ -69,8 +69,8 @@ class Branch:
     def snapshot(self) -> Snapshot:
         return self.world._snapshot(self.shard, self.id)
 
-    def events(self) -> list[Event]:
-        return self.world.events(self.shard, self.id)
+    def events(self, *, first_tick: int = 0, last_tick: int | None = None) -> list[Event]:
+        return self.world.events(self.shard, self.id, first_tick=first_tick, last_tick=last_tick)
 
     def evaluate(self, task: Any, policy: Any, **options: Any) -> Evaluation:
         """`World.evaluate` from this branch's current state, inside the shard's worker."""

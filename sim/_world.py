@@ -171,11 +171,13 @@ class World:
         with self._lock:
             return self._log(shard, branch).head
 
-    def events(self, shard: str, branch: str = CANONICAL) -> list[Event]:
-        """A shard's canonical log (or a branch's own), verified."""
+    def events(self, shard: str, branch: str = CANONICAL, *, first_tick: int = 0,
+               last_tick: int | None = None) -> list[Event]:
+        """A shard's canonical log (or a branch's own), verified; only the events of ticks
+        first_tick..last_tick (both included) if given: a twin's whole log can be long."""
         with self._lock:
             self._log(shard, branch)
-            return self._store.events(shard, branch)
+            return self._store.events(shard, branch, first_tick=first_tick, last_tick=last_tick)
 
     def status(self) -> dict:
         with self._lock:

@@ -251,6 +251,7 @@ def test_pruned_history_is_gone_and_the_world_goes_on_exactly(world, tmp_path, r
         world.fork("west", 99)
     assert world.replay("west", 100, 150).exact and world.prune(80) == {"west": 100, "east": 100}
     assert [e.tick for e in world.events("west")] == [100, 125]
+    assert [e.tick for e in world.events("west", first_tick=101, last_tick=125)] == [125]
     world.close()
     world = sim.World.open(tmp_path / "w.db", backend="inline")  # rebuilt from the kept checkpoint and log
     for w in (world, reference):
