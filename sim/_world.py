@@ -483,8 +483,8 @@ class World:
 def mutate_event(tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:
     """A "mutate" event as the store appends it: its entity is the one all its mutations address, if any."""
     entities = {entity_of(m.target) for m in mutations}
-    return (tick, entities.pop() if len(entities) == 1 else "", "mutate",
-            {"mutations": [m.to_json() for m in mutations]}, provenance)
+    entity = entities.pop() if len(entities) == 1 else ""
+    return (tick, entity, "mutate", {"mutations": [m.to_json() for m in mutations]}, provenance)
 
 
 def check_mutation(template: Template, mutation: Mutation) -> None:
