@@ -1,15 +1,16 @@
 """The learned embodiment encoder: attention over joint tokens, trained so that distance ranks transfer.
 
 A body becomes a set of tokens, one per moving joint (type, axis, where it sits at the home pose,
-the link and subtree it moves, limits, dynamics, the actuator that drives it) plus one token for the
-whole body (mass, reach, dof, feet). A small transformer with no positional encoding attends over
+the link and subtree it moves, where that subtree's chain ends and how the joint moves that end per
+unit of actuator command, limits, dynamics, the actuator that drives it) plus one token for the whole
+body (mass, reach, dof, feet). A small transformer with no positional encoding attends over
 the set and pools it into a vector, so the vector cannot depend on the order joints are listed in;
 what the kinematic tree makes different (a shoulder and a wrist) differs in the tokens themselves.
 
 Training (`train_encoder`) uses measured transfers: for every target body, the skills of the other
 bodies are ranked by their success there, and a pairwise logistic loss asks the distances to rank
-them the same way (RankNet, weighted by the difference in success), plus the same across targets so
-that one distance means about one success rate everywhere.
+them the same way (RankNet, weighted by the difference in success and more where the better one
+succeeds), plus the same across targets so that one distance means about one success rate everywhere.
 
 The weights are a safetensors file with the network's configuration in its metadata; the version is
 a hash of both, so retrained weights are a new embedding space and get their own index.
@@ -37,13 +38,14 @@ from ._encoders import Encoder
 from ._errors import SimnetError
 from ._transfer import TransferDataError, TransferDataset
 
-FORMAT = "simnet.encoder/1"
+FORMAT = "simnet.encoder/2"
+"""/2: joint tokens carry the lever to their chain's end and its Jacobian column (/1 files are refused)."""
 SHIPPED = "transfer-attention.safetensors"
 _TYPES = ("hinge", "slide", "ball")
 _KINDS = ("motor", "position", "velocity")
-JOINT_FEATURES = 37
+JOINT_FEATURES = 43
 BODY_FEATURES = 8
-DEFAULT_CONFIG = {"width": 48, "heads": 4, "layers": 2, "dim": 16}
+DEFAULT_CONFIG = {"width": 64, "heads": 4, "layers": 2, "dim": 32}
 
 
 class EncoderWeightsError(SimnetError, ValueError):
@@ -84,6 +86,7 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
             subtree_mass[parent] += subtree_mass[i]
             tip[parent] = max(tip[parent], e.bodies[i].link_length + tip[i])
             below[parent] = max(below[parent], below[i])
+    ends = _chain_ends(e, pos, rot)
     drives = {a.target[0]: a for a in e.actuators if a.transmission == "joint" and len(a.target) == 1}
     tokens = []
     for j, joint in enumerate(e.joints):
@@ -96,9 +99,11 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
         ctrl = act.ctrl_range if act is not None and act.ctrl_range else (0.0, 0.0)
         force = act.force_range if act is not None and act.force_range else joint.force_range
         scale = math.pi if joint.type != "slide" else reach
+        axis = rot[b] @ np.array(joint.axis)
+        lever = (ends[b] - pos[b]) / reach
         tokens.append([
             *(float(joint.type == t) for t in _TYPES),
-            *(rot[b] @ np.array(joint.axis)), *joint.axis,
+            *axis, *joint.axis, *lever, *((np.cross(axis, lever) if joint.type != "slide" else axis) / gear),
             *((pos[b] - pos[root[b]]) / reach),
             body.link_length / reach, _log(body.link_length),
             depth[b] / 8, (below[b] - depth[b]) / 8,
@@ -114,6 +119,28 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
     body_token = [_log(e.mass), _log(e.reach), e.dof / 16, len(e.end_effectors) / 8, float(e.floating_base),
                   len(e.actuators) / 16, len(tokens) / 16, max(depth, default=0) / 8]
     return np.array(tokens, np.float32).reshape(-1, JOINT_FEATURES), np.array(body_token, np.float32)
+
+
+def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
+    """Per body, the farthest point its subtree reaches at the home pose (a site, or a leaf link's tip
+    along the link): where its joint moves the chain's end, so that a joint's token holds its Jacobian."""
+    points = [pos[s.body] + rot[s.body] @ np.array(s.pos) for s in e.sites]
+    owners = [s.body for s in e.sites]
+    children = {b.parent for b in e.bodies}
+    for i, b in enumerate(e.bodies):
+        if i not in children and b.parent >= 0 and b.link_length > 0:
+            points.append(pos[i] + (pos[i] - pos[b.parent]) / b.link_length * b.extent)
+            owners.append(i)
+    inside = [{i} for i in range(len(e.bodies))]
+    for i in reversed(range(len(e.bodies))):
+        if e.bodies[i].parent >= 0:
+            inside[e.bodies[i].parent] |= inside[i]
+    ends = pos.copy()
+    for i in range(len(e.bodies)):
+        mine = [p for p, o in zip(points, owners) if o in inside[i]]
+        if mine:
+            ends[i] = max(mine, key=lambda p: float(np.linalg.norm(p - pos[i])))
+    return ends
 
 
 def _batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -268,11 +295,14 @@ def _pairs(dataset: TransferDataset, margin: float) -> tuple[torch.Tensor, ...]:
 
 
 def train_encoder(dataset: TransferDataset, *, epochs: int = 400, seed: int = 0, lr: float = 2e-3,
-                  weight_decay: float = 1e-3, margin: float = 0.1, temperature: float = 0.3,
-                  start: LearnedEncoder | None = None, meta: dict | None = None) -> LearnedEncoder:
+                  weight_decay: float = 1e-3, margin: float = 0.1, temperature: float = 0.1, favour: float = 4.0,
+                  good: float = 0.8, start: LearnedEncoder | None = None,
+                  meta: dict | None = None) -> LearnedEncoder:
     """Train on every transfer in `dataset` (full batch, Adam); returns a new encoder.
 
-    The loss is scale-free (distances over their mean), so the space does not grow to win it.
+    The loss is scale-free (distances over their mean), so the space does not grow to win it. A pair
+    whose better skill succeeds (rate at least `good`, the report's threshold) weighs 1 + `favour` times
+    as much: retrieval is judged by whether the skills that work come first.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -286,7 +316,7 @@ def train_encoder(dataset: TransferDataset, *, epochs: int = 400, seed: int = 0,
     batch = _batch(dataset.bodies)
     optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
-    weight = (rate[better] - rate[worse]).clamp(min=0)
+    weight = (rate[better] - rate[worse]).clamp(min=0) * (1 + favour * (rate[better] >= good))
     for _ in range(epochs):
         vectors = network(*batch)
         distance = (vectors[source] - vectors[target]).pow(2).sum(1).add(1e-9).sqrt()

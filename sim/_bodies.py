@@ -1,18 +1,19 @@
-"""Robot bodies for transfer experiments: procedural arms and legged walkers from a seed, and real models.
+"""Robot bodies for transfer experiments: procedural arms and legged bodies from a seed, and real models.
 
-A `Robot` is a scene (the body plus what its task needs: a floor; a home marker and a goal for an arm) and the
+A `Robot` is a scene (the body plus what its task needs: a floor; a home marker and a goal for an arm;
+markers at the torso's ends, where they start and where they should go, for a legged body) and the
 body's skill interface: its actuated joints, each placed by a `Slot` (which limb, how far out along
-it). Skills move between bodies through slots, never through names or file order, so that a gait for
-a four-legged body drives a six-legged one by matching legs front to back, and an arm skill drives
+it). Skills move between bodies through slots, never through names or file order, so that a posture
+for a four-legged body drives a six-legged one by matching legs front to back, and an arm skill drives
 another arm joint by joint from the base.
 
 Arms follow one of three kinematic patterns (articulated, anthropomorphic, with a roll joint), with
 3-7 hinge joints, the home posture built into the link frames (qpos 0 is home), gravity compensation
 and position actuators; their task family is "reach" (bring the tool to a goal near home). Legged
 bodies are planar: a torso on slide-slide-hinge root joints and 2-6 legs of thigh and shin, position
-actuators at hips and knees; their task family is "posture" (crouch so that the torso's front and back
-ends reach goal heights, which sets height and pitch, and hold still there). Every number comes from the
-seed: the same seed gives the same MJCF text.
+actuators at hips and knees; their task family is "posture" (crouch until the torso's front and back
+ends are at goal heights, which sets its height and pitch, and hold still there). Every number comes
+from the seed: the same seed gives the same MJCF text.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def _conditioning(scene: str) -> float:
 
 
 def procedural_legged(seed: int) -> Robot:
-    """A procedural planar walker: 2-6 legs spread along a torso; leg, torso, mass, gain and gear vary."""
+    """A procedural planar legged body: 2-6 legs spread along a torso; leg, torso, mass, gain and gear vary."""
     rng = np.random.default_rng([seed, 2])
     legs = int(rng.integers(2, 7))
     leg = float(np.exp(rng.uniform(math.log(0.25), math.log(0.45))))  # thigh plus shin

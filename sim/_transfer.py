@@ -9,12 +9,12 @@ data (a linear `MLPSpec`, hidden=()):
   with no feedback on the tool: on another arm it works as far as that arm's kinematics and gear agree.
 - posture (legged): an open-loop map from the goal heights of the torso's two ends to joint angles.
   Goals are sampled in the task's range; each is solved by the body's own leg geometry (torso pitch
-  and height from the goal, then two-link inverse kinematics per leg, feet straight below the hips),
-  then corrected on the body's own model: the pose is held with its actuators until it settles and
-  the goal it is solved for moves by what it missed (sag under gravity, feet slipping), three times.
-  A linear map from goal to angles is fitted to the corrected solutions (least squares). On another
-  body it works as far as that body's legs (lengths, knee direction, limits), gear, stiffness and
-  masses agree.
+  and height from the goal, then two-link inverse kinematics per leg, feet staying where they stand),
+  then corrected on the body's own model: the pose is held with its actuators until it settles, and
+  what it missed (sag under gravity, feet slipping) corrects the aim it is solved for by Broyden's
+  method, the best of five tries kept. A linear map from goal to angles is fitted to the corrected
+  solutions (least squares). On another body it works as far as that body's legs (lengths, knee
+  direction, limits), gear, stiffness and masses agree.
 
 A skill drives another body of its kind through `retarget` (slots matched: same joint index, nearest
 limb). Every cell of a success matrix is one `evaluate` of the retargeted skill on the target's task
@@ -190,31 +190,46 @@ def _legs(robot: Robot) -> list[tuple[int, int]]:
     return [(k, knees[s.limb]) for k, s in enumerate(robot.slots) if s.joint == 0]
 
 
-def posture_skill(robot: Robot, samples: int = 32, corrections: int = 3) -> Skill:
+def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Skill:
     """Fit the linear map from goal heights to joint angles of a legged body (see the module doc).
 
-    Each sampled goal is solved by `_leg_pose`, then corrected on the body's own model: the pose is held
-    with the body's actuators until it settles, and the goal it is solved for moves by what it missed, so
-    the skill offsets its own sag under gravity.
+    Each sampled goal is solved by `_leg_pose`, then corrected on the body's own model by Broyden's
+    method: the pose is held with the body's actuators until it settles, and what it missed (height of
+    each end, the torso's drift forward) moves the aim it is solved for; the best aim found is kept. So
+    the skill offsets its own sag under gravity and the slip of its feet.
     """
     task = robot.task("posture")
     model = task.template.model
     data = mujoco.MjData(model)
     gear = np.array(robot.gear)
-    goals = np.random.default_rng(0).uniform(*(np.array(POSTURE_RANGE) * robot.size), (samples, 2))
-    aims = np.column_stack([goals, np.zeros(samples)])
     ends = [model.site(end).id for end in ("front", "back")]
     homes = np.array([model.site(f"home_{end}").pos for end in ("front", "back")])
     steps = task.definition["horizon"] * task.definition["control_substeps"]
-    for _ in range(corrections):
-        for goal, aim in zip(goals, aims):
-            mujoco.mj_resetData(model, data)
-            data.ctrl[:] = gear * _leg_pose(model, robot, aim)
-            mujoco.mj_step(model, data, nstep=steps)
-            missed = data.site_xpos[ends] - homes
-            aim += [*(goal - missed[:, 2]), -missed[:, 0].mean()]
-    poses = np.array([_leg_pose(model, robot, aim) for aim in aims])
-    fit = np.linalg.lstsq(np.column_stack([goals, np.ones(samples)]), poses, rcond=None)[0]  # (3, joints)
+
+    def settle(aim: np.ndarray) -> np.ndarray:
+        """Where the pose solved for `aim` takes the torso: (front height, back height, forward drift)."""
+        mujoco.mj_resetData(model, data)
+        data.ctrl[:] = gear * _leg_pose(model, robot, aim)
+        mujoco.mj_step(model, data, nstep=steps)
+        moved = data.site_xpos[ends] - homes
+        return np.array([moved[0, 2], moved[1, 2], moved[:, 0].mean()])
+
+    goals = np.random.default_rng(0).uniform(*(np.array(POSTURE_RANGE) * robot.size), (samples, 2))
+    poses = []
+    for goal in goals:
+        want = np.array([*goal, 0.0])
+        aim, jacobian = want.copy(), np.eye(3)
+        reached = settle(aim)
+        best = (np.linalg.norm(want - reached), aim)
+        for _ in range(corrections):
+            step = np.linalg.lstsq(jacobian, want - reached, rcond=None)[0]
+            aim = aim + step
+            moved, reached = -reached, settle(aim)
+            moved += reached
+            jacobian += np.outer(moved - jacobian @ step, step) / max(step @ step, 1e-12)
+            best = min(best, (np.linalg.norm(want - reached), aim), key=lambda pair: pair[0])
+        poses.append(_leg_pose(model, robot, best[1]))
+    fit = np.linalg.lstsq(np.column_stack([goals, np.ones(samples)]), np.array(poses), rcond=None)[0]  # (3, joints)
     n = len(robot.joints)
     weight = np.zeros((n, task.obs_dim))
     weight[:, 2 * n + 2], weight[:, 2 * n + 5] = gear * fit[0], gear * fit[1]  # the z of each goal offset

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import socket
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 import knowledge
 from knowledge import EncoderWeightsError, Embodiment, FeatureEncoder, LearnedEncoder, SkillIndex, TransferDataset
 from knowledge import TransferDataError, evaluate_encoder, train_encoder
-from knowledge._learned import BODY_FEATURES, JOINT_FEATURES, body_tokens
+from knowledge._learned import BODY_FEATURES, DEFAULT_CONFIG, FORMAT, JOINT_FEATURES, body_tokens
 from knowledge._retrieval import index_path
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -84,7 +85,7 @@ def test_shipped_weights_load_without_network(monkeypatch):
     monkeypatch.setattr(socket, "socket", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     encoder = LearnedEncoder()
-    assert encoder.space == knowledge.EmbeddingSpace("transfer-attention", encoder.version, 16, "l2")
+    assert encoder.space == knowledge.EmbeddingSpace("transfer-attention", encoder.version, DEFAULT_CONFIG["dim"], "l2")
     assert encoder.version.startswith("1-") and encoder.meta["trained_on"]
 
 
@@ -102,12 +103,14 @@ def test_bad_weights_are_refused(tmp_path):
 
     good = shipped.to_bytes()
     tensors = safetensors.torch.load(good)
-    header = {"format": "simnet.encoder/1", "config": '{"dim": 16, "heads": 4, "layers": 2, "width": 48}'}
+    header = {"format": FORMAT, "config": json.dumps(DEFAULT_CONFIG)}
     bad = {
         "not safetensors": b"hello, weights",
         "truncated": good[: len(good) // 2],
         "other format": safetensors.torch.save(tensors, metadata={**header, "format": "other/1"}),
-        "wrong shapes": safetensors.torch.save(tensors, metadata={**header, "config": header["config"].replace("48", "32")}),
+        "older tokens": safetensors.torch.save(tensors, metadata={**header, "format": "simnet.encoder/1"}),
+        "wrong shapes": safetensors.torch.save(tensors, metadata={**header, "config": json.dumps({**DEFAULT_CONFIG,
+                                                                                                   "width": 48})}),
         "missing tensor": safetensors.torch.save(dict(list(tensors.items())[1:]), metadata=header),
         "NaN": safetensors.torch.save({**tensors, "out.3.bias": torch.full_like(tensors["out.3.bias"], float("nan"))},
                                       metadata=header),
