@@ -165,18 +165,26 @@ if __name__ == "__main__":
     world = sim.World.open({path!r}, backend="process")
     while True:
         tick = world.head("west")
-        world.apply("west", gait(tick), provenance=f"gait@{{tick}}")
-        print("acked", tick, flush=True)
-        world.advance(20)
+        if {batched!r}:  # ten events and the advance over them, one commit: acknowledged when it ends
+            with world.batch():
+                for at in range(tick, tick + 200, 20):
+                    world.apply("west", gait(at), provenance=f"gait@{{at}}", at=at)
+                world.advance(200)
+            print("acked", tick + 180, flush=True)
+        else:
+            world.apply("west", gait(tick), provenance=f"gait@{{tick}}")
+            print("acked", tick, flush=True)
+            world.advance(20)
 """
 
 
-def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path):
+@pytest.mark.parametrize("batched", [False, True], ids=["one commit per event", "group commits"])
+def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batched):
     world = make("w")
     drive(world, 100)
     world.close()
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(tests=os.path.dirname(__file__), path=str(tmp_path / "w.db")))
+    script.write_text(CHILD.format(tests=os.path.dirname(__file__), path=str(tmp_path / "w.db"), batched=batched))
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     acked = []
     for line in child.stdout:
