@@ -222,8 +222,8 @@ def procedural_legged(seed: int) -> Robot:
   </worldbody>
   <actuator>{actuators}</actuator>
 </mujoco>"""
-    return Robot(f"legged-{seed}", "legged", _posture_markers(scene), tuple(joints), tuple(slots), (gear,) * len(joints),
-                 thigh + shin, (0.0,) * len(joints), None, f"procedural legged body, seed {seed}")
+    return Robot(f"legged-{seed}", "legged", _posture_markers(scene), tuple(joints), tuple(slots),
+                 (gear,) * len(joints), thigh + shin, (0.0,) * len(joints), None, f"procedural legged body, seed {seed}")
 
 
 def shipped_robots() -> list[Robot]:
@@ -239,7 +239,8 @@ def shipped_robots() -> list[Robot]:
                  tuple(Slot(0.0, k) for k in range(7)), (1.0,) * 7, _arm_reach(model),
                  tuple(float(q) for q in data.qpos), "home", "sim/assets/scenes/arm7.xml")
     # the walker's actuators run hind hip, hind knee, fore hip, fore knee; legs count from the front
-    walker = Robot("simnet-walker", "legged", _posture_markers((scenes / "walker.xml").read_text()), ("hhip", "hknee", "fhip", "fknee"),
+    walker = Robot("simnet-walker", "legged", _posture_markers((scenes / "walker.xml").read_text()),
+                   ("hhip", "hknee", "fhip", "fknee"),
                    (Slot(1.0, 0), Slot(1.0, 1), Slot(0.0, 0), Slot(0.0, 1)), (1.0,) * 4, 0.32, (0.0,) * 4, None,
                    "sim/assets/scenes/walker.xml")
     return [arm7, walker]

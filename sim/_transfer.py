@@ -51,7 +51,7 @@ SAMPLERS = {
               {"target": "joint/j*/armature", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3}],
     "posture": _LEGGED,
 }
-"""Dynamics randomization per task family, for tuning and for every transfer evaluation."""
+"""Dynamics randomization per task family, for every transfer evaluation."""
 
 
 def sampler(family: str, seed: int) -> Sampler:
