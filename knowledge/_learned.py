@@ -122,22 +122,20 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
-    """Per body, the farthest point its subtree reaches at the home pose (a site, or a leaf link's tip
-    along the link): where its joint moves the chain's end, so that a joint's token holds its Jacobian."""
-    points = [pos[s.body] + rot[s.body] @ np.array(s.pos) for s in e.sites]
-    owners = [s.body for s in e.sites]
-    children = {b.parent for b in e.bodies}
-    for i, b in enumerate(e.bodies):
-        if i not in children and b.parent >= 0 and b.link_length > 0:
-            points.append(pos[i] + (pos[i] - pos[b.parent]) / b.link_length * b.extent)
-            owners.append(i)
+    """Per body, the farthest point its subtree reaches at the home pose: a site (a tool), or where there
+    is none, a leaf link's tip along the link. Where its joint moves the chain's end, so that a joint's
+    token holds its Jacobian."""
+    sites = [(s.body, pos[s.body] + rot[s.body] @ np.array(s.pos)) for s in e.sites]
+    parents = {b.parent for b in e.bodies}
+    tips = [(i, pos[i] + (pos[i] - pos[b.parent]) / b.link_length * b.extent) for i, b in enumerate(e.bodies)
+            if i not in parents and b.parent >= 0 and b.link_length > 0]
     inside = [{i} for i in range(len(e.bodies))]
     for i in reversed(range(len(e.bodies))):
         if e.bodies[i].parent >= 0:
             inside[e.bodies[i].parent] |= inside[i]
     ends = pos.copy()
     for i in range(len(e.bodies)):
-        mine = [p for p, o in zip(points, owners) if o in inside[i]]
+        mine = [p for b, p in sites if b in inside[i]] or [p for b, p in tips if b in inside[i]]
         if mine:
             ends[i] = max(mine, key=lambda p: float(np.linalg.norm(p - pos[i])))
     return ends

@@ -12,6 +12,7 @@ import random
 import socket
 from pathlib import Path
 
+import mujoco
 import numpy as np
 import pytest
 
@@ -48,6 +49,33 @@ def test_one_token_per_moving_joint(body):
     joints, whole = body_tokens(body)
     assert joints.shape == (sum(j.type != "free" for j in body.joints), JOINT_FEATURES)
     assert whole.shape == (BODY_FEATURES,) and np.isfinite(joints).all() and np.isfinite(whole).all()
+
+
+BENT_ARM = """<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" axis="0 0 1"/>
+  <geom type="capsule" fromto="0 0 0 0 0 0.3" size="0.02"/>
+  <body name="b" pos="0 0 0.3" quat="0.9 0 0.43 0"><joint name="j2" axis="0 1 0"/>
+    <geom type="capsule" fromto="0 0 0 0 0 0.25" size="0.02"/><site name="tool" pos="0 0 0.2"/>
+  </body></body></worldbody>
+  <actuator><position joint="j1" gear="2" kp="10"/><position joint="j2" gear="2" kp="10"/></actuator></mujoco>"""
+
+
+def test_a_joint_token_holds_how_its_joint_moves_the_tool_per_unit_of_command():
+    """The lever from the joint to the chain's end (the tool site, not the longer link's tip) and the
+    tool's Jacobian column over the actuator's gear, as MuJoCo computes them at the home pose."""
+    import mujoco
+
+    body = Embodiment.from_mjcf(BENT_ARM)
+    joints, _ = body_tokens(body)
+    model = mujoco.MjModel.from_xml_string(BENT_ARM)
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    jacobian = np.zeros((3, model.nv))
+    mujoco.mj_jacSite(model, data, jacobian, None, model.site("tool").id)
+    for k in range(model.njnt):
+        lever = (data.site("tool").xpos - data.xpos[model.jnt_bodyid[k]]) / body.reach
+        assert np.allclose(joints[k, 9:12], lever, atol=1e-5)
+        assert np.allclose(joints[k, 12:15], jacobian[:, k] / 2 / body.reach, atol=1e-5)
+    assert np.abs(joints[:, 12:15]).max() > 0.1  # the bend makes both joints move the tool
 
 
 def test_vectors_are_deterministic_and_batching_does_not_change_them():
