@@ -284,12 +284,11 @@ class WorldStore:
         self._logs[log.shard, log.branch] = log
 
     def _log_row(self, log: Log) -> tuple:
-        fields = (log.shard, log.branch, log.base_tick, log.head, log.label, log.anchor_seq, log.anchor_tick, log.anchor)
+        fields = dataclasses.astuple(log)
         return (*fields, self._checksum("log", *fields))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        old = self.log(shard, branch)
-        log = Log(shard, branch, old.base_tick, head, old.label, old.anchor_seq, old.anchor_tick, old.anchor)
+        log = dataclasses.replace(self.log(shard, branch), head=head)
         self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
                          (head, self._log_row(log)[-1], shard, branch))
         self._logs[shard, branch] = log
@@ -374,8 +373,7 @@ class WorldStore:
 
     def _last_checksum(self, shard: str, branch: str) -> str:
         if (shard, branch) not in self._chain:
-            rows = self._db.execute(f"SELECT checksum FROM segments WHERE shard = ? AND branch = ? {_LAST}",
-                                    (shard, branch)).fetchall()
+            rows = self._rows(f"SELECT checksum FROM segments WHERE shard = ? AND branch = ? {_LAST}", (shard, branch))
             self._chain[shard, branch] = rows[0][0] if rows else self.log(shard, branch).anchor
         return self._chain[shard, branch]
 
