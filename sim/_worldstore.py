@@ -15,7 +15,6 @@ text) and waits in memory; the commit writes each log's new ones as one row per 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import json
@@ -92,8 +91,7 @@ class Checkpoint:
                 "patch": self.patch, "state": self.state}
 
 
-@dataclass(frozen=True)
-class Log:
+class Log(NamedTuple):  # a tuple: its row and checksum are rewritten at every commit that advances it
     """A log's extent: its history runs from `base_tick` (a fork's tick, or where pruning left the
     canonical log) to `head`; events up to `anchor_seq` (tick `anchor_tick`) were pruned, and `anchor`
     is the checksum of their last segment, which the first remaining segment chains from."""
@@ -284,11 +282,10 @@ class WorldStore:
         self._logs[log.shard, log.branch] = log
 
     def _log_row(self, log: Log) -> tuple:
-        fields = dataclasses.astuple(log)
-        return (*fields, self._checksum("log", *fields))
+        return (*log, self._checksum("log", *log))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        log = dataclasses.replace(self.log(shard, branch), head=head)
+        log = self.log(shard, branch)._replace(head=head)
         self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
                          (head, self._log_row(log)[-1], shard, branch))
         self._logs[shard, branch] = log
@@ -304,8 +301,7 @@ class WorldStore:
         self._db.execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
         self._db.execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
         self._forget(shard, branch)
-        self.add_log(dataclasses.replace(log, base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1],
-                                         anchor=anchor[2]))
+        self.add_log(log._replace(base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2]))
 
     def delete_log(self, shard: str, branch: str) -> None:
         """A branch's log, checkpoints and all, gone."""
