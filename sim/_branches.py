@@ -119,7 +119,7 @@ def fork(world: "World", shard: str, at: int, label: str) -> Branch:
 
 
 def replay(world: "World", shard: str, start: int, stop: int, interventions: Sequence["Intervention"]) -> Replay:
-    from ._world import check_mutation, mutate_event
+    from ._world import mutate_event
 
     with world._lock:
         log = world._log(shard, CANONICAL)
@@ -133,11 +133,11 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
             for iv in interventions:
                 if not start <= iv.at < stop:
                     raise HistoryError(f"an intervention at tick {iv.at} is outside the replay [{start}, {stop})")
-                check_mutation(template, iv.mutation)
+            added = [mutate_event(template, iv.at, [iv.mutation], iv.provenance) for iv in interventions]
             branch = fork(world, shard, start, f"replay {start}..{stop} with {len(interventions)} intervention(s)")
             rows = [(e.tick, e.entity, e.kind, e.change, f"{e.provenance} (canonical #{e.seq})")
                     for e in store.events(shard, CANONICAL, first_tick=start, last_tick=stop - 1)]
-            rows += [mutate_event(iv.at, [iv.mutation], iv.provenance) for iv in interventions]
+            rows += added
             rows.sort(key=lambda row: row[0])  # stable: at one tick, the recorded events come first
             with store.transaction():
                 store.append(shard, branch.id, rows)

@@ -26,7 +26,7 @@ from ._entities import Entity, check_name, compose, entity_of
 from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError
 from ._evaluate import Evaluation, policy_payload
 from ._hosts import WorkerLost, make_worker
-from ._patches import Mutation, Patch, Sampler
+from ._patches import OPS, Mutation, Patch, Sampler
 from ._policies import describe_policy
 from ._snapshot import Snapshot, check_start, on_template
 from ._stats import SPRT
@@ -334,21 +334,19 @@ class World:
 
     def _apply(self, shard: str, key: str, mutations: Mutation | Iterable[Mutation], provenance: str,
                at: int | None) -> Event:
-        batch = [mutations] if isinstance(mutations, Mutation) else list(mutations)
+        batch = (mutations,) if isinstance(mutations, Mutation) else tuple(mutations)
         if not batch:
             raise ValueError("an event needs at least one mutation")
         with self._lock:
             head = self._log(shard, key).head
             _, last = self._store.last_event(shard, key)
             tick = head if at is None else at
-            if tick < max(head, last):
+            if tick < head or tick < last:
                 raise HistoryError(f"shard {shard!r}{' branch ' + key if key else ''} is at tick {head} (last event "
                                    f"at {last}): events cannot go to tick {tick}; fork at {tick} to change the past")
-            template = self._template(shard, key)
-            for mutation in batch:
-                check_mutation(template, mutation)
+            event = mutate_event(self._template(shard, key), tick, batch, provenance)
             with self._store.transaction():
-                return self._store.append(shard, key, [mutate_event(tick, batch, provenance)])[0]
+                return self._store.append(shard, key, (event,))[0]
 
     def _snapshot(self, shard: str, key: str) -> Snapshot:
         with self._lock:
@@ -480,31 +478,39 @@ class World:
         self._workers[shard].restart()
 
 
-def mutate_event(tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:
-    """A "mutate" event as the store appends it: its entity is the one all its mutations address, if any."""
-    entities = {entity_of(m.target) for m in mutations}
-    entity = entities.pop() if len(entities) == 1 else ""
-    return (tick, entity, "mutate", {"mutations": [m.to_json() for m in mutations]}, provenance)
+def mutate_event(template: Template, tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:
+    """A "mutate" event as the store appends it, each mutation checked against `template` first; its entity
+    is the one all its mutations address, if any."""
+    changes, entities = [], set()
+    for mutation in mutations:
+        changes.append(check_mutation(template, mutation))
+        entities.add(entity_of(mutation.target))
+    return (tick, entities.pop() if len(entities) == 1 else "", "mutate", {"mutations": changes}, provenance)
 
 
-def check_mutation(template: Template, mutation: Mutation) -> None:
-    """What can be checked before a mutation is logged: its target, op, width, and a `set`'s values."""
-    slot = template.slot(mutation.target)
-    value = mutation.value
+def check_mutation(template: Template, mutation: Mutation) -> dict:
+    """What can be checked before a mutation is logged (its target, op, width, and a `set`'s values);
+    returns it as the log holds it. Nothing that fails here may reach a log: it would fail every replay."""
+    if not isinstance(mutation, Mutation):
+        raise MutationError(str(mutation)[:60], "an event's mutations are sim.Mutation objects")
+    target, op, value = mutation.target, mutation.op, mutation.value
+    slot = template.slot(target)
+    if op not in OPS:
+        raise MutationError(target, f"op must be one of {OPS}, got {op!r}")
     try:
-        finite = all(map(is_number, value))
-    except OverflowError:  # an int beyond every float
+        values = list(value)
+        finite = all(map(is_number, values))
+    except (TypeError, OverflowError):  # not a sequence; an int beyond every float
         finite = False
     if not finite:
-        raise MutationError(mutation.target, f"values must be finite numbers, got {value!r}")
-    if len(value) not in (1, slot.size):
-        raise MutationError(mutation.target, f"needs 1 or {slot.size} values, got {len(value)}")
-    if slot.quaternion and (mutation.op != "set" or len(value) != slot.size
-                            or abs(np.linalg.norm(value[-4:]) - 1.0) > 1e-9):
-        raise MutationError(mutation.target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
-    if mutation.op == "set" and ((slot.domain == "positive" and min(value) <= 0)
-                                 or (slot.domain == "nonnegative" and min(value) < 0)):
-        raise MutationError(mutation.target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
+        raise MutationError(target, f"values must be a sequence of finite numbers, got {value!r}")
+    if len(values) != 1 and len(values) != slot.size:
+        raise MutationError(target, f"needs 1 or {slot.size} values, got {len(values)}")
+    if slot.quaternion and (op != "set" or len(values) != slot.size or abs(np.linalg.norm(values[-4:]) - 1.0) > 1e-9):
+        raise MutationError(target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
+    if op == "set" and slot.domain != "any" and (min(values) <= 0 if slot.domain == "positive" else min(values) < 0):
+        raise MutationError(target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
+    return {"op": op, "target": target, "value": values}
 
 
 def _initial_checkpoint(template: Template) -> Checkpoint:

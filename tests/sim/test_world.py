@@ -92,9 +92,13 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
         world.apply("west", Mutation("body/walker1/tors/mass", "set", (2.0,)))
     with pytest.raises(sim.MutationError, match="must stay > 0"):
         world.apply("west", Mutation("body/walker1/torso/mass", "set", (0.0,)))
-    for bad in (float("nan"), float("inf"), "1.0", True, 10**400):
+    for bad in ((float("nan"),), (float("inf"),), ("1.0",), (True,), (10**400,), 1.0, None):
         with pytest.raises(sim.MutationError, match="finite numbers"):
-            world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", (bad,)))
+            world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", bad))
+    with pytest.raises(sim.MutationError, match="op must be one of"):  # once logged, it would fail every advance
+        world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "clamp", (1.0,)))
+    with pytest.raises(sim.MutationError, match="are sim.Mutation objects"):
+        world.apply("west", [{"target": "actuator/walker1/hhip/ctrl", "op": "set", "value": [1.0]}])
     with pytest.raises(sim.WorldError, match="cannot be stored: str is not valid UTF-8"):
         world.apply("west", gait(100), provenance="half a surrogate \ud800")
     with pytest.raises(sim.HistoryError, match="ticks 0..100: cannot fork at 101"):
@@ -104,6 +108,7 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     with pytest.raises(sim.UnknownShardError, match="no shard 'north'"):
         world.advance(10, ["north"])
     assert len(world.events("west")) == 5 and world.head("west") == 100
+    world.advance(10)  # nothing refused was logged: the shard still runs
 
 
 def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path):
