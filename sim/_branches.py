@@ -23,7 +23,7 @@ from ._evaluate import Evaluation
 from ._patches import Mutation, Patch
 from ._snapshot import Snapshot
 from ._templates import Template, cached_template
-from ._worldstore import CANONICAL, Checkpoint, Event, Log
+from ._worldstore import CANONICAL, Checkpoint, Event, Log, check_steps, check_tick
 
 if TYPE_CHECKING:
     from ._world import Intervention, Migration, World
@@ -59,8 +59,7 @@ class Branch:
 
     def advance(self, steps: int) -> int:
         """Step the branch; returns its new head."""
-        if not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+        check_steps(steps)
         with self.world._lock:
             self.world._wait_all([(self.shard, self.world._call(
                 self.shard, self.id, "advance", self.world._flush_args(self.shard, self.id, steps)))])
@@ -131,7 +130,7 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
         if interventions:
             template = _template_at(world, shard, start)
             for iv in interventions:
-                if not start <= iv.at < stop:
+                if not start <= check_tick("an intervention's tick", iv.at) < stop:
                     raise HistoryError(f"an intervention at tick {iv.at} is outside the replay [{start}, {stop})")
             added = [mutate_event(template, iv.at, [iv.mutation], iv.provenance) for iv in interventions]
             branch = fork(world, shard, start, f"replay {start}..{stop} with {len(interventions)} intervention(s)")

@@ -32,7 +32,7 @@ from ._snapshot import Snapshot, check_start, on_template
 from ._stats import SPRT
 from ._tasks import Task
 from ._templates import Template, cached_template
-from ._worldstore import CANONICAL, Checkpoint, Event, Log, WorldStore
+from ._worldstore import CANONICAL, MAX_TICK, Checkpoint, Event, Log, WorldStore, check_steps, check_tick
 
 if TYPE_CHECKING:  # _branches imports this module
     from ._branches import Branch, Replay
@@ -227,8 +227,7 @@ class World:
 
     def advance(self, steps: int, shards: Sequence[str] | None = None) -> dict[str, int]:
         """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the heads."""
-        if not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+        check_steps(steps)
         with self._lock:
             targets = list(shards) if shards is not None else self.shards
             for shard in targets:
@@ -337,10 +336,12 @@ class World:
         batch = (mutations,) if isinstance(mutations, Mutation) else tuple(mutations)
         if not batch:
             raise ValueError("an event needs at least one mutation")
+        if not isinstance(provenance, str):
+            raise ValueError(f"provenance must be a string, got {provenance!r}")
         with self._lock:
             head = self._log(shard, key).head
             _, last = self._store.last_event(shard, key)
-            tick = head if at is None else at
+            tick = head if at is None else check_tick("at", at)
             if tick < head or tick < last:
                 raise HistoryError(f"shard {shard!r}{' branch ' + key if key else ''} is at tick {head} (last event "
                                    f"at {last}): events cannot go to tick {tick}; fork at {tick} to change the past")
@@ -363,6 +364,8 @@ class World:
         them is before the head: those were sent as the engine passed their ticks)."""
         def args() -> tuple:
             head = self._log(shard, key).head
+            if head + steps > MAX_TICK:
+                raise HistoryError(f"shard {shard!r} is at tick {head}: {steps} more would pass tick {MAX_TICK}")
             events = self._store.events(shard, key, first_tick=head, last_tick=head + steps,
                                         after_seq=self._delivered[shard][key])
             return head + steps, self._wire(events)

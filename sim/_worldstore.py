@@ -29,10 +29,12 @@ from typing import Any, NamedTuple
 import orjson
 
 from ._canon import canonical_json, sha256_hex
-from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
+from ._errors import (CorruptCheckpointError, CorruptLogError, CorruptWorldError, HistoryError, WorldError,
+                      WorldLockedError)
 
 FORMAT = "simnet.world/2"  # /1 logged one row per event
 CANONICAL = ""  # the branch key of a shard's canonical log
+MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
 _RECENT = 4096  # events per log at least kept in memory after this process appended them
 _SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick decodes
 # Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
@@ -472,6 +474,19 @@ class WorldStore:
                 raise CorruptWorldError(f"{self.path}: migration {ident} fails its checksum")
             out.append(json.loads(text))
         return out
+
+
+def check_tick(name: str, tick: object) -> int:
+    """A tick given by a caller: an int (not a bool) in 0..MAX_TICK, or HistoryError. (A float tick, once
+    logged, would fail every advance of its shard.)"""
+    if not isinstance(tick, int) or isinstance(tick, bool) or not 0 <= tick <= MAX_TICK:
+        raise HistoryError(f"{name} must be an integer tick in 0..{MAX_TICK}, got {tick!r}")
+    return tick
+
+
+def check_steps(steps: object) -> None:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
 
 
 def _select(events: Sequence[Event], first_tick: int, last_tick: int | None) -> list[Event]:

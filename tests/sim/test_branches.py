@@ -126,6 +126,10 @@ def test_a_counterfactual_replay_is_a_branch_of_the_recorded_events_plus_the_int
     assert by_hand.snapshot().same_state(replay.snapshot)
     assert not replay.snapshot.same_state(world.replay("west", 40, 150).snapshot)
     assert len(world.branches("west")) == 2 and world.head("west") == 150
+    for at in (60.5, 20, 150):
+        with pytest.raises(sim.HistoryError, match="integer tick|outside the replay"):
+            world.replay("west", 40, 150, interventions=[Intervention(at, push)])
+    assert len(world.branches("west")) == 2  # a refused replay makes no branch
 
 
 def test_a_migrated_entity_keeps_its_state_and_mutations(world):

@@ -97,6 +97,16 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
             world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", bad))
     with pytest.raises(sim.MutationError, match="op must be one of"):  # once logged, it would fail every advance
         world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "clamp", (1.0,)))
+    for at in (150.5, "150", True, -1, 2**63):  # a float tick, once logged, would fail every advance
+        with pytest.raises(sim.HistoryError, match="at must be an integer tick"):
+            world.apply("west", gait(150), at=at)
+    with pytest.raises(ValueError, match="provenance must be a string"):
+        world.apply("west", gait(150), provenance=None)
+    for steps in (True, 1.5, -1):
+        with pytest.raises(ValueError, match="steps must be a non-negative integer"):
+            world.advance(steps)
+    with pytest.raises(sim.HistoryError, match="would pass tick"):
+        world.advance(2**63)
     with pytest.raises(sim.MutationError, match="are sim.Mutation objects"):
         world.apply("west", [{"target": "actuator/walker1/hhip/ctrl", "op": "set", "value": [1.0]}])
     with pytest.raises(sim.WorldError, match="cannot be stored: str is not valid UTF-8"):
