@@ -35,7 +35,10 @@ from ._errors import (CorruptCheckpointError, CorruptLogError, CorruptWorldError
 FORMAT = "simnet.world/2"  # /1 logged one row per event
 CANONICAL = ""  # the branch key of a shard's canonical log
 MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
-_RECENT = 4096  # events per log at least kept in memory after this process appended them
+# Events per log at least kept in memory after this process appended them: the engine's next advance takes
+# them from here; older ones are read back from their segments. Not more: each cached event is a dozen objects
+# the garbage collector walks again and again (with 4096, a tenth of what logging costs).
+_RECENT = 256
 _SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick decodes
 # Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
 # log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
