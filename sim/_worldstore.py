@@ -4,7 +4,9 @@ checkpoints, branches and migrations, every row under a SHA-256 checksum.
 Each log (a shard's canonical one, or a branch's) is append-only, stored as segments: the events one
 commit appended (at most `_SEGMENT_EVENTS` per segment) in one row under one checksum, which also covers
 the previous segment's checksum. A changed, dropped or reordered segment is found before anything is
-built from it. Ticks never decrease along a log. Commits are durable against a killed process (WAL);
+built from it. Ticks never decrease along a log. A log's head (the tick its engine has reached) is in its
+row, or in its last segment when that is later: a commit that appends events and advances (a twin's usual
+commit) writes the new head into the segment and leaves the row alone, one page fewer. Commits are durable against a killed process (WAL);
 with `fsync` also against power loss.
 
 Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
@@ -32,7 +34,7 @@ from ._canon import canonical_json, sha256_hex
 from ._errors import (CorruptCheckpointError, CorruptLogError, CorruptWorldError, HistoryError, WorldError,
                       WorldLockedError)
 
-FORMAT = "simnet.world/2"  # /1 logged one row per event
+FORMAT = "simnet.world/3"  # /1 logged one row per event; /2 kept heads in log rows only
 CANONICAL = ""  # the branch key of a shard's canonical log
 MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
 # Events per log at least kept in memory after this process appended them: the engine's next advance takes
@@ -56,8 +58,8 @@ CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base
     head INTEGER NOT NULL, label TEXT NOT NULL, anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL,
     anchor TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
 CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, events TEXT NOT NULL,
-    checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
+    last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, head INTEGER NOT NULL,
+    events TEXT NOT NULL, checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
 CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL, tick INTEGER NOT NULL,
     template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL, state BLOB NOT NULL,
     checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
@@ -117,9 +119,10 @@ class WorldStore:
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self.path = Path(path)
         # this process is the only writer: what it has read or written stays true until a rollback
-        self._heads: dict[tuple[str, str], tuple[int, int]] = {}  # log -> (seq, tick) of its last event
+        self._logs: dict[tuple[str, str], Log] = {}  # with its head as of now
+        self._unsaved: set[tuple[str, str]] = set()  # logs whose head moved in this transaction, not yet written
+        self._last: dict[tuple[str, str], tuple[int, int]] = {}  # log -> (seq, tick) of its last event
         self._chain: dict[tuple[str, str], str] = {}  # log -> checksum of its last written segment
-        self._logs: dict[tuple[str, str], Log] = {}
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
         self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
         if create == self.path.exists():
@@ -187,29 +190,35 @@ class WorldStore:
         try:
             yield
             self._write_pending()
+            for shard, branch in self._unsaved:  # heads no new segment carries
+                log = self._logs[shard, branch]
+                self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
+                                 (log.head, self._log_row(log)[-1], shard, branch))
+            self._unsaved.clear()
         except BaseException:
             self._db.execute("ROLLBACK")
-            for cache in (self._heads, self._chain, self._logs, self._recent, self._pending):  # may hold what was
-                cache.clear()                                                                  # rolled back
+            for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending):
+                cache.clear()  # may hold what was rolled back
             raise
         self._db.execute("COMMIT")
 
     def _write_pending(self) -> None:
-        """Write the events appended since the last write as segments of their logs."""
+        """Write the events appended since the last write as segments of their logs, with their logs' heads."""
         pending, self._pending = self._pending, {}
         rows = []
         for (shard, branch), events in pending.items():
-            prev = self._last_checksum(shard, branch)
+            prev, head = self._chain[shard, branch], self._logs[shard, branch].head  # both loaded by `append`
             for start in range(0, len(events), _SEGMENT_EVENTS):
                 chunk = events[start:start + _SEGMENT_EVENTS]
                 text = b"[" + b",".join(encoded for _, encoded in chunk) + b"]"
                 first, last = chunk[0][0], chunk[-1][0]
-                fields = (shard, branch, first.seq, last.seq, first.tick, last.tick)
+                fields = (shard, branch, first.seq, last.seq, first.tick, last.tick, head)
                 prev = self._checksum("segment", *fields, text, prev)
                 rows.append((*fields, text.decode(), prev))
             self._chain[shard, branch] = prev
+            self._unsaved.discard((shard, branch))
         if rows:
-            self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def _checksum(self, table: str, *fields: str | int | bytes) -> str:
         """SHA-256 over the world id and the fields (text as UTF-8), after their lengths (unambiguous, and cheap)."""
@@ -283,17 +292,19 @@ class WorldStore:
     # ---- logs (canonical and branches) ----
 
     def add_log(self, log: Log) -> None:
+        """A new log, with no segments yet."""
         self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log))
-        self._logs[log.shard, log.branch] = log
+        key = log.shard, log.branch
+        self._logs[key], self._last[key], self._chain[key] = log, (log.anchor_seq, log.anchor_tick), log.anchor
 
     def _log_row(self, log: Log) -> tuple:
         return (*log, self._checksum("log", *log))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        log = self.log(shard, branch)._replace(head=head)
-        self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
-                         (head, self._log_row(log)[-1], shard, branch))
-        self._logs[shard, branch] = log
+        """Move a log's head (inside a `transaction()`); written when it commits, in a new segment if any."""
+        assert self._db.in_transaction, "set_head outside a transaction"
+        self._logs[shard, branch] = self.log(shard, branch)._replace(head=head)
+        self._unsaved.add((shard, branch))
 
     def prune(self, shard: str, branch: str, tick: int) -> None:
         """Forget a log's history before `tick` (one of its checkpoints): its earlier checkpoints and the
@@ -305,8 +316,9 @@ class WorldStore:
         self._db.execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
         self._db.execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
         self._db.execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
-        self._forget(shard, branch)
-        self.add_log(log._replace(base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2]))
+        self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log._replace(
+            base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2])))
+        self._forget(shard, branch)  # read back as written: the head is in the row now
 
     def delete_log(self, shard: str, branch: str) -> None:
         """A branch's log, checkpoints and all, gone."""
@@ -315,21 +327,48 @@ class WorldStore:
         self._forget(shard, branch)
 
     def _forget(self, shard: str, branch: str) -> None:
-        for cache in (self._heads, self._chain, self._logs, self._recent):
+        self._unsaved.discard((shard, branch))
+        for cache in (self._logs, self._last, self._chain, self._recent):
             cache.pop((shard, branch), None)
 
     def log(self, shard: str, branch: str) -> Log:
-        if (shard, branch) not in self._logs:
-            rows = self._rows("SELECT * FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
+        """A log's extent; KeyError if there is no such log."""
+        key = shard, branch
+        if key not in self._logs:
+            rows = self._rows("SELECT * FROM logs WHERE shard = ? AND branch = ?", key)
             if not rows:
-                raise KeyError((shard, branch))
-            self._logs[shard, branch] = self._checked_log(rows[0])
-        return self._logs[shard, branch]
+                raise KeyError(key)
+            log = self._checked_log(rows[0])
+            self._logs[key] = log._replace(head=max(log.head, self._read_tail(log)))
+        return self._logs[key]
+
+    def _read_tail(self, log: Log) -> int:
+        """Read and check a log's last segment: caches its last event and checksum, and returns the head it
+        recorded (-1 if the log has none)."""
+        key = log.shard, log.branch
+        rows = self._rows("SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments "
+                          "WHERE shard = ? AND branch = ? ORDER BY last_tick DESC, first_seq DESC LIMIT 2", key)
+        if not rows:
+            self._last[key], self._chain[key] = (log.anchor_seq, log.anchor_tick), log.anchor
+            return -1
+        (first_seq, last_seq, first_tick, last_tick, head, text, checksum), *before = rows
+        expected, prev = (before[0][1] + 1, before[0][-1]) if before else (log.anchor_seq + 1, log.anchor)
+        if first_seq != expected:
+            raise CorruptLogError(f"{self._where(*key)} lacks events {expected}..{first_seq - 1}")
+        if checksum != self._checksum("segment", *key, first_seq, last_seq, first_tick, last_tick, head, text, prev):
+            raise CorruptLogError(f"{self._where(*key)}: the segment of events {first_seq}..{last_seq} (ticks "
+                                  f"{first_tick}..{last_tick}) fails its checksum; nothing was applied from it")
+        self._last[key], self._chain[key] = (last_seq, last_tick), checksum
+        return head
+
+    def _where(self, shard: str, branch: str) -> str:
+        return f"{self.path}: log {shard}/{branch or 'canonical'}"
 
     def logs(self, shard: str | None = None) -> list[Log]:
-        rows = self._rows("SELECT * FROM logs WHERE branch != '' AND (? IS NULL OR shard = ?) ORDER BY shard, branch",
-                          (shard, shard))
-        return [self._checked_log(r) for r in rows]
+        """The branches' logs (of one shard, or of all)."""
+        rows = self._rows("SELECT shard, branch FROM logs WHERE branch != '' AND (? IS NULL OR shard = ?) "
+                          "ORDER BY shard, branch", (shard, shard))
+        return [self.log(*row) for row in rows]
 
     def _checked_log(self, row: tuple) -> Log:
         *fields, checksum = row
@@ -343,7 +382,7 @@ class WorldStore:
         """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
         back. They are written when the transaction commits, or before the next read."""
         assert self._db.in_transaction, "append outside a transaction"
-        seq, last_tick = self._head(shard, branch)
+        seq, last_tick = self.last_event(shard, branch)
         out, encoded = [], []
         for tick, entity, kind, change, provenance in events:
             if tick < last_tick:
@@ -357,30 +396,18 @@ class WorldStore:
             out.append(Event(seq, tick, entity, kind, change, provenance))
             last_tick = tick
         self._pending.setdefault((shard, branch), []).extend(zip(out, encoded))
-        self._heads[shard, branch] = (seq, last_tick)
+        self._last[shard, branch] = (seq, last_tick)
         recent = self._recent.setdefault((shard, branch), [])
         recent += out
         if len(recent) > 2 * _RECENT:  # trimmed now and then: a list's front is dear to cut
             del recent[:-_RECENT]
         return out
 
-    def _head(self, shard: str, branch: str) -> tuple[int, int]:
-        if (shard, branch) not in self._heads:
-            rows = self._rows(f"SELECT last_seq, last_tick FROM segments WHERE shard = ? AND branch = ? {_LAST}",
-                              (shard, branch))
-            log = self.log(shard, branch)
-            self._heads[shard, branch] = rows[0] if rows else (log.anchor_seq, log.anchor_tick)
-        return self._heads[shard, branch]
-
-    def _last_checksum(self, shard: str, branch: str) -> str:
-        if (shard, branch) not in self._chain:
-            rows = self._rows(f"SELECT checksum FROM segments WHERE shard = ? AND branch = ? {_LAST}", (shard, branch))
-            self._chain[shard, branch] = rows[0][0] if rows else self.log(shard, branch).anchor
-        return self._chain[shard, branch]
-
     def last_event(self, shard: str, branch: str) -> tuple[int, int]:
         """(seq, tick) of a log's last event, (0, 0) if it has none."""
-        return self._head(shard, branch)
+        if (shard, branch) not in self._last:
+            self._read_tail(self.log(shard, branch))
+        return self._last[shard, branch]
 
     def last_seq(self, shard: str, branch: str, until_tick: int) -> int:
         """The seq of a log's last event at or before a tick (0 if none)."""
@@ -400,11 +427,11 @@ class WorldStore:
         verified against its checksum and its predecessor's: CorruptLogError before anything is returned.
         (What this process appended it serves from memory: those are its own bytes.)"""
         recent = self._recent.get((shard, branch))
-        if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == self._head(shard, branch)[0]:
+        if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == self.last_event(shard, branch)[0]:
             return _select(recent[after_seq + 1 - recent[0].seq:], first_tick, last_tick)
         rows = []
         with contextlib.closing(self._cursor(
-                "SELECT first_seq, last_seq, first_tick, last_tick, events, checksum FROM segments WHERE shard = ? "
+                "SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments WHERE shard = ? "
                 "AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
                 (shard, branch, first_tick, after_seq))) as cursor:
             for row in cursor:
@@ -413,16 +440,17 @@ class WorldStore:
                 rows.append(row)
         if not rows:
             return []
-        where = f"{self.path}: log {shard}/{branch or 'canonical'}"
+        where = self._where(shard, branch)
         before = self._rows(f"SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? "
                             f"AND (last_tick, first_seq) < (?, ?) {_LAST}", (shard, branch, rows[0][3], rows[0][0]))
         log = self.log(shard, branch)
         expected, prev = (before[0][0] + 1, before[0][1]) if before else (log.anchor_seq + 1, log.anchor)
         out: list[Event] = []
-        for first_seq, last_seq, first_ticks, last_ticks, text, checksum in rows:
+        for first_seq, last_seq, first_ticks, last_ticks, head, text, checksum in rows:
             if first_seq != expected:
                 raise CorruptLogError(f"{where} lacks events {expected}..{first_seq - 1}")
-            prev = self._checksum("segment", shard, branch, first_seq, last_seq, first_ticks, last_ticks, text, prev)
+            prev = self._checksum("segment", shard, branch, first_seq, last_seq, first_ticks, last_ticks, head, text,
+                                  prev)
             if checksum != prev:
                 raise CorruptLogError(f"{where}: the segment of events {first_seq}..{last_seq} (ticks {first_ticks}.."
                                       f"{last_ticks}) fails its checksum; nothing was applied from it")

@@ -129,8 +129,8 @@ def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
     old = tmp_path / "old.db"  # a world of an earlier format is refused, not misread
     with sqlite3.connect(old) as db:
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        db.execute("INSERT INTO meta VALUES ('format', 'simnet.world/1')")
-    with pytest.raises(CorruptWorldError, match="unknown world format 'simnet.world/1'"):
+        db.execute("INSERT INTO meta VALUES ('format', 'simnet.world/2')")
+    with pytest.raises(CorruptWorldError, match="unknown world format 'simnet.world/2'"):
         WorldStore(old, create=False)
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)
@@ -159,6 +159,36 @@ def test_pruning_keeps_the_chain_anchored_and_the_head(store):
     store = WorldStore(store.path, create=False)
     with pytest.raises(CorruptLogError, match="head of log"):
         store.events("west", "")
+    store.close()
+
+
+def test_a_head_rides_in_the_segment_its_commit_writes(store):
+    def head_on_file():
+        store.close()
+        reopened = WorldStore(store.path, create=False)
+        try:
+            return reopened.log("west", "").head
+        finally:
+            reopened.close()
+
+    with store.transaction():  # events and an advance: the new head is in the new segment, the row keeps its own
+        store.append("west", "", [(15, "", "mutate", {}, "x")])
+        store.set_head("west", "", 20)
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT head FROM logs").fetchall() == [(0,)]
+        assert db.execute("SELECT head FROM segments WHERE first_seq = 7").fetchall() == [(20,)]
+    assert head_on_file() == 20
+    store = WorldStore(store.path, create=False)
+    with store.transaction():  # an advance alone: the row
+        store.set_head("west", "", 30)
+    with pytest.raises(RuntimeError), store.transaction():
+        store.set_head("west", "", 40)
+        raise RuntimeError("rolled back")
+    assert store.log("west", "").head == 30 and head_on_file() == 30
+    _sql(store, "UPDATE segments SET head = 99 WHERE first_seq = 7")  # a head later than the row's, forged
+    store = WorldStore(store.path, create=False)
+    with pytest.raises(CorruptLogError, match=r"events 7..7 \(ticks 15..15\) fails its checksum"):
+        store.log("west", "")
     store.close()
 
 
