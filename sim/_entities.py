@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from ._canon import is_number
 from ._errors import TemplateError
 from ._patches import Patch
 from ._templates import split_target
@@ -50,8 +51,11 @@ class Entity:
 
     def __post_init__(self) -> None:
         check_name("entity", self.name)
-        if len(self.pos) != 3 or not all(np.isfinite(self.pos)):
-            raise ValueError(f"entity {self.name!r}: pos must be three finite numbers")
+        check_name("shard", self.shard)
+        if not isinstance(self.mjcf, str):
+            raise TemplateError(f"entity {self.name!r}: mjcf must be MJCF text, got {type(self.mjcf).__name__}")
+        if not isinstance(self.pos, (tuple, list)) or len(self.pos) != 3 or not all(map(is_number, self.pos)):
+            raise ValueError(f"entity {self.name!r}: pos must be three finite numbers, got {self.pos!r}")
         object.__setattr__(self, "pos", tuple(float(v) for v in self.pos))
 
     def to_json(self) -> dict:
@@ -64,15 +68,9 @@ class Entity:
 
 def compose(scene: str, entities: Iterable[Entity]) -> str:
     """The MJCF text of `scene` with `entities` attached, in name order; TemplateError if it fails."""
-    try:
-        spec = mujoco.MjSpec.from_string(scene)
-    except ValueError as exc:
-        raise TemplateError(f"the scene does not parse: {exc}") from exc
+    spec = _parse("the scene", scene)
     for entity in sorted(entities, key=lambda e: e.name):
-        try:
-            child = mujoco.MjSpec.from_string(entity.mjcf)
-        except ValueError as exc:
-            raise TemplateError(f"entity {entity.name!r} does not parse: {exc}") from exc
+        child = _parse(f"entity {entity.name!r}", entity.mjcf)
         _strip_scenery(child, spec)
         frame = spec.worldbody.add_frame(pos=list(entity.pos))
         spec.attach(child, prefix=f"{entity.name}/", frame=frame)
@@ -82,6 +80,24 @@ def compose(scene: str, entities: Iterable[Entity]) -> str:
         raise TemplateError(f"the shard's scene with entities {sorted(e.name for e in entities)} "
                             f"does not compile: {exc}") from exc
     return spec.to_xml()
+
+
+def _parse(what: str, mjcf: str) -> mujoco.MjSpec:
+    """The spec of `mjcf`; TemplateError if it does not parse or names asset files: a world stores MJCF
+    text only, so a relative file would not be found when the world opens elsewhere."""
+    try:
+        mjcf.encode()  # a lone surrogate: text that UTF-8 cannot store (nor MuJoCo read)
+        spec = mujoco.MjSpec.from_string(mjcf)
+    except ValueError as exc:  # UnicodeEncodeError included
+        raise TemplateError(f"{what} does not parse: {exc}") from exc
+    for kind, assets in (("mesh", spec.meshes), ("texture", spec.textures), ("hfield", spec.hfields),
+                         ("skin", spec.skins)):
+        for asset in assets:
+            files = [f for f in (asset.file, *getattr(asset, "cubefiles", ())) if f]
+            if files:
+                raise TemplateError(f"{what}: {kind} {asset.name!r} loads file {files[0]!r}; a world stores MJCF "
+                                    "text only: inline the asset or drop it")
+    return spec
 
 
 def _strip_scenery(child: mujoco.MjSpec, parent: mujoco.MjSpec) -> None:

@@ -71,3 +71,47 @@ def test_entity_of_targets_and_patches():
     mine, rest = entity_patch(patch, "walker1")
     assert [m.target for m in mine.mutations] == ["body/walker1/torso/mass"]
     assert [m.target for m in rest.mutations] == ["option/gravity", "geom/crate/~geom0/friction"]
+
+
+TET = """
+<mujoco>
+  <asset><mesh name="tet" {mesh}/></asset>
+  <worldbody><body name="tet"><freejoint/><geom type="mesh" mesh="tet"/></body></worldbody>
+</mujoco>
+"""
+
+
+def test_asset_files_are_refused_as_a_world_stores_text_only(region, tmp_path, monkeypatch):
+    (tmp_path / "tet.obj").write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n")
+    monkeypatch.chdir(tmp_path)  # the file is found here, and would not be where the world opens next
+    from_file = TET.format(mesh='file="tet.obj"')
+    with pytest.raises(TemplateError, match="the scene: mesh 'tet' loads file 'tet.obj'; .* inline the asset"):
+        compose(from_file, [])
+    with pytest.raises(TemplateError, match="entity 'tet': mesh 'tet' loads file 'tet.obj'"):
+        compose(region, [Entity("tet", from_file, "west")])
+    cube = '<mujoco><asset><texture name="sky" type="cube" fileright="right.png"/></asset></mujoco>'
+    with pytest.raises(TemplateError, match="texture 'sky' loads file 'right.png'"):
+        compose(cube, [])
+    inline = TET.format(mesh='vertex="0 0 0  1 0 0  0 1 0  0 0 1"')
+    model = Template(compose(region, [Entity("tet", inline, "west")])).model
+    assert model.nmesh == 1 and model.body("tet/tet").id > 0
+
+
+@pytest.mark.parametrize("args, error, message", [
+    (("a", None, "west"), TemplateError, "entity 'a': mjcf must be MJCF text, got NoneType"),
+    (("a", 5, "west"), TemplateError, "entity 'a': mjcf must be MJCF text, got int"),
+    (("a", "<mujoco/>", ["west"]), ValueError, r"shard name \['west'\]"),
+    (("a", "<mujoco/>", "west", 5), ValueError, "pos must be three finite numbers"),
+    (("a", "<mujoco/>", "west", "xyz"), ValueError, "pos must be three finite numbers"),
+    (("a", "<mujoco/>", "west", ("1", 2, 3)), ValueError, "pos must be three finite numbers"),
+])
+def test_entity_fields_are_checked_when_made(args, error, message):
+    with pytest.raises(error, match=message):
+        Entity(*args)
+
+
+def test_text_that_utf8_cannot_store_is_a_template_error(region):
+    with pytest.raises(TemplateError, match="the scene does not parse: .* surrogates not allowed"):
+        compose(region.replace("region", "\ud800"), [])
+    with pytest.raises(TemplateError, match="entity 'lone' does not parse: .* surrogates not allowed"):
+        compose(region, [Entity("lone", "<mujoco model='\ud800'/>", "west")])
