@@ -23,7 +23,7 @@ from ._evaluate import Evaluation
 from ._patches import Mutation, Patch
 from ._snapshot import Snapshot
 from ._templates import Template, cached_template
-from ._worldstore import CANONICAL, Checkpoint, Event, Log, check_steps, check_tick
+from ._worldstore import CANONICAL, Checkpoint, Event, Log, check_steps, check_text, check_tick
 
 if TYPE_CHECKING:
     from ._world import Intervention, Migration, World
@@ -106,6 +106,7 @@ class Replay:
 
 
 def fork(world: "World", shard: str, at: int, label: str) -> Branch:
+    check_text("label", label)
     with world._lock:
         log = world._log(shard, CANONICAL)
         if not isinstance(at, int) or isinstance(at, bool) or not log.base_tick <= at <= log.head:
@@ -118,7 +119,7 @@ def fork(world: "World", shard: str, at: int, label: str) -> Branch:
 
 
 def replay(world: "World", shard: str, start: int, stop: int, interventions: Sequence["Intervention"]) -> Replay:
-    from ._world import mutate_event
+    from ._world import Intervention, mutate_event
 
     with world._lock:
         log = world._log(shard, CANONICAL)
@@ -127,18 +128,22 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
             raise HistoryError(f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
                                f"cannot replay {start!r}..{stop!r}")
         store = world._store
+        interventions = tuple(interventions)
         if interventions:
             template = _template_at(world, shard, start)
             for iv in interventions:
+                if not isinstance(iv, Intervention):
+                    raise ValueError(f"interventions are sim.Intervention objects, got {iv!r}")
                 if not start <= check_tick("an intervention's tick", iv.at) < stop:
                     raise HistoryError(f"an intervention at tick {iv.at} is outside the replay [{start}, {stop})")
+                check_text("an intervention's provenance", iv.provenance)
             added = [mutate_event(template, iv.at, [iv.mutation], iv.provenance) for iv in interventions]
-            branch = fork(world, shard, start, f"replay {start}..{stop} with {len(interventions)} intervention(s)")
             rows = [(e.tick, e.entity, e.kind, e.change, f"{e.provenance} (canonical #{e.seq})")
                     for e in store.events(shard, CANONICAL, first_tick=start, last_tick=stop - 1)]
             rows += added
             rows.sort(key=lambda row: row[0])  # stable: at one tick, the recorded events come first
-            with store.transaction():
+            with store.transaction():  # the branch and its events, or neither
+                branch = fork(world, shard, start, f"replay {start}..{stop} with {len(interventions)} intervention(s)")
                 store.append(shard, branch.id, rows)
             branch.advance(stop - start)
             snapshot = branch.snapshot()
@@ -195,8 +200,9 @@ def prune(world: "World", before: int, shards: Sequence[str] | None) -> dict[str
 
 
 def migrate(world: "World", entity: str, to: str, provenance: str) -> "Migration":
+    check_text("provenance", provenance)
     with world._lock:
-        found = world._entities.get(entity)
+        found = world._entities.get(entity) if isinstance(entity, str) else None
         if found is None:
             raise UnknownEntityError(f"world {world.name!r} has no entity {entity!r}; entities are "
                                      f"{sorted(world._entities)}")

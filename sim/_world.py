@@ -25,20 +25,22 @@ from ._canon import is_number
 from ._entities import Entity, check_name, compose, entity_of
 from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError
 from ._evaluate import Evaluation, policy_payload
-from ._hosts import WorkerLost, make_worker
+from ._hosts import BACKENDS, WorkerLost, make_worker
 from ._patches import OPS, Mutation, Patch, Sampler
 from ._policies import describe_policy
 from ._snapshot import Snapshot, check_start, on_template
 from ._stats import SPRT
 from ._tasks import Task
 from ._templates import Template, cached_template
-from ._worldstore import CANONICAL, MAX_TICK, Checkpoint, Event, Log, WorldStore, check_steps, check_tick
+from ._worldstore import (CANONICAL, MAX_TICK, Checkpoint, Event, Log, WorldStore, check_steps, check_text,
+                          check_tick)
 
 if TYPE_CHECKING:  # _branches imports this module
     from ._branches import Branch, Replay
 
 log = logging.getLogger(__name__)
 _RETRIES = 3
+MAX_AHEAD = 1_000_000  # ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
 _INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
@@ -106,12 +108,21 @@ class World:
         """A new world at `path` (an SQLite file): `shards` maps shard names to scene MJCF, each entity
         starts in its `shard`. Checkpoints every `checkpoint_every` ticks; `fsync` makes every commit
         survive power loss, not only a killed process."""
-        if not shards:
-            raise ValueError("a world needs at least one shard")
-        if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        if not isinstance(shards, Mapping) or not shards:
+            raise ValueError("a world needs at least one shard: a mapping of shard names to scene MJCF")
+        if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
-        for shard in shards:
+        if name is not None:
+            check_text("name", name)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        for shard, scene in shards.items():
             check_name("shard", shard)
+            if not isinstance(scene, str):
+                raise ValueError(f"the scene of shard {shard!r} must be MJCF text, got {type(scene).__name__}")
+        entities = list(entities)  # a generator would be spent by the checks below
+        if not all(isinstance(e, Entity) for e in entities):
+            raise ValueError("entities must be sim.Entity objects")
         names = [e.name for e in entities]
         if len(set(names)) != len(names):
             raise ValueError(f"entity names must be unique, got {sorted(names)}")
@@ -133,11 +144,12 @@ class World:
                     store.put_checkpoints(shard, CANONICAL, [_initial_checkpoint(template)])
                 for e in entities:
                     store.put_entity(e.to_json())
+            return cls(store, backend)
         except BaseException:
             store.close()
-            Path(path).unlink(missing_ok=True)
+            for leftover in ("", "-wal", "-shm", ".lock"):
+                Path(f"{path}{leftover}").unlink(missing_ok=True)
             raise
-        return cls(store, backend)
 
     @classmethod
     def open(cls, path: str | Path, *, backend: str = "process") -> "World":
@@ -175,6 +187,9 @@ class World:
                last_tick: int | None = None) -> list[Event]:
         """A shard's canonical log (or a branch's own), verified; only the events of ticks
         first_tick..last_tick (both included) if given: a twin's whole log can be long."""
+        check_tick("first_tick", first_tick)
+        if last_tick is not None:
+            check_tick("last_tick", last_tick)
         with self._lock:
             self._log(shard, branch)
             return self._store.events(shard, branch, first_tick=first_tick, last_tick=last_tick)
@@ -223,13 +238,14 @@ class World:
                 for shard in self._scenes:  # workers may have run what was rolled back: rebuild from the store
                     self._delivered[shard].clear()
                 self._current.clear()
+                self._entities = {e["name"]: Entity.from_json(e) for e in self._store.entities()}  # migrations too
                 raise
 
     def advance(self, steps: int, shards: Sequence[str] | None = None) -> dict[str, int]:
         """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the heads."""
         check_steps(steps)
         with self._lock:
-            targets = list(shards) if shards is not None else self.shards
+            targets = list(dict.fromkeys(shards)) if shards is not None else self.shards  # each once
             for shard in targets:
                 self._log(shard, CANONICAL)
             self._wait_all([(s, self._call(s, CANONICAL, "advance", self._flush_args(s, CANONICAL, steps)))
@@ -289,12 +305,18 @@ class World:
         """Evaluate `policy` from the shard's current state (or a branch's), inside the shard's worker.
 
         With `entity`, `task` and `sampler` name that entity's objects ("torso" -> "walker1/torso")."""
+        if not isinstance(branches, int) or isinstance(branches, bool) or branches < 1:
+            raise ValueError(f"branches must be a positive integer, got {branches!r}")
         with self._lock:
+            self._log(shard, branch)
             template = self._template(shard, branch)
             sampler = sampler or Sampler()
             if entity is not None:
                 if entity not in self._entities:
                     raise UnknownEntityError(f"world {self.name!r} has no entity {entity!r}")
+                if self._entities[entity].shard != shard:
+                    raise UnknownEntityError(f"entity {entity!r} is in shard {self._entities[entity].shard!r}, "
+                                             f"not {shard!r}")
                 sampler = Snapshot.sampler(sampler, entity)
             task = on_template(task, template, entity)
             wave = min(branches, 64) if wave is None else wave
@@ -312,7 +334,7 @@ class World:
     # ---- internals shared with branches ----
 
     def _log(self, shard: str, branch: str) -> Log:
-        if shard not in self._scenes:
+        if not isinstance(shard, str) or shard not in self._scenes:
             raise UnknownShardError(f"world {self.name!r} has no shard {shard!r}; shards are {self.shards}")
         try:
             return self._store.log(shard, branch)
@@ -333,11 +355,13 @@ class World:
 
     def _apply(self, shard: str, key: str, mutations: Mutation | Iterable[Mutation], provenance: str,
                at: int | None) -> Event:
-        batch = (mutations,) if isinstance(mutations, Mutation) else tuple(mutations)
+        try:
+            batch = (mutations,) if isinstance(mutations, Mutation) else tuple(mutations)
+        except TypeError:
+            raise MutationError(str(mutations)[:60], "an event's mutations are a sim.Mutation or a list of them") from None
         if not batch:
             raise ValueError("an event needs at least one mutation")
-        if not isinstance(provenance, str):
-            raise ValueError(f"provenance must be a string, got {provenance!r}")
+        check_text("provenance", provenance)
         with self._lock:
             head = self._log(shard, key).head
             _, last = self._store.last_event(shard, key)
@@ -345,12 +369,16 @@ class World:
             if tick < head or tick < last:
                 raise HistoryError(f"shard {shard!r}{' branch ' + key if key else ''} is at tick {head} (last event "
                                    f"at {last}): events cannot go to tick {tick}; fork at {tick} to change the past")
+            if tick > head + MAX_AHEAD:  # it would hold back every later event until the shard got there
+                raise HistoryError(f"shard {shard!r}{' branch ' + key if key else ''} is at tick {head}: an event "
+                                   f"can be scheduled at most {MAX_AHEAD} ticks ahead, not at {tick}")
             event = mutate_event(self._template(shard, key), tick, batch, provenance)
             with self._store.transaction():
                 return self._store.append(shard, key, (event,))[0]
 
     def _snapshot(self, shard: str, key: str) -> Snapshot:
         with self._lock:
+            self._log(shard, key)
             self._wait_all([(shard, self._call(shard, key, "advance", self._flush_args(shard, key, 0)))])
             state = self._call(shard, key, "state", lambda: ())()
             xml, _ = self._store.template(state["template"])
@@ -494,8 +522,8 @@ def mutate_event(template: Template, tick: int, mutations: Sequence[Mutation], p
 def check_mutation(template: Template, mutation: Mutation) -> dict:
     """What can be checked before a mutation is logged (its target, op, width, and a `set`'s values);
     returns it as the log holds it. Nothing that fails here may reach a log: it would fail every replay."""
-    if not isinstance(mutation, Mutation):
-        raise MutationError(str(mutation)[:60], "an event's mutations are sim.Mutation objects")
+    if not isinstance(mutation, Mutation) or not isinstance(mutation.target, str):
+        raise MutationError(str(mutation)[:60], "an event's mutations are sim.Mutation objects with a str target")
     target, op, value = mutation.target, mutation.op, mutation.value
     slot = template.slot(target)
     if op not in OPS:

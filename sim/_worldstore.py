@@ -135,13 +135,16 @@ class WorldStore:
             raise WorldLockedError(f"{self.path} is open in another process; close it there first") from None
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if not create and not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                self.close()  # another program's database, or an empty file: refused before anything is written
+                raise CorruptWorldError(f"{self.path} holds no world (no meta table)")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
             if create:
                 self.id = str(uuid.uuid4())
                 with self.transaction():
                     self._db.executemany("INSERT INTO meta VALUES (?, ?)", [
-                        ("format", FORMAT), ("id", self.id), ("fsync", json.dumps(fsync))])
+                        ("format", FORMAT), ("id", self.id), ("fsync", json.dumps(bool(fsync)))])
             meta = dict(self._db.execute("SELECT key, value FROM meta"))
         except sqlite3.DatabaseError as exc:
             self.close()
@@ -195,10 +198,12 @@ class WorldStore:
                 self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
                                  (log.head, self._log_row(log)[-1], shard, branch))
             self._unsaved.clear()
-        except BaseException:
+        except BaseException as exc:
             self._db.execute("ROLLBACK")
             for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending):
                 cache.clear()  # may hold what was rolled back
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise CorruptWorldError(f"{self.path}: {exc}") from None
             raise
         self._db.execute("COMMIT")
 
@@ -513,6 +518,17 @@ def check_tick(name: str, tick: object) -> int:
     if not isinstance(tick, int) or isinstance(tick, bool) or not 0 <= tick <= MAX_TICK:
         raise HistoryError(f"{name} must be an integer tick in 0..{MAX_TICK}, got {tick!r}")
     return tick
+
+
+def check_text(name: str, text: object) -> str:
+    """A label or provenance given by a caller: a str that UTF-8 can store (no lone surrogates)."""
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a string, got {text!r}")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} must be valid Unicode text: {exc}") from None
+    return text
 
 
 def check_steps(steps: object) -> None:

@@ -129,7 +129,15 @@ def test_a_counterfactual_replay_is_a_branch_of_the_recorded_events_plus_the_int
     for at in (60.5, 20, 150):
         with pytest.raises(sim.HistoryError, match="integer tick|outside the replay"):
             world.replay("west", 40, 150, interventions=[Intervention(at, push)])
-    assert len(world.branches("west")) == 2  # a refused replay makes no branch
+    for interventions, error in (([push], "sim.Intervention objects"),
+                                 ([Intervention(60, push, provenance="\ud800")], "valid Unicode text"),
+                                 ([Intervention(60, push, provenance=object())], "must be a string")):
+        with pytest.raises(ValueError, match=error):
+            world.replay("west", 40, 150, interventions=interventions)
+    for label, error in ((True, "label must be a string"), ("caf\udcff", "valid Unicode text")):
+        with pytest.raises(ValueError, match=error):  # a non-text label failed its own checksum ever after
+            world.fork("west", 40, label=label)
+    assert len(world.branches("west")) == 2  # a refused replay or fork makes no branch
 
 
 def test_a_migrated_entity_keeps_its_state_and_mutations(world):
@@ -150,6 +158,10 @@ def test_a_migrated_entity_keeps_its_state_and_mutations(world):
         world.migrate("walker1", "north")
     with pytest.raises(sim.WorldError, match="already in shard 'east'"):
         world.migrate("walker1", "east")
+    for entity, provenance in ((["walker1"], "x"), ("walker1", 5)):
+        with pytest.raises((sim.UnknownEntityError, ValueError)):
+            world.migrate(entity, "west", provenance=provenance)
+    assert world.entities() == {"crate": "east", "walker1": "east"}
     world.advance(100)
     assert world.replay("east", 0, world.head("east")).exact
 

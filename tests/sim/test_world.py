@@ -110,8 +110,19 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
         world.advance(2**63)
     with pytest.raises(sim.MutationError, match="are sim.Mutation objects"):
         world.apply("west", [{"target": "actuator/walker1/hhip/ctrl", "op": "set", "value": [1.0]}])
-    with pytest.raises(sim.WorldError, match="cannot be stored: str is not valid UTF-8"):
+    with pytest.raises(ValueError, match="provenance must be valid Unicode text"):
         world.apply("west", gait(100), provenance="half a surrogate \ud800")
+    with pytest.raises(sim.HistoryError, match="at most 1000000 ticks ahead"):  # it would hold the shard back
+        world.apply("west", gait(100), at=10**15)
+    for mutations in (None, 5, [Mutation(["body"], "set", (1.0,))]):
+        with pytest.raises(sim.MutationError, match="sim.Mutation"):
+            world.apply("west", mutations)
+    with pytest.raises(sim.UnknownShardError):
+        world.apply(["west"], gait(100))
+    with pytest.raises(sim.UnknownShardError, match="no shard 'north'"):
+        world.snapshot("north")
+    with pytest.raises(sim.HistoryError, match="first_tick must be an integer tick"):
+        world.events("west", first_tick=2**70)
     with pytest.raises(sim.HistoryError, match="ticks 0..100: cannot fork at 101"):
         world.fork("west", 101)
     with pytest.raises(sim.HistoryError, match="cannot replay 20..150"):
@@ -119,7 +130,8 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     with pytest.raises(sim.UnknownShardError, match="no shard 'north'"):
         world.advance(10, ["north"])
     assert len(world.events("west")) == 5 and world.head("west") == 100
-    world.advance(10)  # nothing refused was logged: the shard still runs
+    assert world.advance(10, ["west", "west"]) == {"west": 110}  # nothing refused was logged; a shard named twice
+    assert world.snapshot("west").tick == 110                       # advances once
 
 
 def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path):
@@ -236,3 +248,44 @@ def test_evaluations_run_inside_the_shard_worker_from_its_state(make):
     assert inside.to_record() == here.to_record() and inside.start.tick == 60
     with pytest.raises(sim.UnknownEntityError):
         world.evaluate("west", task, skill, branches=2, entity="walker9")
+    with pytest.raises(sim.UnknownEntityError, match="in shard 'east', not 'west'"):
+        world.evaluate("west", task, skill, branches=2, entity="crate")
+    for branches in ("2", True, 0):
+        with pytest.raises(ValueError, match="branches must be a positive integer"):
+            world.evaluate("west", task, skill, branches=branches)
+
+
+def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_not_touched(tmp_path, region,
+                                                                                             world_entities):
+    shards = {"west": region, "east": region}
+    for kwargs, error in (({"backend": "bogus"}, "backend must be one of"), ({"name": ["w"]}, "name must be a string"),
+                          ({"checkpoint_every": True}, "checkpoint_every must be a positive integer")):
+        with pytest.raises(ValueError, match=error):
+            sim.World.create(tmp_path / "w.db", shards, world_entities, **kwargs)
+    with pytest.raises(ValueError, match="scene of shard 'east' must be MJCF text"):
+        sim.World.create(tmp_path / "w.db", {"west": region, "east": None}, world_entities)
+    with pytest.raises(ValueError, match="sim.Entity objects"):
+        sim.World.create(tmp_path / "w.db", shards, [e.to_json() for e in world_entities])
+    assert list(tmp_path.iterdir()) == []
+    with sim.World.create(tmp_path / "w.db", shards, (e for e in world_entities), backend="inline") as world:
+        assert world.entities() == {"crate": "east", "walker1": "west"}  # a generator of entities is not spent early
+    other = tmp_path / "other.db"  # another program's database is refused as it was found
+    with contextlib.closing(sqlite3.connect(other)) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+        db.commit()
+    before = other.read_bytes()
+    with pytest.raises(sim.CorruptWorldError, match="holds no world"):
+        sim.World.open(other)
+    assert other.read_bytes() == before and not (tmp_path / "other.db-wal").exists()
+
+
+def test_a_batch_that_rolls_back_takes_its_migration_with_it(make):
+    world = make(backend="inline")
+    with pytest.raises(sim.MutationError), world.batch():
+        world.migrate("crate", "west")
+        world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "clamp", (1.0,)))
+    assert world.entities() == {"crate": "east", "walker1": "west"}
+    with pytest.raises(sim.WorldError, match="already in shard 'east'"):
+        world.migrate("crate", "east")
+    world.migrate("crate", "west")
+    assert world.entities() == {"crate": "west", "walker1": "west"} and len(world.status()["shards"]) == 2
