@@ -24,7 +24,19 @@ WORLDS_DIR = "worlds"
 
 
 def world_path(home: Home, name: str) -> Path:
-    return home.path / WORLDS_DIR / f"{check_name('world', name)}.db"
+    try:
+        return home.path / WORLDS_DIR / f"{check_name('world', name)}.db"
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+
+
+def _utf8(ctx: click.Context, param: click.Parameter, text: str) -> str:
+    """Text the world can store: the shell passes bytes that are not UTF-8 as lone surrogates."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise click.BadParameter(f"{text!r} is not UTF-8 text") from None
+    return text
 
 
 @contextlib.contextmanager
@@ -47,7 +59,7 @@ def _entity(spec: str) -> Entity:
         path, where = rest.rsplit("@", 1)
         shard, _, pos = where.partition(":")
         xyz = tuple(float(v) for v in pos.split(",")) if pos else (0.0, 0.0, 0.0)
-        return Entity(name, Path(path).read_text(), shard, xyz)  # type: ignore[arg-type]
+        return Entity(name, Path(path).read_text(encoding="utf-8"), shard, xyz)  # type: ignore[arg-type]
     except (ValueError, OSError) as exc:
         raise click.BadParameter(f"{spec!r}: {exc} (expected NAME=FILE@SHARD[:X,Y,Z])", param_hint="--entity")
 
@@ -79,7 +91,10 @@ def create_command(home: Home, name: str, shards: tuple[str, ...], entities: tup
         shard, sep, path = spec.partition("=")
         if not sep or not Path(path).is_file():
             raise click.BadParameter(f"{spec!r}: expected NAME=SCENE.xml with an existing file", param_hint="--shard")
-        scenes[shard] = Path(path).read_text()
+        try:
+            scenes[shard] = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--shard") from None
     path = world_path(home, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -133,7 +148,7 @@ def advance_command(home: Home, name: str, steps: int, shards: tuple[str, ...], 
 @click.argument("name")
 @click.argument("shard")
 @click.option("--at", "tick", type=click.IntRange(min=0), required=True, help="The tick to branch from.")
-@click.option("--label", default="", help="A note kept with the branch.")
+@click.option("--label", default="", callback=_utf8, help="A note kept with the branch.")
 @click.pass_obj
 def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> None:
     """Branch SHARD of world NAME at a tick; prints the branch id."""

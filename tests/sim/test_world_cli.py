@@ -60,6 +60,24 @@ def test_bad_input_is_reported_not_raised(tmp_path, region):
     assert again.exit_code == 1 and "already exists" in again.output
 
 
+def test_bad_names_scene_files_and_labels_are_bad_parameters(tmp_path, region):
+    home = tmp_path / "site"
+    (tmp_path / "region.xml").write_text(region)
+    for args in (("status", "../evil"), ("advance", "a b", "10"),
+                 ("create", "../evil", "--shard", f"west={tmp_path / 'region.xml'}")):
+        bad = simnet(home, "world", *args)
+        assert bad.exit_code == 2 and "Invalid value for NAME: world name" in bad.output, bad.output
+    assert not (home / "worlds").exists()
+    (tmp_path / "latin1.xml").write_bytes(region.replace("region", "r\u00e9gion").encode("latin-1"))
+    bad = simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'latin1.xml'}")
+    assert bad.exit_code == 2 and "--shard" in bad.output and "can't decode byte 0xe9" in bad.output, bad.output
+    assert not (home / "worlds").exists()
+    assert simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}").exit_code == 0
+    bad = simnet(home, "world", "fork", "w", "west", "--at", "0", "--label", "caf\udcff")  # how $'caf\xff' arrives
+    assert bad.exit_code == 2 and "--label" in bad.output and "is not UTF-8 text" in bad.output, bad.output
+    assert json.loads(simnet(home, "world", "status", "w", "--json").output)["branches"] == []
+
+
 def test_evaluate_with_the_ray_backend(ray_session, tmp_path):
     result = simnet(tmp_path, "evaluate", "walker_forward_good", "--task", "walker_forward", "--branches", "8",
                     "--workers", "2", "--backend", "ray", "--json")
