@@ -123,8 +123,14 @@ class InlineWorker(Worker):
         self._pid = os.getpid
 
     def call(self, method: str, *args: Any) -> Callable[[], Any]:
-        result = getattr(self.host, method)(*args)
-        return lambda: result
+        """Runs the method now, but raises its error on wait, as the other workers do: the world's cleanup
+        after a failed call runs there."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(getattr(self.host, method)(*args))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future.result
 
     def restart(self) -> None:
         self.host = ShardHost()

@@ -55,6 +55,15 @@ def test_a_worker_process_runs_the_host_and_its_death_is_reported(template):
     worker.close()
 
 
+def test_an_inline_calls_error_is_raised_on_wait_not_on_issue(template):
+    worker = InlineWorker()
+    failed = worker.call("advance", "", 10, [])  # no engine loaded yet
+    loaded = worker.call("load", "", *_load_args(template))
+    with pytest.raises(KeyError):
+        failed()
+    assert loaded()["tick"] == 0 and worker.call("advance", "", 10, [])()["tick"] == 10
+
+
 def test_inline_and_process_workers_compute_the_same_bits(template):
     results = []
     for worker in (InlineWorker(), make_worker("process")):
