@@ -522,6 +522,8 @@ def check_tick(name: str, tick: object) -> int:
 
 def check_text(name: str, text: object) -> str:
     """A label or provenance given by a caller: a str that UTF-8 can store (no lone surrogates)."""
+    if isinstance(text, str) and text.isascii():  # the usual case, checked in constant time
+        return text
     if not isinstance(text, str):
         raise ValueError(f"{name} must be a string, got {text!r}")
     try:
