@@ -125,12 +125,15 @@ class InlineWorker(Worker):
     def call(self, method: str, *args: Any) -> Callable[[], Any]:
         """Runs the method now, but raises its error on wait, as the other workers do: the world's cleanup
         after a failed call runs there."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            future.set_result(getattr(self.host, method)(*args))
-        except Exception as exc:
-            future.set_exception(exc)
-        return future.result
+            result = getattr(self.host, method)(*args)
+        except Exception as exc:  # noqa: BLE001 - raised by the waiter
+            error = exc
+
+            def fail() -> Any:
+                raise error
+            return fail
+        return lambda: result
 
     def restart(self) -> None:
         self.host = ShardHost()
