@@ -6,6 +6,8 @@ import concurrent.futures
 import contextlib
 import math
 import multiprocessing
+import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -243,8 +245,7 @@ def _executor(setup: tuple, workers: int, backend: str) -> Iterator[Callable[[li
     if workers == 1:
         yield None
         return
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=_context(), initializer=worker_setup,
-                                                initargs=setup) as pool:
+    with process_pool(workers, worker_setup, setup) as pool:
         yield lambda indices: pool.map(worker_wave, indices)
 
 
@@ -265,6 +266,27 @@ def worker_wave(index: int) -> list[BranchOutcome]:
     w = _WORKER
     return run_wave(w["task"], w["caller"], w["sampler"], index, w["wave"], w["branches"], w["threads"],
                     start=w["start"])
+
+
+def process_pool(workers: int, initializer: Callable[..., None] | None = None,
+                 initargs: tuple = ()) -> concurrent.futures.ProcessPoolExecutor:
+    """Worker processes from the preloaded forkserver that exit when this process dies. (A pool's workers
+    otherwise wait on its queue forever once their parent is killed, each holding torch and MuJoCo.)"""
+    return concurrent.futures.ProcessPoolExecutor(workers, mp_context=_context(), initializer=_start_worker,
+                                                  initargs=(initializer, initargs))
+
+
+def _start_worker(initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent,), name="exit with parent", daemon=True).start()
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
+    parent.join()  # returns when the parent process has exited, however it ended
+    os._exit(1)
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -10,14 +10,13 @@ rebuilds it from its checkpoint and log.
 from __future__ import annotations
 
 import abc
-import concurrent.futures
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ._engine import Engine
-from ._evaluate import _context, evaluate, policy_from_payload
+from ._evaluate import evaluate, policy_from_payload, process_pool
 from ._patches import Sampler
 from ._snapshot import Snapshot
 from ._stats import SPRT
@@ -159,7 +158,7 @@ class ProcessWorker(Worker):
         self._start()
 
     def _start(self) -> None:
-        self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=_context())
+        self._pool = process_pool(1)
         self._pid = self._pool.submit(os.getpid).result
 
     def call(self, method: str, *args: Any) -> Callable[[], Any]:

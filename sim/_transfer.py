@@ -24,7 +24,6 @@ Targets run in `workers` processes; the outcomes do not depend on how many.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from tqdm.auto import tqdm
 from knowledge import TransferDataset
 
 from ._bodies import POSTURE_RANGE, Robot, Slot
-from ._evaluate import _context, evaluate
+from ._evaluate import evaluate, process_pool
 from ._patches import Sampler
 from ._policies import MLPSpec, Skill
 from ._record import environment
@@ -258,8 +257,7 @@ def _pool(workers: int, function: Callable, jobs: list[tuple], label: str, progr
                 yield function(*job)
                 bar.update(1)
             return
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=_context(),
-                                                    initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        with process_pool(workers, torch.set_num_threads, (1,)) as pool:
             for result in pool.map(function, *zip(*jobs)):
                 yield result
                 bar.update(1)

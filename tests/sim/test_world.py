@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -195,6 +196,8 @@ sys.path.insert(0, {tests!r})
 from test_world import drive, gait
 if __name__ == "__main__":
     world = sim.World.open({path!r}, backend="process")
+    with open({workers!r}, "w") as out:
+        out.write(" ".join(str(world.worker_pid(shard)) for shard in world.shards))
     while True:
         tick = world.head("west")
         if {batched!r}:  # ten events and the advance over them, one commit: acknowledged when it ends
@@ -210,21 +213,36 @@ if __name__ == "__main__":
 """
 
 
+def _alive(pid):
+    """A process that exists and is no zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.parametrize("batched", [False, True], ids=["one commit per event", "group commits"])
 def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batched):
     world = make("w")
     drive(world, 100)
     world.close()
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(tests=os.path.dirname(__file__), path=str(tmp_path / "w.db"), batched=batched))
+    script.write_text(CHILD.format(tests=os.path.dirname(__file__), path=str(tmp_path / "w.db"), batched=batched,
+                                   workers=str(tmp_path / "workers")))
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     acked = []
     for line in child.stdout:
         acked.append(int(line.split()[1]))
         if len(acked) == 60:
             break
+    workers = [int(pid) for pid in (tmp_path / "workers").read_text().split()]
     child.send_signal(signal.SIGKILL)
     child.wait()
+    deadline = time.monotonic() + 10  # its shard workers exit with it, not linger holding torch and MuJoCo
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
     world = sim.World.open(tmp_path / "w.db")
     logged = {int(e.provenance.split("@")[1]) for e in world.events("west")}
     assert set(acked) <= logged and world.head("west") >= acked[-1]
