@@ -307,6 +307,14 @@ class World:
         With `entity`, `task` and `sampler` name that entity's objects ("torso" -> "walker1/torso")."""
         if not isinstance(branches, int) or isinstance(branches, bool) or branches < 1:
             raise ValueError(f"branches must be a positive integer, got {branches!r}")
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        if not is_number(confidence) or not 0 < confidence < 1:
+            raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+        for name, value, kind in (("task", task, Task), ("sampler", sampler, Sampler), ("sprt", sprt, SPRT)):
+            if not isinstance(value, kind) and (name == "task" or value is not None):
+                raise ValueError(f"{name} must be a sim.{kind.__name__}{'' if name == 'task' else ' or None'}, "
+                                 f"got {type(value).__name__}")
         with self._lock:
             self._log(shard, branch)
             template = self._template(shard, branch)

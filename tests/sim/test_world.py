@@ -271,6 +271,12 @@ def test_evaluations_run_inside_the_shard_worker_from_its_state(make):
     for branches in ("2", True, 0):
         with pytest.raises(ValueError, match="branches must be a positive integer"):
             world.evaluate("west", task, skill, branches=branches)
+    for kwargs, error in (({"threads": "a"}, "threads must be"), ({"confidence": "x"}, "confidence must be"),
+                          ({"sampler": {}}, "sampler must be a sim.Sampler"), ({"sprt": {}}, "sprt must be a sim.SPRT")):
+        with pytest.raises(ValueError, match=error):
+            world.evaluate("west", task, skill, branches=2, **kwargs)
+    with pytest.raises(ValueError, match="task must be a sim.Task"):
+        world.evaluate("west", None, skill, branches=2)
 
 
 def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_not_touched(tmp_path, region,
