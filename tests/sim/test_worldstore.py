@@ -196,7 +196,8 @@ changes = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**63, 2**
                                                          st.floats(allow_nan=False, allow_infinity=False),
                                                          st.text(max_size=8), st.lists(st.floats(-1, 1), max_size=3)),
                           max_size=3)
-commits = st.lists(st.lists(st.tuples(st.integers(0, 3), changes), min_size=0, max_size=300), min_size=1, max_size=6)
+commits = st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 3), changes), min_size=0, max_size=300),
+                             st.sampled_from(["none", "before", "after"])), min_size=1, max_size=6)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -204,21 +205,30 @@ commits = st.lists(st.lists(st.tuples(st.integers(0, 3), changes), min_size=0, m
        prune_at=st.integers(0, 400), reopen=st.booleans())
 def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_factory, commits, query, prune_at,
                                                                          reopen):
-    """A model of the log (a list) against the store: any commits, any range read, pruning, reopening."""
+    """A model of the log (a list) and its head against the store: any commits, each moving the head before
+    or after its events are read back (or not at all), any range read, pruning, reopening."""
     path = tmp_path_factory.mktemp("w") / "w.db"
     store = WorldStore(path, create=True)
     with store.transaction():
         store.add_log(Log("west", "", 0, 0, "canonical"))
-    model, tick = [], 0
-    for commit in commits:
+    model, tick, head = [], 0, 0
+    for commit, moves in commits:
         with store.transaction():
+            if moves == "before":  # a head the segment written below carries
+                head += 7
+                store.set_head("west", "", head)
             for step, change in commit:
                 tick += step
                 model.append((len(model) + 1, tick, "", "mutate", change, "p"))
                 store.append("west", "", [model[-1][1:]])
+            if moves == "after":  # a read writes the segment first: this head goes to the log's row
+                store.events("west", "", first_tick=tick)
+                head += 7
+                store.set_head("west", "", head)
     if reopen:
         store.close()
         store = WorldStore(path, create=False)
+    assert store.log("west", "").head == head
     first, last, after = min(query[:2]), max(query[:2]), query[2]
     expected = [e for e in model if first <= e[1] <= last and e[0] > after]
     assert [tuple(e) for e in store.events("west", "", first_tick=first, last_tick=last, after_seq=after)] == expected
@@ -228,4 +238,7 @@ def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_
     kept = [tuple(e) for e in store.events("west", "", first_tick=prune_at)]
     assert kept == [e for e in model if e[1] >= prune_at] and store.last_event("west", "") == (
         (model[-1][0], model[-1][1]) if model else (0, 0))
+    store.close()
+    store = WorldStore(path, create=False)
+    assert store.log("west", "").head == head  # pruning kept it, in the row or a kept segment
     store.close()
