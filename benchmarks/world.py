@@ -51,7 +51,8 @@ import numpy as np
 
 import sim
 from sim._engine import Engine
-from sim._world import _initial_checkpoint, mutate_event
+from sim._world import _initial_checkpoint
+from sim._world_input import mutate_event
 from sim._worldstore import Event
 
 REGION = """<mujoco model="cell"><option timestep="0.005"/>

@@ -23,7 +23,8 @@ from ._evaluate import Evaluation
 from ._patches import Mutation, Patch
 from ._snapshot import Snapshot
 from ._templates import Template, cached_template
-from ._worldstore import CANONICAL, Checkpoint, Event, Log, check_steps, check_text, check_tick
+from ._world_input import check_steps, check_text, check_tick, mutate_event
+from ._worldstore import CANONICAL, Checkpoint, Event, Log
 
 if TYPE_CHECKING:
     from ._world import Intervention, Migration, World
@@ -119,7 +120,7 @@ def fork(world: "World", shard: str, at: int, label: str) -> Branch:
 
 
 def replay(world: "World", shard: str, start: int, stop: int, interventions: Sequence["Intervention"]) -> Replay:
-    from ._world import Intervention, mutate_event
+    from ._world import Intervention
 
     with world._lock:
         log = world._log(shard, CANONICAL)

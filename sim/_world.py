@@ -22,25 +22,24 @@ import mujoco
 import numpy as np
 
 from ._canon import is_number
-from ._entities import Entity, check_name, compose, entity_of
+from ._entities import Entity, check_name, compose
 from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError
 from ._evaluate import Evaluation, policy_payload
 from ._hosts import BACKENDS, WorkerLost, make_worker
-from ._patches import OPS, Mutation, Patch, Sampler
+from ._patches import Mutation, Patch, Sampler
 from ._policies import describe_policy
 from ._snapshot import Snapshot, check_start, on_template
 from ._stats import SPRT
 from ._tasks import Task
 from ._templates import Template, cached_template
-from ._worldstore import (CANONICAL, MAX_TICK, Checkpoint, Event, Log, WorldStore, check_steps, check_text,
-                          check_tick)
+from ._world_input import MAX_AHEAD, MAX_TICK, check_steps, check_text, check_tick, mutate_event
+from ._worldstore import CANONICAL, Checkpoint, Event, Log, WorldStore
 
 if TYPE_CHECKING:  # _branches imports this module
     from ._branches import Branch, Replay
 
 log = logging.getLogger(__name__)
 _RETRIES = 3
-MAX_AHEAD = 1_000_000  # ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
 _INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
@@ -515,41 +514,6 @@ class World:
         self.recoveries += 1
         self._delivered[shard].clear()
         self._workers[shard].restart()
-
-
-def mutate_event(template: Template, tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:
-    """A "mutate" event as the store appends it, each mutation checked against `template` first; its entity
-    is the one all its mutations address, if any."""
-    changes, entities = [], set()
-    for mutation in mutations:
-        changes.append(check_mutation(template, mutation))
-        entities.add(entity_of(mutation.target))
-    return (tick, entities.pop() if len(entities) == 1 else "", "mutate", {"mutations": changes}, provenance)
-
-
-def check_mutation(template: Template, mutation: Mutation) -> dict:
-    """What can be checked before a mutation is logged (its target, op, width, and a `set`'s values);
-    returns it as the log holds it. Nothing that fails here may reach a log: it would fail every replay."""
-    if not isinstance(mutation, Mutation) or not isinstance(mutation.target, str):
-        raise MutationError(str(mutation)[:60], "an event's mutations are sim.Mutation objects with a str target")
-    target, op, value = mutation.target, mutation.op, mutation.value
-    slot = template.slot(target)
-    if op not in OPS:
-        raise MutationError(target, f"op must be one of {OPS}, got {op!r}")
-    try:
-        values = list(value)
-        finite = all(map(is_number, values))
-    except (TypeError, OverflowError):  # not a sequence; an int beyond every float
-        finite = False
-    if not finite:
-        raise MutationError(target, f"values must be a sequence of finite numbers, got {value!r}")
-    if len(values) != 1 and len(values) != slot.size:
-        raise MutationError(target, f"needs 1 or {slot.size} values, got {len(values)}")
-    if slot.quaternion and (op != "set" or len(values) != slot.size or abs(np.linalg.norm(values[-4:]) - 1.0) > 1e-9):
-        raise MutationError(target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
-    if op == "set" and slot.domain != "any" and (min(values) <= 0 if slot.domain == "positive" else min(values) < 0):
-        raise MutationError(target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
-    return {"op": op, "target": target, "value": values}
 
 
 def _initial_checkpoint(template: Template) -> Checkpoint:

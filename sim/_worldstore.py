@@ -31,12 +31,10 @@ from typing import Any, NamedTuple
 import orjson
 
 from ._canon import canonical_json, sha256_hex
-from ._errors import (CorruptCheckpointError, CorruptLogError, CorruptWorldError, HistoryError, WorldError,
-                      WorldLockedError)
+from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
 
 FORMAT = "simnet.world/3"  # /1 logged one row per event; /2 kept heads in log rows only
 CANONICAL = ""  # the branch key of a shard's canonical log
-MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
 # Events per log at least kept in memory after this process appended them: the engine's next advance takes
 # them from here; older ones are read back from their segments. Not more: each cached event is a dozen objects
 # the garbage collector walks again and again (with 4096, a tenth of what logging costs).
@@ -510,32 +508,6 @@ class WorldStore:
                 raise CorruptWorldError(f"{self.path}: migration {ident} fails its checksum")
             out.append(json.loads(text))
         return out
-
-
-def check_tick(name: str, tick: object) -> int:
-    """A tick given by a caller: an int (not a bool) in 0..MAX_TICK, or HistoryError. (A float tick, once
-    logged, would fail every advance of its shard.)"""
-    if not isinstance(tick, int) or isinstance(tick, bool) or not 0 <= tick <= MAX_TICK:
-        raise HistoryError(f"{name} must be an integer tick in 0..{MAX_TICK}, got {tick!r}")
-    return tick
-
-
-def check_text(name: str, text: object) -> str:
-    """A label or provenance given by a caller: a str that UTF-8 can store (no lone surrogates)."""
-    if isinstance(text, str) and text.isascii():  # the usual case, checked in constant time
-        return text
-    if not isinstance(text, str):
-        raise ValueError(f"{name} must be a string, got {text!r}")
-    try:
-        text.encode()
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{name} must be valid Unicode text: {exc}") from None
-    return text
-
-
-def check_steps(steps: object) -> None:
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
 
 
 def _select(events: Sequence[Event], first_tick: int, last_tick: int | None) -> list[Event]:

@@ -1,0 +1,81 @@
+"""What a world accepts from its callers, checked before anything is logged: a log is replayed for as long
+as the world lives, so an event that cannot apply, or a tick that is not one, would fail every replay or
+hold its shard back. (What can only be known when an event applies, a mass scaled below zero, say, is
+rejected by the engine, the same way on every replay.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ._canon import is_number
+from ._entities import entity_of
+from ._errors import HistoryError, MutationError
+from ._patches import OPS, Mutation
+from ._templates import Template
+
+MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
+MAX_AHEAD = 1_000_000  # ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
+
+
+def check_tick(name: str, tick: object) -> int:
+    """A tick given by a caller: an int (not a bool) in 0..MAX_TICK, or HistoryError. (A float tick, once
+    logged, would fail every advance of its shard.)"""
+    if not isinstance(tick, int) or isinstance(tick, bool) or not 0 <= tick <= MAX_TICK:
+        raise HistoryError(f"{name} must be an integer tick in 0..{MAX_TICK}, got {tick!r}")
+    return tick
+
+
+def check_text(name: str, text: object) -> str:
+    """A label or provenance given by a caller: a str that UTF-8 can store (no lone surrogates)."""
+    if isinstance(text, str) and text.isascii():  # the usual case, checked in constant time
+        return text
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a string, got {text!r}")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} must be valid Unicode text: {exc}") from None
+    return text
+
+
+def check_steps(steps: object) -> None:
+    """A number of ticks to advance: an int (not a bool), at least 0."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+
+
+def mutate_event(template: Template, tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:
+    """A "mutate" event as the store appends it, each mutation checked against `template` first; its entity
+    is the one all its mutations address, if any."""
+    changes, entities = [], set()
+    for mutation in mutations:
+        changes.append(check_mutation(template, mutation))
+        entities.add(entity_of(mutation.target))
+    return (tick, entities.pop() if len(entities) == 1 else "", "mutate", {"mutations": changes}, provenance)
+
+
+def check_mutation(template: Template, mutation: Mutation) -> dict:
+    """What can be checked before a mutation is logged (its target, op, width, and a `set`'s values);
+    returns it as the log holds it. Nothing that fails here may reach a log: it would fail every replay."""
+    if not isinstance(mutation, Mutation) or not isinstance(mutation.target, str):
+        raise MutationError(str(mutation)[:60], "an event's mutations are sim.Mutation objects with a str target")
+    target, op, value = mutation.target, mutation.op, mutation.value
+    slot = template.slot(target)
+    if op not in OPS:
+        raise MutationError(target, f"op must be one of {OPS}, got {op!r}")
+    try:
+        values = list(value)
+        finite = all(map(is_number, values))
+    except (TypeError, OverflowError):  # not a sequence; an int beyond every float
+        finite = False
+    if not finite:
+        raise MutationError(target, f"values must be a sequence of finite numbers, got {value!r}")
+    if len(values) != 1 and len(values) != slot.size:
+        raise MutationError(target, f"needs 1 or {slot.size} values, got {len(values)}")
+    if slot.quaternion and (op != "set" or len(values) != slot.size or abs(np.linalg.norm(values[-4:]) - 1.0) > 1e-9):
+        raise MutationError(target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
+    if op == "set" and slot.domain != "any" and (min(values) <= 0 if slot.domain == "positive" else min(values) < 0):
+        raise MutationError(target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
+    return {"op": op, "target": target, "value": values}
