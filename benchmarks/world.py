@@ -14,11 +14,12 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
   "inline"). Runs alternate; the figure is the median over rounds of (with / without - 1), which load
   drifting between rounds does not bias. persistence_overhead_1hz: the same with a setpoint every 200
   ticks. persistence_overhead_vs_prebuilt: against the engine fed events built before timing (nothing
-  checked or shaped while it runs), the stricter figure. event_cost_us: what persistence adds per event
-  at 10 Hz, commits and checkpoints included.
-  (The store copies its WAL into the database file every 5 s, beside the writer, and each copy stalls
-  the writer ~25 ms here, about 0.5% of a long run's time; each run here is a new world lasting about a
-  second, so the figure leaves that 0.5% out.)
+  checked or shaped while it runs), the stricter figure. persistence_overhead_long_run: the 10 Hz figure
+  in one world that keeps running, stretch after stretch, each against the checked stepping from the
+  stretch's starting state; the other runs last about a second in a new world each, so they leave out
+  what a long-lived store adds (its WAL copied into the database file every 5 s, beside the writer; a
+  growing file). event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints
+  included.
 - fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
   process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the
   fork alone (a checkpoint reference and a new log).
@@ -51,9 +52,8 @@ import numpy as np
 
 import sim
 from sim._engine import Engine
-from sim._world import _initial_checkpoint
 from sim._world_input import mutate_event
-from sim._worldstore import Event
+from sim._worldstore import Checkpoint, Event
 
 REGION = """<mujoco model="cell"><option timestep="0.005"/>
   <worldbody><geom name="floor" type="plane" size="200 200 0.1"/></worldbody></mujoco>"""
@@ -73,31 +73,39 @@ def entities() -> list[sim.Entity]:
     return [sim.Entity("walker1", walker, "cell"), sim.Entity("crate", CRATE, "cell", (0.0, 1.0, 0.0))]
 
 
-def persistent(path: Path, ticks: int, period: int) -> tuple[float, sim.Snapshot]:
-    setpoints = {tick: gait(tick) for tick in range(0, ticks, period)}
-    with sim.World.create(path, {"cell": REGION}, entities(), checkpoint_every=EVERY, backend="inline") as world:
-        start = time.perf_counter()
-        for window in range(0, ticks, WINDOW):
-            with world.batch():  # the window's events, the advance and its checkpoint: one commit
-                for tick in range(window, window + WINDOW, period):
-                    world.apply("cell", setpoints[tick], at=tick, provenance="setpoint")
-                world.advance(WINDOW)
-        elapsed = time.perf_counter() - start
-        return elapsed, world.snapshot("cell")
+def world(path: Path) -> sim.World:
+    return sim.World.create(path, {"cell": REGION}, entities(), checkpoint_every=EVERY, backend="inline")
 
 
-def volatile(template: sim.Template, ticks: int, period: int, prebuilt: bool) -> tuple[float, np.ndarray]:
-    """The same stepping with nothing logged and no checkpoints: the same setpoints checked and shaped
-    into events as the engine goes (or, `prebuilt`, before it starts), applied by the same engine."""
-    setpoints = {tick: gait(tick) for tick in range(0, ticks, period)}
-    engine = Engine.restore(_initial_checkpoint(template), template.xml, sys.maxsize)
+def persistent(twin: sim.World, ticks: int, period: int) -> float:
+    """Seconds to run the twin `ticks` further from its head, a setpoint every `period` ticks."""
+    first = twin.head("cell")
+    setpoints = {tick: gait(tick) for tick in range(first, first + ticks, period)}
+    start = time.perf_counter()
+    for window in range(first, first + ticks, WINDOW):
+        with twin.batch():  # the window's events, the advance and its checkpoint: one commit
+            for tick in range(window, window + WINDOW, period):
+                twin.apply("cell", setpoints[tick], at=tick, provenance="setpoint")
+            twin.advance(WINDOW)
+    return time.perf_counter() - start
+
+
+def volatile(snap: sim.Snapshot, ticks: int, period: int, prebuilt: bool) -> tuple[float, np.ndarray]:
+    """The same stepping from the same state with nothing logged and no checkpoints: the same setpoints
+    checked and shaped into events as the engine goes (or, `prebuilt`, before it starts), applied by the
+    same engine."""
+    first, template = snap.tick, snap.template
+    setpoints = {tick: gait(tick) for tick in range(first, first + ticks, period)}
+    state = Checkpoint(first, template.source_hash, template.model_hash, snap.patch.to_json(), snap.state.tobytes())
+    engine = Engine.restore(state, template.xml, sys.maxsize)
 
     def window_events(window: int) -> list[Event]:
         return [Event(tick // period + 1, *mutate_event(template, tick, setpoints[tick], "setpoint"))
                 for tick in range(window, window + WINDOW, period)]
-    built = {window: window_events(window) for window in range(0, ticks, WINDOW)} if prebuilt else {}
+    windows = range(first, first + ticks, WINDOW)
+    built = {window: window_events(window) for window in windows} if prebuilt else {}
     start = time.perf_counter()
-    for window in range(0, ticks, WINDOW):
+    for window in windows:
         engine.advance(window + WINDOW, built[window] if prebuilt else window_events(window), lambda checkpoint: None)
     return time.perf_counter() - start, engine.row
 
@@ -110,15 +118,31 @@ def overhead(tmp: Path, ticks: int, period: int, repeats: int) -> tuple[float, f
     on, off, prebuilt = [], [], []
     for rep in range(repeats):
         path = tmp / f"w{period}-{rep}.db"
-        elapsed, final = persistent(path, ticks, period)
-        on.append(elapsed)
+        with world(path) as twin:
+            start = twin.snapshot("cell")
+            on.append(persistent(twin, ticks, period))
+            final = twin.snapshot("cell")
         for runs, ready in ((off, False), (prebuilt, True)):
-            elapsed, row = volatile(final.template, ticks, period, ready)
+            elapsed, row = volatile(start, ticks, period, ready)
             runs.append(elapsed)
             assert row.tobytes() == final.state.tobytes(), "persistence changed the simulation"
     ratio = statistics.median(a / b - 1 for a, b in zip(on, off))
     strict = statistics.median(a / b - 1 for a, b in zip(on, prebuilt))
     return ratio, strict, statistics.median(on), statistics.median(off), path
+
+
+def long_run(path: Path, ticks: int, period: int, repeats: int) -> float:
+    """One twin that keeps running, stretch after stretch, each against the same stepping from the
+    stretch's starting state: the median over stretches of (with / without - 1)."""
+    ratios = []
+    with world(path) as twin:
+        for _ in range(repeats):
+            start = twin.snapshot("cell")
+            elapsed = persistent(twin, ticks, period)
+            without, row = volatile(start, ticks, period, False)
+            assert row.tobytes() == twin.snapshot("cell").state.tobytes(), "persistence changed the simulation"
+            ratios.append(elapsed / without - 1)
+    return statistics.median(ratios)
 
 
 def evaluation_rate(backend: str, branches: int) -> float:
@@ -140,6 +164,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         slow, _, _, _, _ = overhead(Path(tmp), ticks, 200, repeats)
         fast, strict, median_on, median_off, path = overhead(Path(tmp), ticks, 20, repeats)
+        lasting = long_run(Path(tmp) / "long.db", ticks, 20, repeats)
         # forks, checkpoints and replays of the last run's history, in a worker process
         with sim.World.open(path, backend="process") as world:
             fork_ms, log_ms = [], []
@@ -167,6 +192,7 @@ def main() -> None:
     line = {
         "benchmark": "world", "quick": args.quick, "ticks": ticks, "repeats": repeats,
         "persistence_overhead": fast, "persistence_overhead_1hz": slow, "persistence_overhead_vs_prebuilt": strict,
+        "persistence_overhead_long_run": lasting,
         "steps_per_s_persistent": ticks / median_on, "steps_per_s_volatile": ticks / median_off,
         "event_cost_us": (median_on - median_off) / (ticks // 20) * 1e6, "checkpoint_every": EVERY,
         "fork_ms": statistics.median(fork_ms), "fork_log_ms": statistics.median(log_ms),
