@@ -23,7 +23,7 @@ from ._evaluate import Evaluation
 from ._patches import Mutation, Patch
 from ._snapshot import Snapshot
 from ._templates import Template, cached_template
-from ._world_input import check_steps, check_text, check_tick, mutate_event
+from ._world_input import as_int, check_steps, check_text, check_tick, mutate_event
 from ._worldstore import CANONICAL, Checkpoint, Event, Log
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class Branch:
 
     def advance(self, steps: int) -> int:
         """Step the branch; returns its new head."""
-        check_steps(steps)
+        steps = check_steps(steps)
         with self.world._lock:
             self.world._wait_all([(self.shard, self.world._call(
                 self.shard, self.id, "advance", self.world._flush_args(self.shard, self.id, steps)))])
@@ -110,9 +110,11 @@ def fork(world: "World", shard: str, at: int, label: str) -> Branch:
     check_text("label", label)
     with world._lock:
         log = world._log(shard, CANONICAL)
-        if not isinstance(at, int) or isinstance(at, bool) or not log.base_tick <= at <= log.head:
+        tick = as_int(at)
+        if tick is None or not log.base_tick <= tick <= log.head:
             raise HistoryError(f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
                                f"cannot fork at {at!r}")
+        at = tick
         branch_id = uuid.uuid4().hex[:16]
         with world._store.transaction():
             world._store.add_log(Log(shard, branch_id, at, at, label))
@@ -124,10 +126,11 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
 
     with world._lock:
         log = world._log(shard, CANONICAL)
-        if (not all(isinstance(t, int) and not isinstance(t, bool) for t in (start, stop))
-                or not log.base_tick <= start <= stop <= log.head):
+        first, last = as_int(start), as_int(stop)
+        if first is None or last is None or not log.base_tick <= first <= last <= log.head:
             raise HistoryError(f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
                                f"cannot replay {start!r}..{stop!r}")
+        start, stop = first, last
         store = world._store
         interventions = tuple(interventions)
         if interventions:
@@ -177,8 +180,10 @@ def _template_at(world: "World", shard: str, tick: int) -> Template:
 
 
 def prune(world: "World", before: int, shards: Sequence[str] | None) -> dict[str, int]:
-    if not isinstance(before, int) or isinstance(before, bool) or before < 0:
+    tick = as_int(before)
+    if tick is None or tick < 0:
         raise ValueError(f"before must be a non-negative tick, got {before!r}")
+    before = tick
     with world._lock:
         targets = list(shards) if shards is not None else world.shards
         starts = {}

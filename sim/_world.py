@@ -242,7 +242,7 @@ class World:
 
     def advance(self, steps: int, shards: Sequence[str] | None = None) -> dict[str, int]:
         """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the heads."""
-        check_steps(steps)
+        steps = check_steps(steps)
         with self._lock:
             targets = list(dict.fromkeys(shards)) if shards is not None else self.shards  # each once
             for shard in targets:

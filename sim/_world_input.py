@@ -5,6 +5,7 @@ rejected by the engine, the same way on every replay.)"""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,12 +20,23 @@ MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still
 MAX_AHEAD = 1_000_000  # ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
 
 
+def as_int(value: object) -> int | None:
+    """An integer given by a caller (numpy's too) as an int; None for anything else, bools included."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_tick(name: str, tick: object) -> int:
-    """A tick given by a caller: an int (not a bool) in 0..MAX_TICK, or HistoryError. (A float tick, once
-    logged, would fail every advance of its shard.)"""
-    if not isinstance(tick, int) or isinstance(tick, bool) or not 0 <= tick <= MAX_TICK:
+    """A tick given by a caller, as an int in 0..MAX_TICK, or HistoryError. (A float tick, once logged,
+    would fail every advance of its shard.)"""
+    value = as_int(tick)
+    if value is None or not 0 <= value <= MAX_TICK:
         raise HistoryError(f"{name} must be an integer tick in 0..{MAX_TICK}, got {tick!r}")
-    return tick
+    return value
 
 
 def check_text(name: str, text: object) -> str:
@@ -40,10 +52,12 @@ def check_text(name: str, text: object) -> str:
     return text
 
 
-def check_steps(steps: object) -> None:
-    """A number of ticks to advance: an int (not a bool), at least 0."""
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+def check_steps(steps: object) -> int:
+    """A number of ticks to advance, as an int, at least 0."""
+    value = as_int(steps)
+    if value is None or value < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    return value
 
 
 def mutate_event(template: Template, tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:

@@ -133,6 +133,9 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     assert len(world.events("west")) == 5 and world.head("west") == 100
     assert world.advance(10, ["west", "west"]) == {"west": 110}  # nothing refused was logged; a shard named twice
     assert world.snapshot("west").tick == 110                       # advances once
+    event = world.apply("west", gait(120), at=np.int64(120))  # numpy's integers are integers
+    assert type(event.tick) is int and world.advance(np.int64(20), ["west"]) == {"west": 130}
+    assert world.fork("west", np.int64(125)).base_tick == 125 and world.replay("west", np.int64(0), 130).exact
 
 
 def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path):
