@@ -92,4 +92,4 @@ def check_mutation(template: Template, mutation: Mutation) -> dict:
         raise MutationError(target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
     if op == "set" and slot.domain != "any" and (min(values) <= 0 if slot.domain == "positive" else min(values) < 0):
         raise MutationError(target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
-    return {"op": op, "target": target, "value": values}
+    return {"op": op, "target": target, "value": [float(v) for v in values]}  # as the engine and the file hold it

@@ -135,6 +135,7 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     assert world.snapshot("west").tick == 110                       # advances once
     event = world.apply("west", gait(120), at=np.int64(120))  # numpy's integers are integers
     assert type(event.tick) is int and world.advance(np.int64(20), ["west"]) == {"west": 130}
+    assert {type(v) for m in event.change["mutations"] for v in m["value"]} == {float}  # not np.float64
     assert world.fork("west", np.int64(125)).base_tick == 125 and world.replay("west", np.int64(0), 130).exact
 
 
