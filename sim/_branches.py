@@ -135,13 +135,15 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
         interventions = tuple(interventions)
         if interventions:
             template = _template_at(world, shard, start)
+            added = []
             for iv in interventions:
                 if not isinstance(iv, Intervention):
                     raise ValueError(f"interventions are sim.Intervention objects, got {iv!r}")
-                if not start <= check_tick("an intervention's tick", iv.at) < stop:
-                    raise HistoryError(f"an intervention at tick {iv.at} is outside the replay [{start}, {stop})")
-                check_text("an intervention's provenance", iv.provenance)
-            added = [mutate_event(template, iv.at, [iv.mutation], iv.provenance) for iv in interventions]
+                at = check_tick("an intervention's tick", iv.at)
+                if not start <= at < stop:
+                    raise HistoryError(f"an intervention at tick {at} is outside the replay [{start}, {stop})")
+                added.append(mutate_event(template, at, [iv.mutation], check_text("an intervention's provenance",
+                                                                                    iv.provenance)))
             rows = [(e.tick, e.entity, e.kind, e.change, f"{e.provenance} (canonical #{e.seq})")
                     for e in store.events(shard, CANONICAL, first_tick=start, last_tick=stop - 1)]
             rows += added

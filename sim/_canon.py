@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 from typing import Any
 
 
@@ -20,6 +21,23 @@ def sha256_hex(data: bytes) -> str:
 def content_hash(value: Any) -> str:
     """The sha256 of a JSON value's canonical encoding."""
     return sha256_hex(canonical_json(value))
+
+
+def finite_floats(values: Any) -> list[float] | None:
+    """A caller's sequence of real numbers (numpy's too; not bools, not text) as finite floats, else None."""
+    if isinstance(values, (str, bytes)):
+        return None
+    try:
+        out = [value if type(value) is float else _real(value) for value in values]
+    except (TypeError, OverflowError):  # not a sequence of reals; an int beyond every float
+        return None
+    return out if all(map(math.isfinite, out)) else None
+
+
+def _real(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{value!r} is not a real number")
+    return float(value)
 
 
 def is_number(value: Any) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from ._canon import is_number
+from ._canon import finite_floats
 from ._errors import TemplateError
 from ._patches import Patch
 from ._templates import split_target
@@ -54,9 +54,10 @@ class Entity:
         check_name("shard", self.shard)
         if not isinstance(self.mjcf, str):
             raise TemplateError(f"entity {self.name!r}: mjcf must be MJCF text, got {type(self.mjcf).__name__}")
-        if not isinstance(self.pos, (tuple, list)) or len(self.pos) != 3 or not all(map(is_number, self.pos)):
+        pos = finite_floats(self.pos)
+        if pos is None or len(pos) != 3:
             raise ValueError(f"entity {self.name!r}: pos must be three finite numbers, got {self.pos!r}")
-        object.__setattr__(self, "pos", tuple(float(v) for v in self.pos))
+        object.__setattr__(self, "pos", tuple(pos))
 
     def to_json(self) -> dict:
         return {"name": self.name, "mjcf": self.mjcf, "shard": self.shard, "pos": list(self.pos)}

@@ -270,8 +270,9 @@ def worker_wave(index: int) -> list[BranchOutcome]:
 
 def process_pool(workers: int, initializer: Callable[..., None] | None = None,
                  initargs: tuple = ()) -> concurrent.futures.ProcessPoolExecutor:
-    """Worker processes from the preloaded forkserver that exit when this process dies. (A pool's workers
-    otherwise wait on its queue forever once their parent is killed, each holding torch and MuJoCo.)"""
+    """Worker processes (forked from the preloaded forkserver where there is one) that exit when this process
+    dies. (A pool's workers otherwise wait on its queue forever once their parent is killed, each holding
+    torch and MuJoCo.)"""
     return concurrent.futures.ProcessPoolExecutor(workers, mp_context=_context(), initializer=_start_worker,
                                                   initargs=(initializer, initargs))
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._canon import is_number
 from ._entities import Entity, check_name, compose
-from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError
+from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError, WorldError
 from ._evaluate import Evaluation, policy_payload
 from ._hosts import BACKENDS, WorkerLost, make_worker
 from ._patches import Mutation, Patch, Sampler
@@ -32,7 +32,7 @@ from ._snapshot import Snapshot, check_start, on_template
 from ._stats import SPRT
 from ._tasks import Task
 from ._templates import Template, cached_template
-from ._world_input import MAX_AHEAD, MAX_TICK, check_steps, check_text, check_tick, mutate_event
+from ._world_input import MAX_AHEAD, MAX_TICK, as_int, check_steps, check_text, check_tick, mutate_event
 from ._worldstore import CANONICAL, Checkpoint, Event, Log, WorldStore
 
 if TYPE_CHECKING:  # _branches imports this module
@@ -109,8 +109,10 @@ class World:
         survive power loss, not only a killed process."""
         if not isinstance(shards, Mapping) or not shards:
             raise ValueError("a world needs at least one shard: a mapping of shard names to scene MJCF")
-        if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
+        every = as_int(checkpoint_every)
+        if every is None or every < 1:
             raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+        checkpoint_every = every
         if name is not None:
             check_text("name", name)
         if backend not in BACKENDS:
@@ -186,9 +188,9 @@ class World:
                last_tick: int | None = None) -> list[Event]:
         """A shard's canonical log (or a branch's own), verified; only the events of ticks
         first_tick..last_tick (both included) if given: a twin's whole log can be long."""
-        check_tick("first_tick", first_tick)
+        first_tick = check_tick("first_tick", first_tick)
         if last_tick is not None:
-            check_tick("last_tick", last_tick)
+            last_tick = check_tick("last_tick", last_tick)
         with self._lock:
             self._log(shard, branch)
             return self._store.events(shard, branch, first_tick=first_tick, last_tick=last_tick)
@@ -304,10 +306,10 @@ class World:
         """Evaluate `policy` from the shard's current state (or a branch's), inside the shard's worker.
 
         With `entity`, `task` and `sampler` name that entity's objects ("torso" -> "walker1/torso")."""
-        if not isinstance(branches, int) or isinstance(branches, bool) or branches < 1:
-            raise ValueError(f"branches must be a positive integer, got {branches!r}")
-        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        for name, value in (("branches", branches), ("threads", threads)):
+            if (as_int(value) or 0) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        branches, threads = as_int(branches), as_int(threads)
         if not is_number(confidence) or not 0 < confidence < 1:
             raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
         for name, value, kind in (("task", task, Task), ("sampler", sampler, Sampler), ("sprt", sprt, SPRT)):
@@ -440,7 +442,13 @@ class World:
                     self._recover(shard, exc)
             raise WorkerLostError(f"the worker of shard {shard!r} died {_RETRIES} times in a row")
 
-        pending = issue()
+        try:
+            pending = issue()
+        except Exception as exc:  # noqa: BLE001 - raised on wait, after calls already issued on other shards
+            error = exc
+
+            def pending() -> Any:
+                raise error
 
         def wait() -> Any:
             nonlocal pending
@@ -463,6 +471,9 @@ class World:
                 self._delivered[shard].pop(key, None)  # the engine may be half-way: rebuild it on next use
                 raise
             if method == "advance":
+                if report["tick"] != args[0]:  # never expected; committing it would put the head out of step
+                    self._delivered[shard].pop(key, None)
+                    raise WorldError(f"shard {shard!r}: the engine reached tick {report['tick']}, not {args[0]}")
                 self._commit(shard, key, args[0], args[1], report)
             return report
         return finish

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._canon import is_number
+from ._canon import finite_floats
 from ._entities import entity_of
 from ._errors import HistoryError, MutationError
 from ._patches import OPS, Mutation
@@ -79,12 +79,8 @@ def check_mutation(template: Template, mutation: Mutation) -> dict:
     slot = template.slot(target)
     if op not in OPS:
         raise MutationError(target, f"op must be one of {OPS}, got {op!r}")
-    try:
-        values = list(value)
-        finite = all(map(is_number, values))
-    except (TypeError, OverflowError):  # not a sequence; an int beyond every float
-        finite = False
-    if not finite:
+    values = finite_floats(value)
+    if values is None:
         raise MutationError(target, f"values must be a sequence of finite numbers, got {value!r}")
     if len(values) != 1 and len(values) != slot.size:
         raise MutationError(target, f"needs 1 or {slot.size} values, got {len(values)}")
@@ -92,4 +88,4 @@ def check_mutation(template: Template, mutation: Mutation) -> dict:
         raise MutationError(target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
     if op == "set" and slot.domain != "any" and (min(values) <= 0 if slot.domain == "positive" else min(values) < 0):
         raise MutationError(target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
-    return {"op": op, "target": target, "value": [float(v) for v in values]}  # as the engine and the file hold it
+    return {"op": op, "target": target, "value": values}  # floats, as the engine and the file hold them

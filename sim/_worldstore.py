@@ -4,10 +4,12 @@ checkpoints, branches and migrations, every row under a SHA-256 checksum.
 Each log (a shard's canonical one, or a branch's) is append-only, stored as segments: the events one
 commit appended (at most `_SEGMENT_EVENTS` per segment) in one row under one checksum, which also covers
 the previous segment's checksum. A changed, dropped or reordered segment is found before anything is
-built from it. Ticks never decrease along a log. A log's head (the tick its engine has reached) is in its
-row, or in its last segment when that is later: a commit that appends events and advances (a twin's usual
-commit) writes the new head into the segment and leaves the row alone, one page fewer. Commits are durable against a killed process (WAL);
-with `fsync` also against power loss.
+built from it, except that nothing records the newest segment's existence: a file that lost its last
+segment reads as if that commit had not happened. Ticks never decrease along a log. A log's head (the
+tick its engine has reached) is in its row, or in its last segment when that is later: a commit that
+appends events to a log and advances it writes the new head into the new segment and leaves the row
+alone, one page fewer. Commits are durable against a killed process (WAL); with `fsync` also against
+power loss.
 
 Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
 an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the checksum covers the stored
@@ -196,18 +198,27 @@ class WorldStore:
                 self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
                                  (log.head, self._log_row(log)[-1], shard, branch))
             self._unsaved.clear()
+            self._db.execute("COMMIT")
         except BaseException as exc:
-            self._db.execute("ROLLBACK")
             for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending):
                 cache.clear()  # may hold what was rolled back
-            if isinstance(exc, sqlite3.DatabaseError):
+            if self._db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise WorldError(f"{self.path}: the store could not write ({exc}); nothing of this commit was kept") \
+                    from None
+            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
                 raise CorruptWorldError(f"{self.path}: {exc}") from None
             raise
-        self._db.execute("COMMIT")
 
-    def _write_pending(self) -> None:
-        """Write the events appended since the last write as segments of their logs, with their logs' heads."""
-        pending, self._pending = self._pending, {}
+    def _write_pending(self, only: tuple[str, str] | None = None) -> None:
+        """Write the events appended since the last write as segments of their logs (or of log `only`), with
+        their logs' heads."""
+        if only is None:
+            pending, self._pending = self._pending, {}
+        else:
+            pending = {only: self._pending.pop(only)}
         rows = []
         for (shard, branch), events in pending.items():
             prev, head = self._chain[shard, branch], self._logs[shard, branch].head  # both loaded by `append`
@@ -228,13 +239,15 @@ class WorldStore:
         parts = [field if isinstance(field, bytes) else str(field).encode() for field in (table, self.id, *fields)]
         return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
-        return list(self._cursor(sql, args))
+    def _rows(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> list[tuple]:
+        return list(self._cursor(sql, args, log))
 
-    def _cursor(self, sql: str, args: Sequence[Any] = ()) -> Iterator[tuple]:
-        """Rows one by one, as read; reads see this transaction's own events."""
+    def _cursor(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> Iterator[tuple]:
+        """Rows one by one, as read; a read of `log`'s segments sees this transaction's own events (those still
+        in memory are written first; other logs' wait for the commit, where their heads can ride along)."""
         try:
-            self._write_pending()
+            if log in self._pending:
+                self._write_pending(log)
             yield from self._db.execute(sql, args)
         except sqlite3.DatabaseError as exc:
             raise CorruptWorldError(f"{self.path}: {exc}") from None
@@ -314,7 +327,7 @@ class WorldStore:
         segments that end before it; the log's base moves to `tick` and its anchor to the last one dropped."""
         log = self.log(shard, branch)
         last = self._rows(f"SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
-                          f"AND last_tick < ? {_LAST}", (shard, branch, tick))
+                          f"AND last_tick < ? {_LAST}", (shard, branch, tick), log=(shard, branch))
         anchor = last[0] if last else (log.anchor_seq, log.anchor_tick, log.anchor)
         self._db.execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
         self._db.execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
@@ -331,7 +344,7 @@ class WorldStore:
 
     def _forget(self, shard: str, branch: str) -> None:
         self._unsaved.discard((shard, branch))
-        for cache in (self._logs, self._last, self._chain, self._recent):
+        for cache in (self._logs, self._last, self._chain, self._recent, self._pending):
             cache.pop((shard, branch), None)
 
     def log(self, shard: str, branch: str) -> Log:
@@ -388,6 +401,8 @@ class WorldStore:
         seq, last_tick = self.last_event(shard, branch)
         out, encoded = [], []
         for tick, entity, kind, change, provenance in events:
+            if type(tick) is not int:  # anything else (a numpy integer) would not read back as it was checksummed
+                raise WorldError(f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int")
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
             try:  # encoded now, so that an event that cannot be stored is refused here, alone
@@ -417,11 +432,11 @@ class WorldStore:
         # the first segment that goes past the tick holds the answer if it starts at or before it; else the
         # segment before it ends with the answer
         past = self._rows("SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
-                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick))
+                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick), log=(shard, branch))
         if past and past[0][1] <= until_tick:
             return self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)[-1].seq
         before = self._rows(f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
-                            (shard, branch, until_tick))
+                            (shard, branch, until_tick), log=(shard, branch))
         return before[0][0] if before else self.log(shard, branch).anchor_seq
 
     def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
@@ -436,7 +451,7 @@ class WorldStore:
         with contextlib.closing(self._cursor(
                 "SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments WHERE shard = ? "
                 "AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
-                (shard, branch, first_tick, after_seq))) as cursor:
+                (shard, branch, first_tick, after_seq), log=(shard, branch))) as cursor:
             for row in cursor:
                 if last_tick is not None and row[2] > last_tick:
                     break  # segments start later and later: no need to read on to the end of the log

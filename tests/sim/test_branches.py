@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -249,6 +250,22 @@ def test_a_coordinator_killed_mid_migration_leaves_it_done_or_not_done(world, tm
             _check_exactly_once(reopened, True, before)
     finally:
         reopened.close()
+
+
+def test_numpy_ticks_and_a_branch_deleted_in_a_batch_leave_a_world_that_opens(world, tmp_path):
+    push = Mutation("joint/walker1/rootz/qvel", "set", (np.float32(1.5),))
+    replay = world.replay("west", np.int64(40), np.int64(150), interventions=[Intervention(np.int64(60), push)])
+    assert [type(e.tick) for e in replay.branch.events()] == [int] * 5
+    doomed = world.fork("west", 100)
+    with world.batch():  # its events were still in memory when it went
+        world.apply("west", _mutation("ctrl", 0.3))
+        doomed.apply(_mutation("ctrl", 0.1))
+        doomed.delete()
+    world.close()
+    reopened = sim.World.open(world._store.path, backend="inline")
+    assert [b.id for b in reopened.branches()] == [replay.branch.id] and len(reopened.events("west")) == 7
+    assert reopened.status()["branches"][0]["head"] == 150
+    reopened.close()
 
 
 def test_pruned_history_is_gone_and_the_world_goes_on_exactly(world, tmp_path, region, world_entities):

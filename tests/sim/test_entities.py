@@ -115,3 +115,8 @@ def test_text_that_utf8_cannot_store_is_a_template_error(region):
         compose(region.replace("region", "\ud800"), [])
     with pytest.raises(TemplateError, match="entity 'lone' does not parse: .* surrogates not allowed"):
         compose(region, [Entity("lone", "<mujoco model='\ud800'/>", "west")])
+
+
+def test_numpy_positions_are_positions():
+    assert Entity("a", "<mujoco/>", "west", np.array([0, 1, 0])).pos == (0.0, 1.0, 0.0)
+    assert Entity("b", "<mujoco/>", "west", (np.float32(0.5), np.int64(2), 0)).pos == (0.5, 2.0, 0.0)

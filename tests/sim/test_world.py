@@ -160,6 +160,25 @@ def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path
     assert logs == corrupt[0] and checkpoints == corrupt[2] and len(segments) == len(corrupt[1])
 
 
+def test_a_shard_that_fails_to_start_an_advance_does_not_cost_the_others_theirs(make, tmp_path):
+    world = make("w", backend="inline")
+    world.apply("west", gait(15), at=15)
+    world.apply("west", gait(16), at=16)
+    world.close()
+    with sqlite3.connect(tmp_path / "w.db") as db:  # west's event fails its checksum when the advance reads it
+        db.execute("UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 1")
+    world = sim.World.open(tmp_path / "w.db", backend="inline")
+    with pytest.raises(sim.CorruptLogError):
+        world.advance(20)
+    assert world.head("east") == 20 and world.snapshot("east").tick == 20  # east's advance was committed
+    world.advance(5, ["east"])
+    assert world.head("east") == world.snapshot("east").tick == 25
+    world.apply("east", Mutation("joint/crate/~joint0/qvel", "set", (1.0, 0, 0, 0, 0, 0)))
+    world.close()
+    with sim.World.open(tmp_path / "w.db", backend="inline") as reopened:  # read from the file, a numpy tick works
+        assert [e.tick for e in reopened.events("east", first_tick=np.int64(0), last_tick=np.int64(25))] == [25]
+
+
 def test_history_from_another_build_is_not_replayed(make, tmp_path):
     world = make("w", backend="inline")
     drive(world, 120)

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import event, given, settings
@@ -56,3 +57,12 @@ def test_ticks_and_text_are_checked_for_what_they_are():
     for text, error in ((None, "must be a string"), (b"x", "must be a string"), ("\ud800", "valid Unicode")):
         with pytest.raises(ValueError, match=error):
             check_text("label", text)
+
+
+def test_numpy_values_are_logged_as_floats(template):
+    for value in ((np.float32(0.5),), np.array([0.5]), (np.int64(2),)):
+        (change,) = mutate_event(template, 0, [Mutation("actuator/walker1/hhip/ctrl", "set", value)], "p")[3]["mutations"]
+        assert [type(v) for v in change["value"]] == [float]
+    for value in ((np.bool_(True),), "5", (True,)):
+        with pytest.raises(sim.MutationError, match="finite numbers"):
+            mutate_event(template, 0, [Mutation("actuator/walker1/hhip/ctrl", "set", value)], "p")

@@ -192,6 +192,22 @@ def test_a_head_rides_in_the_segment_its_commit_writes(store):
     store.close()
 
 
+def test_a_commit_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store):
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages + 2}")  # a full disk, as SQLite sees it
+    with pytest.raises(WorldError, match="could not write .*full.*nothing of this commit was kept"), store.transaction():
+        store.set_head("west", "", 50)
+        store.append("west", "", [(t, "", "mutate", {"pad": "x" * 3000}, "big") for t in range(20, 60)])
+    assert store.last_event("west", "") == (6, 12) and store.log("west", "").head == 0
+    store._db.execute("PRAGMA max_page_count = 1000000")  # space again
+    with store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "after")])
+    store.close()
+    store = WorldStore(store.path, create=False)  # the chain runs on from what was kept
+    assert [e.seq for e in store.events("west", "")] == [1, 2, 3, 4, 5, 6, 7]
+    store.close()
+
+
 changes = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**63, 2**63 - 1),
                                                          st.floats(allow_nan=False, allow_infinity=False),
                                                          st.text(max_size=8), st.lists(st.floats(-1, 1), max_size=3)),
@@ -221,8 +237,8 @@ def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_
                 tick += step
                 model.append((len(model) + 1, tick, "", "mutate", change, "p"))
                 store.append("west", "", [model[-1][1:]])
-            if moves == "after":  # a read writes the segment first: this head goes to the log's row
-                store.events("west", "", first_tick=tick)
+            if moves == "after":  # a read from the file writes the segment first: this head goes to the log's row
+                store.last_seq("west", "", tick)
                 head += 7
                 store.set_head("west", "", head)
     if reopen:
