@@ -396,7 +396,7 @@ class WorldStore:
 
     def append(self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]) -> list[Event]:
         """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
-        back. They are written when the transaction commits, or before the next read."""
+        back. They are written when the transaction commits, or before a read of their log's segments."""
         assert self._db.in_transaction, "append outside a transaction"
         seq, last_tick = self.last_event(shard, branch)
         out, encoded = [], []
