@@ -35,7 +35,7 @@ def finite_floats(values: Any) -> list[float] | None:
 
 
 def _real(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, (float, int, numbers.Real)):  # np.float64 is a float
         raise TypeError(f"{value!r} is not a real number")
     return float(value)
 

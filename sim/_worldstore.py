@@ -398,24 +398,26 @@ class WorldStore:
         """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
         back. They are written when the transaction commits, or before a read of their log's segments."""
         assert self._db.in_transaction, "append outside a transaction"
-        seq, last_tick = self.last_event(shard, branch)
+        key = shard, branch
+        seq, last_tick = self._last[key] if key in self._last else self.last_event(shard, branch)
         out, encoded = [], []
-        for tick, entity, kind, change, provenance in events:
+        for event in events:
+            tick = event[0]
             if type(tick) is not int:  # anything else (a numpy integer) would not read back as it was checksummed
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int")
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
             try:  # encoded now, so that an event that cannot be stored is refused here, alone
-                encoded.append(orjson.dumps((tick, entity, kind, change, provenance), option=_ORJSON))
+                encoded.append(orjson.dumps(event, option=_ORJSON))
             except orjson.JSONEncodeError as exc:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: the event at tick {tick} cannot be stored: "
                                  f"{exc}") from None
             seq += 1
-            out.append(Event(seq, tick, entity, kind, change, provenance))
+            out.append(Event(seq, *event))
             last_tick = tick
-        self._pending.setdefault((shard, branch), []).extend(zip(out, encoded))
-        self._last[shard, branch] = (seq, last_tick)
-        recent = self._recent.setdefault((shard, branch), [])
+        self._pending.setdefault(key, []).extend(zip(out, encoded))
+        self._last[key] = (seq, last_tick)
+        recent = self._recent.setdefault(key, [])
         recent += out
         if len(recent) > 2 * _RECENT:  # trimmed now and then: a list's front is dear to cut
             del recent[:-_RECENT]
