@@ -30,6 +30,13 @@ class WorkerLost(Exception):
     """The worker died during a call (internal: the world rebuilds it)."""
 
 
+def raising(error: BaseException) -> Callable[[], Any]:
+    """A waiter for a call that failed before it could be waited on: it raises the call's error."""
+    def wait() -> Any:
+        raise error
+    return wait
+
+
 class ShardHost:
     """A shard's engines by key ("" the canonical shard, else a branch or replay id)."""
 
@@ -127,11 +134,7 @@ class InlineWorker(Worker):
         try:
             result = getattr(self.host, method)(*args)
         except Exception as exc:  # noqa: BLE001 - raised by the waiter
-            error = exc
-
-            def fail() -> Any:
-                raise error
-            return fail
+            return raising(exc)
         return lambda: result
 
     def restart(self) -> None:

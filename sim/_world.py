@@ -25,7 +25,7 @@ from ._canon import is_number
 from ._entities import Entity, check_name, compose
 from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError, WorldError
 from ._evaluate import Evaluation, policy_payload
-from ._hosts import BACKENDS, WorkerLost, make_worker
+from ._hosts import BACKENDS, WorkerLost, make_worker, raising
 from ._patches import Mutation, Patch, Sampler
 from ._policies import describe_policy
 from ._snapshot import Snapshot, check_start, on_template
@@ -445,10 +445,7 @@ class World:
         try:
             pending = issue()
         except Exception as exc:  # noqa: BLE001 - raised on wait, after calls already issued on other shards
-            error = exc
-
-            def pending() -> Any:
-                raise error
+            pending = raising(exc)
 
         def wait() -> Any:
             nonlocal pending
