@@ -25,7 +25,7 @@ from ._canon import is_number
 from ._entities import Entity, check_name, compose
 from ._errors import HistoryError, MutationError, UnknownEntityError, UnknownShardError, WorkerLostError, WorldError
 from ._evaluate import Evaluation, policy_payload
-from ._hosts import BACKENDS, WorkerLost, make_worker, raising
+from ._hosts import WorkerLost, make_worker, raising
 from ._patches import Mutation, Patch, Sampler
 from ._policies import describe_policy
 from ._snapshot import Snapshot, check_start, on_template
@@ -115,8 +115,6 @@ class World:
         checkpoint_every = every
         if name is not None:
             check_text("name", name)
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         for shard, scene in shards.items():
             check_name("shard", shard)
             if not isinstance(scene, str):
