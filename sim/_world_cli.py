@@ -19,6 +19,7 @@ from ._entities import Entity, check_name
 from ._errors import SimError
 from ._hosts import BACKENDS
 from ._world import World
+from ._world_input import check_text
 
 WORLDS_DIR = "worlds"
 
@@ -33,10 +34,9 @@ def world_path(home: Home, name: str) -> Path:
 def _utf8(ctx: click.Context, param: click.Parameter, text: str) -> str:
     """Text the world can store: the shell passes bytes that are not UTF-8 as lone surrogates."""
     try:
-        text.encode()
-    except UnicodeEncodeError:
+        return check_text(param.name or "text", text)
+    except ValueError:
         raise click.BadParameter(f"{text!r} is not UTF-8 text") from None
-    return text
 
 
 @contextlib.contextmanager
