@@ -146,7 +146,7 @@ class World:
             return cls(store, backend)
         except BaseException:
             store.close()
-            for leftover in ("", "-wal", "-shm", ".lock"):
+            for leftover in ("", "-wal", "-shm", "-redo", ".lock"):
                 Path(f"{path}{leftover}").unlink(missing_ok=True)
             raise
 

@@ -1,5 +1,6 @@
 """A world's durable store: one SQLite file (WAL) holding shards, entities, templates, event logs,
-checkpoints, branches and migrations, every row under a SHA-256 checksum.
+checkpoints, branches and migrations, every row under a SHA-256 checksum; and a redo file beside it for
+the commits of a running twin.
 
 Each log (a shard's canonical one, or a branch's) is append-only, stored as segments: the events one
 commit appended (at most `_SEGMENT_EVENTS` per segment) in one row under one checksum, which also covers
@@ -8,16 +9,21 @@ built from it, except that nothing records the newest segment's existence: a fil
 segment reads as if that commit had not happened. Ticks never decrease along a log. A log's head (the
 tick its engine has reached) is in its row, or in its last segment when that is later: a commit that
 appends events to a log and advances it writes the new head into the new segment and leaves the row
-alone, one page fewer. Commits are durable against a killed process (WAL); with `fsync` also against
-power loss.
+alone, one page fewer. Commits are durable against a killed process; with `fsync` also against power loss.
 
 Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
 an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the checksum covers the stored
-text) and waits in memory; the commit writes each log's new ones as one row per segment.
+text) and waits in memory, as do moved heads and new checkpoints. The commit turns them into rows (one
+per segment, head, checkpoint). A transaction that wrote nothing else, a twin's usual commit, writes
+those rows as one record of the redo file (`_redo`), one `write()`; they reach the SQLite tables when the
+redo file is folded in. Any other transaction commits through SQLite: it begins there as soon as it
+writes another table or reads any, after folding the redo file in and writing the rows so far, so every
+read sees all that was committed and all that its own transaction wrote.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -34,8 +40,9 @@ import orjson
 
 from ._canon import canonical_json, sha256_hex
 from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
+from ._redo import FOLD_BYTES, RedoFile
 
-FORMAT = "simnet.world/3"  # /1 logged one row per event; /2 kept heads in log rows only
+FORMAT = "simnet.world/4"  # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file
 CANONICAL = ""  # the branch key of a shard's canonical log
 # Events per log at least kept in memory after this process appended them: the engine's next advance takes
 # them from here; older ones are read back from their segments. Not more: each cached event is a dozen objects
@@ -46,6 +53,7 @@ _SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick
 # log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
 _LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
 _JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
+_FOLDED = "redo_folded"  # the setting holding the number of the last redo record folded into the tables
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 _SCHEMA = """
@@ -125,6 +133,11 @@ class WorldStore:
         self._chain: dict[tuple[str, str], str] = {}  # log -> checksum of its last written segment
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
         self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
+        self._pending_checkpoints: dict[tuple[str, str], list[tuple]] = {}  # their rows, not yet written
+        self._in_transaction = False
+        self._redo: RedoFile | None = None
+        self._unfolded = False  # the redo file may hold records not yet folded into the tables
+        self._folding: int | None = None  # the last record this SQLite transaction folds in
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
         self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
@@ -142,9 +155,11 @@ class WorldStore:
             self._db.executescript(_SCHEMA)
             if create:
                 self.id = str(uuid.uuid4())
-                with self.transaction():
-                    self._db.executemany("INSERT INTO meta VALUES (?, ?)", [
-                        ("format", FORMAT), ("id", self.id), ("fsync", json.dumps(bool(fsync)))])
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("INSERT INTO meta VALUES (?, ?)", [
+                    ("format", FORMAT), ("id", self.id), ("fsync", json.dumps(bool(fsync)))])
+                self._put_meta(_FOLDED, 0)
+                self._db.execute("COMMIT")
             meta = dict(self._db.execute("SELECT key, value FROM meta"))
         except sqlite3.DatabaseError as exc:
             self.close()
@@ -153,14 +168,34 @@ class WorldStore:
             self.close()
             raise CorruptWorldError(f"{self.path}: unknown world format {meta.get('format')!r}")
         self.id = meta["id"]
-        self._db.execute(f"PRAGMA synchronous={'FULL' if json.loads(meta['fsync']) else 'NORMAL'}")
+        fsync = json.loads(meta["fsync"])
+        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         # WAL checkpoints (which fsync) run beside the writer, not inside one of its commits
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._stop = threading.Event()
         self._checkpointer = threading.Thread(target=self._checkpoint_wal, name=f"wal {self.path.name}", daemon=True)
         self._checkpointer.start()
+        try:
+            self._folded: int = self.meta(_FOLDED)
+            self._written = self._folded  # the number of the last redo record written (or folded)
+            self._redo = RedoFile(Path(f"{self.path}-redo"), self.id, fsync=fsync)
+            self._unfolded = self._redo.size > 0
+            self.fold()  # what the last session committed there, if it did not close
+        except BaseException:
+            self.close()
+            raise
+
+    def fold(self) -> None:
+        """Write the redo file's records into the tables now (reads do it first themselves)."""
+        with self.transaction():
+            self._sql_mode()
 
     def close(self) -> None:
+        if self._unfolded and getattr(self, "_db", None) is not None:
+            try:
+                self.fold()
+            except WorldError:  # kept in the redo file: the next open folds them
+                pass
         if getattr(self, "_checkpointer", None) is not None:
             self._stop.set()
             self._checkpointer.join()
@@ -170,6 +205,8 @@ class WorldStore:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
             self._db = None
+        if self._redo is not None:
+            self._redo.close()
         if not self._lock.closed:
             self._lock.close()
 
@@ -185,22 +222,28 @@ class WorldStore:
 
     def transaction(self) -> contextlib.AbstractContextManager:
         """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of events)."""
-        return _JOINED if self._db.in_transaction else self._transaction()
+        return _JOINED if self._in_transaction else self._transaction()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._in_transaction, self._folding = True, None
         try:
+            if self._redo is not None and self._redo.size > FOLD_BYTES:
+                self._sql_mode()  # this one commits through SQLite, with the redo file folded in
             yield
-            self._write_pending()
-            for shard, branch in self._unsaved:  # heads no new segment carries
-                log = self._logs[shard, branch]
-                self._db.execute("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?",
-                                 (log.head, self._log_row(log)[-1], shard, branch))
-            self._unsaved.clear()
-            self._db.execute("COMMIT")
+            if self._db.in_transaction:
+                self._write_rows(*self._take_pending())
+                self._db.execute("COMMIT")
+            else:
+                segments, heads, checkpoints = self._take_pending()
+                if segments or heads or checkpoints:
+                    self._redo.append({"n": self._written + 1, "segments": segments, "heads": heads, "checkpoints": [
+                        (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints]})
+                    self._written += 1
+                    self._unfolded = True
         except BaseException as exc:
-            for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending):
+            for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending,
+                          self._pending_checkpoints):
                 cache.clear()  # may hold what was rolled back
             if self._db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
                 with contextlib.suppress(sqlite3.Error):
@@ -211,16 +254,43 @@ class WorldStore:
             if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
                 raise CorruptWorldError(f"{self.path}: {exc}") from None
             raise
+        finally:
+            self._in_transaction = False
+        if self._folding is not None:  # committed: the redo file's records are in the tables now
+            self._folded = self._written = self._folding
+            self._unfolded = False
+            with contextlib.suppress(OSError):  # if it cannot be emptied, the next fold skips what is folded
+                self._redo.clear()
 
-    def _write_pending(self, only: tuple[str, str] | None = None) -> None:
-        """Write the events appended since the last write as segments of their logs (or of log `only`), with
-        their logs' heads."""
-        if only is None:
-            pending, self._pending = self._pending, {}
-        else:
-            pending = {only: self._pending.pop(only)}
-        rows = []
-        for (shard, branch), events in pending.items():
+    def _sql_mode(self) -> None:
+        """Make this transaction commit through SQLite (it writes another table, or reads): begin it there, fold
+        the redo file in, and write the rows this transaction made so far. Outside a transaction: fold."""
+        if not self._in_transaction:
+            if self._unfolded:
+                self.fold()
+            return
+        if not self._db.in_transaction:
+            self._db.execute("BEGIN IMMEDIATE")
+            if self._unfolded:
+                self._fold()
+        self._write_rows(*self._take_pending())
+
+    def _fold(self) -> None:
+        """Insert the redo file's records not yet folded, in order, and record the last one's number."""
+        records = [r for r in self._redo.records() if r["n"] > self._folded]
+        for expected, record in enumerate(records, start=self._folded + 1):
+            if record["n"] != expected:
+                raise CorruptLogError(f"{self._redo.path}: commit {expected} is missing (found {record['n']})")
+            self._write_rows(record["segments"], record["heads"], [
+                (*row[:6], base64.b64decode(row[6]), row[7]) for row in record["checkpoints"]])
+        self._folding = records[-1]["n"] if records else self._folded
+        self._put_meta(_FOLDED, self._folding)
+
+    def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
+        segments (with their logs' heads), heads no segment carries, checkpoints."""
+        segments = []
+        for (shard, branch), events in self._pending.items():
             prev, head = self._chain[shard, branch], self._logs[shard, branch].head  # both loaded by `append`
             for start in range(0, len(events), _SEGMENT_EVENTS):
                 chunk = events[start:start + _SEGMENT_EVENTS]
@@ -228,33 +298,55 @@ class WorldStore:
                 first, last = chunk[0][0], chunk[-1][0]
                 fields = (shard, branch, first.seq, last.seq, first.tick, last.tick, head)
                 prev = self._checksum("segment", *fields, text, prev)
-                rows.append((*fields, text.decode(), prev))
+                segments.append((*fields, text.decode(), prev))
             self._chain[shard, branch] = prev
             self._unsaved.discard((shard, branch))
-        if rows:
-            self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        heads = []
+        for shard, branch in self._unsaved:
+            log = self._logs[shard, branch]
+            heads.append((log.head, self._log_row(log)[-1], shard, branch))
+        checkpoints = [row for rows in self._pending_checkpoints.values() for row in rows]
+        self._pending, self._pending_checkpoints = {}, {}
+        self._unsaved.clear()
+        return segments, heads, checkpoints
+
+    def _write_rows(self, segments: Sequence[Sequence], heads: Sequence[Sequence], checkpoints: Sequence[Sequence]) -> None:
+        if segments:
+            self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", segments)
+        if heads:
+            self._db.executemany("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?", heads)
+        if checkpoints:
+            self._db.executemany("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)", checkpoints)
 
     def _checksum(self, table: str, *fields: str | int | bytes) -> str:
         """SHA-256 over the world id and the fields (text as UTF-8), after their lengths (unambiguous, and cheap)."""
         parts = [field if isinstance(field, bytes) else str(field).encode() for field in (table, self.id, *fields)]
         return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
 
-    def _rows(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> list[tuple]:
-        return list(self._cursor(sql, args, log))
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        return list(self._cursor(sql, args))
 
-    def _cursor(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> Iterator[tuple]:
-        """Rows one by one, as read; a read of `log`'s segments sees this transaction's own events (those still
-        in memory are written first; other logs' wait for the commit, where their heads can ride along)."""
+    def _cursor(self, sql: str, args: Sequence[Any] = ()) -> Iterator[tuple]:
+        """Rows one by one, as read, of the tables holding all that was committed and all this transaction wrote."""
         try:
-            if log in self._pending:
-                self._write_pending(log)
+            if self._unfolded or self._pending or self._unsaved or self._pending_checkpoints:
+                self._sql_mode()
             yield from self._db.execute(sql, args)
         except sqlite3.DatabaseError as exc:
             raise CorruptWorldError(f"{self.path}: {exc}") from None
 
+    def _execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        """A write to a table the redo file does not carry: this transaction commits through SQLite."""
+        self._sql_mode()
+        self._db.execute(sql, args)
+
     # ---- meta, shards, entities, templates ----
 
     def set_meta(self, key: str, value: Any) -> None:
+        self._sql_mode()
+        self._put_meta(key, value)
+
+    def _put_meta(self, key: str, value: Any) -> None:
         text = json.dumps(value)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, text))
         self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"{key}.checksum", self._checksum("meta", key, text)))
@@ -266,7 +358,7 @@ class WorldStore:
         return json.loads(rows[key])
 
     def add_shard(self, name: str, scene: str) -> None:
-        self._db.execute("INSERT INTO shards VALUES (?, ?, ?)", (name, scene, self._checksum("shard", name, scene)))
+        self._execute("INSERT INTO shards VALUES (?, ?, ?)", (name, scene, self._checksum("shard", name, scene)))
 
     def shards(self) -> dict[str, str]:
         out = {}
@@ -278,7 +370,7 @@ class WorldStore:
 
     def put_entity(self, data: dict) -> None:
         text = canonical_json(data).decode()
-        self._db.execute("INSERT OR REPLACE INTO entities VALUES (?, ?, ?)",
+        self._execute("INSERT OR REPLACE INTO entities VALUES (?, ?, ?)",
                          (data["name"], text, self._checksum("entity", text)))
 
     def entities(self) -> list[dict]:
@@ -291,7 +383,7 @@ class WorldStore:
 
     def put_template(self, xml: str, model_hash: str) -> str:
         source_hash = sha256_hex(xml.encode())
-        self._db.execute("INSERT OR IGNORE INTO templates VALUES (?, ?, ?, ?)",
+        self._execute("INSERT OR IGNORE INTO templates VALUES (?, ?, ?, ?)",
                          (source_hash, xml, model_hash, self._checksum("template", source_hash, xml, model_hash)))
         return source_hash
 
@@ -309,7 +401,7 @@ class WorldStore:
 
     def add_log(self, log: Log) -> None:
         """A new log, with no segments yet."""
-        self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log))
+        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log))
         key = log.shard, log.branch
         self._logs[key], self._last[key], self._chain[key] = log, (log.anchor_seq, log.anchor_tick), log.anchor
 
@@ -318,16 +410,17 @@ class WorldStore:
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
         """Move a log's head (inside a `transaction()`); written when it commits, in a new segment if any."""
-        assert self._db.in_transaction, "set_head outside a transaction"
+        assert self._in_transaction, "set_head outside a transaction"
         self._logs[shard, branch] = self.log(shard, branch)._replace(head=head)
         self._unsaved.add((shard, branch))
 
     def prune(self, shard: str, branch: str, tick: int) -> None:
         """Forget a log's history before `tick` (one of its checkpoints): its earlier checkpoints and the
         segments that end before it; the log's base moves to `tick` and its anchor to the last one dropped."""
+        self._sql_mode()
         log = self.log(shard, branch)
         last = self._rows(f"SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
-                          f"AND last_tick < ? {_LAST}", (shard, branch, tick), log=(shard, branch))
+                          f"AND last_tick < ? {_LAST}", (shard, branch, tick))
         anchor = last[0] if last else (log.anchor_seq, log.anchor_tick, log.anchor)
         self._db.execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
         self._db.execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
@@ -338,13 +431,14 @@ class WorldStore:
 
     def delete_log(self, shard: str, branch: str) -> None:
         """A branch's log, checkpoints and all, gone."""
+        self._sql_mode()
         for table in ("segments", "checkpoints", "logs"):
             self._db.execute(f"DELETE FROM {table} WHERE shard = ? AND branch = ?", (shard, branch))
         self._forget(shard, branch)
 
     def _forget(self, shard: str, branch: str) -> None:
         self._unsaved.discard((shard, branch))
-        for cache in (self._logs, self._last, self._chain, self._recent, self._pending):
+        for cache in (self._logs, self._last, self._chain, self._recent, self._pending, self._pending_checkpoints):
             cache.pop((shard, branch), None)
 
     def log(self, shard: str, branch: str) -> Log:
@@ -397,7 +491,7 @@ class WorldStore:
     def append(self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]) -> list[Event]:
         """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
         back. They are written when the transaction commits, or before a read of their log's segments."""
-        assert self._db.in_transaction, "append outside a transaction"
+        assert self._in_transaction, "append outside a transaction"
         key = shard, branch
         seq, last_tick = self._last[key] if key in self._last else self.last_event(shard, branch)
         out, encoded = [], []
@@ -434,11 +528,11 @@ class WorldStore:
         # the first segment that goes past the tick holds the answer if it starts at or before it; else the
         # segment before it ends with the answer
         past = self._rows("SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
-                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick), log=(shard, branch))
+                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick))
         if past and past[0][1] <= until_tick:
             return self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)[-1].seq
         before = self._rows(f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
-                            (shard, branch, until_tick), log=(shard, branch))
+                            (shard, branch, until_tick))
         return before[0][0] if before else self.log(shard, branch).anchor_seq
 
     def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
@@ -453,7 +547,7 @@ class WorldStore:
         with contextlib.closing(self._cursor(
                 "SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments WHERE shard = ? "
                 "AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
-                (shard, branch, first_tick, after_seq), log=(shard, branch))) as cursor:
+                (shard, branch, first_tick, after_seq))) as cursor:
             for row in cursor:
                 if last_tick is not None and row[2] > last_tick:
                     break  # segments start later and later: no need to read on to the end of the log
@@ -484,12 +578,14 @@ class WorldStore:
     # ---- checkpoints ----
 
     def put_checkpoints(self, shard: str, branch: str, checkpoints: Sequence[Checkpoint]) -> None:
+        """Add checkpoints (inside a `transaction()`; one already stored at a tick is kept)."""
+        assert self._in_transaction, "put_checkpoints outside a transaction"
         for cp in checkpoints:
             patch = canonical_json(cp.patch).decode()
             checksum = self._checksum("checkpoint", shard, branch, cp.tick, cp.template, cp.model_hash, patch,
                                       sha256_hex(cp.state))
-            self._db.execute("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                             (shard, branch, cp.tick, cp.template, cp.model_hash, patch, cp.state, checksum))
+            self._pending_checkpoints.setdefault((shard, branch), []).append(
+                (shard, branch, cp.tick, cp.template, cp.model_hash, patch, cp.state, checksum))
 
     def checkpoint(self, shard: str, branch: str, at_or_before: int) -> Checkpoint | None:
         rows = self._rows("SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
@@ -516,7 +612,7 @@ class WorldStore:
 
     def add_migration(self, data: dict) -> None:
         text = canonical_json(data).decode()
-        self._db.execute("INSERT INTO migrations VALUES (?, ?, ?)", (data["id"], text, self._checksum("migration", text)))
+        self._execute("INSERT INTO migrations VALUES (?, ?, ?)", (data["id"], text, self._checksum("migration", text)))
 
     def migrations(self) -> list[dict]:
         out = []

@@ -1,3 +1,5 @@
+import errno
+import os
 import sqlite3
 
 import pytest
@@ -174,6 +176,7 @@ def test_a_head_rides_in_the_segment_its_commit_writes(store):
     with store.transaction():  # events and an advance: the new head is in the new segment, the row keeps its own
         store.append("west", "", [(15, "", "mutate", {}, "x")])
         store.set_head("west", "", 20)
+    store.fold()  # from the redo file into the tables
     with sqlite3.connect(store.path) as db:
         assert db.execute("SELECT head FROM logs").fetchall() == [(0,)]
         assert db.execute("SELECT head FROM segments WHERE first_seq = 7").fetchall() == [(20,)]
@@ -193,18 +196,44 @@ def test_a_head_rides_in_the_segment_its_commit_writes(store):
 
 
 def test_a_commit_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store):
+    with store.transaction():  # a twin's commit: into the redo file
+        store.append("west", "", [(15, "", "mutate", {}, "kept")])
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages + 2}")  # a full disk, as SQLite sees it
     with pytest.raises(WorldError, match="could not write .*full.*nothing of this commit was kept"), store.transaction():
         store.set_head("west", "", 50)
         store.append("west", "", [(t, "", "mutate", {"pad": "x" * 3000}, "big") for t in range(20, 60)])
-    assert store.last_event("west", "") == (6, 12) and store.log("west", "").head == 0
+        store.set_meta("note", "a setting: this commit goes through SQLite, folding the redo file in")
+    assert store._redo.size > 0  # the fold was rolled back with it: the record waits in the redo file
+    assert store.last_event("west", "") == (7, 15) and store.log("west", "").head == 0  # (a read folds it in)
     store._db.execute("PRAGMA max_page_count = 1000000")  # space again
     with store.transaction():
         store.append("west", "", [(20, "", "mutate", {}, "after")])
     store.close()
     store = WorldStore(store.path, create=False)  # the chain runs on from what was kept
-    assert [e.seq for e in store.events("west", "")] == [1, 2, 3, 4, 5, 6, 7]
+    assert [e.seq for e in store.events("west", "")] == [1, 2, 3, 4, 5, 6, 7, 8]
+    store.close()
+
+
+def test_a_redo_record_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store, monkeypatch):
+    size, pwrite = store._redo.size, os.pwrite
+
+    def full(fd, data, offset):  # a fault: half the record reaches the file, then the disk is full
+        pwrite(fd, data[:len(data) // 2], offset)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(WorldError, match="could not be written .*No space left.*nothing of it was kept"), \
+            store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "lost")])
+        store.set_head("west", "", 30)
+    assert os.path.getsize(store._redo.path) == size == store._redo.size  # no torn record before the next one
+    assert store.last_event("west", "") == (6, 12) and store.log("west", "").head == 0
+    monkeypatch.undo()
+    with store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "after")])
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert [e.provenance for e in store.events("west", "", first_tick=13)] == ["after"]
     store.close()
 
 
