@@ -7,11 +7,12 @@ file grows past `FOLD_BYTES`, before anything else is written or read from the t
 on close); the SQLite file remembers the number of the last record folded, so a record is folded
 exactly once even if the process dies between the fold's commit and the file's truncation.
 
-A record is its payload's length, a SHA-256 over the world id and the payload, and the payload (the
-rows to insert, as JSON). It is durable against a killed process once `append` returns (it is in the
-kernel's page cache), and against power loss too if the world was created with `fsync`. A record the
-file ends inside was being written when its process died: it was never acknowledged, and is cut off.
-A whole record that fails its checksum is corruption, and nothing after it is trusted.
+A record is a header (its payload's length, a CRC-32 of that length, and a SHA-256 over the world id
+and the payload) and the payload (the rows to insert, as JSON). It is durable against a killed process
+once `append` returns (it is in the kernel's page cache), and against power loss too if the world was
+created with `fsync`. A record the file ends inside, with a sound header or with too few bytes left for
+one, was being written when its writer died: it was never acknowledged, and is cut off. Anything else
+that fails a check (a header, or a whole record) is corruption: an error, and the file is left as it is.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import zlib
 from pathlib import Path
 
 import orjson
@@ -26,7 +28,8 @@ import orjson
 from ._errors import CorruptLogError, WorldError
 
 FOLD_BYTES = 4 << 20  # as SQLite's own WAL: folded at about 4 MiB (a few thousand commits; ~30 ms to fold)
-_HEADER = struct.Struct("<Q32s")  # payload length, SHA-256 of world id and payload
+_LENGTH = struct.Struct("<Q")
+_HEADER = struct.Struct("<QI32s")  # payload length, CRC-32 of that length, SHA-256 of world id and payload
 
 
 class RedoFile:
@@ -51,11 +54,15 @@ class RedoFile:
             data = file.read()
         out, at = [], 0
         while at < len(data):
-            if at + _HEADER.size > len(data) or at + _HEADER.size + _HEADER.unpack_from(data, at)[0] > len(data):
+            if at + _HEADER.size <= len(data):
+                length, check, digest = _HEADER.unpack_from(data, at)
+                if check != zlib.crc32(_LENGTH.pack(length)):
+                    raise CorruptLogError(f"{self.path}: the header of the commit at byte {at} fails its checksum; "
+                                          f"nothing was applied from it or after it")
+            if at + _HEADER.size > len(data) or at + _HEADER.size + length > len(data):
                 os.ftruncate(self._fd, at)  # never acknowledged: its writer died in the middle of it
                 self.size = at
                 break
-            length, digest = _HEADER.unpack_from(data, at)
             payload = data[at + _HEADER.size:at + _HEADER.size + length]
             if hashlib.sha256(self._salt + payload).digest() != digest:
                 raise CorruptLogError(f"{self.path}: the commit at byte {at} fails its checksum; nothing was applied "
@@ -67,7 +74,8 @@ class RedoFile:
     def append(self, record: dict) -> None:
         """Write one record; when this returns it is durable. On failure (a full disk) the file is as it was."""
         payload = orjson.dumps(record)
-        data = _HEADER.pack(len(payload), hashlib.sha256(self._salt + payload).digest()) + payload
+        data = _HEADER.pack(len(payload), zlib.crc32(_LENGTH.pack(len(payload))),
+                            hashlib.sha256(self._salt + payload).digest()) + payload
         try:
             if os.pwrite(self._fd, data, self.size) != len(data):
                 raise OSError("short write: the disk is full")

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
+from sim._redo import RedoFile
 from sim._worldstore import Checkpoint, Log, WorldStore
 
 
@@ -247,11 +248,12 @@ commits = st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 3), changes), min
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(commits=commits, query=st.tuples(st.integers(0, 400), st.integers(0, 400), st.integers(0, 900)),
-       prune_at=st.integers(0, 400), reopen=st.booleans())
+       prune_at=st.integers(0, 400), reopen=st.sampled_from(["no", "closed", "killed"]))
 def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_factory, commits, query, prune_at,
                                                                          reopen):
     """A model of the log (a list) and its head against the store: any commits, each moving the head before
-    or after its events are read back (or not at all), any range read, pruning, reopening."""
+    or after its events are read back (or not at all), any range read, pruning, reopening (after a close, or as
+    a killed process leaves the files: the redo file not folded in)."""
     path = tmp_path_factory.mktemp("w") / "w.db"
     store = WorldStore(path, create=True)
     with store.transaction():
@@ -270,7 +272,8 @@ def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_
                 store.last_seq("west", "", tick)
                 head += 7
                 store.set_head("west", "", head)
-    if reopen:
+    if reopen != "no":
+        store._unfolded = reopen == "closed" and store._unfolded
         store.close()
         store = WorldStore(path, create=False)
     assert store.log("west", "").head == head
@@ -287,3 +290,82 @@ def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_
     store = WorldStore(path, create=False)
     assert store.log("west", "").head == head  # pruning kept it, in the row or a kept segment
     store.close()
+
+
+def _segments(path):
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT first_seq, last_seq, head FROM segments ORDER BY first_seq").fetchall()
+
+
+def test_a_twins_commits_wait_in_the_redo_file_until_folded(store, monkeypatch):
+    monkeypatch.setattr("sim._worldstore.FOLD_BYTES", 1000)
+    before = _segments(store.path)
+    for tick in (20, 30):  # small commits: into the redo file, one record each
+        with store.transaction():
+            store.append("west", "", [(tick, "", "mutate", {"i": tick}, "")])
+            store.set_head("west", "", tick + 1)
+    assert _segments(store.path) == before and 0 < store._redo.size < 1000
+    with store.transaction():  # a commit that takes the file past the size
+        store.append("west", "", [(40, "", "mutate", {"pad": "x" * 1000}, "")])
+    assert _segments(store.path) == before and store._redo.size > 1000
+    with store.transaction():  # the next goes through SQLite, with the file folded in first
+        store.set_head("west", "", 50)
+    assert _segments(store.path)[-3:] == [(7, 7, 21), (8, 8, 31), (9, 9, 31)] and store._redo.size == 0
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert [e.tick for e in store.events("west", "", first_tick=13)] == [20, 30, 40]
+    assert store.log("west", "").head == 50
+    store.close()
+
+
+def test_a_fold_whose_file_could_not_be_emptied_is_not_folded_twice(store, monkeypatch):
+    with store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "once")])
+        store.put_checkpoints("west", "", [Checkpoint(20, "t" * 64, "m" * 64, [], b"\x03" * 16)])
+
+    def fail(redo):  # a fault: the process dies between the fold's commit and emptying the file
+        raise OSError("killed")
+    monkeypatch.setattr("sim._redo.RedoFile.clear", fail)
+    store.fold()
+    assert store._redo.size > 0 and _segments(store.path)[-1] == (7, 7, 0)
+    with store.transaction():  # numbered on from the folded one
+        store.append("west", "", [(21, "", "mutate", {}, "after")])
+    store._unfolded = False  # closed as a killed process would leave it: nothing more folded
+    store.close()
+    monkeypatch.undo()
+    store = WorldStore(store.path, create=False)
+    assert [e.provenance for e in store.events("west", "", first_tick=13)] == ["once", "after"]
+    assert store.checkpoint("west", "", 20).state == b"\x03" * 16 and store._redo.size == 0
+    store.close()
+
+
+def test_a_corrupt_redo_file_is_refused_and_nothing_is_changed(store):
+    with store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "x")])
+    with store.transaction():
+        store.append("west", "", [(21, "", "mutate", {}, "y")])
+    store._unfolded = False  # as a killed process leaves it: two records not folded
+    store.close()
+    redo = store.path.parent / "w.db-redo"
+    data = bytearray(redo.read_bytes())
+    data[-5] ^= 1  # in the last record's payload
+    redo.write_bytes(bytes(data))
+    tables = _segments(store.path)
+    with pytest.raises(CorruptLogError, match="w.db-redo: the commit at byte .* fails its checksum"):
+        WorldStore(store.path, create=False)
+    assert redo.read_bytes() == data and _segments(store.path) == tables
+
+
+def test_a_missing_redo_record_is_a_gap(store):
+    for tick in (20, 21):
+        with store.transaction():
+            store.append("west", "", [(tick, "", "mutate", {}, "")])
+    store._unfolded = False
+    store.close()
+    redo = RedoFile(store.path.parent / "w.db-redo", store.id, fsync=False)
+    second = redo.records()[1]
+    redo.clear()
+    redo.append(second)  # the first record gone
+    redo.close()
+    with pytest.raises(CorruptLogError, match=rf"commit {second['n'] - 1} is missing \(found {second['n']}\)"):
+        WorldStore(store.path, create=False)
