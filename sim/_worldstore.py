@@ -137,6 +137,7 @@ class WorldStore:
         self._in_transaction = False
         self._redo: RedoFile | None = None
         self._unfolded = False  # the redo file may hold records not yet folded into the tables
+        self._in_redo: set[tuple[str, str]] = set()  # logs with rows in those records
         self._folding: int | None = None  # the last record this SQLite transaction folds in
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
@@ -180,7 +181,8 @@ class WorldStore:
             self._written = self._folded  # the number of the last redo record written (or folded)
             self._redo = RedoFile(Path(f"{self.path}-redo"), self.id, fsync=fsync)
             self._unfolded = self._redo.size > 0
-            self.fold()  # what the last session committed there, if it did not close
+            if self._unfolded:
+                self.fold()  # what the last session committed there, if it did not close
         except BaseException:
             self.close()
             raise
@@ -241,6 +243,7 @@ class WorldStore:
                         (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints]})
                     self._written += 1
                     self._unfolded = True
+                    self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[2:] for row in heads])
         except BaseException as exc:
             for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending,
                           self._pending_checkpoints):
@@ -259,6 +262,7 @@ class WorldStore:
         if self._folding is not None:  # committed: the redo file's records are in the tables now
             self._folded = self._written = self._folding
             self._unfolded = False
+            self._in_redo.clear()
             with contextlib.suppress(OSError):  # if it cannot be emptied, the next fold skips what is folded
                 self._redo.clear()
 
@@ -323,13 +327,15 @@ class WorldStore:
         parts = [field if isinstance(field, bytes) else str(field).encode() for field in (table, self.id, *fields)]
         return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
-        return list(self._cursor(sql, args))
+    def _rows(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> list[tuple]:
+        return list(self._cursor(sql, args, log))
 
-    def _cursor(self, sql: str, args: Sequence[Any] = ()) -> Iterator[tuple]:
-        """Rows one by one, as read, of the tables holding all that was committed and all this transaction wrote."""
+    def _cursor(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> Iterator[tuple]:
+        """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that was committed
+        and all that this transaction wrote: if the redo file or this transaction holds rows of that log, they are
+        written into the tables first (and the transaction commits through SQLite)."""
         try:
-            if self._unfolded or self._pending or self._unsaved or self._pending_checkpoints:
+            if log in self._in_redo or log in self._pending or log in self._unsaved or log in self._pending_checkpoints:
                 self._sql_mode()
             yield from self._db.execute(sql, args)
         except sqlite3.DatabaseError as exc:
@@ -445,7 +451,7 @@ class WorldStore:
         """A log's extent; KeyError if there is no such log."""
         key = shard, branch
         if key not in self._logs:
-            rows = self._rows("SELECT * FROM logs WHERE shard = ? AND branch = ?", key)
+            rows = self._rows("SELECT * FROM logs WHERE shard = ? AND branch = ?", key, log=key)
             if not rows:
                 raise KeyError(key)
             log = self._checked_log(rows[0])
@@ -457,7 +463,7 @@ class WorldStore:
         recorded (-1 if the log has none)."""
         key = log.shard, log.branch
         rows = self._rows("SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments "
-                          "WHERE shard = ? AND branch = ? ORDER BY last_tick DESC, first_seq DESC LIMIT 2", key)
+                          "WHERE shard = ? AND branch = ? ORDER BY last_tick DESC, first_seq DESC LIMIT 2", key, log=key)
         if not rows:
             self._last[key], self._chain[key] = (log.anchor_seq, log.anchor_tick), log.anchor
             return -1
@@ -528,11 +534,11 @@ class WorldStore:
         # the first segment that goes past the tick holds the answer if it starts at or before it; else the
         # segment before it ends with the answer
         past = self._rows("SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
-                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick))
+                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick), log=(shard, branch))
         if past and past[0][1] <= until_tick:
             return self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)[-1].seq
         before = self._rows(f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
-                            (shard, branch, until_tick))
+                            (shard, branch, until_tick), log=(shard, branch))
         return before[0][0] if before else self.log(shard, branch).anchor_seq
 
     def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
@@ -540,14 +546,17 @@ class WorldStore:
         """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, from segments each
         verified against its checksum and its predecessor's: CorruptLogError before anything is returned.
         (What this process appended it serves from memory: those are its own bytes.)"""
+        last_seq, last = self.last_event(shard, branch)
+        if after_seq >= last_seq or first_tick > last:
+            return []
         recent = self._recent.get((shard, branch))
-        if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == self.last_event(shard, branch)[0]:
+        if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == last_seq:
             return _select(recent[after_seq + 1 - recent[0].seq:], first_tick, last_tick)
         rows = []
         with contextlib.closing(self._cursor(
                 "SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments WHERE shard = ? "
                 "AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
-                (shard, branch, first_tick, after_seq))) as cursor:
+                (shard, branch, first_tick, after_seq), log=(shard, branch))) as cursor:
             for row in cursor:
                 if last_tick is not None and row[2] > last_tick:
                     break  # segments start later and later: no need to read on to the end of the log
@@ -556,7 +565,8 @@ class WorldStore:
             return []
         where = self._where(shard, branch)
         before = self._rows(f"SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? "
-                            f"AND (last_tick, first_seq) < (?, ?) {_LAST}", (shard, branch, rows[0][3], rows[0][0]))
+                            f"AND (last_tick, first_seq) < (?, ?) {_LAST}", (shard, branch, rows[0][3], rows[0][0]),
+                            log=(shard, branch))
         log = self.log(shard, branch)
         expected, prev = (before[0][0] + 1, before[0][1]) if before else (log.anchor_seq + 1, log.anchor)
         out: list[Event] = []
@@ -589,12 +599,14 @@ class WorldStore:
 
     def checkpoint(self, shard: str, branch: str, at_or_before: int) -> Checkpoint | None:
         rows = self._rows("SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-                          "AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1", (shard, branch, at_or_before))
+                          "AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1", (shard, branch, at_or_before),
+                          log=(shard, branch))
         return self._checked_checkpoint(shard, branch, rows[0]) if rows else None
 
     def checkpoints(self, shard: str, branch: str, first: int, last: int) -> list[Checkpoint]:
         rows = self._rows("SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-                          "AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick", (shard, branch, first, last))
+                          "AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick", (shard, branch, first, last),
+                          log=(shard, branch))
         return [self._checked_checkpoint(shard, branch, r) for r in rows]
 
     def _checked_checkpoint(self, shard: str, branch: str, row: tuple) -> Checkpoint:
@@ -606,7 +618,8 @@ class WorldStore:
         return Checkpoint(tick, template, model_hash, json.loads(patch), state)
 
     def count_checkpoints(self, shard: str, branch: str) -> int:
-        return self._rows("SELECT count(*) FROM checkpoints WHERE shard = ? AND branch = ?", (shard, branch))[0][0]
+        return self._rows("SELECT count(*) FROM checkpoints WHERE shard = ? AND branch = ?", (shard, branch),
+                          log=(shard, branch))[0][0]
 
     # ---- migrations ----
 

@@ -266,6 +266,7 @@ def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batc
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in workers)
+    assert (tmp_path / "w.db-redo").stat().st_size > 0  # acknowledged commits not yet folded into the tables
     world = sim.World.open(tmp_path / "w.db")
     logged = {int(e.provenance.split("@")[1]) for e in world.events("west")}
     assert set(acked) <= logged and world.head("west") >= acked[-1]

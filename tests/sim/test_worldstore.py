@@ -1,4 +1,5 @@
 import errno
+import itertools
 import os
 import sqlite3
 
@@ -243,23 +244,31 @@ changes = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**63, 2**
                                                          st.text(max_size=8), st.lists(st.floats(-1, 1), max_size=3)),
                           max_size=3)
 commits = st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 3), changes), min_size=0, max_size=300),
-                             st.sampled_from(["none", "before", "after"])), min_size=1, max_size=6)
+                             st.sampled_from(["none", "before", "after", "rolled back"])), min_size=1, max_size=6)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(commits=commits, query=st.tuples(st.integers(0, 400), st.integers(0, 400), st.integers(0, 900)),
        prune_at=st.integers(0, 400), reopen=st.sampled_from(["no", "closed", "killed"]))
 def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_factory, commits, query, prune_at,
                                                                          reopen):
     """A model of the log (a list) and its head against the store: any commits, each moving the head before
-    or after its events are read back (or not at all), any range read, pruning, reopening (after a close, or as
-    a killed process leaves the files: the redo file not folded in)."""
+    or after its events are read back (or not at all, or rolled back), any range read, pruning, reopening
+    (after a close, or as a killed process leaves the files: the redo file not folded in)."""
     path = tmp_path_factory.mktemp("w") / "w.db"
     store = WorldStore(path, create=True)
     with store.transaction():
         store.add_log(Log("west", "", 0, 0, "canonical"))
     model, tick, head = [], 0, 0
     for commit, moves in commits:
+        if moves == "rolled back":  # events and a head that never happened: the caches forget everything
+            with pytest.raises(RuntimeError), store.transaction():
+                store.set_head("west", "", head + 1000)
+                ticks = list(itertools.accumulate((step for step, _ in commit), initial=tick))[1:]
+                store.append("west", "", [(t, "", "mutate", change, "p") for t, (_, change) in zip(ticks, commit)])
+                raise RuntimeError("rolled back")
+            assert store.log("west", "").head == head  # read back from the files
+            continue
         with store.transaction():
             if moves == "before":  # a head the segment written below carries
                 head += 7
