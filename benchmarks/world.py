@@ -17,8 +17,9 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
   checked or shaped while it runs), the stricter figure. persistence_overhead_long_run: the 10 Hz figure
   in one world that keeps running, stretch after stretch, each against the checked stepping from the
   stretch's starting state; the other runs last about a second in a new world each, so they leave out
-  what a long-lived store adds (its WAL copied into the database file every 5 s, beside the writer; a
-  growing file). event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints
+  what a long-lived store adds (its redo file folded into the SQLite file every 4 MiB, about every 900
+  commits here; its WAL copied into the database file every 5 s, beside the writer; a growing file).
+  event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints
   included.
 - fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
   process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the

@@ -104,9 +104,9 @@ class World:
     def create(cls, path: str | Path, shards: Mapping[str, str], entities: Sequence[Entity] = (), *,
                name: str | None = None, checkpoint_every: int = 1000, backend: str = "process",
                fsync: bool = False) -> "World":
-        """A new world at `path` (an SQLite file): `shards` maps shard names to scene MJCF, each entity
-        starts in its `shard`. Checkpoints every `checkpoint_every` ticks; `fsync` makes every commit
-        survive power loss, not only a killed process."""
+        """A new world at `path` (an SQLite file; `<path>-redo` beside it holds recent commits): `shards`
+        maps shard names to scene MJCF, each entity starts in its `shard`. Checkpoints every
+        `checkpoint_every` ticks; `fsync` makes every commit survive power loss, not only a killed process."""
         if not isinstance(shards, Mapping) or not shards:
             raise ValueError("a world needs at least one shard: a mapping of shard names to scene MJCF")
         every = as_int(checkpoint_every)

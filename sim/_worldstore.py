@@ -16,9 +16,11 @@ an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the ch
 text) and waits in memory, as do moved heads and new checkpoints. The commit turns them into rows (one
 per segment, head, checkpoint). A transaction that wrote nothing else, a twin's usual commit, writes
 those rows as one record of the redo file (`_redo`), one `write()`; they reach the SQLite tables when the
-redo file is folded in. Any other transaction commits through SQLite: it begins there as soon as it
-writes another table or reads any, after folding the redo file in and writing the rows so far, so every
-read sees all that was committed and all that its own transaction wrote.
+redo file is folded in (at `FOLD_BYTES`, on close, on open after a crash). Any other transaction commits
+through SQLite: it begins there as soon as it writes another table, or reads a log whose rows are in the
+redo file or in memory, after folding the redo file in and writing the rows so far. So every read sees
+all that was committed and all that its own transaction wrote, and a running twin's reads (its own
+recent events, other logs) leave its commits in the redo file.
 """
 
 from __future__ import annotations
@@ -377,7 +379,7 @@ class WorldStore:
     def put_entity(self, data: dict) -> None:
         text = canonical_json(data).decode()
         self._execute("INSERT OR REPLACE INTO entities VALUES (?, ?, ?)",
-                         (data["name"], text, self._checksum("entity", text)))
+                      (data["name"], text, self._checksum("entity", text)))
 
     def entities(self) -> list[dict]:
         out = []
@@ -390,7 +392,7 @@ class WorldStore:
     def put_template(self, xml: str, model_hash: str) -> str:
         source_hash = sha256_hex(xml.encode())
         self._execute("INSERT OR IGNORE INTO templates VALUES (?, ?, ?, ?)",
-                         (source_hash, xml, model_hash, self._checksum("template", source_hash, xml, model_hash)))
+                      (source_hash, xml, model_hash, self._checksum("template", source_hash, xml, model_hash)))
         return source_hash
 
     def template(self, source_hash: str) -> tuple[str, str]:
