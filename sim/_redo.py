@@ -49,9 +49,10 @@ class RedoFile:
 
     def records(self) -> list[dict]:
         """Every whole record, checked, in order; a torn last record (its writer died) is cut off the file."""
-        with open(self._fd, "rb", closefd=False) as file:
-            file.seek(0)
-            data = file.read()
+        try:
+            data = os.pread(self._fd, self.size, 0)
+        except OSError as exc:  # closed after a write it could not undo
+            raise WorldError(f"{self.path} cannot be read ({exc}); it is kept as it is") from None
         out, at = [], 0
         while at < len(data):
             if at + _HEADER.size <= len(data):

@@ -1,8 +1,11 @@
+import errno
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import CorruptLogError
+from sim import CorruptLogError, WorldError
 from sim._redo import RedoFile
 
 records = st.lists(st.fixed_dictionaries({"n": st.integers(0, 10**6), "rows": st.lists(st.text(max_size=40), max_size=4)}),
@@ -68,3 +71,28 @@ def test_another_worlds_records_are_refused(tmp_path):
     with pytest.raises(CorruptLogError, match="the commit at byte 0 fails its checksum"):
         redo.records()
     redo.close()
+
+
+def test_a_torn_write_that_cannot_be_undone_closes_the_file_and_the_next_open_cuts_it(tmp_path, monkeypatch):
+    redo = RedoFile(tmp_path / "w-redo", "world", fsync=False)
+    redo.append({"n": 1})
+    pwrite = os.pwrite
+
+    def full(fd, data, offset):  # faults: half the record reaches the file, the disk is full, and stays so
+        pwrite(fd, data[:len(data) // 2], offset)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def stuck(fd, length):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(os, "pwrite", full)
+    monkeypatch.setattr(os, "ftruncate", stuck)
+    with pytest.raises(WorldError, match="could not be written .*No space left"):
+        redo.append({"n": 2, "pad": "x" * 100})
+    monkeypatch.undo()
+    with pytest.raises(WorldError, match="could not be written"):  # nothing is written after a torn record
+        redo.append({"n": 3})
+    with pytest.raises(WorldError, match="cannot be read"):
+        redo.records()
+    reopened = RedoFile(tmp_path / "w-redo", "world", fsync=False)
+    assert reopened.records() == [{"n": 1}] and reopened.size == (tmp_path / "w-redo").stat().st_size
+    reopened.close()
