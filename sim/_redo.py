@@ -3,20 +3,23 @@
 A twin commits about once a second: the window's events, the head it advanced to, the checkpoints it
 crossed. As an SQLite transaction that is ~25 µs of locking and WAL frames; as a record appended to this
 file, ~1 µs. The store folds the records into its SQLite file in one transaction now and then (when the
-file grows past `FOLD_BYTES`, before anything else is written or read from the tables they touch, and
-on close); the SQLite file remembers the number of the last record folded, so a record is folded
+file reaches `FOLD_BYTES`, before anything else is written or read from the tables they touch, and on
+close); the SQLite file remembers the number of the last record folded (`folded`), so a record is folded
 exactly once even if the process dies between the fold's commit and the file's truncation.
 
 A record is a header (its payload's length, a CRC-32 of that length, and a SHA-256 over the world id
-and the payload) and the payload (the rows to insert, as JSON). It is durable against a killed process
-once `append` returns (it is in the kernel's page cache), and against power loss too if the world was
-created with `fsync`. A record the file ends inside, with a sound header or with too few bytes left for
-one, was being written when its writer died: it was never acknowledged, and is cut off. Anything else
-that fails a check (a header, or a whole record) is corruption: an error, and the file is left as it is.
+and the payload) and the payload (its number and the rows to insert, as JSON). It is durable against a
+killed process once `append` returns (it is in the kernel's page cache), and against power loss too if
+the world was created with `fsync`. A record the file ends inside, with a sound header or with too few
+bytes left for one, was being written when its writer died: it was never acknowledged, and is cut off;
+so is a tail of zero bytes (blocks a power loss allocated but never wrote). Anything else that fails a
+check (a header, a whole record, a number out of sequence) is corruption: an error, and the file is left
+as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
@@ -27,54 +30,90 @@ import orjson
 
 from ._errors import CorruptLogError, WorldError
 
-FOLD_BYTES = 4 << 20  # as SQLite's own WAL: folded at about 4 MiB (a few thousand commits; ~30 ms to fold)
+FOLD_BYTES = 4 << 20  # as SQLite's own WAL: folded at about 4 MiB (~900 of a twin's commits; ~30 ms to fold)
 _LENGTH = struct.Struct("<Q")
 _HEADER = struct.Struct("<QI32s")  # payload length, CRC-32 of that length, SHA-256 of world id and payload
 
 
 class RedoFile:
-    """The redo file beside a world's SQLite file; one writer (the store holds the world's lock)."""
+    """The redo file beside a world's SQLite file; one writer (the store holds the world's lock).
 
-    def __init__(self, path: Path, world_id: str, *, fsync: bool) -> None:
+    `folded` is the number of the last record in the SQLite file, as the SQLite file says; `last` the
+    number of the last record written or folded; `unfolded` whether the file may hold records after `folded`."""
+
+    def __init__(self, path: Path, world_id: str, *, fsync: bool, folded: int) -> None:
         self.path = path
+        self.folded = self.last = folded
         self._salt = world_id.encode()
         self._fsync = fsync
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        try:
+            created = not path.exists()
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if fsync and created:  # the file's name must survive power loss too, not only its records
+                directory = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+            self.size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise WorldError(f"{path} cannot be opened ({exc})") from None
+        self.unfolded = self.size > 0
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
-    def records(self) -> list[dict]:
-        """Every whole record, checked, in order; a torn last record (its writer died) is cut off the file."""
+    def unfolded_records(self) -> list[dict]:
+        """The records after `folded`, checked, in order (their numbers run on from it); a torn tail (its writer
+        died) is cut off the file."""
         try:
             data = os.pread(self._fd, self.size, 0)
         except OSError as exc:  # closed after a write it could not undo
             raise WorldError(f"{self.path} cannot be read ({exc}); it is kept as it is") from None
         out, at = [], 0
         while at < len(data):
+            if not any(memoryview(data)[at:]):
+                self._cut(at)  # blocks a power loss allocated but never wrote
+                break
             if at + _HEADER.size <= len(data):
                 length, check, digest = _HEADER.unpack_from(data, at)
                 if check != zlib.crc32(_LENGTH.pack(length)):
                     raise CorruptLogError(f"{self.path}: the header of the commit at byte {at} fails its checksum; "
                                           f"nothing was applied from it or after it")
             if at + _HEADER.size > len(data) or at + _HEADER.size + length > len(data):
-                os.ftruncate(self._fd, at)  # never acknowledged: its writer died in the middle of it
-                self.size = at
+                self._cut(at)  # never acknowledged: its writer died in the middle of it
                 break
             payload = data[at + _HEADER.size:at + _HEADER.size + length]
             if hashlib.sha256(self._salt + payload).digest() != digest:
                 raise CorruptLogError(f"{self.path}: the commit at byte {at} fails its checksum; nothing was applied "
                                       f"from it or after it")
-            out.append(orjson.loads(payload))
+            record = orjson.loads(payload)
+            if out and record["n"] <= self.folded:
+                raise CorruptLogError(f"{self.path}: commit {record['n']} comes after commit {out[-1]['n']}")
+            if record["n"] > self.folded:
+                expected = out[-1]["n"] + 1 if out else self.folded + 1
+                if record["n"] != expected:
+                    raise CorruptLogError(f"{self.path}: commit {expected} is missing (found {record['n']})")
+                out.append(record)
             at += _HEADER.size + length
         return out
 
-    def append(self, record: dict) -> None:
-        """Write one record; when this returns it is durable. On failure (a full disk) the file is as it was."""
-        payload = orjson.dumps(record)
+    def _cut(self, at: int) -> None:
+        try:
+            os.ftruncate(self._fd, at)
+        except OSError as exc:
+            raise WorldError(f"{self.path}: its torn last commit cannot be cut off ({exc})") from None
+        self.size = at
+
+    def append(self, rows: dict) -> None:
+        """Write the next record; when this returns it is durable. If it fails (a full disk, an interrupt), the
+        file is as it was, or closed if it cannot be put back (nothing is written after a torn record)."""
+        try:
+            payload = orjson.dumps({"n": self.last + 1, **rows})
+        except TypeError as exc:  # orjson.JSONEncodeError
+            raise WorldError(f"{self.path}: the commit cannot be stored ({exc}); nothing of it was kept") from None
         data = _HEADER.pack(len(payload), zlib.crc32(_LENGTH.pack(len(payload))),
                             hashlib.sha256(self._salt + payload).digest()) + payload
         try:
@@ -82,15 +121,26 @@ class RedoFile:
                 raise OSError("short write: the disk is full")
             if self._fsync:
                 os.fdatasync(self._fd)
-        except OSError as exc:
+        except BaseException as exc:
             try:
                 os.ftruncate(self._fd, self.size)  # no torn record left before the next one
             except OSError:
-                self.close()  # the file may now end in a torn record: nothing more is written to it
-            raise WorldError(f"{self.path}: the commit could not be written ({exc}); nothing of it was kept") from None
+                self.close()
+                raise WorldError(f"{self.path}: the commit could not be written ({exc}), nor taken back; the file is "
+                                 f"closed, and the commit may be found when the world is opened again") from None
+            if isinstance(exc, OSError):
+                raise WorldError(f"{self.path}: the commit could not be written ({exc}); nothing of it was kept") \
+                    from None
+            raise
         self.size += len(data)
+        self.last += 1
+        self.unfolded = True
 
-    def clear(self) -> None:
-        """Empty the file (its records are folded)."""
-        os.ftruncate(self._fd, 0)
-        self.size = 0
+    def folded_to(self, last: int) -> None:
+        """The SQLite file now holds every record up to `last`: empty the file (if that fails, the next fold
+        skips what is folded)."""
+        self.folded = self.last = last
+        self.unfolded = False
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            self.size = 0

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import uuid
@@ -44,6 +45,7 @@ from ._canon import canonical_json, sha256_hex
 from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
 from ._redo import FOLD_BYTES, RedoFile
 
+_logger = logging.getLogger(__name__)
 FORMAT = "simnet.world/4"  # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file
 CANONICAL = ""  # the branch key of a shard's canonical log
 # Events per log at least kept in memory after this process appended them: the engine's next advance takes
@@ -55,6 +57,7 @@ _SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick
 # log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
 _LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
 _JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
+_MAX_TICK = 2**63 - 1  # what an SQLite integer holds
 _FOLDED = "redo_folded"  # the setting holding the number of the last redo record folded into the tables
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -136,13 +139,15 @@ class WorldStore:
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
         self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
         self._pending_checkpoints: dict[tuple[str, str], list[tuple]] = {}  # their rows, not yet written
-        self._in_transaction = False
         self._redo: RedoFile | None = None
-        self._unfolded = False  # the redo file may hold records not yet folded into the tables
-        self._in_redo: set[tuple[str, str]] = set()  # logs with rows in those records
-        self._folding: int | None = None  # the last record this SQLite transaction folds in
+        self._in_redo: set[tuple[str, str]] = set()  # logs with rows in the redo file's unfolded records
+        # the transaction under way: whether it began in SQLite, the record its fold reached, its first failure
+        self._in_transaction, self._in_sqlite, self._folding, self._failure = False, False, None, None
+        redo = Path(f"{self.path}-redo")
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
+        if create and redo.exists():
+            raise WorldError(f"{redo} is in the way: commits of a world whose file is gone; move it away first")
         self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -150,9 +155,19 @@ class WorldStore:
             self._lock.close()
             raise WorldLockedError(f"{self.path} is open in another process; close it there first") from None
         try:
+            self._open(create, fsync, redo)
+        except BaseException:
+            self.close()
+            if create:  # nothing left of a world that was not made
+                for leftover in ("", "-wal", "-shm", "-redo", ".lock"):
+                    Path(f"{self.path}{leftover}").unlink(missing_ok=True)
+            raise
+
+    def _open(self, create: bool, fsync: bool, redo: Path) -> None:
+        try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             if not create and not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
-                self.close()  # another program's database, or an empty file: refused before anything is written
+                # another program's database, or an empty file: refused before anything is written
                 raise CorruptWorldError(f"{self.path} holds no world (no meta table)")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
@@ -165,10 +180,8 @@ class WorldStore:
                 self._db.execute("COMMIT")
             meta = dict(self._db.execute("SELECT key, value FROM meta"))
         except sqlite3.DatabaseError as exc:
-            self.close()
             raise CorruptWorldError(f"{self.path} is not a readable world: {exc}") from None
         if meta.get("format") != FORMAT:
-            self.close()
             raise CorruptWorldError(f"{self.path}: unknown world format {meta.get('format')!r}")
         self.id = meta["id"]
         fsync = json.loads(meta["fsync"])
@@ -178,16 +191,9 @@ class WorldStore:
         self._stop = threading.Event()
         self._checkpointer = threading.Thread(target=self._checkpoint_wal, name=f"wal {self.path.name}", daemon=True)
         self._checkpointer.start()
-        try:
-            self._folded: int = self.meta(_FOLDED)
-            self._written = self._folded  # the number of the last redo record written (or folded)
-            self._redo = RedoFile(Path(f"{self.path}-redo"), self.id, fsync=fsync)
-            self._unfolded = self._redo.size > 0
-            if self._unfolded:
-                self.fold()  # what the last session committed there, if it did not close
-        except BaseException:
-            self.close()
-            raise
+        self._redo = RedoFile(redo, self.id, fsync=fsync, folded=self.meta(_FOLDED))
+        if self._redo.unfolded:
+            self.fold()  # what the last session committed there, if it did not close
 
     def fold(self) -> None:
         """Write the redo file's records into the tables now (reads do it first themselves)."""
@@ -195,11 +201,11 @@ class WorldStore:
             self._sql_mode()
 
     def close(self) -> None:
-        if self._unfolded and getattr(self, "_db", None) is not None:
+        if self._redo is not None and self._redo.unfolded and getattr(self, "_db", None) is not None:
             try:
                 self.fold()
-            except WorldError:  # kept in the redo file: the next open folds them
-                pass
+            except Exception as exc:  # noqa: BLE001 - they stay in the redo file: the next open folds them
+                _logger.warning("%s: the redo file was not folded in on close (%s); the next open will", self.path, exc)
         if getattr(self, "_checkpointer", None) is not None:
             self._stop.set()
             self._checkpointer.join()
@@ -225,26 +231,29 @@ class WorldStore:
             db.close()
 
     def transaction(self) -> contextlib.AbstractContextManager:
-        """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of events)."""
+        """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of events). A
+        transaction in which a write to the files failed commits nothing, even if the caller caught the error."""
         return _JOINED if self._in_transaction else self._transaction()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self._in_transaction, self._folding = True, None
+        self._in_transaction, self._in_sqlite, self._folding, self._failure = True, False, None, None
         try:
-            if self._redo is not None and self._redo.size > FOLD_BYTES:
+            if self._redo.size >= FOLD_BYTES:
                 self._sql_mode()  # this one commits through SQLite, with the redo file folded in
             yield
-            if self._db.in_transaction:
+            if self._failure is not None:
+                raise WorldError(f"{self.path}: nothing of this commit was kept: it failed earlier ({self._failure})")
+            if self._in_sqlite:
+                if not self._db.in_transaction:  # SQLite ended it after an error the caller caught
+                    raise WorldError(f"{self.path}: nothing of this commit was kept: SQLite rolled it back")
                 self._write_rows(*self._take_pending())
                 self._db.execute("COMMIT")
             else:
                 segments, heads, checkpoints = self._take_pending()
                 if segments or heads or checkpoints:
-                    self._redo.append({"n": self._written + 1, "segments": segments, "heads": heads, "checkpoints": [
+                    self._redo.append({"segments": segments, "heads": heads, "checkpoints": [
                         (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints]})
-                    self._written += 1
-                    self._unfolded = True
                     self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[2:] for row in heads])
         except BaseException as exc:
             for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending,
@@ -253,44 +262,55 @@ class WorldStore:
             if self._db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError):
-                raise WorldError(f"{self.path}: the store could not write ({exc}); nothing of this commit was kept") \
-                    from None
-            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
-                raise CorruptWorldError(f"{self.path}: {exc}") from None
-            raise
+            mapped = self._store_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from None
         finally:
             self._in_transaction = False
         if self._folding is not None:  # committed: the redo file's records are in the tables now
-            self._folded = self._written = self._folding
-            self._unfolded = False
+            self._redo.folded_to(self._folding)
             self._in_redo.clear()
-            with contextlib.suppress(OSError):  # if it cannot be emptied, the next fold skips what is folded
-                self._redo.clear()
+
+    def _store_error(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, sqlite3.OperationalError):  # a full disk, an I/O error
+            return WorldError(f"{self.path}: the store could not write ({exc}); nothing of this commit was kept")
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
+            return CorruptWorldError(f"{self.path}: {exc}")
+        return exc
 
     def _sql_mode(self) -> None:
-        """Make this transaction commit through SQLite (it writes another table, or reads): begin it there, fold
-        the redo file in, and write the rows this transaction made so far. Outside a transaction: fold."""
+        """Make this transaction commit through SQLite (it writes another table, or reads a log the redo file or
+        memory holds rows of): begin it there, fold the redo file in, and write the rows this transaction made so
+        far. Outside a transaction: fold. A failure here fails the whole transaction."""
         if not self._in_transaction:
-            if self._unfolded:
+            if self._redo is not None and self._redo.unfolded:
                 self.fold()
             return
-        if not self._db.in_transaction:
-            self._db.execute("BEGIN IMMEDIATE")
-            if self._unfolded:
-                self._fold()
-        self._write_rows(*self._take_pending())
+        if self._failure is not None:
+            raise WorldError(f"{self.path}: this commit already failed ({self._failure}); nothing of it will be kept")
+        try:
+            if not self._in_sqlite:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._in_sqlite = True
+                if self._redo.unfolded:
+                    self._fold()
+            self._write_rows(*self._take_pending())
+        except BaseException as exc:
+            self._failure = mapped = self._store_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from None
 
     def _fold(self) -> None:
-        """Insert the redo file's records not yet folded, in order, and record the last one's number."""
-        records = [r for r in self._redo.records() if r["n"] > self._folded]
-        for expected, record in enumerate(records, start=self._folded + 1):
-            if record["n"] != expected:
-                raise CorruptLogError(f"{self._redo.path}: commit {expected} is missing (found {record['n']})")
+        """Insert the redo file's unfolded records and record the last one's number (as of this transaction)."""
+        records = self._redo.unfolded_records()
+        for record in records:
             self._write_rows(record["segments"], record["heads"], [
                 (*row[:6], base64.b64decode(row[6]), row[7]) for row in record["checkpoints"]])
-        self._folding = records[-1]["n"] if records else self._folded
-        self._put_meta(_FOLDED, self._folding)
+        last = records[-1]["n"] if records else self._redo.folded
+        self._put_meta(_FOLDED, last)
+        self._folding = last
 
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
@@ -336,17 +356,23 @@ class WorldStore:
         """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that was committed
         and all that this transaction wrote: if the redo file or this transaction holds rows of that log, they are
         written into the tables first (and the transaction commits through SQLite)."""
+        if log in self._in_redo or log in self._pending or log in self._unsaved or log in self._pending_checkpoints:
+            self._sql_mode()
         try:
-            if log in self._in_redo or log in self._pending or log in self._unsaved or log in self._pending_checkpoints:
-                self._sql_mode()
             yield from self._db.execute(sql, args)
         except sqlite3.DatabaseError as exc:
             raise CorruptWorldError(f"{self.path}: {exc}") from None
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> None:
-        """A write to a table the redo file does not carry: this transaction commits through SQLite."""
+        """A write to a table the redo file does not carry: this transaction commits through SQLite. A write
+        that fails fails the transaction."""
         self._sql_mode()
-        self._db.execute(sql, args)
+        try:
+            self._db.execute(sql, args)
+        except BaseException as exc:
+            if self._in_transaction:
+                self._failure = self._store_error(exc)
+            raise
 
     # ---- meta, shards, entities, templates ----
 
@@ -419,6 +445,8 @@ class WorldStore:
     def set_head(self, shard: str, branch: str, head: int) -> None:
         """Move a log's head (inside a `transaction()`); written when it commits, in a new segment if any."""
         assert self._in_transaction, "set_head outside a transaction"
+        if type(head) is not int or not 0 <= head <= _MAX_TICK:
+            raise WorldError(f"log {shard}/{branch or 'canonical'}: head {head!r} is not an int in 0..2**63-1")
         self._logs[shard, branch] = self.log(shard, branch)._replace(head=head)
         self._unsaved.add((shard, branch))
 
@@ -430,18 +458,17 @@ class WorldStore:
         last = self._rows(f"SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
                           f"AND last_tick < ? {_LAST}", (shard, branch, tick))
         anchor = last[0] if last else (log.anchor_seq, log.anchor_tick, log.anchor)
-        self._db.execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
-        self._db.execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
-        self._db.execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
-        self._db.execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log._replace(
+        self._execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
+        self._execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
+        self._execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
+        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log._replace(
             base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2])))
         self._forget(shard, branch)  # read back as written: the head is in the row now
 
     def delete_log(self, shard: str, branch: str) -> None:
         """A branch's log, checkpoints and all, gone."""
-        self._sql_mode()
         for table in ("segments", "checkpoints", "logs"):
-            self._db.execute(f"DELETE FROM {table} WHERE shard = ? AND branch = ?", (shard, branch))
+            self._execute(f"DELETE FROM {table} WHERE shard = ? AND branch = ?", (shard, branch))
         self._forget(shard, branch)
 
     def _forget(self, shard: str, branch: str) -> None:
@@ -505,8 +532,9 @@ class WorldStore:
         out, encoded = [], []
         for event in events:
             tick = event[0]
-            if type(tick) is not int:  # anything else (a numpy integer) would not read back as it was checksummed
-                raise WorldError(f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int")
+            # anything else (a numpy integer) would not read back as it was checksummed, nor fit in SQLite
+            if type(tick) is not int or not 0 <= tick <= _MAX_TICK:
+                raise WorldError(f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int in 0..2**63-1")
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
             try:  # encoded now, so that an event that cannot be stored is refused here, alone

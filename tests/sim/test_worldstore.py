@@ -282,7 +282,8 @@ def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_
                 head += 7
                 store.set_head("west", "", head)
     if reopen != "no":
-        store._unfolded = reopen == "closed" and store._unfolded
+        if reopen == "killed":
+            _as_killed(store)
         store.close()
         store = WorldStore(path, create=False)
     assert store.log("west", "").head == head
@@ -298,6 +299,12 @@ def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_
     store.close()
     store = WorldStore(path, create=False)
     assert store.log("west", "").head == head  # pruning kept it, in the row or a kept segment
+    store.close()
+
+
+def _as_killed(store):
+    """Close a store as a killed process leaves its files: the redo file not folded in."""
+    store._redo.unfolded = False
     store.close()
 
 
@@ -332,16 +339,15 @@ def test_a_fold_whose_file_could_not_be_emptied_is_not_folded_twice(store, monke
         store.append("west", "", [(20, "", "mutate", {}, "once")])
         store.put_checkpoints("west", "", [Checkpoint(20, "t" * 64, "m" * 64, [], b"\x03" * 16)])
 
-    def fail(redo):  # a fault: the process dies between the fold's commit and emptying the file
+    def fail(fd, length):  # a fault: the process dies between the fold's commit and emptying the file
         raise OSError("killed")
-    monkeypatch.setattr("sim._redo.RedoFile.clear", fail)
+    monkeypatch.setattr(os, "ftruncate", fail)
     store.fold()
+    monkeypatch.undo()
     assert store._redo.size > 0 and _segments(store.path)[-1] == (7, 7, 0)
     with store.transaction():  # numbered on from the folded one
         store.append("west", "", [(21, "", "mutate", {}, "after")])
-    store._unfolded = False  # closed as a killed process would leave it: nothing more folded
-    store.close()
-    monkeypatch.undo()
+    _as_killed(store)
     store = WorldStore(store.path, create=False)
     assert [e.provenance for e in store.events("west", "", first_tick=13)] == ["once", "after"]
     assert store.checkpoint("west", "", 20).state == b"\x03" * 16 and store._redo.size == 0
@@ -353,8 +359,7 @@ def test_a_corrupt_redo_file_is_refused_and_nothing_is_changed(store):
         store.append("west", "", [(20, "", "mutate", {}, "x")])
     with store.transaction():
         store.append("west", "", [(21, "", "mutate", {}, "y")])
-    store._unfolded = False  # as a killed process leaves it: two records not folded
-    store.close()
+    _as_killed(store)  # two records not folded
     redo = store.path.parent / "w.db-redo"
     data = bytearray(redo.read_bytes())
     data[-5] ^= 1  # in the last record's payload
@@ -369,12 +374,92 @@ def test_a_missing_redo_record_is_a_gap(store):
     for tick in (20, 21):
         with store.transaction():
             store.append("west", "", [(tick, "", "mutate", {}, "")])
-    store._unfolded = False
-    store.close()
-    redo = RedoFile(store.path.parent / "w.db-redo", store.id, fsync=False)
-    second = redo.records()[1]
-    redo.clear()
-    redo.append(second)  # the first record gone
+    folded = store._redo.folded
+    _as_killed(store)
+    redo = RedoFile(store.path.parent / "w.db-redo", store.id, fsync=False, folded=folded)
+    second = redo.unfolded_records()[1]
+    redo.folded_to(second["n"] - 1)  # the first record gone
+    redo.append({key: value for key, value in second.items() if key != "n"})
     redo.close()
     with pytest.raises(CorruptLogError, match=rf"commit {second['n'] - 1} is missing \(found {second['n']}\)"):
         WorldStore(store.path, create=False)
+
+
+def test_a_fold_the_disk_refuses_fails_its_transaction_even_if_the_error_is_caught(store):
+    for tick in (20, 21, 22):  # acknowledged commits: redo records
+        with store.transaction():
+            store.append("west", "", [(tick, "", "mutate", {}, f"acked{tick}")])
+            store.set_head("west", "", tick)
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages + 3}")  # room for the fold, not for the big event
+    with pytest.raises(WorldError, match="nothing of this commit was kept: it failed earlier"):
+        with store.transaction():
+            store.append("west", "", [(30, "", "mutate", {"pad": "x" * 50000}, "big")])
+            with pytest.raises(WorldError, match="could not write .*full"):  # a read folds and writes: full
+                store.count_checkpoints("west", "")
+            with pytest.raises(WorldError, match="already failed"):  # no stale reads from here on
+                store.events("west", "")
+    store._db.execute("PRAGMA max_page_count = 1000000")
+    assert store._redo.size > 0 and store._redo.unfolded  # the records wait for a fold that commits
+    assert [e.provenance for e in store.events("west", "", first_tick=20)] == ["acked20", "acked21", "acked22"]
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert store.last_event("west", "") == (9, 22) and store.log("west", "").head == 22
+    store.close()
+
+
+def test_a_redo_file_that_cannot_be_read_fails_the_transaction_that_folds_it(store, monkeypatch):
+    with store.transaction():
+        store.set_head("west", "", 10)  # acknowledged: a redo record
+    monkeypatch.setattr(store._redo, "unfolded_records", lambda: (_ for _ in ()).throw(WorldError("unreadable")))
+    with pytest.raises(WorldError, match="nothing of this commit was kept"), store.transaction():
+        with pytest.raises(WorldError, match="unreadable"):
+            store.set_meta("note", 1)
+        with pytest.raises(WorldError, match="already failed"):  # not the stale head in the tables
+            store.checkpoint("west", "", 10)
+        store.set_head("west", "", 20)
+    monkeypatch.undo()
+    assert store.log("west", "").head == 10
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert store.log("west", "").head == 10
+    store.close()
+
+
+def test_ticks_and_heads_that_sqlite_cannot_hold_are_refused_before_they_are_logged(store):
+    with store.transaction():
+        with pytest.raises(WorldError, match=r"tick 9223372036854775808 is not an int in 0..2\*\*63-1"):
+            store.append("west", "", [(2**63, "", "mutate", {}, "")])
+        with pytest.raises(WorldError, match=r"head -1 is not an int"):
+            store.set_head("west", "", -1)
+        store.set_head("west", "", 2**63 - 1)
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert store.log("west", "").head == 2**63 - 1
+    store.close()
+
+
+def test_a_full_disk_on_a_read_that_folds_is_a_write_error_not_corruption(store):
+    with store.transaction():
+        store.append("west", "", [(20, "", "mutate", {"pad": "x" * 9000}, "kept")])
+    store._db.execute(f"PRAGMA max_page_count = {store._db.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(WorldError, match="could not write .*full") as raised, store.transaction():
+        store.checkpoint("west", "", 20)
+    assert not isinstance(raised.value, CorruptWorldError)
+    store._db.execute("PRAGMA max_page_count = 1000000")
+    assert [e.provenance for e in store.events("west", "", first_tick=20)] == ["kept"]
+    store.close()
+
+
+def test_a_leftover_redo_file_stops_a_create_and_a_failed_create_leaves_no_file(tmp_path, monkeypatch):
+    (tmp_path / "w.db-redo").write_bytes(b"commits of a world whose file is gone")
+    with pytest.raises(WorldError, match="w.db-redo is in the way"):
+        WorldStore(tmp_path / "w.db", create=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.db-redo"]
+
+    def unopenable(path, *args, **kwargs):  # a fault after the SQLite file was made
+        raise WorldError(f"{path} cannot be opened (injected)")
+    monkeypatch.setattr("sim._worldstore.RedoFile", unopenable)
+    with pytest.raises(WorldError, match="x.db-redo cannot be opened"):
+        WorldStore(tmp_path / "x.db", create=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.db-redo"]
