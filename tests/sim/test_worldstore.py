@@ -243,8 +243,9 @@ changes = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**63, 2**
                                                          st.floats(allow_nan=False, allow_infinity=False),
                                                          st.text(max_size=8), st.lists(st.floats(-1, 1), max_size=3)),
                           max_size=3)
-commits = st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 3), changes), min_size=0, max_size=300),
-                             st.sampled_from(["none", "before", "after", "rolled back"])), min_size=1, max_size=6)
+commits = st.lists(st.tuples(st.sampled_from(["west", "east"]),
+                             st.lists(st.tuples(st.integers(0, 3), changes), min_size=0, max_size=300),
+                             st.sampled_from(["none", "before", "after", "rolled back"])), min_size=1, max_size=8)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -252,53 +253,56 @@ commits = st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 3), changes), min
        prune_at=st.integers(0, 400), reopen=st.sampled_from(["no", "closed", "killed"]))
 def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_factory, commits, query, prune_at,
                                                                          reopen):
-    """A model of the log (a list) and its head against the store: any commits, each moving the head before
-    or after its events are read back (or not at all, or rolled back), any range read, pruning, reopening
-    (after a close, or as a killed process leaves the files: the redo file not folded in)."""
+    """A model of two logs (lists) and their heads against the store: any commits, each to one log, moving its
+    head before or after its events are read back (or not at all, or rolled back), any range read, pruning,
+    reopening (after a close, or as a killed process leaves the files: the redo file not folded in)."""
     path = tmp_path_factory.mktemp("w") / "w.db"
     store = WorldStore(path, create=True)
     with store.transaction():
-        store.add_log(Log("west", "", 0, 0, "canonical"))
-    model, tick, head = [], 0, 0
-    for commit, moves in commits:
+        for shard in ("west", "east"):
+            store.add_log(Log(shard, "", 0, 0, "canonical"))
+    models, ticks, heads = {"west": [], "east": []}, {"west": 0, "east": 0}, {"west": 0, "east": 0}
+    for shard, commit, moves in commits:
+        model = models[shard]
         if moves == "rolled back":  # events and a head that never happened: the caches forget everything
             with pytest.raises(RuntimeError), store.transaction():
-                store.set_head("west", "", head + 1000)
-                ticks = list(itertools.accumulate((step for step, _ in commit), initial=tick))[1:]
-                store.append("west", "", [(t, "", "mutate", change, "p") for t, (_, change) in zip(ticks, commit)])
+                store.set_head(shard, "", heads[shard] + 1000)
+                at = list(itertools.accumulate((step for step, _ in commit), initial=ticks[shard]))[1:]
+                store.append(shard, "", [(t, "", "mutate", change, "p") for t, (_, change) in zip(at, commit)])
                 raise RuntimeError("rolled back")
-            assert store.log("west", "").head == head  # read back from the files
+            assert {s: store.log(s, "").head for s in heads} == heads  # read back from the files
             continue
         with store.transaction():
             if moves == "before":  # a head the segment written below carries
-                head += 7
-                store.set_head("west", "", head)
+                heads[shard] += 7
+                store.set_head(shard, "", heads[shard])
             for step, change in commit:
-                tick += step
-                model.append((len(model) + 1, tick, "", "mutate", change, "p"))
-                store.append("west", "", [model[-1][1:]])
+                ticks[shard] += step
+                model.append((len(model) + 1, ticks[shard], "", "mutate", change, "p"))
+                store.append(shard, "", [model[-1][1:]])
             if moves == "after":  # a read from the file writes the segment first: this head goes to the log's row
-                store.last_seq("west", "", tick)
-                head += 7
-                store.set_head("west", "", head)
+                store.last_seq(shard, "", ticks[shard])
+                heads[shard] += 7
+                store.set_head(shard, "", heads[shard])
     if reopen != "no":
-        if reopen == "killed":
-            _as_killed(store)
-        store.close()
+        _as_killed(store) if reopen == "killed" else store.close()
         store = WorldStore(path, create=False)
-    assert store.log("west", "").head == head
     first, last, after = min(query[:2]), max(query[:2]), query[2]
-    expected = [e for e in model if first <= e[1] <= last and e[0] > after]
-    assert [tuple(e) for e in store.events("west", "", first_tick=first, last_tick=last, after_seq=after)] == expected
-    assert store.last_seq("west", "", last) == max([e[0] for e in model if e[1] <= last], default=0)
+    for shard, model in models.items():
+        assert store.log(shard, "").head == heads[shard]
+        expected = [e for e in model if first <= e[1] <= last and e[0] > after]
+        assert [tuple(e) for e in store.events(shard, "", first_tick=first, last_tick=last, after_seq=after)] == expected
+        assert store.last_seq(shard, "", last) == max([e[0] for e in model if e[1] <= last], default=0)
     with store.transaction():
         store.prune("west", "", prune_at)
+    model = models["west"]
     kept = [tuple(e) for e in store.events("west", "", first_tick=prune_at)]
     assert kept == [e for e in model if e[1] >= prune_at] and store.last_event("west", "") == (
         (model[-1][0], model[-1][1]) if model else (0, 0))
     store.close()
     store = WorldStore(path, create=False)
-    assert store.log("west", "").head == head  # pruning kept it, in the row or a kept segment
+    assert {s: store.log(s, "").head for s in heads} == heads  # pruning kept west's, in the row or a kept segment
+    assert [tuple(e) for e in store.events("east", "")] == models["east"]
     store.close()
 
 
