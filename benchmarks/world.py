@@ -53,8 +53,9 @@ import numpy as np
 
 import sim
 from sim._engine import Engine
+from sim._segments import Event
 from sim._world_input import mutate_event
-from sim._worldstore import Checkpoint, Event
+from sim._worldstore import Checkpoint
 
 REGION = """<mujoco model="cell"><option timestep="0.005"/>
   <worldbody><geom name="floor" type="plane" size="200 200 0.1"/></worldbody></mujoco>"""

@@ -67,6 +67,7 @@ from ._policies import MLP, EntryPointRef, MLPSpec, Skill
 from ._ray import use_ray
 from ._record import Reproduction, check_record, record_hash, reproduce
 from ._rollout import BranchOutcome, branch_patch
+from ._segments import Event
 from ._snapshot import Snapshot
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, fixed_sample_size, wilson_lower
@@ -74,7 +75,6 @@ from ._tasks import Task
 from ._templates import Template
 from ._transfer import NativeSkill, native_skill, retarget, transfer_dataset
 from ._world import Intervention, Migration, World
-from ._worldstore import Event
 
 __all__ = [
     "BranchOutcome", "Comparison", "Verification", "certify", "load_policy", "publish_skill", "randomized",

@@ -21,10 +21,11 @@ from ._entities import Entity, compose
 from ._errors import HistoryError, UnknownEntityError, WorldError
 from ._evaluate import Evaluation
 from ._patches import Mutation, Patch
+from ._segments import Event
 from ._snapshot import Snapshot
 from ._templates import Template, cached_template
 from ._world_input import as_int, check_steps, check_text, check_tick, mutate_event
-from ._worldstore import CANONICAL, Checkpoint, Event, Log
+from ._worldstore import CANONICAL, Checkpoint, Log
 
 if TYPE_CHECKING:
     from ._world import Intervention, Migration, World

@@ -18,9 +18,10 @@ from mujoco import batch as mjbatch
 from ._entities import entity_patch, moved_row, named_state
 from ._errors import MutationError, ReplayTemplateError, WorldError
 from ._patches import Mutation, Patch, apply_model_patches, apply_state_patches
+from ._segments import Event
 from ._snapshot import apply_stepwise
 from ._templates import Template, cached_template
-from ._worldstore import Checkpoint, Event
+from ._worldstore import Checkpoint
 
 log = logging.getLogger(__name__)
 

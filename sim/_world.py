@@ -28,12 +28,13 @@ from ._evaluate import Evaluation, policy_payload
 from ._hosts import WorkerLost, make_worker, raising
 from ._patches import Mutation, Patch, Sampler
 from ._policies import describe_policy
+from ._segments import Event
 from ._snapshot import Snapshot, check_start, on_template
 from ._stats import SPRT
 from ._tasks import Task
 from ._templates import Template, cached_template
 from ._world_input import MAX_AHEAD, MAX_TICK, as_int, check_steps, check_text, check_tick, mutate_event
-from ._worldstore import CANONICAL, Checkpoint, Event, Log, WorldStore
+from ._worldstore import CANONICAL, Checkpoint, Log, WorldStore
 
 if TYPE_CHECKING:  # _branches imports this module
     from ._branches import Branch, Replay

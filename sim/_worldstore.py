@@ -2,9 +2,9 @@
 checkpoints, branches and migrations, every row under a SHA-256 checksum; and a redo file beside it for
 the commits of a running twin.
 
-Each log (a shard's canonical one, or a branch's) is append-only, stored as segments: the events one
-commit appended (at most `_SEGMENT_EVENTS` per segment) in one row under one checksum, which also covers
-the previous segment's checksum. A changed, dropped or reordered segment is found before anything is
+Each log (a shard's canonical one, or a branch's) is append-only, stored as segments (`_segments`): the
+events one commit appended in one row under one checksum, which also covers the previous segment's
+checksum. A changed, dropped or reordered segment is found before anything is
 built from it, except that nothing records the newest segment's existence: a file that lost its last
 segment reads as if that commit had not happened. Ticks never decrease along a log. A log's head (the
 tick its engine has reached) is in its row, or in its last segment when that is later: a commit that
@@ -43,7 +43,9 @@ import orjson
 
 from ._canon import canonical_json, sha256_hex
 from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
+from . import _segments as segments
 from ._redo import FOLD_BYTES, RedoFile
+from ._segments import Event
 
 _logger = logging.getLogger(__name__)
 FORMAT = "simnet.world/4"  # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file
@@ -52,7 +54,6 @@ CANONICAL = ""  # the branch key of a shard's canonical log
 # them from here; older ones are read back from their segments. Not more: each cached event is a dozen objects
 # the garbage collector walks again and again (with 4096, a tenth of what logging costs).
 _RECENT = 256
-_SEGMENT_EVENTS = 256  # events per log segment at most: what a read of one tick decodes
 # Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
 # log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
 _LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
@@ -78,22 +79,6 @@ CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NUL
     checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
 """
-
-
-class Event(NamedTuple):  # a tuple: one is made for every event logged, and read back
-    """One mutation of a shard: at virtual `tick`, on `entity` ("" for the shard itself), what
-    changed (`kind` "mutate", "leave" or "enter" and its `change`), and who asked (`provenance`)."""
-
-    seq: int
-    tick: int
-    entity: str
-    kind: str
-    change: dict
-    provenance: str
-
-    def to_json(self) -> dict:
-        return {"seq": self.seq, "tick": self.tick, "entity": self.entity, "kind": self.kind,
-                "change": self.change, "provenance": self.provenance}
 
 
 @dataclass(frozen=True)
@@ -315,17 +300,11 @@ class WorldStore:
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
         segments (with their logs' heads), heads no segment carries, checkpoints."""
-        segments = []
-        for (shard, branch), events in self._pending.items():
-            prev, head = self._chain[shard, branch], self._logs[shard, branch].head  # both loaded by `append`
-            for start in range(0, len(events), _SEGMENT_EVENTS):
-                chunk = events[start:start + _SEGMENT_EVENTS]
-                text = b"[" + b",".join(encoded for _, encoded in chunk) + b"]"
-                first, last = chunk[0][0], chunk[-1][0]
-                fields = (shard, branch, first.seq, last.seq, first.tick, last.tick, head)
-                prev = self._checksum("segment", *fields, text, prev)
-                segments.append((*fields, text.decode(), prev))
-            self._chain[shard, branch] = prev
+        new = []
+        for (shard, branch), events in self._pending.items():  # their chains and heads loaded by `append`
+            written, self._chain[shard, branch] = segments.rows(self._checksum, shard, branch, events,
+                                                                self._logs[shard, branch].head, self._chain[shard, branch])
+            new += written
             self._unsaved.discard((shard, branch))
         heads = []
         for shard, branch in self._unsaved:
@@ -334,7 +313,7 @@ class WorldStore:
         checkpoints = [row for rows in self._pending_checkpoints.values() for row in rows]
         self._pending, self._pending_checkpoints = {}, {}
         self._unsaved.clear()
-        return segments, heads, checkpoints
+        return new, heads, checkpoints
 
     def _write_rows(self, segments: Sequence[Sequence], heads: Sequence[Sequence], checkpoints: Sequence[Sequence]) -> None:
         if segments:
@@ -491,20 +470,16 @@ class WorldStore:
         """Read and check a log's last segment: caches its last event and checksum, and returns the head it
         recorded (-1 if the log has none)."""
         key = log.shard, log.branch
-        rows = self._rows("SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments "
-                          "WHERE shard = ? AND branch = ? ORDER BY last_tick DESC, first_seq DESC LIMIT 2", key, log=key)
+        rows = self._rows(f"SELECT {segments.COLUMNS} FROM segments WHERE shard = ? AND branch = ? "
+                          f"ORDER BY last_tick DESC, first_seq DESC LIMIT 2", key, log=key)
         if not rows:
             self._last[key], self._chain[key] = (log.anchor_seq, log.anchor_tick), log.anchor
             return -1
-        (first_seq, last_seq, first_tick, last_tick, head, text, checksum), *before = rows
+        last, *before = rows
         expected, prev = (before[0][1] + 1, before[0][-1]) if before else (log.anchor_seq + 1, log.anchor)
-        if first_seq != expected:
-            raise CorruptLogError(f"{self._where(*key)} lacks events {expected}..{first_seq - 1}")
-        if checksum != self._checksum("segment", *key, first_seq, last_seq, first_tick, last_tick, head, text, prev):
-            raise CorruptLogError(f"{self._where(*key)}: the segment of events {first_seq}..{last_seq} (ticks "
-                                  f"{first_tick}..{last_tick}) fails its checksum; nothing was applied from it")
-        self._last[key], self._chain[key] = (last_seq, last_tick), checksum
-        return head
+        self._chain[key] = segments.check(self._checksum, self._where(*key), *key, last, expected, prev)
+        self._last[key] = (last[1], last[3])
+        return last[4]
 
     def _where(self, shard: str, branch: str) -> str:
         return f"{self.path}: log {shard}/{branch or 'canonical'}"
@@ -581,11 +556,11 @@ class WorldStore:
             return []
         recent = self._recent.get((shard, branch))
         if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == last_seq:
-            return _select(recent[after_seq + 1 - recent[0].seq:], first_tick, last_tick)
+            return segments.select(recent[after_seq + 1 - recent[0].seq:], first_tick, last_tick)
         rows = []
         with contextlib.closing(self._cursor(
-                "SELECT first_seq, last_seq, first_tick, last_tick, head, events, checksum FROM segments WHERE shard = ? "
-                "AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
+                f"SELECT {segments.COLUMNS} FROM segments WHERE shard = ? "
+                f"AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
                 (shard, branch, first_tick, after_seq), log=(shard, branch))) as cursor:
             for row in cursor:
                 if last_tick is not None and row[2] > last_tick:
@@ -600,20 +575,12 @@ class WorldStore:
         log = self.log(shard, branch)
         expected, prev = (before[0][0] + 1, before[0][1]) if before else (log.anchor_seq + 1, log.anchor)
         out: list[Event] = []
-        for first_seq, last_seq, first_ticks, last_ticks, head, text, checksum in rows:
-            if first_seq != expected:
-                raise CorruptLogError(f"{where} lacks events {expected}..{first_seq - 1}")
-            prev = self._checksum("segment", shard, branch, first_seq, last_seq, first_ticks, last_ticks, head, text,
-                                  prev)
-            if checksum != prev:
-                raise CorruptLogError(f"{where}: the segment of events {first_seq}..{last_seq} (ticks {first_ticks}.."
-                                      f"{last_ticks}) fails its checksum; nothing was applied from it")
-            decoded = orjson.loads(text)
-            if len(decoded) != last_seq - first_seq + 1:
-                raise CorruptLogError(f"{where}: the segment of events {first_seq}..{last_seq} holds {len(decoded)}")
-            out += (Event(seq, *fields) for seq, fields in enumerate(decoded, start=first_seq))
-            expected = last_seq + 1
-        return _select([e for e in out if e.seq > after_seq], first_tick, last_tick)
+        for row in rows:  # every one checked before any is decoded
+            prev = segments.check(self._checksum, where, shard, branch, row, expected, prev)
+            expected = row[1] + 1
+        for row in rows:
+            out += segments.decode(where, row)
+        return segments.select([e for e in out if e.seq > after_seq], first_tick, last_tick)
 
     # ---- checkpoints ----
 
@@ -665,13 +632,3 @@ class WorldStore:
             out.append(json.loads(text))
         return out
 
-
-def _select(events: Sequence[Event], first_tick: int, last_tick: int | None) -> list[Event]:
-    """The events of a run in seq order (so in tick order) with first_tick <= tick <= last_tick."""
-    out = []
-    for event in events:
-        if last_tick is not None and event.tick > last_tick:
-            break
-        if event.tick >= first_tick:
-            out.append(event)
-    return out

@@ -4,8 +4,8 @@ import pytest
 from sim import Mutation, Patch, ReplayTemplateError, Template
 from sim._engine import Engine, load_template
 from sim._entities import compose
+from sim._segments import Event
 from sim._world import _initial_checkpoint
-from sim._worldstore import Event
 
 
 @pytest.fixture

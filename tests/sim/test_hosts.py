@@ -6,8 +6,8 @@ import pytest
 from sim import Mutation, Template
 from sim._entities import compose
 from sim._hosts import InlineWorker, ProcessWorker, ShardHost, WorkerLost, make_worker
+from sim._segments import Event
 from sim._world import _initial_checkpoint
-from sim._worldstore import Event
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import sim
 from sim import Mutation
 from sim._engine import Engine
 from sim._entities import compose
+from sim._segments import Event
 from sim._templates import cached_template
 from sim._world import _initial_checkpoint
 from sim._world_input import check_text, check_tick, mutate_event
-from sim._worldstore import Event
 
 TARGETS = ["actuator/walker1/hhip/ctrl", "joint/walker1/rootz/qvel", "body/walker1/torso/mass", "option/gravity",
            "joint/crate/~joint0/qpos", "body/walker1/tors/mass", "geom/walker1/nothing/size"]
