@@ -1,54 +1,38 @@
-"""A world's durable store: one SQLite file (WAL) holding shards, entities, templates, event logs,
-checkpoints, branches and migrations, every row under a SHA-256 checksum; and a redo file beside it for
-the commits of a running twin.
+"""A world's durable store: shards, entities, templates, event logs, checkpoints, branches and
+migrations, as rows of its files (`_worldfiles`: SQLite, a redo file, transactions), every row under a
+SHA-256 checksum. This process is the only writer, so what it has read or written stays true until a
+rollback: the store remembers logs' extents, chains and recent events instead of reading them again.
 
 Each log (a shard's canonical one, or a branch's) is append-only, stored as segments (`_segments`): the
 events one commit appended in one row under one checksum, which also covers the previous segment's
-checksum. A changed, dropped or reordered segment is found before anything is
-built from it, except that nothing records the newest segment's existence: a file that lost its last
-segment reads as if that commit had not happened. Ticks never decrease along a log. A log's head (the
-tick its engine has reached) is in its row, or in its last segment when that is later: a commit that
-appends events to a log and advances it writes the new head into the new segment and leaves the row
-alone, one page fewer. Commits are durable against a killed process; with `fsync` also against power loss.
+checksum. A changed, dropped or reordered segment is found before anything is built from it, except
+that nothing records the newest segment's existence: a file that lost its last segment reads as if that
+commit had not happened. Ticks never decrease along a log. A log's head (the tick its engine has
+reached) is in its row, or in its last segment when that is later: a commit that appends events to a
+log and advances it writes the new head into the new segment and leaves the row alone, one page fewer.
 
 Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
 an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the checksum covers the stored
-text) and waits in memory, as do moved heads and new checkpoints. The commit turns them into rows (one
-per segment, head, checkpoint). A transaction that wrote nothing else, a twin's usual commit, writes
-those rows as one record of the redo file (`_redo`), one `write()`; they reach the SQLite tables when the
-redo file is folded in (at `FOLD_BYTES`, on close, on open after a crash). Any other transaction commits
-through SQLite: it begins there as soon as it writes another table, or reads a log whose rows are in the
-redo file or in memory, after folding the redo file in and writing the rows so far. So every read sees
-all that was committed and all that its own transaction wrote, and a running twin's reads (its own
-recent events, other logs) leave its commits in the redo file.
+text) and waits in memory, as do moved heads and new checkpoints, until the transaction takes their rows.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import fcntl
-import hashlib
 import json
-import logging
-import sqlite3
-import threading
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import orjson
 
-from ._canon import canonical_json, sha256_hex
-from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
 from . import _segments as segments
-from ._redo import FOLD_BYTES, RedoFile
+from ._canon import canonical_json, sha256_hex
+from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError
 from ._segments import Event
+from ._worldfiles import WorldFiles
 
-_logger = logging.getLogger(__name__)
-FORMAT = "simnet.world/4"  # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file
 CANONICAL = ""  # the branch key of a shard's canonical log
 # Events per log at least kept in memory after this process appended them: the engine's next advance takes
 # them from here; older ones are read back from their segments. Not more: each cached event is a dozen objects
@@ -57,28 +41,8 @@ _RECENT = 256
 # Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
 # log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
 _LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
-_JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
 _MAX_TICK = 2**63 - 1  # what an SQLite integer holds
-_FOLDED = "redo_folded"  # the setting holding the number of the last redo record folded into the tables
-_WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
-    checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL, checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base_tick INTEGER NOT NULL,
-    head INTEGER NOT NULL, label TEXT NOT NULL, anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL,
-    anchor TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
-CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, head INTEGER NOT NULL,
-    events TEXT NOT NULL, checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
-CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL, tick INTEGER NOT NULL,
-    template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL, state BLOB NOT NULL,
-    checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
-"""
 
 
 @dataclass(frozen=True)
@@ -111,12 +75,10 @@ class Log(NamedTuple):  # a tuple: its row and checksum are rewritten at every c
     anchor: str = ""
 
 
-class WorldStore:
-    """SQLite access for one world; one process at a time (an exclusive lock beside the file)."""
+class WorldStore(WorldFiles):
+    """A world's rows; one process at a time (an exclusive lock beside the file)."""
 
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
-        self.path = Path(path)
-        # this process is the only writer: what it has read or written stays true until a rollback
         self._logs: dict[tuple[str, str], Log] = {}  # with its head as of now
         self._unsaved: set[tuple[str, str]] = set()  # logs whose head moved in this transaction, not yet written
         self._last: dict[tuple[str, str], tuple[int, int]] = {}  # log -> (seq, tick) of its last event
@@ -124,178 +86,7 @@ class WorldStore:
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
         self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
         self._pending_checkpoints: dict[tuple[str, str], list[tuple]] = {}  # their rows, not yet written
-        self._redo: RedoFile | None = None
-        self._in_redo: set[tuple[str, str]] = set()  # logs with rows in the redo file's unfolded records
-        # the transaction under way: whether it began in SQLite, the record its fold reached, its first failure
-        self._in_transaction, self._in_sqlite, self._folding, self._failure = False, False, None, None
-        redo = Path(f"{self.path}-redo")
-        if create == self.path.exists():
-            raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
-        if create and redo.exists():
-            raise WorldError(f"{redo} is in the way: commits of a world whose file is gone; move it away first")
-        self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise WorldLockedError(f"{self.path} is open in another process; close it there first") from None
-        try:
-            self._open(create, fsync, redo)
-        except BaseException:
-            self.close()
-            if create:  # nothing left of a world that was not made
-                for leftover in ("", "-wal", "-shm", "-redo", ".lock"):
-                    Path(f"{self.path}{leftover}").unlink(missing_ok=True)
-            raise
-
-    def _open(self, create: bool, fsync: bool, redo: Path) -> None:
-        try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            if not create and not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
-                # another program's database, or an empty file: refused before anything is written
-                raise CorruptWorldError(f"{self.path} holds no world (no meta table)")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(_SCHEMA)
-            if create:
-                self.id = str(uuid.uuid4())
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("INSERT INTO meta VALUES (?, ?)", [
-                    ("format", FORMAT), ("id", self.id), ("fsync", json.dumps(bool(fsync)))])
-                self._put_meta(_FOLDED, 0)
-                self._db.execute("COMMIT")
-            meta = dict(self._db.execute("SELECT key, value FROM meta"))
-        except sqlite3.DatabaseError as exc:
-            raise CorruptWorldError(f"{self.path} is not a readable world: {exc}") from None
-        if meta.get("format") != FORMAT:
-            raise CorruptWorldError(f"{self.path}: unknown world format {meta.get('format')!r}")
-        self.id = meta["id"]
-        fsync = json.loads(meta["fsync"])
-        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-        # WAL checkpoints (which fsync) run beside the writer, not inside one of its commits
-        self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self._stop = threading.Event()
-        self._checkpointer = threading.Thread(target=self._checkpoint_wal, name=f"wal {self.path.name}", daemon=True)
-        self._checkpointer.start()
-        self._redo = RedoFile(redo, self.id, fsync=fsync, folded=self.meta(_FOLDED))
-        if self._redo.unfolded:
-            self.fold()  # what the last session committed there, if it did not close
-
-    def fold(self) -> None:
-        """Write the redo file's records into the tables now (reads do it first themselves)."""
-        with self.transaction():
-            self._sql_mode()
-
-    def close(self) -> None:
-        if self._redo is not None and self._redo.unfolded and getattr(self, "_db", None) is not None:
-            try:
-                self.fold()
-            except Exception as exc:  # noqa: BLE001 - they stay in the redo file: the next open folds them
-                _logger.warning("%s: the redo file was not folded in on close (%s); the next open will", self.path, exc)
-        if getattr(self, "_checkpointer", None) is not None:
-            self._stop.set()
-            self._checkpointer.join()
-            self._checkpointer = None
-        if getattr(self, "_db", None) is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            self._db.close()
-            self._db = None
-        if self._redo is not None:
-            self._redo.close()
-        if not self._lock.closed:
-            self._lock.close()
-
-    def _checkpoint_wal(self) -> None:
-        """Copy committed pages from the WAL into the database every few seconds, on a connection of its own."""
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            while not self._stop.wait(_WAL_CHECKPOINT_S):
-                with contextlib.suppress(sqlite3.Error):  # busy now: the next round catches up
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            db.close()
-
-    def transaction(self) -> contextlib.AbstractContextManager:
-        """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of events). A
-        transaction in which a write to the files failed commits nothing, even if the caller caught the error."""
-        return _JOINED if self._in_transaction else self._transaction()
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._in_transaction, self._in_sqlite, self._folding, self._failure = True, False, None, None
-        try:
-            if self._redo.size >= FOLD_BYTES:
-                self._sql_mode()  # this one commits through SQLite, with the redo file folded in
-            yield
-            if self._failure is not None:
-                raise WorldError(f"{self.path}: nothing of this commit was kept: it failed earlier ({self._failure})")
-            if self._in_sqlite:
-                if not self._db.in_transaction:  # SQLite ended it after an error the caller caught
-                    raise WorldError(f"{self.path}: nothing of this commit was kept: SQLite rolled it back")
-                self._write_rows(*self._take_pending())
-                self._db.execute("COMMIT")
-            else:
-                segments, heads, checkpoints = self._take_pending()
-                if segments or heads or checkpoints:
-                    self._redo.append({"segments": segments, "heads": heads, "checkpoints": [
-                        (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints]})
-                    self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[2:] for row in heads])
-        except BaseException as exc:
-            for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending,
-                          self._pending_checkpoints):
-                cache.clear()  # may hold what was rolled back
-            if self._db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-            mapped = self._store_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from None
-        finally:
-            self._in_transaction = False
-        if self._folding is not None:  # committed: the redo file's records are in the tables now
-            self._redo.folded_to(self._folding)
-            self._in_redo.clear()
-
-    def _store_error(self, exc: BaseException) -> BaseException:
-        if isinstance(exc, sqlite3.OperationalError):  # a full disk, an I/O error
-            return WorldError(f"{self.path}: the store could not write ({exc}); nothing of this commit was kept")
-        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
-            return CorruptWorldError(f"{self.path}: {exc}")
-        return exc
-
-    def _sql_mode(self) -> None:
-        """Make this transaction commit through SQLite (it writes another table, or reads a log the redo file or
-        memory holds rows of): begin it there, fold the redo file in, and write the rows this transaction made so
-        far. Outside a transaction: fold. A failure here fails the whole transaction."""
-        if not self._in_transaction:
-            if self._redo is not None and self._redo.unfolded:
-                self.fold()
-            return
-        if self._failure is not None:
-            raise WorldError(f"{self.path}: this commit already failed ({self._failure}); nothing of it will be kept")
-        try:
-            if not self._in_sqlite:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._in_sqlite = True
-                if self._redo.unfolded:
-                    self._fold()
-            self._write_rows(*self._take_pending())
-        except BaseException as exc:
-            self._failure = mapped = self._store_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from None
-
-    def _fold(self) -> None:
-        """Insert the redo file's unfolded records and record the last one's number (as of this transaction)."""
-        records = self._redo.unfolded_records()
-        for record in records:
-            self._write_rows(record["segments"], record["heads"], [
-                (*row[:6], base64.b64decode(row[6]), row[7]) for row in record["checkpoints"]])
-        last = records[-1]["n"] if records else self._redo.folded
-        self._put_meta(_FOLDED, last)
-        self._folding = last
+        super().__init__(path, create=create, fsync=fsync)  # which may fold the redo file in: after the above
 
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
@@ -315,60 +106,15 @@ class WorldStore:
         self._unsaved.clear()
         return new, heads, checkpoints
 
-    def _write_rows(self, segments: Sequence[Sequence], heads: Sequence[Sequence], checkpoints: Sequence[Sequence]) -> None:
-        if segments:
-            self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", segments)
-        if heads:
-            self._db.executemany("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?", heads)
-        if checkpoints:
-            self._db.executemany("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)", checkpoints)
+    def _holds_pending(self, log: tuple[str, str] | None) -> bool:
+        return log in self._pending or log in self._unsaved or log in self._pending_checkpoints
 
-    def _checksum(self, table: str, *fields: str | int | bytes) -> str:
-        """SHA-256 over the world id and the fields (text as UTF-8), after their lengths (unambiguous, and cheap)."""
-        parts = [field if isinstance(field, bytes) else str(field).encode() for field in (table, self.id, *fields)]
-        return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
-
-    def _rows(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> list[tuple]:
-        return list(self._cursor(sql, args, log))
-
-    def _cursor(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> Iterator[tuple]:
-        """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that was committed
-        and all that this transaction wrote: if the redo file or this transaction holds rows of that log, they are
-        written into the tables first (and the transaction commits through SQLite)."""
-        if log in self._in_redo or log in self._pending or log in self._unsaved or log in self._pending_checkpoints:
-            self._sql_mode()
-        try:
-            yield from self._db.execute(sql, args)
-        except sqlite3.DatabaseError as exc:
-            raise CorruptWorldError(f"{self.path}: {exc}") from None
-
-    def _execute(self, sql: str, args: Sequence[Any] = ()) -> None:
-        """A write to a table the redo file does not carry: this transaction commits through SQLite. A write
-        that fails fails the transaction."""
-        self._sql_mode()
-        try:
-            self._db.execute(sql, args)
-        except BaseException as exc:
-            if self._in_transaction:
-                self._failure = self._store_error(exc)
-            raise
+    def _forget_all(self) -> None:
+        for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending,
+                      self._pending_checkpoints):
+            cache.clear()
 
     # ---- meta, shards, entities, templates ----
-
-    def set_meta(self, key: str, value: Any) -> None:
-        self._sql_mode()
-        self._put_meta(key, value)
-
-    def _put_meta(self, key: str, value: Any) -> None:
-        text = json.dumps(value)
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, text))
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"{key}.checksum", self._checksum("meta", key, text)))
-
-    def meta(self, key: str) -> Any:
-        rows = dict(self._rows("SELECT key, value FROM meta WHERE key IN (?, ?)", (key, f"{key}.checksum")))
-        if key not in rows or rows.get(f"{key}.checksum") != self._checksum("meta", key, rows[key]):
-            raise CorruptWorldError(f"{self.path}: world setting {key!r} is missing or fails its checksum")
-        return json.loads(rows[key])
 
     def add_shard(self, name: str, scene: str) -> None:
         self._execute("INSERT INTO shards VALUES (?, ?, ?)", (name, scene, self._checksum("shard", name, scene)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sim
+from sim._worldstore import Checkpoint, Log, WorldStore
 
 
 @pytest.fixture(scope="session")
@@ -109,3 +110,20 @@ def kill_when_busy():
         thread.start()
         return thread
     return kill
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A world store holding a log of six events in three segments and a checkpoint, reopened."""
+    store = WorldStore(tmp_path / "w.db", create=True)
+    with store.transaction():
+        store.add_log(Log("west", "", 0, 0, "canonical"))
+        store.put_checkpoints("west", "", [Checkpoint(10, "t" * 64, "m" * 64, [], b"\x01" * 16)])
+    for ticks in ((0, 0), (5, 9, 9), (12,)):  # one commit each: segments of events 1..2, 3..5 and 6
+        with store.transaction():
+            store.append("west", "", [(t, "walker1", "mutate", {"target": "x", "op": "set", "value": [t]}, "test")
+                                      for t in ticks])
+    store.close()  # reopened, it reads the file: what a later session would see
+    store = WorldStore(tmp_path / "w.db", create=False)
+    yield store
+    store.close()
