@@ -209,15 +209,24 @@ class WorldFiles:
             return
         if self._failure is not None:
             raise WorldError(f"{self.path}: this commit already failed ({self._failure}); nothing of it will be kept")
-        try:
+        with self._writing():
             if not self._in_sqlite:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._in_sqlite = True
                 if self._redo.unfolded:
                     self._fold()
             self._write_rows(*self._take_pending())
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Around a write to the files: an SQLite error becomes the store's, and a failure fails the transaction
+        it is in, even if the caller catches it."""
+        try:
+            yield
         except BaseException as exc:
-            self._failure = mapped = self._store_error(exc)
+            mapped = self._store_error(exc)
+            if self._in_transaction:
+                self._failure = mapped
             if mapped is exc:
                 raise
             raise mapped from None
@@ -263,16 +272,13 @@ class WorldFiles:
         """A write to a table the redo file does not carry: this transaction commits through SQLite. A write
         that fails fails the transaction."""
         self._sql_mode()
-        try:
+        with self._writing():
             self._db.execute(sql, args)
-        except BaseException as exc:
-            if self._in_transaction:
-                self._failure = self._store_error(exc)
-            raise
 
     def set_meta(self, key: str, value: Any) -> None:
         self._sql_mode()
-        self._put_meta(key, value)
+        with self._writing():
+            self._put_meta(key, value)
 
     def _put_meta(self, key: str, value: Any) -> None:
         text = json.dumps(value)

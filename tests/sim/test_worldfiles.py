@@ -220,3 +220,14 @@ def test_a_leftover_redo_file_stops_a_create_and_a_failed_create_leaves_no_file(
     with pytest.raises(WorldError, match="x.db-redo cannot be opened"):
         WorldStore(tmp_path / "x.db", create=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.db-redo"]
+
+
+def test_a_write_that_fails_inside_a_transaction_fails_it_even_if_caught(store):
+    store._db.execute(f"PRAGMA max_page_count = {store._db.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(WorldError, match="nothing of this commit was kept: it failed earlier"), store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "with it")])
+        with pytest.raises(WorldError, match="could not write .*full"):  # the store's error, not SQLite's
+            store.put_template("<mujoco/>" + " " * 20000, "m" * 64)
+        store.set_head("west", "", 30)
+    store._db.execute("PRAGMA max_page_count = 1000000")
+    assert store.last_event("west", "") == (6, 12) and store.log("west", "").head == 0
