@@ -44,15 +44,17 @@ class Branch:
 
     @property
     def base_tick(self) -> int:
-        return self.world._log(self.shard, self.id).base_tick
+        with self.world._lock:  # a read may fold the redo file in: not in the middle of another thread's batch
+            return self.world._log(self.shard, self.id).base_tick
 
     @property
     def head(self) -> int:
-        return self.world._log(self.shard, self.id).head
+        return self.world.head(self.shard, self.id)
 
     @property
     def label(self) -> str:
-        return self.world._log(self.shard, self.id).label
+        with self.world._lock:
+            return self.world._log(self.shard, self.id).label
 
     def apply(self, mutations: Mutation | Sequence[Mutation], *, provenance: str = "api",
               at: int | None = None) -> Event:

@@ -214,8 +214,9 @@ class World:
 
     def worker_pid(self, shard: str) -> int | None:
         """The process id of a shard's worker (None if the backend cannot say)."""
-        self._log(shard, CANONICAL)
-        return self._workers[shard].pid
+        with self._lock:
+            self._log(shard, CANONICAL)
+            return self._workers[shard].pid
 
     # ---- writing ----
 
@@ -470,7 +471,11 @@ class World:
                 if report["tick"] != args[0]:  # never expected; committing it would put the head out of step
                     self._delivered[shard].pop(key, None)
                     raise WorldError(f"shard {shard!r}: the engine reached tick {report['tick']}, not {args[0]}")
-                self._commit(shard, key, args[0], args[1], report)
+                try:
+                    self._commit(shard, key, args[0], args[1], report)
+                except BaseException:
+                    self._delivered[shard].pop(key, None)  # the engine is past what was kept: rebuild it on next use
+                    raise
             return report
         return finish
 

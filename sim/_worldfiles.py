@@ -68,6 +68,8 @@ class WorldFiles:
         redo = Path(f"{self.path}-redo")
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
+        if create and redo.exists() and redo.stat().st_size == 0:
+            redo.unlink()  # left by a create that died before it wrote anything
         if create and redo.exists():
             raise WorldError(f"{redo} is in the way: commits of a world whose file is gone; move it away first")
         self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
@@ -79,6 +81,8 @@ class WorldFiles:
         try:
             self._open(create, fsync, redo)
         except BaseException:
+            if self._redo is not None:
+                self._redo.unfolded = False  # the fold that failed is not tried again on the way out
             self.close()
             if create:  # nothing left of a world that was not made
                 for leftover in ("", "-wal", "-shm", "-redo", ".lock"):
@@ -173,10 +177,10 @@ class WorldFiles:
                 self._db.execute("COMMIT")
             else:
                 segments, heads, checkpoints = self._take_pending()
-                if segments or heads or checkpoints:
+                if segments or heads or checkpoints:  # logs marked first: an interrupt after the write keeps it
+                    self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[2:] for row in heads])
                     self._redo.append({"segments": segments, "heads": heads, "checkpoints": [
                         (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints]})
-                    self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[2:] for row in heads])
         except BaseException as exc:
             self._forget_all()  # what it remembers may have been rolled back
             if self._db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
@@ -195,7 +199,7 @@ class WorldFiles:
     def _store_error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, sqlite3.OperationalError):  # a full disk, an I/O error
             return WorldError(f"{self.path}: the store could not write ({exc}); nothing of this commit was kept")
-        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
+        if isinstance(exc, sqlite3.DatabaseError):  # the files disagree (a fold's rows already there, a bad page)
             return CorruptWorldError(f"{self.path}: {exc}")
         return exc
 
@@ -233,6 +237,8 @@ class WorldFiles:
 
     def _fold(self) -> None:
         """Insert the redo file's unfolded records and record the last one's number (as of this transaction)."""
+        # as the SQLite file says: an interrupt between a fold's commit and `folded_to` leaves the redo file behind
+        self._redo.folded = max(self._redo.folded, self.meta(_FOLDED))
         records = self._redo.unfolded_records()
         for record in records:
             self._write_rows(record["segments"], record["heads"], [

@@ -248,6 +248,8 @@ class WorldStore(WorldFiles):
         """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
         back. They are written when the transaction commits, or before a read of their log's segments."""
         assert self._in_transaction, "append outside a transaction"
+        if not events:
+            return []
         key = shard, branch
         seq, last_tick = self._last[key] if key in self._last else self.last_event(shard, branch)
         out, encoded = [], []

@@ -62,22 +62,28 @@ def test_a_torn_last_record_is_cut_off_and_the_whole_ones_kept(tmp_path_factory,
 @settings_
 @given(items=records, where=st.floats(0, 1, exclude_max=True), flip=st.integers(1, 255))
 def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(tmp_path_factory, items, where, flip):
+    """Except in the last record's checksum or payload: a power loss can leave that torn at full length."""
     path = tmp_path_factory.mktemp("r") / "w-redo"
     ends = written(path, "world", items)
     data = bytearray(path.read_bytes())
-    data[int(where * ends[-1])] ^= flip
+    at = int(where * ends[-1])
+    data[at] ^= flip
     path.write_bytes(bytes(data))
     redo = RedoFile(path, "world", fsync=False, folded=0)
-    with pytest.raises(CorruptLogError, match="fails its checksum; nothing was applied from it or after it"):
-        redo.unfolded_records()
-    assert path.read_bytes() == data
+    last = ends[-2] if len(ends) > 1 else 0
+    if at >= last + 12:  # past the last record's length and header check
+        assert redo.unfolded_records() == numbered(items[:-1]) and path.stat().st_size == last
+    else:
+        with pytest.raises(CorruptLogError, match="fails its checksum; nothing was applied from it or after it"):
+            redo.unfolded_records()
+        assert path.read_bytes() == data
     redo.close()
 
 
 def test_another_worlds_records_are_refused(tmp_path):
     written(tmp_path / "w-redo", "one world", [{}])
     redo = RedoFile(tmp_path / "w-redo", "another world", fsync=False, folded=0)
-    with pytest.raises(CorruptLogError, match="the commit at byte 0 fails its checksum"):
+    with pytest.raises(CorruptLogError, match="the header of the commit at byte 0 fails its checksum"):
         redo.unfolded_records()
     redo.close()
 
@@ -107,16 +113,20 @@ def test_a_torn_write_that_cannot_be_undone_closes_the_file_and_the_next_open_cu
     reopened.close()
 
 
-def test_an_interrupted_append_takes_its_record_back(tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["fdatasync", "pwrite"])
+def test_an_interrupted_append_takes_its_record_back(tmp_path, monkeypatch, where):
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=True, folded=0)
     redo.append({})
+    call = getattr(os, where)
 
-    def interrupted(fd):  # Ctrl-C while the record is synced
+    def interrupted(*args):  # Ctrl-C while the record is synced, or just after it is written
+        call(*args)
         raise KeyboardInterrupt
-    monkeypatch.setattr(os, "fdatasync", interrupted)
+    monkeypatch.setattr(os, where, interrupted)
     with pytest.raises(KeyboardInterrupt):
         redo.append({"lost": True})
     monkeypatch.undo()
+    assert (redo.last, redo.size) == (1, (tmp_path / "w-redo").stat().st_size)
     redo.append({"after": True})
     assert redo.unfolded_records() == [{"n": 1}, {"n": 2, "after": True}]
     redo.close()

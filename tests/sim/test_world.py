@@ -337,3 +337,23 @@ def test_a_batch_that_rolls_back_takes_its_migration_with_it(make):
         world.migrate("crate", "east")
     world.migrate("crate", "west")
     assert world.entities() == {"crate": "west", "walker1": "west"} and len(world.status()["shards"]) == 2
+
+
+def test_an_advance_whose_commit_fails_leaves_no_event_applied_twice(make, monkeypatch):
+    world, reference = make("w", backend="inline", every=15), make("ref", backend="inline", every=15)
+    push = Mutation("joint/crate/~joint0/qvel", "add", (0.5, 0, 0, 0, 0, 0))  # applied twice, it would show
+    for each in (world, reference):
+        each.advance(10, ["east"])
+        each.apply("east", push, at=20)
+
+    def full(rows):  # a fault: the disk refuses the advance's commit, after the engine applied the event at 20
+        raise sim.WorldError("disk full (injected)")
+    monkeypatch.setattr(world._store._redo, "append", full)
+    with pytest.raises(sim.WorldError, match="injected"):
+        world.advance(10, ["east"])
+    monkeypatch.undo()
+    assert world.head("east") == 10
+    world.advance(15, ["east"])
+    reference.advance(15, ["east"])
+    assert world.snapshot("east").same_state(reference.snapshot("east"))
+    assert world.replay("east", 0, 25).snapshot.same_state(world.snapshot("east"))

@@ -132,7 +132,7 @@ def test_a_corrupt_redo_file_is_refused_and_nothing_is_changed(store):
     _as_killed(store)  # two records not folded
     redo = store.path.parent / "w.db-redo"
     data = bytearray(redo.read_bytes())
-    data[-5] ^= 1  # in the last record's payload
+    data[60] ^= 1  # in the first record's payload
     redo.write_bytes(bytes(data))
     tables = _segments(store.path)
     with pytest.raises(CorruptLogError, match="w.db-redo: the commit at byte .* fails its checksum"):
@@ -231,3 +231,47 @@ def test_a_write_that_fails_inside_a_transaction_fails_it_even_if_caught(store):
         store.set_head("west", "", 30)
     store._db.execute("PRAGMA max_page_count = 1000000")
     assert store.last_event("west", "") == (6, 12) and store.log("west", "").head == 0
+
+
+def test_a_fold_interrupted_after_its_commit_is_not_folded_again(store, monkeypatch):
+    with store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "once")])
+
+    def interrupted(last):  # Ctrl-C between the fold's commit and the redo file learning of it
+        raise KeyboardInterrupt
+    monkeypatch.setattr(store._redo, "folded_to", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.fold()
+    monkeypatch.undo()
+    with store.transaction():
+        store.append("west", "", [(21, "", "mutate", {}, "after")])
+    store.fold()  # the SQLite file says the first record is in: only the second goes in now
+    assert [e.provenance for e in store.events("west", "", first_tick=13)] == ["once", "after"]
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert [e.provenance for e in store.events("west", "", first_tick=13)] == ["once", "after"]
+    store.close()
+
+
+def test_a_commit_interrupted_after_its_record_is_written_is_folded_before_its_log_is_read(store, monkeypatch):
+    real = store._redo.append
+
+    def interrupted(rows):  # Ctrl-C just after the record reached the file
+        real(rows)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(store._redo, "append", interrupted)
+    with pytest.raises(KeyboardInterrupt), store.transaction():
+        store.append("west", "", [(20, "", "mutate", {}, "kept")])
+    monkeypatch.undo()
+    assert store.last_event("west", "") == (7, 20)  # read back from the file: no seq handed out twice
+    with store.transaction():
+        assert store.append("west", "", [(21, "", "mutate", {}, "next")])[0].seq == 8
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert [e.provenance for e in store.events("west", "", first_tick=13)] == ["kept", "next"]
+    store.close()
+
+
+def test_an_empty_leftover_redo_file_does_not_stop_a_create(tmp_path):
+    (tmp_path / "w.db-redo").touch()  # left by a create that died before writing anything
+    WorldStore(tmp_path / "w.db", create=True).close()

@@ -241,3 +241,13 @@ def test_ticks_and_heads_that_sqlite_cannot_hold_are_refused_before_they_are_log
     store = WorldStore(store.path, create=False)
     assert store.log("west", "").head == 2**63 - 1
     store.close()
+
+
+def test_an_empty_append_keeps_the_head_moved_beside_it(store):
+    with store.transaction():
+        store.set_head("west", "", 50)
+        assert store.append("west", "", []) == []
+    store.close()
+    store = WorldStore(store.path, create=False)
+    assert store.log("west", "").head == 50
+    store.close()
