@@ -7,15 +7,15 @@ file reaches `FOLD_BYTES`, before anything else is written or read from the tabl
 close); the SQLite file remembers the number of the last record folded (`folded`), so a record is folded
 exactly once even if the process dies between the fold's commit and the file's truncation.
 
-A record is a header (its payload's length, a CRC-32 of the world id and that length, and a SHA-256 over
-the world id and the payload) and the payload (its number and the rows to insert, as JSON). It is durable against a
-killed process once `append` returns (it is in the kernel's page cache), and against power loss too if
-the world was created with `fsync`. A record the file ends inside, with a sound header or with too few
-bytes left for one, was being written when its writer died: it was never acknowledged, and is cut off;
-so is a tail of zero bytes (blocks a power loss allocated but never wrote), and a last record whose
-payload fails its checksum (a power loss that kept its length, not all its bytes; as SQLite ends its WAL
-at a bad last frame; logged). Anything else that fails a check (a header, a record with more after it,
-a number out of sequence) is corruption: an error, and the file is left as it is.
+A record is a header (its payload's length, a CRC-32 of the world id and that length, and a SHA-256
+over the world id and the payload) and the payload (its number and the rows to insert, as JSON). It is
+durable against a killed process once `append` returns (it is in the kernel's page cache), and against
+power loss too if the world was created with `fsync`. A record the file ends inside, with a sound header
+or with too few bytes left for one, was being written when its writer died: it was never acknowledged,
+and is cut off; so is a tail of zero bytes (blocks a power loss allocated but never wrote), and a last
+record whose payload fails its checksum (a power loss that kept its length, not all its bytes; as SQLite
+ends its WAL at a bad last frame; logged). Anything else that fails a check (a header, a record with
+more after it, a number out of sequence) is corruption: an error, and the file is left as it is.
 """
 
 from __future__ import annotations

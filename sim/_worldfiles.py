@@ -247,7 +247,8 @@ class WorldFiles:
         self._put_meta(_FOLDED, last)
         self._folding = last
 
-    def _write_rows(self, segments: Sequence[Sequence], heads: Sequence[Sequence], checkpoints: Sequence[Sequence]) -> None:
+    def _write_rows(self, segments: Sequence[Sequence], heads: Sequence[Sequence],
+                    checkpoints: Sequence[Sequence]) -> None:
         if segments:
             self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", segments)
         if heads:

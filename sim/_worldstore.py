@@ -92,11 +92,11 @@ class WorldStore(WorldFiles):
         """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
         segments (with their logs' heads), heads no segment carries, checkpoints."""
         new = []
-        for (shard, branch), events in self._pending.items():  # their chains and heads loaded by `append`
-            written, self._chain[shard, branch] = segments.rows(self._checksum, shard, branch, events,
-                                                                self._logs[shard, branch].head, self._chain[shard, branch])
+        for key, events in self._pending.items():  # their chains and heads loaded by `append`
+            written, self._chain[key] = segments.rows(self._checksum, *key, events, self._logs[key].head,
+                                                      self._chain[key])
             new += written
-            self._unsaved.discard((shard, branch))
+            self._unsaved.discard(key)
         heads = []
         for shard, branch in self._unsaved:
             log = self._logs[shard, branch]

@@ -17,7 +17,8 @@ def checksum(*fields):  # as the store's: over the fields' lengths and the field
 
 changes = st.dictionaries(st.text(max_size=4), st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=6),
                                                          st.floats(allow_nan=False, allow_infinity=False)), max_size=2)
-logs = st.lists(st.tuples(st.integers(0, 5), st.text(max_size=6), changes), min_size=1, max_size=2 * SEGMENT_EVENTS + 10)
+logs = st.lists(st.tuples(st.integers(0, 5), st.text(max_size=6), changes), min_size=1,
+                max_size=2 * SEGMENT_EVENTS + 10)
 few = settings(max_examples=25, deadline=None)  # each example is hundreds of events
 
 

@@ -40,7 +40,8 @@ def test_a_commit_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store):
         store.append("west", "", [(15, "", "mutate", {}, "kept")])
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages + 2}")  # a full disk, as SQLite sees it
-    with pytest.raises(WorldError, match="could not write .*full.*nothing of this commit was kept"), store.transaction():
+    with pytest.raises(WorldError, match="could not write .*full.*nothing of this commit was kept"), \
+            store.transaction():
         store.set_head("west", "", 50)
         store.append("west", "", [(t, "", "mutate", {"pad": "x" * 3000}, "big") for t in range(20, 60)])
         store.set_meta("note", "a setting: this commit goes through SQLite, folding the redo file in")

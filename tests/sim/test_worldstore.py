@@ -215,7 +215,8 @@ def test_segments_read_back_what_was_appended_however_it_was_committed(tmp_path_
     for shard, model in models.items():
         assert store.log(shard, "").head == heads[shard]
         expected = [e for e in model if first <= e[1] <= last and e[0] > after]
-        assert [tuple(e) for e in store.events(shard, "", first_tick=first, last_tick=last, after_seq=after)] == expected
+        read = store.events(shard, "", first_tick=first, last_tick=last, after_seq=after)
+        assert [tuple(e) for e in read] == expected
         assert store.last_seq(shard, "", last) == max([e[0] for e in model if e[1] <= last], default=0)
     with store.transaction():
         store.prune("west", "", prune_at)
