@@ -146,9 +146,7 @@ class World:
                     store.put_entity(e.to_json())
             return cls(store, backend)
         except BaseException:
-            store.close()
-            for leftover in ("", "-wal", "-shm", "-redo", ".lock"):
-                Path(f"{path}{leftover}").unlink(missing_ok=True)
+            store.discard()
             raise
 
     @classmethod

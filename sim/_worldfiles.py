@@ -83,10 +83,10 @@ class WorldFiles:
         except BaseException:
             if self._redo is not None:
                 self._redo.unfolded = False  # the fold that failed is not tried again on the way out
-            self.close()
-            if create:  # nothing left of a world that was not made
-                for leftover in ("", "-wal", "-shm", "-redo", ".lock"):
-                    Path(f"{self.path}{leftover}").unlink(missing_ok=True)
+            if create:
+                self.discard()  # nothing left of a world that was not made
+            else:
+                self.close()
             raise
 
     def _open(self, create: bool, fsync: bool, redo: Path) -> None:
@@ -145,6 +145,12 @@ class WorldFiles:
             self._redo.close()
         if not self._lock.closed:
             self._lock.close()
+
+    def discard(self) -> None:
+        """Close a world that was not made, and remove its files: nothing is left of it."""
+        self.close()
+        for leftover in ("", "-wal", "-shm", "-redo", ".lock"):
+            Path(f"{self.path}{leftover}").unlink(missing_ok=True)
 
     def _checkpoint_wal(self) -> None:
         """Copy committed pages from the WAL into the database every few seconds, on a connection of its own."""
