@@ -62,6 +62,10 @@ class RedoFile:
         except OSError as exc:
             raise WorldError(f"{path} cannot be opened ({exc})") from None
         self.unfolded = self.size > 0
+        # the payloads of the records after `folded`, if this process wrote them all (None: the file holds others):
+        # a fold takes them from here, its own bytes, instead of reading and checking the file again (bytes, which
+        # the garbage collector does not walk)
+        self._kept: list[bytes] | None = None if self.unfolded else []
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -71,6 +75,8 @@ class RedoFile:
     def unfolded_records(self) -> list[dict]:
         """The records after `folded`, checked, in order (their numbers run on from it); a torn tail (its writer
         died) is cut off the file."""
+        if self._kept is not None and len(self._kept) == self.last - self.folded:  # none lost track of
+            return [orjson.loads(payload) for payload in self._kept]
         try:
             data = os.pread(self._fd, self.size, 0)
         except OSError as exc:  # closed after a write it could not undo
@@ -106,6 +112,8 @@ class RedoFile:
                     raise CorruptLogError(f"{self.path}: commit {expected} is missing (found {record['n']})")
                 out.append(record)
             at += _HEADER.size + length
+        if self.last > (out[-1]["n"] if out else self.folded):  # this process wrote it: it cannot be torn
+            raise CorruptLogError(f"{self.path}: commit {self.last} is missing (the file ends before it)")
         return out
 
     def _cut(self, at: int) -> None:
@@ -145,12 +153,15 @@ class RedoFile:
                 raise WorldError(f"{self.path}: the commit could not be written ({exc}); nothing of it was kept") \
                     from None
             raise
+        if self._kept is not None:
+            self._kept.append(payload)
 
     def folded_to(self, last: int) -> None:
         """The SQLite file now holds every record up to `last`: empty the file (if that fails, the next fold
         skips what is folded)."""
         self.folded = self.last = last
         self.unfolded = False
+        self._kept = []
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, 0)
             self.size = 0

@@ -106,6 +106,8 @@ def test_a_torn_write_that_cannot_be_undone_closes_the_file_and_the_next_open_cu
     monkeypatch.undo()
     with pytest.raises(WorldError, match="could not be written"):  # nothing is written after a torn record
         redo.append({})
+    assert redo.unfolded_records() == [{"n": 1}]  # what it acknowledged can still be folded: its own rows
+    redo._kept = None  # as if another process had written them
     with pytest.raises(WorldError, match="cannot be read"):
         redo.unfolded_records()
     reopened = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
@@ -150,4 +152,22 @@ def test_a_zero_filled_tail_is_cut_off_and_numbers_out_of_sequence_are_refused(t
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
     with pytest.raises(CorruptLogError, match=r"commit 3 is missing \(found 6\)"):
         redo.unfolded_records()
+    redo.close()
+
+
+def test_a_fold_takes_this_processs_own_records_from_memory_and_reads_the_file_otherwise(tmp_path, monkeypatch):
+    written(tmp_path / "w-redo", "world", [{"a": 1}])  # a session that died before folding
+    redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
+    reads = []
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *args: reads.append(args) or pread(*args))
+    assert redo.unfolded_records() == [{"n": 1, "a": 1}] and len(reads) == 1  # another's records: from the file
+    redo.folded_to(1)
+    redo.append({"b": 2})
+    redo.append({"c": 3})
+    assert redo.unfolded_records() == [{"n": 2, "b": 2}, {"n": 3, "c": 3}] and len(reads) == 1  # its own
+    redo.last += 1  # a record it wrote but lost track of (an interrupt after the write): the file again
+    with pytest.raises(CorruptLogError, match="commit 4 is missing"):
+        redo.unfolded_records()
+    assert len(reads) == 2
     redo.close()
