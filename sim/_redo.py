@@ -33,7 +33,7 @@ import orjson
 from ._errors import CorruptLogError, WorldError
 
 _logger = logging.getLogger(__name__)
-FOLD_BYTES = 4 << 20  # as SQLite's own WAL: folded at about 4 MiB (~900 of a twin's commits; ~30 ms to fold)
+FOLD_BYTES = 4 << 20  # as SQLite's own WAL: folded at about 4 MiB (~900 of a twin's commits; ~17 ms to fold)
 _LENGTH = struct.Struct("<Q")
 _HEADER = struct.Struct("<QI32s")  # payload length, CRC-32 of world id and length, SHA-256 of world id and payload
 
