@@ -282,13 +282,15 @@ class WorldFiles:
             raise CorruptWorldError(f"{self.path}: {exc}") from None
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> None:
-        """A write to a table the redo file does not carry: this transaction commits through SQLite. A write
-        that fails fails the transaction."""
+        """A write to a table the redo file does not carry (inside a `transaction()`, so that the writes of one
+        change commit together): this transaction commits through SQLite. A write that fails fails it."""
+        assert self._in_transaction, "a write outside a transaction"
         self._sql_mode()
         with self._writing():
             self._db.execute(sql, args)
 
     def set_meta(self, key: str, value: Any) -> None:
+        assert self._in_transaction, "set_meta outside a transaction"
         self._sql_mode()
         with self._writing():
             self._put_meta(key, value)

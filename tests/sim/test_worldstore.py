@@ -88,7 +88,7 @@ def test_heads_templates_and_settings_are_checked_too(store):
         store.set_meta("checkpoint_every", 100)
         store.put_template("<mujoco/>", "m" * 64)
         store.add_shard("west", "<mujoco/>")
-    source = store.put_template("<mujoco/>", "m" * 64)
+        source = store.put_template("<mujoco/>", "m" * 64)
     store.close()  # what a session reads from the file, not what it wrote
     _sql(store, "UPDATE logs SET head = 99")
     store = WorldStore(store.path, create=False)
