@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL, c
 CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base_tick INTEGER NOT NULL,
     head INTEGER NOT NULL, label TEXT NOT NULL, anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL,
-    anchor TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
+    anchor TEXT NOT NULL, tip TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
 CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
     last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, head INTEGER NOT NULL,
     events TEXT NOT NULL, checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
@@ -184,7 +184,7 @@ class WorldFiles:
             else:
                 segments, heads, checkpoints = self._take_pending()
                 if segments or heads or checkpoints:  # logs marked first: an interrupt after the write keeps it
-                    self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[2:] for row in heads])
+                    self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[3:] for row in heads])
                     self._redo.append({"segments": segments, "heads": heads, "checkpoints": [
                         (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints]})
         except BaseException as exc:
@@ -258,7 +258,8 @@ class WorldFiles:
         if segments:
             self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", segments)
         if heads:
-            self._db.executemany("UPDATE logs SET head = ?, checksum = ? WHERE shard = ? AND branch = ?", heads)
+            self._db.executemany("UPDATE logs SET head = ?, tip = ?, checksum = ? WHERE shard = ? AND branch = ?",
+                                 heads)
         if checkpoints:
             self._db.executemany("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)", checkpoints)
 

@@ -5,11 +5,10 @@ rollback: the store remembers logs' extents, chains and recent events instead of
 
 Each log (a shard's canonical one, or a branch's) is append-only, stored as segments (`_segments`): the
 events one commit appended in one row under one checksum, which also covers the previous segment's
-checksum. A changed, dropped or reordered segment is found before anything is built from it, except
-that nothing records the newest segment's existence: a file that lost its last segment reads as if that
-commit had not happened. Ticks never decrease along a log. A log's head (the tick its engine has
-reached) is in its row, or in its last segment when that is later: a commit that appends events to a
-log and advances it writes the new head into the new segment and leaves the row alone, one page fewer.
+checksum. Ticks never decrease along a log. The log's own row holds its head (the tick its engine has
+reached) and its tip (the checksum of its newest segment), under the row's checksum; every commit that
+moves either rewrites the row (in the redo file, where that costs a few µs). So a changed, dropped or
+reordered segment is found before anything is built from it, the newest one too.
 
 Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
 an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the checksum covers the stored
@@ -63,7 +62,8 @@ class Checkpoint:
 class Log(NamedTuple):  # a tuple: its row and checksum are rewritten at every commit that advances it
     """A log's extent: its history runs from `base_tick` (a fork's tick, or where pruning left the
     canonical log) to `head`; events up to `anchor_seq` (tick `anchor_tick`) were pruned, and `anchor`
-    is the checksum of their last segment, which the first remaining segment chains from."""
+    is the checksum of their last segment, which the first remaining segment chains from; `tip` is the
+    checksum of its newest segment (its anchor while it has none)."""
 
     shard: str
     branch: str
@@ -73,6 +73,7 @@ class Log(NamedTuple):  # a tuple: its row and checksum are rewritten at every c
     anchor_seq: int = 0
     anchor_tick: int = 0
     anchor: str = ""
+    tip: str = ""
 
 
 class WorldStore(WorldFiles):
@@ -82,7 +83,6 @@ class WorldStore(WorldFiles):
         self._logs: dict[tuple[str, str], Log] = {}  # with its head as of now
         self._unsaved: set[tuple[str, str]] = set()  # logs whose head moved in this transaction, not yet written
         self._last: dict[tuple[str, str], tuple[int, int]] = {}  # log -> (seq, tick) of its last event
-        self._chain: dict[tuple[str, str], str] = {}  # log -> checksum of its last written segment
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
         self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
         self._pending_checkpoints: dict[tuple[str, str], list[tuple]] = {}  # their rows, not yet written
@@ -90,17 +90,18 @@ class WorldStore(WorldFiles):
 
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
-        segments (with their logs' heads), heads no segment carries, checkpoints."""
+        segments, their logs' heads and tips, checkpoints."""
         new = []
-        for key, events in self._pending.items():  # their chains and heads loaded by `append`
-            written, self._chain[key] = segments.rows(self._checksum, *key, events, self._logs[key].head,
-                                                      self._chain[key])
+        for key, events in self._pending.items():  # their logs loaded by `append`
+            log = self._logs[key]
+            written, tip = segments.rows(self._checksum, *key, events, log.head, log.tip)
             new += written
-            self._unsaved.discard(key)
+            self._logs[key] = log._replace(tip=tip)
+            self._unsaved.add(key)
         heads = []
-        for shard, branch in self._unsaved:
-            log = self._logs[shard, branch]
-            heads.append((log.head, self._log_row(log)[-1], shard, branch))
+        for key in self._unsaved:  # the logs' rows: heads and tips
+            log = self._logs[key]
+            heads.append((log.head, log.tip, self._log_row(log)[-1], *key))
         checkpoints = [row for rows in self._pending_checkpoints.values() for row in rows]
         self._pending, self._pending_checkpoints = {}, {}
         self._unsaved.clear()
@@ -110,8 +111,7 @@ class WorldStore(WorldFiles):
         return log in self._pending or log in self._unsaved or log in self._pending_checkpoints
 
     def _forget_all(self) -> None:
-        for cache in (self._logs, self._unsaved, self._last, self._chain, self._recent, self._pending,
-                      self._pending_checkpoints):
+        for cache in (self._logs, self._unsaved, self._last, self._recent, self._pending, self._pending_checkpoints):
             cache.clear()
 
     # ---- meta, shards, entities, templates ----
@@ -160,9 +160,10 @@ class WorldStore(WorldFiles):
 
     def add_log(self, log: Log) -> None:
         """A new log, with no segments yet."""
-        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log))
+        log = log._replace(tip=log.anchor)
+        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log))
         key = log.shard, log.branch
-        self._logs[key], self._last[key], self._chain[key] = log, (log.anchor_seq, log.anchor_tick), log.anchor
+        self._logs[key], self._last[key] = log, (log.anchor_seq, log.anchor_tick)
 
     def _log_row(self, log: Log) -> tuple:
         return (*log, self._checksum("log", *log))
@@ -186,7 +187,7 @@ class WorldStore(WorldFiles):
         self._execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
         self._execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
         self._execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
-        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log._replace(
+        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log._replace(
             base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2])))
         self._forget(shard, branch)  # read back as written: the head is in the row now
 
@@ -198,7 +199,7 @@ class WorldStore(WorldFiles):
 
     def _forget(self, shard: str, branch: str) -> None:
         self._unsaved.discard((shard, branch))
-        for cache in (self._logs, self._last, self._chain, self._recent, self._pending, self._pending_checkpoints):
+        for cache in (self._logs, self._last, self._recent, self._pending, self._pending_checkpoints):
             cache.pop((shard, branch), None)
 
     def log(self, shard: str, branch: str) -> Log:
@@ -209,23 +210,24 @@ class WorldStore(WorldFiles):
             if not rows:
                 raise KeyError(key)
             log = self._checked_log(rows[0])
-            self._logs[key] = log._replace(head=max(log.head, self._read_tail(log)))
+            self._read_tail(log)
+            self._logs[key] = log
         return self._logs[key]
 
-    def _read_tail(self, log: Log) -> int:
-        """Read and check a log's last segment: caches its last event and checksum, and returns the head it
-        recorded (-1 if the log has none)."""
+    def _read_tail(self, log: Log) -> None:
+        """Read and check a log's newest segment against its tip: caches its last event."""
         key = log.shard, log.branch
         rows = self._rows(f"SELECT {segments.COLUMNS} FROM segments WHERE shard = ? AND branch = ? "
                           f"ORDER BY last_tick DESC, first_seq DESC LIMIT 2", key, log=key)
-        if not rows:
-            self._last[key], self._chain[key] = (log.anchor_seq, log.anchor_tick), log.anchor
-            return -1
-        last, *before = rows
-        expected, prev = (before[0][1] + 1, before[0][-1]) if before else (log.anchor_seq + 1, log.anchor)
-        self._chain[key] = segments.check(self._checksum, self._where(*key), *key, last, expected, prev)
-        self._last[key] = (last[1], last[3])
-        return last[4]
+        newest = log.anchor
+        if rows:
+            last, *before = rows
+            expected, prev = (before[0][1] + 1, before[0][-1]) if before else (log.anchor_seq + 1, log.anchor)
+            newest = segments.check(self._checksum, self._where(*key), *key, last, expected, prev)
+        if newest != log.tip:
+            raise CorruptLogError(f"{self._where(*key)}: its newest segment is missing, or is not the one its row "
+                                  f"records")
+        self._last[key] = (last[1], last[3]) if rows else (log.anchor_seq, log.anchor_tick)
 
     def _where(self, shard: str, branch: str) -> str:
         return f"{self.path}: log {shard}/{branch or 'canonical'}"

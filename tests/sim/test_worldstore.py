@@ -130,7 +130,7 @@ def test_pruning_keeps_the_chain_anchored_and_the_head(store):
     store.close()
 
 
-def test_a_head_rides_in_the_segment_its_commit_writes(store):
+def test_a_logs_row_holds_its_head_and_newest_segment_so_a_dropped_newest_segment_is_found(store):
     def head_on_file():
         store.close()
         reopened = WorldStore(store.path, create=False)
@@ -139,24 +139,24 @@ def test_a_head_rides_in_the_segment_its_commit_writes(store):
         finally:
             reopened.close()
 
-    with store.transaction():  # events and an advance: the new head is in the new segment, the row keeps its own
+    with store.transaction():  # events and an advance: the row gets the new head and the new segment's checksum
         store.append("west", "", [(15, "", "mutate", {}, "x")])
         store.set_head("west", "", 20)
     store.fold()  # from the redo file into the tables
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT head FROM logs").fetchall() == [(0,)]
-        assert db.execute("SELECT head FROM segments WHERE first_seq = 7").fetchall() == [(20,)]
+        (newest,), = db.execute("SELECT checksum FROM segments WHERE first_seq = 7").fetchall()
+        assert db.execute("SELECT head, tip FROM logs").fetchall() == [(20, newest)]
     assert head_on_file() == 20
     store = WorldStore(store.path, create=False)
-    with store.transaction():  # an advance alone: the row
+    with store.transaction():  # an advance alone
         store.set_head("west", "", 30)
     with pytest.raises(RuntimeError), store.transaction():
         store.set_head("west", "", 40)
         raise RuntimeError("rolled back")
     assert store.log("west", "").head == 30 and head_on_file() == 30
-    _sql(store, "UPDATE segments SET head = 99 WHERE first_seq = 7")  # a head later than the row's, forged
+    _sql(store, "DELETE FROM segments WHERE first_seq = 7")  # the newest segment, dropped: the rest still chains
     store = WorldStore(store.path, create=False)
-    with pytest.raises(CorruptLogError, match=r"events 7..7 \(ticks 15..15\) fails its checksum"):
+    with pytest.raises(CorruptLogError, match="its newest segment is missing, or is not the one its row records"):
         store.log("west", "")
     store.close()
 
