@@ -81,7 +81,7 @@ class WorldStore(WorldFiles):
 
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self._logs: dict[tuple[str, str], Log] = {}  # with its head as of now
-        self._unsaved: set[tuple[str, str]] = set()  # logs whose head moved in this transaction, not yet written
+        self._unsaved: set[tuple[str, str]] = set()  # logs whose row (head, tip) changed, not yet written
         self._last: dict[tuple[str, str], tuple[int, int]] = {}  # log -> (seq, tick) of its last event
         self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
         self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
@@ -169,7 +169,7 @@ class WorldStore(WorldFiles):
         return (*log, self._checksum("log", *log))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        """Move a log's head (inside a `transaction()`); written when it commits, in a new segment if any."""
+        """Move a log's head (inside a `transaction()`); its row is written when the transaction commits."""
         assert self._in_transaction, "set_head outside a transaction"
         if type(head) is not int or not 0 <= head <= _MAX_TICK:
             raise WorldError(f"log {shard}/{branch or 'canonical'}: head {head!r} is not an int in 0..2**63-1")
