@@ -32,10 +32,12 @@ def _uv() -> str:
     return str(uv)
 
 
-def _sync(uv: str, extras: list[str]) -> Path:
+def _sync(uv: str, extras: list[str], *, exact: bool = True) -> Path:
     cmd = [uv, "sync", "--locked", "--python", f"{sys.version_info.major}.{sys.version_info.minor}"]
     for extra in extras:
         cmd += ["--extra", extra]
+    if not exact:
+        cmd.append("--inexact")  # what else is installed (the test extras) stays
     subprocess.run(cmd, cwd=ROOT, check=True)
     return ROOT / ".venv" / "bin" / "python"
 
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> int:
     uv = _uv()
     command, rest = argv[0], argv[1:]
     if command == "demo":
-        python = _sync(uv, [])
+        python = _sync(uv, [], exact=False)
         return subprocess.call([str(python), str(DEMO), *rest], cwd=ROOT)
     python = _sync(uv, ["dev", "ray"])  # the test suite covers the optional Ray backend too
     env = dict(os.environ, PYTHONHASHSEED="0")
