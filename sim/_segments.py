@@ -3,7 +3,8 @@
 A segment holds the events one commit appended to one log (at most `SEGMENT_EVENTS`): each event's
 encoded JSON, joined into one JSON array, under one checksum that also covers the previous segment's
 checksum, so a changed, dropped or reordered segment breaks the chain. It also carries the log's head
-as of its commit. The store supplies the checksum function (salted with the world id) and the rows.
+as its rows were taken (under the checksum; the log's own row holds the current head). The store
+supplies the checksum function (salted with the world id) and the rows.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ from ._errors import CorruptWorldError, WorldError, WorldLockedError
 from ._redo import FOLD_BYTES, RedoFile
 
 _logger = logging.getLogger(__name__)
-FORMAT = "simnet.world/4"  # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file
+# /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file; /4 no newest-segment checksum
+FORMAT = "simnet.world/5"
 _JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
 _FOLDED = "redo_folded"  # the setting holding the number of the last redo record folded into the tables
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here

@@ -189,7 +189,7 @@ class WorldStore(WorldFiles):
         self._execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
         self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log._replace(
             base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2])))
-        self._forget(shard, branch)  # read back as written: the head is in the row now
+        self._forget(shard, branch)  # read back as written
 
     def delete_log(self, shard: str, branch: str) -> None:
         """A branch's log, checkpoints and all, gone."""
@@ -241,7 +241,8 @@ class WorldStore(WorldFiles):
     def _checked_log(self, row: tuple) -> Log:
         *fields, checksum = row
         if checksum != self._checksum("log", *fields):
-            raise CorruptLogError(f"{self.path}: the head of log {fields[0]}/{fields[1] or 'canonical'} fails its checksum")
+            raise CorruptLogError(f"{self.path}: the row of log {fields[0]}/{fields[1] or 'canonical'} (its head, "
+                                  f"anchor and newest segment) fails its checksum")
         return Log(*fields)
 
     # ---- events ----

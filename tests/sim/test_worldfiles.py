@@ -23,12 +23,13 @@ def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
         WorldStore(store.path, create=True)
     with pytest.raises(WorldError, match="holds no world"):
         WorldStore(tmp_path / "none.db", create=False)
-    old = tmp_path / "old.db"  # a world of an earlier format is refused, not misread
-    with sqlite3.connect(old) as db:
-        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        db.execute("INSERT INTO meta VALUES ('format', 'simnet.world/2')")
-    with pytest.raises(CorruptWorldError, match="unknown world format 'simnet.world/2'"):
-        WorldStore(old, create=False)
+    for earlier in ("simnet.world/2", "simnet.world/4"):  # a world of an earlier format is refused, not misread
+        old = tmp_path / f"{earlier[-1]}.db"
+        with sqlite3.connect(old) as db:
+            db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute("INSERT INTO meta VALUES ('format', ?)", (earlier,))
+        with pytest.raises(CorruptWorldError, match=f"unknown world format '{earlier}'"):
+            WorldStore(old, create=False)
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)
     with pytest.raises(CorruptWorldError, match="not a readable world"):

@@ -92,7 +92,7 @@ def test_heads_templates_and_settings_are_checked_too(store):
     store.close()  # what a session reads from the file, not what it wrote
     _sql(store, "UPDATE logs SET head = 99")
     store = WorldStore(store.path, create=False)
-    with pytest.raises(CorruptLogError, match="head of log west/canonical"):
+    with pytest.raises(CorruptLogError, match="row of log west/canonical"):
         store.log("west", "")
     _sql(store, "UPDATE templates SET model_hash = ?", "x" * 64)
     with pytest.raises(CorruptWorldError, match="fails its checksum"):
@@ -125,7 +125,7 @@ def test_pruning_keeps_the_chain_anchored_and_the_head(store):
     store.close()
     _sql(store, "UPDATE logs SET anchor = 'x'")
     store = WorldStore(store.path, create=False)
-    with pytest.raises(CorruptLogError, match="head of log"):
+    with pytest.raises(CorruptLogError, match="row of log"):
         store.events("west", "")
     store.close()
 
