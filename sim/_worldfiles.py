@@ -16,6 +16,7 @@ durable against a killed process; with `fsync` also against power loss.
 
 from __future__ import annotations
 
+import abc
 import base64
 import contextlib
 import fcntl
@@ -57,7 +58,7 @@ CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL, 
 """
 
 
-class WorldFiles:
+class WorldFiles(abc.ABC):
     """A world's files, its transactions and its settings; `WorldStore` says what the rows are."""
 
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
@@ -310,14 +311,14 @@ class WorldFiles:
 
     # ---- what the store on top holds in memory ----
 
+    @abc.abstractmethod
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The rows this transaction made since they were last taken: segments, heads, checkpoints."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _holds_pending(self, log: tuple[str, str] | None) -> bool:
         """Whether this transaction holds rows of `log` not yet taken."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _forget_all(self) -> None:
         """Forget what is remembered of the files: a transaction was rolled back."""
-        raise NotImplementedError
