@@ -19,8 +19,7 @@ exact, and how much evaluation throughput the Ray backend keeps; each against it
   stretch's starting state; the other runs last about a second in a new world each, so they leave out
   what a long-lived store adds (its redo file folded into the SQLite file every 4 MiB, about every 900
   commits here; its WAL copied into the database file every 5 s, beside the writer; a growing file).
-  event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints
-  included.
+  event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints included.
 - fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
   process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the
   fork alone (a checkpoint reference and a new log).

@@ -460,20 +460,16 @@ class World:
         def finish() -> Any:
             try:
                 report = waiter()
+                if method == "advance":
+                    if report["tick"] != args[0]:  # never expected; committing it would put the head out of step
+                        raise WorldError(f"shard {shard!r}: the engine reached tick {report['tick']}, not {args[0]}")
+                    self._commit(shard, key, args[0], args[1], report)
             except WorkerLost:
                 raise
             except BaseException:
-                self._delivered[shard].pop(key, None)  # the engine may be half-way: rebuild it on next use
+                # the engine may be half-way, or past what the store kept: rebuild it on next use
+                self._delivered[shard].pop(key, None)
                 raise
-            if method == "advance":
-                if report["tick"] != args[0]:  # never expected; committing it would put the head out of step
-                    self._delivered[shard].pop(key, None)
-                    raise WorldError(f"shard {shard!r}: the engine reached tick {report['tick']}, not {args[0]}")
-                try:
-                    self._commit(shard, key, args[0], args[1], report)
-                except BaseException:
-                    self._delivered[shard].pop(key, None)  # the engine is past what was kept: rebuild it on next use
-                    raise
             return report
         return finish
 

@@ -40,7 +40,7 @@ _RECENT = 256
 # Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
 # log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
 _LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
-_MAX_TICK = 2**63 - 1  # what an SQLite integer holds
+_SQLITE_INT_MAX = 2**63 - 1  # ticks and heads are SQLite integers
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -171,7 +171,7 @@ class WorldStore(WorldFiles):
     def set_head(self, shard: str, branch: str, head: int) -> None:
         """Move a log's head (inside a `transaction()`); its row is written when the transaction commits."""
         assert self._in_transaction, "set_head outside a transaction"
-        if type(head) is not int or not 0 <= head <= _MAX_TICK:
+        if type(head) is not int or not 0 <= head <= _SQLITE_INT_MAX:
             raise WorldError(f"log {shard}/{branch or 'canonical'}: head {head!r} is not an int in 0..2**63-1")
         self._logs[shard, branch] = self.log(shard, branch)._replace(head=head)
         self._unsaved.add((shard, branch))
@@ -259,7 +259,7 @@ class WorldStore(WorldFiles):
         for event in events:
             tick = event[0]
             # anything else (a numpy integer) would not read back as it was checksummed, nor fit in SQLite
-            if type(tick) is not int or not 0 <= tick <= _MAX_TICK:
+            if type(tick) is not int or not 0 <= tick <= _SQLITE_INT_MAX:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int in 0..2**63-1")
             if tick < last_tick:
                 raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
