@@ -419,6 +419,15 @@ class KnowledgeBase:
             grant = self._authority.grant(key)
             return None if grant is None else grant.roles
 
+    def can_read(self, key: bytes) -> bool:
+        """Whether `key` holds a current grant here: a trusted root, or a device delegated at least one role
+        whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs) needs one."""
+        with self._lock:
+            grant = self._authority.grant(key)
+            if grant is None or not grant.roles:
+                return False
+            return grant.root or (grant.last_seq is None and grant.admits(0, self._clock.last) is None)
+
     def _evidence(self, author: bytes) -> list[bytes]:
         return [raw for a, _s, first, second in self._store.equivocations() if a == author for raw in (first, second)]
 
