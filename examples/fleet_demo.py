@@ -102,7 +102,7 @@ def run_fleet(homes: dict[str, Path], ports: dict[str, int], keys: dict[str, byt
     # A robot at site A: its own key, delegated by A's root, with its own (here: in-memory) store.
     robot = Identity.generate()
     simnet(homes["site-a"], "device", "add", robot.public_key_hex, "--roles", "publish")
-    robot_kb = knowledge.open(":memory:", robot, policy=TrustPolicy().with_root(keys["site-a"]))
+    robot_kb = knowledge.open(":memory:", robot, policy=TrustPolicy().for_device_of(keys["site-a"]))
     sync_with(robot_kb, url["site-a"], keys["site-a"])  # learns its delegation
     weights = robot_kb.blobs.put(os.urandom(64 * 1024))
     skill = robot_kb.skills.publish("pick-mug-side-grasp", "pick", description="grasp a mug from the side",
@@ -118,7 +118,7 @@ def run_fleet(homes: dict[str, Path], ports: dict[str, int], keys: dict[str, byt
     # A validator at site B certifies the skill (the simulator would produce these numbers).
     validator = Identity.generate()
     simnet(homes["site-b"], "device", "add", validator.public_key_hex, "--roles", "validate")
-    validator_kb = knowledge.open(":memory:", validator, policy=TrustPolicy().with_root(keys["site-b"]))
+    validator_kb = knowledge.open(":memory:", validator, policy=TrustPolicy().for_device_of(keys["site-b"]))
     sync_with(validator_kb, url["site-b"], keys["site-b"])
     validator_kb.certificates.add(skill.id, branches=128, successes=127, randomized=["mass", "friction"],
                                   evaluation={"task": "pick-mug", "note": "from a branch evaluation"})

@@ -50,7 +50,7 @@ def main() -> None:
         tmp = Path(tmp)
         site_a = knowledge.open(tmp / "site-a.db", root_a, policy=policy_a)
         site_b = knowledge.open(tmp / "site-b.db", root_b, policy=policy_b)
-        robot_kb = knowledge.open(tmp / "robot.db", robot, policy=policy_a.with_root(root_a.public_key))
+        robot_kb = knowledge.open(tmp / "robot.db", robot, policy=policy_a.for_device_of(root_a.public_key))
 
         site_a.delegate(robot.public_key, [Role.PUBLISH])
         sync(site_a, robot_kb)

@@ -126,7 +126,9 @@ class Skills:
         kb = self._kb
         kb._require(Role.PUBLISH)
         skill = self.get(skill_id)
-        if kb._authority.site_of(bytes.fromhex(skill.author)) != kb._authority.site_of(kb.identity.public_key):  # type: ignore[union-attr]
+        with kb._lock:
+            ours = kb._views.skill_sites(skill_id) & kb._authority.sites(kb.identity.public_key, Role.PUBLISH)  # type: ignore[union-attr]
+        if not ours:
             raise RecordError(f"skill {skill_id[:16]}… was published by another site; revoke it instead")
         kb._put_record(RecordType.WITHDRAW, skill_id, {"v": 1, "hlc": kb.now(), "reason": reason})
 

@@ -2,23 +2,25 @@
 
 Checks run envelope by envelope and cost what they must (verification dominates); every check, "does
 not rewrite an immutable record" included, reads the envelope's own bytes, so outcomes do not depend on
-how envelopes are batched. The pycrdt work is batched: the updates of one author's consecutive
-envelopes are applied in one Doc transaction, so the views see one change event per author and batch.
-If pycrdt refuses a signed update anyway, the whole call is redone in careful mode, applying one
-update at a time to isolate it.
+how envelopes are batched. Each update is applied in its own Doc transaction, so the site knows which
+envelope last wrote each key (records are judged by that envelope's grant); the views fold one author's
+consecutive envelopes once. If pycrdt refuses a signed update anyway, the whole call is redone in
+careful mode, rolling back and isolating the update.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ._envelope import Envelope, Kind, decode
 from ._errors import ClockSkewError, EnvelopeError
 from ._feed import Feed
-from ._yjs import MalformedUpdate, parse_update
+from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
 from ._models import IngestReport, RecordIssue, Rejection
-from ._records import TRUST_PREFIXES
+from ._records import TRUST_PREFIXES, record_limits
 from ._trust import Authority
 
 if TYPE_CHECKING:
@@ -83,14 +85,17 @@ class Ingestion:
         report.rejected.sort(key=lambda r: r.index)
         return report
 
-    def _apply_queued(self) -> None:
-        if self.current is None:
-            return
+    def _apply(self, feed: Feed, env: Envelope) -> None:
         try:
-            self.current_changes.update(self.current.apply_queued())
+            changes = feed.apply_queued()
         except BaseException as exc:
             reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
             raise UpdateRejected(str(exc)) from exc
+        self._note(feed, env, changes)
+
+    def _note(self, feed: Feed, env: Envelope, changes: dict[str, str | None]) -> None:
+        note_written(self.kb._written.setdefault(feed.author, {}), changes, env)
+        self.current_changes.update(changes)
 
     def _store_rows(self) -> None:
         if self.rows:
@@ -99,7 +104,6 @@ class Ingestion:
 
     def _end_run(self) -> None:
         self._store_rows()
-        self._apply_queued()
         feed, changes = self.current, self.current_changes
         self.current, self.current_changes = None, {}
         if feed is not None:
@@ -126,7 +130,8 @@ class Ingestion:
 
         if self.current is not None and self.current.author != author:
             self._end_run()
-        if author in kb._banned:
+        pins = kb._authority.pins(author)
+        if author in kb._banned and not pins:
             return reject("equivocating_author", f"writer equivocated at seq {kb._banned[author]}; refused")
         feed = kb._feeds.get(author)
         have = feed.seq if feed else 0
@@ -144,14 +149,16 @@ class Ingestion:
             if env.is_checkpoint:
                 return reject("checkpoint_conflict", f"checkpoint disagrees with envelope {env.seq} held here")
             self._end_run()
-            self._equivocation(env)
+            self._equivocation(env, pins)
             return None
-        grant = kb._authority.grant(author)  # cheap refusals first: nothing is verified or stored for them
-        if grant is None:
-            return reject("unknown_writer", f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
-        refusal = grant.admits(env.seq, env.hlc)
+        refusal = kb._authority.admits(author, env.seq, env.hlc)  # cheap refusals first: nothing verified or stored
+        if refusal == "unknown_writer":
+            return reject(refusal, f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
         if refusal is not None:
-            return reject(refusal, f"the writer's grant does not cover seq {env.seq}")
+            return reject(refusal, f"no grant the writer holds covers seq {env.seq}")
+        for seq, pinned in pins:
+            if env.seq == seq and (env.prev if env.is_checkpoint else env.hash) != pinned:
+                return reject("revoked_writer", f"envelope {seq} is not the one the writer's key revocation kept")
         if env.kind is Kind.UPDATE and env.seq > have + 1:
             return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
         if not env.signature_valid():
@@ -174,6 +181,9 @@ class Ingestion:
         odd = feed.foreign_structure(parsed)
         if odd is not None:
             return reject("malformed_update", odd)
+        bad_record = _record_refusal(parsed, env.hlc)
+        if bad_record is not None:
+            return reject(*bad_record)
         rewrite = feed.check(parsed)
         if rewrite is not None:
             return reject("modifies_immutable_record", rewrite)
@@ -183,7 +193,7 @@ class Ingestion:
             self.current = feed
         if self.careful:
             try:
-                self.current_changes.update(feed.apply(env.update))
+                changes = feed.apply(env.update)
             except BaseException as exc:
                 reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
                 self._store_rows()
@@ -191,8 +201,10 @@ class Ingestion:
                 self.kb._views.reset_author(feed.author, feed.items())
                 self.current, self.current_changes = None, {}
                 return reject("malformed_update", f"pycrdt refused the update: {exc}")
+            self._note(feed, env, changes)
         else:
             feed.queue(env.update)
+            self._apply(feed, env)
         kb._clock.advance(env.hlc)
         if env.is_checkpoint:
             kb._store.put_checkpoint(author, env.seq, env.raw)
@@ -204,25 +216,62 @@ class Ingestion:
         report.accepted.append((author.hex(), env.seq))
         return None
 
-    def _equivocation(self, env: Envelope) -> None:
-        """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author."""
+    def _equivocation(self, env: Envelope, pins: list[tuple[int, bytes]]) -> None:
+        """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author.
+
+        A revoked writer whose kept prefix is pinned is not cut where this site holds the pinned history
+        (the fork cannot displace it), nor refused: what it still lacks of that history may arrive.
+        """
         kb, author = self.kb, env.author
         first = kb._store.envelope(author, env.seq)
         assert first is not None
         log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
         kb._store.add_equivocation(author, env.seq, first, env.raw)
+        self.report.equivocations.append((author.hex(), env.seq))
+        if pins:
+            if all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
+                return  # the pinned history is held here: the other branch is evidence, nothing more
+        else:
+            kb._banned[author] = env.seq
         kb._store.delete_after(author, env.seq - 1)
-        kb._banned[author] = env.seq
         kb._replay(kb._feeds[author])
         self.touched.add(author)
         self.trust_dirty = True
-        self.report.equivocations.append((author.hex(), env.seq))
+
+
+def note_written(written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope) -> None:
+    """Record that `env` last wrote each changed key (a deleted key is no longer written by anyone)."""
+    for key, text in changes.items():
+        if text is None:
+            written.pop(key, None)
+        else:
+            written[key] = (env.seq, env.hlc)
 
 
 def reraise_interrupts(exc: BaseException) -> None:
     """Let Ctrl-C and interpreter exit through; everything else from pycrdt is the update's fault."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
         raise exc
+
+
+def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:
+    """(reason, detail) if a record the update writes is beyond every record's limits, or claims a time
+    later than its envelope's (which would win its map cell for ever); None if every record is fine.
+
+    Records of types this version does not know are held to the same rules, so nothing deep is parsed.
+    """
+    for text in getattr(parsed, "strings", ()):  # TEMP until the reader lands
+        refusal = record_limits(text)
+        if refusal is not None:
+            return "oversized_record", refusal
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue  # not a record this version can read: kept, forwarded, reported by the views
+        claimed = record.get("hlc") if isinstance(record, dict) else None
+        if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > hlc:
+            return "record_clock_ahead", f"a record claims time {claimed}, later than its envelope's {hlc}"
+    return None
 
 
 def _is_checkpoint(raw: object) -> bool:

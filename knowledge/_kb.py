@@ -20,7 +20,7 @@ from ._collections import Blobs, Certificates, Counters, Maps, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, RecordError, StoreError
 from ._feed import Feed
-from ._ingest import Ingestion, UpdateRejected
+from ._ingest import Ingestion, UpdateRejected, note_written
 from ._identity import Identity, key_id
 from ._models import Activation, Head, IngestReport, RecordIssue
 from ._policy import TrustPolicy, wilson_lower_bound
@@ -88,7 +88,9 @@ class KnowledgeBase:
         self._feeds: dict[bytes, Feed] = {}
         self._banned = {author: seq for author, seq, _a, _b in store.equivocations()}
         self._authority = Authority(self.policy, self._own_key, {}, {})
-        self._views = Views(self._authority)
+        # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge records by it.
+        self._written: dict[bytes, dict[str, tuple[int, int]]] = {}
+        self._views = Views(self._authority, self._written)
         for author in store.authors():
             self._feeds[author] = self._replay(Feed(author))
             self._clock.advance(self._feeds[author].hlc)
@@ -125,21 +127,23 @@ class KnowledgeBase:
 
     def _replay(self, feed: Feed) -> Feed:
         """Rebuild one feed from the store: its checkpoint, then its envelopes (verified when they came),
-        applied in one Doc transaction. Callers refresh the views from the feed afterwards."""
+        noting which envelope last wrote each key. Callers refresh the views from the feed afterwards."""
         author = feed.author
         feed.reset()
+        written = self._written[author] = {}
         checkpoint = self._store.checkpoint(author)
         if checkpoint is not None:
             env = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
             feed.replay(env.update)
             feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
+            note_written(written, feed.apply_queued(), env)
         for raw in self._store.envelopes(author, after=feed.seq):
             env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
             if env.seq != feed.seq + 1 or env.prev != feed.head:
                 raise StoreError(f"store {self._store.path} is corrupt: feed {author.hex()[:16]} breaks at {env.seq}")
             feed.replay(env.update)
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
-        feed.apply_queued()
+            note_written(written, feed.apply_queued(), env)
         return feed
 
     def _refresh_trust(self) -> None:
@@ -160,31 +164,47 @@ class KnowledgeBase:
             self._views.rebuild(authority, ((a, f.items()) for a, f in self._feeds.items()))
 
     def _enforce_grants(self) -> bool:
-        """Drop envelopes beyond a writer's key revocation or delegation expiry and rebuild its feed.
+        """Drop envelopes beyond every grant a writer holds (key revocations, expiries) and rebuild its feed.
 
-        Seq and HLC grow along a feed, so a feed lies inside its grant iff its head does.
+        Seq and HLC grow along a feed, so a feed lies inside its grants iff its head does. A feed whose
+        envelope at a key revocation's `last_seq` is not the one the revocation pins holds another
+        history than the one the revocation kept: it is dropped whole, and peers send the kept one.
         """
         cut = False
+        authority = self._authority
         for author, feed in list(self._feeds.items()):
-            grant = self._authority.grant(author)
-            if author == self._own_key or grant is None or grant.root or grant.admits(feed.seq, feed.hlc) is None:
+            if author == self._own_key or not authority.knows(author) or authority.is_root(author):
                 continue  # our own feed is never cut: rewriting it would equivocate (writes stop instead)
+            forked = any(feed.seq >= seq and self._hash_at(author, seq) != pinned
+                         for seq, pinned in authority.pins(author))
+            if not forked and authority.admits(author, feed.seq, feed.hlc) is None:
+                continue
             keep = 0
             checkpoint = self._store.checkpoint(author)
-            if checkpoint is not None:
+            if checkpoint is not None and not forked:
                 cp = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
-                keep = cp.seq if grant.admits(cp.seq, cp.hlc) is None else 0
-            for raw in self._store.envelopes(author, after=keep):
+                keep = cp.seq if authority.admits(author, cp.seq, cp.hlc) is None else 0
+            for raw in [] if forked else self._store.envelopes(author, after=keep):
                 env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
-                if grant.admits(env.seq, env.hlc) is not None:
+                if authority.admits(author, env.seq, env.hlc) is not None:
                     break
                 keep = env.seq
-            log.info("cutting feed %s after seq %d: %s", author.hex()[:16], keep, grant.admits(feed.seq, feed.hlc))
+            why = "not the history its key revocation kept" if forked else authority.admits(author, feed.seq, feed.hlc)
+            log.info("cutting feed %s after seq %d: %s", author.hex()[:16], keep, why)
             with self._store.transaction():
                 self._store.delete_after(author, keep)
             self._replay(feed)
             cut = True
         return cut
+
+    def _hash_at(self, author: bytes, seq: int) -> bytes | None:
+        """The hash of `author`'s envelope `seq` held here (a checkpoint at `seq` names it too)."""
+        found = self._store.envelope_hash(author, seq)
+        if found is None:
+            checkpoint = self._store.checkpoint(author)
+            if checkpoint is not None and checkpoint[0] == seq:
+                found = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes).prev
+        return found
 
     def close(self) -> None:
         with self._lock:
@@ -203,13 +223,15 @@ class KnowledgeBase:
         if self.identity is None:
             raise NotAuthorizedError("this knowledge base was opened read-only (no identity)")
         own = self.identity.public_key
+        feed = self._feeds.get(own)
+        seq = feed.seq + 1 if feed else 1
         if not self._authority.has_role(own, role):
             needed = role.value if role else "site root"
-            raise NotAuthorizedError(f"key {self.identity.key_id} lacks the {needed} role at this site")
-        feed = self._feeds.get(own)
-        refusal = self._authority.grant(own).admits(feed.seq + 1 if feed else 1, self._clock.last)  # type: ignore[union-attr]
-        if refusal is not None:
-            raise NotAuthorizedError(f"key {self.identity.key_id} can no longer write: {refusal}")
+            hint = " (no delegation from its site has arrived yet: sync first)" if not self._authority.knows(own) else ""
+            raise NotAuthorizedError(f"key {self.identity.key_id} lacks the {needed} role at this site{hint}")
+        refusal = self._authority.admits(own, seq, self._clock.last)
+        if refusal is not None or not self._authority.has_role(own, role, seq, self._clock.last):
+            raise NotAuthorizedError(f"key {self.identity.key_id} can no longer write: {refusal or 'revoked_writer'}")
         return self.identity
 
     def now(self) -> int:
@@ -265,6 +287,7 @@ class KnowledgeBase:
             raise
         self._feeds[own] = feed
         feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+        note_written(self._written.setdefault(own, {}), applied, env)
         issues: list[RecordIssue] = []
         self._views.update(own, applied, issues)
         if issues:
@@ -290,9 +313,24 @@ class KnowledgeBase:
         self._put_record(RecordType.DELEGATE, device.hex(), record)
 
     def revoke_key(self, device: bytes, last_seq: int, reason: str = "") -> None:
-        """As a site root: accept `device`'s feed only up to `last_seq` (never "after time T": clocks lie)."""
+        """As a site root: accept `device`'s feed only up to `last_seq` (never "after time T": clocks lie).
+
+        The record pins the kept prefix by the hash of the device's envelope `last_seq`, so no other
+        history the device signs can displace it: this site must hold that envelope.
+        """
         self._require(None)
-        record = {"v": 1, "hlc": self.now(), "last_seq": int(last_seq), "reason": reason}
+        last_seq = int(last_seq)
+        record = {"v": 1, "hlc": self.now(), "last_seq": last_seq, "reason": reason}
+        if last_seq > 0:
+            with self._lock:
+                pinned = self._hash_at(device, last_seq)
+                if pinned is None:
+                    held = self._feeds[device].seq if device in self._feeds else 0
+                    raise RecordError(
+                        f"this site does not hold envelope {last_seq} of key {key_id(device)} (it holds up to {held}); "
+                        "sync first, or revoke at a seq held here"
+                    )
+            record["last_hash"] = pinned.hex()
         self._put_record(RecordType.KEY_REVOKE, device.hex(), record)
 
     def revoke(self, skill_id: str, reason: str = "") -> None:
@@ -346,9 +384,11 @@ class KnowledgeBase:
             if self._views.revocations(skill_id):
                 reasons.append("revoked")
             sites: set[bytes] = set()
-            for _cert_id, cert in self._views.certificates(skill_id):
-                site = self._authority.site_of(bytes.fromhex(cert["validator"]))
-                if site is None or (policy.validators and site not in policy.validators):
+            for cert_id, cert in self._views.certificates(skill_id):
+                vouching = self._views.cert_sites(cert_id, bytes.fromhex(cert["validator"]))
+                if policy.validators:
+                    vouching &= policy.validators
+                if not vouching:
                     continue
                 lcb = wilson_lower_bound(cert["successes"], cert["branches"], policy.confidence)
                 if (
@@ -356,7 +396,7 @@ class KnowledgeBase:
                     and lcb >= policy.min_lower_bound
                     and policy.required_randomization <= set(cert.get("randomized", ()))
                 ):
-                    sites.add(site)
+                    sites |= vouching
             if len(sites) < policy.min_validators:
                 reasons.append(f"{len(sites)} of {policy.min_validators} required validator sites certify it")
             qualifying = tuple(sorted(s.hex() for s in sites))
@@ -416,17 +456,14 @@ class KnowledgeBase:
     def roles_of(self, key: bytes) -> frozenset[Role] | None:
         """The roles this site grants `key` (a site root's or a delegated device's), or None if unknown."""
         with self._lock:
-            grant = self._authority.grant(key)
-            return None if grant is None else grant.roles
+            return self._authority.roles(key)
 
     def can_read(self, key: bytes) -> bool:
         """Whether `key` holds a current grant here: a trusted root, or a device delegated at least one role
         whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs) needs one."""
         with self._lock:
-            grant = self._authority.grant(key)
-            if grant is None or not grant.roles:
-                return False
-            return grant.root or (grant.last_seq is None and grant.admits(0, self._clock.last) is None)
+            return any(g.roles and (g.root or (g.last_seq is None and g.admits(0, self._clock.last) is None))
+                       for g in self._authority.grants(key))
 
     def _evidence(self, author: bytes) -> list[bytes]:
         return [raw for a, _s, first, second in self._store.equivocations() if a == author for raw in (first, second)]
@@ -483,3 +520,4 @@ class KnowledgeBase:
                 "revoked": sorted(str(i) for i in views.indexes(RecordType.REVOKE)),
                 "equivocators": sorted(a.hex() for a in self._banned),
             }
+

@@ -1,6 +1,8 @@
 """A site's trust and activation policy, read from TOML.
 
     max_clock_offset_ms = 5000          # remote timestamps further ahead are rejected
+    device_of = "<64 hex digits>"       # only on a device (a robot): the root of the site it writes for
+
 
     [[roots]]                           # site roots whose writers we accept, and for what
     name = "site-b"
@@ -15,14 +17,16 @@
     min_validators = 1                  # k: distinct validator sites whose certificates qualify
     validators = []                     # n: roots whose certificates count (empty: every validate root)
 
-A knowledge base always trusts its own identity as a root with every role.
+A knowledge base trusts its own identity as a site root with every role, unless `device_of` names the site
+root it belongs to: then that root is trusted with every role, and this key writes only with the roles
+that root's delegation gives it. Nothing another site writes can make a site's own key a device.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,7 @@ class TrustPolicy:
     roots: tuple[TrustedRoot, ...] = ()
     activation: ActivationPolicy = field(default_factory=ActivationPolicy)
     max_clock_offset_ms: int = DEFAULT_MAX_OFFSET_MS
+    device_of: bytes | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> TrustPolicy:
@@ -78,7 +83,7 @@ class TrustPolicy:
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> TrustPolicy:
-        _only(data, {"roots", "activation", "max_clock_offset_ms"}, "top level")
+        _only(data, {"roots", "activation", "max_clock_offset_ms", "device_of"}, "top level")
         roots = []
         for i, entry in enumerate(data.get("roots", [])):
             _only(entry, {"name", "key", "roles"}, f"roots[{i}]")
@@ -98,12 +103,18 @@ class TrustPolicy:
             min_validators=_count(act, "min_validators", 1),
             validators=frozenset(parse_public_key(k) for k in _strings(act, "validators")),
         )
-        return cls(tuple(roots), activation, _count(data, "max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS))
+        device_of = data.get("device_of")
+        if device_of is not None and not isinstance(device_of, str):
+            raise PolicyError("device_of must be a string of 64 hex digits (the site root's public key)")
+        return cls(tuple(roots), activation, _count(data, "max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS),
+                   None if device_of is None else parse_public_key(device_of))
 
     def to_toml(self) -> str:
         a = self.activation
+        device_of = {} if self.device_of is None else {"device_of": self.device_of.hex()}
         return tomli_w.dumps({
             "max_clock_offset_ms": self.max_clock_offset_ms,
+            **device_of,
             "roots": [
                 {"name": r.name, "key": r.key.hex(), "roles": sorted(role.value for role in r.roles)}
                 for r in self.roots
@@ -121,8 +132,12 @@ class TrustPolicy:
     def with_root(self, key: bytes, roles=frozenset(Role), name: str = "") -> TrustPolicy:
         """A copy that also trusts `key` as a site root for `roles` (replacing an earlier entry for it)."""
         others = tuple(r for r in self.roots if r.key != key)
-        return TrustPolicy((*others, TrustedRoot(key, frozenset(Role(r) for r in roles), name)), self.activation,
-                           self.max_clock_offset_ms)
+        return replace(self, roots=(*others, TrustedRoot(key, frozenset(Role(r) for r in roles), name)))
+
+    def for_device_of(self, site_root: bytes) -> TrustPolicy:
+        """A copy for a device (a robot) of the site whose root key is `site_root`: that root is trusted with
+        every role, and this knowledge base's key writes with the roles that root delegates it."""
+        return replace(self.with_root(site_root), device_of=site_root)
 
 
 def _only(table: Any, allowed: set[str], where: str) -> None:

@@ -27,6 +27,11 @@ MAX_TIMESTAMP = 2**64 - 1  # HLC timestamps are unsigned 64-bit integers: parse 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAP_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_CELL_CHARS = 256
+MAX_DEPTH = 64  # JSON nesting a record may have: checked before anything deep is parsed
+MAX_NUMBER_CHARS = 40  # a run of digits longer than this is no number a record needs
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+_LONG_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_NUMBER_CHARS + 1))
 
 
 class Role(str, Enum):
@@ -152,7 +157,7 @@ def _int(rec: dict[str, Any], field: str, lo: int = 0, hi: int = MAX_INT) -> int
 
 def _float(rec: dict[str, Any], field: str, lo: float, hi: float) -> float:
     value = rec.get(field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
         raise RecordError(f"field {field!r} must be a finite number, not {value!r}")
     if not lo <= value <= hi:
         raise RecordError(f"field {field!r} must lie in [{lo}, {hi}], not {value!r}")
@@ -182,15 +187,37 @@ def _optional_obj(rec: dict[str, Any], field: str) -> None:
         raise RecordError(f"field {field!r} must be a JSON object or absent")
 
 
-def _load(text: str) -> dict[str, Any]:
-    if not isinstance(text, str):
-        raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
+def record_limits(text: str) -> str | None:
+    """Why a record's text is beyond what any record may be (size, nesting, number length), or None.
+
+    These limits hold for every record type, known or not, so a receiver checks them before parsing
+    anything: a record nested 20,000 deep or with a 500-digit number never reaches the JSON parser.
+    """
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_RECORD_BYTES:
-        raise RecordError(f"record of {size} bytes exceeds {MAX_RECORD_BYTES}")
+        return f"record of {size} bytes exceeds {MAX_RECORD_BYTES}"
+    bare = _STRINGS.sub('""', text)
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(bare):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_DEPTH:
+        return f"record nests {deepest} deep; the limit is {MAX_DEPTH}"
+    if _LONG_NUMBER.search(bare):
+        return f"record holds a number of more than {MAX_NUMBER_CHARS} digits"
+    return None
+
+
+def load_record(text: str) -> dict[str, Any]:
+    """Parse a record's JSON object within the limits every record obeys; RecordError says what is wrong."""
+    if not isinstance(text, str):
+        raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
+    refusal = record_limits(text)
+    if refusal is not None:
+        raise RecordError(refusal)
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise RecordError(f"record is not valid JSON: {exc}") from None
     return _obj(value, "a record")
 
@@ -211,7 +238,7 @@ def _version(rec: dict[str, Any]) -> None:
 
 def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
     """Parse and check one record written by `author_hex`; RecordError says what is wrong."""
-    rec = _load(text)
+    rec = load_record(text)
     _version(rec)
     _int(rec, "hlc", 0, MAX_TIMESTAMP)
     t = key.type
@@ -263,5 +290,7 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
             _int(rec, "expires", 0, MAX_TIMESTAMP)
     elif t is RecordType.KEY_REVOKE:
         _int(rec, "last_seq")
+        if "last_hash" in rec:  # pins the kept prefix; records written before version 0.2 lack it
+            check_skill_id(rec["last_hash"], "last_hash (the hash of the last envelope kept)")
         _text(rec, "reason", 0, 1000)
     return rec

@@ -1,4 +1,11 @@
-"""Who may write what: the trust policy's site roots plus the delegations those roots publish."""
+"""Who may write what: the trust policy's site roots plus the delegations those roots publish.
+
+Grants belong to whoever made them. A root's delegation records count only for the keys it names and
+only with the roles the policy trusts that root for; grants from different roots are independent and
+only ever add, so no record from one root can reduce or change a right another root granted. A root's
+own rights come from the policy alone: a delegation naming a root (this site's own key included) is
+ignored. A key revocation pins the kept prefix by the hash of its `last_seq` envelope.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +19,14 @@ from ._records import ALL_ROLES, Role
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """What one writer is allowed: its site (the granting root), roles, and the bounds of its feed."""
+    """One root's grant to one key: the granting site, roles, and the bounds of the key's feed."""
 
     site: bytes
     roles: frozenset[Role]
     last_seq: int | None = None  # a key revocation: envelopes after this seq are refused
+    last_hash: bytes | None = None  # ... and the envelope at last_seq must have this hash
     expires: int | None = None  # a delegation expiry, as an HLC timestamp
-    root: bool = False  # a site root named by the policy (its own site)
+    root: bool = False  # a site root named by the policy (or this site's own key)
 
     def admits(self, seq: int, hlc: int) -> str | None:
         """None if an envelope at (seq, hlc) falls inside this grant, else the rejection reason."""
@@ -32,10 +40,12 @@ class Grant:
 
 
 class Authority:
-    """Resolves writers to grants. Rebuilt whenever the policy or a root's delegation records change.
+    """Resolves writers to their grants. Rebuilt whenever the policy or a root's delegation records change.
 
     `delegations[root][device]` and `key_revocations[root][device]` are the parsed records currently in
-    each trusted root's feed. A device delegated by several roots belongs to the smallest root key.
+    each root's feed. A key delegated by several roots holds one grant from each; an envelope is admitted
+    if any of them admits it, and a record counts for every grant that admits its envelope with the role
+    the record needs.
     """
 
     def __init__(
@@ -47,46 +57,85 @@ class Authority:
     ) -> None:
         self.policy = policy
         roots: dict[bytes, frozenset[Role]] = {r.key: frozenset(r.roles) for r in policy.roots if r.roles}
-        if own_key is not None and own_key not in roots:
-            # A knowledge base that no trusted root delegates is its own site root.
-            if not any(own_key in delegations.get(root, {}) for root in roots):
-                roots[own_key] = ALL_ROLES
-        self._grants: dict[bytes, Grant] = {key: Grant(key, roles, root=True) for key, roles in roots.items()}
+        if policy.device_of is not None:
+            roots.setdefault(policy.device_of, ALL_ROLES)  # a device trusts its own site for everything
+        elif own_key is not None:
+            roots.setdefault(own_key, ALL_ROLES)  # this site's own root: governed by nobody else
+        self._grants: dict[bytes, tuple[Grant, ...]] = {key: (Grant(key, roles, root=True),) for key, roles in roots.items()}
+        devices: dict[bytes, list[Grant]] = {}
         for root in sorted(roots):
             revoked = key_revocations.get(root, {})
             for device, record in delegations.get(root, {}).items():
-                if device in self._grants:
-                    continue
+                if device in roots:
+                    continue  # nobody's delegation changes a root's rights
                 revocation = revoked.get(device)
-                self._grants[device] = Grant(
+                devices.setdefault(device, []).append(Grant(
                     root,
                     frozenset(Role(r) for r in record["roles"]) & roots[root],
                     last_seq=None if revocation is None else revocation["last_seq"],
+                    last_hash=None if revocation is None else _pinned_hash(revocation),
                     expires=record.get("expires"),
-                )
+                ))
+        self._grants.update((device, tuple(grants)) for device, grants in devices.items())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Authority) and self._grants == other._grants
 
     __hash__ = None  # type: ignore[assignment]
 
-    def grant(self, author: bytes) -> Grant | None:
-        return self._grants.get(author)
+    def grants(self, author: bytes) -> tuple[Grant, ...]:
+        return self._grants.get(author, ())
+
+    def knows(self, author: bytes) -> bool:
+        return author in self._grants
+
+    def admits(self, author: bytes, seq: int, hlc: int) -> str | None:
+        """None if some grant admits an envelope of `author` at (seq, hlc), else the reason none does."""
+        grants = self._grants.get(author)
+        if not grants:
+            return "unknown_writer"
+        reasons = [g.admits(seq, hlc) for g in grants]
+        return None if None in reasons else min(reasons, key=_REASON_ORDER.index)  # type: ignore[arg-type]
+
+    def pins(self, author: bytes) -> list[tuple[int, bytes]]:
+        """(last_seq, hash) of every key revocation of `author` that pins its kept prefix."""
+        return [(g.last_seq, g.last_hash) for g in self._grants.get(author, ())
+                if g.last_seq is not None and g.last_hash is not None]
 
     def is_root(self, author: bytes) -> bool:
-        grant = self._grants.get(author)
-        return grant is not None and grant.root
+        return any(g.root for g in self._grants.get(author, ()))
 
     def roots(self) -> list[bytes]:
-        return sorted(a for a, g in self._grants.items() if g.root)
+        return sorted(a for a, grants in self._grants.items() if grants[0].root)
 
-    def site_of(self, author: bytes) -> bytes | None:
-        grant = self._grants.get(author)
-        return None if grant is None else grant.site
+    def sites(self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0) -> frozenset[bytes]:
+        """The sites that vouch for a record of `author` needing `role` (None: only a root may write it),
+        written in the envelope at (seq, hlc); without a seq, every grant with the role counts."""
+        return frozenset(
+            g.site for g in self._grants.get(author, ())
+            if (g.root if role is None else role in g.roles) and (seq is None or g.admits(seq, hlc) is None)
+        )
 
-    def has_role(self, author: bytes, role: Role | None) -> bool:
+    def has_role(self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0) -> bool:
         """True if `author` may write records needing `role` (None: records only a trusted root may write)."""
-        grant = self._grants.get(author)
-        if grant is None:
-            return False
-        return grant.root if role is None else role in grant.roles
+        return bool(self.sites(author, role, seq, hlc))
+
+    def home(self, author: bytes) -> bytes | None:
+        """The one site a writer's per-site figures (counters) are filed under: its own if it is a root,
+        else the smallest key among the roots that delegate it."""
+        grants = self._grants.get(author)
+        return None if not grants else min(g.site for g in grants)
+
+    def roles(self, author: bytes) -> frozenset[Role] | None:
+        """Every role any grant gives `author`, or None if no root knows it."""
+        grants = self._grants.get(author)
+        return None if grants is None else frozenset().union(*(g.roles for g in grants))
+
+
+_REASON_ORDER = ["revoked_writer", "delegation_expired", "unauthorized"]
+
+
+def _pinned_hash(revocation: dict[str, Any]) -> bytes | None:
+    """The hash a key revocation pins at its last_seq; None for last_seq 0 or an older, unpinned record."""
+    value = revocation.get("last_hash")
+    return bytes.fromhex(value) if isinstance(value, str) else None

@@ -3,19 +3,22 @@
 Each author's feed holds at most one current record per key. The views keep, for every key, the
 current record of each author allowed to write it, and merge across authors on read:
 
-- skills: the union of published records minus those withdrawn by a writer of the publisher's own site
-  (every publish is a fresh element whose id covers author and time, so observed-remove reduces to this);
+- skills: the union of published records minus those withdrawn by a writer of a site that vouches for the
+  publisher (every publish is a fresh element whose id covers author and time, so observed-remove reduces
+  to this);
 - semantic-map cells: the record with the highest (confidence, hlc, author key), tombstones included;
 - counters: per author a PN pair of grow-only counts; the value is the sum of P minus the sum of N;
 - certificates and revocations: grow-only unions (a revoked skill stays revoked).
 
+A record counts if a grant admits the envelope that last wrote it with the role the record needs
+(`written` maps each author's keys to that envelope's (seq, hlc)); the sites of those grants vouch for it.
 The merge is a pure function of the feeds, so two sites holding the same envelopes show the same views.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._errors import RecordError
@@ -26,6 +29,8 @@ from ._trust import Authority
 Index = str | tuple[str, str]
 _MAX_LOG = 1_000_000
 _SKILL_STATE = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT})
+_VOUCHED = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT})  # whose sites matter on read
+Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 
 
 def _index(key: ParsedKey) -> Index:
@@ -33,8 +38,9 @@ def _index(key: ParsedKey) -> Index:
 
 
 class Views:
-    def __init__(self, authority: Authority) -> None:
+    def __init__(self, authority: Authority, written: Written | None = None) -> None:
         self.authority = authority
+        self.written: Written = {} if written is None else written
         self.generation = 0  # bumped by every rebuild: derived caches built before it are stale
         self._skill_log: list[str] = []  # skills whose record, withdrawal, revocation or certificates changed
         self._clear()
@@ -43,6 +49,7 @@ class Views:
         self._entries: dict[RecordType, dict[Index, dict[bytes, dict[str, Any]]]] = {t: {} for t in RecordType}
         self._cells_by_map: dict[str, set[str]] = defaultdict(set)
         self._certs_by_skill: dict[str, set[str]] = defaultdict(set)
+        self._sites: dict[tuple[RecordType, Index, bytes], frozenset[bytes]] = {}  # who vouches, for _VOUCHED
 
     def rebuild(self, authority: Authority, feeds: Iterable[tuple[bytes, Iterable[tuple[str, str]]]]) -> None:
         """Recompute everything (after a trust change); issues found again are not reported twice."""
@@ -56,6 +63,7 @@ class Views:
     def update(self, author: bytes, changes: dict[str, str | None], issues: list[RecordIssue]) -> None:
         """Fold one author's changed keys into the views; skipped records are appended to `issues`."""
         author_hex = author.hex()
+        written = self.written.get(author, {})
         for key, text in changes.items():
             try:
                 parsed = parse_key(key)
@@ -68,13 +76,15 @@ class Views:
             bucket = self._entries[parsed.type]
             index = _index(parsed)
             old = bucket.get(index, {}).get(author)
-            self._discard(bucket, index, author)
+            self._discard(parsed.type, index, author)
             if parsed.type in _SKILL_STATE:
                 self._log(parsed.name if parsed.type is not RecordType.CERT or old is None else old["skill"])
             if text is None:
                 continue
             role = REQUIRED_ROLE[parsed.type]
-            if not self.authority.has_role(author, role):
+            seq, hlc = written.get(key, (None, 0))
+            sites = self.authority.sites(author, role, seq, hlc)
+            if not sites:
                 needed = role.value if role else "site root"
                 issues.append(RecordIssue(author_hex, key, f"unauthorized: needs the {needed} role"))
                 continue
@@ -87,6 +97,8 @@ class Views:
                 issues.append(RecordIssue(author_hex, key, f"invalid_record: {exc}"))
                 continue
             bucket.setdefault(index, {})[author] = record
+            if parsed.type in _VOUCHED:
+                self._sites[(parsed.type, index, author)] = sites
             if parsed.type is RecordType.CERT:
                 self._log(record["skill"])
             if parsed.type is RecordType.CELL:
@@ -98,9 +110,9 @@ class Views:
         """Replace everything the views hold from `author` by `items` (after its feed was restored)."""
         self.generation += 1  # too coarse to log skill by skill: derived indexes start over
         self._skill_log.clear()
-        for bucket in self._entries.values():
+        for rtype, bucket in self._entries.items():
             for index in [i for i, by_author in bucket.items() if author in by_author]:
-                self._discard(bucket, index, author)
+                self._discard(rtype, index, author)
         self.update(author, dict(items), [])
 
     def _log(self, skill_id: str) -> None:
@@ -120,8 +132,9 @@ class Views:
             return None, now
         return set(self._skill_log[length:]), now
 
-    @staticmethod
-    def _discard(bucket: dict[Index, dict[bytes, dict[str, Any]]], index: Index, author: bytes) -> None:
+    def _discard(self, rtype: RecordType, index: Index, author: bytes) -> None:
+        self._sites.pop((rtype, index, author), None)
+        bucket = self._entries[rtype]
         by_author = bucket.get(index)
         if by_author is not None:
             by_author.pop(author, None)
@@ -137,12 +150,20 @@ class Views:
         return next(iter(by_author.values())) if by_author else None
 
     def withdrawn(self, skill_id: str) -> bool:
+        sites = self.skill_sites(skill_id)
+        withdrawers = self._entries[RecordType.WITHDRAW].get(skill_id, {})
+        return any(self._sites[(RecordType.WITHDRAW, skill_id, w)] & sites for w in withdrawers)
+
+    def skill_sites(self, skill_id: str) -> frozenset[bytes]:
+        """The sites that vouch for a skill's publisher (whose writers may withdraw it)."""
         record = self.skill(skill_id)
         if record is None:
-            return False
-        site = self.authority.site_of(bytes.fromhex(record["author"]))
-        withdrawers = self._entries[RecordType.WITHDRAW].get(skill_id, {})
-        return any(self.authority.site_of(a) == site for a in withdrawers)
+            return frozenset()
+        return self._sites[(RecordType.SKILL, skill_id, bytes.fromhex(record["author"]))]
+
+    def cert_sites(self, cert_id: str, validator: bytes) -> frozenset[bytes]:
+        """The sites whose grants admit the envelope that wrote this certificate with the validate role."""
+        return self._sites.get((RecordType.CERT, cert_id, validator), frozenset())
 
     def revocations(self, skill_id: str) -> dict[bytes, dict[str, Any]]:
         return self._entries[RecordType.REVOKE].get(skill_id, {})
@@ -171,7 +192,7 @@ class Views:
         """Per site: the PN-counter values recorded for a skill by that site's writers."""
         per_site: dict[bytes, Counts] = {}
         for author, rec in self._entries[RecordType.COUNTER].get(skill_id, {}).items():
-            site = self.authority.site_of(author) or author
+            site = self.authority.home(author) or author
             value = Counts(*(rec["p"][f] - rec["n"][f] for f in COUNTER_FIELDS))
             per_site[site] = per_site.get(site, Counts()) + value
         return per_site

@@ -72,7 +72,7 @@ def test_activation_follows_the_policy(policy, certs, revoked, validate_roles):
             root = knowledge.open(":memory:", site, policy=trust)
             root.delegate(device.public_key, [Role.VALIDATE])
             writers[i] = root
-            writers[i + 3] = knowledge.open(":memory:", device, policy=trust.with_root(site.public_key))
+            writers[i + 3] = knowledge.open(":memory:", device, policy=trust.for_device_of(site.public_key))
             writers[i + 3].ingest(root.envelopes_since({}))
         for who, branches, fraction, kinds in certs:
             writer = writers[who]

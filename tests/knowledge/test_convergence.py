@@ -91,14 +91,14 @@ def test_replicas_converge(n_roots, n_devices, operations, n_replicas, seed):
     policy = TrustPolicy(policy.roots, knowledge.ActivationPolicy(min_branches=60, min_lower_bound=0.8))
     opened = []
 
-    def open_kb(identity):
-        kb = knowledge.open(":memory:", identity, policy=policy)
+    def open_kb(identity, site=None):
+        kb = knowledge.open(":memory:", identity, policy=policy if site is None else policy.for_device_of(site.public_key))
         opened.append(kb)
         return kb
 
     try:
         root_kbs = [open_kb(r) for r in roots]
-        device_kbs = [open_kb(d) for d in devices]
+        device_kbs = [open_kb(d, roots[i % n_roots]) for i, d in enumerate(devices)]
         for i, device in enumerate(devices):  # each device belongs to a root, with a random subset of roles
             roles = [r for r in Role if rng.random() < 0.7] or [Role.PUBLISH]
             root_kbs[i % n_roots].delegate(device.public_key, roles)

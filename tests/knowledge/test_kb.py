@@ -120,7 +120,7 @@ def test_certificates_from_untrusted_validators_do_not_count(open_kb):
 
 def test_roles_are_enforced_locally(open_kb):
     root = Identity.generate()
-    device = open_kb("device", policy=TrustPolicy().with_root(root.public_key))
+    device = open_kb("device", policy=TrustPolicy().for_device_of(root.public_key))
     site = open_kb("site", root)
     site.delegate(device.identity.public_key, [Role.PUBLISH])
     device.ingest(site.envelopes_since(device.heads()))

@@ -110,9 +110,9 @@ def fleet() -> Site:
 def test_fleet_setup():
     site = fleet()
     auth = site.views.authority
-    assert auth.site_of(D1) == auth.site_of(D2) == auth.site_of(RA) == RA
-    assert auth.site_of(D3) == auth.site_of(RB) == RB
-    assert auth.site_of(STRANGER) is None
+    assert auth.home(D1) == auth.home(D2) == auth.home(RA) == RA
+    assert auth.home(D3) == auth.home(RB) == RB
+    assert auth.home(STRANGER) is None
     delegations, revocations = site.views.delegation_records()
     assert set(delegations) == {RA, RB}
     assert set(delegations[RA]) == {D1, D2} and set(delegations[RB]) == {D3}
@@ -359,7 +359,7 @@ def test_unauthorized_roles_are_reported_and_not_shown():
     assert site.views.revocations(sid) == {}
     issues = site.write(D3, delegate(STRANGER))  # only roots delegate
     assert _reasons(issues) == ["unauthorized: needs the site root role"]
-    assert site.views.authority.grant(STRANGER) is None
+    assert site.views.authority.grants(STRANGER) == ()
 
 
 def test_unknown_writer_records_are_reported_and_not_shown():
@@ -374,7 +374,7 @@ def test_delegated_roles_are_capped_by_the_roots_roles():
     policy = TrustPolicy(roots=(TrustedRoot(RA, frozenset({Role.PUBLISH})),))
     site = Site(policy)
     site.write(RA, delegate(D1, ["publish", "validate", "revoke"]))
-    assert site.views.authority.grant(D1).roles == frozenset({Role.PUBLISH})
+    assert site.views.authority.grants(D1)[0].roles == frozenset({Role.PUBLISH})
     sid, changes = skill(D1)
     assert site.write(D1, changes) == []
     _cid, changes = cert(D1, sid)
@@ -398,7 +398,7 @@ def test_key_revocations_are_collected_per_root():
     site.write(RA, {make_key(RecordType.KEY_REVOKE, D1.hex()): rec})
     delegations, revocations = site.views.delegation_records()
     assert revocations == {RA: {D1: {"v": 1, "hlc": 3, "last_seq": 4, "reason": "lost"}}}
-    assert site.views.authority.grant(D1).last_seq == 4
+    assert site.views.authority.grants(D1)[0].last_seq == 4
 
 
 def test_own_key_is_its_own_root_when_nobody_delegates_it():
