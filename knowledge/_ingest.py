@@ -143,11 +143,17 @@ class Ingestion:
                 return None
             if not env.signature_valid():
                 return reject("bad_signature", "signature does not verify for this author")
-            if stored is None or (env.is_checkpoint and stored == env.prev):
-                report.duplicates += 1  # covered by a checkpoint held here, or a consistent checkpoint
+            if stored is None:
+                report.duplicates += 1  # covered by a checkpoint held here
                 return None
             if env.is_checkpoint:
-                return reject("checkpoint_conflict", f"checkpoint disagrees with envelope {env.seq} held here")
+                conflict = self._checkpoint_conflict(env, stored)
+                if conflict is None:
+                    report.duplicates += 1
+                    return None
+                self._end_run()
+                self._equivocation(env, pins, report=False)
+                return reject("checkpoint_conflict", conflict)
             self._end_run()
             self._equivocation(env, pins)
             return None
@@ -216,7 +222,38 @@ class Ingestion:
         report.accepted.append((author.hex(), env.seq))
         return None
 
-    def _equivocation(self, env: Envelope, pins: list[tuple[int, bytes]]) -> None:
+    def _checkpoint_conflict(self, env: Envelope, stored: bytes) -> str | None:
+        """Why a checkpoint at a seq held here is not the author's own history, or None if it is.
+
+        Its `prev` must name the envelope held at its seq, and its state must be exactly the state the
+        envelopes held here reach at that seq (Yjs encodes equal documents to equal bytes).
+        """
+        if stored != env.prev:
+            return f"checkpoint names another envelope {env.seq} than the one held here"
+        kb, author = self.kb, env.author
+        self._store_rows()
+        held, after = Feed(author), 0
+        checkpoint = kb._store.checkpoint(author)
+        if checkpoint is not None:
+            if checkpoint[0] > env.seq:
+                return None  # this site holds no history below its own checkpoint to compare with
+            held.replay(decode(checkpoint[1], max_bytes=kb.limits.max_checkpoint_bytes).update)
+            after = checkpoint[0]
+        for raw in kb._store.envelopes(author, after=after, limit=env.seq - after):
+            held.replay(decode(raw, max_bytes=kb.limits.max_envelope_bytes).update)
+        held.apply_queued()
+        claimed = Feed(author)
+        try:
+            claimed.replay(env.update)  # reads the update as strictly as any envelope before pycrdt sees it
+            claimed.apply_queued()
+        except BaseException as exc:
+            reraise_interrupts(exc)
+            return f"checkpoint's update is unreadable: {exc}"
+        if claimed.state() != held.state():
+            return f"checkpoint's state differs from the envelopes 1..{env.seq} held here"
+        return None
+
+    def _equivocation(self, env: Envelope, pins: list[tuple[int, bytes]], *, report: bool = True) -> None:
         """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author.
 
         A revoked writer whose kept prefix is pinned is not cut where this site holds the pinned history
@@ -227,7 +264,8 @@ class Ingestion:
         assert first is not None
         log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
         kb._store.add_equivocation(author, env.seq, first, env.raw)
-        self.report.equivocations.append((author.hex(), env.seq))
+        if report:
+            self.report.equivocations.append((author.hex(), env.seq))
         if pins:
             if all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
                 return  # the pinned history is held here: the other branch is evidence, nothing more

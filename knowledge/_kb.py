@@ -80,6 +80,8 @@ class KnowledgeBase:
         self.limits = limits
         self._lock = threading.RLock()
         self._pending: dict[str, str | None] | None = None
+        self._own_floor = 0  # the newest seq of our own feed a peer showed: writes wait until it is held here
+        self._own_fork: int | None = None  # a peer holds another envelope of our own feed at this seq
         self._bind_identity()
         # This store's writer key; a read-only open trusts the data exactly as its writer does.
         self._own_key = identity.public_key if identity is not None else store.get_meta("identity")
@@ -225,6 +227,17 @@ class KnowledgeBase:
         own = self.identity.public_key
         feed = self._feeds.get(own)
         seq = feed.seq + 1 if feed else 1
+        if self._own_fork is not None:
+            raise NotAuthorizedError(
+                f"a peer holds another envelope {self._own_fork} of key {self.identity.key_id}'s feed: the key has "
+                "two histories, and writing more would fork it further; retire this key"
+            )
+        if seq <= self._own_floor:
+            raise NotAuthorizedError(
+                f"key {self.identity.key_id} has written up to seq {self._own_floor} (a peer holds it) but this store "
+                f"holds only up to {seq - 1}: sync with that peer to learn the feed back before writing "
+                "(writing now would fork the feed)"
+            )
         if not self._authority.has_role(own, role):
             needed = role.value if role else "site root"
             hint = " (no delegation from its site has arrived yet: sync first)" if not self._authority.knows(own) else ""
@@ -423,8 +436,15 @@ class KnowledgeBase:
         A peer that has nothing of a feed, or is behind the earliest envelope kept here, gets the feed's
         checkpoint first. Call again with the peer's new heads until the answer is empty. Feeds of the
         authors in `exclude` are left out (read rules: see `authors_writing`).
+
+        Heads carry hashes: where the peer's head names a seq held here under another hash, the feed has
+        forked, and the peer gets this site's envelope at that seq first, so it finds the fork too. A head
+        for this site's own key beyond what is held here means the key wrote elsewhere (a store lost or
+        re-flashed): local writes stop until the feed is learnt back (see `_require`).
         """
         with self._lock:
+            if self.identity is not None:
+                self._note_own_head(heads.get(self.identity.public_key_hex))
             out: list[bytes] = []
             roots = set(self._authority.roots())
             for author in sorted(set(self._feeds) | set(self._banned), key=lambda a: (a not in roots, a)):
@@ -437,7 +457,13 @@ class KnowledgeBase:
                 if author in self._banned and not (isinstance(their, Head) and their.equivocated_at is not None):
                     out += self._evidence(author)  # the peer does not know of the fork yet: show it both
                 feed = self._feeds.get(author)
-                if feed is None or their_seq >= feed.seq:
+                if feed is None:
+                    continue
+                if isinstance(their, Head) and their.hash and 0 < their_seq <= feed.seq:
+                    ours = self._hash_at(author, their_seq)
+                    if ours is not None and ours.hex() != their.hash:
+                        out.append(self._store.envelope(author, their_seq) or self._store.checkpoint(author)[1])  # type: ignore[index]
+                if their_seq >= feed.seq:
                     continue
                 checkpoint = self._store.checkpoint(author)
                 has_next = self._store.envelope_hash(author, their_seq + 1) is not None
@@ -446,6 +472,19 @@ class KnowledgeBase:
                     their_seq = checkpoint[0]
                 out += self._store.envelopes(author, after=their_seq, limit=limit - len(out))
             return out[: max(limit, 0)]
+
+    def _note_own_head(self, their: Head | int | None) -> None:
+        """Remember how far a peer holds this site's own feed, and whether it holds another history of it."""
+        if their is None:
+            return
+        seq = their.seq if isinstance(their, Head) else int(their)
+        own = self._feeds.get(self.identity.public_key)  # type: ignore[union-attr]
+        held = own.seq if own else 0
+        self._own_floor = max(self._own_floor, seq)
+        if isinstance(their, Head) and their.hash and 0 < seq <= held:
+            ours = self._hash_at(self.identity.public_key, seq)  # type: ignore[union-attr]
+            if ours is not None and ours.hex() != their.hash:
+                self._own_fork = seq
 
     def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
         """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""

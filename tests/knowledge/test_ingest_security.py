@@ -32,7 +32,7 @@ REASONS = {
     # checks on a decoded envelope
     "equivocating_author", "bad_signature", "checkpoint_conflict", "gap", "unknown_writer", "unauthorized",
     "revoked_writer", "delegation_expired", "broken_chain", "clock_regressed", "clock_skew", "malformed_update",
-    "foreign_client_id", "modifies_immutable_record",
+    "foreign_client_id", "modifies_immutable_record", "oversized_record", "record_clock_ahead",
 }
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,0 +1,143 @@
+"""Forks are found, not hidden: heads carry hashes, checkpoints are checked against the history they claim,
+and a writer that lost its store learns its own feed back before it writes (issue 13, class 3).
+
+Each test plays the forking writer with the public API, then lets honest sites exchange heads and
+envelopes exactly as the federation does (`heads` then `envelopes_since` then `ingest`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import knowledge
+from knowledge import Identity, NotAuthorizedError, TrustPolicy
+from knowledge._envelope import Kind, decode, seal
+
+
+def open_site(identity=None, *, trust=(), path=":memory:", policy=None):
+    policy = policy or TrustPolicy()
+    for key in trust:
+        policy = policy.with_root(key)
+    return knowledge.open(path, identity or Identity.generate(), policy=policy)
+
+
+def sync(a, b):
+    """Both directions, a few rounds, as gossip does: each side sends what the other's heads lack."""
+    for _ in range(3):
+        b.ingest(a.envelopes_since(b.heads(), limit=10_000))
+        a.ingest(b.envelopes_since(a.heads(), limit=10_000))
+
+
+def forked_writer(tmp_path):
+    """A writer whose key signs two different envelopes 2: one store per history."""
+    key = Identity.generate()
+    first = open_site(key, path=tmp_path / "first.db")
+    first.skills.publish("common", "pick")
+    shared = first.envelopes_since({})
+    second = open_site(key, path=tmp_path / "second.db")
+    second.ingest(shared)
+    first.skills.publish("branch-a", "pick")
+    second.skills.publish("branch-b", "pick")
+    return key, first, second
+
+
+def test_sites_holding_different_envelopes_at_one_seq_both_find_the_fork(tmp_path):
+    key, first, second = forked_writer(tmp_path)
+    one, two = open_site(trust=[key.public_key]), open_site(trust=[key.public_key])
+    one.ingest(first.envelopes_since({}))
+    two.ingest(second.envelopes_since({}))
+    assert one.heads()[key.public_key_hex].seq == two.heads()[key.public_key_hex].seq == 2
+    sync(one, two)  # equal seqs: only the hashes differ
+    for site in (one, two):
+        assert site.equivocations() == [(key.public_key_hex, 2)]
+        assert site.heads()[key.public_key_hex].equivocated_at == 2
+        assert [s.name for s in site.skills.list()] == ["common"]
+    assert one.snapshot() == two.snapshot()
+    third = open_site(trust=[key.public_key])  # a site that saw neither branch learns of the fork too
+    sync(one, third)
+    assert third.equivocations() == [(key.public_key_hex, 2)]
+
+
+def test_a_site_behind_on_a_forked_feed_finds_the_fork(tmp_path):
+    key, first, second = forked_writer(tmp_path)
+    second.skills.publish("branch-b-more", "pick")
+    one, two = open_site(trust=[key.public_key]), open_site(trust=[key.public_key])
+    one.ingest(first.envelopes_since({}))
+    two.ingest(second.envelopes_since({}))
+    sync(one, two)  # one holds seq 2, two seq 3: two's answer to one's head must show its envelope 2
+    for site in (one, two):
+        assert site.equivocations() == [(key.public_key_hex, 2)]
+
+
+def test_a_checkpoint_whose_state_is_not_its_history_is_an_equivocation(tmp_path):
+    key = Identity.generate()
+    writer = open_site(key)
+    writer.skills.publish("real", "pick")
+    writer.maps["m"].observe((1, 1), "mug", confidence=0.5)
+    honest = open_site(trust=[key.public_key])
+    honest.ingest(writer.envelopes_since({}))
+    forger = open_site(trust=[key.public_key])
+    forger.ingest(writer.envelopes_since({}))
+    forger.maps["m"].observe((1, 1), "not a mug", confidence=0.5)  # some other state, signed as a checkpoint
+    other_state = forger._feeds[forger.identity.public_key].state()
+    head = writer.heads()[key.public_key_hex]
+    forged = seal(key, Kind.CHECKPOINT, head.seq, bytes.fromhex(head.hash), writer._feeds[key.public_key].hlc,
+                  other_state)
+    report = honest.ingest([forged.raw])
+    assert report.reasons() == ["checkpoint_conflict"] and "state differs" in report.rejected[0].detail
+    assert honest.equivocations() == [(key.public_key_hex, head.seq)]
+    assert honest.snapshot()["equivocators"] == [key.public_key_hex]
+    assert honest.heads()[key.public_key_hex].seq == head.seq - 1  # the feed stops before the fork
+    genuine = writer.checkpoint()
+    fresh = open_site(trust=[key.public_key])
+    fresh.ingest(writer.envelopes_since({}))
+    assert fresh.ingest([genuine.raw]).duplicates == 1  # the author's real checkpoint agrees with its history
+    assert fresh.equivocations() == []
+
+
+def test_a_checkpoint_naming_another_envelope_is_kept_as_evidence_and_spread(tmp_path):
+    key, first, second = forked_writer(tmp_path)
+    checkpoint = second.checkpoint()
+    one = open_site(trust=[key.public_key])
+    one.ingest(first.envelopes_since({}))
+    report = one.ingest([checkpoint.raw])
+    assert report.reasons() == ["checkpoint_conflict"]
+    assert one.equivocations() == [(key.public_key_hex, 2)]
+    two = open_site(trust=[key.public_key])
+    two.ingest(first.envelopes_since({}))
+    sync(one, two)
+    assert two.equivocations() == [(key.public_key_hex, 2)]
+
+
+def test_a_reflashed_device_learns_its_feed_back_before_it_writes(tmp_path):
+    root = open_site(path=tmp_path / "site.db")
+    robot = Identity.generate()
+    policy = TrustPolicy().for_device_of(root.identity.public_key)
+    old = open_site(robot, policy=policy, path=tmp_path / "old.db")
+    root.delegate(robot.public_key, ["publish"])
+    old.ingest(root.envelopes_since(old.heads()))
+    for i in range(3):
+        old.skills.publish(f"skill-{i}", "pick")
+    root.ingest(old.envelopes_since(root.heads()))
+    old.close()
+
+    new = open_site(robot, policy=policy, path=tmp_path / "new.db")  # same key, empty store
+    new.ingest(root.envelopes_since(new.heads(), limit=2))  # a first page: the delegation and one envelope
+    assert new.envelopes_since(root.heads()) == []  # learning the site's heads: its own feed is ahead
+    with pytest.raises(NotAuthorizedError, match="learn the feed back"):
+        new.skills.publish("would fork", "pick")
+    sync(root, new)
+    assert new.heads()[robot.public_key_hex] == root.heads()[robot.public_key_hex]
+    new.skills.publish("after restore", "pick")
+    assert root.ingest(new.envelopes_since(root.heads())).accepted == [(robot.public_key_hex, 4)]
+    assert root.equivocations() == []
+
+
+def test_a_writer_whose_key_already_forked_stops_writing(tmp_path):
+    key, first, second = forked_writer(tmp_path)
+    site = open_site(trust=[key.public_key])
+    site.ingest(second.envelopes_since({}))
+    first.envelopes_since(site.heads())  # first learns the site holds another envelope 2 of its own feed
+    with pytest.raises(NotAuthorizedError, match="two histories"):
+        first.skills.publish("more", "pick")
+    assert decode(second.envelopes_since({})[-1], max_bytes=1 << 20).seq == 2
