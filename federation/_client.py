@@ -20,7 +20,7 @@ from knowledge import BlobError, Head, KnowledgeBase, Rejection
 
 from ._auth import SimnetAuth
 from ._errors import PeerError, WireError
-from ._wire import PAGE_TYPE, decode_page, encode_page, parse_heads, parse_json
+from ._wire import PAGE_TYPE, decode_page, encode_page, parse_heads, parse_json, with_hashes
 
 API = "/v1"
 DEFAULT_PAGE = 1000
@@ -97,6 +97,7 @@ def exchange(
     for _ in range(MAX_PAGES):
         heads = kb.heads()
         body = {"heads": {a: h.seq for a, h in heads.items()} | refused_here, "limit": page,
+                "hashes": {a: h.hash for a, h in heads.items() if a not in refused_here and h.seq},
                 "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None]}
         response = yield from send(_json_call(f"{base_url}{API}/sync", body))
         envelopes = decode_page(response.content, max_count=page, max_envelope_bytes=limit)
@@ -202,14 +203,14 @@ def _peer_heads(answer: object) -> dict[str, Head | int]:
     if not isinstance(answer, dict):
         raise PeerError("the peer's heads answer is not a JSON object")
     try:
-        heads: dict[str, Head | int] = dict(parse_heads(answer.get("heads"), max_authors=1 << 20))
+        heads = with_hashes(parse_heads(answer.get("heads"), max_authors=1 << 20), answer.get("hashes"))
     except WireError as exc:
         raise PeerError(f"the peer's heads answer is malformed: {exc}") from None
     equivocators = answer.get("equivocators", [])
     for author in set(equivocators) if isinstance(equivocators, list) else ():
-        if isinstance(author, str) and isinstance(seq := heads.get(author), int):
-            heads[author] = Head(seq, "", equivocated_at=1)
-    return heads
+        if isinstance(author, str) and (head := heads.get(author)) is not None:
+            heads[author] = Head(head.seq, head.hash, equivocated_at=1)
+    return dict(heads)
 
 
 def _answer_cap(kb: KnowledgeBase) -> int:

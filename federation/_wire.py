@@ -14,6 +14,8 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from knowledge import Head
+
 from ._errors import WireError
 
 PAGE_TYPE = "application/x-simnet-envelopes"
@@ -77,6 +79,23 @@ def parse_heads(value: Any, *, max_authors: int) -> dict[str, int]:
             raise WireError(f"heads[{author[:16]}…] must be a non-negative integer, not {seq!r}")
         heads[author] = seq
     return heads
+
+
+def with_hashes(heads: dict[str, int], hashes: Any) -> dict[str, Head]:
+    """Heads with the envelope hashes a peer sent beside them ({author: hex}, optional for older peers).
+
+    Hashes let two sites with equal seqs see that they hold different envelopes there (a fork).
+    """
+    if hashes is None:
+        hashes = {}
+    if not isinstance(hashes, Mapping):
+        raise WireError("'hashes' must be an object mapping author keys to envelope hashes (64 hex digits)")
+    out = {author: Head(seq, "") for author, seq in heads.items()}
+    for author, value in hashes.items():
+        if author not in out:
+            raise WireError(f"'hashes' names author {str(author)[:16]}… that 'heads' does not")
+        out[author] = Head(heads[author], check_hex64(value if isinstance(value, str) else "", f"hashes[{author[:16]}…]"))
+    return out
 
 
 def check_hex64(value: str, what: str) -> str:

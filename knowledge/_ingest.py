@@ -166,6 +166,8 @@ class Ingestion:
             if env.seq == seq and (env.prev if env.is_checkpoint else env.hash) != pinned:
                 return reject("revoked_writer", f"envelope {seq} is not the one the writer's key revocation kept")
         if env.kind is Kind.UPDATE and env.seq > have + 1:
+            if author == kb._own_key and env.signature_valid():  # proof that our key wrote beyond this store
+                kb._own_floor = max(kb._own_floor, env.seq)
             return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
         if not env.signature_valid():
             return reject("bad_signature", "signature does not verify for this author")
@@ -266,6 +268,9 @@ class Ingestion:
         kb._store.add_equivocation(author, env.seq, first, env.raw)
         if report:
             self.report.equivocations.append((author.hex(), env.seq))
+        if author == kb._own_key:
+            kb._own_fork = env.seq  # our own key signed another history: stop writing; our feed is never cut
+            return
         if pins:
             if all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
                 return  # the pinned history is held here: the other branch is evidence, nothing more

@@ -30,6 +30,7 @@ from ._trust import Authority
 from ._views import Views
 
 log = logging.getLogger("knowledge")
+_OWN_KNOWN = "own_feed_known"  # store meta: a device's store has seen its site's heads once
 
 
 
@@ -80,8 +81,9 @@ class KnowledgeBase:
         self.limits = limits
         self._lock = threading.RLock()
         self._pending: dict[str, str | None] | None = None
-        self._own_floor = 0  # the newest seq of our own feed a peer showed: writes wait until it is held here
-        self._own_fork: int | None = None  # a peer holds another envelope of our own feed at this seq
+        # Our own feed as others hold it: writes wait until this store holds all of it, and stop for good if
+        # a peer holds another history of it (see _require).
+        self._own_floor = 0  # the newest seq of our own feed known to exist
         self._bind_identity()
         # This store's writer key; a read-only open trusts the data exactly as its writer does.
         self._own_key = identity.public_key if identity is not None else store.get_meta("identity")
@@ -89,6 +91,7 @@ class KnowledgeBase:
         self._clock = clock or HybridClock(self.policy.max_clock_offset_ms)
         self._feeds: dict[bytes, Feed] = {}
         self._banned = {author: seq for author, seq, _a, _b in store.equivocations()}
+        self._own_fork = self._banned.get(self._own_key) if self._own_key else None  # another history exists
         self._authority = Authority(self.policy, self._own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge records by it.
         self._written: dict[bytes, dict[str, tuple[int, int]]] = {}
@@ -97,6 +100,10 @@ class KnowledgeBase:
             self._feeds[author] = self._replay(Feed(author))
             self._clock.advance(self._feeds[author].hlc)
         self._refresh_trust()
+        # A device's store that holds nothing of its own feed may belong to a re-flashed robot whose key
+        # wrote before: it writes only once its site's heads have shown how far that feed goes.
+        own = self._feeds.get(self._own_key) if self._own_key else None
+        self._own_known = self.policy.device_of is None or own is not None or store.get_meta(_OWN_KNOWN) is not None
         self.skills = Skills(self)
         self.maps = Maps(self)
         self.counters = Counters(self)
@@ -177,7 +184,7 @@ class KnowledgeBase:
         for author, feed in list(self._feeds.items()):
             if author == self._own_key or not authority.knows(author) or authority.is_root(author):
                 continue  # our own feed is never cut: rewriting it would equivocate (writes stop instead)
-            forked = any(feed.seq >= seq and self._hash_at(author, seq) != pinned
+            forked = any(feed.seq >= seq and (held := self._hash_at(author, seq)) is not None and held != pinned
                          for seq, pinned in authority.pins(author))
             if not forked and authority.admits(author, feed.seq, feed.hlc) is None:
                 continue
@@ -234,9 +241,13 @@ class KnowledgeBase:
             )
         if seq <= self._own_floor:
             raise NotAuthorizedError(
-                f"key {self.identity.key_id} has written up to seq {self._own_floor} (a peer holds it) but this store "
-                f"holds only up to {seq - 1}: sync with that peer to learn the feed back before writing "
-                "(writing now would fork the feed)"
+                f"key {self.identity.key_id} has written up to seq {self._own_floor} but this store holds only up "
+                f"to {seq - 1}: sync with its site to learn the feed back before writing (writing now would fork it)"
+            )
+        if not self._own_known:
+            raise NotAuthorizedError(
+                f"this device's store holds nothing of key {self.identity.key_id}'s feed yet: sync with its site "
+                "first, so that a key that wrote before (a re-flashed robot) learns its feed back instead of forking it"
             )
         if not self._authority.has_role(own, role):
             needed = role.value if role else "site root"
@@ -443,8 +454,8 @@ class KnowledgeBase:
         re-flashed): local writes stop until the feed is learnt back (see `_require`).
         """
         with self._lock:
-            if self.identity is not None:
-                self._note_own_head(heads.get(self.identity.public_key_hex))
+            if self.identity is not None and self.policy.device_of is not None:
+                self._note_own_head(heads.get(self.identity.public_key_hex, 0))
             out: list[bytes] = []
             roots = set(self._authority.roots())
             for author in sorted(set(self._feeds) | set(self._banned), key=lambda a: (a not in roots, a)):
@@ -473,18 +484,21 @@ class KnowledgeBase:
                 out += self._store.envelopes(author, after=their_seq, limit=limit - len(out))
             return out[: max(limit, 0)]
 
-    def _note_own_head(self, their: Head | int | None) -> None:
-        """Remember how far a peer holds this site's own feed, and whether it holds another history of it."""
-        if their is None:
-            return
+    def _note_own_head(self, their: Head | int) -> None:
+        """A device takes its site's word (the peer's heads) for how far its own feed goes elsewhere, and
+        whether a peer holds another history of it. Site roots take only signed envelopes as proof (ingest):
+        any peer can claim a head."""
         seq = their.seq if isinstance(their, Head) else int(their)
         own = self._feeds.get(self.identity.public_key)  # type: ignore[union-attr]
-        held = own.seq if own else 0
         self._own_floor = max(self._own_floor, seq)
-        if isinstance(their, Head) and their.hash and 0 < seq <= held:
+        if isinstance(their, Head) and their.hash and 0 < seq <= (own.seq if own else 0):
             ours = self._hash_at(self.identity.public_key, seq)  # type: ignore[union-attr]
             if ours is not None and ours.hex() != their.hash:
                 self._own_fork = seq
+        if not self._own_known and not self._store.readonly:
+            with self._store.transaction():
+                self._store.set_meta(_OWN_KNOWN, b"1")
+            self._own_known = True
 
     def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
         """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""
