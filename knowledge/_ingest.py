@@ -137,7 +137,7 @@ class Ingestion:
         have = feed.seq if feed else 0
         if env.seq <= have:
             self._store_rows()  # the lookup below must see this batch's envelopes too
-            stored = kb._store.envelope_hash(author, env.seq)
+            stored = kb._hash_at(author, env.seq)
             if not env.is_checkpoint and stored == env.hash:
                 report.duplicates += 1  # the very bytes held here: no need to verify again
                 return None
@@ -163,8 +163,15 @@ class Ingestion:
         if refusal is not None:
             return reject(refusal, f"no grant the writer holds covers seq {env.seq}")
         for seq, pinned in pins:
-            if env.seq == seq and (env.prev if env.is_checkpoint else env.hash) != pinned:
+            if env.seq != seq:
+                continue
+            if (env.prev if env.is_checkpoint else env.hash) != pinned:
                 return reject("revoked_writer", f"envelope {seq} is not the one the writer's key revocation kept")
+            follows = feed is not None and feed.seq == seq - 1
+            if env.kind is Kind.UPDATE and follows and env.prev != feed.head and env.signature_valid():
+                self._drop_feed(feed)  # the pinned envelope does not follow what is held: that is another history
+                return reject("broken_chain", f"the history held here is not the one pinned at {seq}: dropped, "
+                                              "the pinned one is taken when it comes")
         if env.kind is Kind.UPDATE and env.seq > have + 1:
             if author == kb._own_key and env.signature_valid():  # proof that our key wrote beyond this store
                 kb._own_floor = max(kb._own_floor, env.seq)
@@ -224,6 +231,13 @@ class Ingestion:
         report.accepted.append((author.hex(), env.seq))
         return None
 
+    def _drop_feed(self, feed: Feed) -> None:
+        self._end_run()
+        self.kb._store.delete_after(feed.author, 0)
+        self.kb._replay(feed)
+        self.touched.add(feed.author)
+        self.trust_dirty = True
+
     def _checkpoint_conflict(self, env: Envelope, stored: bytes) -> str | None:
         """Why a checkpoint at a seq held here is not the author's own history, or None if it is.
 
@@ -262,20 +276,19 @@ class Ingestion:
         (the fork cannot displace it), nor refused: what it still lacks of that history may arrive.
         """
         kb, author = self.kb, env.author
-        first = kb._store.envelope(author, env.seq)
+        held = kb._store.checkpoint(author)
+        first = kb._store.envelope(author, env.seq) or (held[1] if held and held[0] == env.seq else None)
         assert first is not None
         log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
         kb._store.add_equivocation(author, env.seq, first, env.raw)
         if report:
             self.report.equivocations.append((author.hex(), env.seq))
+        kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
         if author == kb._own_key:
             kb._own_fork = env.seq  # our own key signed another history: stop writing; our feed is never cut
             return
-        if pins:
-            if all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
-                return  # the pinned history is held here: the other branch is evidence, nothing more
-        else:
-            kb._banned[author] = env.seq
+        if pins and all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
+            return  # the pinned history is held here: the other branch is evidence, nothing more
         kb._store.delete_after(author, env.seq - 1)
         kb._replay(kb._feeds[author])
         self.touched.add(author)

@@ -90,7 +90,9 @@ class KnowledgeBase:
         self.policy = self._load_policy(policy)
         self._clock = clock or HybridClock(self.policy.max_clock_offset_ms)
         self._feeds: dict[bytes, Feed] = {}
-        self._banned = {author: seq for author, seq, _a, _b in store.equivocations()}
+        self._banned: dict[bytes, int] = {}  # author -> the seq of its first fork found here
+        for author, seq, _a, _b in store.equivocations():
+            self._banned.setdefault(author, seq)  # rows come ordered by seq
         self._own_fork = self._banned.get(self._own_key) if self._own_key else None  # another history exists
         self._authority = Authority(self.policy, self._own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge records by it.

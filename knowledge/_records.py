@@ -29,7 +29,8 @@ _MAP_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_CELL_CHARS = 256
 MAX_DEPTH = 64  # JSON nesting a record may have: checked before anything deep is parsed
 MAX_NUMBER_CHARS = 40  # a run of digits longer than this is no number a record needs
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_STRINGS = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.S)  # possessive: linear even on unclosed strings
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _BRACKETS = re.compile(r"[\[\]{}]")
 _LONG_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_NUMBER_CHARS + 1))
 
@@ -217,6 +218,10 @@ def load_record(text: str) -> dict[str, Any]:
         raise RecordError(refusal)
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
+        if _SURROGATE_ESCAPE.search(text):  # an escaped lone surrogate is valid JSON but no text at all
+            json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise RecordError("record holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)") from None
     except (ValueError, RecursionError) as exc:
         raise RecordError(f"record is not valid JSON: {exc}") from None
     return _obj(value, "a record")

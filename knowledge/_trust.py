@@ -120,12 +120,6 @@ class Authority:
         """True if `author` may write records needing `role` (None: records only a trusted root may write)."""
         return bool(self.sites(author, role, seq, hlc))
 
-    def home(self, author: bytes) -> bytes | None:
-        """The one site a writer's per-site figures (counters) are filed under: its own if it is a root,
-        else the smallest key among the roots that delegate it."""
-        grants = self._grants.get(author)
-        return None if not grants else min(g.site for g in grants)
-
     def roles(self, author: bytes) -> frozenset[Role] | None:
         """Every role any grant gives `author`, or None if no root knows it."""
         grants = self._grants.get(author)

@@ -29,7 +29,7 @@ from ._trust import Authority
 Index = str | tuple[str, str]
 _MAX_LOG = 1_000_000
 _SKILL_STATE = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT})
-_VOUCHED = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT})  # whose sites matter on read
+_VOUCHED = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT, RecordType.COUNTER})  # sites read
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 
 
@@ -189,10 +189,11 @@ class Views:
         return sorted(m for m in self._cells_by_map if self.cells(m))
 
     def counts(self, skill_id: str) -> dict[bytes, Counts]:
-        """Per site: the PN-counter values recorded for a skill by that site's writers."""
+        """Per site: the PN-counter values recorded for a skill by that site's writers (a writer that two
+        sites vouch for with the publish role is filed under the smaller site key)."""
         per_site: dict[bytes, Counts] = {}
         for author, rec in self._entries[RecordType.COUNTER].get(skill_id, {}).items():
-            site = self.authority.home(author) or author
+            site = min(self._sites[(RecordType.COUNTER, skill_id, author)])
             value = Counts(*(rec["p"][f] - rec["n"][f] for f in COUNTER_FIELDS))
             per_site[site] = per_site.get(site, Counts()) + value
         return per_site
