@@ -4,8 +4,24 @@
 
 The signature covers, one per line: ``simnet-request-v1``, the method, the path with its query, the
 SHA-256 of the body (hex), the timestamp, the nonce, and the *audience* — the public key of the site the
-request is meant for — so a captured request is useless against any other site, or after the time
-window, or a second time (the server remembers nonces for the window).
+request is meant for — so a captured request is useless against any other site or after the window.
+
+**No signed request is accepted twice**, not even across a restart. A request is accepted only if its
+timestamp is within `window_ms` of this site's clock and its (key, nonce) has not been accepted before.
+Every accepted (key, nonce) is remembered until the site's clock passes acceptance time + 2 windows
+(by then the timestamp, at most one window ahead of the clock, is stale); the memory is a dict, and —
+when the verifier has a `path` (a server's does: <home>/replay.db) — also a SQLite table, written and
+fsync'd before the request is handled and read back at startup. So after a restart, crash or power
+loss, a captured request is either stale or its nonce is on disk. Cost: one small synced insert per
+accepted request (~0.5 ms), rows pruned as they expire. Client clocks may be off by up to the window
+either way: the expiry depends on this site's clock only. (A *server* clock that steps back by more
+than a window after expired rows were pruned could reopen the window of an old request; keep it NTP
+slewed, not stepped.)
+
+A server checks in two steps so that nothing is read before the caller is known: `claim(header)` (the
+header's form, the time window, and that the nonce is unused) before the body, then after the body
+`check(claim, ...)` (the signature over the body's hash) and `remember(claim)` (the atomic, durable
+record of the nonce). `verify` does all three.
 """
 
 from __future__ import annotations
@@ -13,23 +29,27 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
 from knowledge import Identity
 from knowledge._identity import verify
 
-from ._errors import AuthError
+from ._errors import AuthError, FederationError
 
 SCHEME = "Simnet"
 DEFAULT_WINDOW_MS = 30_000
 _HEADER = re.compile(
     r"Simnet key=(?P<key>[0-9a-f]{64}), ts=(?P<ts>[0-9]{1,16}), nonce=(?P<nonce>[0-9a-f]{32}), sig=(?P<sig>[0-9a-f]{128})"
 )
+_PRUNE_EVERY = 1000  # expired rows are deleted from disk after this many have expired in memory
 
 
 def _now_ms() -> int:
@@ -60,8 +80,22 @@ class SimnetAuth(httpx.Auth):
         yield request
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A well-formed, fresh, unused Authorization header, before its signature is checked."""
+
+    key: bytes
+    ts: int
+    nonce: str
+    sig: bytes
+
+    @property
+    def id(self) -> tuple[str, str]:
+        return self.key.hex(), self.nonce
+
+
 class RequestVerifier:
-    """Checks signed requests addressed to `audience`; remembers nonces for the time window."""
+    """Checks signed requests addressed to `audience`; remembers accepted nonces (on disk with `path`)."""
 
     def __init__(
         self,
@@ -70,34 +104,96 @@ class RequestVerifier:
         window_ms: int = DEFAULT_WINDOW_MS,
         max_nonces: int = 200_000,
         clock: Callable[[], int] = _now_ms,
+        path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.audience = audience
         self.window_ms = window_ms
         self.max_nonces = max_nonces
         self._clock = clock
         self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()  # (key, nonce) -> expiry, oldest first
+        self._expired = 0
         self._lock = threading.Lock()
+        self._db_lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._durable = path is not None
+        if path is not None:
+            self._open(Path(path))
+
+    def _open(self, path: Path) -> None:
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("CREATE TABLE IF NOT EXISTS seen (key TEXT NOT NULL, nonce TEXT NOT NULL,"
+                       " expires INTEGER NOT NULL, PRIMARY KEY (key, nonce)) WITHOUT ROWID")
+            db.execute("DELETE FROM seen WHERE expires < ?", (self._clock(),))
+            for key, nonce, expires in db.execute("SELECT key, nonce, expires FROM seen ORDER BY expires"):
+                self._seen[(key, nonce)] = expires
+        except sqlite3.Error as exc:
+            raise FederationError(f"cannot open the log of accepted requests {path}: {exc}") from None
+        self._db = db
+
+    def close(self) -> None:
+        with self._db_lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def verify(self, method: str, target: str, body: bytes, header: str | None) -> bytes:
-        """The caller's public key, or AuthError (401) saying what is wrong."""
+        """The caller's public key, or AuthError (401, or 429/503) saying what is wrong."""
+        claim = self.claim(header)
+        self.check(claim, method, target, body)
+        self.remember(claim)
+        return claim.key
+
+    def claim(self, header: str | None) -> Claim:
+        """The header's form, its time window, and that its nonce is unused (cheap: no signature yet)."""
         if not header:
             raise AuthError("request is not signed: send an 'Authorization: Simnet key=…, ts=…, nonce=…, sig=…' header")
         match = _HEADER.fullmatch(header.strip())
         if match is None:
             raise AuthError("Authorization header is not of the form 'Simnet key=<hex64>, ts=<ms>, nonce=<hex32>, sig=<hex128>'")
-        key, ts, nonce = bytes.fromhex(match["key"]), int(match["ts"]), match["nonce"]
+        claim = Claim(bytes.fromhex(match["key"]), int(match["ts"]), match["nonce"], bytes.fromhex(match["sig"]))
         now = self._clock()
-        if abs(now - ts) > self.window_ms:
-            raise AuthError(f"request timestamp is {abs(now - ts)} ms from this site's clock (window {self.window_ms} ms)")
-        message = signed_message(method, target, body, ts, nonce, self.audience)
-        if not verify(key, bytes.fromhex(match["sig"]), message):
+        if abs(now - claim.ts) > self.window_ms:
+            raise AuthError(f"request timestamp is {abs(now - claim.ts)} ms from this site's clock (window {self.window_ms} ms)")
+        with self._lock:
+            if claim.id in self._seen:
+                raise AuthError("request replayed: this nonce was already used")
+        return claim
+
+    def check(self, claim: Claim, method: str, target: str, body: bytes) -> None:
+        """The signature over the request as received."""
+        message = signed_message(method, target, body, claim.ts, claim.nonce, self.audience)
+        if not verify(claim.key, claim.sig, message):
             raise AuthError("request signature does not verify (wrong key, altered request, or meant for another site)")
+
+    def remember(self, claim: Claim) -> None:
+        """Record the nonce as used — atomically (one of two simultaneous copies wins) and durably."""
+        now = self._clock()
         with self._lock:
             while self._seen and next(iter(self._seen.values())) < now:
                 self._seen.popitem(last=False)
-            if (match["key"], nonce) in self._seen:
+                self._expired += 1
+            if claim.id in self._seen:
                 raise AuthError("request replayed: this nonce was already used")
             if len(self._seen) >= self.max_nonces:
                 raise AuthError("too many requests in the replay window; retry later", 429)
-            self._seen[(match["key"], nonce)] = now + 2 * self.window_ms
-        return key
+            expires = now + 2 * self.window_ms
+            self._seen[claim.id] = expires
+            prune = self._expired >= _PRUNE_EVERY
+            if prune:
+                self._expired = 0
+        if not self._durable:
+            return
+        with self._db_lock:  # not under self._lock: the fsync must not hold up `claim` on the event loop
+            try:
+                if self._db is None:
+                    raise sqlite3.ProgrammingError("the replay log is closed (the site is shutting down)")
+                self._db.execute("INSERT INTO seen VALUES (?, ?, ?)", (*claim.id, expires))
+                if prune:
+                    self._db.execute("DELETE FROM seen WHERE expires < ?", (now,))
+            except sqlite3.Error as exc:
+                with self._lock:
+                    self._seen.pop(claim.id, None)
+                raise AuthError(f"cannot record the request's nonce ({exc}); retry later", 503) from None

@@ -207,8 +207,8 @@ def _peer_heads(answer: object) -> dict[str, Head | int]:
     except WireError as exc:
         raise PeerError(f"the peer's heads answer is malformed: {exc}") from None
     equivocators = answer.get("equivocators", [])
-    for author in set(equivocators) if isinstance(equivocators, list) else ():
-        if isinstance(author, str) and (head := heads.get(author)) is not None:
+    for author in {a for a in equivocators if isinstance(a, str)} if isinstance(equivocators, list) else ():
+        if (head := heads.get(author)) is not None:
             heads[author] = Head(head.seq, head.hash, equivocated_at=1)
     return dict(heads)
 

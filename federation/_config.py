@@ -4,6 +4,7 @@
     <home>/site.db       the knowledge store
     <home>/trust.toml    the trust and activation policy (knowledge.TrustPolicy)
     <home>/simnet.toml   this file: listen address, peers, gossip, limits, read rules
+    <home>/replay.db     the nonces of signed requests accepted in the last minute (see _auth)
 
     [site]
     name = "site-a"
@@ -18,7 +19,10 @@
     max_body_bytes = 16777216
     max_page = 1000         # envelopes per request and per answer
     max_concurrent_syncs = 8
-    timeout_s = 30.0
+    timeout_s = 30.0        # to receive a request's body (and the answer to our own requests)
+    header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this
+    max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
+                            # process may open few files: see federation._http)
 
     [[peers]]
     name = "site-b"
@@ -49,6 +53,7 @@ from knowledge.cli import KEY_FILE, POLICY_FILE, STORE_FILE
 from ._errors import ConfigError
 
 CONFIG_FILE = "simnet.toml"
+REPLAY_FILE = "replay.db"
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class ServerLimits:
     max_page: int = 1000
     max_concurrent_syncs: int = 8
     timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    max_connections: int = 512
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,10 @@ class SiteConfig:
     @property
     def policy_path(self) -> Path:
         return self.home / POLICY_FILE
+
+    @property
+    def replay_path(self) -> Path:
+        return self.home / REPLAY_FILE
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -158,9 +169,11 @@ class SiteConfig:
         )
         if config.gossip.jitter > 1:
             raise ConfigError(f"[gossip] jitter is a fraction of the interval, at most 1, not {config.gossip.jitter}")
-        for name in ("max_page", "max_concurrent_syncs", "max_body_bytes"):
+        for name in ("max_page", "max_concurrent_syncs", "max_body_bytes", "max_connections"):
             if getattr(config.limits, name) < 1:
                 raise ConfigError(f"[limits] {name} must be at least 1")
+        if config.limits.header_timeout_s <= 0:
+            raise ConfigError("[limits] header_timeout_s must be more than 0 seconds")
         host, _, port = config.listen.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(f"[site] listen {config.listen!r} must be host:port with a port in 0-65535")

@@ -2,6 +2,7 @@
 
 `serve(home)` binds the listen address from simnet.toml (port 0 picks a free port), records the URL
 and process id in <home>/serve.json so the CLI can find the running server, and removes it on exit.
+Connections get a header deadline and a cap (`_http`), and noisy loggers are rate-limited.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import knowledge
 
 from ._config import SiteConfig
 from ._gossip import Gossip
+from ._http import ACCEPT_BATCH, connection_cap, guarded_protocol, limit_logs
 from ._server import Site, create_app
 
 log = logging.getLogger("federation")
@@ -56,14 +58,18 @@ def serve(home: str | os.PathLike[str], *, gossip: bool = True) -> None:
             (home / SERVE_FILE).unlink(missing_ok=True)
             if site.gossip is not None:
                 await site.gossip.stop()
-            site.kb.close()  # uvicorn re-raises SIGTERM after shutdown: close the store while we can
+            site.close()  # uvicorn re-raises SIGTERM after shutdown: close the store while we can
 
     app = create_app(site, lifespan=lifespan)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, access_log=False)
+    limits = site.config.limits
+    protocol = guarded_protocol(limits.header_timeout_s, connection_cap(limits.max_connections))
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, access_log=False, http=protocol,
+                            backlog=ACCEPT_BATCH)
+    limit_logs()
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        site.kb.close()  # idempotent; covers a failed start
+        site.close()  # idempotent; covers a failed start
         sock.close()
 
 
@@ -75,7 +81,7 @@ def _listen(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(128)
+    sock.listen(ACCEPT_BATCH)
     return sock
 
 

@@ -1,8 +1,10 @@
 """A site's HTTP server: an ASGI application (Starlette) over one knowledge base.
 
-Every endpoint but /v1/health and the OpenAPI description needs a signed request (see `_auth`). Bad
-requests get a 4xx with a JSON body ``{"error": code, "detail": message}`` and change nothing; the
-knowledge-base work runs in worker threads so the event loop keeps answering.
+Every endpoint but /v1/health and the OpenAPI description needs a signed request (see `_auth`) from a
+key holding a current grant here (`KnowledgeBase.can_read`; the admin endpoints: this site's own key).
+Bad requests get a 4xx with a JSON body ``{"error": code, "detail": message}`` and change nothing; an
+unexpected failure is logged and answered 500 in the same shape. The knowledge-base work runs in worker
+threads so the event loop keeps answering.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
@@ -28,13 +30,14 @@ from knowledge import Head, IdentityError, KnowledgeBase, RecordError, Role
 from ._auth import RequestVerifier
 from ._config import SiteConfig
 from ._errors import AuthError, FederationError, WireError
-from ._wire import PAGE_TYPE, check_hex64, decode_page, encode_page, parse_heads, parse_json
+from ._wire import PAGE_TYPE, check_hex64, decode_page, encode_page, parse_heads, parse_json, with_hashes
 
 log = logging.getLogger("federation")
 BLOB_CHUNK = 256 << 10
 
 Handler = Callable[[Request], Awaitable[Response]]
 _WIRE_CODES = {400: "bad_request", 413: "too_large", 415: "unsupported_media_type"}
+_AUTH_CODES = {401: "unauthenticated", 403: "forbidden", 429: "too_many_requests", 503: "unavailable"}
 
 
 class Site:
@@ -46,9 +49,14 @@ class Site:
         self.config = config
         self.kb = kb
         self.key = kb.identity.public_key
-        self.verifier = RequestVerifier(self.key)
+        self.verifier = RequestVerifier(self.key, path=config.replay_path)
         self.syncs = asyncio.Semaphore(config.limits.max_concurrent_syncs)
         self.gossip: Any = None  # set by the gossip scheduler when it runs
+
+    def close(self) -> None:
+        """Close the replay log and the knowledge base (idempotent)."""
+        self.verifier.close()
+        self.kb.close()
 
     def withheld_from(self, caller: bytes) -> set[bytes]:
         return withheld_from(self.config, self.kb, caller)
@@ -72,53 +80,87 @@ async def _body(request: Request, limit: int) -> bytes:
         if int(declared) > limit:
             raise WireError(f"body of {declared} bytes exceeds the limit of {limit}", 413)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise WireError(f"body exceeds the limit of {limit} bytes", 413)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise WireError(f"body exceeds the limit of {limit} bytes", 413)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise WireError(f"the connection closed after {size} bytes of the body") from None
     return b"".join(chunks)
 
 
 def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]], Handler]:
-    """Wrap a handler: read the body within limits, authenticate, authorize, map errors to 4xx.
+    """Wrap a handler: authenticate and authorize, read the body within limits, map errors to 4xx.
 
-    `role` is "read" (any writer this site's policy knows), "push" (same: only admitted peers may push),
-    "admin" (this site's own key), or None (no authentication).
+    `role` is "read" (a key holding a current grant here: see `KnowledgeBase.can_read`), "push" (the
+    same: only admitted peers may push), "admin" (this site's own key), or None (no authentication).
+    Everything about the caller that the header shows is checked before a byte of the body is read
+    (see `_authenticate`); an unexpected exception is logged and answered 500, never raised.
     """
 
     def wrap(handler: Callable[..., Awaitable[Response]]) -> Handler:
         async def run(request: Request) -> Response:
             site: Site = request.app.state.site
             try:
-                async with asyncio.timeout(site.config.limits.timeout_s):
-                    body = await _body(request, site.config.limits.max_body_bytes)
-                if role is None:
-                    return await handler(request, site, body)
-                target = request.scope["raw_path"].decode("latin-1")
-                if request.scope.get("query_string"):
-                    target += "?" + request.scope["query_string"].decode("latin-1")
-                caller = site.verifier.verify(request.method, target, body, request.headers.get("authorization"))
-                if role == "admin":
-                    if caller != site.key:
-                        raise AuthError("only this site's own key may use the admin endpoints", 403)
-                elif await run_in_threadpool(site.kb.roles_of, caller) is None:
-                    raise AuthError(f"key {caller.hex()[:16]}… is not trusted by this site's policy", 403)
+                if role is None:  # unauthenticated: its body, if any, is never read
+                    return await handler(request, site, b"")
+                caller, body = await _authenticate(request, site, role)
                 return await handler(request, site, body, caller)
             except WireError as exc:
                 return _error(exc.status, _WIRE_CODES.get(exc.status, "bad_request"), str(exc))
             except (RecordError, IdentityError) as exc:  # a well-formed request asking for an invalid write
                 return _error(400, "bad_request", str(exc))
             except AuthError as exc:
-                code = {401: "unauthenticated", 403: "forbidden", 429: "too_many_requests"}.get(exc.status, "auth")
-                return _error(exc.status, code, str(exc))
+                return _error(exc.status, _AUTH_CODES.get(exc.status, "auth"), str(exc))
             except TimeoutError:
                 return _error(408, "timeout", f"request not received within {site.config.limits.timeout_s} s")
+            except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: answer, log, keep serving
+                log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc,
+                          exc_info=exc)
+                return _error(500, "internal_error", f"the site failed to handle this request ({type(exc).__name__}); "
+                                                     "it is logged there")
 
         run.__doc__ = handler.__doc__
         return run
 
     return wrap
+
+
+async def _read(request: Request, site: Site) -> bytes:
+    async with asyncio.timeout(site.config.limits.timeout_s):
+        return await _body(request, site.config.limits.max_body_bytes)
+
+
+async def _authenticate(request: Request, site: Site, role: str) -> tuple[bytes, bytes]:
+    """(caller, body). In order: the header's form, timestamp window and unused nonce (401); the caller's
+    right to `role` (403); only then the body (408/413); the signature over it (401); and the nonce's
+    durable record (401 if a simultaneous copy won, 429 if too many, 503 if it cannot be written)."""
+    claim = site.verifier.claim(request.headers.get("authorization"))
+    if role == "admin":
+        if claim.key != site.key:
+            raise AuthError("only this site's own key may use the admin endpoints", 403)
+    elif not await run_in_threadpool(site.kb.can_read, claim.key):
+        raise AuthError(await run_in_threadpool(_no_grant, site, claim.key), 403)
+    body = await _read(request, site)
+    target = request.scope["raw_path"].decode("latin-1")
+    if request.scope.get("query_string"):
+        target += "?" + request.scope["query_string"].decode("latin-1")
+    site.verifier.check(claim, request.method, target, body)
+    await run_in_threadpool(site.verifier.remember, claim)
+    return claim.key, body
+
+
+def _no_grant(site: Site, key: bytes) -> str:
+    """Why `key` may not read or push here, and what it would need."""
+    who, roles = f"key {key.hex()[:16]}…", site.kb.roles_of(key)
+    need = "reading and pushing need a current grant: a trusted site root, or a device delegated at least one role"
+    if roles is None:
+        return f"{who} is not trusted by this site's policy; {need}"
+    if not roles:
+        return f"{who} is delegated no roles here; {need}"
+    return f"{who} holds no current grant here: its delegation was revoked or has expired; {need}"
 
 
 @endpoint(None)
@@ -134,7 +176,7 @@ async def health(request: Request, site: Site, body: bytes) -> Response:
 async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
     summary: Pull. Send your heads, get the envelopes you lack (one page).
-    requestBody: {content: {application/json: {example: {"heads": {"<author hex>": 12}, "limit": 1000}}}}
+    requestBody: {content: {application/json: {example: {"heads": {"<author hex>": 12}, "hashes": {"<author hex>": "<hash of envelope 12>"}, "limit": 1000}}}}
     responses:
       "200": {description: 'A page (application/x-simnet-envelopes). Call again with new heads until empty.'}
       "400": {description: Malformed JSON or heads.}
@@ -144,12 +186,13 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     if not isinstance(request_json, dict):
         raise WireError("body must be a JSON object with 'heads' (and optionally 'limit')")
     seqs = parse_heads(request_json.get("heads", {}), max_authors=1 << 20)
+    hashed = with_hashes(seqs, request_json.get("hashes"))  # a hash that differs here reveals a fork
     equivocators = request_json.get("equivocators", [])
     if not isinstance(equivocators, list) or not all(isinstance(a, str) for a in equivocators):
         raise WireError("'equivocators' must be a list of author keys (64 hex digits)")
-    heads: dict[str, Head | int] = dict(seqs)
+    heads: dict[str, Head | int] = dict(hashed)
     for author in {check_hex64(a, "equivocator") for a in equivocators}:  # forks the caller knows of
-        heads[author] = Head(seqs.get(author, 0), "", equivocated_at=1)
+        heads[author] = Head(seqs.get(author, 0), hashed[author].hash if author in hashed else "", equivocated_at=1)
     limit = request_json.get("limit", site.config.limits.max_page)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")
@@ -165,17 +208,19 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
 @endpoint("read")
 async def heads(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
-    summary: The newest seq this site holds per author (what you would push against).
-    responses: {"200": {description: '{"heads": {"<author hex>": seq}, "equivocators": ["<author hex>"]}'}}
+    summary: The newest seq this site holds per author, and its envelope's hash (what you would push against).
+    responses: {"200": {description: '{"heads": {"<author hex>": seq}, "hashes": {"<author hex>": "<hash>"}, "equivocators": ["<author hex>"]}'}}
     """
     return JSONResponse(await run_in_threadpool(_visible_heads, site, caller))
 
 
 def _visible_heads(site: Site, caller: bytes) -> dict[str, Any]:
-    """{"heads": {author: seq}, "equivocators": [...]}, without the feeds withheld from this caller."""
+    """{"heads": {author: seq}, "hashes": {author: hash}, "equivocators": [...]}, without the feeds withheld
+    from this caller."""
     withheld = {a.hex() for a in site.withheld_from(caller)}
     heads = {a: h for a, h in site.kb.heads().items() if a not in withheld}
     return {"heads": {a: h.seq for a, h in heads.items()},
+            "hashes": {a: h.hash for a, h in heads.items() if h.seq},
             "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None]}
 
 

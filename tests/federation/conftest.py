@@ -78,6 +78,7 @@ class LocalSite:
 @pytest.fixture
 def make_site(tmp_path):
     opened: list[knowledge.KnowledgeBase] = []
+    sites: list[Site] = []
 
     def _make(name: str, *, limits: ServerLimits | None = None, gossip: GossipConfig | None = None,
               private: tuple[PrivateMaps, ...] = (), trust: tuple[bytes, ...] = ()) -> LocalSite:
@@ -95,9 +96,12 @@ def make_site(tmp_path):
         kb = knowledge.open(config.store_path, identity, policy=config.policy_path)
         opened.append(kb)
         site = Site(config, kb)
+        sites.append(site)
         return LocalSite(name, home, identity, config, kb, site, create_app(site))
 
     yield _make
+    for site in sites:
+        site.verifier.close()
     for kb in opened:
         kb.close()
 
@@ -110,8 +114,9 @@ def make_device():
     def _make(site: LocalSite, roles=(Role.PUBLISH,)) -> knowledge.KnowledgeBase:
         device = Identity.generate()
         site.kb.delegate(device.public_key, roles)
-        kb = knowledge.open(":memory:", device, policy=TrustPolicy().with_root(site.key))
+        kb = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(site.key))
         kb.ingest(site.kb.envelopes_since(kb.heads(), limit=100_000))
+        kb.envelopes_since(site.kb.heads())  # a device writes once it has seen its site's heads
         opened.append(kb)
         return kb
 

@@ -258,3 +258,67 @@ def test_verifier_is_thread_safe_under_concurrent_replays(caller, server):
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(attempt, range(64)))
     assert results.count(True) == 1  # exactly one of 64 simultaneous copies gets through
+
+
+# --- the replay log on disk (a server's verifier has a path: <home>/replay.db) ------------------------
+
+def rows(path) -> list[tuple[str, str, int]]:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT key, nonce, expires FROM seen").fetchall()
+
+
+def test_an_accepted_nonce_is_on_disk_before_verify_returns_and_refused_by_the_next_process(caller, server, tmp_path):
+    path = tmp_path / "replay.db"
+    clock = Clock()
+    first = RequestVerifier(server.public_key, clock=clock, path=path)
+    auth = header(caller, server.public_key, "POST", "/v1/admin/revoke", b"{}", ts=NOW)
+    assert first.verify("POST", "/v1/admin/revoke", b"{}", auth) == caller.public_key
+    assert rows(path) == [(caller.public_key_hex, auth.split("nonce=")[1][:32], NOW + 2 * WINDOW)]  # no close needed
+    restarted = RequestVerifier(server.public_key, clock=clock, path=path)  # the first one never closed: a crash
+    refused(restarted, "POST", "/v1/admin/revoke", b"{}", auth, "request replayed: this nonce was already used")
+    fresh = header(caller, server.public_key, "POST", "/v1/admin/revoke", b"{}", ts=NOW)
+    assert restarted.verify("POST", "/v1/admin/revoke", b"{}", fresh) == caller.public_key
+    first.close()
+    restarted.close()
+
+
+def test_the_replay_log_forgets_what_has_expired(caller, server, tmp_path):
+    path, clock = tmp_path / "replay.db", Clock()
+    verifier = RequestVerifier(server.public_key, clock=clock, path=path)
+    verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW))
+    verifier.close()
+    clock.now = NOW + 2 * WINDOW + 1  # the timestamp is stale by now: nothing left to remember
+    RequestVerifier(server.public_key, clock=clock, path=path).close()
+    assert rows(path) == []
+
+
+def test_claim_checks_the_header_without_the_body_and_burns_nothing(caller, server):
+    verifier = RequestVerifier(server.public_key, clock=Clock())
+    auth = header(caller, server.public_key, "POST", "/v1/envelopes", b"page", ts=NOW)
+    claim = verifier.claim(auth)  # form, window, unused nonce: all a server knows before reading the body
+    assert claim.key == caller.public_key
+    with pytest.raises(AuthError, match="does not verify"):
+        verifier.check(claim, "POST", "/v1/envelopes", b"another page")
+    verifier.check(claim, "POST", "/v1/envelopes", b"page")
+    verifier.remember(claim)
+    refused(verifier, "POST", "/v1/envelopes", b"page", auth, "request replayed")
+    with pytest.raises(AuthError, match="request replayed"):
+        verifier.remember(claim)  # the second of two simultaneous copies
+
+
+def test_a_closed_replay_log_accepts_nothing(caller, server, tmp_path):
+    verifier = RequestVerifier(server.public_key, clock=Clock(), path=tmp_path / "replay.db")
+    verifier.close()
+    auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    refused(verifier, "GET", "/v1/heads", b"", auth, "cannot record the request's nonce", 503)
+    refused(verifier, "GET", "/v1/heads", b"", auth, "cannot record", 503)  # not remembered: not a replay
+
+
+def test_an_unreadable_replay_log_is_a_clear_error(server, tmp_path):
+    from federation import FederationError
+
+    (tmp_path / "replay.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(FederationError, match="cannot open the log of accepted requests .*replay.db"):
+        RequestVerifier(server.public_key, path=tmp_path / "replay.db")

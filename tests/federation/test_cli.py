@@ -260,16 +260,21 @@ def test_device_add_and_revoke_without_a_server(site, cli):
     assert f"device {device.key_id} may now publish, validate" in out
     with readonly(site) as kb:
         assert kb.roles_of(device.public_key) == frozenset({Role.PUBLISH, Role.VALIDATE})
-    robot = knowledge.open(":memory:", device, policy=TrustPolicy().with_root(site_key(site).public_key))
+    robot = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(site_key(site).public_key))
     with readonly(site) as kb:
         robot.ingest(kb.envelopes_since(robot.heads(), limit=10_000))  # the robot learns its delegation
+        robot.envelopes_since(kb.heads())  # ... and that the site holds nothing of its own feed
     for i in range(4):
         robot.skills.publish(f"s{i}", "pick")
+    # A revocation pins the kept prefix by hash: the site must hold it first.
+    fails(cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "2"), "does not hold envelope 2")
+    with knowledge.open(site / "site.db", site_key(site), policy=site / "trust.toml") as kb:
+        kb.ingest(robot.envelopes_since(kb.heads(), limit=2))
     assert "revoked after seq 2" in ok(cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "2")).out
     with knowledge.open(site / "site.db", site_key(site), policy=site / "trust.toml") as kb:
         report = kb.ingest(robot.envelopes_since(kb.heads(), limit=10_000))
     robot.close()
-    assert len(report.accepted) == 2
+    assert len(report.accepted) == 0
     assert [r.reason for r in report.rejected] == ["revoked_writer", "revoked_writer"]
 
 

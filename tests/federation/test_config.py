@@ -121,6 +121,10 @@ MALFORMED = {
     "zero max_page (no page can ever pass)": ("[limits]\nmax_page = 0\n", r"max_page"),
     "zero max_concurrent_syncs (every sync busy)": ("[limits]\nmax_concurrent_syncs = 0\n", r"max_concurrent_syncs"),
     "fractional count silently truncated": ("[limits]\nmax_page = 1.5\n", r"max_page"),
+    "zero max_connections (no one can connect)": ("[limits]\nmax_connections = 0\n",
+                                                  r"max_connections must be at least 1"),
+    "zero header_timeout_s (every connection closed at once)": ("[limits]\nheader_timeout_s = 0\n",
+                                                               r"header_timeout_s must be more than 0 seconds"),
     "listen without a port": ('[site]\nlisten = "nonsense"\n', r"listen"),
     "listen port out of range": ('[site]\nlisten = "127.0.0.1:99999"\n', r"listen"),
     "peers not an array of tables": ("peers = 5\n", r"peers"),
@@ -176,4 +180,5 @@ def test_saved_file_is_what_the_docstring_describes(tmp_path):
     assert data["peers"] == [{"name": "site-b", "url": "http://127.0.0.1:7071", "key": KEY}]
     assert data["private"] == [{"maps": ["floor-3-secure"], "readers": [KEY2]}]
     assert set(data["gossip"]) == {"interval_s", "jitter", "max_backoff_s"}
-    assert set(data["limits"]) == {"max_body_bytes", "max_page", "max_concurrent_syncs", "timeout_s"}
+    assert set(data["limits"]) == {"max_body_bytes", "max_page", "max_concurrent_syncs", "timeout_s", "header_timeout_s",
+                                   "max_connections"}

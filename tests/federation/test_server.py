@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import knowledge
-from federation import FederationError, ServerLimits, Site, SiteConfig
+from federation import FederationError, ServerLimits, SimnetAuth, Site, SiteConfig
 
 
 def run(coro):
@@ -48,21 +48,75 @@ def test_too_many_syncs_at_once_is_503_busy(make_site):
     assert after.status_code == 200 and after.content[:4] == b"SNP1"
 
 
+def signed_header(site, body: bytes, path: str = "/v1/sync") -> str:
+    """The Authorization header SimnetAuth would send for POST `path` with `body` (signed by the site itself)."""
+    request = httpx.Request("POST", f"http://site{path}", content=body)
+    return next(SimnetAuth(site.identity, site.key).auth_flow(request)).headers["authorization"]
+
+
 def test_a_body_that_does_not_arrive_in_time_is_408(make_site):
     a = make_site("a", limits=ServerLimits(timeout_s=0.2))
+    body = b'{"heads": {}}'
 
     async def stalled():
-        yield b'{"heads": '
+        yield body[:10]
         await asyncio.sleep(1.0)
-        yield b"{}}"
+        yield body[10:]
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=a.app), base_url="http://site") as client:
-            return await client.post("/v1/sync", content=stalled())  # the body is read before authentication
+            return await client.post("/v1/sync", content=stalled(), headers={"authorization": signed_header(a, body)})
 
     response = run(go())
     assert response.status_code == 408
     assert response.json()["error"] == "timeout" and "0.2 s" in response.json()["detail"]
+
+
+def test_an_unsigned_body_is_refused_before_it_is_read(make_site):
+    """Authentication looks only at the header: an unsigned (or untrusted) caller's body is never read."""
+    a = make_site("a", limits=ServerLimits(timeout_s=5.0))
+    sent = []
+
+    async def endless():
+        while True:
+            sent.append(1)
+            yield b"x" * 65536
+            await asyncio.sleep(0)
+
+    async def go():
+        transport = httpx.ASGITransport(app=a.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://site") as client:
+            unsigned = await client.post("/v1/envelopes", content=endless())
+            stranger = knowledge.Identity.generate()
+            request = httpx.Request("POST", "http://site/v1/envelopes", content=b"SNP1\0\0\0\0")
+            header = next(SimnetAuth(stranger, a.key).auth_flow(request)).headers["authorization"]
+            untrusted = await client.post("/v1/envelopes", content=endless(), headers={"authorization": header})
+        return unsigned, untrusted
+
+    unsigned, untrusted = run(go())
+    assert unsigned.status_code == 401 and unsigned.json()["error"] == "unauthenticated"
+    assert untrusted.status_code == 403 and "not trusted" in untrusted.json()["detail"]
+    assert len(sent) <= 4  # the transport's first chunks at most; an endless body was not awaited
+
+
+def test_an_unexpected_failure_is_a_json_500_and_the_app_keeps_serving(make_site, monkeypatch):
+    a = make_site("a")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    async def both():
+        async with a.client() as client:
+            monkeypatch.setattr(a.kb, "heads", broken)
+            failed = await client.get("/v1/heads")
+            monkeypatch.undo()
+            return failed, await client.get("/v1/heads")
+
+    failed, after = run(both())
+    assert failed.status_code == 500
+    assert failed.json() == {"error": "internal_error",
+                             "detail": "the site failed to handle this request (RuntimeError); it is logged there"}
+    assert after.status_code == 200 and "heads" in after.json()
 
 
 def test_health_needs_no_signature_and_names_the_site(make_site):

@@ -243,7 +243,7 @@ def prepared_site(tmp_path_factory):
         blob = kb.blobs.put(blob_data)  # before the server holds the store
         kb.delegate(robot.public_key, [knowledge.Role.PUBLISH])  # what `simnet device add` does
     site.start()
-    device = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().with_root(site.key.public_key))
+    device = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().for_device_of(site.key.public_key))
     federation.sync_with(device, site.url, site.key.public_key)  # the robot learns its delegation
     for i in range(5):
         device.skills.publish(f"held-{i}", "pick")
@@ -265,11 +265,12 @@ def early_device():
     def _make(site: SiteProcess, roles=(knowledge.Role.PUBLISH,)) -> knowledge.KnowledgeBase:
         assert site.process is None, "delegate before the site's server holds its store"
         robot = Identity.generate()
-        kb = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().with_root(site.key.public_key))
+        kb = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().for_device_of(site.key.public_key))
         opened.append(kb)
         with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as store:
             store.delegate(robot.public_key, roles)
             kb.ingest(store.envelopes_since(kb.heads(), limit=100_000))
+            kb.envelopes_since(store.heads())  # a device writes once it has seen its site's heads
         return kb
 
     yield _make
