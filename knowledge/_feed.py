@@ -4,6 +4,11 @@ A feed's Doc has two root maps. ``immutable`` holds the records that are written
 replaced or removed (skills, certificates, revocations); ``records`` holds everything else. The feed
 tracks the Yjs clock ranges of its immutable items, so an update that would replace or delete one is
 recognized from its bytes (`check`) and refused before it reaches pycrdt.
+
+It also tracks the author's next Yjs clock, and takes only updates that continue it exactly and point
+at nothing beyond it (`foreign_structure`): yrs integrates a struct past a gap behind a hole, holds back
+an item whose origin it lacks, and keeps a delete of clocks it lacks to apply to whatever arrives there
+later — so otherwise what an update changes would depend on what came before and after it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pycrdt import Doc, Map, MapEvent, TransactionEvent
 from ._envelope import ZERO_HASH
 from ._errors import RecordError
 from ._records import IMMUTABLE_PREFIXES
-from ._yjs import MAP_CONTENTS, ParsedUpdate, parse_update
+from ._yjs import _SKIP, MAP_CONTENTS, ParsedUpdate, parse_update
 
 IMMUTABLE_MAP = "immutable"
 RECORDS_MAP = "records"
@@ -46,6 +51,7 @@ class Feed:
         self.doc = Doc(client_id=self.client_id, allow_multithreading=True)
         self._maps = {True: self.doc.get(IMMUTABLE_MAP, type=Map), False: self.doc.get(RECORDS_MAP, type=Map)}
         self._frozen: list[int] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
+        self.next_clock = 0  # clock units of the author's client held (or queued) here: where its next update starts
         self._changes: dict[str, str | None] = {}
         self.misplaced: list[str] = []  # keys written to the wrong root map: never shown
         self.map_names: set[str] = set()  # semantic maps this feed ever wrote to (read rules withhold feeds by map)
@@ -75,19 +81,38 @@ class Feed:
         return changes
 
     # --- structure and immutable ranges -------------------------------------------------------------
-    @staticmethod
-    def foreign_structure(parsed: ParsedUpdate) -> str | None:
-        """Why this update cannot belong to a simnet feed, or None.
+    def foreign_structure(self, parsed: ParsedUpdate) -> str | None:
+        """Why this update cannot belong to this feed as it stands, or None.
 
         Feeds are two root maps of JSON strings; other content (text, XML, formats, nested types) is not
-        ours, and refusing it keeps odd inputs away from the Yjs core.
+        ours, and refusing it keeps odd inputs away from the Yjs core. The author's structs must start at
+        its next clock, and its items and deletes point only at clocks the feed will then hold. A full
+        state (a checkpoint: structs from clock 0) may also reach a feed that holds part of it already:
+        yrs skips the part it holds.
         """
+        if _SKIP in parsed.contents:
+            return "a Skip struct leaves a gap in the author's clocks"
         odd = parsed.contents - MAP_CONTENTS
         if odd:
             return f"content kinds {sorted(odd)} do not occur in simnet feeds"
         unknown = parsed.roots - {IMMUTABLE_MAP, RECORDS_MAP}
         if unknown:
             return f"root types {sorted(unknown)[:3]} do not exist in simnet feeds"
+        if parsed.nested:
+            return "items nested in other items do not occur in simnet feeds"
+        own, held = self.client_id, self.next_clock
+        end = held
+        for client, start, length in parsed.groups:
+            if client == own:  # one group per client (the reader sees to it); other clients the caller refuses
+                if start != held and not (start == 0 and length >= held):
+                    return f"the author's structs start at clock {start}, not at its next clock {held}"
+                end = start + length
+        for client, clock in parsed.references:
+            if client == own and clock >= end:
+                return f"an item points at clock {clock}, which the author's feed would not hold"
+        for client, clock, length in parsed.deletes:
+            if client == own and clock + length > end:
+                return f"deletes clocks up to {clock + length - 1}, past the {end} the author's feed would hold"
         return None
 
     def _in_frozen(self, start: int, end: int) -> bool:
@@ -99,23 +124,54 @@ class Feed:
 
         Immutable items are only ever inserted fresh into the immutable root; any origin, parent or
         delete that points at one (already held, or new in this very update) means a rewrite.
+
+        A full state reaching a feed that holds part of it is integrated from the feed's next clock: yrs
+        skips what it holds, and the struct that crosses that clock continues from the item just before
+        it, as if it named that item as its origin (in its root, under that item's key: so the part of an
+        immutable-root insert past the clock is a fresh immutable item too). Passing advances the feed's
+        next clock.
         """
-        own = self.client_id
-        fresh = [(clock, clock + length) for root, client, clock, length in parsed.root_inserts
-                 if root == IMMUTABLE_MAP and client == own and length]
+        own, held = self.client_id, self.next_clock
+        fresh = [(max(clock, held), clock + length) for root, client, clock, length in parsed.root_inserts
+                 if root == IMMUTABLE_MAP and client == own and clock + length > held]  # what yrs integrates
+        references = list(parsed.references)
+        if any(client == own and clock < held < clock + length for client, clock, length in parsed.structs):
+            references.append((own, held - 1))
 
         def frozen(start: int, end: int) -> bool:
             return self._in_frozen(start, end) or any(lo < end and start < hi for lo, hi in fresh)
 
-        for client, clock in parsed.references:
+        for client, clock in references:
             if client == own and frozen(clock, clock + 1):
                 return f"an item refers to the immutable record at clock {clock}"
         for client, clock, length in parsed.deletes:
             if client == own and frozen(clock, clock + length):
                 return f"deletes clocks {clock}..{clock + length - 1}, which hold immutable records"
+        if any(client == own and start < held for client, start, _length in parsed.groups):
+            lost = self._immutable_lost(parsed.raw)
+            if lost is not None:
+                return f"a full state that lacks the immutable record {lost} this feed holds"
         for start, end in fresh:
             self._freeze(start, end)
+        self.next_clock = max([held] + [start + length for client, start, length in parsed.groups if client == own])
         return None
+
+    def _immutable_lost(self, state: bytes) -> str | None:
+        """A key of the immutable root that a full state lacks or holds otherwise, or None.
+
+        Live, yrs skips the part of a full state a feed holds; but a stored checkpoint is where the feed
+        restarts from, so it must hold every immutable record the feed holds, as the feed holds it. The
+        state passed the structural checks as a full state from clock 0, like any newcomer's first one.
+        """
+        scratch = Doc()
+        try:
+            scratch.apply_update(state)
+        except BaseException as exc:  # pycrdt raises ValueError, or a Rust panic (a BaseException)
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
+            return f"(none: pycrdt refused the state, {exc})"  # nor could the feed restart from it
+        theirs = scratch.get(IMMUTABLE_MAP, type=Map)
+        return next((key for key, value in self._maps[True].items() if theirs.get(key) != value), None)
 
     def _freeze(self, start: int, end: int) -> None:
         if self._frozen and self._frozen[-1] == start:

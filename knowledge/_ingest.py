@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+
+from pycrdt import Doc
 from typing import TYPE_CHECKING
 
 from ._envelope import Envelope, Kind, decode
@@ -199,6 +201,15 @@ class Ingestion:
         bad_record = _record_refusal(parsed, env.hlc)
         if bad_record is not None:
             return reject(*bad_record)
+        if env.is_checkpoint and have:
+            lost = _lacks_held_state(env.update, feed)
+            if lost is not None:  # signed envelopes and a signed checkpoint that disagree: a fork
+                self._end_run()
+                first = kb._store.envelope(author, have) or kb._store.checkpoint(author)[1]  # type: ignore[index]
+                kb._store.add_equivocation(author, env.seq, first, env.raw)
+                kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
+                self.trust_dirty = True
+                return reject("checkpoint_conflict", lost)
         rewrite = feed.check(parsed)
         if rewrite is not None:
             return reject("modifies_immutable_record", rewrite)
@@ -310,13 +321,35 @@ def reraise_interrupts(exc: BaseException) -> None:
         raise exc
 
 
+def _lacks_held_state(state: bytes, feed: Feed) -> str | None:
+    """Why a checkpoint that jumps ahead of what is held here is not a continuation of it, or None.
+
+    A site restarts a feed from its newest checkpoint, so the checkpoint must be the held state plus what
+    follows it: the held state with the part of the checkpoint beyond it must encode exactly as the
+    checkpoint does (Yjs names items by client and clock, so other content at a held clock shows only
+    this way). The checkpoint has passed the structural checks.
+    """
+    claimed, rebuilt = Doc(), Doc()
+    try:
+        claimed.apply_update(state)
+        held = feed.state()
+        rebuilt.apply_update(held)
+        rebuilt.apply_update(claimed.get_update(feed.doc.get_state()))
+    except BaseException as exc:
+        reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
+        return f"checkpoint's update is unreadable: {exc}"
+    if rebuilt.get_update() != claimed.get_update():
+        return f"checkpoint at {feed.seq}+ lacks or changes what the author's envelopes 1..{feed.seq} wrote"
+    return None
+
+
 def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:
     """(reason, detail) if a record the update writes is beyond every record's limits, or claims a time
     later than its envelope's (which would win its map cell for ever); None if every record is fine.
 
     Records of types this version does not know are held to the same rules, so nothing deep is parsed.
     """
-    for text in getattr(parsed, "strings", ()):  # TEMP until the reader lands
+    for text in parsed.strings:
         refusal = record_limits(text)
         if refusal is not None:
             return "oversized_record", refusal

@@ -361,3 +361,209 @@ def test_every_update_a_feed_writes_carries_only_its_own_client(steps):
         update, _ = feed.write(changes)
         if update:
             assert client_ids(update) == {feed.client_id}
+
+
+# --- the author's next clock: continuity and dangling ids (Feed.foreign_structure) ---------------
+# yrs integrates a struct past a gap behind a hole, holds back an item whose origin it lacks, and keeps
+# a delete of clocks it lacks for whatever arrives there later: a feed takes only updates that continue
+# its author's clock exactly and point at nothing beyond it.
+
+
+def _var(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    return bytes(out) + bytes([n])
+
+
+def _held(*updates: bytes) -> Feed:
+    """A replica that took `updates` as ingest does: structure checked, then immutable checks, then applied."""
+    replica = Feed(AUTHOR)
+    for update in updates:
+        parsed = parse_update(update)
+        assert replica.foreign_structure(parsed) is None and replica.check(parsed) is None
+        replica.apply(update)
+    return replica
+
+
+def _refusal(feed: Feed, update: bytes) -> str | None:
+    parsed = parse_update(update)
+    return feed.foreign_structure(parsed) or feed.check(parsed)
+
+
+def test_next_clock_counts_the_authors_clock_units_as_updates_pass():
+    writer = Feed(AUTHOR)
+    assert writer.next_clock == 0
+    u1, _ = writer.write({"a": "1", SKILL_KEY: "s"})
+    assert writer.next_clock == 2
+    u2, _ = writer.write({"a": None})  # a pop is a delete set alone: no clock units
+    assert parse_update(u2).structs == [] and writer.next_clock == 2
+    u3, _ = writer.write({"a": "3"})
+    replica = Feed(AUTHOR)
+    for update in (u1, u2, u3):
+        replica.replay(update)  # queued, not yet applied: the next clock already counts them
+    assert replica.next_clock == 3
+    replica.apply_queued()
+    assert dict(replica.items()) == dict(writer.items())
+    replica.reset()
+    assert replica.next_clock == 0
+
+
+def test_an_update_must_start_at_the_next_clock():
+    writer = Feed(AUTHOR)
+    u1, u2, u3 = (writer.write({key: "v"})[0] for key in "abc")
+    replica = _held(u1)
+    reason = _refusal(replica, u3)  # u2 is missing: a gap
+    assert reason is not None and "start at clock 2" in reason and "next clock 1" in reason
+    assert replica.next_clock == 1  # a refused update moves nothing
+    assert _refusal(replica, u2) is None and replica.next_clock == 2
+    replica.apply(u2)
+    for again in (u1, u2):  # overlapping what is held: yrs would skip part of it
+        reason = _refusal(replica, again)
+        assert reason is not None and "next clock 2" in reason
+
+
+def test_a_refused_immutable_rewrite_does_not_move_the_next_clock():
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({SKILL_KEY: "s"})
+    replica = _held(u1)
+    rewrite = _rewrite(writer, {SKILL_KEY: "second"})
+    assert replica.foreign_structure(parse_update(rewrite)) is None
+    assert "immutable" in replica.check(parse_update(rewrite))
+    assert replica.next_clock == 1
+
+
+def test_a_checkpoint_fits_a_fresh_feed_and_one_holding_part_of_it():
+    """A full state starts at clock 0. On a feed holding part of it, yrs skips what is held; here the
+    writer's overwritten items were merged into one deleted struct that crosses the replica's clock."""
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({"cell/m/1": "a"})
+    writer.write({"cell/m/1": "b"})
+    writer.write({"cell/m/1": "c", SKILL_KEY: "s"})
+    checkpoint = writer.state()
+    assert parse_update(checkpoint).structs[0][1:] == (0, 2)  # clocks 0 and 1, both overwritten
+    for replica in (Feed(AUTHOR), _held(u1)):
+        assert _refusal(replica, checkpoint) is None and replica.next_clock == 4
+        replica.apply(checkpoint)
+        assert dict(replica.items()) == dict(writer.items())
+
+
+def test_a_full_state_crossing_the_next_clock_continues_from_the_item_before_it():
+    """yrs integrates the part of a struct past the feed's clock as if its origin were the item just
+    before that clock: here the immutable record at clock 0, which it would overwrite."""
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({SKILL_KEY: "s"})
+    replica = _held(u1)
+    c = replica.client_id
+    crossing = _var(1) + _var(1) + _var(c) + _var(0) + b"\x00" + _var(2) + _var(0)  # GC of clocks 0..1
+    reason = _refusal(replica, crossing)
+    assert reason is not None and "immutable record at clock 0" in reason
+    assert replica.next_clock == 1
+    ends_early = _var(1) + _var(1) + _var(c) + _var(0) + b"\x00" + _var(1) + _var(0)  # GC of clock 0 alone
+    assert "not at its next clock 2" in _refusal(_held(u1, writer.write({"a": "1"})[0]), ends_early)
+
+
+def test_dangling_origins_and_deletes_are_refused():
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({"a": "1"})
+    replica, c = _held(u1), writer.client_id
+    dangling = _var(1) + _var(1) + _var(c) + _var(1) + b"\x88" + _var(c) + _var(5) + _var(1) + b"\x77\x01x" + _var(0)
+    with pytest.raises(MalformedUpdate, match="points at clock 5"):  # an item after a clock never written
+        parse_update(dangling)
+    beyond = _var(0) + _var(1) + _var(c) + _var(1) + _var(1) + _var(1)  # deletes clock 1; the feed holds 0 only
+    assert "past the 1" in _refusal(replica, beyond)
+    here = _var(0) + _var(1) + _var(c) + _var(1) + _var(0) + _var(1)  # deletes clock 0: held
+    assert _refusal(replica, here) is None and replica.next_clock == 1
+
+
+def test_deleting_what_the_same_update_writes_is_fine():
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({"a": "1"})
+    doc = Doc(client_id=writer.client_id)
+    doc.apply_update(u1)
+    before = doc.get_state()
+    records = doc.get(RECORDS_MAP, type=Map)
+    with doc.transaction():
+        records["b"] = "first"
+        records["b"] = "second"  # deletes the item this very transaction wrote
+    update = doc.get_update(before)
+    assert any(clock >= 1 for _c, clock, _n in parse_update(update).deletes)
+    replica = _held(u1)
+    assert _refusal(replica, update) is None and replica.next_clock == 3
+
+
+def test_a_skip_struct_is_refused():
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({"a": "1"})
+    writer.write({"b": "2"})
+    u3, _ = writer.write({"c": "3"})
+    merged = merge_updates(u1, u3)  # a hole where u2 was: pycrdt marks it with a Skip struct
+    assert "Skip" in Feed(AUTHOR).foreign_structure(parse_update(merged))
+
+
+def test_the_next_clock_is_rebuilt_on_reopening(tmp_path):
+    identity = Identity.from_seed(b"\x05" * 32)
+    kb = knowledge.open(tmp_path / "site.db", identity)
+    kb.skills.publish("pick-mug", "pick")
+    kb.checkpoint()
+    kb.maps["floor1"].observe((1, 2), {"label": "shelf"}, confidence=0.7)
+    kb.maps["floor1"].observe((1, 2), {"label": "table"}, confidence=0.9)
+    feed = kb._feeds[identity.public_key]
+    held = feed.next_clock
+    assert held == _state_clock(feed)
+    kb.close()
+    kb = knowledge.open(tmp_path / "site.db", identity)
+    try:
+        feed = kb._feeds[identity.public_key]
+        assert feed.next_clock == held == _state_clock(feed)
+    finally:
+        kb.close()
+
+
+def _state_clock(feed: Feed) -> int:
+    from knowledge._yjs import _uint
+
+    state = feed.doc.get_state()
+    count, pos = _uint(state, 0)
+    clocks = {}
+    for _ in range(count):
+        client, pos = _uint(state, pos)
+        clocks[client], pos = _uint(state, pos)
+    return clocks.get(feed.client_id, 0)
+
+
+def test_the_part_of_an_immutable_insert_past_the_next_clock_is_frozen():
+    """yrs gives the crossing part the key of the item before the clock, in the struct's own root: here a
+    record misplaced in the mutable root becomes a shown immutable record, which must stay immutable."""
+    forged = Doc(client_id=client_id_for(AUTHOR))
+    forged.get(RECORDS_MAP, type=Map)[SKILL_KEY] = "misplaced"  # clock 0
+    replica = _held(forged.get_update())
+    c = replica.client_id
+    named = _var(1) + _var(len(IMMUTABLE_MAP)) + IMMUTABLE_MAP.encode() + _var(1) + b"k"
+    crossing = _var(1) + _var(1) + _var(c) + _var(0) + b"\x28" + named + _var(2) + b"\x77\x01p\x77\x01q" + _var(0)
+    assert _refusal(replica, crossing) is None and replica.next_clock == 2
+    replica.apply(crossing)
+    assert replica.get(SKILL_KEY) == "q"  # now shown, from the immutable root
+    overwrite = _var(1) + _var(1) + _var(c) + _var(2) + b"\x88" + _var(c) + _var(1) + _var(1) + b"\x77\x01r" + _var(0)
+    assert "immutable record at clock 1" in _refusal(replica, overwrite)
+
+
+def test_a_full_state_must_hold_every_immutable_record_the_feed_holds():
+    """Live, yrs skips the part of a full state a feed holds; but a stored checkpoint is where the feed
+    restarts from: one that lacks (or changes) an immutable record held here would drop it then."""
+    writer = Feed(AUTHOR)
+    u1, _ = writer.write({SKILL_KEY: "s", REVOKE_KEY: "r"})
+    replica = _held(u1)
+    for forged_revocation in (None, "other"):
+        forged = Doc(client_id=writer.client_id)
+        forged.get(IMMUTABLE_MAP, type=Map)[SKILL_KEY] = "s"  # clock 0, as held
+        if forged_revocation is None:
+            forged.get(RECORDS_MAP, type=Map)["cell/m/1,1"] = "x"  # clock 1: not the revocation
+        else:
+            forged.get(IMMUTABLE_MAP, type=Map)[REVOKE_KEY] = forged_revocation
+        forged.get(RECORDS_MAP, type=Map)["cell/m/2,2"] = "y"
+        reason = _refusal(replica, forged.get_update())
+        assert reason is not None and REVOKE_KEY in reason and replica.next_clock == 2
+    writer.write({"cell/m/1,1": "x"})
+    assert _refusal(replica, writer.state()) is None and replica.next_clock == 3  # the honest one

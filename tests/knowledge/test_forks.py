@@ -144,3 +144,21 @@ def test_a_writer_whose_key_already_forked_stops_writing(tmp_path):
     with pytest.raises(NotAuthorizedError, match="two histories"):
         first.skills.publish("more", "pick")
     assert decode(second.envelopes_since({})[-1], max_bytes=1 << 20).seq == 2
+
+
+def test_a_checkpoint_ahead_of_the_held_feed_must_continue_it(tmp_path):
+    key, first, second = forked_writer(tmp_path)  # first: 1, 2a; second: 1, 2b
+    second.skills.publish("branch-b-more", "pick")
+    site = open_site(trust=[key.public_key])
+    site.ingest(first.envelopes_since({}))  # holds 1, 2a
+    forged = second.checkpoint()  # seq 3 of the other history: other content at the clocks of 2a
+    report = site.ingest([forged.raw])
+    assert report.reasons() == ["checkpoint_conflict"] and "lacks or changes" in report.rejected[0].detail
+    assert site.equivocations() == [(key.public_key_hex, 3)]
+    assert sorted(s.name for s in site.skills.list()) == ["branch-a", "common"]  # nothing taken from it
+
+    first.skills.publish("branch-a-more", "pick")
+    honest = open_site(trust=[key.public_key])
+    honest.ingest(first.envelopes_since({})[:1])  # holds 1 only
+    assert honest.ingest([first.checkpoint().raw]).accepted == [(key.public_key_hex, 3)]
+    assert sorted(s.name for s in honest.skills.list()) == ["branch-a", "branch-a-more", "common"]

@@ -110,9 +110,9 @@ def fleet() -> Site:
 def test_fleet_setup():
     site = fleet()
     auth = site.views.authority
-    assert auth.home(D1) == auth.home(D2) == auth.home(RA) == RA
-    assert auth.home(D3) == auth.home(RB) == RB
-    assert auth.home(STRANGER) is None
+    assert auth.sites(D1, Role.PUBLISH) == auth.sites(D2, Role.PUBLISH) == auth.sites(RA, None) == {RA}
+    assert auth.sites(D3, Role.PUBLISH) == auth.sites(RB, None) == {RB}
+    assert auth.sites(STRANGER, Role.PUBLISH) == frozenset() and auth.grants(STRANGER) == ()
     delegations, revocations = site.views.delegation_records()
     assert set(delegations) == {RA, RB}
     assert set(delegations[RA]) == {D1, D2} and set(delegations[RB]) == {D3}
