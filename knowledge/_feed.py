@@ -147,31 +147,32 @@ class Feed:
         for client, clock, length in parsed.deletes:
             if client == own and frozen(clock, clock + length):
                 return f"deletes clocks {clock}..{clock + length - 1}, which hold immutable records"
-        if any(client == own and start < held for client, start, _length in parsed.groups):
-            lost = self._immutable_lost(parsed.raw)
-            if lost is not None:
-                return f"a full state that lacks the immutable record {lost} this feed holds"
         for start, end in fresh:
             self._freeze(start, end)
         self.next_clock = max([held] + [start + length for client, start, length in parsed.groups if client == own])
         return None
 
-    def _immutable_lost(self, state: bytes) -> str | None:
-        """A key of the immutable root that a full state lacks or holds otherwise, or None.
+    def lacks_held(self, state: bytes) -> str | None:
+        """Why a full state (a checkpoint) reaching past what this feed holds does not continue it, or None.
 
         Live, yrs skips the part of a full state a feed holds; but a stored checkpoint is where the feed
-        restarts from, so it must hold every immutable record the feed holds, as the feed holds it. The
-        state passed the structural checks as a full state from clock 0, like any newcomer's first one.
+        restarts from, so it must be the held state plus what follows: the held state with the part of
+        the checkpoint beyond it must encode exactly as the checkpoint does (Yjs names items by client
+        and clock, so other content at a held clock shows only this way). The state has passed the
+        structural checks.
         """
-        scratch = Doc()
+        claimed, rebuilt = Doc(), Doc()
         try:
-            scratch.apply_update(state)
+            claimed.apply_update(state)
+            rebuilt.apply_update(self.state())
+            rebuilt.apply_update(claimed.get_update(self.doc.get_state()))
         except BaseException as exc:  # pycrdt raises ValueError, or a Rust panic (a BaseException)
             if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
                 raise
-            return f"(none: pycrdt refused the state, {exc})"  # nor could the feed restart from it
-        theirs = scratch.get(IMMUTABLE_MAP, type=Map)
-        return next((key for key, value in self._maps[True].items() if theirs.get(key) != value), None)
+            return f"checkpoint's update is unreadable: {exc}"
+        if rebuilt.get_update() != claimed.get_update():
+            return f"checkpoint lacks or changes what the author's envelopes 1..{self.seq} wrote"
+        return None
 
     def _freeze(self, start: int, end: int) -> None:
         if self._frozen and self._frozen[-1] == start:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-
-from pycrdt import Doc
 from typing import TYPE_CHECKING
 
 from ._envelope import Envelope, Kind, decode
@@ -202,7 +200,7 @@ class Ingestion:
         if bad_record is not None:
             return reject(*bad_record)
         if env.is_checkpoint and have:
-            lost = _lacks_held_state(env.update, feed)
+            lost = feed.lacks_held(env.update)
             if lost is not None:  # signed envelopes and a signed checkpoint that disagree: a fork
                 self._end_run()
                 first = kb._store.envelope(author, have) or kb._store.checkpoint(author)[1]  # type: ignore[index]
@@ -319,28 +317,6 @@ def reraise_interrupts(exc: BaseException) -> None:
     """Let Ctrl-C and interpreter exit through; everything else from pycrdt is the update's fault."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
         raise exc
-
-
-def _lacks_held_state(state: bytes, feed: Feed) -> str | None:
-    """Why a checkpoint that jumps ahead of what is held here is not a continuation of it, or None.
-
-    A site restarts a feed from its newest checkpoint, so the checkpoint must be the held state plus what
-    follows it: the held state with the part of the checkpoint beyond it must encode exactly as the
-    checkpoint does (Yjs names items by client and clock, so other content at a held clock shows only
-    this way). The checkpoint has passed the structural checks.
-    """
-    claimed, rebuilt = Doc(), Doc()
-    try:
-        claimed.apply_update(state)
-        held = feed.state()
-        rebuilt.apply_update(held)
-        rebuilt.apply_update(claimed.get_update(feed.doc.get_state()))
-    except BaseException as exc:
-        reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
-        return f"checkpoint's update is unreadable: {exc}"
-    if rebuilt.get_update() != claimed.get_update():
-        return f"checkpoint at {feed.seq}+ lacks or changes what the author's envelopes 1..{feed.seq} wrote"
-    return None
 
 
 def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:

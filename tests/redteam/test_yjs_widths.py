@@ -247,12 +247,18 @@ def test_a_later_checkpoint_that_drops_the_revocation_is_refused(scene, tmp_path
     snapshot, heads = victim.snapshot(), victim.heads()
     checkpoint = sign(DEVICE, s.seq, hashlib.sha256(b"an envelope never sent").digest(), s.hlc, state, kind=2)
     report = victim.ingest([checkpoint])
-    assert [r.reason for r in report.rejected] == ["modifies_immutable_record"], report.rejected
-    assert s.revoke_key.split("/")[1] in report.rejected[0].detail
-    assert victim.snapshot() == snapshot and victim.heads() == heads
+    # A checkpoint that does not continue the author's envelopes is a fork: refused, kept as evidence.
+    assert [r.reason for r in report.rejected] == ["checkpoint_conflict"], report.rejected
+    assert victim.equivocations() == [(DEVICE.public_key_hex, s.seq)]
+    after = victim.snapshot()
+    assert after["equivocators"] == [DEVICE.public_key_hex]
+    assert {k: v for k, v in after.items() if k != "equivocators"} == {
+        k: v for k, v in snapshot.items() if k != "equivocators"}
+    assert victim.is_revoked(skill_id)
+    assert {a: h.seq for a, h in victim.heads().items()} == {a: h.seq for a, h in heads.items()}
     victim.close()
     reopened = knowledge.open(tmp_path / "victim.db", VICTIM, policy=POLICY)
     try:
-        assert reopened.is_revoked(skill_id) and reopened.snapshot() == snapshot
+        assert reopened.is_revoked(skill_id) and reopened.snapshot() == after
     finally:
         reopened.close()
