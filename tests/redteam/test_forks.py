@@ -1,0 +1,91 @@
+"""Class 3 over the wire: forks that used to stay hidden are found by sites talking over real HTTP.
+
+A writer that two sites trust signs two different envelopes at one seq and gives one to each site.
+Their heads used to compare seqs only, so they kept different views for ever. Now heads carry hashes:
+the sites find the fork on their first sync, keep both envelopes as evidence, stop taking the writer,
+and show the same knowledge. A robot re-flashed with its old key and an empty store learns its feed
+back from its site before it writes, instead of forking it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import federation
+import knowledge
+from knowledge import Identity, NotAuthorizedError, Role, TrustPolicy
+
+from .conftest import SIMNET
+
+
+def simnet(site, *args: str) -> str:
+    result = subprocess.run([*SIMNET, "--home", str(site.home), *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, (result.stdout, result.stderr)
+    return result.stdout
+
+
+def trust(site, key: bytes, roles=(Role.PUBLISH,)) -> None:
+    path = site.home / "trust.toml"
+    path.write_text(TrustPolicy.load(path).with_root(key, roles, name=key.hex()[:8]).to_toml())
+
+
+def test_two_sites_holding_different_envelopes_at_one_seq_find_the_fork_on_their_first_sync(live, tmp_path):
+    writer = Identity.generate()
+    a, b = live("a"), live("b")
+    for site, other in ((a, b), (b, a)):
+        trust(site, writer.public_key)
+        trust(site, other.key.public_key)  # before start: a running site reads its policy when it opens
+    a.start(), b.start()
+    simnet(a, "peer", "add", "b", b.url, "--key", b.key.public_key_hex)
+    simnet(b, "peer", "add", "a", a.url, "--key", a.key.public_key_hex)
+
+    first = knowledge.open(tmp_path / "first.db", writer)  # the writer's two stores, one key
+    first.skills.publish("common", "pick")
+    second = knowledge.open(tmp_path / "second.db", writer)
+    second.ingest(first.envelopes_since({}))
+    first.skills.publish("branch-a", "pick")
+    second.skills.publish("branch-b", "pick")
+    federation.sync_with(first, a.url, a.key.public_key)
+    federation.sync_with(second, b.url, b.key.public_key)
+    heads_a, heads_b = a.heads(), b.heads()
+    assert heads_a["heads"][writer.public_key_hex] == heads_b["heads"][writer.public_key_hex] == 2
+    assert heads_a["hashes"][writer.public_key_hex] != heads_b["hashes"][writer.public_key_hex]
+
+    simnet(a, "sync", "b")  # equal seqs: only the hashes tell
+    simnet(b, "sync", "a")
+    for site in (a, b):
+        heads = site.heads()
+        assert heads["equivocators"] == [writer.public_key_hex]
+        assert heads["heads"][writer.public_key_hex] == 1  # the writer's feed stops before the fork
+        assert site.status()["skills"] == 1
+        site.assert_no_traceback()
+    first.close(), second.close()
+
+
+def test_a_reflashed_robot_learns_its_feed_back_from_its_site_before_it_writes(live, tmp_path):
+    site = live("site").start()
+    robot = Identity.generate()
+    simnet(site, "device", "add", robot.public_key_hex, "--roles", "publish")
+    policy = TrustPolicy().for_device_of(site.key.public_key)
+    with knowledge.open(tmp_path / "old.db", robot, policy=policy) as old:
+        with pytest.raises(NotAuthorizedError, match="sync with its site first"):
+            old.skills.publish("before any sync", "pick")
+        federation.sync_with(old, site.url, site.key.public_key)
+        for i in range(3):
+            old.skills.publish(f"skill-{i}", "pick")
+        assert federation.sync_with(old, site.url, site.key.public_key).pushed == 3
+
+    with knowledge.open(tmp_path / "reflashed.db", robot, policy=policy) as new:  # same key, empty store
+        with pytest.raises(NotAuthorizedError, match="sync with its site first"):
+            new.skills.publish("would fork", "pick")
+        report = federation.sync_with(new, site.url, site.key.public_key, page=2)  # small pages: several rounds
+        assert report.pulled >= 3
+        assert new.heads()[robot.public_key_hex].seq == 3
+        new.skills.publish("after restore", "pick")
+        assert federation.sync_with(new, site.url, site.key.public_key).pushed == 1
+    heads = site.heads()
+    assert heads["heads"][robot.public_key_hex] == 4 and heads["equivocators"] == []
+    assert site.status()["skills"] == 4
+    site.assert_no_traceback()
