@@ -24,6 +24,9 @@ def sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> int:
     while True:
         step = len(b.ingest(a.envelopes_since(b.heads())).accepted)
         step += len(a.ingest(b.envelopes_since(a.heads())).accepted)
+        for device, site in ((a, b), (b, a)):  # a robot takes its own site's heads as the word on its feed
+            if device.policy.device_of == site.identity.public_key:
+                device.learn_site_heads(site.heads())
         if not step:
             return moved
         moved += step

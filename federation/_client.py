@@ -3,11 +3,19 @@
 The round is written once, as a generator that yields `Call`s (requests to make) and receives
 `httpx.Response`s (no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or `async_sync_with`
 (`httpx.AsyncClient`, with the knowledge-base work run in a worker thread).
+
+httpx's `timeout` bounds each network operation (connect, one read, one write), not an answer: a peer that
+sends one byte per read-timeout keeps a read going for ever. So both drivers also hold the whole round to a
+`deadline` (seconds of wall time; default `DEADLINE_FACTOR` * timeout): past it the round stops with a
+`PeerError` (code "deadline"). `async_sync_with` runs the round inside a cancel scope; `sync_with` checks the
+deadline between chunks and shuts the round's sockets down when it passes, so a blocked read or write ends too.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from collections.abc import Container, Generator, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +36,7 @@ MAX_PAGES = 100_000  # a hard stop: a round never loops forever, whatever the pe
 HELD_EVERYTHING = 2**62  # a head that tells the peer to send nothing of a feed
 MAX_REFUSED_AUTHORS = 10_000  # feeds skipped in one round before the round gives up on the peer
 WIRE_BYTES = "simnet.wire_bytes"
+DEADLINE_FACTOR = 4  # a round's default deadline, in multiples of the per-operation timeout
 
 
 @dataclass
@@ -76,10 +85,12 @@ def _check(response: httpx.Response) -> httpx.Response:
 
 def exchange(
     kb: KnowledgeBase, base_url: str, *, page: int = DEFAULT_PAGE, blobs: Iterable[str] = (),
-    withhold: Container[bytes] = (),
+    withhold: Container[bytes] = (), peer_key: bytes | None = None,
 ) -> Exchange:
     """The round as a sans-I/O generator (see module docstring). Feeds of the authors in `withhold` are
-    never pushed (read rules: a peer without read rights to a private map must not be sent it)."""
+    never pushed (read rules: a peer without read rights to a private map must not be sent it). A device
+    syncing with its own site (`peer_key` is its policy's `device_of`) takes the site's heads as the word
+    on how far its own feed goes, after pulling: see `KnowledgeBase.learn_site_heads`."""
     report = SyncReport(peer=base_url)
     started = time.perf_counter()
     limit = kb.limits.max_checkpoint_bytes
@@ -117,6 +128,8 @@ def exchange(
     refused_there: set[bytes] = set()
     response = yield from send(Call("GET", f"{base_url}{API}/heads"))
     theirs = _peer_heads(parse_json(response.content))
+    if peer_key is not None and peer_key == kb.policy.device_of:
+        kb.learn_site_heads(theirs)
     push_page = page
     for _ in range(MAX_PAGES):
         envelopes = kb.envelopes_since(theirs, limit=push_page, exclude=_Either(refused_there, withhold))
@@ -232,6 +245,75 @@ def _step(rounds: Exchange, response: httpx.Response | None) -> Call | SyncRepor
         return done.value
 
 
+class _Deadline:
+    """A round's wall-clock limit (`time.monotonic`)."""
+
+    def __init__(self, url: str, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError(f"a sync round's deadline must be more than 0 seconds, not {seconds!r}")
+        self.url, self.seconds = url, seconds
+        self.at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def error(self) -> PeerError:
+        return PeerError(f"the sync round with {self.url} did not finish within its deadline of {self.seconds:g} s "
+                         "(the peer answers too slowly); abandoned", code="deadline")
+
+    def check(self) -> None:
+        if self.remaining() <= 0:
+            raise self.error()
+
+
+class _Watchdog:
+    """Shuts down every socket a blocking round opened once its deadline passes, so that a read or write
+    blocked in the kernel returns (it fails, and the round with it). Sockets are learnt from httpcore's
+    `trace` extension as they connect."""
+
+    def __init__(self, deadline: _Deadline) -> None:
+        self.deadline = deadline
+        self.sockets: list[socket.socket] = []
+        self.fired = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, deadline.remaining()), self._fire)
+        self._timer.daemon = True
+
+    def trace(self, event: str, info: dict) -> None:
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                with self._lock:
+                    self.sockets.append(sock)
+                    if self.fired:
+                        _shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self.sockets:
+                _shut(sock)
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed already
+
+
+def _deadline_s(deadline: float | None, timeout: float) -> float:
+    return DEADLINE_FACTOR * timeout if deadline is None else deadline
+
+
 def sync_with(
     kb: KnowledgeBase,
     url: str,
@@ -240,25 +322,41 @@ def sync_with(
     page: int = DEFAULT_PAGE,
     blobs: Iterable[str] = (),
     timeout: float = 30.0,
+    deadline: float | None = None,
     withhold: Container[bytes] = (),
     transport: httpx.BaseTransport | None = None,
 ) -> SyncReport:
-    """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking)."""
+    """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking).
+
+    `timeout` bounds each network operation; `deadline` (default `DEADLINE_FACTOR` * timeout) the whole
+    round: past it, a `PeerError` with code "deadline" (see the module docstring)."""
     url = url.rstrip("/")
-    rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold)
+    limit = _Deadline(url, _deadline_s(deadline, timeout))
+    rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold, peer_key=peer_key)
     cap = _answer_cap(kb)
-    with httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
-        step = _step(rounds, None)
-        while isinstance(step, Call):
-            try:
-                with client.stream(step.method, step.url, content=step.content, headers=step.headers) as answer:
-                    body = _Body(step, cap)
-                    for chunk in answer.iter_bytes():
-                        body.add(chunk)
-                    response = body.response(answer)
-            except httpx.HTTPError as exc:
-                raise PeerError(f"cannot reach {step.url}: {exc}") from exc
-            step = _step(rounds, response)
+    try:
+        with _Watchdog(limit) as watchdog, \
+                httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
+            step = _step(rounds, None)
+            while isinstance(step, Call):
+                limit.check()
+                try:
+                    # No single operation may outlast the deadline either (the watchdog is the backstop).
+                    with client.stream(step.method, step.url, content=step.content, headers=step.headers,
+                                       timeout=min(timeout, max(limit.remaining(), 0.001)),
+                                       extensions={"trace": watchdog.trace}) as answer:
+                        body = _Body(step, cap)
+                        for chunk in answer.iter_bytes():
+                            body.add(chunk)
+                            limit.check()
+                        response = body.response(answer)
+                except httpx.HTTPError as exc:
+                    if watchdog.fired or limit.remaining() <= 0:
+                        raise limit.error() from None
+                    raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+                step = _step(rounds, response)
+    finally:
+        rounds.close()
     return step
 
 
@@ -270,23 +368,34 @@ async def async_sync_with(
     page: int = DEFAULT_PAGE,
     blobs: Iterable[str] = (),
     timeout: float = 30.0,
+    deadline: float | None = None,
     withhold: Container[bytes] = (),
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> SyncReport:
-    """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker thread."""
+    """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker thread.
+
+    The whole round runs in a cancel scope that expires at the deadline (a knowledge-base step already
+    running in its thread finishes first: those are bounded by the page size)."""
     url = url.rstrip("/")
-    rounds = exchange(kb, url, page=page, blobs=list(blobs), withhold=withhold)
+    limit = _Deadline(url, _deadline_s(deadline, timeout))
+    rounds = exchange(kb, url, page=page, blobs=list(blobs), withhold=withhold, peer_key=peer_key)
     cap = _answer_cap(kb)
-    async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
-        step = await anyio.to_thread.run_sync(_step, rounds, None)
-        while isinstance(step, Call):
-            try:
-                async with client.stream(step.method, step.url, content=step.content, headers=step.headers) as answer:
-                    body = _Body(step, cap)
-                    async for chunk in answer.aiter_bytes():
-                        body.add(chunk)
-                    response = body.response(answer)
-            except httpx.HTTPError as exc:
-                raise PeerError(f"cannot reach {step.url}: {exc}") from exc
-            step = await anyio.to_thread.run_sync(_step, rounds, response)
-    return step
+    try:
+        with anyio.move_on_after(limit.seconds) as scope:
+            async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
+                step = await anyio.to_thread.run_sync(_step, rounds, None)
+                while isinstance(step, Call):
+                    try:
+                        async with client.stream(step.method, step.url, content=step.content,
+                                                 headers=step.headers) as answer:
+                            body = _Body(step, cap)
+                            async for chunk in answer.aiter_bytes():
+                                body.add(chunk)
+                            response = body.response(answer)
+                    except httpx.HTTPError as exc:
+                        raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+                    step = await anyio.to_thread.run_sync(_step, rounds, response)
+                return step
+        raise limit.error()  # the scope expired: the round was cancelled where it stood
+    finally:
+        rounds.close()

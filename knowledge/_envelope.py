@@ -30,6 +30,7 @@ from ._identity import PUBLIC_KEY_BYTES, SIGNATURE_BYTES, Identity, verify
 VERSION = 1
 SIGNING_CONTEXT = b"simnet\x00"
 ZERO_HASH = bytes(32)
+MAX_SEQ = 2**63 - 1  # stores keep seqs as signed 64-bit integers
 _HEADER = struct.Struct(">BB32sQ32sQI")
 HEADER_BYTES = _HEADER.size  # 86
 MIN_BYTES = HEADER_BYTES + SIGNATURE_BYTES
@@ -89,8 +90,8 @@ def decode(raw: bytes, *, max_bytes: int) -> Envelope:
             "truncated" if len(raw) < HEADER_BYTES + length + SIGNATURE_BYTES else "malformed",
             f"update length field says {length} bytes but the envelope holds {len(raw) - MIN_BYTES}",
         )
-    if seq < 1:
-        raise EnvelopeError("malformed", "seq must start at 1")
+    if not 1 <= seq <= MAX_SEQ:
+        raise EnvelopeError("malformed", f"seq must lie in [1, 2**63 - 1], not {seq}")
     if kind == Kind.UPDATE and (seq == 1) != (prev == ZERO_HASH):
         raise EnvelopeError("malformed", "prev must be all zeros exactly at seq 1")
     assert len(author) == PUBLIC_KEY_BYTES

@@ -21,7 +21,6 @@ from ._feed import Feed
 from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
 from ._models import IngestReport, RecordIssue, Rejection
 from ._records import TRUST_PREFIXES, record_limits
-from ._trust import Authority
 
 if TYPE_CHECKING:
     from ._kb import KnowledgeBase
@@ -117,10 +116,13 @@ class Ingestion:
         kb = self.kb
         kb._views.update(feed.author, changes, self.report.record_issues)
         if kb._authority.is_root(feed.author) and any(k.startswith(TRUST_PREFIXES) for k in changes):
-            # A delegation changed: later envelopes in this batch are judged by the new grants.
-            kb._authority = Authority(kb.policy, kb._own_key, *kb._views.delegation_records())
-            kb._views.authority = kb._authority
-            self.trust_dirty = True
+            self._regrant()  # a delegation changed: later envelopes in this batch are judged by the new grants
+
+    def _regrant(self) -> None:
+        kb = self.kb
+        kb._authority = kb._make_authority()
+        kb._views.authority = kb._authority
+        self.trust_dirty = True
 
     def _one(self, index: int, env: Envelope) -> Rejection | None:
         kb, report, author = self.kb, self.report, env.author
@@ -131,7 +133,7 @@ class Ingestion:
         if self.current is not None and self.current.author != author:
             self._end_run()
         pins = kb._authority.pins(author)
-        if author in kb._banned and not pins:
+        if author in kb._banned and kb._authority.admits(author, env.seq, env.hlc) == "equivocating_author":
             return reject("equivocating_author", f"writer equivocated at seq {kb._banned[author]}; refused")
         feed = kb._feeds.get(author)
         have = feed.seq if feed else 0
@@ -147,8 +149,12 @@ class Ingestion:
                 report.duplicates += 1  # covered by a checkpoint held here
                 return None
             if env.is_checkpoint:
+                if env.hash in kb._consistent_checkpoints:
+                    report.duplicates += 1  # this very checkpoint was checked against the history here
+                    return None
                 conflict = self._checkpoint_conflict(env, stored)
                 if conflict is None:
+                    kb._consistent_checkpoints.add(env.hash)
                     report.duplicates += 1
                     return None
                 self._end_run()
@@ -157,18 +163,18 @@ class Ingestion:
             self._end_run()
             self._equivocation(env, pins)
             return None
-        refusal = kb._authority.admits(author, env.seq, env.hlc)  # cheap refusals first: nothing verified or stored
+        # Cheap refusals first: nothing is verified or stored for them.
+        refusal = kb._authority.admits(author, env.seq, env.hlc, env.prev if env.is_checkpoint else env.hash,
+                                       checkpoint=env.is_checkpoint)
         if refusal == "unknown_writer":
             return reject(refusal, f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
         if refusal is not None:
-            return reject(refusal, f"no grant the writer holds covers seq {env.seq}")
+            return reject(refusal, f"no grant the writer holds covers {'checkpoint' if env.is_checkpoint else 'envelope'} "
+                                   f"{env.seq} (a key revocation takes a writer's kept history only as the envelopes "
+                                   "it pins)" if refusal == "revoked_writer" else f"no grant the writer holds covers seq {env.seq}")
         for seq, pinned in pins:
-            if env.seq != seq:
-                continue
-            if (env.prev if env.is_checkpoint else env.hash) != pinned:
-                return reject("revoked_writer", f"envelope {seq} is not the one the writer's key revocation kept")
             follows = feed is not None and feed.seq == seq - 1
-            if env.kind is Kind.UPDATE and follows and env.prev != feed.head and env.signature_valid():
+            if env.seq == seq and env.hash == pinned and follows and env.prev != feed.head and env.signature_valid():
                 self._drop_feed(feed)  # the pinned envelope does not follow what is held: that is another history
                 return reject("broken_chain", f"the history held here is not the one pinned at {seq}: dropped, "
                                               "the pinned one is taken when it comes")
@@ -206,6 +212,7 @@ class Ingestion:
                 first = kb._store.envelope(author, have) or kb._store.checkpoint(author)[1]  # type: ignore[index]
                 kb._store.add_equivocation(author, env.seq, first, env.raw)
                 kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
+                self._regrant()
                 self.trust_dirty = True
                 return reject("checkpoint_conflict", lost)
         rewrite = feed.check(parsed)
@@ -238,6 +245,8 @@ class Ingestion:
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
         kb._feeds[author] = feed
         report.accepted.append((author.hex(), env.seq))
+        if any(seq == env.seq for seq, _pinned in pins):
+            self.trust_dirty = True  # an envelope at a pinned seq may void a pin that names another one
         return None
 
     def _drop_feed(self, feed: Feed) -> None:
@@ -293,6 +302,7 @@ class Ingestion:
         if report:
             self.report.equivocations.append((author.hex(), env.seq))
         kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
+        self._regrant()  # later envelopes in this batch are judged knowing of the fork
         if author == kb._own_key:
             kb._own_fork = env.seq  # our own key signed another history: stop writing; our feed is never cut
             return

@@ -24,7 +24,7 @@ from ._ingest import Ingestion, UpdateRejected, note_written
 from ._identity import Identity, key_id
 from ._models import Activation, Head, IngestReport, RecordIssue
 from ._policy import TrustPolicy, wilson_lower_bound
-from ._records import TRUST_PREFIXES, RecordType, Role, canonical_json, check_record, make_key, parse_key
+from ._records import MAX_INT, TRUST_PREFIXES, RecordType, Role, canonical_json, check_record, make_key, parse_key
 from ._store import MEMORY, Store
 from ._trust import Authority
 from ._views import Views
@@ -94,6 +94,7 @@ class KnowledgeBase:
         for author, seq, _a, _b in store.equivocations():
             self._banned.setdefault(author, seq)  # rows come ordered by seq
         self._own_fork = self._banned.get(self._own_key) if self._own_key else None  # another history exists
+        self._consistent_checkpoints: set[bytes] = set()  # checkpoints checked against the history held here
         self._authority = Authority(self.policy, self._own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge records by it.
         self._written: dict[bytes, dict[str, tuple[int, int]]] = {}
@@ -157,50 +158,54 @@ class KnowledgeBase:
             note_written(written, feed.apply_queued(), env)
         return feed
 
+    def _make_authority(self) -> Authority:
+        """Grants as the policy, the roots' delegation records, the pins' envelopes and the forks held here say."""
+        return Authority(self.policy, self._own_key, *self._views.delegation_records(), held=self._hash_at,
+                         forks=self._banned)
+
     def _refresh_trust(self) -> None:
         """Recompute grants from the roots' delegation records, cut feeds beyond their grants, rebuild views.
 
         Delegation records count only in root feeds, and root status comes from the policy alone, so
-        this settles after at most a few rounds.
+        this settles after at most a few rounds; a cut can void or revive a pin, so grants are computed
+        again after one.
         """
-        authority = Authority(self.policy, self._own_key, *self._views.delegation_records())
+        authority = self._make_authority()
         while True:
             self._views.rebuild(authority, ((a, f.items()) for a, f in self._feeds.items()))
-            settled = Authority(self.policy, self._own_key, *self._views.delegation_records())
+            settled = self._make_authority()
             if settled == authority:
-                break
+                self._authority = authority
+                if self._store.readonly or not self._enforce_grants():
+                    return
+                settled = self._make_authority()
             authority = settled
-        self._authority = authority
-        if not self._store.readonly and self._enforce_grants():
-            self._views.rebuild(authority, ((a, f.items()) for a, f in self._feeds.items()))
 
     def _enforce_grants(self) -> bool:
         """Drop envelopes beyond every grant a writer holds (key revocations, expiries) and rebuild its feed.
 
-        Seq and HLC grow along a feed, so a feed lies inside its grants iff its head does. A feed whose
-        envelope at a key revocation's `last_seq` is not the one the revocation pins holds another
-        history than the one the revocation kept: it is dropped whole, and peers send the kept one.
+        Seq and HLC grow along a feed, so a feed lies inside its grants iff its head does. A feed that no
+        grant covers from its start (its only pin names another envelope than the one held) is dropped
+        whole, and peers send the kept history.
         """
         cut = False
         authority = self._authority
         for author, feed in list(self._feeds.items()):
             if author == self._own_key or not authority.knows(author) or authority.is_root(author):
                 continue  # our own feed is never cut: rewriting it would equivocate (writes stop instead)
-            forked = any(feed.seq >= seq and (held := self._hash_at(author, seq)) is not None and held != pinned
-                         for seq, pinned in authority.pins(author))
-            if not forked and authority.admits(author, feed.seq, feed.hlc) is None:
-                continue
+            if author in self._banned or authority.admits(author, feed.seq, feed.hlc) is None:
+                continue  # a forked feed was cut at its fork already
             keep = 0
             checkpoint = self._store.checkpoint(author)
-            if checkpoint is not None and not forked:
+            if checkpoint is not None:
                 cp = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
-                keep = cp.seq if authority.admits(author, cp.seq, cp.hlc) is None else 0
-            for raw in [] if forked else self._store.envelopes(author, after=keep):
+                keep = cp.seq if authority.admits(author, cp.seq, cp.hlc, cp.prev) is None else 0
+            for raw in self._store.envelopes(author, after=keep):
                 env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
-                if authority.admits(author, env.seq, env.hlc) is not None:
+                if authority.admits(author, env.seq, env.hlc, env.hash) is not None:
                     break
                 keep = env.seq
-            why = "not the history its key revocation kept" if forked else authority.admits(author, feed.seq, feed.hlc)
+            why = authority.admits(author, feed.seq, feed.hlc)
             log.info("cutting feed %s after seq %d: %s", author.hex()[:16], keep, why)
             with self._store.transaction():
                 self._store.delete_after(author, keep)
@@ -346,6 +351,8 @@ class KnowledgeBase:
         """
         self._require(None)
         last_seq = int(last_seq)
+        if not 0 <= last_seq <= MAX_INT:
+            raise RecordError(f"last_seq must be an integer in [0, {MAX_INT}], not {last_seq}")
         record = {"v": 1, "hlc": self.now(), "last_seq": last_seq, "reason": reason}
         if last_seq > 0:
             with self._lock:
@@ -451,13 +458,9 @@ class KnowledgeBase:
         authors in `exclude` are left out (read rules: see `authors_writing`).
 
         Heads carry hashes: where the peer's head names a seq held here under another hash, the feed has
-        forked, and the peer gets this site's envelope at that seq first, so it finds the fork too. A head
-        for this site's own key beyond what is held here means the key wrote elsewhere (a store lost or
-        re-flashed): local writes stop until the feed is learnt back (see `_require`).
+        forked, and the peer gets this site's envelope at that seq first, so it finds the fork too.
         """
         with self._lock:
-            if self.identity is not None and self.policy.device_of is not None:
-                self._note_own_head(heads.get(self.identity.public_key_hex, 0))
             out: list[bytes] = []
             roots = set(self._authority.roots())
             for author in sorted(set(self._feeds) | set(self._banned), key=lambda a: (a not in roots, a)):
@@ -486,21 +489,27 @@ class KnowledgeBase:
                 out += self._store.envelopes(author, after=their_seq, limit=limit - len(out))
             return out[: max(limit, 0)]
 
-    def _note_own_head(self, their: Head | int) -> None:
-        """A device takes its site's word (the peer's heads) for how far its own feed goes elsewhere, and
-        whether a peer holds another history of it. Site roots take only signed envelopes as proof (ingest):
-        any peer can claim a head."""
-        seq = their.seq if isinstance(their, Head) else int(their)
-        own = self._feeds.get(self.identity.public_key)  # type: ignore[union-attr]
-        self._own_floor = max(self._own_floor, seq)
-        if isinstance(their, Head) and their.hash and 0 < seq <= (own.seq if own else 0):
-            ours = self._hash_at(self.identity.public_key, seq)  # type: ignore[union-attr]
-            if ours is not None and ours.hex() != their.hash:
-                self._own_fork = seq
-        if not self._own_known and not self._store.readonly:
-            with self._store.transaction():
-                self._store.set_meta(_OWN_KNOWN, b"1")
-            self._own_known = True
+    def learn_site_heads(self, heads: Mapping[str, Head | int]) -> None:
+        """As a device (`device_of` in the policy): take these heads, from the device's own site, as the
+        word on how far its own feed goes. A device's empty store writes only after this (a re-flashed robot
+        would fork its feed otherwise), and no device writes while its site holds more of its feed than its
+        store, or another history of it. Only the site's heads count: any other peer could claim a head.
+        The federation client calls this when it syncs with the device's site."""
+        if self.identity is None or self.policy.device_of is None:
+            return
+        with self._lock:
+            their = heads.get(self.identity.public_key_hex, 0)
+            seq = their.seq if isinstance(their, Head) else int(their)
+            own = self._feeds.get(self.identity.public_key)
+            self._own_floor = max(self._own_floor, seq)
+            if isinstance(their, Head) and their.hash and 0 < seq <= (own.seq if own else 0):
+                ours = self._hash_at(self.identity.public_key, seq)
+                if ours is not None and ours.hex() != their.hash:
+                    self._own_fork = seq
+            if not self._own_known and not self._store.readonly:
+                with self._store.transaction():
+                    self._store.set_meta(_OWN_KNOWN, b"1")
+                self._own_known = True
 
     def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
         """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""

@@ -116,7 +116,7 @@ def make_device():
         site.kb.delegate(device.public_key, roles)
         kb = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(site.key))
         kb.ingest(site.kb.envelopes_since(kb.heads(), limit=100_000))
-        kb.envelopes_since(site.kb.heads())  # a device writes once it has seen its site's heads
+        kb.learn_site_heads(site.kb.heads())  # a device writes once it has seen its site's heads
         opened.append(kb)
         return kb
 

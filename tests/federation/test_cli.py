@@ -263,7 +263,7 @@ def test_device_add_and_revoke_without_a_server(site, cli):
     robot = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(site_key(site).public_key))
     with readonly(site) as kb:
         robot.ingest(kb.envelopes_since(robot.heads(), limit=10_000))  # the robot learns its delegation
-        robot.envelopes_since(kb.heads())  # ... and that the site holds nothing of its own feed
+        robot.learn_site_heads(kb.heads())  # ... and that the site holds nothing of its own feed
     for i in range(4):
         robot.skills.publish(f"s{i}", "pick")
     # A revocation pins the kept prefix by hash: the site must hold it first.

@@ -125,6 +125,8 @@ MALFORMED = {
                                                   r"max_connections must be at least 1"),
     "zero header_timeout_s (every connection closed at once)": ("[limits]\nheader_timeout_s = 0\n",
                                                                r"header_timeout_s must be more than 0 seconds"),
+    "zero sync_deadline_s (every round abandoned at once)": ("[limits]\nsync_deadline_s = 0\n",
+                                                            r"sync_deadline_s must be more than 0 seconds"),
     "listen without a port": ('[site]\nlisten = "nonsense"\n', r"listen"),
     "listen port out of range": ('[site]\nlisten = "127.0.0.1:99999"\n', r"listen"),
     "peers not an array of tables": ("peers = 5\n", r"peers"),
@@ -181,4 +183,4 @@ def test_saved_file_is_what_the_docstring_describes(tmp_path):
     assert data["private"] == [{"maps": ["floor-3-secure"], "readers": [KEY2]}]
     assert set(data["gossip"]) == {"interval_s", "jitter", "max_backoff_s"}
     assert set(data["limits"]) == {"max_body_bytes", "max_page", "max_concurrent_syncs", "timeout_s", "header_timeout_s",
-                                   "max_connections"}
+                                   "max_connections", "sync_deadline_s"}

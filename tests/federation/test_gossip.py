@@ -13,7 +13,7 @@ import time
 import pytest
 
 import knowledge
-from federation import FederationError, Gossip, GossipConfig, PeerConfig, SiteConfig
+from federation import FederationError, Gossip, GossipConfig, PeerConfig, ServerLimits, SiteConfig
 from knowledge import TrustPolicy
 
 gossip_module = importlib.import_module("federation._gossip")
@@ -284,3 +284,67 @@ def test_a_misbehaving_peer_does_not_stop_the_scheduler(make_site, serve_app):
 
     asyncio.run(go())
     assert state(gossip, "bad")["failures"] >= 1 and state(gossip, "bad")["last_error"]
+
+
+def trickling(app, drips: int = 200, every: float = 0.02):
+    """The real app, except that /v1/sync answers a 200 whose body trickles (one byte per `every` s, each
+    well inside the client's read timeout) until the client goes or `drips` bytes are out."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != "/v1/sync":
+            await app(scope, receive, send)
+            return
+        gone = asyncio.Event()
+
+        async def watch():
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-simnet-envelopes"), (b"content-length", b"100000")]})
+        for _ in range(drips):
+            if gone.is_set():
+                break
+            await send({"type": "http.response.body", "body": b"\0", "more_body": True})
+            await asyncio.sleep(every)
+        watcher.cancel()
+
+    return wrapped
+
+
+def test_a_slow_peer_holds_up_only_its_own_rounds(make_site, serve_app):
+    deadline = 0.5
+    a = make_site("a", gossip=GossipConfig(interval_s=0.02, jitter=0.0, max_backoff_s=0.05),
+                  limits=ServerLimits(timeout_s=1.0, sync_deadline_s=deadline))
+    live, slow = make_site("live"), make_site("slow")
+    for p in (live, slow):
+        p.trust(a.key)
+    set_peers(a, PeerConfig("live", serve_app(live.app), live.key),
+              PeerConfig("slow", serve_app(trickling(slow.app)), slow.key))
+    gossip = Gossip(a.site, rng=random.Random(5))
+
+    async def scheduled():
+        gossip.start()
+        try:
+            await until(lambda: any(s["name"] == "slow" and s["rounds"] for s in gossip.states()),
+                        what="a round with the slow peer")
+            rounds = state(gossip, "live")["rounds"]
+            await until(lambda: state(gossip, "slow")["failures"] == 1, timeout=5, what="the slow round to fail")
+            return state(gossip, "live")["rounds"] - rounds  # rounds with the live peer while it ran
+        finally:
+            await gossip.stop()
+
+    meanwhile = asyncio.run(scheduled())
+    assert meanwhile >= 3
+    slow_state = state(gossip, "slow")
+    assert f"did not finish within its deadline of {deadline:g} s" in slow_state["last_error"]
+    assert slow_state["next_attempt"] > slow_state["last_attempt"]  # backing off
+    assert state(gossip, "live")["failures"] == 0
+
+    started = time.monotonic()
+    results = asyncio.run(gossip.sync_now())  # both at once: one deadline, not one per slow peer in turn
+    took = time.monotonic() - started
+    assert [(r["peer"], r["ok"]) for r in results] == [("live", True), ("slow", False)]
+    assert deadline <= took < deadline + 1.0, took

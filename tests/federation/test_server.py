@@ -128,3 +128,42 @@ def test_health_needs_no_signature_and_names_the_site(make_site):
 
     response = run(go())
     assert response.json() == {"status": "ok", "name": "north", "key": a.identity.public_key_hex}
+
+
+REFUSALS = {
+    # what the knowledge base raises -> (status, code)
+    "not authorized": (knowledge.NotAuthorizedError("key 0123 lacks the revoke role at this site"), 403,
+                       "not_authorized"),
+    "unknown skill": (knowledge.UnknownSkillError("no skill abab… here"), 404, "not_found"),
+    "invalid record": (knowledge.RecordError("reason is too long"), 400, "bad_request"),
+    "invalid envelope": (knowledge.EnvelopeError("bad_signature", "not signed by its author"), 400, "bad_request"),
+    "clock skew": (knowledge.ClockSkewError("the clock is 10 minutes ahead"), 409, "conflict"),
+    "blob": (knowledge.BlobError("blob abab… is not stored here"), 409, "conflict"),
+    "any other refusal": (knowledge.SimnetError("not now"), 409, "conflict"),
+    "a store that cannot be written": (knowledge.StoreError("disk I/O error"), 503, "unavailable"),
+}
+
+
+@pytest.mark.parametrize("error, status, code", list(REFUSALS.values()), ids=list(REFUSALS))
+def test_a_write_the_knowledge_base_refuses_is_a_4xx_naming_it(make_site, monkeypatch, caplog, error, status, code):
+    a = make_site("a")
+
+    def refuse(*args, **kwargs):
+        raise error
+
+    async def go():
+        async with a.client() as client:
+            monkeypatch.setattr(a.kb, "revoke", refuse)
+            refused = await client.post("/v1/admin/revoke", json={"skill": "ab" * 32, "reason": "x"})
+            monkeypatch.undo()
+            return refused, await client.post("/v1/admin/revoke", json={"skill": "ab" * 32, "reason": "x"})
+
+    refused, after = run(go())
+    assert refused.status_code == status and refused.json()["error"] == code, refused.text
+    if status == 503:
+        assert refused.json()["detail"] == "the site cannot write its store now (StoreError); it is logged there"
+        assert "the store failed: disk I/O error" in caplog.text
+    else:
+        assert refused.json()["detail"] == (error.args[0] if isinstance(error, KeyError) else str(error))
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert after.status_code == 200 and after.json() == {"revoked": "ab" * 32}

@@ -74,7 +74,7 @@ def test_activation_follows_the_policy(policy, certs, revoked, validate_roles):
             writers[i] = root
             writers[i + 3] = knowledge.open(":memory:", device, policy=trust.for_device_of(site.public_key))
             writers[i + 3].ingest(root.envelopes_since({}))
-            writers[i + 3].envelopes_since(root.heads())  # a device writes once it has seen its site's heads
+            writers[i + 3].learn_site_heads(root.heads())  # a device writes once it has seen its site's heads
         for who, branches, fraction, kinds in certs:
             writer = writers[who]
             try:

@@ -103,7 +103,7 @@ def test_replicas_converge(n_roots, n_devices, operations, n_replicas, seed):
             roles = [r for r in Role if rng.random() < 0.7] or [Role.PUBLISH]
             root_kbs[i % n_roots].delegate(device.public_key, roles)
             device_kbs[i].ingest(root_kbs[i % n_roots].envelopes_since({}))
-            device_kbs[i].envelopes_since(root_kbs[i % n_roots].heads())  # writes once it has seen its site's heads
+            device_kbs[i].learn_site_heads(root_kbs[i % n_roots].heads())  # writes once it has seen its site's heads
         writers = root_kbs + device_kbs
         skills: list[str] = []
         for operation in operations:

@@ -87,7 +87,7 @@ def test_checkpoint_kind():
 @st.composite
 def envelope_fields(draw):
     kind = draw(st.sampled_from(Kind))
-    seq = draw(st.integers(1, (1 << 64) - 1))
+    seq = draw(st.integers(1, (1 << 63) - 1))  # seqs are signed 64-bit in every store: larger ones are refused
     if kind is Kind.UPDATE and seq == 1:
         prev = ZERO_HASH
     elif kind is Kind.UPDATE:
@@ -277,6 +277,15 @@ def test_seq_zero_is_malformed():
         decode(env.raw, max_bytes=BIG)
     assert info.value.reason == "malformed"
     assert "seq" in info.value.detail
+
+
+@pytest.mark.parametrize("seq", [2**63, 2**64 - 1])
+def test_seqs_beyond_signed_64_bits_are_malformed(seq):
+    """Stores keep seqs as signed 64-bit integers: a larger one would crash them (it answered HTTP 500)."""
+    env = seal(IDENTITY, Kind.CHECKPOINT, seq, hashlib.sha256(b"prev").digest(), 1, b"")
+    with pytest.raises(EnvelopeError) as info:
+        decode(env.raw, max_bytes=BIG)
+    assert info.value.reason == "malformed" and "2**63 - 1" in info.value.detail
 
 
 def test_update_at_seq_1_must_have_zero_prev():

@@ -26,6 +26,9 @@ def sync(a, b):
     for _ in range(3):
         b.ingest(a.envelopes_since(b.heads(), limit=10_000))
         a.ingest(b.envelopes_since(a.heads(), limit=10_000))
+        for device, site in ((a, b), (b, a)):  # a device takes its own site's heads as the word on its feed
+            if device.policy.device_of == site.identity.public_key:
+                device.learn_site_heads(site.heads())
 
 
 def forked_writer(tmp_path):
@@ -125,7 +128,7 @@ def test_a_reflashed_device_learns_its_feed_back_before_it_writes(tmp_path):
 
     new = open_site(robot, policy=policy, path=tmp_path / "new.db")  # same key, empty store
     new.ingest(root.envelopes_since(new.heads(), limit=2))  # a first page: the delegation and one envelope
-    assert new.envelopes_since(root.heads()) == []  # learning the site's heads: its own feed is ahead
+    new.learn_site_heads(root.heads())  # its site holds more of its own feed than this store
     with pytest.raises(NotAuthorizedError, match="learn the feed back"):
         new.skills.publish("would fork", "pick")
     sync(root, new)

@@ -124,7 +124,7 @@ def test_roles_are_enforced_locally(open_kb):
     site = open_kb("site", root)
     site.delegate(device.identity.public_key, [Role.PUBLISH])
     device.ingest(site.envelopes_since(device.heads()))
-    device.envelopes_since(site.heads())  # a device writes once it has seen its site's heads
+    device.learn_site_heads(site.heads())  # a device writes once it has seen its site's heads
     device.skills.publish("ok", "t")
     assert site.ingest(device.envelopes_since(site.heads())).ok  # the site admits its delegated device
     assert len(site.skills.list()) == 1

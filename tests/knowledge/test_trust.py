@@ -189,6 +189,9 @@ def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
         before = (a.heads(), b.heads())
         b.ingest(a.envelopes_since(b.heads(), limit=10**6))
         a.ingest(b.envelopes_since(a.heads(), limit=10**6))
+        for device, site in ((a, b), (b, a)):  # a device takes its own site's heads as the word on its feed
+            if device.policy.device_of == site.identity.public_key:
+                device.learn_site_heads(site.heads())
         if (a.heads(), b.heads()) == before:
             return
 

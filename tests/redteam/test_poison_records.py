@@ -110,7 +110,7 @@ def make_world() -> World:
     a.delegate(d_id.public_key, [Role.PUBLISH])
     delegation = a.envelopes_since({}, limit=10**6)
     d.ingest(delegation)
-    d.envelopes_since(a.heads())  # the device's first sync: it learns how far its own feed goes
+    d.learn_site_heads(a.heads())  # the device's first sync: it learns how far its own feed goes
     d.maps["lobby"].observe((0, 0), "door", 0.5)
     d.maps["lobby"].observe((0, 1), "window", 0.5)
     feed = [raw for raw in d.envelopes_since({}, limit=10**6) if env(raw).author == d_id.public_key]

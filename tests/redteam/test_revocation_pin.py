@@ -105,7 +105,7 @@ def make_scene() -> Scene:
     root.delegate(d_id.public_key, [Role.PUBLISH])
     delegation = by_author(root, r_id.public_key)
     device.ingest(delegation)
-    device.envelopes_since(root.heads())  # the device's first sync: it learns how far its own feed goes
+    device.learn_site_heads(root.heads())  # the device's first sync: it learns how far its own feed goes
     for i in range(1, 6):  # one envelope each: cells real1 .. real5
         device.maps["m"].observe(f"real{i}", f"r{i}", 0.5)
     real = by_author(device, d_id.public_key)
@@ -146,6 +146,9 @@ def sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
         before = (a.heads(), b.heads())
         b.ingest(a.envelopes_since(b.heads(), limit=10**6))
         a.ingest(b.envelopes_since(a.heads(), limit=10**6))
+        for device, site in ((a, b), (b, a)):  # a device takes its own site's heads as the word on its feed
+            if device.policy.device_of == site.identity.public_key:
+                device.learn_site_heads(site.heads())
         if (a.heads(), b.heads()) == before:
             return
     raise AssertionError("sync did not settle")

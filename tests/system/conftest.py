@@ -270,7 +270,7 @@ def early_device():
         with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as store:
             store.delegate(robot.public_key, roles)
             kb.ingest(store.envelopes_since(kb.heads(), limit=100_000))
-            kb.envelopes_since(store.heads())  # a device writes once it has seen its site's heads
+            kb.learn_site_heads(store.heads())  # a device writes once it has seen its site's heads
         return kb
 
     yield _make
