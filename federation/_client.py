@@ -381,7 +381,7 @@ async def async_sync_with(
     rounds = exchange(kb, url, page=page, blobs=list(blobs), withhold=withhold, peer_key=peer_key)
     cap = _answer_cap(kb)
     try:
-        with anyio.move_on_after(limit.seconds) as scope:
+        with anyio.move_on_after(limit.seconds):
             async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
                 step = await anyio.to_thread.run_sync(_step, rounds, None)
                 while isinstance(step, Call):

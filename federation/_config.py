@@ -19,8 +19,12 @@
     max_body_bytes = 16777216
     max_page = 1000         # envelopes per request and per answer
     max_concurrent_syncs = 8
-    timeout_s = 30.0        # to receive a request's body (and the answer to our own requests)
-    header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this
+    timeout_s = 30.0        # to receive a request's body (and each read of the answer to our own requests)
+    sync_deadline_s = 120.0 # one whole sync round with a peer (gossip, admin sync, `simnet sync`): a peer
+                            # still answering then, however slowly its bytes trickle, is abandoned and the
+                            # round counts as failed (backoff); other peers' rounds go on meanwhile
+    header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this; and a
+                            # client that stops taking in our answer for this long is disconnected
     max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
                             # process may open few files: see federation._http)
 
@@ -76,6 +80,7 @@ class ServerLimits:
     max_page: int = 1000
     max_concurrent_syncs: int = 8
     timeout_s: float = 30.0
+    sync_deadline_s: float = 120.0
     header_timeout_s: float = 10.0
     max_connections: int = 512
 
@@ -172,8 +177,9 @@ class SiteConfig:
         for name in ("max_page", "max_concurrent_syncs", "max_body_bytes", "max_connections"):
             if getattr(config.limits, name) < 1:
                 raise ConfigError(f"[limits] {name} must be at least 1")
-        if config.limits.header_timeout_s <= 0:
-            raise ConfigError("[limits] header_timeout_s must be more than 0 seconds")
+        for name in ("header_timeout_s", "sync_deadline_s"):
+            if getattr(config.limits, name) <= 0:
+                raise ConfigError(f"[limits] {name} must be more than 0 seconds")
         host, _, port = config.listen.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(f"[site] listen {config.listen!r} must be host:port with a port in 0-65535")

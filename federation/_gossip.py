@@ -5,6 +5,10 @@ anti-entropy round with it, so news spreads epidemically: a fleet of n sites con
 rounds. Intervals carry jitter so sites do not fall into lockstep; a failing peer is retried after
 interval * 2**failures (capped), and a partitioned site catches up on its first successful round.
 The peer list is re-read from simnet.toml every round, so `simnet peer add` needs no restart.
+
+Each round runs as its own task, at most one per peer and `MAX_ROUNDS` at once, and is held to
+`[limits] sync_deadline_s`: a peer that answers slowly (or trickles bytes for ever) costs its own round,
+which fails at the deadline and backs off, while the scheduler goes on starting rounds with the others.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ._errors import ConfigError, FederationError
 
 log = logging.getLogger("federation.gossip")
 STATE_FILE = "peers.json"
+MAX_ROUNDS = 4  # scheduled rounds in flight at once; and `sync_now` runs at most this many at once
 
 
 @dataclass
@@ -49,7 +54,8 @@ class Gossip:
         self.site = site
         self.rng = rng or random.Random()
         self._states: dict[str, PeerState] = {}
-        self._lock = asyncio.Lock()  # one round at a time per site
+        self._locks: dict[str, asyncio.Lock] = {}  # per peer name: one round at a time with each peer
+        self._rounds: set[asyncio.Task[Any]] = set()  # scheduled rounds in flight (at most MAX_ROUNDS)
         self._task: asyncio.Task[None] | None = None
         self._policy_mtime = site.config.policy_path.stat().st_mtime_ns
 
@@ -72,6 +78,7 @@ class Gossip:
         await anyio.to_thread.run_sync(self._reload)
         peers = self.config.peers
         self._states = {p.name: self._states.get(p.name) or PeerState(p.name, p.url) for p in peers}
+        self._locks = {n: lock for n, lock in self._locks.items() if n in self._states or lock.locked()}
         return peers
 
     def states(self) -> list[dict[str, Any]]:
@@ -81,45 +88,72 @@ class Gossip:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="simnet-gossip")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        tasks = [t for t in (self._task, *self._rounds) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
+
+    def _busy(self, name: str) -> bool:
+        lock = self._locks.get(name)
+        return lock is not None and lock.locked()
 
     async def _run(self) -> None:
         while True:
             gossip = self.config.gossip
             await asyncio.sleep(gossip.interval_s * (1 + self.rng.uniform(-gossip.jitter, gossip.jitter)))
             try:
+                if len(self._rounds) >= MAX_ROUNDS:
+                    continue  # every slot holds a (slow) round: each ends by its deadline
                 now = time.time()
-                ready = [p for p in await self._peers() if self._states[p.name].next_attempt <= now]
+                ready = [p for p in await self._peers()
+                         if self._states[p.name].next_attempt <= now and not self._busy(p.name)]
                 if ready:
-                    await self._round(self.rng.choice(ready))
+                    task = asyncio.get_running_loop().create_task(self._scheduled(self.rng.choice(ready)))
+                    self._rounds.add(task)
+                    task.add_done_callback(self._rounds.discard)
             except Exception as exc:  # noqa: BLE001 - nothing may stop the scheduler for good
                 log.error("gossip round failed: %s: %s", type(exc).__name__, exc)
                 log.debug("gossip round failed", exc_info=exc)
 
+    async def _scheduled(self, peer: PeerConfig) -> None:
+        try:
+            await self._round(peer)
+        except Exception as exc:  # noqa: BLE001 - a round's own failure is recorded in _round; this is a bug
+            log.error("gossip round with %s failed: %s: %s", peer.name, type(exc).__name__, exc)
+            log.debug("gossip round failed", exc_info=exc)
+
     async def sync_now(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Sync with one named peer, or with every peer in turn, now (ignoring backoff)."""
+        """Sync with one named peer, or with every peer (several at once), now (ignoring backoff); one
+        result per peer, in the order of the peer list. A round already running with a peer is waited for."""
         peers = await self._peers()
         if name is not None:
             peers = [p for p in peers if name in (p.name, p.url)]
             if not peers:
                 raise FederationError(f"no peer named {name!r}; see `simnet peer list`")
-        return [await self._round(peer) for peer in peers]
+        slots = asyncio.Semaphore(MAX_ROUNDS)
+
+        async def one(peer: PeerConfig) -> dict[str, Any]:
+            async with slots:
+                return await self._round(peer)
+
+        return list(await asyncio.gather(*(one(peer) for peer in peers)))
 
     async def _round(self, peer: PeerConfig) -> dict[str, Any]:
-        state = self._states[peer.name]
-        async with self._lock:
+        state = self._states.setdefault(peer.name, PeerState(peer.name, peer.url))
+        lock = self._locks.setdefault(peer.name, asyncio.Lock())
+        async with lock:
             state.last_attempt = time.time()
             state.rounds += 1
             try:
                 withheld = await anyio.to_thread.run_sync(self.site.withheld_from, peer.key)
+                limits = self.config.limits
                 report: SyncReport = await async_sync_with(
-                    self.site.kb, peer.url, peer.key, page=self.config.limits.max_page,
-                    timeout=self.config.limits.timeout_s, withhold=withheld,
+                    self.site.kb, peer.url, peer.key, page=limits.max_page, timeout=limits.timeout_s,
+                    deadline=limits.sync_deadline_s, withhold=withheld,
                 )
             except Exception as exc:  # noqa: BLE001 - one peer's answers, however poisonous, fail only its round
                 state.failures += 1

@@ -6,7 +6,7 @@ ever, and a few hundred of them exhaust the process's file descriptors — where
 logs a traceback per attempt, thousands a second. (`limit_concurrency` does not help: it answers 503 to
 new *requests* while too many connections are open, so idle connections lock honest callers out.)
 
-`guarded_protocol(header_timeout, max_connections)` is uvicorn's H11Protocol with two additions:
+`guarded_protocol(header_timeout, max_connections)` is uvicorn's H11Protocol with three additions:
 
 - **Header deadline.** While no request is being handled — a new connection, or a kept-alive one from
   its first byte after a response — the request line and headers must arrive within `header_timeout`
@@ -15,6 +15,12 @@ new *requests* while too many connections are open, so idle connections lock hon
   are in, the app bounds the body (`[limits] timeout_s`).
 - **Connection cap.** At most `max_connections` connections; one more closes the connection that has
   been idle (waiting for headers, or kept alive) longest, or, if every connection is busy, itself.
+- **Send deadline.** An answer is written as the client takes it in: when the socket's buffer is full,
+  uvicorn holds the app's next send (so an app that streams, like the blob endpoint, holds one part per
+  connection). If the client then takes in nothing for `send_timeout` seconds (by default the header
+  deadline) — the buffer does not drain to its low-water mark — the connection is dropped, buffer and all,
+  and the app's answer sees a disconnect. A stalled reader holds neither memory nor a connection slot for
+  long; an honest slow one needs only to read ~48 KiB per `send_timeout`.
 
 `connection_cap(limit)` lowers the cap to what the process's open-file limit leaves room for, and
 `RateLimited` is a logging filter: the first record of a kind goes through, then at most one per
@@ -60,11 +66,13 @@ class GuardedH11Protocol(H11Protocol):
 
     header_timeout: float = 10.0
     max_connections: int = 512
+    send_timeout: float = 10.0
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.idle_since = time.monotonic()
         self.deadline: Any = None
+        self.stall: Any = None  # the send deadline's timer, while the transport's buffer is full
         if len(self.connections) > self.max_connections:
             idle = [c for c in self.connections if c is not self and getattr(c, "idle", False)
                     and not c.transport.is_closing()]
@@ -89,7 +97,28 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop()
+        self._unstall()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full (the client is not reading fast enough): arm the send deadline."""
+        super().pause_writing()
+        if self.stall is None and not self.transport.is_closing():
+            self.stall = self.loop.call_later(self.send_timeout, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._unstall()
+
+    def _unstall(self) -> None:
+        if self.stall is not None:
+            self.stall.cancel()
+            self.stall = None
+
+    def _stalled(self) -> None:
+        self.stall = None
+        log.info("dropped a connection whose client took in none of its answer for %.1f s", self.send_timeout)
+        self.transport.abort()  # not close(): that would wait for the full buffer to drain, i.e. for ever
 
     def _watch(self) -> None:
         """Arm the header deadline while waiting for headers; disarm it while the app has the request."""
@@ -110,10 +139,13 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
 
-def guarded_protocol(header_timeout: float, max_connections: int) -> type[GuardedH11Protocol]:
-    """A GuardedH11Protocol class with these limits (uvicorn's `Config(http=...)` takes a class)."""
+def guarded_protocol(header_timeout: float, max_connections: int,
+                     send_timeout: float | None = None) -> type[GuardedH11Protocol]:
+    """A GuardedH11Protocol class with these limits (uvicorn's `Config(http=...)` takes a class); the send
+    deadline is the header deadline unless given."""
     return type("GuardedH11Protocol", (GuardedH11Protocol,),
-                {"header_timeout": header_timeout, "max_connections": max_connections})
+                {"header_timeout": header_timeout, "max_connections": max_connections,
+                 "send_timeout": header_timeout if send_timeout is None else send_timeout})
 
 
 class RateLimited(logging.Filter):

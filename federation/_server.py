@@ -2,30 +2,47 @@
 
 Every endpoint but /v1/health and the OpenAPI description needs a signed request (see `_auth`) from a
 key holding a current grant here (`KnowledgeBase.can_read`; the admin endpoints: this site's own key).
-Bad requests get a 4xx with a JSON body ``{"error": code, "detail": message}`` and change nothing; an
-unexpected failure is logged and answered 500 in the same shape. The knowledge-base work runs in worker
-threads so the event loop keeps answering.
+Bad requests get a 4xx with a JSON body ``{"error": code, "detail": message}`` and change nothing — a
+write the knowledge base refuses too (403 `not_authorized` when the writer lacks the right, 400 for an
+invalid record, 404 for an unknown skill, 409 `conflict` for any other refusal); a store that cannot be
+written answers 503; an unexpected failure is logged and answered 500 in the same shape. The
+knowledge-base work runs in worker threads so the event loop keeps answering. Blobs are sent a stored part
+at a time, as fast as the client takes them in (the connection layer, `_http`, drops a client that stops).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.gzip import GZipMiddleware
+from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
-from knowledge import Head, IdentityError, KnowledgeBase, RecordError, Role
+from knowledge import (
+    EmbodimentError,
+    EnvelopeError,
+    Head,
+    IdentityError,
+    KnowledgeBase,
+    NotAuthorizedError,
+    PolicyError,
+    RecordError,
+    Role,
+    SimnetError,
+    StoreError,
+    UnknownSkillError,
+)
 
 from ._auth import RequestVerifier
 from ._config import SiteConfig
@@ -33,7 +50,7 @@ from ._errors import AuthError, FederationError, WireError
 from ._wire import PAGE_TYPE, check_hex64, decode_page, encode_page, parse_heads, parse_json, with_hashes
 
 log = logging.getLogger("federation")
-BLOB_CHUNK = 256 << 10
+BLOB_TYPE = "application/octet-stream"
 
 Handler = Callable[[Request], Awaitable[Response]]
 _WIRE_CODES = {400: "bad_request", 413: "too_large", 415: "unsupported_media_type"}
@@ -110,12 +127,12 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
                 return await handler(request, site, body, caller)
             except WireError as exc:
                 return _error(exc.status, _WIRE_CODES.get(exc.status, "bad_request"), str(exc))
-            except (RecordError, IdentityError) as exc:  # a well-formed request asking for an invalid write
-                return _error(400, "bad_request", str(exc))
             except AuthError as exc:
                 return _error(exc.status, _AUTH_CODES.get(exc.status, "auth"), str(exc))
             except TimeoutError:
                 return _error(408, "timeout", f"request not received within {site.config.limits.timeout_s} s")
+            except SimnetError as exc:  # the knowledge base refused a well-formed request
+                return _refusal(request, exc)
             except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: answer, log, keep serving
                 log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc,
                           exc_info=exc)
@@ -126,6 +143,21 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
         return run
 
     return wrap
+
+
+def _refusal(request: Request, exc: SimnetError) -> JSONResponse:
+    """The answer to an error the knowledge base raised on purpose: a 4xx naming it (503 for the store)."""
+    if isinstance(exc, NotAuthorizedError):  # the writer lacks the role, or may not write now
+        return _error(403, "not_authorized", str(exc))
+    if isinstance(exc, UnknownSkillError):
+        return _error(404, "not_found", str(exc.args[0] if exc.args else exc))
+    if isinstance(exc, (RecordError, IdentityError, EnvelopeError, PolicyError, EmbodimentError)):
+        return _error(400, "bad_request", str(exc))  # a well-formed request asking for an invalid write
+    if isinstance(exc, StoreError):  # the disk, not the caller: say so, and log it here
+        log.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
+        return _error(503, "unavailable", f"the site cannot write its store now ({type(exc).__name__}); "
+                                          "it is logged there")
+    return _error(409, "conflict", str(exc))  # refused in the knowledge base's current state
 
 
 async def _read(request: Request, site: Site) -> bytes:
@@ -260,16 +292,53 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     responses: {"200": {description: The blob's bytes.}, "404": {description: Not stored here.}}
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
-    if blob_hash not in site.kb.blobs:
+    size = await run_in_threadpool(site.kb.blobs.size, blob_hash)
+    if size is None:
         return _error(404, "not_found", f"blob {blob_hash[:16]}… is not stored here")
-    data = await run_in_threadpool(site.kb.blobs.get, blob_hash)
+    return BlobResponse(site.kb, blob_hash, size)
 
-    async def chunks() -> AsyncIterator[bytes]:
-        for start in range(0, len(data), BLOB_CHUNK):
-            yield data[start : start + BLOB_CHUNK]
 
-    return StreamingResponse(chunks(), media_type="application/octet-stream",
-                             headers={"content-length": str(len(data))})
+def _blob_part(kb: KnowledgeBase, blob_hash: str, index: int, digest: Any) -> bytes | None:
+    part = kb.blobs.part(blob_hash, index)
+    if part is not None:
+        digest.update(part)
+    return part
+
+
+class BlobResponse(StreamingResponse):
+    """A stored blob, read and sent a part at a time (`knowledge._store.BLOB_PART` bytes) as the client takes
+    it in: each send waits while the connection's buffer is full, so a client that reads slowly or not at all
+    holds one part here, never the blob (and `_http` drops it when it stalls). The parts are hashed as they
+    go and the last is sent only if the whole matches its hash: a corrupt stored blob is logged and its
+    answer cut short (the connection is closed), never delivered complete."""
+
+    def __init__(self, kb: KnowledgeBase, blob_hash: str, size: int) -> None:
+        super().__init__((), media_type=BLOB_TYPE, headers={"content-length": str(size)})
+        self.kb, self.blob_hash, self.size = kb, blob_hash, size
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        digest, sent, held = hashlib.sha256(), 0, b""
+        for index in range(1 << 40):
+            try:
+                part = await run_in_threadpool(_blob_part, self.kb, self.blob_hash, index, digest)
+            except Exception as exc:  # noqa: BLE001 - the store failed (or closed, at shutdown) mid-answer
+                log.error("blob %s…: reading its part %d failed (%s: %s): its answer was cut short",
+                          self.blob_hash[:16], index, type(exc).__name__, exc)
+                return
+            if part is None:
+                break
+            if index:
+                await send({"type": "http.response.body", "body": held, "more_body": True})
+            held = part
+            sent += len(part)
+            if sent > self.size:
+                break
+        if sent != self.size or digest.hexdigest() != self.blob_hash:
+            log.error("stored blob %s… is corrupt (%d bytes, %d expected, or a hash mismatch): its answer was cut "
+                      "short", self.blob_hash[:16], sent, self.size)
+            return  # without the end of the body: the server closes the connection
+        await send({"type": "http.response.body", "body": held, "more_body": False})
 
 
 @endpoint("read")
@@ -390,7 +459,9 @@ def create_app(site: Site, *, lifespan: Callable[[Starlette], contextlib.Abstrac
         Route("/v1/admin/revoke-key", admin_revoke_key, methods=["POST"]),
         Route("/v1/openapi.json", openapi, methods=["GET"], include_in_schema=False),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(GZipMiddleware, minimum_size=1024)], lifespan=lifespan,
+    gzip = Middleware(GZipMiddleware, minimum_size=1024,  # blobs are opaque (and streamed with their length)
+                      exclude_content_types=(*DEFAULT_EXCLUDED_CONTENT_TYPES, BLOB_TYPE))
+    app = Starlette(routes=routes, middleware=[gzip], lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     app.state.site = site
     return app

@@ -166,7 +166,7 @@ def sync_command(home: Home, peer_name: str | None, as_json: bool) -> None:
             for p in peers:
                 try:
                     r = sync_with(kb, p.url, p.key, page=config.limits.max_page, timeout=config.limits.timeout_s,
-                                  withhold=withheld_from(config, kb, p.key))
+                                  deadline=config.limits.sync_deadline_s, withhold=withheld_from(config, kb, p.key))
                     reports.append({"peer": p.name, "ok": True, "pulled": r.pulled, "pushed": r.pushed,
                                     "rejected": len(r.rejected), "refused_by_peer": r.refused_by_peer})
                 except FederationError as exc:

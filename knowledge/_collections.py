@@ -309,6 +309,19 @@ class Blobs:
             raise BlobError(f"stored blob {blob_hash[:16]}… is corrupt (hash mismatch)")
         return data
 
+    def size(self, blob_hash: str) -> int | None:
+        """A stored blob's length in bytes, without reading it; None if it is not stored here."""
+        check_skill_id(blob_hash, "blob hash")
+        with self._kb._lock:
+            return self._kb._store.blob_size(bytes.fromhex(blob_hash))
+
+    def part(self, blob_hash: str, index: int) -> bytes | None:
+        """Part `index` (0, 1, ...) of a stored blob, so that a server streams it instead of holding it whole;
+        None past its last part. Unverified: the reader hashes the parts (as `get` does the whole)."""
+        check_skill_id(blob_hash, "blob hash")
+        with self._kb._lock:
+            return self._kb._store.blob_part(bytes.fromhex(blob_hash), index)
+
     def __contains__(self, blob_hash: object) -> bool:
         if not isinstance(blob_hash, str):
             return False

@@ -116,8 +116,7 @@ class Feed:
         return None
 
     def _in_frozen(self, start: int, end: int) -> bool:
-        i = bisect.bisect_right(self._frozen, start)
-        return i % 2 == 1 or (i < len(self._frozen) and self._frozen[i] < end)
+        return _overlaps(self._frozen, start, end)
 
     def check(self, parsed: ParsedUpdate) -> str | None:
         """Why this update would replace or remove an immutable record, or None; notes its new ones.
@@ -138,8 +137,10 @@ class Feed:
         if any(client == own and clock < held < clock + length for client, clock, length in parsed.structs):
             references.append((own, held - 1))
 
+        fresh_flat = [x for lo, hi in sorted(fresh) for x in (lo, hi)]  # disjoint: this update's own inserts
+
         def frozen(start: int, end: int) -> bool:
-            return self._in_frozen(start, end) or any(lo < end and start < hi for lo, hi in fresh)
+            return self._in_frozen(start, end) or _overlaps(fresh_flat, start, end)
 
         for client, clock in references:
             if client == own and frozen(clock, clock + 1):
@@ -245,3 +246,9 @@ class Feed:
 
     def get(self, key: str) -> str | None:
         return self._maps[is_immutable(key)].get(key)
+
+
+def _overlaps(ranges: list[int], start: int, end: int) -> bool:
+    """Whether [start, end) meets one of the sorted, disjoint [lo, hi) ranges flattened in `ranges` (log time)."""
+    i = bisect.bisect_right(ranges, start)
+    return i % 2 == 1 or (i < len(ranges) and ranges[i] < end)

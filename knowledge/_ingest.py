@@ -42,6 +42,7 @@ class Ingestion:
         self.report = IngestReport()
         self.trust_dirty = False
         self.touched: set[bytes] = set()
+        self.restamp: set[bytes] = set()  # feeds a checkpoint jumped ahead of: rebuilt from the store at the end
         # The current run of one author's envelopes: their updates are queued as they pass the checks,
         # applied in one transaction, and the keys they changed folded into the views once, when it ends.
         self.current: Feed | None = None
@@ -57,6 +58,8 @@ class Ingestion:
                 decoded.append((index, decode(raw, max_bytes=limit)))
             except EnvelopeError as exc:
                 report.rejected.append(Rejection(index, exc.reason, exc.detail))
+        # What a rolled-back call must restore besides the feeds: what it learnt of forks, in memory.
+        before = (dict(kb._banned), kb._own_floor, kb._own_fork, set(kb._consistent_checkpoints))
         roots = set(kb._authority.roots())  # roots first: their delegations admit the devices after them
         decoded.sort(key=lambda item: (item[1].author not in roots, item[1].author, item[1].seq, -item[1].kind))
         try:
@@ -71,11 +74,15 @@ class Ingestion:
                         break
                     report.rejected += [r for *_x, r in retry if r.reason not in RETRYABLE]
                     pending = cured
+                for author in self.restamp:  # as a reopen would see them: keys stamped by the checkpoint
+                    kb._replay(kb._feeds[author])
+                    kb._views.reset_author(author, kb._feeds[author].items())
                 if self.trust_dirty:
                     kb._refresh_trust()
         except BaseException as exc:
             if not isinstance(exc, UpdateRejected):
                 log.exception("ingest failed; restoring the feeds it touched from the store")
+            kb._banned, kb._own_floor, kb._own_fork, kb._consistent_checkpoints = before
             for author in self.touched:  # the transaction rolled back: so must the in-memory feeds
                 if author in kb._feeds:
                     kb._replay(kb._feeds[author])
@@ -180,7 +187,7 @@ class Ingestion:
                                               "the pinned one is taken when it comes")
         if env.kind is Kind.UPDATE and env.seq > have + 1:
             if author == kb._own_key and env.signature_valid():  # proof that our key wrote beyond this store
-                kb._own_floor = max(kb._own_floor, env.seq)
+                kb._note_own_feed(floor=env.seq)
             return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
         if not env.signature_valid():
             return reject("bad_signature", "signature does not verify for this author")
@@ -227,7 +234,7 @@ class Ingestion:
                 changes = feed.apply(env.update)
             except BaseException as exc:
                 reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
-                self._store_rows()
+                self._end_run()  # what this run changed before stays (a delegation may need a trust refresh)
                 self.kb._replay(feed)
                 self.kb._views.reset_author(feed.author, feed.items())
                 self.current, self.current_changes = None, {}
@@ -240,6 +247,8 @@ class Ingestion:
         if env.is_checkpoint:
             kb._store.put_checkpoint(author, env.seq, env.raw)
             feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
+            if have:
+                self.restamp.add(author)
         else:
             self.rows.append((author, env.seq, env.hash, env.raw))
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
@@ -304,7 +313,7 @@ class Ingestion:
         kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
         self._regrant()  # later envelopes in this batch are judged knowing of the fork
         if author == kb._own_key:
-            kb._own_fork = env.seq  # our own key signed another history: stop writing; our feed is never cut
+            kb._note_own_feed(fork=env.seq)  # our own key signed another history: stop writing; never cut our feed
             return
         if pins and all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
             return  # the pinned history is held here: the other branch is evidence, nothing more

@@ -31,6 +31,8 @@ from ._views import Views
 
 log = logging.getLogger("knowledge")
 _OWN_KNOWN = "own_feed_known"  # store meta: a device's store has seen its site's heads once
+_OWN_FLOOR = "own_feed_floor"  # store meta: the newest seq of our own feed known to exist elsewhere
+_OWN_FORK = "own_feed_fork"  # store meta: a seq at which another envelope of our own feed exists
 
 
 
@@ -83,7 +85,6 @@ class KnowledgeBase:
         self._pending: dict[str, str | None] | None = None
         # Our own feed as others hold it: writes wait until this store holds all of it, and stop for good if
         # a peer holds another history of it (see _require).
-        self._own_floor = 0  # the newest seq of our own feed known to exist
         self._bind_identity()
         # This store's writer key; a read-only open trusts the data exactly as its writer does.
         self._own_key = identity.public_key if identity is not None else store.get_meta("identity")
@@ -94,6 +95,9 @@ class KnowledgeBase:
         for author, seq, _a, _b in store.equivocations():
             self._banned.setdefault(author, seq)  # rows come ordered by seq
         self._own_fork = self._banned.get(self._own_key) if self._own_key else None  # another history exists
+        self._own_floor = int(store.get_meta(_OWN_FLOOR) or b"0")
+        if self._own_fork is None and store.get_meta(_OWN_FORK) is not None:
+            self._own_fork = int(store.get_meta(_OWN_FORK))  # type: ignore[arg-type]
         self._consistent_checkpoints: set[bytes] = set()  # checkpoints checked against the history held here
         self._authority = Authority(self.policy, self._own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge records by it.
@@ -139,11 +143,18 @@ class KnowledgeBase:
 
     def _replay(self, feed: Feed) -> Feed:
         """Rebuild one feed from the store: its checkpoint, then its envelopes (verified when they came),
-        noting which envelope last wrote each key. Callers refresh the views from the feed afterwards."""
+        noting which envelope last wrote each key. Callers refresh the views from the feed afterwards.
+
+        Where the envelopes up to the checkpoint are held too (a writer's own feed), they are replayed
+        instead, so each key keeps the envelope that wrote it (a checkpoint stamps all of them with its seq).
+        """
         author = feed.author
         feed.reset()
         written = self._written[author] = {}
         checkpoint = self._store.checkpoint(author)
+        if checkpoint is not None and None not in (self._store.envelope_hash(author, 1),
+                                                    self._store.envelope_hash(author, checkpoint[0])):
+            checkpoint = None
         if checkpoint is not None:
             env = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
             feed.replay(env.update)
@@ -193,8 +204,9 @@ class KnowledgeBase:
         for author, feed in list(self._feeds.items()):
             if author == self._own_key or not authority.knows(author) or authority.is_root(author):
                 continue  # our own feed is never cut: rewriting it would equivocate (writes stop instead)
-            if author in self._banned or authority.admits(author, feed.seq, feed.hlc) is None:
-                continue  # a forked feed was cut at its fork already
+            why = authority.admits(author, feed.seq, feed.hlc)
+            if author in self._banned or why not in ("revoked_writer", "delegation_expired"):
+                continue  # a forked feed was cut at its fork already; a grant without roles hides, never cuts
             keep = 0
             checkpoint = self._store.checkpoint(author)
             if checkpoint is not None:
@@ -205,7 +217,6 @@ class KnowledgeBase:
                 if authority.admits(author, env.seq, env.hlc, env.hash) is not None:
                     break
                 keep = env.seq
-            why = authority.admits(author, feed.seq, feed.hlc)
             log.info("cutting feed %s after seq %d: %s", author.hex()[:16], keep, why)
             with self._store.transaction():
                 self._store.delete_after(author, keep)
@@ -241,21 +252,7 @@ class KnowledgeBase:
         own = self.identity.public_key
         feed = self._feeds.get(own)
         seq = feed.seq + 1 if feed else 1
-        if self._own_fork is not None:
-            raise NotAuthorizedError(
-                f"a peer holds another envelope {self._own_fork} of key {self.identity.key_id}'s feed: the key has "
-                "two histories, and writing more would fork it further; retire this key"
-            )
-        if seq <= self._own_floor:
-            raise NotAuthorizedError(
-                f"key {self.identity.key_id} has written up to seq {self._own_floor} but this store holds only up "
-                f"to {seq - 1}: sync with its site to learn the feed back before writing (writing now would fork it)"
-            )
-        if not self._own_known:
-            raise NotAuthorizedError(
-                f"this device's store holds nothing of key {self.identity.key_id}'s feed yet: sync with its site "
-                "first, so that a key that wrote before (a re-flashed robot) learns its feed back instead of forking it"
-            )
+        self._check_own_feed(seq)
         if not self._authority.has_role(own, role):
             needed = role.value if role else "site root"
             hint = " (no delegation from its site has arrived yet: sync first)" if not self._authority.knows(own) else ""
@@ -264,6 +261,25 @@ class KnowledgeBase:
         if refusal is not None or not self._authority.has_role(own, role, seq, self._clock.last):
             raise NotAuthorizedError(f"key {self.identity.key_id} can no longer write: {refusal or 'revoked_writer'}")
         return self.identity
+
+    def _check_own_feed(self, seq: int) -> None:
+        """NotAuthorizedError if writing envelope `seq` of our own feed would fork it."""
+        key_id = self.identity.key_id  # type: ignore[union-attr]
+        if self._own_fork is not None:
+            raise NotAuthorizedError(
+                f"another envelope {self._own_fork} of key {key_id}'s feed exists: the key has two histories, and "
+                "writing more would fork it further; retire this key"
+            )
+        if seq <= self._own_floor:
+            raise NotAuthorizedError(
+                f"key {key_id} has written up to seq {self._own_floor} but this store holds only up to {seq - 1}: "
+                "sync with its site to learn the feed back before writing (writing now would fork it)"
+            )
+        if not self._own_known:
+            raise NotAuthorizedError(
+                f"this device's store holds nothing of key {key_id}'s feed yet: sync with its site first, so that "
+                "a key that wrote before (a re-flashed robot) learns its feed back instead of forking it"
+            )
 
     def now(self) -> int:
         """A fresh hybrid-logical-clock timestamp from this site's clock."""
@@ -296,14 +312,19 @@ class KnowledgeBase:
         identity = self._require_identity()
         own = identity.public_key
         feed = self._feeds.get(own) or Feed(own)
+        self._check_own_feed(feed.seq + 1)  # again, under the lock: a sync may have shown more of our feed
         try:
             update, applied = feed.write(changes)
-        except RecordError:
-            self._replay(feed)  # undo: every peer would refuse this envelope and stop at it
+        except BaseException:
+            self._replay(feed)  # undo (pycrdt may have panicked half-way): peers would refuse this envelope
             raise
         if not applied:
             return None
         env = seal(identity, Kind.UPDATE, feed.seq + 1, feed.head, self._clock.now(), update)
+        refusal = self._authority.admits(own, env.seq, env.hlc, env.hash)
+        if refusal is not None:  # e.g. the delegation expired by this envelope's own time
+            self._replay(feed)
+            raise NotAuthorizedError(f"key {identity.key_id} can no longer write: {refusal}")
         if len(env.raw) > self.limits.max_envelope_bytes:
             self._replay(feed)  # undo: peers would refuse an envelope this large
             raise RecordError(
@@ -384,6 +405,9 @@ class KnowledgeBase:
             if feed is None or feed.seq == 0:
                 raise StoreError("nothing to checkpoint: this site has not written anything yet")
             env = seal(identity, Kind.CHECKPOINT, feed.seq, feed.head, feed.hlc, feed.state())
+            if len(env.raw) > self.limits.max_checkpoint_bytes:
+                raise StoreError(f"this feed's checkpoint would be {len(env.raw)} bytes, over the "
+                                 f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: they would refuse it")
             with self._store.transaction():
                 self._store.put_checkpoint(identity.public_key, env.seq, env.raw)
             return env
@@ -501,15 +525,27 @@ class KnowledgeBase:
             their = heads.get(self.identity.public_key_hex, 0)
             seq = their.seq if isinstance(their, Head) else int(their)
             own = self._feeds.get(self.identity.public_key)
-            self._own_floor = max(self._own_floor, seq)
+            fork = None
             if isinstance(their, Head) and their.hash and 0 < seq <= (own.seq if own else 0):
                 ours = self._hash_at(self.identity.public_key, seq)
-                if ours is not None and ours.hex() != their.hash:
-                    self._own_fork = seq
+                fork = seq if ours is not None and ours.hex() != their.hash else None
+            self._note_own_feed(floor=seq, fork=fork)
             if not self._own_known and not self._store.readonly:
                 with self._store.transaction():
                     self._store.set_meta(_OWN_KNOWN, b"1")
                 self._own_known = True
+
+    def _note_own_feed(self, *, floor: int = 0, fork: int | None = None) -> None:
+        """Remember, durably, that our own feed goes at least to `floor` elsewhere, or forked at `fork`."""
+        with self._lock:
+            changed = floor > self._own_floor or (fork is not None and self._own_fork is None)
+            self._own_floor = max(self._own_floor, floor)
+            self._own_fork = self._own_fork if fork is None or self._own_fork is not None else fork
+            if changed and not self._store.readonly:
+                with self._store.transaction():
+                    self._store.set_meta(_OWN_FLOOR, str(self._own_floor).encode())
+                    if self._own_fork is not None:
+                        self._store.set_meta(_OWN_FORK, str(self._own_fork).encode())
 
     def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
         """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""

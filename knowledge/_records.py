@@ -194,7 +194,10 @@ def record_limits(text: str) -> str | None:
     These limits hold for every record type, known or not, so a receiver checks them before parsing
     anything: a record nested 20,000 deep or with a 500-digit number never reaches the JSON parser.
     """
-    size = len(text.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "record holds a lone UTF-16 surrogate: it is no UTF-8 text (Yjs would panic on it)"
     if size > MAX_RECORD_BYTES:
         return f"record of {size} bytes exceeds {MAX_RECORD_BYTES}"
     bare = _STRINGS.sub('""', text)
@@ -217,7 +220,7 @@ def load_record(text: str) -> dict[str, Any]:
     if refusal is not None:
         raise RecordError(refusal)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         if _SURROGATE_ESCAPE.search(text):  # an escaped lone surrogate is valid JSON but no text at all
             json.dumps(value, ensure_ascii=False).encode()
     except UnicodeEncodeError:
@@ -229,6 +232,13 @@ def load_record(text: str) -> dict[str, Any]:
 
 def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not standard JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond a 64-bit float")
+    return value
 
 
 class FutureVersion(Exception):

@@ -2,6 +2,11 @@
 
 It holds envelopes, checkpoints, blobs, equivocation evidence and small metadata. Everything else
 (views, indexes) is derived and rebuilt from it. A write is acknowledged only after `commit` returns.
+
+Blobs are stored in parts of `BLOB_PART` bytes (table `blob_parts`), so that one can be read a part at a
+time (`blob_size`, `blob_part`) without loading it whole: SQLite reads a column value whole, and its
+incremental blob I/O needs a rowid table. Stores written before kept each blob in one row (table `blobs`);
+a writer moves those into parts when it opens the store, and reads fall back to them meanwhile.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from ._errors import StoreError, StoreLockedError
 
 MEMORY = ":memory:"
+BLOB_PART = 256 << 10  # bytes per stored part of a blob (the last part holds the rest); fixed for a store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS envelopes (
@@ -24,6 +30,9 @@ CREATE TABLE IF NOT EXISTS envelopes (
 CREATE TABLE IF NOT EXISTS checkpoints (
     author BLOB PRIMARY KEY, seq INTEGER NOT NULL, body BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blobs (hash BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blob_parts (
+    hash BLOB NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (hash, part)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS equivocations (
     author BLOB NOT NULL, seq INTEGER NOT NULL, first BLOB NOT NULL, second BLOB NOT NULL,
     PRIMARY KEY (author, seq)) WITHOUT ROWID;
@@ -54,6 +63,8 @@ class Store:
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.executescript(_SCHEMA)
             self._db.execute("PRAGMA busy_timeout=5000")
+            if not readonly:
+                self._split_whole_blobs()
         except sqlite3.Error as exc:
             self.close()
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
@@ -153,14 +164,60 @@ class Store:
 
     # --- blobs ----------------------------------------------------------------------------------
     def put_blob(self, hash_: bytes, data: bytes) -> None:
-        self._db.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (hash_, data))
+        """Store a blob in parts (nothing if it is stored already); all parts or none."""
+        if not self.has_blob(hash_):
+            with self.transaction():
+                self._insert_parts(hash_, data)
+
+    def _insert_parts(self, hash_: bytes, data: bytes) -> None:
+        view = memoryview(data)  # parts are slices of it: no copies
+        self._db.executemany("INSERT INTO blob_parts VALUES (?, ?, ?)",
+                             [(hash_, i, view[start : start + BLOB_PART])
+                              for i, start in enumerate(range(0, max(len(view), 1), BLOB_PART))])
 
     def blob(self, hash_: bytes) -> bytes | None:
+        """A blob's bytes, whole (see `blob_part` to read one a part at a time)."""
+        parts = [bytes(r[0]) for r in
+                 self._db.execute("SELECT data FROM blob_parts WHERE hash=? ORDER BY part", (hash_,))]
+        if parts:
+            return b"".join(parts)
         row = self._db.execute("SELECT data FROM blobs WHERE hash=?", (hash_,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def has_blob(self, hash_: bytes) -> bool:
-        return self._db.execute("SELECT 1 FROM blobs WHERE hash=?", (hash_,)).fetchone() is not None
+        return (self._db.execute("SELECT 1 FROM blob_parts WHERE hash=? AND part=0", (hash_,)).fetchone() is not None
+                or self._db.execute("SELECT 1 FROM blobs WHERE hash=?", (hash_,)).fetchone() is not None)
+
+    def blob_size(self, hash_: bytes) -> int | None:
+        """A blob's length in bytes, without reading it; None if it is not stored."""
+        count, size = self._db.execute(
+            "SELECT COUNT(*), SUM(length(data)) FROM blob_parts WHERE hash=?", (hash_,)).fetchone()
+        if count:
+            return size
+        row = self._db.execute("SELECT length(data) FROM blobs WHERE hash=?", (hash_,)).fetchone()
+        return None if row is None else row[0]
+
+    def blob_part(self, hash_: bytes, index: int) -> bytes | None:
+        """Part `index` (0, 1, ...) of a blob: at most BLOB_PART bytes; None past its last part or if the
+        blob is not stored. Concatenated in order, the parts are the blob."""
+        row = self._db.execute("SELECT data FROM blob_parts WHERE hash=? AND part=?", (hash_, index)).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        if index < 0 or self._db.execute("SELECT 1 FROM blob_parts WHERE hash=?", (hash_,)).fetchone():
+            return None
+        whole = self._db.execute("SELECT data FROM blobs WHERE hash=?", (hash_,)).fetchone()  # an old, unsplit one
+        if whole is None or (index and index * BLOB_PART >= len(whole[0])):
+            return None
+        return bytes(whole[0][index * BLOB_PART : (index + 1) * BLOB_PART])
+
+    def _split_whole_blobs(self) -> None:
+        """Move blobs stored whole (by earlier versions) into parts, one blob per transaction."""
+        while (row := self._db.execute("SELECT hash, data FROM blobs LIMIT 1").fetchone()) is not None:
+            hash_, data = bytes(row[0]), row[1]
+            with self.transaction():
+                self._db.execute("DELETE FROM blob_parts WHERE hash=?", (hash_,))
+                self._insert_parts(hash_, data)
+                self._db.execute("DELETE FROM blobs WHERE hash=?", (hash_,))
 
     # --- equivocation evidence ------------------------------------------------------------------
     def add_equivocation(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:
