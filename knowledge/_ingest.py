@@ -219,8 +219,9 @@ class Ingestion:
                 first = kb._store.envelope(author, have) or kb._store.checkpoint(author)[1]  # type: ignore[index]
                 kb._store.add_equivocation(author, env.seq, first, env.raw)
                 kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
+                if author == kb._own_key:
+                    kb._note_own_feed(fork=env.seq)
                 self._regrant()
-                self.trust_dirty = True
                 return reject("checkpoint_conflict", lost)
         rewrite = feed.check(parsed)
         if rewrite is not None:
@@ -287,7 +288,11 @@ class Ingestion:
         held.apply_queued()
         claimed = Feed(author)
         try:
-            claimed.replay(env.update)  # reads the update as strictly as any envelope before pycrdt sees it
+            parsed = parse_update(env.update)  # read as strictly as any envelope before pycrdt sees it
+            odd = claimed.foreign_structure(parsed)
+            if parsed.clients() - {claimed.client_id} or odd is not None:
+                return f"checkpoint's update is no state of this author's feed: {odd or 'foreign client ids'}"
+            claimed.replay(env.update)
             claimed.apply_queued()
         except BaseException as exc:
             reraise_interrupts(exc)

@@ -35,7 +35,6 @@ _OWN_FLOOR = "own_feed_floor"  # store meta: the newest seq of our own feed know
 _OWN_FORK = "own_feed_fork"  # store meta: a seq at which another envelope of our own feed exists
 
 
-
 @dataclass(frozen=True)
 class Limits:
     """Hard limits on what this knowledge base accepts."""
@@ -494,8 +493,9 @@ class KnowledgeBase:
                     continue
                 their = heads.get(author.hex(), 0)
                 their_seq = their.seq if isinstance(their, Head) else int(their)
-                if author in self._banned and not (isinstance(their, Head) and their.equivocated_at is not None):
-                    out += self._evidence(author)  # the peer does not know of the fork yet: show it both
+                knows = isinstance(their, Head) and their.equivocated_at is not None
+                if author in self._banned and (not knows or their_seq >= self._banned[author]):
+                    out += self._evidence(author)  # the peer does not know of this fork (it holds past it)
                 feed = self._feeds.get(author)
                 if feed is None:
                     continue
@@ -572,9 +572,10 @@ class KnowledgeBase:
         """Check and apply envelopes from peers; durable when this returns. Never raises on bad input.
 
         Each envelope is accepted, a duplicate, or rejected with a reason (see `Rejection.reason`).
-        Checks, in order: size, structure, equivocating author, duplicate, signature, authorization,
-        seq/prev continuity, clock, and that the Yjs update carries only the author's own client id.
-        Only then does a byte reach pycrdt.
+        Checks, in the order docs/PROTOCOL.md lists them: size, structure, equivocating author, a seq
+        already held (duplicate, fork, checkpoint against the history held), grants and pins, continuity,
+        signature, chain, clock, the Yjs update read as yrs reads it, client ids, feed structure, record
+        limits and times, immutable records. Only then does a byte reach pycrdt.
         """
         envelopes = list(envelopes)
         with self._lock:

@@ -3,7 +3,6 @@
     max_clock_offset_ms = 5000          # remote timestamps further ahead are rejected
     device_of = "<64 hex digits>"       # only on a device (a robot): the root of the site it writes for
 
-
     [[roots]]                           # site roots whose writers we accept, and for what
     name = "site-b"
     key = "<64 hex digits: the site root's Ed25519 public key>"

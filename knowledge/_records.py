@@ -1,6 +1,7 @@
 """Record types stored in a feed, their keys and their schema checks.
 
-Every feed's pycrdt Doc holds one root Map, ``records``, from key to a JSON string. The key's first
+Every feed's pycrdt Doc holds two root Maps (``immutable`` and ``records``: see `_feed`), from key to a
+JSON string. The key's first
 segment names the record type (``skill/<id>``, ``cell/<map>/<cell>``, ...). Immutable records (skills,
 certificates) are content-addressed: their id is the SHA-256 of the exact UTF-8 bytes of their JSON
 string, so a verifier never has to re-canonicalize. Types this version does not know, and records with a

@@ -76,7 +76,6 @@ class Authority:
     ) -> None:
         """`held(author, seq)`: the hash of the envelope held at seq, if any (a pin it contradicts voids
         the pinning grant); `forks`: author -> the seq of its first fork found here."""
-        self.policy = policy
         self._forks = dict(forks or {})
         roots: dict[bytes, frozenset[Role]] = {r.key: frozenset(r.roles) for r in policy.roots if r.roles}
         if policy.device_of is not None:

@@ -44,7 +44,7 @@ class ParsedUpdate:
     clock) ids its items point at (left and right origins, parent items). `deletes`: (client, clock,
     length) ranges it deletes. `root_inserts`: (root name, client, clock, length) of items placed
     directly in a root type with no origins, i.e. map entries written for the first time. `strings`:
-    every string value in its Any content (a simnet record each, for map values). `raw`: the bytes read.
+    every string value in its Any content (a simnet record each, for map values).
     """
 
     writes: set[int] = field(default_factory=set)
@@ -57,7 +57,6 @@ class ParsedUpdate:
     deletes: list[tuple[int, int, int]] = field(default_factory=list)
     root_inserts: list[tuple[str, int, int, int]] = field(default_factory=list)
     strings: list[str] = field(default_factory=list)
-    raw: bytes = b""
 
     def clients(self) -> set[int]:
         return self.writes | {c for c, _ in self.references} | {c for c, _, _ in self.deletes}
@@ -166,7 +165,7 @@ def parse_update(update: bytes) -> ParsedUpdate:
     """Walk a Yjs v1 update; MalformedUpdate if it is not one, down to its last byte, or if yrs would
     read any of it differently."""
     data = bytes(update)
-    found = ParsedUpdate(raw=data)
+    found = ParsedUpdate()
     if not data:
         raise MalformedUpdate("empty update")
     groups, pos = _u32(data, 0, "group count")

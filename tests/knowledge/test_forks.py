@@ -165,3 +165,29 @@ def test_a_checkpoint_ahead_of_the_held_feed_must_continue_it(tmp_path):
     honest.ingest(first.envelopes_since({})[:1])  # holds 1 only
     assert honest.ingest([first.checkpoint().raw]).accepted == [(key.public_key_hex, 3)]
     assert sorted(s.name for s in honest.skills.list()) == ["branch-a", "branch-a-more", "common"]
+
+
+def test_a_key_that_forks_at_two_seqs_leaves_every_site_at_the_earlier_fork():
+    """A site that found the later fork first learns of the earlier one from a peer's evidence: evidence
+    goes to every peer that holds past the fork, not only to peers that know of no fork at all."""
+    key = Identity.generate()
+    x = open_site(key)
+    for i in (1, 2):
+        x.maps["m"].observe((i, 0), f"x{i}", 0.5)
+    y = open_site(key)
+    y.ingest(x.envelopes_since({}))  # y: 1..2, then its own 3
+    for i in (3, 4):
+        x.maps["m"].observe((i, 0), f"x{i}", 0.5)
+    y.maps["m"].observe((3, 0), "y3", 0.5)
+    z = open_site(key)
+    z.ingest(x.envelopes_since({}))  # z: x's 1..4, then its own 5
+    x.maps["m"].observe((5, 0), "x5", 0.5)
+    z.maps["m"].observe((5, 0), "z5", 0.5)
+    a, c = open_site(trust=[key.public_key]), open_site(trust=[key.public_key])
+    a.ingest(x.envelopes_since({})), a.ingest(z.envelopes_since(a.heads()))  # a finds the fork at 5
+    c.ingest(y.envelopes_since({})), c.ingest(x.envelopes_since(c.heads()))  # c finds the fork at 3
+    assert a.heads()[key.public_key_hex].equivocated_at == 5 and c.heads()[key.public_key_hex].equivocated_at == 3
+    sync(a, c)
+    for site in (a, c):
+        assert site.heads()[key.public_key_hex].seq == 2 and site.heads()[key.public_key_hex].equivocated_at == 3
+    assert a.snapshot() == c.snapshot()
