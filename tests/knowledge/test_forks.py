@@ -79,10 +79,10 @@ def test_a_checkpoint_whose_state_is_not_its_history_is_an_equivocation(tmp_path
     writer.maps["m"].observe((1, 1), "mug", confidence=0.5)
     honest = open_site(trust=[key.public_key])
     honest.ingest(writer.envelopes_since({}))
-    forger = open_site(trust=[key.public_key])
+    forger = open_site(key)  # the writer's key in a second store: its feed, then some other state
     forger.ingest(writer.envelopes_since({}))
-    forger.maps["m"].observe((1, 1), "not a mug", confidence=0.5)  # some other state, signed as a checkpoint
-    other_state = forger._feeds[forger.identity.public_key].state()
+    forger.maps["m"].observe((1, 1), "not a mug", confidence=0.5)
+    other_state = forger._feeds[key.public_key].state()
     head = writer.heads()[key.public_key_hex]
     forged = seal(key, Kind.CHECKPOINT, head.seq, bytes.fromhex(head.hash), writer._feeds[key.public_key].hlc,
                   other_state)
