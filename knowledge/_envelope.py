@@ -33,6 +33,7 @@ ZERO_HASH = bytes(32)
 MAX_SEQ = 2**63 - 1  # stores keep seqs as signed 64-bit integers
 _HEADER = struct.Struct(">BB32sQ32sQI")
 HEADER_BYTES = _HEADER.size  # 86
+PREV_OFFSET = struct.calcsize(">BB32sQ")  # 42: where `prev` starts, after version, kind, author and seq
 MIN_BYTES = HEADER_BYTES + SIGNATURE_BYTES
 
 

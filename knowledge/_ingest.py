@@ -176,9 +176,9 @@ class Ingestion:
         if refusal == "unknown_writer":
             return reject(refusal, f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
         if refusal is not None:
+            pinned = " (a key revocation takes the kept history only as the envelopes it pins)"
             return reject(refusal, f"no grant the writer holds covers {'checkpoint' if env.is_checkpoint else 'envelope'} "
-                                   f"{env.seq} (a key revocation takes a writer's kept history only as the envelopes "
-                                   "it pins)" if refusal == "revoked_writer" else f"no grant the writer holds covers seq {env.seq}")
+                                   f"{env.seq}{pinned if refusal == 'revoked_writer' else ''}")
         for seq, pinned in pins:
             follows = feed is not None and feed.seq == seq - 1
             if env.seq == seq and env.hash == pinned and follows and env.prev != feed.head and env.signature_valid():
@@ -217,11 +217,7 @@ class Ingestion:
             if lost is not None:  # signed envelopes and a signed checkpoint that disagree: a fork
                 self._end_run()
                 first = kb._store.envelope(author, have) or kb._store.checkpoint(author)[1]  # type: ignore[index]
-                kb._store.add_equivocation(author, env.seq, first, env.raw)
-                kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
-                if author == kb._own_key:
-                    kb._note_own_feed(fork=env.seq)
-                self._regrant()
+                self._record_fork(author, env.seq, first, env.raw)  # nothing held is cut: the fork lies ahead
                 return reject("checkpoint_conflict", lost)
         rewrite = feed.check(parsed)
         if rewrite is not None:
@@ -261,9 +257,13 @@ class Ingestion:
 
     def _drop_feed(self, feed: Feed) -> None:
         self._end_run()
-        self.kb._store.delete_after(feed.author, 0)
-        self.kb._replay(feed)
-        self.touched.add(feed.author)
+        self._cut(feed.author, 0)
+
+    def _cut(self, author: bytes, keep: int) -> None:
+        """Drop `author`'s envelopes after `keep` and rebuild its feed (grants may change with it)."""
+        self.kb._store.delete_after(author, keep)
+        self.kb._replay(self.kb._feeds[author])
+        self.touched.add(author)
         self.trust_dirty = True
 
     def _checkpoint_conflict(self, env: Envelope, stored: bytes) -> str | None:
@@ -312,20 +312,24 @@ class Ingestion:
         first = kb._store.envelope(author, env.seq) or (held[1] if held and held[0] == env.seq else None)
         assert first is not None
         log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
-        kb._store.add_equivocation(author, env.seq, first, env.raw)
         if report:
             self.report.equivocations.append((author.hex(), env.seq))
-        kb._banned[author] = min(kb._banned.get(author, env.seq), env.seq)
-        self._regrant()  # later envelopes in this batch are judged knowing of the fork
+        self._record_fork(author, env.seq, first, env.raw)
         if author == kb._own_key:
-            kb._note_own_feed(fork=env.seq)  # our own key signed another history: stop writing; never cut our feed
-            return
+            return  # our own feed is never cut: our writes stop instead
         if pins and all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
             return  # the pinned history is held here: the other branch is evidence, nothing more
-        kb._store.delete_after(author, env.seq - 1)
-        kb._replay(kb._feeds[author])
-        self.touched.add(author)
-        self.trust_dirty = True
+        self._cut(author, env.seq - 1)
+
+    def _record_fork(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:
+        """Keep two signed, conflicting pieces of `author`'s feed as evidence; refuse the author from `seq`
+        on (judging later envelopes in this batch knowing of it); stop our own writes if it is our key."""
+        kb = self.kb
+        kb._store.add_equivocation(author, seq, first, second)
+        kb._banned[author] = min(kb._banned.get(author, seq), seq)
+        if author == kb._own_key:
+            kb._note_own_feed(fork=seq)
+        self._regrant()
 
 
 def note_written(written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope) -> None:

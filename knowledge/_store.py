@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from ._envelope import PREV_OFFSET
 from ._errors import StoreError, StoreLockedError
 
 MEMORY = ":memory:"
@@ -160,6 +161,13 @@ class Store:
 
     def checkpoint(self, author: bytes) -> tuple[int, bytes] | None:
         row = self._db.execute("SELECT seq, body FROM checkpoints WHERE author=?", (author,)).fetchone()
+        return None if row is None else (row[0], bytes(row[1]))
+
+    def checkpoint_head(self, author: bytes) -> tuple[int, bytes] | None:
+        """(seq, prev) of an author's checkpoint: the head it summarizes, read from its header alone."""
+        row = self._db.execute(
+            f"SELECT seq, substr(body, {PREV_OFFSET + 1}, 32) FROM checkpoints WHERE author=?", (author,)
+        ).fetchone()
         return None if row is None else (row[0], bytes(row[1]))
 
     # --- blobs ----------------------------------------------------------------------------------
