@@ -28,7 +28,9 @@ def _uv() -> str:
     uv = bootstrap / "bin" / "uv"
     if not uv.exists():
         subprocess.run([sys.executable, "-m", "venv", str(bootstrap)], check=True)
-        subprocess.run([str(bootstrap / "bin" / "python"), "-m", "pip", "install", "-q", "uv"], check=True)
+        subprocess.run(
+            [str(bootstrap / "bin" / "python"), "-m", "pip", "install", "-q", "uv"], check=True
+        )
     return str(uv)
 
 
@@ -46,7 +48,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"demo", "test"}:
         print(__doc__)
         return 2
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs under whatever python3 is on PATH
         print("simnet needs Python 3.11 or newer", file=sys.stderr)
         return 2
     uv = _uv()

@@ -48,8 +48,15 @@ def _rss_kb(key: str) -> int:
 
 def library_rate(task: sim.Task, skill: sim.Skill, sampler: sim.Sampler, threads: int) -> float:
     start = time.perf_counter()
-    result = sim.evaluate(task, skill, branches=BRANCHES, wave=BRANCHES, sampler=sampler, threads=threads,
-                          progress=False)
+    result = sim.evaluate(
+        task,
+        skill,
+        branches=BRANCHES,
+        wave=BRANCHES,
+        sampler=sampler,
+        threads=threads,
+        progress=False,
+    )
     elapsed = time.perf_counter() - start
     return sum(o.steps for o in result.outcomes) * task.control_substeps / elapsed
 
@@ -63,7 +70,10 @@ def raw_rate(task: sim.Task, steps: int, moving: bool) -> float:
     mujoco.mj_resetDataKeyframe(model, data, task.keyframe)
     periods, substeps = steps // task.control_substeps, task.control_substeps
     home = model.key_ctrl[task.keyframe]
-    targets = [home + 0.4 * np.sin(0.05 * k + np.arange(model.nu)) if moving else home for k in range(periods)]
+    targets = [
+        home + 0.4 * np.sin(0.05 * k + np.arange(model.nu)) if moving else home
+        for k in range(periods)
+    ]
     step = mujoco.mj_step
     start = time.perf_counter()
     for target in targets:
@@ -84,10 +94,20 @@ def naive_copies(task: sim.Task, sampler: sim.Sampler) -> list:
             slot = template.slot(mutation.target)
             if slot.state:
                 continue
-            field = model.opt.gravity if slot.field == "opt.gravity" else getattr(model, slot.field).reshape(-1)
+            field = (
+                model.opt.gravity
+                if slot.field == "opt.gravity"
+                else getattr(model, slot.field).reshape(-1)
+            )
             cells = field[slot.start : slot.start + slot.size]
             value = np.asarray(mutation.value)
-            cells[:] = value if mutation.op == "set" else cells + value if mutation.op == "add" else cells * value
+            cells[:] = (
+                value
+                if mutation.op == "set"
+                else cells + value
+                if mutation.op == "add"
+                else cells * value
+            )
         mujoco.mj_setConst(model, data)
         held.append((model, data))
     return held
@@ -108,7 +128,9 @@ def memory_child(kind: str) -> None:
 
 
 def memory_growth_mb(kind: str) -> float:
-    out = subprocess.run([sys.executable, __file__, "--memory", kind], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory", kind], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["growth_kb"] / 1024
 
 
@@ -122,11 +144,17 @@ def sprt_figures(seeds: int) -> dict:
             skill = sim.load_skill(f"{name}_{quality}")
             for seed in range(seeds):
                 sampler = sim.load_sampler(name, seed=100 + seed)
-                result = sim.evaluate(task, skill, branches=fixed, wave=8, sampler=sampler, sprt=test, progress=False)
+                result = sim.evaluate(
+                    task, skill, branches=fixed, wave=8, sampler=sampler, sprt=test, progress=False
+                )
                 simulated.append(result.n)
                 decisions.append(f"{name}_{quality}:{result.decision}@{result.decided_at}")
-    return {"sprt_savings": 1 - sum(simulated) / (fixed * len(simulated)), "sprt_fixed_n": fixed,
-            "sprt_mean_branches": statistics.mean(simulated), "sprt_decisions": decisions}
+    return {
+        "sprt_savings": 1 - sum(simulated) / (fixed * len(simulated)),
+        "sprt_fixed_n": fixed,
+        "sprt_mean_branches": statistics.mean(simulated),
+        "sprt_decisions": decisions,
+    }
 
 
 def main() -> None:
@@ -152,12 +180,19 @@ def main() -> None:
     env_steps, raw_steps_per_s = statistics.median(library), statistics.median(raw)
     growth, naive = memory_growth_mb("library"), memory_growth_mb("naive")
     line = {
-        "benchmark": "branch_eval", "task": TASK, "branches": BRANCHES, "quick": args.quick, "repeats": repeats,
-        "threads": threads, "env_steps_per_s": round(env_steps), "raw_mj_step_per_s": round(raw_steps_per_s),
+        "benchmark": "branch_eval",
+        "task": TASK,
+        "branches": BRANCHES,
+        "quick": args.quick,
+        "repeats": repeats,
+        "threads": threads,
+        "env_steps_per_s": round(env_steps),
+        "raw_mj_step_per_s": round(raw_steps_per_s),
         "ratio_to_raw": round(env_steps / raw_steps_per_s, 3),
         "raw_still_mj_step_per_s": round(statistics.median(still)),
         "ratio_to_raw_still": round(env_steps / statistics.median(still), 3),
-        "rss_growth_mb": round(growth, 2), "naive_rss_growth_mb": round(naive, 2),
+        "rss_growth_mb": round(growth, 2),
+        "naive_rss_growth_mb": round(naive, 2),
         "memory_ratio": round(growth / naive, 3),
         "policy": f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, one batched call per control step",
         **sprt_figures(seeds),

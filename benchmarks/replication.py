@@ -36,7 +36,7 @@ def make_stream(writers: int, per_writer: int) -> tuple[list[knowledge.Identity]
                     kb.maps["floor"].observe((i, 0), {"occupied": i % 5 == 0}, 0.5)
             feeds.append(kb.envelopes_since({}, limit=per_writer + 1))
     # interleave writers, as a gossip page mixing several feeds would
-    stream = [env for group in zip(*feeds) for env in group]
+    stream = [env for group in zip(*feeds, strict=True) for env in group]
     return identities, stream
 
 
@@ -45,7 +45,9 @@ def ingest_rate(identities, stream, page: int) -> float:
     for identity in identities:
         policy = policy.with_root(identity.public_key)
     with tempfile.TemporaryDirectory() as tmp:
-        with knowledge.open(Path(tmp) / "site.db", knowledge.Identity.generate(), policy=policy) as kb:
+        with knowledge.open(
+            Path(tmp) / "site.db", knowledge.Identity.generate(), policy=policy
+        ) as kb:
             start = time.perf_counter()
             for i in range(0, len(stream), page):
                 report = kb.ingest(stream[i : i + page])
@@ -58,7 +60,9 @@ def ingest_rate(identities, stream, page: int) -> float:
 def raw_verify_rate(stream) -> float:
     decoded = [decode(raw, max_bytes=1 << 20) for raw in stream]
     keys = {e.author: Ed25519PublicKey.from_public_bytes(e.author) for e in decoded}
-    items = [(keys[e.author], e.signature, SIGNING_CONTEXT + e.raw[:-SIGNATURE_BYTES]) for e in decoded]
+    items = [
+        (keys[e.author], e.signature, SIGNING_CONTEXT + e.raw[:-SIGNATURE_BYTES]) for e in decoded
+    ]
     start = time.perf_counter()
     for key, signature, message in items:
         key.verify(signature, message)
@@ -75,11 +79,15 @@ def raw_apply_rate(stream) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small run for CI smoke tests")
     parser.add_argument("--envelopes", type=int, default=None)
     parser.add_argument("--writers", type=int, default=8)
-    parser.add_argument("--page", type=int, default=1000, help="envelopes per ingest call (a sync page)")
+    parser.add_argument(
+        "--page", type=int, default=1000, help="envelopes per ingest call (a sync page)"
+    )
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
     total = args.envelopes or (4_000 if args.quick else 40_000)
@@ -98,7 +106,9 @@ def main() -> None:
         "envelopes_per_s": round(statistics.median(ingest)),
         "raw_verify_per_s": round(statistics.median(verify)),
         "raw_apply_per_s": round(statistics.median(apply)),
-        "ratio_to_raw_verify": round(statistics.median(i / v for i, v in zip(ingest, verify)), 3),
+        "ratio_to_raw_verify": round(
+            statistics.median(i / v for i, v in zip(ingest, verify, strict=True)), 3
+        ),
         "repeats": repeats,
     }
     print(json.dumps(result))

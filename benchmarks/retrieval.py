@@ -39,7 +39,9 @@ GYM = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets"
 
 def bodies() -> list[Embodiment]:
     found = [Embodiment.from_mjcf(p) for p in sorted(GYM.glob("*.xml"))]
-    found += [Embodiment.from_mjcf(p) for p in sorted(ROBOTS.glob("*.xml")) if "defaults" not in p.name]
+    found += [
+        Embodiment.from_mjcf(p) for p in sorted(ROBOTS.glob("*.xml")) if "defaults" not in p.name
+    ]
     return found + [Embodiment.from_urdf(p) for p in sorted(ROBOTS.glob("*.urdf"))]
 
 
@@ -69,21 +71,34 @@ def variant(e: Embodiment, rng: np.random.Generator) -> Embodiment:
         for j in e.joints
     ]
     actuators = [
-        dataclasses.replace(a, gear=(a.gear[0] * (g := size**3 * jitter()), *a.gear[1:]),
-                            force_range=None if a.force_range is None else (a.force_range[0] * g, a.force_range[1] * g))
+        dataclasses.replace(
+            a,
+            gear=(a.gear[0] * (g := size**3 * jitter()), *a.gear[1:]),
+            force_range=None
+            if a.force_range is None
+            else (a.force_range[0] * g, a.force_range[1] * g),
+        )
         for a in e.actuators
     ]
     sensors = [s for s in e.sensors if rng.random() > 0.2]
-    return Embodiment(e.name, tuple(body_parts), tuple(joints), tuple(actuators), e.sites, tuple(sensors))
+    return Embodiment(
+        e.name, tuple(body_parts), tuple(joints), tuple(actuators), e.sites, tuple(sensors)
+    )
 
 
-def workload(skills: int, variants: int, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def workload(
+    skills: int, variants: int, queries: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Skill vectors, their task family (0-3) and active flag folded into one int, and query vectors."""
     rng = np.random.default_rng(seed)
     base = bodies()
     encoder = FeatureEncoder()
-    scopes = encoder.encode_many(variant(base[i], rng) for i in rng.integers(len(base), size=variants))
-    asked = encoder.encode_many(variant(base[i], rng) for i in rng.integers(len(base), size=queries))
+    scopes = encoder.encode_many(
+        variant(base[i], rng) for i in rng.integers(len(base), size=variants)
+    )
+    asked = encoder.encode_many(
+        variant(base[i], rng) for i in rng.integers(len(base), size=queries)
+    )
     jitter = rng.normal(0, 0.02, (skills, encoder.dim)).astype(np.float32)
     vectors = scopes[rng.integers(variants, size=skills)] + jitter
     labels = rng.integers(4, size=skills) * 2 + (rng.random(skills) < 0.9)  # task family, active
@@ -94,13 +109,18 @@ def percentile_ms(samples: list[float], q: float) -> float:
     return round(float(np.percentile(samples, q)) * 1e3, 4)
 
 
-def run(skills: int, variants: int, queries: int, approximate_above: int | None) -> dict[str, object]:
+def run(
+    skills: int, variants: int, queries: int, approximate_above: int | None
+) -> dict[str, object]:
     vectors, labels, asked = workload(skills, variants, queries, seed=skills)
     ids = [f"skill-{i}" for i in range(skills)]
     encoder = FeatureEncoder()
     faiss.omp_set_num_threads(2)  # building may use both cores; searching below uses one
     started = time.perf_counter()
-    index = SkillIndex(encoder.space, **({} if approximate_above is None else {"approximate_above": approximate_above}))
+    index = SkillIndex(
+        encoder.space,
+        **({} if approximate_above is None else {"approximate_above": approximate_above}),
+    )
     index.add(ids, vectors)
     build_s = time.perf_counter() - started
     allowed_mask = labels == 1  # task family 0, active
@@ -150,8 +170,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100,000 skills only")
     parser.add_argument("--queries", type=int, default=2000)
-    parser.add_argument("--variants", type=int, default=20_000, help="distinct bodies that skills are scoped to")
-    parser.add_argument("--approximate-above", type=int, default=None, help="override the index's exact/IVF threshold")
+    parser.add_argument(
+        "--variants", type=int, default=20_000, help="distinct bodies that skills are scoped to"
+    )
+    parser.add_argument(
+        "--approximate-above",
+        type=int,
+        default=None,
+        help="override the index's exact/IVF threshold",
+    )
     args = parser.parse_args()
     sizes = [100_000] if args.quick else [100_000, 1_000_000]
     runs = [run(n, args.variants, args.queries, args.approximate_above) for n in sizes]

@@ -43,8 +43,20 @@ def free_port() -> int:
 class Site:
     def __init__(self, root: Path, name: str) -> None:
         self.name, self.home, self.port = name, root / name, free_port()
-        subprocess.run([*SIMNET, "--home", str(self.home), "init", "--name", name, "--listen",
-                        f"127.0.0.1:{self.port}"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                *SIMNET,
+                "--home",
+                str(self.home),
+                "init",
+                "--name",
+                name,
+                "--listen",
+                f"127.0.0.1:{self.port}",
+            ],
+            check=True,
+            capture_output=True,
+        )
         config = SiteConfig.load(self.home)
         config.gossip = GossipConfig(interval_s=3600.0)  # the benchmark drives every round itself
         config.save()
@@ -67,17 +79,25 @@ class Site:
             before = {s.id for s in kb.skills.list()}
             for i in range(count):
                 kb.skills.publish(
-                    f"{self.name}-skill-{i}", random.choice(["pick", "place", "walk", "push"]),
+                    f"{self.name}-skill-{i}",
+                    random.choice(["pick", "place", "walk", "push"]),
                     description=f"skill {i} learned at {self.name}: approach, grasp, lift, verify",
                     embodiments=[{"fingerprint": f"{random.getrandbits(256):064x}", "dof": 7}],
-                    preconditions=["object visible"], postconditions=["object held"],
+                    preconditions=["object visible"],
+                    postconditions=["object held"],
                 )
-            return sum(len(knowledge._records.canonical_json(_record(kb, s.id)).encode())
-                       for s in kb.skills.list() if s.id not in before)
+            return sum(
+                len(knowledge._records.canonical_json(_record(kb, s.id)).encode())
+                for s in kb.skills.list()
+                if s.id not in before
+            )
 
     def start(self) -> None:
-        self.process = subprocess.Popen([*SIMNET, "--home", str(self.home), "serve"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [*SIMNET, "--home", str(self.home), "serve"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -94,11 +114,19 @@ class Site:
 
     def admin(self, path: str, body: dict) -> dict:
         auth = SimnetAuth(self.key, self.key.public_key)
-        return httpx.post(f"{self.url}{path}", json=body, auth=auth, timeout=600).raise_for_status().json()
+        return (
+            httpx.post(f"{self.url}{path}", json=body, auth=auth, timeout=600)
+            .raise_for_status()
+            .json()
+        )
 
     def heads(self) -> dict:
         auth = SimnetAuth(self.key, self.key.public_key)
-        return httpx.get(f"{self.url}/v1/heads", auth=auth, timeout=60).raise_for_status().json()["heads"]
+        return (
+            httpx.get(f"{self.url}/v1/heads", auth=auth, timeout=60)
+            .raise_for_status()
+            .json()["heads"]
+        )
 
 
 def _record(kb: knowledge.KnowledgeBase, skill_id: str) -> dict:
@@ -117,12 +145,20 @@ def bulk_pull(root: Path, records: int) -> dict:
             start = time.perf_counter()
             report = sync_with(fresh, source.url, source.key.public_key)
             seconds = time.perf_counter() - start
-            assert len(fresh.skills.list()) == records, "the fresh site did not receive every record"
+            assert len(fresh.skills.list()) == records, (
+                "the fresh site did not receive every record"
+            )
     finally:
         source.stop()
     wire = report.bytes_sent + report.bytes_received
-    return {"records": records, "seconds": round(seconds, 3), "records_per_s": round(records / seconds),
-            "wire_bytes": wire, "payload_bytes": payload, "bytes_ratio": round(wire / payload, 3)}
+    return {
+        "records": records,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(records / seconds),
+        "wire_bytes": wire,
+        "payload_bytes": payload,
+        "bytes_ratio": round(wire / payload, 3),
+    }
 
 
 def gossip_rounds(root: Path, count: int, per_site: int, rng: random.Random) -> dict:
@@ -142,14 +178,24 @@ def gossip_rounds(root: Path, count: int, per_site: int, rng: random.Random) -> 
                 if rounds > 50:
                     raise SystemExit("gossip did not converge in 50 rounds")
                 pairs = [(s, rng.choice([o for o in sites if o is not s])) for s in sites]
-                list(pool.map(lambda pair: pair[0].admin("/v1/admin/sync", {"peer": pair[1].name}), pairs))
+                list(
+                    pool.map(
+                        lambda pair: pair[0].admin("/v1/admin/sync", {"peer": pair[1].name}), pairs
+                    )
+                )
         finally:
             list(pool.map(Site.stop, sites))
-    return {"sites": count, "rounds_to_converge": rounds, "rounds_goal": math.ceil(math.log2(count)) + 2}
+    return {
+        "sites": count,
+        "rounds_to_converge": rounds,
+        "rounds_goal": math.ceil(math.log2(count)) + 2,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--records", type=int, default=None)
     parser.add_argument("--sites", type=int, default=None)

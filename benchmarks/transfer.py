@@ -30,12 +30,18 @@ from knowledge._plot import scatter_png
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a smaller population (24 arms, 16 legged bodies)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a smaller population (24 arms, 16 legged bodies)"
+    )
     parser.add_argument("--dataset", help="use this dataset file instead of generating one")
     parser.add_argument("--save", help="write the generated dataset here")
     parser.add_argument("--workers", type=int, default=2, help="worker processes for the dataset")
-    parser.add_argument("--plot", help="write distance against success on the held-out bodies (PNG)")
+    parser.add_argument(
+        "--plot", help="write distance against success on the held-out bodies (PNG)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -43,8 +49,9 @@ def main() -> None:
         data = TransferDataset.load(args.dataset)
     else:
         arms, legged = (24, 16) if args.quick else (64, 40)
-        data = sim.transfer_dataset(sim.robot_population(arms, legged), branches=16, workers=args.workers,
-                                    progress=False)
+        data = sim.transfer_dataset(
+            sim.robot_population(arms, legged), branches=16, workers=args.workers, progress=False
+        )
         if args.save:
             data.save(args.save)
     generated = time.perf_counter() - start
@@ -52,22 +59,41 @@ def main() -> None:
     start = time.perf_counter()
     learned = train_encoder(data.subset(train))
     trained = time.perf_counter() - start
-    reports = {"learned": evaluate_encoder(data, learned, held), "features": evaluate_encoder(data, FeatureEncoder(), held)}
-    line = {"benchmark": "transfer", "bodies": len(data.bodies), "heldout_bodies": len(held),
-            "transfers": len(data.transfers)}
+    reports = {
+        "learned": evaluate_encoder(data, learned, held),
+        "features": evaluate_encoder(data, FeatureEncoder(), held),
+    }
+    line = {
+        "benchmark": "transfer",
+        "bodies": len(data.bodies),
+        "heldout_bodies": len(held),
+        "transfers": len(data.transfers),
+    }
     for name, report in reports.items():
         line[f"spearman_{name}"] = round(report.spearman, 4)
         line[f"recall_at_5_{name}"] = round(report.recall_at_k, 4)
     line["spearman_gain"] = round(line["spearman_learned"] - line["spearman_features"], 4)
     for task in data.tasks:
         for name, report in reports.items():
-            part = type(report)(report.encoder, tuple(s for s in report.scores if s.task == task), 5, 0.8)
+            part = type(report)(
+                report.encoder, tuple(s for s in report.scores if s.task == task), 5, 0.8
+            )
             line[f"{task}_spearman_{name}"] = round(part.spearman, 4)
             line[f"{task}_recall_at_5_{name}"] = round(part.recall_at_k, 4)
-    line.update(dataset_seconds=round(generated, 1), train_seconds=round(trained, 1), version=learned.version)
+    line.update(
+        dataset_seconds=round(generated, 1),
+        train_seconds=round(trained, 1),
+        version=learned.version,
+    )
     if args.plot:
-        scatter_png(args.plot, [_panel(data, enc, reports[name], held)
-                                for name, enc in (("features", FeatureEncoder()), ("learned", learned))], data.tasks)
+        scatter_png(
+            args.plot,
+            [
+                _panel(data, enc, reports[name], held)
+                for name, enc in (("features", FeatureEncoder()), ("learned", learned))
+            ],
+            data.tasks,
+        )
     print(json.dumps(line))
 
 

@@ -65,17 +65,24 @@ EVERY, WINDOW = 1000, 200  # ticks between checkpoints, per commit window
 
 
 def gait(tick: int) -> list[sim.Mutation]:
-    return [sim.Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),))
-            for i, j in enumerate(JOINTS)]
+    return [
+        sim.Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),))
+        for i, j in enumerate(JOINTS)
+    ]
 
 
 def entities() -> list[sim.Entity]:
     walker = sim.load_task("walker_forward").definition["scene"]
-    return [sim.Entity("walker1", walker, "cell"), sim.Entity("crate", CRATE, "cell", (0.0, 1.0, 0.0))]
+    return [
+        sim.Entity("walker1", walker, "cell"),
+        sim.Entity("crate", CRATE, "cell", (0.0, 1.0, 0.0)),
+    ]
 
 
 def world(path: Path) -> sim.World:
-    return sim.World.create(path, {"cell": REGION}, entities(), checkpoint_every=EVERY, backend="inline")
+    return sim.World.create(
+        path, {"cell": REGION}, entities(), checkpoint_every=EVERY, backend="inline"
+    )
 
 
 def persistent(twin: sim.World, ticks: int, period: int) -> float:
@@ -91,27 +98,40 @@ def persistent(twin: sim.World, ticks: int, period: int) -> float:
     return time.perf_counter() - start
 
 
-def volatile(snap: sim.Snapshot, ticks: int, period: int, prebuilt: bool) -> tuple[float, np.ndarray]:
+def volatile(
+    snap: sim.Snapshot, ticks: int, period: int, prebuilt: bool
+) -> tuple[float, np.ndarray]:
     """The same stepping from the same state with nothing logged and no checkpoints: the same setpoints
     checked and shaped into events as the engine goes (or, `prebuilt`, before it starts), applied by the
     same engine."""
     first, template = snap.tick, snap.template
     setpoints = {tick: gait(tick) for tick in range(first, first + ticks, period)}
-    state = Checkpoint(first, template.source_hash, template.model_hash, snap.patch.to_json(), snap.state.tobytes())
+    state = Checkpoint(
+        first, template.source_hash, template.model_hash, snap.patch.to_json(), snap.state.tobytes()
+    )
     engine = Engine.restore(state, template.xml, sys.maxsize)
 
     def window_events(window: int) -> list[Event]:
-        return [Event(tick // period + 1, *mutate_event(template, tick, setpoints[tick], "setpoint"))
-                for tick in range(window, window + WINDOW, period)]
+        return [
+            Event(tick // period + 1, *mutate_event(template, tick, setpoints[tick], "setpoint"))
+            for tick in range(window, window + WINDOW, period)
+        ]
+
     windows = range(first, first + ticks, WINDOW)
     built = {window: window_events(window) for window in windows} if prebuilt else {}
     start = time.perf_counter()
     for window in windows:
-        engine.advance(window + WINDOW, built[window] if prebuilt else window_events(window), lambda checkpoint: None)
+        engine.advance(
+            window + WINDOW,
+            built[window] if prebuilt else window_events(window),
+            lambda checkpoint: None,
+        )
     return time.perf_counter() - start, engine.row
 
 
-def overhead(tmp: Path, ticks: int, period: int, repeats: int) -> tuple[float, float, float, float, Path]:
+def overhead(
+    tmp: Path, ticks: int, period: int, repeats: int
+) -> tuple[float, float, float, float, Path]:
     """Rounds of runs, with persistence, then without (checked as it goes, then prebuilt): the medians over
     rounds of (with / without - 1) against each, the median seconds with and without (checked), and the
     last persistent world. A round's ratio is robust to load that drifts between rounds; a ratio of
@@ -127,8 +147,8 @@ def overhead(tmp: Path, ticks: int, period: int, repeats: int) -> tuple[float, f
             elapsed, row = volatile(start, ticks, period, ready)
             runs.append(elapsed)
             assert row.tobytes() == final.state.tobytes(), "persistence changed the simulation"
-    ratio = statistics.median(a / b - 1 for a, b in zip(on, off))
-    strict = statistics.median(a / b - 1 for a, b in zip(on, prebuilt))
+    ratio = statistics.median(a / b - 1 for a, b in zip(on, off, strict=True))
+    strict = statistics.median(a / b - 1 for a, b in zip(on, prebuilt, strict=True))
     return ratio, strict, statistics.median(on), statistics.median(off), path
 
 
@@ -141,7 +161,9 @@ def long_run(path: Path, ticks: int, period: int, repeats: int) -> float:
             start = twin.snapshot("cell")
             elapsed = persistent(twin, ticks, period)
             without, row = volatile(start, ticks, period, False)
-            assert row.tobytes() == twin.snapshot("cell").state.tobytes(), "persistence changed the simulation"
+            assert row.tobytes() == twin.snapshot("cell").state.tobytes(), (
+                "persistence changed the simulation"
+            )
             ratios.append(elapsed / without - 1)
     return statistics.median(ratios)
 
@@ -149,9 +171,22 @@ def long_run(path: Path, ticks: int, period: int, repeats: int) -> float:
 def evaluation_rate(backend: str, branches: int) -> float:
     task, skill = sim.load_task("walker_forward"), sim.load_skill("walker_forward_good")
     start = time.perf_counter()
-    result = sim.evaluate(task, skill, branches=branches, wave=16, workers=2, threads=1, backend=backend,
-                          sampler=sim.load_sampler("walker_forward", seed=1), progress=False)
-    return sum(o.steps for o in result.outcomes) * task.control_substeps / (time.perf_counter() - start)
+    result = sim.evaluate(
+        task,
+        skill,
+        branches=branches,
+        wave=16,
+        workers=2,
+        threads=1,
+        backend=backend,
+        sampler=sim.load_sampler("walker_forward", seed=1),
+        progress=False,
+    )
+    return (
+        sum(o.steps for o in result.outcomes)
+        * task.control_substeps
+        / (time.perf_counter() - start)
+    )
 
 
 def main() -> None:
@@ -177,9 +212,15 @@ def main() -> None:
                 branch.snapshot()
                 fork_ms.append((time.perf_counter() - start) * 1e3)
             store = world._store
-            sizes = [len(c.state) + len(json.dumps(c.patch)) for c in store.checkpoints("cell", "", 0, ticks)]
+            sizes = [
+                len(c.state) + len(json.dumps(c.patch))
+                for c in store.checkpoints("cell", "", 0, ticks)
+            ]
             replays = [world.replay("cell", 0, ticks)]
-            replays += [world.replay("cell", s, min(ticks, s + 5 * EVERY)) for s in rng.sample(range(ticks), 5)]
+            replays += [
+                world.replay("cell", s, min(ticks, s + 5 * EVERY))
+                for s in rng.sample(range(ticks), 5)
+            ]
         checked = sum(len(r.checked) for r in replays)
         exact = checked - sum(len(r.mismatched) for r in replays)
     # evaluation throughput: worker processes against Ray actors, both warm
@@ -191,16 +232,28 @@ def main() -> None:
         local.append(evaluation_rate("process", branches))
         remote.append(evaluation_rate("ray", branches))
     line = {
-        "benchmark": "world", "quick": args.quick, "ticks": ticks, "repeats": repeats,
-        "persistence_overhead": fast, "persistence_overhead_1hz": slow, "persistence_overhead_vs_prebuilt": strict,
+        "benchmark": "world",
+        "quick": args.quick,
+        "ticks": ticks,
+        "repeats": repeats,
+        "persistence_overhead": fast,
+        "persistence_overhead_1hz": slow,
+        "persistence_overhead_vs_prebuilt": strict,
         "persistence_overhead_long_run": lasting,
-        "steps_per_s_persistent": ticks / median_on, "steps_per_s_volatile": ticks / median_off,
-        "event_cost_us": (median_on - median_off) / (ticks // 20) * 1e6, "checkpoint_every": EVERY,
-        "fork_ms": statistics.median(fork_ms), "fork_log_ms": statistics.median(log_ms),
+        "steps_per_s_persistent": ticks / median_on,
+        "steps_per_s_volatile": ticks / median_off,
+        "event_cost_us": (median_on - median_off) / (ticks // 20) * 1e6,
+        "checkpoint_every": EVERY,
+        "fork_ms": statistics.median(fork_ms),
+        "fork_log_ms": statistics.median(log_ms),
         "checkpoint_bytes": statistics.median(sizes),
-        "replay_exact_rate": exact / checked, "replay_checkpoints_compared": checked,
-        "ray_throughput_retention": statistics.median(r / lo for r, lo in zip(remote, local)),
-        "ray_steps_per_s": statistics.median(remote), "local_steps_per_s": statistics.median(local),
+        "replay_exact_rate": exact / checked,
+        "replay_checkpoints_compared": checked,
+        "ray_throughput_retention": statistics.median(
+            r / lo for r, lo in zip(remote, local, strict=True)
+        ),
+        "ray_steps_per_s": statistics.median(remote),
+        "local_steps_per_s": statistics.median(local),
         "evaluation_branches": branches,
     }
     print(json.dumps(line))

@@ -22,42 +22,73 @@ from knowledge import ActivationPolicy, Identity, Role, TrustPolicy
 def main() -> None:
     site_key, validator_key = Identity.generate(), Identity.generate()
     with tempfile.TemporaryDirectory() as tmp:
-        activation = ActivationPolicy(min_branches=100, min_lower_bound=0.9, confidence=0.95,
-                                      required_randomization=frozenset({"mass", "damping", "gain"}))
-        site_policy = TrustPolicy(activation=activation).with_root(validator_key.public_key, [Role.VALIDATE])
+        activation = ActivationPolicy(
+            min_branches=100,
+            min_lower_bound=0.9,
+            confidence=0.95,
+            required_randomization=frozenset({"mass", "damping", "gain"}),
+        )
+        site_policy = TrustPolicy(activation=activation).with_root(
+            validator_key.public_key, [Role.VALIDATE]
+        )
         site = knowledge.open(Path(tmp) / "site.db", site_key, policy=site_policy)
-        validator = knowledge.open(Path(tmp) / "validator.db", validator_key,
-                                   policy=TrustPolicy().with_root(site_key.public_key, [Role.PUBLISH]))
+        validator = knowledge.open(
+            Path(tmp) / "validator.db",
+            validator_key,
+            policy=TrustPolicy().with_root(site_key.public_key, [Role.PUBLISH]),
+        )
 
-        arm = knowledge.Embodiment.from_mjcf(Path(sim.__file__).parent / "assets" / "scenes" / "arm7.xml")
+        arm = knowledge.Embodiment.from_mjcf(
+            Path(sim.__file__).parent / "assets" / "scenes" / "arm7.xml"
+        )
         skills = {
-            label: sim.publish_skill(site, sim.load_skill(f"arm_reach_{label}"), f"reach-{label}", "reach",
-                                     embodiments=[arm.to_dict()])
+            label: sim.publish_skill(
+                site,
+                sim.load_skill(f"arm_reach_{label}"),
+                f"reach-{label}",
+                "reach",
+                embodiments=[arm.to_dict()],
+            )
             for label in ("good", "degraded")
         }
         print(f"site published {', '.join(s.name for s in skills.values())}")
         validator.ingest(site.envelopes_since(validator.heads()))
-        for skill in skills.values():  # blobs travel on demand; in process, copy them across by hash
+        for (
+            skill
+        ) in skills.values():  # blobs travel on demand; in process, copy them across by hash
             for blob in skill.blobs:
                 validator.blobs.put(site.blobs.get(blob), expected=blob)
 
         task = sim.load_task("arm_reach")
-        for label, skill in skills.items():
-            result = sim.evaluate(task, sim.load_policy(validator, skill.id), branches=128,
-                                  sampler=sim.load_sampler("arm_reach", seed=11), progress=False)
+        for skill in skills.values():
+            result = sim.evaluate(
+                task,
+                sim.load_policy(validator, skill.id),
+                branches=128,
+                sampler=sim.load_sampler("arm_reach", seed=11),
+                progress=False,
+            )
             cert = sim.certify(validator, skill.id, result)
-            print(f"validator: {skill.name:16} {result.successes:3}/{result.n} succeeded, "
-                  f"Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)}")
+            print(
+                f"validator: {skill.name:16} {result.successes:3}/{result.n} succeeded, "
+                f"Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)}"
+            )
 
         site.ingest(validator.envelopes_since(site.heads()))
         for skill in skills.values():
             activation_state = site.activation(skill.id)
-            print(f"site: {skill.name:16} active={activation_state.active}  ({'; '.join(activation_state.reasons)})")
+            print(
+                f"site: {skill.name:16} active={activation_state.active}  ({'; '.join(activation_state.reasons)})"
+            )
 
         (cert,) = site.certificates.for_skill(skills["good"].id)
         verdict = sim.verify_certificate(site, cert)
-        print(f"site re-runs the good skill's certificate: valid={verdict.valid} ({verdict.detail})")
-        good_active = site.is_active(skills["good"].id) and not site.is_active(skills["degraded"].id)
+        print(
+            f"site re-runs the good skill's certificate: valid={verdict.valid} ({verdict.detail})"
+        )
+        good_active = site.is_active(skills["good"].id) and not site.is_active(
+            skills["degraded"].id
+        )
         site.close()
         validator.close()
         if not (good_active and verdict.valid):

@@ -24,7 +24,10 @@ def sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> int:
     while True:
         step = len(b.ingest(a.envelopes_since(b.heads())).accepted)
         step += len(a.ingest(b.envelopes_since(a.heads())).accepted)
-        for device, site in ((a, b), (b, a)):  # a robot takes its own site's heads as the word on its feed
+        for device, site in (
+            (a, b),
+            (b, a),
+        ):  # a robot takes its own site's heads as the word on its feed
             if device.policy.device_of == site.identity.public_key:
                 device.learn_site_heads(site.heads())
         if not step:
@@ -47,13 +50,17 @@ def main() -> None:
         required_randomization = ["mass", "friction"]
         """
     )
-    policy_b = TrustPolicy().with_root(root_a.public_key, roles=[Role.PUBLISH, Role.REVOKE], name="site-a")
+    policy_b = TrustPolicy().with_root(
+        root_a.public_key, roles=[Role.PUBLISH, Role.REVOKE], name="site-a"
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         site_a = knowledge.open(tmp / "site-a.db", root_a, policy=policy_a)
         site_b = knowledge.open(tmp / "site-b.db", root_b, policy=policy_b)
-        robot_kb = knowledge.open(tmp / "robot.db", robot, policy=policy_a.for_device_of(root_a.public_key))
+        robot_kb = knowledge.open(
+            tmp / "robot.db", robot, policy=policy_a.for_device_of(root_a.public_key)
+        )
 
         site_a.delegate(robot.public_key, [Role.PUBLISH])
         sync(site_a, robot_kb)
@@ -61,7 +68,9 @@ def main() -> None:
 
         # The robot works offline: a skill, a semantic map, usage counts.
         skill = robot_kb.skills.publish(
-            "pick-mug-side-grasp", "pick", description="grasp a mug by its body from the side",
+            "pick-mug-side-grasp",
+            "pick",
+            description="grasp a mug by its body from the side",
             embodiments=[knowledge.Embodiment.from_mjcf(ARM).to_dict()],
         )
         with robot_kb.batch():  # one envelope for the whole scan
@@ -74,21 +83,30 @@ def main() -> None:
 
         moved = sync(robot_kb, site_a) + sync(site_a, site_b)
         print(f"sync: {moved} signed envelopes moved robot -> site A -> site B")
-        print(f"site B sees skill: {skill.id in site_b.skills}, "
-              f"mug at {site_b.maps['kitchen'].get((2, 1)).cell}, counts {site_b.counters.get(skill.id)}")
+        print(
+            f"site B sees skill: {skill.id in site_b.skills}, "
+            f"mug at {site_b.maps['kitchen'].get((2, 1)).cell}, counts {site_b.counters.get(skill.id)}"
+        )
         print(f"active at site A before any certificate: {site_a.is_active(skill.id)}")
 
         # Site B's validator evaluates the skill (the simulator would produce these numbers) and certifies it.
-        site_b.certificates.add(skill.id, branches=128, successes=126, randomized=["mass", "friction"],
-                                evaluation={"note": "statistics from a branch evaluation"})
+        site_b.certificates.add(
+            skill.id,
+            branches=128,
+            successes=126,
+            randomized=["mass", "friction"],
+            evaluation={"note": "statistics from a branch evaluation"},
+        )
         sync(site_a, site_b)
         print(f"site B certified 126/128; active at site A now: {site_a.is_active(skill.id)}")
 
         site_a.revoke(skill.id, "drops mugs with thin handles")
         sync(site_a, site_b)
         sync(site_a, robot_kb)
-        print(f"site A revoked it; active at A: {site_a.is_active(skill.id)}, "
-              f"revoked at B: {site_b.is_revoked(skill.id)}, revoked on the robot: {robot_kb.is_revoked(skill.id)}")
+        print(
+            f"site A revoked it; active at A: {site_a.is_active(skill.id)}, "
+            f"revoked at B: {site_b.is_revoked(skill.id)}, revoked on the robot: {robot_kb.is_revoked(skill.id)}"
+        )
 
         converged = site_a.snapshot() == site_b.snapshot() == robot_kb.snapshot()
         print(f"all three hold identical knowledge: {converged}")

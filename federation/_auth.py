@@ -56,9 +56,13 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def signed_message(method: str, target: str, body: bytes, ts: int, nonce: str, audience: bytes) -> bytes:
+def signed_message(
+    method: str, target: str, body: bytes, ts: int, nonce: str, audience: bytes
+) -> bytes:
     digest = hashlib.sha256(body).hexdigest()
-    return "\n".join(["simnet-request-v1", method.upper(), target, digest, str(ts), nonce, audience.hex()]).encode()
+    return "\n".join(
+        ["simnet-request-v1", method.upper(), target, digest, str(ts), nonce, audience.hex()]
+    ).encode()
 
 
 class SimnetAuth(httpx.Auth):
@@ -73,7 +77,9 @@ class SimnetAuth(httpx.Auth):
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         ts, nonce = _now_ms(), os.urandom(16).hex()
         target = request.url.raw_path.decode("ascii")
-        signature = self.identity.sign(signed_message(request.method, target, request.content, ts, nonce, self.audience))
+        signature = self.identity.sign(
+            signed_message(request.method, target, request.content, ts, nonce, self.audience)
+        )
         request.headers["Authorization"] = (
             f"{SCHEME} key={self.identity.public_key_hex}, ts={ts}, nonce={nonce}, sig={signature.hex()}"
         )
@@ -110,7 +116,9 @@ class RequestVerifier:
         self.window_ms = window_ms
         self.max_nonces = max_nonces
         self._clock = clock
-        self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()  # (key, nonce) -> expiry, oldest first
+        self._seen: OrderedDict[tuple[str, str], int] = (
+            OrderedDict()
+        )  # (key, nonce) -> expiry, oldest first
         self._expired = 0
         self._lock = threading.Lock()
         self._db_lock = threading.Lock()
@@ -124,13 +132,19 @@ class RequestVerifier:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.execute("CREATE TABLE IF NOT EXISTS seen (key TEXT NOT NULL, nonce TEXT NOT NULL,"
-                       " expires INTEGER NOT NULL, PRIMARY KEY (key, nonce)) WITHOUT ROWID")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS seen (key TEXT NOT NULL, nonce TEXT NOT NULL,"
+                " expires INTEGER NOT NULL, PRIMARY KEY (key, nonce)) WITHOUT ROWID"
+            )
             db.execute("DELETE FROM seen WHERE expires < ?", (self._clock(),))
-            for key, nonce, expires in db.execute("SELECT key, nonce, expires FROM seen ORDER BY expires"):
+            for key, nonce, expires in db.execute(
+                "SELECT key, nonce, expires FROM seen ORDER BY expires"
+            ):
                 self._seen[(key, nonce)] = expires
         except sqlite3.Error as exc:
-            raise FederationError(f"cannot open the log of accepted requests {path}: {exc}") from None
+            raise FederationError(
+                f"cannot open the log of accepted requests {path}: {exc}"
+            ) from None
         self._db = db
 
     def close(self) -> None:
@@ -149,14 +163,25 @@ class RequestVerifier:
     def claim(self, header: str | None) -> Claim:
         """The header's form, its time window, and that its nonce is unused (cheap: no signature yet)."""
         if not header:
-            raise AuthError("request is not signed: send an 'Authorization: Simnet key=…, ts=…, nonce=…, sig=…' header")
+            raise AuthError(
+                "request is not signed: send an 'Authorization: Simnet key=…, ts=…, nonce=…, sig=…' header"
+            )
         match = _HEADER.fullmatch(header.strip())
         if match is None:
-            raise AuthError("Authorization header is not of the form 'Simnet key=<hex64>, ts=<ms>, nonce=<hex32>, sig=<hex128>'")
-        claim = Claim(bytes.fromhex(match["key"]), int(match["ts"]), match["nonce"], bytes.fromhex(match["sig"]))
+            raise AuthError(
+                "Authorization header is not of the form 'Simnet key=<hex64>, ts=<ms>, nonce=<hex32>, sig=<hex128>'"
+            )
+        claim = Claim(
+            bytes.fromhex(match["key"]),
+            int(match["ts"]),
+            match["nonce"],
+            bytes.fromhex(match["sig"]),
+        )
         now = self._clock()
         if abs(now - claim.ts) > self.window_ms:
-            raise AuthError(f"request timestamp is {abs(now - claim.ts)} ms from this site's clock (window {self.window_ms} ms)")
+            raise AuthError(
+                f"request timestamp is {abs(now - claim.ts)} ms from this site's clock (window {self.window_ms} ms)"
+            )
         with self._lock:
             if claim.id in self._seen:
                 raise AuthError("request replayed: this nonce was already used")
@@ -166,7 +191,9 @@ class RequestVerifier:
         """The signature over the request as received."""
         message = signed_message(method, target, body, claim.ts, claim.nonce, self.audience)
         if not verify(claim.key, claim.sig, message):
-            raise AuthError("request signature does not verify (wrong key, altered request, or meant for another site)")
+            raise AuthError(
+                "request signature does not verify (wrong key, altered request, or meant for another site)"
+            )
 
     def remember(self, claim: Claim) -> None:
         """Record the nonce as used — atomically (one of two simultaneous copies wins) and durably."""
@@ -186,14 +213,20 @@ class RequestVerifier:
                 self._expired = 0
         if not self._durable:
             return
-        with self._db_lock:  # not under self._lock: the fsync must not hold up `claim` on the event loop
+        with (
+            self._db_lock
+        ):  # not under self._lock: the fsync must not hold up `claim` on the event loop
             try:
                 if self._db is None:
-                    raise sqlite3.ProgrammingError("the replay log is closed (the site is shutting down)")
+                    raise sqlite3.ProgrammingError(
+                        "the replay log is closed (the site is shutting down)"
+                    )
                 self._db.execute("INSERT INTO seen VALUES (?, ?, ?)", (*claim.id, expires))
                 if prune:
                     self._db.execute("DELETE FROM seen WHERE expires < ?", (now,))
             except sqlite3.Error as exc:
                 with self._lock:
                     self._seen.pop(claim.id, None)
-                raise AuthError(f"cannot record the request's nonce ({exc}); retry later", 503) from None
+                raise AuthError(
+                    f"cannot record the request's nonce ({exc}); retry later", 503
+                ) from None

@@ -68,7 +68,12 @@ Exchange = Generator[Call, httpx.Response, SyncReport]
 
 
 def _json_call(url: str, body: object) -> Call:
-    return Call("POST", url, json.dumps(body, separators=(",", ":")).encode(), {"content-type": "application/json"})
+    return Call(
+        "POST",
+        url,
+        json.dumps(body, separators=(",", ":")).encode(),
+        {"content-type": "application/json"},
+    )
 
 
 def _check(response: httpx.Response) -> httpx.Response:
@@ -78,14 +83,22 @@ def _check(response: httpx.Response) -> httpx.Response:
             code, detail = body.get("error"), body.get("detail", "")
         except (ValueError, AttributeError):
             code, detail = None, response.text[:200]
-        raise PeerError(f"{response.request.method} {response.request.url.path}: {response.status_code} {code}: {detail}",
-                        response.status_code, code)
+        raise PeerError(
+            f"{response.request.method} {response.request.url.path}: {response.status_code} {code}: {detail}",
+            response.status_code,
+            code,
+        )
     return response
 
 
 def exchange(
-    kb: KnowledgeBase, base_url: str, *, page: int = DEFAULT_PAGE, blobs: Iterable[str] = (),
-    withhold: Container[bytes] = (), peer_key: bytes | None = None,
+    kb: KnowledgeBase,
+    base_url: str,
+    *,
+    page: int = DEFAULT_PAGE,
+    blobs: Iterable[str] = (),
+    withhold: Container[bytes] = (),
+    peer_key: bytes | None = None,
 ) -> Exchange:
     """The round as a sans-I/O generator (see module docstring). Feeds of the authors in `withhold` are
     never pushed (read rules: a peer without read rights to a private map must not be sent it). A device
@@ -107,9 +120,12 @@ def exchange(
     refused_here: dict[str, int] = {}
     for _ in range(MAX_PAGES):
         heads = kb.heads()
-        body = {"heads": {a: h.seq for a, h in heads.items()} | refused_here, "limit": page,
-                "hashes": {a: h.hash for a, h in heads.items() if a not in refused_here and h.seq},
-                "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None]}
+        body = {
+            "heads": {a: h.seq for a, h in heads.items()} | refused_here,
+            "limit": page,
+            "hashes": {a: h.hash for a, h in heads.items() if a not in refused_here and h.seq},
+            "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None],
+        }
         response = yield from send(_json_call(f"{base_url}{API}/sync", body))
         envelopes = decode_page(response.content, max_count=page, max_envelope_bytes=limit)
         if not envelopes:
@@ -119,7 +135,9 @@ def exchange(
         report.duplicates += ingested.duplicates
         report.rejected += ingested.rejected
         newly_refused = {r.author for r in ingested.rejected if r.author} - refused_here.keys()
-        if not ingested.accepted and (not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS):
+        if not ingested.accepted and (
+            not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS
+        ):
             break  # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
         refused_here.update(dict.fromkeys(newly_refused, HELD_EVERYTHING))
 
@@ -132,12 +150,19 @@ def exchange(
         kb.learn_site_heads(theirs)
     push_page = page
     for _ in range(MAX_PAGES):
-        envelopes = kb.envelopes_since(theirs, limit=push_page, exclude=_Either(refused_there, withhold))
+        envelopes = kb.envelopes_since(
+            theirs, limit=push_page, exclude=_Either(refused_there, withhold)
+        )
         if not envelopes:
             break
         try:
             response = yield from send(
-                Call("POST", f"{base_url}{API}/envelopes", encode_page(envelopes), {"content-type": PAGE_TYPE})
+                Call(
+                    "POST",
+                    f"{base_url}{API}/envelopes",
+                    encode_page(envelopes),
+                    {"content-type": PAGE_TYPE},
+                )
             )
         except PeerError as exc:
             if exc.status != 413 or push_page == 1:
@@ -176,15 +201,25 @@ class _Body:
     def add(self, chunk: bytes) -> None:
         self.data += chunk
         if len(self.data) > self.cap:
-            raise PeerError(f"{self.call.method} {self.call.url}: the answer exceeds {self.cap} bytes; refused",
-                            code="too_large")
+            raise PeerError(
+                f"{self.call.method} {self.call.url}: the answer exceeds {self.cap} bytes; refused",
+                code="too_large",
+            )
 
     def response(self, answer: httpx.Response) -> httpx.Response:
         """The answer with its body in memory; the number of bytes on the wire kept aside."""
-        headers = [(k, v) for k, v in answer.headers.multi_items()
-                   if k.lower() not in ("content-encoding", "content-length")]
-        return httpx.Response(answer.status_code, headers=headers, content=bytes(self.data), request=answer.request,
-                              extensions={WIRE_BYTES: answer.num_bytes_downloaded})
+        headers = [
+            (k, v)
+            for k, v in answer.headers.multi_items()
+            if k.lower() not in ("content-encoding", "content-length")
+        ]
+        return httpx.Response(
+            answer.status_code,
+            headers=headers,
+            content=bytes(self.data),
+            request=answer.request,
+            extensions={WIRE_BYTES: answer.num_bytes_downloaded},
+        )
 
 
 class _Either:
@@ -205,7 +240,8 @@ def _push_answer(answer: object, sent: int) -> tuple[int, list[int]]:
     if not isinstance(accepted, int) or isinstance(accepted, bool) or not 0 <= accepted <= sent:
         raise PeerError(f"the peer's push answer says accepted={accepted!r} for {sent} envelopes")
     if not isinstance(rejected, list) or not all(
-        isinstance(r, dict) and isinstance(r.get("index"), int) and 0 <= r["index"] < sent for r in rejected
+        isinstance(r, dict) and isinstance(r.get("index"), int) and 0 <= r["index"] < sent
+        for r in rejected
     ):
         raise PeerError("the peer's push answer lists rejections without valid envelope indexes")
     return accepted, [r["index"] for r in rejected]
@@ -216,11 +252,15 @@ def _peer_heads(answer: object) -> dict[str, Head | int]:
     if not isinstance(answer, dict):
         raise PeerError("the peer's heads answer is not a JSON object")
     try:
-        heads = with_hashes(parse_heads(answer.get("heads"), max_authors=1 << 20), answer.get("hashes"))
+        heads = with_hashes(
+            parse_heads(answer.get("heads"), max_authors=1 << 20), answer.get("hashes")
+        )
     except WireError as exc:
         raise PeerError(f"the peer's heads answer is malformed: {exc}") from None
     equivocators = answer.get("equivocators", [])
-    for author in {a for a in equivocators if isinstance(a, str)} if isinstance(equivocators, list) else ():
+    for author in (
+        {a for a in equivocators if isinstance(a, str)} if isinstance(equivocators, list) else ()
+    ):
         if (head := heads.get(author)) is not None:
             heads[author] = Head(head.seq, head.hash, equivocated_at=1)
     return dict(heads)
@@ -233,8 +273,14 @@ def _answer_cap(kb: KnowledgeBase) -> int:
 
 def _client_kwargs(kb: KnowledgeBase, peer_key: bytes, timeout: float) -> dict:
     if kb.identity is None:
-        raise PeerError("syncing needs a knowledge base opened with an identity (requests are signed)")
-    return {"auth": SimnetAuth(kb.identity, peer_key), "timeout": timeout, "follow_redirects": False}
+        raise PeerError(
+            "syncing needs a knowledge base opened with an identity (requests are signed)"
+        )
+    return {
+        "auth": SimnetAuth(kb.identity, peer_key),
+        "timeout": timeout,
+        "follow_redirects": False,
+    }
 
 
 def _step(rounds: Exchange, response: httpx.Response | None) -> Call | SyncReport:
@@ -250,7 +296,9 @@ class _Deadline:
 
     def __init__(self, url: str, seconds: float) -> None:
         if not seconds > 0:
-            raise ValueError(f"a sync round's deadline must be more than 0 seconds, not {seconds!r}")
+            raise ValueError(
+                f"a sync round's deadline must be more than 0 seconds, not {seconds!r}"
+            )
         self.url, self.seconds = url, seconds
         self.at = time.monotonic() + seconds
 
@@ -258,8 +306,11 @@ class _Deadline:
         return self.at - time.monotonic()
 
     def error(self) -> PeerError:
-        return PeerError(f"the sync round with {self.url} did not finish within its deadline of {self.seconds:g} s "
-                         "(the peer answers too slowly); abandoned", code="deadline")
+        return PeerError(
+            f"the sync round with {self.url} did not finish within its deadline of {self.seconds:g} s "
+            "(the peer answers too slowly); abandoned",
+            code="deadline",
+        )
 
     def check(self) -> None:
         if self.remaining() <= 0:
@@ -335,16 +386,23 @@ def sync_with(
     rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold, peer_key=peer_key)
     cap = _answer_cap(kb)
     try:
-        with _Watchdog(limit) as watchdog, \
-                httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
+        with (
+            _Watchdog(limit) as watchdog,
+            httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client,
+        ):
             step = _step(rounds, None)
             while isinstance(step, Call):
                 limit.check()
                 try:
                     # No single operation may outlast the deadline either (the watchdog is the backstop).
-                    with client.stream(step.method, step.url, content=step.content, headers=step.headers,
-                                       timeout=min(timeout, max(limit.remaining(), 0.001)),
-                                       extensions={"trace": watchdog.trace}) as answer:
+                    with client.stream(
+                        step.method,
+                        step.url,
+                        content=step.content,
+                        headers=step.headers,
+                        timeout=min(timeout, max(limit.remaining(), 0.001)),
+                        extensions={"trace": watchdog.trace},
+                    ) as answer:
                         body = _Body(step, cap)
                         for chunk in answer.iter_bytes():
                             body.add(chunk)
@@ -382,12 +440,15 @@ async def async_sync_with(
     cap = _answer_cap(kb)
     try:
         with anyio.move_on_after(limit.seconds):
-            async with httpx.AsyncClient(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client:
+            async with httpx.AsyncClient(
+                transport=transport, **_client_kwargs(kb, peer_key, timeout)
+            ) as client:
                 step = await anyio.to_thread.run_sync(_step, rounds, None)
                 while isinstance(step, Call):
                     try:
-                        async with client.stream(step.method, step.url, content=step.content,
-                                                 headers=step.headers) as answer:
+                        async with client.stream(
+                            step.method, step.url, content=step.content, headers=step.headers
+                        ) as answer:
                             body = _Body(step, cap)
                             async for chunk in answer.aiter_bytes():
                                 body.add(chunk)

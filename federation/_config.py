@@ -1,41 +1,41 @@
 """A site's home directory and its configuration file, `simnet.toml`.
 
-    <home>/site.key      the site root's Ed25519 key (mode 0600)
-    <home>/site.db       the knowledge store
-    <home>/trust.toml    the trust and activation policy (knowledge.TrustPolicy)
-    <home>/simnet.toml   this file: listen address, peers, gossip, limits, read rules
-    <home>/replay.db     the nonces of signed requests accepted in the last minute (see _auth)
+<home>/site.key      the site root's Ed25519 key (mode 0600)
+<home>/site.db       the knowledge store
+<home>/trust.toml    the trust and activation policy (knowledge.TrustPolicy)
+<home>/simnet.toml   this file: listen address, peers, gossip, limits, read rules
+<home>/replay.db     the nonces of signed requests accepted in the last minute (see _auth)
 
-    [site]
-    name = "site-a"
-    listen = "127.0.0.1:7070"
+[site]
+name = "site-a"
+listen = "127.0.0.1:7070"
 
-    [gossip]
-    interval_s = 5.0        # one sync with a random peer per interval
-    jitter = 0.2            # +-20% so sites do not synchronize their rounds
-    max_backoff_s = 120.0   # a failing peer is retried after interval * 2**failures, capped here
+[gossip]
+interval_s = 5.0        # one sync with a random peer per interval
+jitter = 0.2            # +-20% so sites do not synchronize their rounds
+max_backoff_s = 120.0   # a failing peer is retried after interval * 2**failures, capped here
 
-    [limits]
-    max_body_bytes = 16777216
-    max_page = 1000         # envelopes per request and per answer
-    max_concurrent_syncs = 8
-    timeout_s = 30.0        # to receive a request's body (and each read of the answer to our own requests)
-    sync_deadline_s = 120.0 # one whole sync round with a peer (gossip, admin sync, `simnet sync`): a peer
-                            # still answering then, however slowly its bytes trickle, is abandoned and the
-                            # round counts as failed (backoff); other peers' rounds go on meanwhile
-    header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this; and a
-                            # client that stops taking in our answer for this long is disconnected
-    max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
-                            # process may open few files: see federation._http)
+[limits]
+max_body_bytes = 16777216
+max_page = 1000         # envelopes per request and per answer
+max_concurrent_syncs = 8
+timeout_s = 30.0        # to receive a request's body (and each read of the answer to our own requests)
+sync_deadline_s = 120.0 # one whole sync round with a peer (gossip, admin sync, `simnet sync`): a peer
+                        # still answering then, however slowly its bytes trickle, is abandoned and the
+                        # round counts as failed (backoff); other peers' rounds go on meanwhile
+header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this; and a
+                        # client that stops taking in our answer for this long is disconnected
+max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
+                        # process may open few files: see federation._http)
 
-    [[peers]]
-    name = "site-b"
-    url = "http://127.0.0.1:7071"
-    key = "<64 hex: site-b's root key>"
+[[peers]]
+name = "site-b"
+url = "http://127.0.0.1:7071"
+key = "<64 hex: site-b's root key>"
 
-    [[private]]             # maps only these readers may receive (feeds holding them are withheld)
-    maps = ["floor-3-secure"]
-    readers = ["<64 hex>"]
+[[private]]             # maps only these readers may receive (feeds holding them are withheld)
+maps = ["floor-3-secure"]
+readers = ["<64 hex>"]
 """
 
 from __future__ import annotations
@@ -135,7 +135,9 @@ class SiteConfig:
         try:
             data = tomllib.loads(path.read_text())
         except FileNotFoundError:
-            raise ConfigError(f"no {CONFIG_FILE} in {home}; run `simnet init` there first") from None
+            raise ConfigError(
+                f"no {CONFIG_FILE} in {home}; run `simnet init` there first"
+            ) from None
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
         try:
@@ -154,14 +156,21 @@ class SiteConfig:
             name, url = _text(p, "name", f"peers[{i}]"), _text(p, "url", f"peers[{i}]")
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ConfigError(f"peers[{i}].url {url!r} must start with http:// or https:// and name a host")
+                raise ConfigError(
+                    f"peers[{i}].url {url!r} must start with http:// or https:// and name a host"
+                )
             if any(peer.name == name for peer in peers):
                 raise ConfigError(f"two peers are named {name!r}; peer names must be unique")
-            peers.append(PeerConfig(name, url.rstrip("/"), parse_public_key(_text(p, "key", f"peers[{i}]"))))
+            peers.append(
+                PeerConfig(name, url.rstrip("/"), parse_public_key(_text(p, "key", f"peers[{i}]")))
+            )
         private = []
         for i, rule in enumerate(_tables(data, "private")):
             _only(rule, {"maps", "readers"}, f"private[{i}]")
-            maps, readers = _texts(rule, "maps", f"private[{i}]"), _texts(rule, "readers", f"private[{i}]")
+            maps, readers = (
+                _texts(rule, "maps", f"private[{i}]"),
+                _texts(rule, "readers", f"private[{i}]"),
+            )
             private.append(PrivateMaps(tuple(maps), tuple(parse_public_key(k) for k in readers)))
         config = cls(
             home,
@@ -173,7 +182,9 @@ class SiteConfig:
             private=private,
         )
         if config.gossip.jitter > 1:
-            raise ConfigError(f"[gossip] jitter is a fraction of the interval, at most 1, not {config.gossip.jitter}")
+            raise ConfigError(
+                f"[gossip] jitter is a fraction of the interval, at most 1, not {config.gossip.jitter}"
+            )
         for name in ("max_page", "max_concurrent_syncs", "max_body_bytes", "max_connections"):
             if getattr(config.limits, name) < 1:
                 raise ConfigError(f"[limits] {name} must be at least 1")
@@ -182,7 +193,9 @@ class SiteConfig:
                 raise ConfigError(f"[limits] {name} must be more than 0 seconds")
         host, _, port = config.listen.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ConfigError(f"[site] listen {config.listen!r} must be host:port with a port in 0-65535")
+            raise ConfigError(
+                f"[site] listen {config.listen!r} must be host:port with a port in 0-65535"
+            )
         return config
 
     def save(self) -> None:
@@ -192,7 +205,10 @@ class SiteConfig:
             "gossip": asdict(self.gossip),
             "limits": asdict(self.limits),
             "peers": [{"name": p.name, "url": p.url, "key": p.key.hex()} for p in self.peers],
-            "private": [{"maps": list(r.maps), "readers": [k.hex() for k in r.readers]} for r in self.private],
+            "private": [
+                {"maps": list(r.maps), "readers": [k.hex() for k in r.readers]}
+                for r in self.private
+            ],
         }
         tmp = self.home / (CONFIG_FILE + ".tmp")
         tmp.write_text(tomli_w.dumps(data))
@@ -204,7 +220,9 @@ def _only(table: Any, allowed: set[str], where: str) -> None:
         raise ConfigError(f"{where} must be a table")
     unknown = set(table) - allowed
     if unknown:
-        raise ConfigError(f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}")
+        raise ConfigError(
+            f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}"
+        )
 
 
 def _section(cls: type, table: Any, where: str):
@@ -212,7 +230,12 @@ def _section(cls: type, table: Any, where: str):
     values = {}
     for key, value in table.items():
         default = getattr(cls(), key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not value >= 0
+            or math.isinf(value)
+        ):
             raise ConfigError(f"{where} {key} must be a non-negative number, not {value!r}")
         if isinstance(default, int) and value != int(value):
             raise ConfigError(f"{where} {key} must be a whole number, not {value!r}")

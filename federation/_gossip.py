@@ -54,8 +54,12 @@ class Gossip:
         self.site = site
         self.rng = rng or random.Random()
         self._states: dict[str, PeerState] = {}
-        self._locks: dict[str, asyncio.Lock] = {}  # per peer name: one round at a time with each peer
-        self._rounds: set[asyncio.Task[Any]] = set()  # scheduled rounds in flight (at most MAX_ROUNDS)
+        self._locks: dict[
+            str, asyncio.Lock
+        ] = {}  # per peer name: one round at a time with each peer
+        self._rounds: set[asyncio.Task[Any]] = (
+            set()
+        )  # scheduled rounds in flight (at most MAX_ROUNDS)
         self._task: asyncio.Task[None] | None = None
         self._policy_mtime = site.config.policy_path.stat().st_mtime_ns
 
@@ -78,7 +82,9 @@ class Gossip:
         await anyio.to_thread.run_sync(self._reload)
         peers = self.config.peers
         self._states = {p.name: self._states.get(p.name) or PeerState(p.name, p.url) for p in peers}
-        self._locks = {n: lock for n, lock in self._locks.items() if n in self._states or lock.locked()}
+        self._locks = {
+            n: lock for n, lock in self._locks.items() if n in self._states or lock.locked()
+        }
         return peers
 
     def states(self) -> list[dict[str, Any]]:
@@ -104,15 +110,22 @@ class Gossip:
     async def _run(self) -> None:
         while True:
             gossip = self.config.gossip
-            await asyncio.sleep(gossip.interval_s * (1 + self.rng.uniform(-gossip.jitter, gossip.jitter)))
+            await asyncio.sleep(
+                gossip.interval_s * (1 + self.rng.uniform(-gossip.jitter, gossip.jitter))
+            )
             try:
                 if len(self._rounds) >= MAX_ROUNDS:
                     continue  # every slot holds a (slow) round: each ends by its deadline
                 now = time.time()
-                ready = [p for p in await self._peers()
-                         if self._states[p.name].next_attempt <= now and not self._busy(p.name)]
+                ready = [
+                    p
+                    for p in await self._peers()
+                    if self._states[p.name].next_attempt <= now and not self._busy(p.name)
+                ]
                 if ready:
-                    task = asyncio.get_running_loop().create_task(self._scheduled(self.rng.choice(ready)))
+                    task = asyncio.get_running_loop().create_task(
+                        self._scheduled(self.rng.choice(ready))
+                    )
                     self._rounds.add(task)
                     task.add_done_callback(self._rounds.discard)
             except Exception as exc:  # noqa: BLE001 - nothing may stop the scheduler for good
@@ -152,17 +165,34 @@ class Gossip:
                 withheld = await anyio.to_thread.run_sync(self.site.withheld_from, peer.key)
                 limits = self.config.limits
                 report: SyncReport = await async_sync_with(
-                    self.site.kb, peer.url, peer.key, page=limits.max_page, timeout=limits.timeout_s,
-                    deadline=limits.sync_deadline_s, withhold=withheld,
+                    self.site.kb,
+                    peer.url,
+                    peer.key,
+                    page=limits.max_page,
+                    timeout=limits.timeout_s,
+                    deadline=limits.sync_deadline_s,
+                    withhold=withheld,
                 )
             except Exception as exc:  # noqa: BLE001 - one peer's answers, however poisonous, fail only its round
                 state.failures += 1
-                backoff = min(self.config.gossip.interval_s * 2**state.failures, self.config.gossip.max_backoff_s)
+                backoff = min(
+                    self.config.gossip.interval_s * 2**state.failures,
+                    self.config.gossip.max_backoff_s,
+                )
                 state.next_attempt = time.time() + backoff
-                error = str(exc) if isinstance(exc, FederationError) else f"{type(exc).__name__}: {exc}"
+                error = (
+                    str(exc) if isinstance(exc, FederationError) else f"{type(exc).__name__}: {exc}"
+                )
                 state.last_error = error[:1000]
-                log.warning("sync with %s failed (%s); next try in %.1f s", peer.name, state.last_error, backoff)
-                if not isinstance(exc, FederationError):  # a bug its answers found here: the trace is for -vv
+                log.warning(
+                    "sync with %s failed (%s); next try in %.1f s",
+                    peer.name,
+                    state.last_error,
+                    backoff,
+                )
+                if not isinstance(
+                    exc, FederationError
+                ):  # a bug its answers found here: the trace is for -vv
                     log.debug("sync with %s failed", peer.name, exc_info=exc)
                 result = {"peer": peer.name, "ok": False, "error": state.last_error}
             else:
@@ -170,9 +200,20 @@ class Gossip:
                 state.last_success = time.time()
                 state.last_pulled, state.last_pushed = report.pulled, report.pushed
                 if report.pulled or report.pushed:
-                    log.info("synced with %s: pulled %d, pushed %d", peer.name, report.pulled, report.pushed)
-                result = {"peer": peer.name, "ok": True, "pulled": report.pulled, "pushed": report.pushed,
-                          "rejected": len(report.rejected), "refused_by_peer": report.refused_by_peer}
+                    log.info(
+                        "synced with %s: pulled %d, pushed %d",
+                        peer.name,
+                        report.pulled,
+                        report.pushed,
+                    )
+                result = {
+                    "peer": peer.name,
+                    "ok": True,
+                    "pulled": report.pulled,
+                    "pushed": report.pushed,
+                    "rejected": len(report.rejected),
+                    "refused_by_peer": report.refused_by_peer,
+                }
             try:
                 self._save()
             except OSError as exc:

@@ -37,8 +37,12 @@ from typing import Any
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("federation.http")
-ACCEPT_BATCH = 64  # the listen backlog, and how many sockets asyncio accepts per turn of the event loop
-IN_FLIGHT = 4 * ACCEPT_BATCH  # accepted sockets not yet seen by connection_made, or closed but not yet freed
+ACCEPT_BATCH = (
+    64  # the listen backlog, and how many sockets asyncio accepts per turn of the event loop
+)
+IN_FLIGHT = (
+    4 * ACCEPT_BATCH
+)  # accepted sockets not yet seen by connection_made, or closed but not yet freed
 RESERVED_FILES = 64  # for the stores, logs, blobs and outgoing connections of the gossip scheduler
 
 
@@ -57,7 +61,11 @@ def connection_cap(limit: int) -> int:
         return limit
     cap = max(1, min(limit, soft - IN_FLIGHT - RESERVED_FILES))
     if cap < limit:
-        log.warning("this process may open %d files: at most %d connections (raise `ulimit -n` for more)", soft, cap)
+        log.warning(
+            "this process may open %d files: at most %d connections (raise `ulimit -n` for more)",
+            soft,
+            cap,
+        )
     return cap
 
 
@@ -74,10 +82,15 @@ class GuardedH11Protocol(H11Protocol):
         self.deadline: Any = None
         self.stall: Any = None  # the send deadline's timer, while the transport's buffer is full
         if len(self.connections) > self.max_connections:
-            idle = [c for c in self.connections if c is not self and getattr(c, "idle", False)
-                    and not c.transport.is_closing()]
+            idle = [
+                c
+                for c in self.connections
+                if c is not self and getattr(c, "idle", False) and not c.transport.is_closing()
+            ]
             victim = min(idle, key=lambda c: c.idle_since, default=self)
-            log.warning("%d connections open (the limit): closed the longest idle one", self.max_connections)
+            log.warning(
+                "%d connections open (the limit): closed the longest idle one", self.max_connections
+            )
             victim.transport.close()
         self._watch()
 
@@ -117,7 +130,10 @@ class GuardedH11Protocol(H11Protocol):
 
     def _stalled(self) -> None:
         self.stall = None
-        log.info("dropped a connection whose client took in none of its answer for %.1f s", self.send_timeout)
+        log.info(
+            "dropped a connection whose client took in none of its answer for %.1f s",
+            self.send_timeout,
+        )
         self.transport.abort()  # not close(): that would wait for the full buffer to drain, i.e. for ever
 
     def _watch(self) -> None:
@@ -135,17 +151,27 @@ class GuardedH11Protocol(H11Protocol):
     def _expire(self) -> None:
         self.deadline = None
         if not self.transport.is_closing():
-            log.info("closed a connection whose request headers did not arrive within %.1f s", self.header_timeout)
+            log.info(
+                "closed a connection whose request headers did not arrive within %.1f s",
+                self.header_timeout,
+            )
             self.transport.close()
 
 
-def guarded_protocol(header_timeout: float, max_connections: int,
-                     send_timeout: float | None = None) -> type[GuardedH11Protocol]:
+def guarded_protocol(
+    header_timeout: float, max_connections: int, send_timeout: float | None = None
+) -> type[GuardedH11Protocol]:
     """A GuardedH11Protocol class with these limits (uvicorn's `Config(http=...)` takes a class); the send
     deadline is the header deadline unless given."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,),
-                {"header_timeout": header_timeout, "max_connections": max_connections,
-                 "send_timeout": header_timeout if send_timeout is None else send_timeout})
+    return type(
+        "GuardedH11Protocol",
+        (GuardedH11Protocol,),
+        {
+            "header_timeout": header_timeout,
+            "max_connections": max_connections,
+            "send_timeout": header_timeout if send_timeout is None else send_timeout,
+        },
+    )
 
 
 class RateLimited(logging.Filter):
@@ -158,7 +184,9 @@ class RateLimited(logging.Filter):
     def __init__(self, interval: float = 10.0) -> None:
         super().__init__()
         self.interval = interval
-        self._kinds: dict[tuple[str, int, str, str], list[float | int]] = {}  # kind -> [last passed, held back]
+        self._kinds: dict[
+            tuple[str, int, str, str], list[float | int]
+        ] = {}  # kind -> [last passed, held back]
 
     def filter(self, record: logging.LogRecord) -> bool:
         first = record.args[0] if isinstance(record.args, tuple) and record.args else None
@@ -181,7 +209,13 @@ class RateLimited(logging.Filter):
             message += f" ({type(exc).__name__}: {exc})"
         if held:
             message += f" [and {held} more like it in the last {self.interval:.0f} s]"
-        record.msg, record.args, record.exc_info, record.exc_text, record.stack_info = message, (), None, None, None
+        record.msg, record.args, record.exc_info, record.exc_text, record.stack_info = (
+            message,
+            (),
+            None,
+            None,
+            None,
+        )
         return True
 
 

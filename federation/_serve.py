@@ -63,8 +63,14 @@ def serve(home: str | os.PathLike[str], *, gossip: bool = True) -> None:
     app = create_app(site, lifespan=lifespan)
     limits = site.config.limits
     protocol = guarded_protocol(limits.header_timeout_s, connection_cap(limits.max_connections))
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, access_log=False, http=protocol,
-                            backlog=ACCEPT_BATCH)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+        access_log=False,
+        http=protocol,
+        backlog=ACCEPT_BATCH,
+    )
     limit_logs()
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -47,14 +47,27 @@ from knowledge import (
 from ._auth import RequestVerifier
 from ._config import SiteConfig
 from ._errors import AuthError, FederationError, WireError
-from ._wire import PAGE_TYPE, check_hex64, decode_page, encode_page, parse_heads, parse_json, with_hashes
+from ._wire import (
+    PAGE_TYPE,
+    check_hex64,
+    decode_page,
+    encode_page,
+    parse_heads,
+    parse_json,
+    with_hashes,
+)
 
 log = logging.getLogger("federation")
 BLOB_TYPE = "application/octet-stream"
 
 Handler = Callable[[Request], Awaitable[Response]]
 _WIRE_CODES = {400: "bad_request", 413: "too_large", 415: "unsupported_media_type"}
-_AUTH_CODES = {401: "unauthenticated", 403: "forbidden", 429: "too_many_requests", 503: "unavailable"}
+_AUTH_CODES = {
+    401: "unauthenticated",
+    403: "forbidden",
+    429: "too_many_requests",
+    503: "unavailable",
+}
 
 
 class Site:
@@ -130,14 +143,26 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
             except AuthError as exc:
                 return _error(exc.status, _AUTH_CODES.get(exc.status, "auth"), str(exc))
             except TimeoutError:
-                return _error(408, "timeout", f"request not received within {site.config.limits.timeout_s} s")
+                return _error(
+                    408, "timeout", f"request not received within {site.config.limits.timeout_s} s"
+                )
             except SimnetError as exc:  # the knowledge base refused a well-formed request
                 return _refusal(request, exc)
             except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: answer, log, keep serving
-                log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc,
-                          exc_info=exc)
-                return _error(500, "internal_error", f"the site failed to handle this request ({type(exc).__name__}); "
-                                                     "it is logged there")
+                log.error(
+                    "%s %s failed: %s: %s",
+                    request.method,
+                    request.url.path,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=exc,
+                )
+                return _error(
+                    500,
+                    "internal_error",
+                    f"the site failed to handle this request ({type(exc).__name__}); "
+                    "it is logged there",
+                )
 
         run.__doc__ = handler.__doc__
         return run
@@ -152,11 +177,16 @@ def _refusal(request: Request, exc: SimnetError) -> JSONResponse:
     if isinstance(exc, UnknownSkillError):
         return _error(404, "not_found", str(exc.args[0] if exc.args else exc))
     if isinstance(exc, (RecordError, IdentityError, EnvelopeError, PolicyError, EmbodimentError)):
-        return _error(400, "bad_request", str(exc))  # a well-formed request asking for an invalid write
+        return _error(
+            400, "bad_request", str(exc)
+        )  # a well-formed request asking for an invalid write
     if isinstance(exc, StoreError):  # the disk, not the caller: say so, and log it here
         log.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
-        return _error(503, "unavailable", f"the site cannot write its store now ({type(exc).__name__}); "
-                                          "it is logged there")
+        return _error(
+            503,
+            "unavailable",
+            f"the site cannot write its store now ({type(exc).__name__}); it is logged there",
+        )
     return _error(409, "conflict", str(exc))  # refused in the knowledge base's current state
 
 
@@ -218,13 +248,19 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     if not isinstance(request_json, dict):
         raise WireError("body must be a JSON object with 'heads' (and optionally 'limit')")
     seqs = parse_heads(request_json.get("heads", {}), max_authors=1 << 20)
-    hashed = with_hashes(seqs, request_json.get("hashes"))  # a hash that differs here reveals a fork
+    hashed = with_hashes(
+        seqs, request_json.get("hashes")
+    )  # a hash that differs here reveals a fork
     equivocators = request_json.get("equivocators", [])
     if not isinstance(equivocators, list) or not all(isinstance(a, str) for a in equivocators):
         raise WireError("'equivocators' must be a list of author keys (64 hex digits)")
     heads: dict[str, Head | int] = dict(hashed)
-    for author in {check_hex64(a, "equivocator") for a in equivocators}:  # forks the caller knows of
-        heads[author] = Head(seqs.get(author, 0), hashed[author].hash if author in hashed else "", equivocated_at=1)
+    for author in {
+        check_hex64(a, "equivocator") for a in equivocators
+    }:  # forks the caller knows of
+        heads[author] = Head(
+            seqs.get(author, 0), hashed[author].hash if author in hashed else "", equivocated_at=1
+        )
     limit = request_json.get("limit", site.config.limits.max_page)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")
@@ -251,9 +287,11 @@ def _visible_heads(site: Site, caller: bytes) -> dict[str, Any]:
     from this caller."""
     withheld = {a.hex() for a in site.withheld_from(caller)}
     heads = {a: h for a, h in site.kb.heads().items() if a not in withheld}
-    return {"heads": {a: h.seq for a, h in heads.items()},
-            "hashes": {a: h.hash for a, h in heads.items() if h.seq},
-            "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None]}
+    return {
+        "heads": {a: h.seq for a, h in heads.items()},
+        "hashes": {a: h.hash for a, h in heads.items() if h.seq},
+        "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None],
+    }
 
 
 @endpoint("push")
@@ -269,19 +307,25 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
     if request.headers.get("content-type", "").split(";")[0].strip() != PAGE_TYPE:
         raise WireError(f"content-type must be {PAGE_TYPE}", 415)
     limits = site.kb.limits
-    page = decode_page(body, max_count=site.config.limits.max_page, max_envelope_bytes=limits.max_checkpoint_bytes)
+    page = decode_page(
+        body, max_count=site.config.limits.max_page, max_envelope_bytes=limits.max_checkpoint_bytes
+    )
     if site.syncs.locked():
         return _error(503, "busy", "too many syncs in progress; retry later")
     async with site.syncs:
         report = await run_in_threadpool(site.kb.ingest, page)
         current = await run_in_threadpool(_visible_heads, site, caller)
-    return JSONResponse({
-        "accepted": len(report.accepted),
-        "duplicates": report.duplicates,
-        "rejected": [{"index": r.index, "reason": r.reason, "detail": r.detail} for r in report.rejected],
-        "equivocations": [{"author": a, "seq": s} for a, s in report.equivocations],
-        **current,
-    })
+    return JSONResponse(
+        {
+            "accepted": len(report.accepted),
+            "duplicates": report.duplicates,
+            "rejected": [
+                {"index": r.index, "reason": r.reason, "detail": r.detail} for r in report.rejected
+            ],
+            "equivocations": [{"author": a, "seq": s} for a, s in report.equivocations],
+            **current,
+        }
+    )
 
 
 @endpoint("read")
@@ -317,14 +361,21 @@ class BlobResponse(StreamingResponse):
         self.kb, self.blob_hash, self.size = kb, blob_hash, size
 
     async def stream_response(self, send: Any) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
         digest, sent, held = hashlib.sha256(), 0, b""
         for index in range(1 << 40):
             try:
                 part = await run_in_threadpool(_blob_part, self.kb, self.blob_hash, index, digest)
             except Exception as exc:  # noqa: BLE001 - the store failed (or closed, at shutdown) mid-answer
-                log.error("blob %s…: reading its part %d failed (%s: %s): its answer was cut short",
-                          self.blob_hash[:16], index, type(exc).__name__, exc)
+                log.error(
+                    "blob %s…: reading its part %d failed (%s: %s): its answer was cut short",
+                    self.blob_hash[:16],
+                    index,
+                    type(exc).__name__,
+                    exc,
+                )
                 return
             if part is None:
                 break
@@ -335,8 +386,13 @@ class BlobResponse(StreamingResponse):
             if sent > self.size:
                 break
         if sent != self.size or digest.hexdigest() != self.blob_hash:
-            log.error("stored blob %s… is corrupt (%d bytes, %d expected, or a hash mismatch): its answer was cut "
-                      "short", self.blob_hash[:16], sent, self.size)
+            log.error(
+                "stored blob %s… is corrupt (%d bytes, %d expected, or a hash mismatch): its answer was cut "
+                "short",
+                self.blob_hash[:16],
+                sent,
+                self.size,
+            )
             return  # without the end of the body: the server closes the connection
         await send({"type": "http.response.body", "body": held, "more_body": False})
 
@@ -390,7 +446,9 @@ async def admin_revoke(request: Request, site: Site, body: bytes, caller: bytes)
     """
     data = parse_json(body)
     if not isinstance(data, dict) or not isinstance(data.get("skill"), str):
-        raise WireError("body must be a JSON object with 'skill' (64 hex digits) and optionally 'reason'")
+        raise WireError(
+            "body must be a JSON object with 'skill' (64 hex digits) and optionally 'reason'"
+        )
     check_hex64(data["skill"], "skill id")
     await run_in_threadpool(site.kb.revoke, data["skill"], str(data.get("reason", "")))
     return JSONResponse({"revoked": data["skill"]})
@@ -403,8 +461,14 @@ async def admin_delegate(request: Request, site: Site, body: bytes, caller: byte
     requestBody: {content: {application/json: {example: {"device": "<64 hex>", "roles": ["publish"]}}}}
     """
     data = parse_json(body)
-    if not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(data.get("roles"), list):
-        raise WireError("body must be a JSON object with 'device' (64 hex digits) and 'roles' (a list)")
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("device"), str)
+        or not isinstance(data.get("roles"), list)
+    ):
+        raise WireError(
+            "body must be a JSON object with 'device' (64 hex digits) and 'roles' (a list)"
+        )
     try:
         roles = [Role(r) for r in data["roles"]]
     except ValueError as exc:
@@ -422,9 +486,16 @@ async def admin_revoke_key(request: Request, site: Site, body: bytes, caller: by
     """
     data = parse_json(body)
     last_seq = data.get("last_seq") if isinstance(data, dict) else None
-    if (not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(last_seq, int)
-            or isinstance(last_seq, bool) or last_seq < 0):
-        raise WireError("body must be a JSON object with 'device' (64 hex digits) and 'last_seq' (an integer >= 0)")
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("device"), str)
+        or not isinstance(last_seq, int)
+        or isinstance(last_seq, bool)
+        or last_seq < 0
+    ):
+        raise WireError(
+            "body must be a JSON object with 'device' (64 hex digits) and 'last_seq' (an integer >= 0)"
+        )
     device = bytes.fromhex(check_hex64(data["device"], "device key"))
     await run_in_threadpool(site.kb.revoke_key, device, last_seq, str(data.get("reason", "")))
     return JSONResponse({"revoked_key": data["device"], "last_seq": last_seq})
@@ -444,7 +515,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
 
 
-def create_app(site: Site, *, lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None) -> Starlette:
+def create_app(
+    site: Site,
+    *,
+    lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None,
+) -> Starlette:
     """The ASGI application for `site` (serve it with uvicorn; `simnet serve` does)."""
     routes = [
         Route("/v1/health", health, methods=["GET"]),
@@ -459,10 +534,17 @@ def create_app(site: Site, *, lifespan: Callable[[Starlette], contextlib.Abstrac
         Route("/v1/admin/revoke-key", admin_revoke_key, methods=["POST"]),
         Route("/v1/openapi.json", openapi, methods=["GET"], include_in_schema=False),
     ]
-    gzip = Middleware(GZipMiddleware, minimum_size=1024,  # blobs are opaque (and streamed with their length)
-                      exclude_content_types=(*DEFAULT_EXCLUDED_CONTENT_TYPES, BLOB_TYPE))
-    app = Starlette(routes=routes, middleware=[gzip], lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_error})
+    gzip = Middleware(
+        GZipMiddleware,
+        minimum_size=1024,  # blobs are opaque (and streamed with their length)
+        exclude_content_types=(*DEFAULT_EXCLUDED_CONTENT_TYPES, BLOB_TYPE),
+    )
+    app = Starlette(
+        routes=routes,
+        middleware=[gzip],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},
+    )
     app.state.site = site
     return app
 

@@ -38,7 +38,9 @@ def decode_page(body: bytes, *, max_count: int, max_envelope_bytes: int) -> list
         raise WireError("body is not an envelope page (expected the SNP1 magic and a count)")
     (count,) = _U32.unpack_from(body, 4)
     if count > max_count:
-        raise WireError(f"page holds {count} envelopes; this site accepts at most {max_count} per request", 413)
+        raise WireError(
+            f"page holds {count} envelopes; this site accepts at most {max_count} per request", 413
+        )
     out, pos = [], 8
     for i in range(count):
         if pos + 4 > len(body):
@@ -46,7 +48,9 @@ def decode_page(body: bytes, *, max_count: int, max_envelope_bytes: int) -> list
         (length,) = _U32.unpack_from(body, pos)
         pos += 4
         if length > max_envelope_bytes:
-            raise WireError(f"envelope {i} is {length} bytes; the limit is {max_envelope_bytes}", 413)
+            raise WireError(
+                f"envelope {i} is {length} bytes; the limit is {max_envelope_bytes}", 413
+            )
         if pos + length > len(body):
             raise WireError(f"page ends inside envelope {i} ({length} bytes announced)")
         out.append(body[pos : pos + length])
@@ -68,7 +72,9 @@ def parse_json(body: bytes) -> Any:
 def parse_heads(value: Any, *, max_authors: int) -> dict[str, int]:
     """A heads map from JSON: {author hex: seq}; WireError naming the first bad entry."""
     if not isinstance(value, Mapping):
-        raise WireError("'heads' must be an object mapping author keys (64 hex digits) to seq numbers")
+        raise WireError(
+            "'heads' must be an object mapping author keys (64 hex digits) to seq numbers"
+        )
     if len(value) > max_authors:
         raise WireError(f"'heads' names {len(value)} authors; at most {max_authors} accepted", 413)
     heads = {}
@@ -89,12 +95,17 @@ def with_hashes(heads: dict[str, int], hashes: Any) -> dict[str, Head]:
     if hashes is None:
         hashes = {}
     if not isinstance(hashes, Mapping):
-        raise WireError("'hashes' must be an object mapping author keys to envelope hashes (64 hex digits)")
+        raise WireError(
+            "'hashes' must be an object mapping author keys to envelope hashes (64 hex digits)"
+        )
     out = {author: Head(seq, "") for author, seq in heads.items()}
     for author, value in hashes.items():
         if author not in out:
             raise WireError(f"'hashes' names author {str(author)[:16]}… that 'heads' does not")
-        out[author] = Head(heads[author], check_hex64(value if isinstance(value, str) else "", f"hashes[{author[:16]}…]"))
+        out[author] = Head(
+            heads[author],
+            check_hex64(value if isinstance(value, str) else "", f"hashes[{author[:16]}…]"),
+        )
     return out
 
 

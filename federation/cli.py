@@ -43,15 +43,24 @@ def _admin(home: Home, url: str, path: str, body: dict) -> dict:
     """Call the running server's admin endpoint, signed with the site's own key."""
     config = _config(home)
     identity = Identity.load(config.key_path)
-    response = httpx.post(f"{url}{path}", json=body, auth=SimnetAuth(identity, identity.public_key), timeout=120)
+    response = httpx.post(
+        f"{url}{path}", json=body, auth=SimnetAuth(identity, identity.public_key), timeout=120
+    )
     if response.status_code != 200:
-        raise PeerError(f"server answered {response.status_code}: {response.text[:300]}", response.status_code)
+        raise PeerError(
+            f"server answered {response.status_code}: {response.text[:300]}", response.status_code
+        )
     return response.json()
 
 
 @click.command()
 @click.option("--name", default=None, help="The site's name (default: the directory's name).")
-@click.option("--listen", default="127.0.0.1:7070", show_default=True, help="host:port to serve on (port 0: any).")
+@click.option(
+    "--listen",
+    default="127.0.0.1:7070",
+    show_default=True,
+    help="host:port to serve on (port 0: any).",
+)
 @click.pass_obj
 def init(home: Home, name: str | None, listen: str) -> None:
     """Create a site here: its root key (mode 0600), store, trust policy and simnet.toml."""
@@ -64,8 +73,10 @@ def init(home: Home, name: str | None, listen: str) -> None:
     config.policy_path.write_text(TrustPolicy().to_toml())
     knowledge.open(config.store_path, identity, policy=config.policy_path).close()
     config.save()
-    click.echo(f"site {config.name} created in {home.path}\nkey id     {identity.key_id}\n"
-               f"public key {identity.public_key_hex}\nlisten     {config.listen}")
+    click.echo(
+        f"site {config.name} created in {home.path}\nkey id     {identity.key_id}\n"
+        f"public key {identity.public_key_hex}\nlisten     {config.listen}"
+    )
 
 
 @click.command("serve")
@@ -85,8 +96,14 @@ def peer() -> None:
 @peer.command("add")
 @click.argument("name")
 @click.argument("url")
-@click.option("--key", help="The peer's root key (64 hex). Without it, it is asked from the peer: check it!")
-@click.option("--trust", default="", help="Also trust the peer's root for these roles, e.g. publish,validate,revoke.")
+@click.option(
+    "--key", help="The peer's root key (64 hex). Without it, it is asked from the peer: check it!"
+)
+@click.option(
+    "--trust",
+    default="",
+    help="Also trust the peer's root for these roles, e.g. publish,validate,revoke.",
+)
 @click.pass_obj
 def peer_add(home: Home, name: str, url: str, key: str | None, trust: str) -> None:
     """Add a peer (and, with --trust, trust its site root)."""
@@ -95,16 +112,22 @@ def peer_add(home: Home, name: str, url: str, key: str | None, trust: str) -> No
         try:
             key = httpx.get(f"{url.rstrip('/')}/v1/health", timeout=5).json()["key"]
         except (httpx.HTTPError, ValueError, KeyError) as exc:
-            raise click.ClickException(f"cannot ask {url} for its key ({exc}); pass --key") from None
+            raise click.ClickException(
+                f"cannot ask {url} for its key ({exc}); pass --key"
+            ) from None
         click.echo(f"peer {name} says its key is {key}: compare it with the peer's `simnet status`")
     public_key = knowledge.parse_public_key(key)
     roles = _roles(trust)
-    config.peers = [p for p in config.peers if p.name != name] + [PeerConfig(name, url.rstrip("/"), public_key)]
+    config.peers = [p for p in config.peers if p.name != name] + [
+        PeerConfig(name, url.rstrip("/"), public_key)
+    ]
     config.save()
     if roles:
         policy = TrustPolicy.load(config.policy_path).with_root(public_key, roles, name=name)
         config.policy_path.write_text(policy.to_toml())
-        click.echo(f"trusting {name} for {', '.join(r.value for r in roles)} (takes effect when the store is reopened)")
+        click.echo(
+            f"trusting {name} for {', '.join(r.value for r in roles)} (takes effect when the store is reopened)"
+        )
     click.echo(f"peer {name} added: {url}")
 
 
@@ -115,9 +138,16 @@ def peer_list(home: Home, as_json: bool) -> None:
     """List peers and the state of the last sync with each."""
     config = _config(home)
     states = {s["name"]: s for s in _peer_states(home)}
-    rows = [{"name": p.name, "url": p.url, "key": p.key.hex(), **states.get(p.name, {})} for p in config.peers]
+    rows = [
+        {"name": p.name, "url": p.url, "key": p.key.hex(), **states.get(p.name, {})}
+        for p in config.peers
+    ]
     lines = [f"{r['name']:16} {r['url']:32} {_last_sync(r)}" for r in rows]
-    emit(rows, as_json, "\n".join(lines) if rows else "no peers; add one with `simnet peer add NAME URL`")
+    emit(
+        rows,
+        as_json,
+        "\n".join(lines) if rows else "no peers; add one with `simnet peer add NAME URL`",
+    )
 
 
 @peer.command("remove")
@@ -165,14 +195,33 @@ def sync_command(home: Home, peer_name: str | None, as_json: bool) -> None:
         with home.open_writer() as kb:
             for p in peers:
                 try:
-                    r = sync_with(kb, p.url, p.key, page=config.limits.max_page, timeout=config.limits.timeout_s,
-                                  deadline=config.limits.sync_deadline_s, withhold=withheld_from(config, kb, p.key))
-                    reports.append({"peer": p.name, "ok": True, "pulled": r.pulled, "pushed": r.pushed,
-                                    "rejected": len(r.rejected), "refused_by_peer": r.refused_by_peer})
+                    r = sync_with(
+                        kb,
+                        p.url,
+                        p.key,
+                        page=config.limits.max_page,
+                        timeout=config.limits.timeout_s,
+                        deadline=config.limits.sync_deadline_s,
+                        withhold=withheld_from(config, kb, p.key),
+                    )
+                    reports.append(
+                        {
+                            "peer": p.name,
+                            "ok": True,
+                            "pulled": r.pulled,
+                            "pushed": r.pushed,
+                            "rejected": len(r.rejected),
+                            "refused_by_peer": r.refused_by_peer,
+                        }
+                    )
                 except FederationError as exc:
                     reports.append({"peer": p.name, "ok": False, "error": str(exc)})
-    lines = [f"{r['peer']:16} pulled {r['pulled']:6} pushed {r['pushed']:6}" if r["ok"]
-             else f"{r['peer']:16} failed: {r['error']}" for r in reports]
+    lines = [
+        f"{r['peer']:16} pulled {r['pulled']:6} pushed {r['pushed']:6}"
+        if r["ok"]
+        else f"{r['peer']:16} failed: {r['error']}"
+        for r in reports
+    ]
     emit(reports, as_json, "\n".join(lines) if lines else "no peers")
     if any(not r["ok"] for r in reports):
         raise SystemExit(1)
@@ -189,20 +238,49 @@ def status(home: Home, as_json: bool) -> None:
         counts = knowledge_counts(kb)
     states = {s["name"]: s for s in _peer_states(home)}
     now = time.time()
-    peers = [{"name": p.name, "url": p.url, **{k: states.get(p.name, {}).get(k) for k in
-              ("last_success", "last_error", "failures", "last_pulled", "last_pushed")},
-              "lag_s": round(now - states[p.name]["last_success"], 1) if states.get(p.name, {}).get("last_success")
-              else None} for p in config.peers]
-    data = {"name": config.name, "key": identity.public_key_hex, "key_id": identity.key_id,
-            "server": running_server(home.path), **counts, "peers": peers}
-    human = [f"site {config.name}  key {identity.key_id}  server {data['server'] or 'not running'}",
-             "  ".join(f"{k} {counts[k]}" for k in ("skills", "active_skills", "certificates", "revocations",
-                                                     "equivocations", "writers"))]
+    peers = [
+        {
+            "name": p.name,
+            "url": p.url,
+            **{
+                k: states.get(p.name, {}).get(k)
+                for k in ("last_success", "last_error", "failures", "last_pulled", "last_pushed")
+            },
+            "lag_s": round(now - states[p.name]["last_success"], 1)
+            if states.get(p.name, {}).get("last_success")
+            else None,
+        }
+        for p in config.peers
+    ]
+    data = {
+        "name": config.name,
+        "key": identity.public_key_hex,
+        "key_id": identity.key_id,
+        "server": running_server(home.path),
+        **counts,
+        "peers": peers,
+    }
+    human = [
+        f"site {config.name}  key {identity.key_id}  server {data['server'] or 'not running'}",
+        "  ".join(
+            f"{k} {counts[k]}"
+            for k in (
+                "skills",
+                "active_skills",
+                "certificates",
+                "revocations",
+                "equivocations",
+                "writers",
+            )
+        ),
+    ]
     human += [f"  peer {p['name']:14} {_last_sync(states.get(p['name'], {}))}" for p in peers]
     emit(data, as_json, "\n".join(human))
 
 
-def _write(home: Home, admin_path: str, body: dict, local: Callable[[knowledge.KnowledgeBase], None]) -> None:
+def _write(
+    home: Home, admin_path: str, body: dict, local: Callable[[knowledge.KnowledgeBase], None]
+) -> None:
     """Make a write as this site: through the running server if there is one, else on the store itself."""
     url = running_server(home.path)
     if url is not None:
@@ -219,10 +297,19 @@ def _write(home: Home, admin_path: str, body: dict, local: Callable[[knowledge.K
 def revoke(home: Home, skill_id: str, reason: str) -> None:
     """Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of un-revoking)."""
     with home.open_readonly() as kb:
-        matches = [s.id for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(skill_id.lower())]
+        matches = [
+            s.id
+            for s in kb.skills.list(include_withdrawn=True)
+            if s.id.startswith(skill_id.lower())
+        ]
     if len(matches) != 1:
         raise click.ClickException(f"{len(matches)} skills match {skill_id!r}; give more of the id")
-    _write(home, "/v1/admin/revoke", {"skill": matches[0], "reason": reason}, lambda kb: kb.revoke(matches[0], reason))
+    _write(
+        home,
+        "/v1/admin/revoke",
+        {"skill": matches[0], "reason": reason},
+        lambda kb: kb.revoke(matches[0], reason),
+    )
     click.echo(f"revoked {matches[0]}")
 
 
@@ -233,27 +320,45 @@ def device() -> None:
 
 @device.command("add")
 @click.argument("key")
-@click.option("--roles", default="publish", show_default=True, help="Comma-separated: publish, validate, revoke.")
+@click.option(
+    "--roles",
+    default="publish",
+    show_default=True,
+    help="Comma-separated: publish, validate, revoke.",
+)
 @click.pass_obj
 def device_add(home: Home, key: str, roles: str) -> None:
     """Delegate roles to a device's public key (64 hex)."""
     public_key = knowledge.parse_public_key(key)
     granted = _roles(roles)
-    _write(home, "/v1/admin/delegate", {"device": public_key.hex(), "roles": [r.value for r in granted]},
-           lambda kb: kb.delegate(public_key, granted))
-    click.echo(f"device {knowledge.key_id(public_key)} may now {', '.join(r.value for r in granted)}")
+    _write(
+        home,
+        "/v1/admin/delegate",
+        {"device": public_key.hex(), "roles": [r.value for r in granted]},
+        lambda kb: kb.delegate(public_key, granted),
+    )
+    click.echo(
+        f"device {knowledge.key_id(public_key)} may now {', '.join(r.value for r in granted)}"
+    )
 
 
 @device.command("revoke")
 @click.argument("key")
-@click.option("--last-seq", type=click.IntRange(min=0), required=True, help="The device's last envelope still accepted.")
+@click.option(
+    "--last-seq",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The device's last envelope still accepted.",
+)
 @click.option("--reason", default="", help="Why (recorded with the revocation).")
 @click.pass_obj
 def device_revoke(home: Home, key: str, last_seq: int, reason: str) -> None:
     """Stop accepting a device's writes after --last-seq (a seq, never a time: clocks can lie)."""
     public_key = knowledge.parse_public_key(key)
-    _write(home, "/v1/admin/revoke-key", {"device": public_key.hex(), "last_seq": last_seq, "reason": reason},
-           lambda kb: kb.revoke_key(public_key, last_seq, reason))
+    _write(
+        home,
+        "/v1/admin/revoke-key",
+        {"device": public_key.hex(), "last_seq": last_seq, "reason": reason},
+        lambda kb: kb.revoke_key(public_key, last_seq, reason),
+    )
     click.echo(f"device {knowledge.key_id(public_key)} revoked after seq {last_seq}")
-
-

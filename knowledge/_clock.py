@@ -41,7 +41,11 @@ class HybridClock:
     ahead of our physical clock is rejected, not adopted, so one bad clock cannot push the fleet's time.
     """
 
-    def __init__(self, max_offset_ms: int = DEFAULT_MAX_OFFSET_MS, physical_ms: Callable[[], int] = _system_ms):
+    def __init__(
+        self,
+        max_offset_ms: int = DEFAULT_MAX_OFFSET_MS,
+        physical_ms: Callable[[], int] = _system_ms,
+    ):
         self.max_offset_ms = max_offset_ms
         self._physical_ms = physical_ms
         self._last = 0

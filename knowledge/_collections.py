@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from ._encoders import Encoder
 from ._errors import BlobError, RecordError, UnknownSkillError
 from ._models import Certificate, Counts, Observation, QueryResult, Skill
-from ._retrieval import EmbodimentInput, Retrieval
 from ._records import (
     COUNTER_FIELDS,
     MAX_INT,
@@ -22,6 +21,7 @@ from ._records import (
     content_id,
     make_key,
 )
+from ._retrieval import EmbodimentInput, Retrieval
 
 if TYPE_CHECKING:
     from ._kb import KnowledgeBase
@@ -117,7 +117,11 @@ class Skills:
         path, or MJCF text), nearest first, filtered by task family, activation here and total certified
         branches. Withdrawn skills and skills without a valid scope descriptor are never found."""
         return self._retrieval.query(
-            embodiment, task=task, k=k, active_only=active_only, min_certified_branches=min_certified_branches,
+            embodiment,
+            task=task,
+            k=k,
+            active_only=active_only,
+            min_certified_branches=min_certified_branches,
             encoder=encoder,
         )
 
@@ -125,11 +129,15 @@ class Skills:
         """Remove a skill this site published from the library (revocation is the fleet-wide switch)."""
         kb = self._kb
         kb._require(Role.PUBLISH)
-        skill = self.get(skill_id)
+        self.get(skill_id)  # an unknown id raises here
         with kb._lock:
-            ours = kb._views.skill_sites(skill_id) & kb._authority.sites(kb.identity.public_key, Role.PUBLISH)  # type: ignore[union-attr]
+            ours = kb._views.skill_sites(skill_id) & kb._authority.sites(
+                kb.identity.public_key, Role.PUBLISH
+            )  # type: ignore[union-attr]
         if not ours:
-            raise RecordError(f"skill {skill_id[:16]}… was published by another site; revoke it instead")
+            raise RecordError(
+                f"skill {skill_id[:16]}… was published by another site; revoke it instead"
+            )
         kb._put_record(RecordType.WITHDRAW, skill_id, {"v": 1, "hlc": kb.now(), "reason": reason})
 
 
@@ -148,11 +156,19 @@ class SemanticMap:
         """A tombstone: this writer, with `confidence`, says the cell is now empty."""
         self._put(cell, None, confidence, deleted=True)
 
-    def _put(self, cell: str | tuple[int, ...], value: Any, confidence: float, *, deleted: bool) -> None:
+    def _put(
+        self, cell: str | tuple[int, ...], value: Any, confidence: float, *, deleted: bool
+    ) -> None:
         kb = self._kb
         kb._require(Role.PUBLISH)
         key = cell_key(cell)
-        record = {"v": 1, "hlc": kb.now(), "value": value, "confidence": confidence, "deleted": deleted}
+        record = {
+            "v": 1,
+            "hlc": kb.now(),
+            "value": value,
+            "confidence": confidence,
+            "deleted": deleted,
+        }
         kb._put_record(RecordType.CELL, self.name, record, key)
 
     def get(self, cell: str | tuple[int, ...]) -> Observation | None:
@@ -163,8 +179,15 @@ class SemanticMap:
         if best is None:
             return None
         author, rec = best
-        return Observation(self.name, key, rec["value"], rec["confidence"], rec["hlc"], author.hex(),
-                           rec.get("deleted", False))
+        return Observation(
+            self.name,
+            key,
+            rec["value"],
+            rec["confidence"],
+            rec["hlc"],
+            author.hex(),
+            rec.get("deleted", False),
+        )
 
     def cells(self, *, include_deleted: bool = False) -> dict[str, Observation]:
         with self._kb._lock:
@@ -235,7 +258,12 @@ def _parse_counter(text: str | None) -> dict[str, Any]:
     import json
 
     if text is None:
-        return {"v": 1, "hlc": 0, "p": dict.fromkeys(COUNTER_FIELDS, 0), "n": dict.fromkeys(COUNTER_FIELDS, 0)}
+        return {
+            "v": 1,
+            "hlc": 0,
+            "p": dict.fromkeys(COUNTER_FIELDS, 0),
+            "n": dict.fromkeys(COUNTER_FIELDS, 0),
+        }
     return json.loads(text)
 
 
@@ -276,7 +304,9 @@ class Certificates:
 
     def for_skill(self, skill_id: str) -> list[Certificate]:
         with self._kb._lock:
-            return [Certificate.from_record(c, r) for c, r in self._kb._views.certificates(skill_id)]
+            return [
+                Certificate.from_record(c, r) for c, r in self._kb._views.certificates(skill_id)
+            ]
 
 
 class Blobs:
@@ -289,10 +319,14 @@ class Blobs:
         """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to it."""
         data = bytes(data)
         if len(data) > self._kb.limits.max_blob_bytes:
-            raise BlobError(f"blob of {len(data)} bytes exceeds the limit of {self._kb.limits.max_blob_bytes}")
+            raise BlobError(
+                f"blob of {len(data)} bytes exceeds the limit of {self._kb.limits.max_blob_bytes}"
+            )
         digest = hashlib.sha256(data).digest()
         if expected is not None and digest.hex() != expected:
-            raise BlobError(f"blob bytes hash to {digest.hex()[:16]}…, not the expected {expected[:16]}…")
+            raise BlobError(
+                f"blob bytes hash to {digest.hex()[:16]}…, not the expected {expected[:16]}…"
+            )
         kb = self._kb
         kb._require_identity()
         with kb._lock, kb._store.transaction():

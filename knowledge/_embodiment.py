@@ -128,7 +128,9 @@ class Embodiment:
     def from_mjcf(cls, source: str | os.PathLike[str]) -> Embodiment:
         """Describe an MJCF file, or MJCF text (a string starting with `<`; includes resolve from the cwd)."""
         if isinstance(source, str) and source.lstrip().startswith("<"):
-            return _compile("<MJCF text>", source.encode(), "mujoco", mujoco.MjModel.from_xml_string, source)
+            return _compile(
+                "<MJCF text>", source.encode(), "mujoco", mujoco.MjModel.from_xml_string, source
+            )
         path = Path(source)
         return _compile(str(path), _read(path), "mujoco", mujoco.MjModel.from_xml_path, str(path))
 
@@ -145,7 +147,9 @@ class Embodiment:
         if not isinstance(data, Mapping):
             raise EmbodimentError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if data.get("format") != FORMAT:
-            raise EmbodimentError(f"{where}: format {data.get('format')!r} is not {FORMAT}, the one this library reads")
+            raise EmbodimentError(
+                f"{where}: format {data.get('format')!r} is not {FORMAT}, the one this library reads"
+            )
         unknown = set(data) - {"format", "name", *_PARTS, *_DERIVED}
         if unknown:
             raise EmbodimentError(f"{where}: unknown keys {sorted(unknown)}")
@@ -154,7 +158,9 @@ class Embodiment:
         for key in _DERIVED:
             if key in data and data[key] != _plain(getattr(embodiment, key)):
                 found = getattr(embodiment, key)
-                raise EmbodimentError(f"{where}: {key} says {data[key]!r} but the parts give {found!r}")
+                raise EmbodimentError(
+                    f"{where}: {key} says {data[key]!r} but the parts give {found!r}"
+                )
         return embodiment
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,9 +180,13 @@ class Embodiment:
 
         Names are labels, so renaming a joint keeps the fingerprint; any physical change alters it.
         """
-        physical = {key: [_plain(item, names=False) for item in getattr(self, key)] for key in _PARTS}
+        physical = {
+            key: [_plain(item, names=False) for item in getattr(self, key)] for key in _PARTS
+        }
         physical["format"] = FORMAT
-        text = json.dumps(physical, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        text = json.dumps(
+            physical, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
     @cached_property
@@ -206,7 +216,9 @@ class Embodiment:
             if body.parent >= 0:
                 path[i] = path[body.parent] + body.link_length
         moving = self._moving()
-        return _num(max((path[i] + b.extent for i, b in enumerate(self.bodies) if moving[i]), default=0.0))
+        return _num(
+            max((path[i] + b.extent for i, b in enumerate(self.bodies) if moving[i]), default=0.0)
+        )
 
     def _moving(self) -> list[bool]:
         """Whether each body has a joint on itself or an ancestor (parents precede children)."""
@@ -220,7 +232,13 @@ class Embodiment:
         return f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, fingerprint={self.fingerprint[:12]!r})"
 
 
-_PARTS: dict[str, type] = {"bodies": Body, "joints": Joint, "actuators": Actuator, "sites": Site, "sensors": Sensor}
+_PARTS: dict[str, type] = {
+    "bodies": Body,
+    "joints": Joint,
+    "actuators": Actuator,
+    "sites": Site,
+    "sensors": Sensor,
+}
 _DERIVED = ("dof", "mass", "reach", "end_effectors", "fingerprint")
 _REFS = frozenset({"parent", "body", "target"})
 
@@ -239,15 +257,22 @@ def _read(path: Path) -> bytes:
         raise EmbodimentError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
 
 
-def _compile(label: str, text: bytes, root: str, compile_: Callable[[str], mujoco.MjModel], arg: str) -> Embodiment:
+def _compile(
+    label: str, text: bytes, root: str, compile_: Callable[[str], mujoco.MjModel], arg: str
+) -> Embodiment:
     """Check the XML and its root element ourselves (clearer messages), then let MuJoCo compile it."""
     try:
         tag = ET.fromstring(text).tag
     except ET.ParseError as exc:
         raise EmbodimentError(f"{label}: XML syntax error: {exc}") from exc
     if tag != root:
-        hint = {"robot": "; it is URDF: use Embodiment.from_urdf", "mujoco": "; it is MJCF: use Embodiment.from_mjcf"}
-        raise EmbodimentError(f"{label}: the root element is <{tag}>, not <{root}>{hint.get(tag, '')}")
+        hint = {
+            "robot": "; it is URDF: use Embodiment.from_urdf",
+            "mujoco": "; it is MJCF: use Embodiment.from_mjcf",
+        }
+        raise EmbodimentError(
+            f"{label}: the root element is <{tag}>, not <{root}>{hint.get(tag, '')}"
+        )
     try:
         model = compile_(arg)
     except ValueError as exc:
@@ -284,35 +309,54 @@ def _describe(m: mujoco.MjModel) -> Embodiment:
     np.maximum.at(extent, m.site_bodyid, np.linalg.norm(m.site_pos, axis=1))
     bodies = [
         Body(
-            name(m.name_bodyadr[b]), int(m.body_parentid[b]) - 1,
-            (0.0, 0.0, 0.0) if m.body_parentid[b] == 0 else _vec(m.body_pos[b]), _vec(m.body_quat[b]),
-            float(m.body_mass[b]), _vec(m.body_ipos[b]), _inertia(m, b), float(extent[b]),
+            name(m.name_bodyadr[b]),
+            int(m.body_parentid[b]) - 1,
+            (0.0, 0.0, 0.0) if m.body_parentid[b] == 0 else _vec(m.body_pos[b]),
+            _vec(m.body_quat[b]),
+            float(m.body_mass[b]),
+            _vec(m.body_ipos[b]),
+            _inertia(m, b),
+            float(extent[b]),
         )
         for b in range(1, m.nbody)
     ]
     joints = [
         Joint(
-            name(m.name_jntadr[j]), int(m.jnt_bodyid[j]) - 1, _enum(m.jnt_type[j], mujoco.mjtJoint, "mjJNT_"),
-            _vec(m.jnt_axis[j]), bounds(m.jnt_limited[j], m.jnt_range[j]),
-            float(m.dof_damping[m.jnt_dofadr[j]]), float(m.dof_armature[m.jnt_dofadr[j]]),
-            float(m.dof_frictionloss[m.jnt_dofadr[j]]), bounds(m.jnt_actfrclimited[j], m.jnt_actfrcrange[j]),
+            name(m.name_jntadr[j]),
+            int(m.jnt_bodyid[j]) - 1,
+            _enum(m.jnt_type[j], mujoco.mjtJoint, "mjJNT_"),
+            _vec(m.jnt_axis[j]),
+            bounds(m.jnt_limited[j], m.jnt_range[j]),
+            float(m.dof_damping[m.jnt_dofadr[j]]),
+            float(m.dof_armature[m.jnt_dofadr[j]]),
+            float(m.dof_frictionloss[m.jnt_dofadr[j]]),
+            bounds(m.jnt_actfrclimited[j], m.jnt_actfrcrange[j]),
         )
         for j in range(m.njnt)
     ]
     actuators = [
         Actuator(
-            name(m.name_actuatoradr[a]), _enum(m.actuator_trntype[a], mujoco.mjtTrn, "mjTRN_"),
-            _actuator_target(m, a), _actuator_kind(m, a),
-            _vec(m.actuator_gear[a]), float(m.actuator_gainprm[a, 0]), _vec(m.actuator_biasprm[a, :3]),
+            name(m.name_actuatoradr[a]),
+            _enum(m.actuator_trntype[a], mujoco.mjtTrn, "mjTRN_"),
+            _actuator_target(m, a),
+            _actuator_kind(m, a),
+            _vec(m.actuator_gear[a]),
+            float(m.actuator_gainprm[a, 0]),
+            _vec(m.actuator_biasprm[a, :3]),
             bounds(m.actuator_ctrllimited[a], m.actuator_ctrlrange[a]),
             bounds(m.actuator_forcelimited[a], m.actuator_forcerange[a]),
         )
         for a in range(m.nu)
     ]
-    sites = [Site(name(m.name_siteadr[s]), int(m.site_bodyid[s]) - 1, _vec(m.site_pos[s])) for s in range(m.nsite)]
+    sites = [
+        Site(name(m.name_siteadr[s]), int(m.site_bodyid[s]) - 1, _vec(m.site_pos[s]))
+        for s in range(m.nsite)
+    ]
     sensors = [
         Sensor(
-            name(m.name_sensoradr[s]), _enum(m.sensor_type[s], mujoco.mjtSensor, "mjSENS_"), int(m.sensor_dim[s]),
+            name(m.name_sensoradr[s]),
+            _enum(m.sensor_type[s], mujoco.mjtSensor, "mjSENS_"),
+            int(m.sensor_dim[s]),
             _sensor_body(m, s) - 1,
         )
         for s in range(m.nsensor)
@@ -326,8 +370,12 @@ def _inertia(m: mujoco.MjModel, b: int) -> Any:
     mujoco.mju_quat2Mat(rot, m.body_iquat[b])
     rot = rot.reshape(3, 3)
     tensor = rot @ np.diag(m.body_inertia[b]) @ rot.T
-    tensor[np.abs(tensor) < 1e-9 * max(float(np.abs(np.diag(tensor)).max()), 1e-300)] = 0.0  # rotation noise
-    return _vec([tensor[0, 0], tensor[1, 1], tensor[2, 2], tensor[0, 1], tensor[0, 2], tensor[1, 2]])
+    tensor[np.abs(tensor) < 1e-9 * max(float(np.abs(np.diag(tensor)).max()), 1e-300)] = (
+        0.0  # rotation noise
+    )
+    return _vec(
+        [tensor[0, 0], tensor[1, 1], tensor[2, 2], tensor[0, 1], tensor[0, 2], tensor[1, 2]]
+    )
 
 
 def _actuator_target(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
@@ -337,7 +385,15 @@ def _actuator_target(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
         return (obj,)
     if trn == mujoco.mjtTrn.mjTRN_TENDON:
         wraps = range(m.tendon_adr[obj], m.tendon_adr[obj] + m.tendon_num[obj])
-        return tuple(sorted({int(m.wrap_objid[w]) for w in wraps if m.wrap_type[w] == mujoco.mjtWrap.mjWRAP_JOINT}))
+        return tuple(
+            sorted(
+                {
+                    int(m.wrap_objid[w])
+                    for w in wraps
+                    if m.wrap_type[w] == mujoco.mjtWrap.mjWRAP_JOINT
+                }
+            )
+        )
     if trn in (mujoco.mjtTrn.mjTRN_SITE, mujoco.mjtTrn.mjTRN_SLIDERCRANK):
         return (int(m.site_bodyid[obj]) - 1,)
     if trn == mujoco.mjtTrn.mjTRN_BODY:
@@ -376,7 +432,10 @@ def _sensor_body(m: mujoco.MjModel, s: int) -> int:
     }
     if kind in owners:
         return int(owners[kind][obj])
-    if kind == mujoco.mjtObj.mjOBJ_ACTUATOR and m.actuator_trntype[obj] == mujoco.mjtTrn.mjTRN_JOINT:
+    if (
+        kind == mujoco.mjtObj.mjOBJ_ACTUATOR
+        and m.actuator_trntype[obj] == mujoco.mjtTrn.mjTRN_JOINT
+    ):
         return int(m.jnt_bodyid[m.actuator_trnid[obj, 0]])
     return 0
 
@@ -384,7 +443,9 @@ def _sensor_body(m: mujoco.MjModel, s: int) -> int:
 # -- canonical order ---------------------------------------------------------------------------------
 
 
-def _canonical(name: str, bodies: Any, joints: Any, actuators: Any, sites: Any, sensors: Any) -> Embodiment:
+def _canonical(
+    name: str, bodies: Any, joints: Any, actuators: Any, sites: Any, sensors: Any
+) -> Embodiment:
     """Round every number, check every index, and order the parts so that sibling order cannot show.
 
     Each body's subtree gets a hash of its own content (joints, sites, sensors and actuators attached to it,
@@ -434,7 +495,9 @@ def _canonical(name: str, bodies: Any, joints: Any, actuators: Any, sites: Any, 
     digest = [""] * n
     for i in reversed(range(n)):
         content = [local[i][0], local[i][1], *(sorted(map(_json, part)) for part in local[i][2:])]
-        digest[i] = hashlib.sha256(_json([content, sorted(digest[c] for c in children[i])]).encode()).hexdigest()
+        digest[i] = hashlib.sha256(
+            _json([content, sorted(digest[c] for c in children[i])]).encode()
+        ).hexdigest()
 
     def rank(i: int) -> tuple[str, str, int]:
         return digest[i], bodies[i].name, i
@@ -464,7 +527,10 @@ def _canonical(name: str, bodies: Any, joints: Any, actuators: Any, sites: Any, 
 
     return Embodiment(
         name=name,
-        bodies=tuple(Body(**{**_fields(bodies[old]), "parent": new_body[bodies[old].parent]}) for old in order),
+        bodies=tuple(
+            Body(**{**_fields(bodies[old]), "parent": new_body[bodies[old].parent]})
+            for old in order
+        ),
         joints=tuple(body_of(joints[old]) for old in placed_joints),
         actuators=tuple(sorted(map(retarget, actuators), key=by_content)),
         sites=tuple(sorted(map(body_of, sites), key=by_content)),
@@ -521,7 +587,9 @@ def _plain(value: Any, *, names: bool = True, refs: bool = True) -> Any:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 # -- checking plain data -----------------------------------------------------------------------------
@@ -529,14 +597,30 @@ def _json(value: Any) -> str:
 _SCHEMA: dict[type, dict[str, Any]] = {
     # field kinds: "text", "int", "num", N (a list of N numbers), "range" (two numbers or null),
     # "ints" (a list of indices), or a tuple of the allowed strings
-    Body: dict(name="text", parent="int", pos=3, quat=4, mass="num", com=3, inertia=6, extent="num"),
+    Body: dict(
+        name="text", parent="int", pos=3, quat=4, mass="num", com=3, inertia=6, extent="num"
+    ),
     Joint: dict(
-        name="text", body="int", type=tuple(_JOINT_DOF), axis=3, range="range", damping="num", armature="num",
-        frictionloss="num", force_range="range",
+        name="text",
+        body="int",
+        type=tuple(_JOINT_DOF),
+        axis=3,
+        range="range",
+        damping="num",
+        armature="num",
+        frictionloss="num",
+        force_range="range",
     ),
     Actuator: dict(
-        name="text", transmission="text", target="ints", kind=ACTUATOR_KINDS, gear=6, gain="num", bias=3,
-        ctrl_range="range", force_range="range",
+        name="text",
+        transmission="text",
+        target="ints",
+        kind=ACTUATOR_KINDS,
+        gear=6,
+        gain="num",
+        bias=3,
+        ctrl_range="range",
+        force_range="range",
     ),
     Site: dict(name="text", body="int", pos=3),
     Sensor: dict(name="text", type="text", dim="int", body="int"),
@@ -553,7 +637,11 @@ def _parse(kind: Any, value: Any, where: str) -> Any:
         return None if value is None else _parse(2, value, where)
     if isinstance(kind, int) or kind == "ints":
         size, item = (kind, "num") if isinstance(kind, int) else (None, "int")
-        if not isinstance(value, list) or len(value) != (size or len(value)) or len(value) > _MAX_PARTS:
+        if (
+            not isinstance(value, list)
+            or len(value) != (size or len(value))
+            or len(value) > _MAX_PARTS
+        ):
             raise _fail(where, f"a list of {size or 'at most ' + str(_MAX_PARTS)} {item}s", value)
         return tuple(_parse(item, v, f"{where}[{i}]") for i, v in enumerate(value))
     if isinstance(kind, tuple):
@@ -578,5 +666,12 @@ def _parse_list(part: type, value: Any, where: str) -> list[Any]:
     for i, item in enumerate(value):
         if not isinstance(item, Mapping) or set(item) != set(schema):
             raise _fail(f"{where}[{i}]", f"an object with keys {sorted(schema)}", item)
-        parsed.append(part(**{key: _parse(kind, item[key], f"{where}[{i}].{key}") for key, kind in schema.items()}))
+        parsed.append(
+            part(
+                **{
+                    key: _parse(kind, item[key], f"{where}[{i}].{key}")
+                    for key, kind in schema.items()
+                }
+            )
+        )
     return parsed

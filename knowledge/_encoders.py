@@ -78,20 +78,57 @@ def _mean(values: list[float]) -> float:
 _SENSOR_GROUPS = {
     "touch": {"touch", "tactile", "contact"},
     "force_torque": {"force", "torque", "jointactfrc", "actuatorfrc"},
-    "inertial": {"accelerometer", "gyro", "velocimeter", "magnetometer", "framequat", "frameangvel", "framelinacc"},
-    "proprioceptive": {"jointpos", "jointvel", "ballquat", "ballangvel", "actuatorpos", "actuatorvel", "tendonpos"},
+    "inertial": {
+        "accelerometer",
+        "gyro",
+        "velocimeter",
+        "magnetometer",
+        "framequat",
+        "frameangvel",
+        "framelinacc",
+    },
+    "proprioceptive": {
+        "jointpos",
+        "jointvel",
+        "ballquat",
+        "ballangvel",
+        "actuatorpos",
+        "actuatorvel",
+        "tendonpos",
+    },
     "range": {"rangefinder", "camprojection", "geomdist"},
 }
 
 FEATURES: tuple[tuple[str, float], ...] = (
     # Structure weighs most: a policy rarely survives a change of structure, while control often absorbs
     # differences of scale, and dynamics and sensors matter least for whether a skill can transfer at all.
-    ("floating_base", 3.0), ("dof", 3.0), ("end_effectors", 2.0), ("chain_depth", 2.0), ("branching", 1.5),
-    ("hinge_fraction", 1.5), ("slide_fraction", 1.5), ("ball_fraction", 1.5), ("actuated_fraction", 1.5),
-    ("actuators", 1.0), ("mass", 1.0), ("reach", 1.0), ("base_mass_fraction", 1.0), ("heaviest_body_fraction", 1.0),
-    ("longest_link", 1.0), ("mean_link", 1.0), ("hinge_range", 1.0), ("limited_fraction", 1.0), ("strength", 1.0),
-    ("damping", 0.5), ("armature", 0.5), ("frictionloss", 0.5), ("motor_fraction", 0.5), ("position_fraction", 0.5),
-    ("velocity_fraction", 0.5), ("other_actuator_fraction", 0.5), ("ctrl_limited_fraction", 0.5),
+    ("floating_base", 3.0),
+    ("dof", 3.0),
+    ("end_effectors", 2.0),
+    ("chain_depth", 2.0),
+    ("branching", 1.5),
+    ("hinge_fraction", 1.5),
+    ("slide_fraction", 1.5),
+    ("ball_fraction", 1.5),
+    ("actuated_fraction", 1.5),
+    ("actuators", 1.0),
+    ("mass", 1.0),
+    ("reach", 1.0),
+    ("base_mass_fraction", 1.0),
+    ("heaviest_body_fraction", 1.0),
+    ("longest_link", 1.0),
+    ("mean_link", 1.0),
+    ("hinge_range", 1.0),
+    ("limited_fraction", 1.0),
+    ("strength", 1.0),
+    ("damping", 0.5),
+    ("armature", 0.5),
+    ("frictionloss", 0.5),
+    ("motor_fraction", 0.5),
+    ("position_fraction", 0.5),
+    ("velocity_fraction", 0.5),
+    ("other_actuator_fraction", 0.5),
+    ("ctrl_limited_fraction", 0.5),
     *((f"{group}_sensors", 0.5) for group in _SENSOR_GROUPS),
 )
 """Feature names and weights, in vector order. Any change to a feature or a weight moves every vector:
@@ -119,10 +156,18 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         depth[i] += i in jointed
     kinds = [a.kind for a in e.actuators]
     driven = {t for a in e.actuators if a.moves_joints for t in a.target}
-    joint_strength = {a.target[0]: s for a in e.actuators if a.transmission == "joint" and (s := _strength(a))}
-    strengths = [joint_strength.get(i) or _limit(j.force_range) for i, j in enumerate(e.joints) if j.type != "free"]
+    joint_strength = {
+        a.target[0]: s for a in e.actuators if a.transmission == "joint" and (s := _strength(a))
+    }
+    strengths = [
+        joint_strength.get(i) or _limit(j.force_range)
+        for i, j in enumerate(e.joints)
+        if j.type != "free"
+    ]
     strengths = [s for s in strengths if s]
-    actuated = sum(i in driven or j.force_range is not None for i, j in enumerate(e.joints) if j.type != "free")
+    actuated = sum(
+        i in driven or j.force_range is not None for i, j in enumerate(e.joints) if j.type != "free"
+    )
     links = [b.link_length for b in e.bodies if b.parent >= 0]
     reach, mass = max(e.reach, 1e-6), max(e.mass, 1e-9)
     features = {
@@ -142,7 +187,12 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "heaviest_body_fraction": max((b.mass for b in e.bodies), default=0.0) / mass,
         "longest_link": max(links, default=0.0) / reach,
         "mean_link": _mean(links) / reach,
-        "hinge_range": _mean([min((j.range[1] - j.range[0]) / (2 * math.pi), 1.0) if j.range else 1.0 for j in hinges]),
+        "hinge_range": _mean(
+            [
+                min((j.range[1] - j.range[0]) / (2 * math.pi), 1.0) if j.range else 1.0
+                for j in hinges
+            ]
+        ),
         "limited_fraction": _fraction(sum(j.range is not None for j in moving), len(moving)),
         "damping": _log_scale(_mean([j.damping for j in moving]), 100),
         "armature": _log_scale(_mean([j.armature for j in moving]), 1),
@@ -150,8 +200,12 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "motor_fraction": _fraction(kinds.count("motor"), len(kinds)),
         "position_fraction": _fraction(kinds.count("position"), len(kinds)),
         "velocity_fraction": _fraction(kinds.count("velocity"), len(kinds)),
-        "other_actuator_fraction": _fraction(kinds.count("muscle") + kinds.count("other"), len(kinds)),
-        "ctrl_limited_fraction": _fraction(sum(a.ctrl_range is not None for a in e.actuators), len(kinds)),
+        "other_actuator_fraction": _fraction(
+            kinds.count("muscle") + kinds.count("other"), len(kinds)
+        ),
+        "ctrl_limited_fraction": _fraction(
+            sum(a.ctrl_range is not None for a in e.actuators), len(kinds)
+        ),
         "strength": _log_scale(_mean(strengths), 1000),
     }
     for group, types in _SENSOR_GROUPS.items():

@@ -33,7 +33,9 @@ ZERO_HASH = bytes(32)
 MAX_SEQ = 2**63 - 1  # stores keep seqs as signed 64-bit integers
 _HEADER = struct.Struct(">BB32sQ32sQI")
 HEADER_BYTES = _HEADER.size  # 86
-PREV_OFFSET = struct.calcsize(">BB32sQ")  # 42: where `prev` starts, after version, kind, author and seq
+PREV_OFFSET = struct.calcsize(
+    ">BB32sQ"
+)  # 42: where `prev` starts, after version, kind, author and seq
 MIN_BYTES = HEADER_BYTES + SIGNATURE_BYTES
 
 
@@ -61,15 +63,27 @@ class Envelope:
         return self.kind is Kind.CHECKPOINT
 
     def signature_valid(self) -> bool:
-        return verify(self.author, self.signature, SIGNING_CONTEXT + self.raw[: -SIGNATURE_BYTES])
+        return verify(self.author, self.signature, SIGNING_CONTEXT + self.raw[:-SIGNATURE_BYTES])
 
 
-def seal(identity: Identity, kind: Kind, seq: int, prev: bytes, hlc: int, update: bytes) -> Envelope:
+def seal(
+    identity: Identity, kind: Kind, seq: int, prev: bytes, hlc: int, update: bytes
+) -> Envelope:
     """Encode and sign a new envelope for `identity`'s feed."""
     body = _HEADER.pack(VERSION, kind, identity.public_key, seq, prev, hlc, len(update)) + update
     signature = identity.sign(SIGNING_CONTEXT + body)
     raw = body + signature
-    return Envelope(kind, identity.public_key, seq, prev, hlc, update, signature, raw, hashlib.sha256(raw).digest())
+    return Envelope(
+        kind,
+        identity.public_key,
+        seq,
+        prev,
+        hlc,
+        update,
+        signature,
+        raw,
+        hashlib.sha256(raw).digest(),
+    )
 
 
 def decode(raw: bytes, *, max_bytes: int) -> Envelope:
@@ -80,10 +94,14 @@ def decode(raw: bytes, *, max_bytes: int) -> Envelope:
     if len(raw) > max_bytes:
         raise EnvelopeError("too_large", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
     if len(raw) < MIN_BYTES:
-        raise EnvelopeError("truncated", f"{len(raw)} bytes is shorter than the {MIN_BYTES}-byte minimum")
+        raise EnvelopeError(
+            "truncated", f"{len(raw)} bytes is shorter than the {MIN_BYTES}-byte minimum"
+        )
     version, kind, author, seq, prev, hlc, length = _HEADER.unpack_from(raw)
     if version != VERSION:
-        raise EnvelopeError("unsupported_version", f"envelope version {version}; this library reads {VERSION}")
+        raise EnvelopeError(
+            "unsupported_version", f"envelope version {version}; this library reads {VERSION}"
+        )
     if kind not in (Kind.UPDATE, Kind.CHECKPOINT):
         raise EnvelopeError("malformed", f"unknown envelope kind {kind}")
     if len(raw) != HEADER_BYTES + length + SIGNATURE_BYTES:

@@ -30,7 +30,9 @@ RECORDS_MAP = "records"
 
 def client_id_for(author: bytes) -> int:
     """The Yjs client id of a writer: 53 bits of a hash of its key (Yjs ids must stay below 2**53)."""
-    return int.from_bytes(hashlib.sha256(b"simnet-client-id\x00" + author).digest()[:8], "big") >> 11
+    return (
+        int.from_bytes(hashlib.sha256(b"simnet-client-id\x00" + author).digest()[:8], "big") >> 11
+    )
 
 
 def is_immutable(key: str) -> bool:
@@ -49,12 +51,19 @@ class Feed:
         """Forget everything (before rebuilding the feed from the store)."""
         self.seq, self.head, self.hlc = 0, ZERO_HASH, 0
         self.doc = Doc(client_id=self.client_id, allow_multithreading=True)
-        self._maps = {True: self.doc.get(IMMUTABLE_MAP, type=Map), False: self.doc.get(RECORDS_MAP, type=Map)}
-        self._frozen: list[int] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
+        self._maps = {
+            True: self.doc.get(IMMUTABLE_MAP, type=Map),
+            False: self.doc.get(RECORDS_MAP, type=Map),
+        }
+        self._frozen: list[
+            int
+        ] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
         self.next_clock = 0  # clock units of the author's client held (or queued) here: where its next update starts
         self._changes: dict[str, str | None] = {}
         self.misplaced: list[str] = []  # keys written to the wrong root map: never shown
-        self.map_names: set[str] = set()  # semantic maps this feed ever wrote to (read rules withhold feeds by map)
+        self.map_names: set[str] = (
+            set()
+        )  # semantic maps this feed ever wrote to (read rules withhold feeds by map)
         self._queued: list[bytes] = []
         self._last_update = b""
         for immutable, root in self._maps.items():
@@ -103,9 +112,13 @@ class Feed:
         own, held = self.client_id, self.next_clock
         end = held
         for client, start, length in parsed.groups:
-            if client == own:  # one group per client (the reader sees to it); other clients the caller refuses
+            if (
+                client == own
+            ):  # one group per client (the reader sees to it); other clients the caller refuses
                 if start != held and not (start == 0 and length >= held):
-                    return f"the author's structs start at clock {start}, not at its next clock {held}"
+                    return (
+                        f"the author's structs start at clock {start}, not at its next clock {held}"
+                    )
                 end = start + length
         for client, clock in parsed.references:
             if client == own and clock >= end:
@@ -131,13 +144,21 @@ class Feed:
         next clock.
         """
         own, held = self.client_id, self.next_clock
-        fresh = [(max(clock, held), clock + length) for root, client, clock, length in parsed.root_inserts
-                 if root == IMMUTABLE_MAP and client == own and clock + length > held]  # what yrs integrates
+        fresh = [
+            (max(clock, held), clock + length)
+            for root, client, clock, length in parsed.root_inserts
+            if root == IMMUTABLE_MAP and client == own and clock + length > held
+        ]  # what yrs integrates
         references = list(parsed.references)
-        if any(client == own and clock < held < clock + length for client, clock, length in parsed.structs):
+        if any(
+            client == own and clock < held < clock + length
+            for client, clock, length in parsed.structs
+        ):
             references.append((own, held - 1))
 
-        fresh_flat = [x for lo, hi in sorted(fresh) for x in (lo, hi)]  # disjoint: this update's own inserts
+        fresh_flat = [
+            x for lo, hi in sorted(fresh) for x in (lo, hi)
+        ]  # disjoint: this update's own inserts
 
         def frozen(start: int, end: int) -> bool:
             return self._in_frozen(start, end) or _overlaps(fresh_flat, start, end)
@@ -150,7 +171,9 @@ class Feed:
                 return f"deletes clocks {clock}..{clock + length - 1}, which hold immutable records"
         for start, end in fresh:
             self._freeze(start, end)
-        self.next_clock = max([held] + [start + length for client, start, length in parsed.groups if client == own])
+        self.next_clock = max(
+            [held] + [start + length for client, start, length in parsed.groups if client == own]
+        )
         return None
 
     def lacks_held(self, state: bytes) -> str | None:
@@ -181,7 +204,7 @@ class Feed:
         elif not self._frozen or self._frozen[-1] < start:
             self._frozen += [start, end]
         else:
-            ranges = list(zip(self._frozen[::2], self._frozen[1::2])) + [(start, end)]
+            ranges = list(zip(self._frozen[::2], self._frozen[1::2], strict=True)) + [(start, end)]
             merged: list[list[int]] = []
             for lo, hi in sorted(ranges):
                 if merged and lo <= merged[-1][1]:
@@ -228,7 +251,9 @@ class Feed:
                 else:
                     root[key] = text
         update = self._last_update
-        refusal = self.check(parse_update(update)) if update else None  # writes only make map entries
+        refusal = (
+            self.check(parse_update(update)) if update else None
+        )  # writes only make map entries
         changed = self._drain()
         if refusal is not None:
             raise RecordError(f"this write would be refused by peers: {refusal}")

@@ -30,7 +30,9 @@ def parse_public_key(text: str) -> bytes:
     except ValueError:
         raise IdentityError(f"public key {text!r} is not hex") from None
     if len(raw) != PUBLIC_KEY_BYTES:
-        raise IdentityError(f"public key {text!r} has {len(raw)} bytes, expected {PUBLIC_KEY_BYTES}")
+        raise IdentityError(
+            f"public key {text!r} has {len(raw)} bytes, expected {PUBLIC_KEY_BYTES}"
+        )
     return raw
 
 
@@ -76,26 +78,34 @@ class Identity:
         except OSError as exc:
             raise IdentityError(f"cannot read key file {path}: {exc.strerror}") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise IdentityError(f"key file {path} is accessible by others (mode {oct(mode & 0o777)}); chmod 600 it")
+            raise IdentityError(
+                f"key file {path} is accessible by others (mode {oct(mode & 0o777)}); chmod 600 it"
+            )
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as exc:
             raise IdentityError(f"key file {path} is not a PEM private key: {exc}") from None
         if not isinstance(key, Ed25519PrivateKey):
-            raise IdentityError(f"key file {path} holds a {type(key).__name__}, expected an Ed25519 key")
+            raise IdentityError(
+                f"key file {path} holds a {type(key).__name__}, expected an Ed25519 key"
+            )
         return cls(key)
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write the key as PEM with mode 0600; never silently replace an existing key."""
         path = Path(path)
         pem = self._private_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
         try:
             fd = os.open(path, flags, 0o600)
         except FileExistsError:
-            raise IdentityError(f"key file {path} already exists; refusing to overwrite it") from None
+            raise IdentityError(
+                f"key file {path} already exists; refusing to overwrite it"
+            ) from None
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o600)
             f.write(pem)

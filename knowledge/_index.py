@@ -20,7 +20,7 @@ import struct
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple, Union
+from typing import Literal, NamedTuple
 
 import faiss
 import numpy as np
@@ -100,11 +100,15 @@ class Selection:
     def __sub__(self, other: Selection) -> Selection:
         return self._combine(other, lambda a, b: a & ~b)
 
-    def _combine(self, other: Selection, op: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Selection:
+    def _combine(
+        self, other: Selection, op: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> Selection:
         if other._index is not self._index:
             raise ValueError("selections of different indexes cannot be combined")
         with self._index._lock:
-            size = max(len(self._index._names), len(self._bits), len(other._bits))  # `_grow` may overshoot
+            size = max(
+                len(self._index._names), len(self._bits), len(other._bits)
+            )  # `_grow` may overshoot
             return Selection(self._index, op(self._padded(size), other._padded(size)))
 
     def _grow(self, size: int) -> None:
@@ -124,7 +128,7 @@ class Selection:
         return faiss.IDSelectorBitmap(self._packed.size, faiss.swig_ptr(self._packed))
 
 
-Allowed = Union[Selection, Collection[str], Callable[[str], bool]]
+Allowed = Selection | Collection[str] | Callable[[str], bool]
 """A filter: a `Selection`, a collection of skill ids, or a predicate on skill ids."""
 
 
@@ -134,7 +138,9 @@ class SkillIndex:
     Thread-safe: one lock orders all calls (FAISS may not search while the index changes).
     """
 
-    def __init__(self, space: EmbeddingSpace, *, approximate_above: int = APPROXIMATE_ABOVE) -> None:
+    def __init__(
+        self, space: EmbeddingSpace, *, approximate_above: int = APPROXIMATE_ABOVE
+    ) -> None:
         self.space = space
         self.approximate_above = approximate_above
         self._lock = threading.RLock()
@@ -200,7 +206,11 @@ class SkillIndex:
     def remove(self, skill_ids: Iterable[str]) -> int:
         """Remove skills (for example on revocation); returns how many the index held."""
         with self._lock:
-            numbers = {self._numbers[s] for s in skill_ids if s in self._numbers and self._live[self._numbers[s]]}
+            numbers = {
+                self._numbers[s]
+                for s in skill_ids
+                if s in self._numbers and self._live[self._numbers[s]]
+            }
             if not numbers:
                 return 0
             held = np.fromiter(numbers, np.int64, len(numbers))
@@ -218,7 +228,12 @@ class SkillIndex:
             if len(numbers) > self.approximate_above:
                 self._build_ivf(numbers, vectors)
             else:
-                self._faiss, self._nprobe, self._trained_on, self._recall = self._exact_index(), 0, 0, 1.0
+                self._faiss, self._nprobe, self._trained_on, self._recall = (
+                    self._exact_index(),
+                    0,
+                    0,
+                    1.0,
+                )
                 self._faiss.add_with_ids(vectors, numbers)
 
     def _restructure(self) -> None:
@@ -236,21 +251,27 @@ class SkillIndex:
         matrix = self._matrix(np.asarray(query, np.float32).reshape(1, -1))
         with self._lock:
             threads = faiss.omp_get_max_threads()
-            faiss.omp_set_num_threads(1)  # one query: OpenMP threads only add overhead (per calling thread)
+            faiss.omp_set_num_threads(
+                1
+            )  # one query: OpenMP threads only add overhead (per calling thread)
             try:
                 distances, numbers = self._search(matrix, k, allowed)
             finally:
                 faiss.omp_set_num_threads(threads)
             return self._hits(distances[0], numbers[0])
 
-    def search_many(self, queries: ArrayLike, k: int = 10, *, allowed: Allowed | None = None) -> list[list[Hit]]:
+    def search_many(
+        self, queries: ArrayLike, k: int = 10, *, allowed: Allowed | None = None
+    ) -> list[list[Hit]]:
         """`search` for each row of `queries` (shape (n, dim)), with FAISS threads across queries."""
         matrix = self._matrix(queries)
         with self._lock:
             distances, numbers = self._search(matrix, k, allowed)
-            return [self._hits(d, n) for d, n in zip(distances, numbers)]
+            return [self._hits(d, n) for d, n in zip(distances, numbers, strict=True)]
 
-    def _search(self, queries: np.ndarray, k: int, allowed: Allowed | None) -> tuple[np.ndarray, np.ndarray]:
+    def _search(
+        self, queries: np.ndarray, k: int, allowed: Allowed | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         if self._count == 0:
@@ -272,7 +293,9 @@ class SkillIndex:
         bits[known] = True
         return self._search_selection(queries, k, Selection(self, bits))
 
-    def _search_selection(self, queries: np.ndarray, k: int, selection: Selection) -> tuple[np.ndarray, np.ndarray]:
+    def _search_selection(
+        self, queries: np.ndarray, k: int, selection: Selection
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Over-fetch unfiltered and keep allowed ids when the selection is dense (FAISS's own selector
         slows a flat scan ~2-3x); query with the selector for rows that come back short, and for sparse
         selections. On an exact index both paths give the exact answer."""
@@ -303,11 +326,18 @@ class SkillIndex:
                 nprobe = min(self._faiss.nlist, math.ceil(self._nprobe / fraction))
                 params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
             distances, numbers = self._faiss.search(queries[short], k, params=params)
-            out_d[short], out_n[short] = self._probe_all_if_short(queries[short], k, distances, numbers, selector)
+            out_d[short], out_n[short] = self._probe_all_if_short(
+                queries[short], k, distances, numbers, selector
+            )
         return out_d, out_n
 
     def _probe_all_if_short(
-        self, queries: np.ndarray, k: int, distances: np.ndarray, numbers: np.ndarray, selector: faiss.IDSelector | None
+        self,
+        queries: np.ndarray,
+        k: int,
+        distances: np.ndarray,
+        numbers: np.ndarray,
+        selector: faiss.IDSelector | None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """IVF rows that came back with fewer than k skills may have probed too few lists: probe them all,
         so a search returns k skills whenever k (allowed) skills are held."""
@@ -337,7 +367,7 @@ class SkillIndex:
         while pending:
             distances, numbers = self._faiss.search(queries[pending], fetch)
             still = []
-            for row, dist, nums in zip(pending, distances, numbers):
+            for row, dist, nums in zip(pending, distances, numbers, strict=True):
                 found = [i for i, n in enumerate(nums) if n >= 0 and passes(int(n))][:k]
                 out_d[row, : len(found)], out_n[row, : len(found)] = dist[found], nums[found]
                 if len(found) < k:
@@ -357,7 +387,10 @@ class SkillIndex:
             values = np.sqrt(np.maximum(distances[found], 0.0))
         else:
             values = 1.0 - distances[found]
-        return [Hit(self._names[n], d) for n, d in zip(numbers[found].tolist(), values.tolist())]
+        return [
+            Hit(self._names[n], d)
+            for n, d in zip(numbers[found].tolist(), values.tolist(), strict=True)
+        ]
 
     # -- persistence ---------------------------------------------------------------------------------
 
@@ -386,7 +419,11 @@ class SkillIndex:
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike[str], space: EmbeddingSpace, *, approximate_above: int = APPROXIMATE_ABOVE
+        cls,
+        path: str | os.PathLike[str],
+        space: EmbeddingSpace,
+        *,
+        approximate_above: int = APPROXIMATE_ABOVE,
     ) -> SkillIndex | None:
         """The index saved at `path`, or None when it is missing, from another embedding space (the encoder
         changed) or unreadable: the index is a cache, so the caller then rebuilds it from the skills."""
@@ -405,13 +442,22 @@ class SkillIndex:
             if header["format"] != _FORMAT:
                 raise ValueError(f"format {header['format']} is not {_FORMAT}")
             if EmbeddingSpace(*header["space"]) != space:
-                log.info("skill index %s was built for %s, not %s; rebuild it", path, header["space"], space)
+                log.info(
+                    "skill index %s was built for %s, not %s; rebuild it",
+                    path,
+                    header["space"],
+                    space,
+                )
                 return None
             index = cls(space, approximate_above=approximate_above)
-            index._faiss = faiss.deserialize_index(np.frombuffer(data, np.uint8, offset=16 + size).copy())
+            index._faiss = faiss.deserialize_index(
+                np.frombuffer(data, np.uint8, offset=16 + size).copy()
+            )
             index._names = [str(name) for name in header["names"]]
             index._numbers = {name: number for number, name in enumerate(index._names)}
-            live = np.unpackbits(np.frombuffer(base64.b64decode(header["live"]), np.uint8))[: len(index._names)]
+            live = np.unpackbits(np.frombuffer(base64.b64decode(header["live"]), np.uint8))[
+                : len(index._names)
+            ]
             index._live = live.astype(bool)
             index._count = int(live.sum())
             index._nprobe, index._trained_on = int(header["nprobe"]), int(header["trained_on"])
@@ -461,10 +507,14 @@ class SkillIndex:
     def _build_ivf(self, numbers: np.ndarray, vectors: np.ndarray) -> None:
         """Train IVF with about 4 sqrt(n) lists, then find the fewest probes that reach `TARGET_RECALL`."""
         n = len(numbers)
-        nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))  # FAISS wants >= 39 training points per list
+        nlist = max(
+            1, min(int(4 * math.sqrt(n)), n // 39)
+        )  # FAISS wants >= 39 training points per list
         rng = np.random.default_rng(0)
         index = faiss.index_factory(self.space.dim, f"IVF{nlist},Flat", self._metric())
-        index.cp.min_points_per_centroid = 1  # small indexes (in tests) train on few points, knowingly
+        index.cp.min_points_per_centroid = (
+            1  # small indexes (in tests) train on few points, knowingly
+        )
         index.train(vectors[rng.choice(n, min(n, 64 * nlist), replace=False)])
         index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by id
         index.add_with_ids(vectors, numbers)
@@ -482,7 +532,14 @@ class SkillIndex:
                 break
             nprobe = min(2 * nprobe, nlist)
         self._faiss, self._nprobe, self._trained_on, self._recall = index, nprobe, n, recall
-        log.info("skill index: IVF over %d vectors, %d lists, nprobe %d, recall@%d %.3f", n, nlist, nprobe, k, recall)
+        log.info(
+            "skill index: IVF over %d vectors, %d lists, nprobe %d, recall@%d %.3f",
+            n,
+            nlist,
+            nprobe,
+            k,
+            recall,
+        )
 
 
 def _nothing(rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from ._envelope import Envelope, Kind, decode
 from ._errors import ClockSkewError, EnvelopeError
 from ._feed import Feed
-from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
 from ._models import IngestReport, RecordIssue, Rejection
 from ._records import TRUST_PREFIXES, record_limits
+from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
 
 if TYPE_CHECKING:
     from ._kb import KnowledgeBase
@@ -42,7 +42,9 @@ class Ingestion:
         self.report = IngestReport()
         self.trust_dirty = False
         self.touched: set[bytes] = set()
-        self.restamp: set[bytes] = set()  # feeds a checkpoint jumped ahead of: rebuilt from the store at the end
+        self.restamp: set[bytes] = (
+            set()
+        )  # feeds a checkpoint jumped ahead of: rebuilt from the store at the end
         # The current run of one author's envelopes: their updates are queued as they pass the checks,
         # applied in one transaction, and the keys they changed folded into the views once, when it ends.
         self.current: Feed | None = None
@@ -54,14 +56,27 @@ class Ingestion:
         decoded: list[tuple[int, Envelope]] = []
         for index, raw in enumerate(envelopes):
             try:
-                limit = kb.limits.max_checkpoint_bytes if _is_checkpoint(raw) else kb.limits.max_envelope_bytes
+                limit = (
+                    kb.limits.max_checkpoint_bytes
+                    if _is_checkpoint(raw)
+                    else kb.limits.max_envelope_bytes
+                )
                 decoded.append((index, decode(raw, max_bytes=limit)))
             except EnvelopeError as exc:
                 report.rejected.append(Rejection(index, exc.reason, exc.detail))
         # What a rolled-back call must restore besides the feeds: what it learnt of forks, in memory.
         before = (dict(kb._banned), kb._own_floor, kb._own_fork, set(kb._consistent_checkpoints))
-        roots = set(kb._authority.roots())  # roots first: their delegations admit the devices after them
-        decoded.sort(key=lambda item: (item[1].author not in roots, item[1].author, item[1].seq, -item[1].kind))
+        roots = set(
+            kb._authority.roots()
+        )  # roots first: their delegations admit the devices after them
+        decoded.sort(
+            key=lambda item: (
+                item[1].author not in roots,
+                item[1].author,
+                item[1].seq,
+                -item[1].kind,
+            )
+        )
         try:
             with kb._store.transaction():
                 pending = decoded
@@ -74,7 +89,9 @@ class Ingestion:
                         break
                     report.rejected += [r for *_x, r in retry if r.reason not in RETRYABLE]
                     pending = cured
-                for author in self.restamp:  # as a reopen would see them: keys stamped by the checkpoint
+                for (
+                    author
+                ) in self.restamp:  # as a reopen would see them: keys stamped by the checkpoint
                     kb._replay(kb._feeds[author])
                     kb._views.reset_author(author, kb._feeds[author].items())
                 if self.trust_dirty:
@@ -113,8 +130,10 @@ class Ingestion:
         feed, changes = self.current, self.current_changes
         self.current, self.current_changes = None, {}
         if feed is not None:
-            self.report.record_issues += [RecordIssue(feed.author.hex(), k, "misplaced_record: wrong root map")
-                                          for k in feed.misplaced]
+            self.report.record_issues += [
+                RecordIssue(feed.author.hex(), k, "misplaced_record: wrong root map")
+                for k in feed.misplaced
+            ]
             feed.misplaced.clear()
             if changes:
                 self._fold(feed, changes)
@@ -122,7 +141,9 @@ class Ingestion:
     def _fold(self, feed: Feed, changes: dict[str, str | None]) -> None:
         kb = self.kb
         kb._views.update(feed.author, changes, self.report.record_issues)
-        if kb._authority.is_root(feed.author) and any(k.startswith(TRUST_PREFIXES) for k in changes):
+        if kb._authority.is_root(feed.author) and any(
+            k.startswith(TRUST_PREFIXES) for k in changes
+        ):
             self._regrant()  # a delegation changed: later envelopes in this batch are judged by the new grants
 
     def _regrant(self) -> None:
@@ -140,8 +161,13 @@ class Ingestion:
         if self.current is not None and self.current.author != author:
             self._end_run()
         pins = kb._authority.pins(author)
-        if author in kb._banned and kb._authority.admits(author, env.seq, env.hlc) == "equivocating_author":
-            return reject("equivocating_author", f"writer equivocated at seq {kb._banned[author]}; refused")
+        if (
+            author in kb._banned
+            and kb._authority.admits(author, env.seq, env.hlc) == "equivocating_author"
+        ):
+            return reject(
+                "equivocating_author", f"writer equivocated at seq {kb._banned[author]}; refused"
+            )
         feed = kb._feeds.get(author)
         have = feed.seq if feed else 0
         if env.seq <= have:
@@ -157,7 +183,9 @@ class Ingestion:
                 return None
             if env.is_checkpoint:
                 if env.hash in kb._consistent_checkpoints:
-                    report.duplicates += 1  # this very checkpoint was checked against the history here
+                    report.duplicates += (
+                        1  # this very checkpoint was checked against the history here
+                    )
                     return None
                 conflict = self._checkpoint_conflict(env, stored)
                 if conflict is None:
@@ -171,29 +199,54 @@ class Ingestion:
             self._equivocation(env, pins)
             return None
         # Cheap refusals first: nothing is verified or stored for them.
-        refusal = kb._authority.admits(author, env.seq, env.hlc, env.prev if env.is_checkpoint else env.hash,
-                                       checkpoint=env.is_checkpoint)
+        refusal = kb._authority.admits(
+            author,
+            env.seq,
+            env.hlc,
+            env.prev if env.is_checkpoint else env.hash,
+            checkpoint=env.is_checkpoint,
+        )
         if refusal == "unknown_writer":
-            return reject(refusal, f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one")
+            return reject(
+                refusal, f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one"
+            )
         if refusal is not None:
             pinned = " (a key revocation takes the kept history only as the envelopes it pins)"
-            return reject(refusal, f"no grant the writer holds covers {'checkpoint' if env.is_checkpoint else 'envelope'} "
-                                   f"{env.seq}{pinned if refusal == 'revoked_writer' else ''}")
+            return reject(
+                refusal,
+                f"no grant the writer holds covers {'checkpoint' if env.is_checkpoint else 'envelope'} "
+                f"{env.seq}{pinned if refusal == 'revoked_writer' else ''}",
+            )
         for seq, pinned in pins:
             follows = feed is not None and feed.seq == seq - 1
-            if env.seq == seq and env.hash == pinned and follows and env.prev != feed.head and env.signature_valid():
-                self._drop_feed(feed)  # the pinned envelope does not follow what is held: that is another history
-                return reject("broken_chain", f"the history held here is not the one pinned at {seq}: dropped, "
-                                              "the pinned one is taken when it comes")
+            if (
+                env.seq == seq
+                and env.hash == pinned
+                and follows
+                and env.prev != feed.head
+                and env.signature_valid()
+            ):
+                self._drop_feed(
+                    feed
+                )  # the pinned envelope does not follow what is held: that is another history
+                return reject(
+                    "broken_chain",
+                    f"the history held here is not the one pinned at {seq}: dropped, "
+                    "the pinned one is taken when it comes",
+                )
         if env.kind is Kind.UPDATE and env.seq > have + 1:
-            if author == kb._own_key and env.signature_valid():  # proof that our key wrote beyond this store
+            if (
+                author == kb._own_key and env.signature_valid()
+            ):  # proof that our key wrote beyond this store
                 kb._note_own_feed(floor=env.seq)
             return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
         if not env.signature_valid():
             return reject("bad_signature", "signature does not verify for this author")
         feed = feed or Feed(author)
         if env.kind is Kind.UPDATE and env.prev != feed.head:
-            return reject("broken_chain", f"prev does not match the hash of envelope {env.seq - 1} held here")
+            return reject(
+                "broken_chain", f"prev does not match the hash of envelope {env.seq - 1} held here"
+            )
         if env.hlc <= feed.hlc:
             return reject("clock_regressed", "timestamp is not after the author's previous one")
         try:
@@ -205,7 +258,10 @@ class Ingestion:
             return reject("malformed_update", f"not a Yjs v1 update: {exc}")
         foreign = parsed.clients() - {feed.client_id}
         if foreign:
-            return reject("foreign_client_id", f"update touches client ids {sorted(foreign)} not owned by its author")
+            return reject(
+                "foreign_client_id",
+                f"update touches client ids {sorted(foreign)} not owned by its author",
+            )
         odd = feed.foreign_structure(parsed)
         if odd is not None:
             return reject("malformed_update", odd)
@@ -217,7 +273,9 @@ class Ingestion:
             if lost is not None:  # signed envelopes and a signed checkpoint that disagree: a fork
                 self._end_run()
                 first = kb._store.envelope(author, have) or kb._store.checkpoint(author)[1]  # type: ignore[index]
-                self._record_fork(author, env.seq, first, env.raw)  # nothing held is cut: the fork lies ahead
+                self._record_fork(
+                    author, env.seq, first, env.raw
+                )  # nothing held is cut: the fork lies ahead
                 return reject("checkpoint_conflict", lost)
         rewrite = feed.check(parsed)
         if rewrite is not None:
@@ -230,7 +288,9 @@ class Ingestion:
             try:
                 changes = feed.apply(env.update)
             except BaseException as exc:
-                reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
+                reraise_interrupts(
+                    exc
+                )  # pycrdt raises ValueError, or a Rust panic (a BaseException)
                 self._end_run()  # what this run changed before stays (a delegation may need a trust refresh)
                 self.kb._replay(feed)
                 self.kb._views.reset_author(feed.author, feed.items())
@@ -252,7 +312,9 @@ class Ingestion:
         kb._feeds[author] = feed
         report.accepted.append((author.hex(), env.seq))
         if any(seq == env.seq for seq, _pinned in pins):
-            self.trust_dirty = True  # an envelope at a pinned seq may void a pin that names another one
+            self.trust_dirty = (
+                True  # an envelope at a pinned seq may void a pin that names another one
+            )
         return None
 
     def _drop_feed(self, feed: Feed) -> None:
@@ -288,7 +350,9 @@ class Ingestion:
         held.apply_queued()
         claimed = Feed(author)
         try:
-            parsed = parse_update(env.update)  # read as strictly as any envelope before pycrdt sees it
+            parsed = parse_update(
+                env.update
+            )  # read as strictly as any envelope before pycrdt sees it
             odd = claimed.foreign_structure(parsed)
             if parsed.clients() - {claimed.client_id} or odd is not None:
                 return f"checkpoint's update is no state of this author's feed: {odd or 'foreign client ids'}"
@@ -301,7 +365,9 @@ class Ingestion:
             return f"checkpoint's state differs from the envelopes 1..{env.seq} held here"
         return None
 
-    def _equivocation(self, env: Envelope, pins: list[tuple[int, bytes]], *, report: bool = True) -> None:
+    def _equivocation(
+        self, env: Envelope, pins: list[tuple[int, bytes]], *, report: bool = True
+    ) -> None:
         """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author.
 
         A revoked writer whose kept prefix is pinned is not cut where this site holds the pinned history
@@ -309,7 +375,9 @@ class Ingestion:
         """
         kb, author = self.kb, env.author
         held = kb._store.checkpoint(author)
-        first = kb._store.envelope(author, env.seq) or (held[1] if held and held[0] == env.seq else None)
+        first = kb._store.envelope(author, env.seq) or (
+            held[1] if held and held[0] == env.seq else None
+        )
         assert first is not None
         log.warning("equivocation by %s at seq %d", author.hex()[:16], env.seq)
         if report:
@@ -317,7 +385,9 @@ class Ingestion:
         self._record_fork(author, env.seq, first, env.raw)
         if author == kb._own_key:
             return  # our own feed is never cut: our writes stop instead
-        if pins and all(kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq):
+        if pins and all(
+            kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq
+        ):
             return  # the pinned history is held here: the other branch is evidence, nothing more
         self._cut(author, env.seq - 1)
 
@@ -332,7 +402,9 @@ class Ingestion:
         self._regrant()
 
 
-def note_written(written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope) -> None:
+def note_written(
+    written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope
+) -> None:
     """Record that `env` last wrote each changed key (a deleted key is no longer written by anyone)."""
     for key, text in changes.items():
         if text is None:
@@ -363,9 +435,16 @@ def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:
             continue  # not a record this version can read: kept, forwarded, reported by the views
         claimed = record.get("hlc") if isinstance(record, dict) else None
         if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > hlc:
-            return "record_clock_ahead", f"a record claims time {claimed}, later than its envelope's {hlc}"
+            return (
+                "record_clock_ahead",
+                f"a record claims time {claimed}, later than its envelope's {hlc}",
+            )
     return None
 
 
 def _is_checkpoint(raw: object) -> bool:
-    return isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) > 1 and raw[1] == Kind.CHECKPOINT
+    return (
+        isinstance(raw, (bytes, bytearray, memoryview))
+        and len(raw) > 1
+        and raw[1] == Kind.CHECKPOINT
+    )

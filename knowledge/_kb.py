@@ -20,11 +20,20 @@ from ._collections import Blobs, Certificates, Counters, Maps, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, RecordError, StoreError
 from ._feed import Feed
-from ._ingest import Ingestion, UpdateRejected, note_written
 from ._identity import Identity, key_id
+from ._ingest import Ingestion, UpdateRejected, note_written
 from ._models import Activation, Head, IngestReport, RecordIssue
 from ._policy import TrustPolicy, wilson_lower_bound
-from ._records import MAX_INT, TRUST_PREFIXES, RecordType, Role, canonical_json, check_record, make_key, parse_key
+from ._records import (
+    MAX_INT,
+    TRUST_PREFIXES,
+    RecordType,
+    Role,
+    canonical_json,
+    check_record,
+    make_key,
+    parse_key,
+)
 from ._store import MEMORY, Store
 from ._trust import Authority
 from ._views import Views
@@ -93,11 +102,15 @@ class KnowledgeBase:
         self._banned: dict[bytes, int] = {}  # author -> the seq of its first fork found here
         for author, seq, _a, _b in store.equivocations():
             self._banned.setdefault(author, seq)  # rows come ordered by seq
-        self._own_fork = self._banned.get(self._own_key) if self._own_key else None  # another history exists
+        self._own_fork = (
+            self._banned.get(self._own_key) if self._own_key else None
+        )  # another history exists
         self._own_floor = int(store.get_meta(_OWN_FLOOR) or b"0")
         if self._own_fork is None and store.get_meta(_OWN_FORK) is not None:
             self._own_fork = int(store.get_meta(_OWN_FORK))  # type: ignore[arg-type]
-        self._consistent_checkpoints: set[bytes] = set()  # checkpoints checked against the history held here
+        self._consistent_checkpoints: set[bytes] = (
+            set()
+        )  # checkpoints checked against the history held here
         self._authority = Authority(self.policy, self._own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge records by it.
         self._written: dict[bytes, dict[str, tuple[int, int]]] = {}
@@ -109,7 +122,11 @@ class KnowledgeBase:
         # A device's store that holds nothing of its own feed may belong to a re-flashed robot whose key
         # wrote before: it writes only once its site's heads have shown how far that feed goes.
         own = self._feeds.get(self._own_key) if self._own_key else None
-        self._own_known = self.policy.device_of is None or own is not None or store.get_meta(_OWN_KNOWN) is not None
+        self._own_known = (
+            self.policy.device_of is None
+            or own is not None
+            or store.get_meta(_OWN_KNOWN) is not None
+        )
         self.skills = Skills(self)
         self.maps = Maps(self)
         self.counters = Counters(self)
@@ -134,7 +151,11 @@ class KnowledgeBase:
     def _load_policy(self, policy: TrustPolicy | None) -> TrustPolicy:
         if policy is None:
             stored = self._store.get_meta("policy")
-            return TrustPolicy() if stored is None else TrustPolicy.from_toml(stored.decode(), source="stored policy")
+            return (
+                TrustPolicy()
+                if stored is None
+                else TrustPolicy.from_toml(stored.decode(), source="stored policy")
+            )
         if not self._store.readonly:
             with self._store.transaction():
                 self._store.set_meta("policy", policy.to_toml().encode())
@@ -151,8 +172,10 @@ class KnowledgeBase:
         feed.reset()
         written = self._written[author] = {}
         checkpoint = self._store.checkpoint(author)
-        if checkpoint is not None and None not in (self._store.envelope_hash(author, 1),
-                                                    self._store.envelope_hash(author, checkpoint[0])):
+        if checkpoint is not None and None not in (
+            self._store.envelope_hash(author, 1),
+            self._store.envelope_hash(author, checkpoint[0]),
+        ):
             checkpoint = None
         if checkpoint is not None:
             env = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
@@ -162,7 +185,9 @@ class KnowledgeBase:
         for raw in self._store.envelopes(author, after=feed.seq):
             env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
             if env.seq != feed.seq + 1 or env.prev != feed.head:
-                raise StoreError(f"store {self._store.path} is corrupt: feed {author.hex()[:16]} breaks at {env.seq}")
+                raise StoreError(
+                    f"store {self._store.path} is corrupt: feed {author.hex()[:16]} breaks at {env.seq}"
+                )
             feed.replay(env.update)
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
             note_written(written, feed.apply_queued(), env)
@@ -170,8 +195,13 @@ class KnowledgeBase:
 
     def _make_authority(self) -> Authority:
         """Grants as the policy, the roots' delegation records, the pins' envelopes and the forks held here say."""
-        return Authority(self.policy, self._own_key, *self._views.delegation_records(), held=self._hash_at,
-                         forks=self._banned)
+        return Authority(
+            self.policy,
+            self._own_key,
+            *self._views.delegation_records(),
+            held=self._hash_at,
+            forks=self._banned,
+        )
 
     def _refresh_trust(self) -> None:
         """Recompute grants from the roots' delegation records, cut feeds beyond their grants, rebuild views.
@@ -227,7 +257,9 @@ class KnowledgeBase:
         """The hash of `author`'s envelope `seq` held here (a checkpoint at `seq` names it too)."""
         found = self._store.envelope_hash(author, seq)
         if found is None:
-            head = self._store.checkpoint_head(author)  # its header only: a checkpoint can be 64 MiB
+            head = self._store.checkpoint_head(
+                author
+            )  # its header only: a checkpoint can be 64 MiB
             if head is not None and head[0] == seq:
                 found = head[1]
         return found
@@ -254,11 +286,19 @@ class KnowledgeBase:
         self._check_own_feed(seq)
         if not self._authority.has_role(own, role):
             needed = role.value if role else "site root"
-            hint = " (no delegation from its site has arrived yet: sync first)" if not self._authority.knows(own) else ""
-            raise NotAuthorizedError(f"key {self.identity.key_id} lacks the {needed} role at this site{hint}")
+            hint = (
+                " (no delegation from its site has arrived yet: sync first)"
+                if not self._authority.knows(own)
+                else ""
+            )
+            raise NotAuthorizedError(
+                f"key {self.identity.key_id} lacks the {needed} role at this site{hint}"
+            )
         refusal = self._authority.admits(own, seq, self._clock.last)
         if refusal is not None or not self._authority.has_role(own, role, seq, self._clock.last):
-            raise NotAuthorizedError(f"key {self.identity.key_id} can no longer write: {refusal or 'revoked_writer'}")
+            raise NotAuthorizedError(
+                f"key {self.identity.key_id} can no longer write: {refusal or 'revoked_writer'}"
+            )
         return self.identity
 
     def _check_own_feed(self, seq: int) -> None:
@@ -311,11 +351,15 @@ class KnowledgeBase:
         identity = self._require_identity()
         own = identity.public_key
         feed = self._feeds.get(own) or Feed(own)
-        self._check_own_feed(feed.seq + 1)  # again, under the lock: a sync may have shown more of our feed
+        self._check_own_feed(
+            feed.seq + 1
+        )  # again, under the lock: a sync may have shown more of our feed
         try:
             update, applied = feed.write(changes)
         except BaseException:
-            self._replay(feed)  # undo (pycrdt may have panicked half-way): peers would refuse this envelope
+            self._replay(
+                feed
+            )  # undo (pycrdt may have panicked half-way): peers would refuse this envelope
             raise
         if not applied:
             return None
@@ -334,7 +378,9 @@ class KnowledgeBase:
             with self._store.transaction():
                 self._store.add_envelope(own, env.seq, env.hash, env.raw)
         except BaseException:
-            self._replay(feed)  # the Doc holds a change the store does not: restore it from the store
+            self._replay(
+                feed
+            )  # the Doc holds a change the store does not: restore it from the store
             raise
         self._feeds[own] = feed
         feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
@@ -347,7 +393,9 @@ class KnowledgeBase:
             self._refresh_trust()
         return env
 
-    def _put_record(self, rtype: RecordType, name: str, record: dict[str, Any], cell: str | None = None) -> str:
+    def _put_record(
+        self, rtype: RecordType, name: str, record: dict[str, Any], cell: str | None = None
+    ) -> str:
         """Check a record as every receiver will (RecordError says what is wrong), then write it."""
         text = canonical_json(record)
         key = make_key(rtype, name, cell)
@@ -357,10 +405,17 @@ class KnowledgeBase:
         self._write({key: text})
         return text
 
-    def delegate(self, device: bytes, roles: Iterable[Role | str], *, expires: int | None = None) -> None:
+    def delegate(
+        self, device: bytes, roles: Iterable[Role | str], *, expires: int | None = None
+    ) -> None:
         """As a site root: let `device` write for this site with `roles` (until HLC `expires`, if given)."""
         self._require(None)
-        record = {"v": 1, "hlc": self.now(), "roles": sorted(Role(r).value for r in roles), "expires": expires}
+        record = {
+            "v": 1,
+            "hlc": self.now(),
+            "roles": sorted(Role(r).value for r in roles),
+            "expires": expires,
+        }
         self._put_record(RecordType.DELEGATE, device.hex(), record)
 
     def revoke_key(self, device: bytes, last_seq: int, reason: str = "") -> None:
@@ -392,9 +447,13 @@ class KnowledgeBase:
         key = make_key(RecordType.REVOKE, skill_id)
         with self._lock:
             own = self._feeds.get(identity.public_key)
-            if (own is not None and own.get(key) is not None) or (self._pending and key in self._pending):
+            if (own is not None and own.get(key) is not None) or (
+                self._pending and key in self._pending
+            ):
                 return  # already revoked by this writer; revocations are never rewritten
-            self._put_record(RecordType.REVOKE, skill_id, {"v": 1, "hlc": self.now(), "reason": reason})
+            self._put_record(
+                RecordType.REVOKE, skill_id, {"v": 1, "hlc": self.now(), "reason": reason}
+            )
 
     def checkpoint(self) -> Envelope:
         """Sign the merged state of this site's own feed, so newcomers need not replay its history."""
@@ -405,8 +464,10 @@ class KnowledgeBase:
                 raise StoreError("nothing to checkpoint: this site has not written anything yet")
             env = seal(identity, Kind.CHECKPOINT, feed.seq, feed.head, feed.hlc, feed.state())
             if len(env.raw) > self.limits.max_checkpoint_bytes:
-                raise StoreError(f"this feed's checkpoint would be {len(env.raw)} bytes, over the "
-                                 f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: they would refuse it")
+                raise StoreError(
+                    f"this feed's checkpoint would be {len(env.raw)} bytes, over the "
+                    f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: they would refuse it"
+                )
             with self._store.transaction():
                 self._store.put_checkpoint(identity.public_key, env.seq, env.raw)
             return env
@@ -454,7 +515,9 @@ class KnowledgeBase:
                 ):
                     sites |= vouching
             if len(sites) < policy.min_validators:
-                reasons.append(f"{len(sites)} of {policy.min_validators} required validator sites certify it")
+                reasons.append(
+                    f"{len(sites)} of {policy.min_validators} required validator sites certify it"
+                )
             qualifying = tuple(sorted(s.hex() for s in sites))
             return Activation(skill_id, not reasons, tuple(reasons) or ("active",), qualifying)
 
@@ -465,7 +528,9 @@ class KnowledgeBase:
     def heads(self) -> dict[str, Head]:
         """Per author: the newest seq and envelope hash held here (what a peer compares against)."""
         with self._lock:
-            heads = {a.hex(): Head(f.seq, f.head.hex()) for a, f in sorted(self._feeds.items()) if f.seq}
+            heads = {
+                a.hex(): Head(f.seq, f.head.hex()) for a, f in sorted(self._feeds.items()) if f.seq
+            }
             for author, fork in self._banned.items():
                 head = heads.get(author.hex(), Head(0, ZERO_HASH.hex()))
                 heads[author.hex()] = Head(head.seq, head.hash, equivocated_at=fork)
@@ -486,7 +551,9 @@ class KnowledgeBase:
         with self._lock:
             out: list[bytes] = []
             roots = set(self._authority.roots())
-            for author in sorted(set(self._feeds) | set(self._banned), key=lambda a: (a not in roots, a)):
+            for author in sorted(
+                set(self._feeds) | set(self._banned), key=lambda a: (a not in roots, a)
+            ):
                 if len(out) >= limit:
                     break
                 if author in exclude:
@@ -495,19 +562,28 @@ class KnowledgeBase:
                 their_seq = their.seq if isinstance(their, Head) else int(their)
                 knows = isinstance(their, Head) and their.equivocated_at is not None
                 if author in self._banned and (not knows or their_seq >= self._banned[author]):
-                    out += self._evidence(author)  # the peer does not know of this fork (it holds past it)
+                    out += self._evidence(
+                        author
+                    )  # the peer does not know of this fork (it holds past it)
                 feed = self._feeds.get(author)
                 if feed is None:
                     continue
                 if isinstance(their, Head) and their.hash and 0 < their_seq <= feed.seq:
                     ours = self._hash_at(author, their_seq)
                     if ours is not None and ours.hex() != their.hash:
-                        out.append(self._store.envelope(author, their_seq) or self._store.checkpoint(author)[1])  # type: ignore[index]
+                        out.append(
+                            self._store.envelope(author, their_seq)
+                            or self._store.checkpoint(author)[1]
+                        )  # type: ignore[index]
                 if their_seq >= feed.seq:
                     continue
                 checkpoint = self._store.checkpoint(author)
                 has_next = self._store.envelope_hash(author, their_seq + 1) is not None
-                if checkpoint is not None and their_seq < checkpoint[0] and (their_seq == 0 or not has_next):
+                if (
+                    checkpoint is not None
+                    and their_seq < checkpoint[0]
+                    and (their_seq == 0 or not has_next)
+                ):
                     out.append(checkpoint[1])
                     their_seq = checkpoint[0]
                 out += self._store.envelopes(author, after=their_seq, limit=limit - len(out))
@@ -562,11 +638,19 @@ class KnowledgeBase:
         """Whether `key` holds a current grant here: a trusted root, or a device delegated at least one role
         whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs) needs one."""
         with self._lock:
-            return any(g.roles and (g.root or (g.last_seq is None and g.admits(0, self._clock.last) is None))
-                       for g in self._authority.grants(key))
+            return any(
+                g.roles
+                and (g.root or (g.last_seq is None and g.admits(0, self._clock.last) is None))
+                for g in self._authority.grants(key)
+            )
 
     def _evidence(self, author: bytes) -> list[bytes]:
-        return [raw for a, _s, first, second in self._store.equivocations() if a == author for raw in (first, second)]
+        return [
+            raw
+            for a, _s, first, second in self._store.equivocations()
+            if a == author
+            for raw in (first, second)
+        ]
 
     def ingest(self, envelopes: Iterable[bytes]) -> IngestReport:
         """Check and apply envelopes from peers; durable when this returns. Never raises on bad input.
@@ -608,12 +692,19 @@ class KnowledgeBase:
             for map_name in views.map_names():
                 for cell in views.cells(map_name):
                     author, rec = views.cell(map_name, cell)  # type: ignore[misc]
-                    cells[f"{map_name}/{cell}"] = [rec["value"], rec["confidence"], rec["hlc"], author.hex(),
-                                                   rec.get("deleted", False)]
+                    cells[f"{map_name}/{cell}"] = [
+                        rec["value"],
+                        rec["confidence"],
+                        rec["hlc"],
+                        author.hex(),
+                        rec.get("deleted", False),
+                    ]
             counters = {}
             for skill_id in sorted(str(i) for i in views.indexes(RecordType.COUNTER)):
-                counters[skill_id] = {s.hex(): [c.uses, c.successes, c.failures]
-                                      for s, c in sorted(views.counts(skill_id).items())}
+                counters[skill_id] = {
+                    s.hex(): [c.uses, c.successes, c.failures]
+                    for s, c in sorted(views.counts(skill_id).items())
+                }
             return {
                 "skills": skills,
                 "cells": cells,
@@ -621,4 +712,3 @@ class KnowledgeBase:
                 "revoked": sorted(str(i) for i in views.indexes(RecordType.REVOKE)),
                 "equivocators": sorted(a.hex() for a in self._banned),
             }
-

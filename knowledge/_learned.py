@@ -87,7 +87,9 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
             tip[parent] = max(tip[parent], e.bodies[i].link_length + tip[i])
             below[parent] = max(below[parent], below[i])
     ends = _chain_ends(e, pos, rot)
-    drives = {a.target[0]: a for a in e.actuators if a.transmission == "joint" and len(a.target) == 1}
+    drives = {
+        a.target[0]: a for a in e.actuators if a.transmission == "joint" and len(a.target) == 1
+    }
     tokens = []
     for j, joint in enumerate(e.joints):
         if joint.type == "free":
@@ -101,24 +103,52 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
         scale = math.pi if joint.type != "slide" else reach
         axis = rot[b] @ np.array(joint.axis)
         lever = (ends[b] - pos[b]) / reach
-        tokens.append([
-            *(float(joint.type == t) for t in _TYPES),
-            *axis, *joint.axis, *lever, *((np.cross(axis, lever) if joint.type != "slide" else axis) / gear),
-            *((pos[b] - pos[root[b]]) / reach),
-            body.link_length / reach, _log(body.link_length),
-            depth[b] / 8, (below[b] - depth[b]) / 8,
-            subtree_mass[b] / total, _log(body.mass), body.mass / total,
-            tip[b] / reach, _log(tip[b]),
-            float(joint.range is not None), low / scale, high / scale,
-            math.log1p(joint.damping), math.log1p(10 * joint.armature), math.log1p(joint.frictionloss),
-            float(act is not None), *(float(act is not None and act.kind == k) for k in _KINDS),
-            float(act is not None and act.kind not in _KINDS), math.log(gear), math.log1p(abs(act.gain) if act else 0.0),
-            ctrl[0] / gear / scale, ctrl[1] / gear / scale,
-            math.log1p(max(abs(force[0]), abs(force[1])) if force else 0.0),
-        ])
-    body_token = [_log(e.mass), _log(e.reach), e.dof / 16, len(e.end_effectors) / 8, float(e.floating_base),
-                  len(e.actuators) / 16, len(tokens) / 16, max(depth, default=0) / 8]
-    return np.array(tokens, np.float32).reshape(-1, JOINT_FEATURES), np.array(body_token, np.float32)
+        tokens.append(
+            [
+                *(float(joint.type == t) for t in _TYPES),
+                *axis,
+                *joint.axis,
+                *lever,
+                *((np.cross(axis, lever) if joint.type != "slide" else axis) / gear),
+                *((pos[b] - pos[root[b]]) / reach),
+                body.link_length / reach,
+                _log(body.link_length),
+                depth[b] / 8,
+                (below[b] - depth[b]) / 8,
+                subtree_mass[b] / total,
+                _log(body.mass),
+                body.mass / total,
+                tip[b] / reach,
+                _log(tip[b]),
+                float(joint.range is not None),
+                low / scale,
+                high / scale,
+                math.log1p(joint.damping),
+                math.log1p(10 * joint.armature),
+                math.log1p(joint.frictionloss),
+                float(act is not None),
+                *(float(act is not None and act.kind == k) for k in _KINDS),
+                float(act is not None and act.kind not in _KINDS),
+                math.log(gear),
+                math.log1p(abs(act.gain) if act else 0.0),
+                ctrl[0] / gear / scale,
+                ctrl[1] / gear / scale,
+                math.log1p(max(abs(force[0]), abs(force[1])) if force else 0.0),
+            ]
+        )
+    body_token = [
+        _log(e.mass),
+        _log(e.reach),
+        e.dof / 16,
+        len(e.end_effectors) / 8,
+        float(e.floating_base),
+        len(e.actuators) / 16,
+        len(tokens) / 16,
+        max(depth, default=0) / 8,
+    ]
+    return np.array(tokens, np.float32).reshape(-1, JOINT_FEATURES), np.array(
+        body_token, np.float32
+    )
 
 
 def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
@@ -127,8 +157,11 @@ def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
     token holds its Jacobian."""
     sites = [(s.body, pos[s.body] + rot[s.body] @ np.array(s.pos)) for s in e.sites]
     parents = {b.parent for b in e.bodies}
-    tips = [(i, pos[i] + (pos[i] - pos[b.parent]) / b.link_length * b.extent) for i, b in enumerate(e.bodies)
-            if i not in parents and b.parent >= 0 and b.link_length > 0]
+    tips = [
+        (i, pos[i] + (pos[i] - pos[b.parent]) / b.link_length * b.extent)
+        for i, b in enumerate(e.bodies)
+        if i not in parents and b.parent >= 0 and b.link_length > 0
+    ]
     inside = [{i} for i in range(len(e.bodies))]
     for i in reversed(range(len(e.bodies))):
         if e.bodies[i].parent >= 0:
@@ -161,16 +194,27 @@ class _Network(nn.Module):
         for name, size in (("joint", JOINT_FEATURES), ("body", BODY_FEATURES)):
             self.register_buffer(f"{name}_mean", torch.zeros(size))
             self.register_buffer(f"{name}_std", torch.ones(size))
-        self.joint_in = nn.Sequential(nn.Linear(JOINT_FEATURES, width), nn.GELU(), nn.Linear(width, width))
-        self.body_in = nn.Sequential(nn.Linear(BODY_FEATURES, width), nn.GELU(), nn.Linear(width, width))
-        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.joint_in = nn.Sequential(
+            nn.Linear(JOINT_FEATURES, width), nn.GELU(), nn.Linear(width, width)
+        )
+        self.body_in = nn.Sequential(
+            nn.Linear(BODY_FEATURES, width), nn.GELU(), nn.Linear(width, width)
+        )
+        layer = nn.TransformerEncoderLayer(
+            width, heads, 2 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.out = nn.Sequential(nn.LayerNorm(2 * width), nn.Linear(2 * width, width), nn.GELU(), nn.Linear(width, dim))
+        self.out = nn.Sequential(
+            nn.LayerNorm(2 * width), nn.Linear(2 * width, width), nn.GELU(), nn.Linear(width, dim)
+        )
 
     def forward(self, joints: torch.Tensor, mask: torch.Tensor, body: torch.Tensor) -> torch.Tensor:
         j = self.joint_in((joints - self.joint_mean) / self.joint_std)
         g = self.body_in((body - self.body_mean) / self.body_std)
-        x = self.blocks(torch.cat([g[:, None], j], 1), src_key_padding_mask=torch.cat([torch.zeros_like(mask[:, :1]), mask], 1))
+        x = self.blocks(
+            torch.cat([g[:, None], j], 1),
+            src_key_padding_mask=torch.cat([torch.zeros_like(mask[:, :1]), mask], 1),
+        )
         keep = (~mask).unsqueeze(-1).float()
         mean = (x[:, 1:] * keep).sum(1) / keep.sum(1).clamp(min=1.0)
         return self.out(torch.cat([x[:, 0], mean], 1))
@@ -181,8 +225,9 @@ class _Network(nn.Module):
         valid = joints[~mask]
         for name, values in (("joint", valid), ("body", body)):
             getattr(self, f"{name}_mean").copy_(values.mean(0))
-            getattr(self, f"{name}_std").copy_(values.std(0).clamp(min=1e-3) if len(values) > 1
-                                               else torch.ones(values.shape[1]))
+            getattr(self, f"{name}_std").copy_(
+                values.std(0).clamp(min=1e-3) if len(values) > 1 else torch.ones(values.shape[1])
+            )
 
 
 class LearnedEncoder(Encoder):
@@ -205,7 +250,9 @@ class LearnedEncoder(Encoder):
         self.version = _version(self.config, self._network)
 
     @classmethod
-    def untrained(cls, bodies: Sequence[Embodiment], *, seed: int = 0, **config: int) -> LearnedEncoder:
+    def untrained(
+        cls, bodies: Sequence[Embodiment], *, seed: int = 0, **config: int
+    ) -> LearnedEncoder:
         """A randomly initialized network (seeded), its inputs normalized over `bodies`: where training starts."""
         config = {**DEFAULT_CONFIG, **config}
         with torch.random.fork_rng():  # seeded, without touching the caller's random state
@@ -236,25 +283,35 @@ class LearnedEncoder(Encoder):
 
 def _write(network: _Network, config: dict, meta: dict) -> bytes:
     tensors = {k: v.detach().contiguous().clone() for k, v in sorted(network.state_dict().items())}
-    header = {"format": FORMAT, "config": json.dumps(config, sort_keys=True), "meta": json.dumps(meta, sort_keys=True)}
+    header = {
+        "format": FORMAT,
+        "config": json.dumps(config, sort_keys=True),
+        "meta": json.dumps(meta, sort_keys=True),
+    }
     return safetensors.torch.save(tensors, metadata=header)
 
 
 def _read(blob: bytes) -> tuple[_Network, dict, dict]:
     try:
         tensors = safetensors.torch.load(blob)
-        header = json.loads(blob[8 : 8 + int.from_bytes(blob[:8], "little")]).get("__metadata__") or {}
+        header = (
+            json.loads(blob[8 : 8 + int.from_bytes(blob[:8], "little")]).get("__metadata__") or {}
+        )
     except Exception as exc:  # safetensors raises its own error type on corrupt data
         raise EncoderWeightsError(f"encoder weights are not safetensors: {exc}") from exc
     if header.get("format") != FORMAT:
-        raise EncoderWeightsError(f"encoder weights: format {header.get('format')!r} is not {FORMAT!r}")
+        raise EncoderWeightsError(
+            f"encoder weights: format {header.get('format')!r} is not {FORMAT!r}"
+        )
     try:
         config = json.loads(header["config"])
         meta = json.loads(header.get("meta", "{}"))
         network = _Network(**{key: int(config[key]) for key in DEFAULT_CONFIG})
         network.load_state_dict(tensors, strict=True)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise EncoderWeightsError(f"encoder weights do not match their configuration: {exc}") from exc
+        raise EncoderWeightsError(
+            f"encoder weights do not match their configuration: {exc}"
+        ) from exc
     if not all(torch.isfinite(t).all() for t in tensors.values()):
         raise EncoderWeightsError("encoder weights hold NaN or inf")
     network.eval()
@@ -287,15 +344,29 @@ def _pairs(dataset: TransferDataset, margin: float) -> tuple[torch.Tensor, ...]:
         for a in rows:
             better += [a] * sum(measured[a].rate > measured[b].rate + margin for b in rows)
             worse += [b for b in rows if measured[a].rate > measured[b].rate + margin]
-    return (torch.tensor([t.source for t in measured]), torch.tensor([t.target for t in measured]),
-            torch.tensor([t.rate for t in measured], dtype=torch.float32),
-            torch.tensor(better, dtype=torch.long), torch.tensor(worse, dtype=torch.long))
+    return (
+        torch.tensor([t.source for t in measured]),
+        torch.tensor([t.target for t in measured]),
+        torch.tensor([t.rate for t in measured], dtype=torch.float32),
+        torch.tensor(better, dtype=torch.long),
+        torch.tensor(worse, dtype=torch.long),
+    )
 
 
-def train_encoder(dataset: TransferDataset, *, epochs: int = 400, seed: int = 0, lr: float = 2e-3,
-                  weight_decay: float = 1e-3, margin: float = 0.1, temperature: float = 0.1, favour: float = 4.0,
-                  good: float = 0.8, start: LearnedEncoder | None = None,
-                  meta: dict | None = None) -> LearnedEncoder:
+def train_encoder(
+    dataset: TransferDataset,
+    *,
+    epochs: int = 400,
+    seed: int = 0,
+    lr: float = 2e-3,
+    weight_decay: float = 1e-3,
+    margin: float = 0.1,
+    temperature: float = 0.1,
+    favour: float = 4.0,
+    good: float = 0.8,
+    start: LearnedEncoder | None = None,
+    meta: dict | None = None,
+) -> LearnedEncoder:
     """Train on every transfer in `dataset` (full batch, Adam); returns a new encoder.
 
     The loss is scale-free (distances over their mean), so the space does not grow to win it. A pair
@@ -319,17 +390,25 @@ def train_encoder(dataset: TransferDataset, *, epochs: int = 400, seed: int = 0,
         vectors = network(*batch)
         distance = (vectors[source] - vectors[target]).pow(2).sum(1).add(1e-9).sqrt()
         scaled = distance / distance.mean().detach().clamp(min=1e-6) / temperature
-        within = (nn.functional.softplus(scaled[better] - scaled[worse]) * weight).sum() / weight.sum()
+        within = (
+            nn.functional.softplus(scaled[better] - scaled[worse]) * weight
+        ).sum() / weight.sum()
         a, b = torch.randint(0, len(rate), (2, 4096), generator=generator)
         gap = rate[a] - rate[b]
         sign, strength = gap.sign(), gap.abs() * (gap.abs() > margin)
-        across = (nn.functional.softplus(sign * (scaled[a] - scaled[b])) * strength).sum() / strength.sum().clamp(min=1e-6)
+        across = (
+            nn.functional.softplus(sign * (scaled[a] - scaled[b])) * strength
+        ).sum() / strength.sum().clamp(min=1e-6)
         loss = within + 0.5 * across
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         schedule.step()
     network.eval()
-    info = {"trained_on": f"{len(dataset.bodies)} bodies, {len(rate)} transfers", "epochs": epochs, "seed": seed,
-            **(meta or {})}
+    info = {
+        "trained_on": f"{len(dataset.bodies)} bodies, {len(rate)} transfers",
+        "epochs": epochs,
+        "seed": seed,
+        **(meta or {}),
+    }
     return LearnedEncoder(_write(network, encoder.config, info))

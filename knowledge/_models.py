@@ -63,7 +63,9 @@ class Counts:
     failures: int = 0
 
     def __add__(self, other: Counts) -> Counts:
-        return Counts(self.uses + other.uses, self.successes + other.successes, self.failures + other.failures)
+        return Counts(
+            self.uses + other.uses, self.successes + other.successes, self.failures + other.failures
+        )
 
 
 @dataclass(frozen=True, slots=True)

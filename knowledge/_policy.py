@@ -87,11 +87,15 @@ class TrustPolicy:
         for i, entry in enumerate(data.get("roots", [])):
             _only(entry, {"name", "key", "roles"}, f"roots[{i}]")
             if "key" not in entry:
-                raise PolicyError(f"roots[{i}] has no key (the site root's public key, 64 hex digits)")
+                raise PolicyError(
+                    f"roots[{i}] has no key (the site root's public key, 64 hex digits)"
+                )
             name = entry.get("name", "")
             if not isinstance(name, str):
                 raise PolicyError(f"roots[{i}].name must be a string")
-            roots.append(TrustedRoot(parse_public_key(entry["key"]), _roles(entry.get("roles", [])), name))
+            roots.append(
+                TrustedRoot(parse_public_key(entry["key"]), _roles(entry.get("roles", [])), name)
+            )
         act = data.get("activation", {})
         _only(act, set(ActivationPolicy.__dataclass_fields__), "[activation]")
         activation = ActivationPolicy(
@@ -104,34 +108,48 @@ class TrustPolicy:
         )
         device_of = data.get("device_of")
         if device_of is not None and not isinstance(device_of, str):
-            raise PolicyError("device_of must be a string of 64 hex digits (the site root's public key)")
-        return cls(tuple(roots), activation, _count(data, "max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS),
-                   None if device_of is None else parse_public_key(device_of))
+            raise PolicyError(
+                "device_of must be a string of 64 hex digits (the site root's public key)"
+            )
+        return cls(
+            tuple(roots),
+            activation,
+            _count(data, "max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS),
+            None if device_of is None else parse_public_key(device_of),
+        )
 
     def to_toml(self) -> str:
         a = self.activation
         device_of = {} if self.device_of is None else {"device_of": self.device_of.hex()}
-        return tomli_w.dumps({
-            "max_clock_offset_ms": self.max_clock_offset_ms,
-            **device_of,
-            "roots": [
-                {"name": r.name, "key": r.key.hex(), "roles": sorted(role.value for role in r.roles)}
-                for r in self.roots
-            ],
-            "activation": {
-                "min_branches": a.min_branches,
-                "min_lower_bound": a.min_lower_bound,
-                "confidence": a.confidence,
-                "required_randomization": sorted(a.required_randomization),
-                "min_validators": a.min_validators,
-                "validators": sorted(k.hex() for k in a.validators),
-            },
-        })
+        return tomli_w.dumps(
+            {
+                "max_clock_offset_ms": self.max_clock_offset_ms,
+                **device_of,
+                "roots": [
+                    {
+                        "name": r.name,
+                        "key": r.key.hex(),
+                        "roles": sorted(role.value for role in r.roles),
+                    }
+                    for r in self.roots
+                ],
+                "activation": {
+                    "min_branches": a.min_branches,
+                    "min_lower_bound": a.min_lower_bound,
+                    "confidence": a.confidence,
+                    "required_randomization": sorted(a.required_randomization),
+                    "min_validators": a.min_validators,
+                    "validators": sorted(k.hex() for k in a.validators),
+                },
+            }
+        )
 
     def with_root(self, key: bytes, roles=frozenset(Role), name: str = "") -> TrustPolicy:
         """A copy that also trusts `key` as a site root for `roles` (replacing an earlier entry for it)."""
         others = tuple(r for r in self.roots if r.key != key)
-        return replace(self, roots=(*others, TrustedRoot(key, frozenset(Role(r) for r in roles), name)))
+        return replace(
+            self, roots=(*others, TrustedRoot(key, frozenset(Role(r) for r in roles), name))
+        )
 
     def for_device_of(self, site_root: bytes) -> TrustPolicy:
         """A copy for a device (a robot) of the site whose root key is `site_root`: that root is trusted with
@@ -144,7 +162,9 @@ def _only(table: Any, allowed: set[str], where: str) -> None:
         raise PolicyError(f"{where} must be a table")
     unknown = set(table) - allowed
     if unknown:
-        raise PolicyError(f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}")
+        raise PolicyError(
+            f"unknown key(s) {sorted(unknown)} in {where}; allowed: {sorted(allowed)}"
+        )
 
 
 def _count(table: dict[str, Any], key: str, default: int) -> int:
@@ -154,12 +174,16 @@ def _count(table: dict[str, Any], key: str, default: int) -> int:
     return value
 
 
-def _number(table: dict[str, Any], key: str, default: float, lo: float, hi: float, include_hi: bool = True) -> float:
+def _number(
+    table: dict[str, Any], key: str, default: float, lo: float, hi: float, include_hi: bool = True
+) -> float:
     value = table.get(key, default)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise PolicyError(f"{key} must be a number, not {value!r}")
     if not (lo <= value <= hi if include_hi else lo <= value < hi):
-        raise PolicyError(f"{key} must lie in [{lo}, {hi}{']' if include_hi else ')'}, not {value!r}")
+        raise PolicyError(
+            f"{key} must lie in [{lo}, {hi}{']' if include_hi else ')'}, not {value!r}"
+        )
     return float(value)
 
 
@@ -193,27 +217,49 @@ def normal_quantile(p: float) -> float:
     """Φ⁻¹(p): Acklam's rational approximation refined by one Halley step (full double precision)."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"normal_quantile needs 0 < p < 1, got {p}")
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
-         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
-         6.680131188771972e01, -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
-         -2.549732539343734e00, 4.374664141464968e00, 2.938163982698783e00)
+    a = (
+        -3.969683028665376e01,
+        2.209460984245205e02,
+        -2.759285104469687e02,
+        1.383577518672690e02,
+        -3.066479806614716e01,
+        2.506628277459239e00,
+    )
+    b = (
+        -5.447609879822406e01,
+        1.615858368580409e02,
+        -1.556989798598866e02,
+        6.680131188771972e01,
+        -1.328068155288572e01,
+    )
+    c = (
+        -7.784894002430293e-03,
+        -3.223964580411365e-01,
+        -2.400758277161838e00,
+        -2.549732539343734e00,
+        4.374664141464968e00,
+        2.938163982698783e00,
+    )
     d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
     low = 0.02425
     if p < low:
         q = math.sqrt(-2 * math.log(p))
-        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
+        )
     elif p <= 1 - low:
         q = p - 0.5
         r = q * q
-        x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
-            (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+        x = (
+            (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
+            * q
+            / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+        )
     else:
         q = math.sqrt(-2 * math.log(1 - p))
-        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
+        )
     e = 0.5 * math.erfc(-x / math.sqrt(2)) - p
     u = e * math.sqrt(2 * math.pi) * math.exp(x * x / 2)
     return x - u / (1 + x * u / 2)

@@ -24,7 +24,9 @@ SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 256 * 1024
 MAX_TEXT = 4000
 MAX_INT = 2**53 - 1  # counts must survive JSON parsers that use float64
-MAX_TIMESTAMP = 2**64 - 1  # HLC timestamps are unsigned 64-bit integers: parse JSON integers exactly
+MAX_TIMESTAMP = (
+    2**64 - 1
+)  # HLC timestamps are unsigned 64-bit integers: parse JSON integers exactly
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAP_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_CELL_CHARS = 256
@@ -73,13 +75,17 @@ REQUIRED_ROLE: dict[RecordType, Role | None] = {
 COUNTER_FIELDS = ("uses", "successes", "failures")
 TRUST_PREFIXES = (RecordType.DELEGATE.value + "/", RecordType.KEY_REVOKE.value + "/")
 # Records that, once written, are never replaced or removed: a feed that tries is refused.
-IMMUTABLE_PREFIXES = tuple(t.value + "/" for t in (RecordType.SKILL, RecordType.CERT, RecordType.REVOKE))
+IMMUTABLE_PREFIXES = tuple(
+    t.value + "/" for t in (RecordType.SKILL, RecordType.CERT, RecordType.REVOKE)
+)
 
 
 def canonical_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no spaces, no NaN/Infinity."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
     except (TypeError, ValueError) as exc:
         raise RecordError(f"value is not JSON-serializable: {exc}") from None
 
@@ -92,7 +98,11 @@ def cell_key(cell: str | tuple[int, ...] | list[int]) -> str:
     """The string form of a map cell: strings as they are, integer tuples as "x,y[,z]"."""
     if isinstance(cell, str):
         text = cell
-    elif isinstance(cell, (tuple, list)) and cell and all(isinstance(c, int) and not isinstance(c, bool) for c in cell):
+    elif (
+        isinstance(cell, (tuple, list))
+        and cell
+        and all(isinstance(c, int) and not isinstance(c, bool) for c in cell)
+    ):
         text = ",".join(str(c) for c in cell)
     else:
         raise RecordError(f"a map cell is a string or a tuple of ints, not {cell!r}")
@@ -103,7 +113,9 @@ def cell_key(cell: str | tuple[int, ...] | list[int]) -> str:
 
 def check_map_name(name: str) -> str:
     if not isinstance(name, str) or not _MAP_NAME.fullmatch(name):
-        raise RecordError(f"map name {name!r} must be 1-128 characters of letters, digits and . _ : -")
+        raise RecordError(
+            f"map name {name!r} must be 1-128 characters of letters, digits and . _ : -"
+        )
     return name
 
 
@@ -159,7 +171,11 @@ def _int(rec: dict[str, Any], field: str, lo: int = 0, hi: int = MAX_INT) -> int
 
 def _float(rec: dict[str, Any], field: str, lo: float, hi: float) -> float:
     value = rec.get(field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(float(value))
+    ):
         raise RecordError(f"field {field!r} must be a finite number, not {value!r}")
     if not lo <= value <= hi:
         raise RecordError(f"field {field!r} must lie in [{lo}, {hi}], not {value!r}")
@@ -169,7 +185,9 @@ def _float(rec: dict[str, Any], field: str, lo: float, hi: float) -> float:
 def _text(rec: dict[str, Any], field: str, lo: int = 0, hi: int = MAX_TEXT) -> str:
     value = rec.get(field, "" if lo == 0 else None)
     if not isinstance(value, str) or not lo <= len(value) <= hi:
-        raise RecordError(f"field {field!r} must be a string of {lo} to {hi} characters, not {value!r:.80}")
+        raise RecordError(
+            f"field {field!r} must be a string of {lo} to {hi} characters, not {value!r:.80}"
+        )
     return value
 
 
@@ -222,10 +240,14 @@ def load_record(text: str) -> dict[str, Any]:
         raise RecordError(refusal)
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-        if _SURROGATE_ESCAPE.search(text):  # an escaped lone surrogate is valid JSON but no text at all
+        if _SURROGATE_ESCAPE.search(
+            text
+        ):  # an escaped lone surrogate is valid JSON but no text at all
             json.dumps(value, ensure_ascii=False).encode()
     except UnicodeEncodeError:
-        raise RecordError("record holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)") from None
+        raise RecordError(
+            "record holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)"
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise RecordError(f"record is not valid JSON: {exc}") from None
     return _obj(value, "a record")

@@ -110,7 +110,6 @@ class Retrieval:
                 library = self._libraries[encoder.space] = _Library(self._kb, encoder)
             return library.query(vector, k, filters)
 
-
     def flush(self) -> None:
         """Save every index with unsaved changes (on close), so the next open need not re-encode."""
         with self._kb._lock:
@@ -126,7 +125,11 @@ def as_embodiment(embodiment: EmbodimentInput) -> Embodiment:
         return Embodiment.from_mjcf(embodiment)
     if isinstance(embodiment, (str, os.PathLike)):
         path = Path(embodiment)
-        return Embodiment.from_urdf(path) if path.suffix.lower() == ".urdf" else Embodiment.from_mjcf(path)
+        return (
+            Embodiment.from_urdf(path)
+            if path.suffix.lower() == ".urdf"
+            else Embodiment.from_mjcf(path)
+        )
     raise EmbodimentError(
         f"a query's embodiment is an Embodiment, a path to MJCF or URDF, or MJCF text; got {type(embodiment).__name__}"
     )
@@ -147,8 +150,10 @@ def certificate_summary(kb: KnowledgeBase, skill_id: str) -> CertificateSummary:
     return CertificateSummary(
         count=len(certificates),
         branches=sum(c["branches"] for c in certificates),
-        best_lower_bound=max((wilson_lower_bound(c["successes"], c["branches"], confidence) for c in certificates),
-                             default=0.0),
+        best_lower_bound=max(
+            (wilson_lower_bound(c["successes"], c["branches"], confidence) for c in certificates),
+            default=0.0,
+        ),
     )
 
 
@@ -163,7 +168,9 @@ class _Library:
         self._index = loaded or SkillIndex(encoder.space)
         self._skills: dict[str, _State] = {}
         self._filters: OrderedDict[Filter, Selection] = OrderedDict()
-        self._bodies: dict[bytes, tuple[str, np.ndarray] | None] = {}  # descriptor hash -> (fingerprint, vector)
+        self._bodies: dict[
+            bytes, tuple[str, np.ndarray] | None
+        ] = {}  # descriptor hash -> (fingerprint, vector)
         self._position = _START
         self._unsaved = 0
 
@@ -195,7 +202,9 @@ class _Library:
         try:
             self._index.save(self._path)
         except OSError as exc:
-            log.warning("cannot save the skill index to %s (%s); it is rebuilt when needed", self._path, exc)
+            log.warning(
+                "cannot save the skill index to %s (%s); it is rebuilt when needed", self._path, exc
+            )
         self._unsaved = 0
 
     def _resync(self) -> None:
@@ -206,7 +215,9 @@ class _Library:
         for entry in self._index.ids():
             held[entry.partition("/")[0]].append(entry)
         present = {str(s) for s in views.indexes(RecordType.SKILL) if not views.withdrawn(str(s))}
-        self._unsaved += self._index.remove(e for s, entries in held.items() if s not in present for e in entries)
+        self._unsaved += self._index.remove(
+            e for s, entries in held.items() if s not in present for e in entries
+        )
         known = {s: tuple(held.get(s, ())) for s in present if s in held or self._has_no_scope(s)}
         missing = [s for s in present if s not in known]
         known.update(self._add(missing))
@@ -228,7 +239,9 @@ class _Library:
                     self._unsaved += self._index.remove(old.entries)
                     self._refilter(old.entries, None)
             elif skill_id in self._skills:
-                state = self._skills[skill_id] = self._state(skill_id, self._skills[skill_id].entries)
+                state = self._skills[skill_id] = self._state(
+                    skill_id, self._skills[skill_id].entries
+                )
                 self._refilter(state.entries, state)
             else:
                 added.append(skill_id)
@@ -257,7 +270,7 @@ class _Library:
         keyed = {s: [_descriptor_key(scope) for scope in entries] for s, entries in scopes.items()}
         fresh: dict[bytes, Embodiment] = {}
         for skill_id, entries in scopes.items():
-            for key, scope in zip(keyed[skill_id], entries):
+            for key, scope in zip(keyed[skill_id], entries, strict=True):
                 if key in self._bodies or key in fresh:
                     continue
                 try:
@@ -265,7 +278,9 @@ class _Library:
                 except EmbodimentError as exc:
                     log.debug("skill %s…: scope skipped: %s", skill_id[:16], exc)
                     self._bodies[key] = None
-        for (key, body), vector in zip(fresh.items(), self._encoder.encode_many(fresh.values())):
+        for (key, body), vector in zip(
+            fresh.items(), self._encoder.encode_many(fresh.values()), strict=True
+        ):
             self._bodies[key] = (body.fingerprint, vector) if np.isfinite(vector).all() else None
         names: list[str] = []
         rows: list[np.ndarray] = []
@@ -289,7 +304,9 @@ class _Library:
     def _selection(self, key: Filter) -> Selection:
         selection = self._filters.pop(key, None)
         if selection is None:
-            selection = self._index.select(e for s in self._skills.values() if _passes(s, key) for e in s.entries)
+            selection = self._index.select(
+                e for s in self._skills.values() if _passes(s, key) for e in s.entries
+            )
         self._filters[key] = selection  # most recently used last
         while len(self._filters) > _MAX_FILTERS:
             self._filters.popitem(last=False)
@@ -297,7 +314,11 @@ class _Library:
 
     def _search(self, vector: np.ndarray, k: int, filters: list[Filter]) -> list[QueryResult]:
         """The k nearest skills: fetch entries nearest first until k distinct skills show up."""
-        allowed = reduce(lambda a, b: a & b, [self._selection(key) for key in filters]) if filters else None
+        allowed = (
+            reduce(lambda a, b: a & b, [self._selection(key) for key in filters])
+            if filters
+            else None
+        )
         available = len(allowed) if allowed is not None else len(self._index)
         fetch = k
         while True:
@@ -325,7 +346,9 @@ class _Library:
         """Whether a result passes the filters by its fresh state (never by the cached one)."""
         if self._kb._views.withdrawn(result.skill.id):
             return False
-        state = _State(result.skill.task, (), result.activation.active, result.certificates.branches)
+        state = _State(
+            result.skill.task, (), result.activation.active, result.certificates.branches
+        )
         return all(_passes(state, key) for key in filters)
 
 

@@ -22,7 +22,9 @@ from ._envelope import PREV_OFFSET
 from ._errors import StoreError, StoreLockedError
 
 MEMORY = ":memory:"
-BLOB_PART = 256 << 10  # bytes per stored part of a blob (the last part holds the rest); fixed for a store
+BLOB_PART = (
+    256 << 10
+)  # bytes per stored part of a blob (the last part holds the rest); fixed for a store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS envelopes (
@@ -55,7 +57,9 @@ class Store:
                 if not Path(self.path).exists():
                     raise StoreError(f"no knowledge base at {self.path}")
                 uri = f"file:{Path(self.path).resolve()}?mode=ro"
-                self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+                self._db = sqlite3.connect(
+                    uri, uri=True, isolation_level=None, check_same_thread=False
+                )
             else:
                 self._take_writer_lock()
                 self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -130,16 +134,21 @@ class Store:
         self._db.executemany("INSERT INTO envelopes VALUES (?, ?, ?, ?)", rows)
 
     def envelope_hash(self, author: bytes, seq: int) -> bytes | None:
-        row = self._db.execute("SELECT hash FROM envelopes WHERE author=? AND seq=?", (author, seq)).fetchone()
+        row = self._db.execute(
+            "SELECT hash FROM envelopes WHERE author=? AND seq=?", (author, seq)
+        ).fetchone()
         return None if row is None else bytes(row[0])
 
     def envelope(self, author: bytes, seq: int) -> bytes | None:
-        row = self._db.execute("SELECT body FROM envelopes WHERE author=? AND seq=?", (author, seq)).fetchone()
+        row = self._db.execute(
+            "SELECT body FROM envelopes WHERE author=? AND seq=?", (author, seq)
+        ).fetchone()
         return None if row is None else bytes(row[0])
 
     def envelopes(self, author: bytes, after: int = 0, limit: int = -1) -> list[bytes]:
         rows = self._db.execute(
-            "SELECT body FROM envelopes WHERE author=? AND seq>? ORDER BY seq LIMIT ?", (author, after, limit)
+            "SELECT body FROM envelopes WHERE author=? AND seq>? ORDER BY seq LIMIT ?",
+            (author, after, limit),
         )
         return [bytes(r[0]) for r in rows]
 
@@ -160,13 +169,16 @@ class Store:
         self._db.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (author, seq, body))
 
     def checkpoint(self, author: bytes) -> tuple[int, bytes] | None:
-        row = self._db.execute("SELECT seq, body FROM checkpoints WHERE author=?", (author,)).fetchone()
+        row = self._db.execute(
+            "SELECT seq, body FROM checkpoints WHERE author=?", (author,)
+        ).fetchone()
         return None if row is None else (row[0], bytes(row[1]))
 
     def checkpoint_head(self, author: bytes) -> tuple[int, bytes] | None:
         """(seq, prev) of an author's checkpoint: the head it summarizes, read from its header alone."""
         row = self._db.execute(
-            f"SELECT seq, substr(body, {PREV_OFFSET + 1}, 32) FROM checkpoints WHERE author=?", (author,)
+            f"SELECT seq, substr(body, {PREV_OFFSET + 1}, 32) FROM checkpoints WHERE author=?",
+            (author,),
         ).fetchone()
         return None if row is None else (row[0], bytes(row[1]))
 
@@ -179,27 +191,41 @@ class Store:
 
     def _insert_parts(self, hash_: bytes, data: bytes) -> None:
         view = memoryview(data)  # parts are slices of it: no copies
-        self._db.executemany("INSERT INTO blob_parts VALUES (?, ?, ?)",
-                             [(hash_, i, view[start : start + BLOB_PART])
-                              for i, start in enumerate(range(0, max(len(view), 1), BLOB_PART))])
+        self._db.executemany(
+            "INSERT INTO blob_parts VALUES (?, ?, ?)",
+            [
+                (hash_, i, view[start : start + BLOB_PART])
+                for i, start in enumerate(range(0, max(len(view), 1), BLOB_PART))
+            ],
+        )
 
     def blob(self, hash_: bytes) -> bytes | None:
         """A blob's bytes, whole (see `blob_part` to read one a part at a time)."""
-        parts = [bytes(r[0]) for r in
-                 self._db.execute("SELECT data FROM blob_parts WHERE hash=? ORDER BY part", (hash_,))]
+        parts = [
+            bytes(r[0])
+            for r in self._db.execute(
+                "SELECT data FROM blob_parts WHERE hash=? ORDER BY part", (hash_,)
+            )
+        ]
         if parts:
             return b"".join(parts)
         row = self._db.execute("SELECT data FROM blobs WHERE hash=?", (hash_,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def has_blob(self, hash_: bytes) -> bool:
-        return (self._db.execute("SELECT 1 FROM blob_parts WHERE hash=? AND part=0", (hash_,)).fetchone() is not None
-                or self._db.execute("SELECT 1 FROM blobs WHERE hash=?", (hash_,)).fetchone() is not None)
+        return (
+            self._db.execute(
+                "SELECT 1 FROM blob_parts WHERE hash=? AND part=0", (hash_,)
+            ).fetchone()
+            is not None
+            or self._db.execute("SELECT 1 FROM blobs WHERE hash=?", (hash_,)).fetchone() is not None
+        )
 
     def blob_size(self, hash_: bytes) -> int | None:
         """A blob's length in bytes, without reading it; None if it is not stored."""
         count, size = self._db.execute(
-            "SELECT COUNT(*), SUM(length(data)) FROM blob_parts WHERE hash=?", (hash_,)).fetchone()
+            "SELECT COUNT(*), SUM(length(data)) FROM blob_parts WHERE hash=?", (hash_,)
+        ).fetchone()
         if count:
             return size
         row = self._db.execute("SELECT length(data) FROM blobs WHERE hash=?", (hash_,)).fetchone()
@@ -208,19 +234,28 @@ class Store:
     def blob_part(self, hash_: bytes, index: int) -> bytes | None:
         """Part `index` (0, 1, ...) of a blob: at most BLOB_PART bytes; None past its last part or if the
         blob is not stored. Concatenated in order, the parts are the blob."""
-        row = self._db.execute("SELECT data FROM blob_parts WHERE hash=? AND part=?", (hash_, index)).fetchone()
+        row = self._db.execute(
+            "SELECT data FROM blob_parts WHERE hash=? AND part=?", (hash_, index)
+        ).fetchone()
         if row is not None:
             return bytes(row[0])
-        if index < 0 or self._db.execute("SELECT 1 FROM blob_parts WHERE hash=?", (hash_,)).fetchone():
+        if (
+            index < 0
+            or self._db.execute("SELECT 1 FROM blob_parts WHERE hash=?", (hash_,)).fetchone()
+        ):
             return None
-        whole = self._db.execute("SELECT data FROM blobs WHERE hash=?", (hash_,)).fetchone()  # an old, unsplit one
+        whole = self._db.execute(
+            "SELECT data FROM blobs WHERE hash=?", (hash_,)
+        ).fetchone()  # an old, unsplit one
         if whole is None or (index and index * BLOB_PART >= len(whole[0])):
             return None
         return bytes(whole[0][index * BLOB_PART : (index + 1) * BLOB_PART])
 
     def _split_whole_blobs(self) -> None:
         """Move blobs stored whole (by earlier versions) into parts, one blob per transaction."""
-        while (row := self._db.execute("SELECT hash, data FROM blobs LIMIT 1").fetchone()) is not None:
+        while (
+            row := self._db.execute("SELECT hash, data FROM blobs LIMIT 1").fetchone()
+        ) is not None:
             hash_, data = bytes(row[0]), row[1]
             with self.transaction():
                 self._db.execute("DELETE FROM blob_parts WHERE hash=?", (hash_,))
@@ -229,8 +264,12 @@ class Store:
 
     # --- equivocation evidence ------------------------------------------------------------------
     def add_equivocation(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:
-        self._db.execute("INSERT OR IGNORE INTO equivocations VALUES (?, ?, ?, ?)", (author, seq, first, second))
+        self._db.execute(
+            "INSERT OR IGNORE INTO equivocations VALUES (?, ?, ?, ?)", (author, seq, first, second)
+        )
 
     def equivocations(self) -> list[tuple[bytes, int, bytes, bytes]]:
-        rows = self._db.execute("SELECT author, seq, first, second FROM equivocations ORDER BY author, seq")
+        rows = self._db.execute(
+            "SELECT author, seq, first, second FROM equivocations ORDER BY author, seq"
+        )
         return [(bytes(a), s, bytes(f), bytes(b)) for a, s, f, b in rows]

@@ -61,15 +61,20 @@ class TransferDataset:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_outcomes(cls, outcomes: Iterable[tuple[Embodiment, Embodiment, str, int, int]],
-                      meta: Mapping[str, Any] | None = None) -> TransferDataset:
+    def from_outcomes(
+        cls,
+        outcomes: Iterable[tuple[Embodiment, Embodiment, str, int, int]],
+        meta: Mapping[str, Any] | None = None,
+    ) -> TransferDataset:
         """(source, target, task, successes, trials) tuples; repeated pairs of one task are summed."""
         index: dict[str, int] = {}
         bodies: list[Embodiment] = []
         totals: dict[tuple[int, int, str], list[int]] = {}
         for source, target, task, successes, trials in outcomes:
             if not 0 <= successes <= trials or trials < 1:
-                raise TransferDataError(f"{successes} successes of {trials} trials is not a measurement")
+                raise TransferDataError(
+                    f"{successes} successes of {trials} trials is not a measurement"
+                )
             ends = []
             for body in (source, target):
                 if body.fingerprint not in index:
@@ -101,7 +106,10 @@ class TransferDataset:
             for certificate in kb.certificates.for_skill(skill.id) if sources else ():
                 target = _record_body(certificate.evaluation, targets)
                 if target is not None:
-                    outcomes += [(s, target, skill.task, certificate.successes, certificate.branches) for s in sources]
+                    outcomes += [
+                        (s, target, skill.task, certificate.successes, certificate.branches)
+                        for s in sources
+                    ]
         return cls.from_outcomes(outcomes, {"source": "knowledge base certificates"})
 
     @property
@@ -123,8 +131,11 @@ class TransferDataset:
     def subset(self, keep: Sequence[int]) -> TransferDataset:
         """The bodies at `keep` and the transfers among them only."""
         new = {old: i for i, old in enumerate(keep)}
-        transfers = tuple(Transfer(new[t.source], new[t.target], t.task, t.successes, t.trials)
-                          for t in self.transfers if t.source in new and t.target in new)
+        transfers = tuple(
+            Transfer(new[t.source], new[t.target], t.task, t.successes, t.trials)
+            for t in self.transfers
+            if t.source in new and t.target in new
+        )
         return TransferDataset(tuple(self.bodies[i] for i in keep), transfers, self.meta)
 
     def split(self, fraction: float, *, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -132,13 +143,22 @@ class TransferDataset:
         so a body stays on its side however the dataset around it grows."""
         if not 0.0 <= fraction < 1.0:
             raise ValueError(f"the held-out fraction must be in [0, 1), got {fraction}")
-        held = [int.from_bytes(hashlib.sha256(f"{seed}:{b.fingerprint}".encode()).digest()[:8], "big") < fraction * 2**64
-                for b in self.bodies]
+        held = [
+            int.from_bytes(hashlib.sha256(f"{seed}:{b.fingerprint}".encode()).digest()[:8], "big")
+            < fraction * 2**64
+            for b in self.bodies
+        ]
         return [i for i, h in enumerate(held) if not h], [i for i, h in enumerate(held) if h]
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "meta": dict(self.meta), "bodies": [b.to_dict() for b in self.bodies],
-                "transfers": [[t.source, t.target, t.task, t.successes, t.trials] for t in self.transfers]}
+        return {
+            "format": FORMAT,
+            "meta": dict(self.meta),
+            "bodies": [b.to_dict() for b in self.bodies],
+            "transfers": [
+                [t.source, t.target, t.task, t.successes, t.trials] for t in self.transfers
+            ],
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> TransferDataset:
@@ -146,13 +166,19 @@ class TransferDataset:
             raise TransferDataError(f"not a transfer dataset: the format must be {FORMAT!r}")
         try:
             bodies = tuple(Embodiment.from_dict(b) for b in data["bodies"])
-            transfers = tuple(Transfer(int(s), int(t), str(task), int(k), int(n))
-                              for s, t, task, k, n in data["transfers"])
+            transfers = tuple(
+                Transfer(int(s), int(t), str(task), int(k), int(n))
+                for s, t, task, k, n in data["transfers"]
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise TransferDataError(f"malformed transfer dataset: {exc}") from exc
         for t in transfers:
-            if not (0 <= t.source < len(bodies) and 0 <= t.target < len(bodies) and 0 <= t.successes <= t.trials
-                    and t.trials >= 1):
+            if not (
+                0 <= t.source < len(bodies)
+                and 0 <= t.target < len(bodies)
+                and 0 <= t.successes <= t.trials
+                and t.trials >= 1
+            ):
                 raise TransferDataError(f"malformed transfer dataset: transfer {t} is out of range")
         return cls(bodies, transfers, dict(data.get("meta") or {}))
 
@@ -165,7 +191,9 @@ class TransferDataset:
     def load(cls, path: str | os.PathLike[str]) -> TransferDataset:
         raw = Path(path).read_bytes()
         try:
-            return cls.from_json(json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw))
+            return cls.from_json(
+                json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+            )
         except (OSError, ValueError, EmbodimentError) as exc:
             if isinstance(exc, TransferDataError):
                 raise
@@ -226,10 +254,22 @@ class EncoderReport:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe: undefined figures (NaN) become null."""
-        return {"encoder": self.encoder, "spearman": _finite(self.spearman),
-                f"recall_at_{self.k}": _finite(self.recall_at_k), "threshold": self.threshold,
-                "bodies": [{"body": s.body, "task": s.task, "spearman": _finite(s.spearman),
-                            f"recall_at_{self.k}": _finite(s.recall_at_k), "skills": s.skills} for s in self.scores]}
+        return {
+            "encoder": self.encoder,
+            "spearman": _finite(self.spearman),
+            f"recall_at_{self.k}": _finite(self.recall_at_k),
+            "threshold": self.threshold,
+            "bodies": [
+                {
+                    "body": s.body,
+                    "task": s.task,
+                    "spearman": _finite(s.spearman),
+                    f"recall_at_{self.k}": _finite(s.recall_at_k),
+                    "skills": s.skills,
+                }
+                for s in self.scores
+            ],
+        }
 
 
 def _finite(value: float) -> float | None:
@@ -246,8 +286,14 @@ def distances(dataset: TransferDataset, encoder: Encoder) -> np.ndarray:
     return np.sqrt(np.maximum(squared[:, None] + squared[None, :] - 2 * vectors @ vectors.T, 0.0))
 
 
-def evaluate_encoder(dataset: TransferDataset, encoder: Encoder, targets: Sequence[int] | None = None, *,
-                     k: int = 5, threshold: float = 0.8) -> EncoderReport:
+def evaluate_encoder(
+    dataset: TransferDataset,
+    encoder: Encoder,
+    targets: Sequence[int] | None = None,
+    *,
+    k: int = 5,
+    threshold: float = 0.8,
+) -> EncoderReport:
     """Score an encoder on `targets` (default: every body): for each target and task family, rank the skills
     of every other body measured on it by distance, and compare with their measured success."""
     table = distances(dataset, encoder)
@@ -255,15 +301,24 @@ def evaluate_encoder(dataset: TransferDataset, encoder: Encoder, targets: Sequen
     for task in dataset.tasks:
         rates = dataset.rates(task)
         for t in range(len(dataset.bodies)) if targets is None else targets:
-            sources = [s for s in range(len(dataset.bodies)) if s != t and not math.isnan(rates[s, t])]
+            sources = [
+                s for s in range(len(dataset.bodies)) if s != t and not math.isnan(rates[s, t])
+            ]
             if len(sources) < 2:
                 continue
             success, near = rates[sources, t], -table[sources, t]
             good = success >= threshold
             top = np.argsort(-near, kind="stable")[:k]
             recall = good[top].sum() / min(k, good.sum()) if good.any() else math.nan
-            scores.append(BodyScore(dataset.bodies[t].name, task, spearman(near, success), float(recall),
-                                    len(sources)))
+            scores.append(
+                BodyScore(
+                    dataset.bodies[t].name,
+                    task,
+                    spearman(near, success),
+                    float(recall),
+                    len(sources),
+                )
+            )
     return EncoderReport(f"{encoder.name} {encoder.version}", tuple(scores), k, threshold)
 
 

@@ -34,7 +34,13 @@ class Grant:
     root: bool = False  # a site root named by the policy (or this site's own key)
 
     def admits(
-        self, seq: int, hlc: int, *, fork: int | None = None, hash: bytes | None = None, checkpoint: bool = False
+        self,
+        seq: int,
+        hlc: int,
+        *,
+        fork: int | None = None,
+        hash: bytes | None = None,
+        checkpoint: bool = False,
     ) -> str | None:
         """None if an envelope at (seq, hlc) falls inside this grant, else the rejection reason.
 
@@ -45,8 +51,9 @@ class Grant:
             return "unauthorized"
         if self.last_seq is not None and seq > self.last_seq:
             return "revoked_writer"
-        if self.last_hash is not None and (checkpoint or (hash is not None and seq == self.last_seq
-                                                          and hash != self.last_hash)):
+        if self.last_hash is not None and (
+            checkpoint or (hash is not None and seq == self.last_seq and hash != self.last_hash)
+        ):
             return "revoked_writer"
         if self.expires is not None and hlc > self.expires:
             return "delegation_expired"
@@ -77,12 +84,18 @@ class Authority:
         """`held(author, seq)`: the hash of the envelope held at seq, if any (a pin it contradicts voids
         the pinning grant); `forks`: author -> the seq of its first fork found here."""
         self._forks = dict(forks or {})
-        roots: dict[bytes, frozenset[Role]] = {r.key: frozenset(r.roles) for r in policy.roots if r.roles}
+        roots: dict[bytes, frozenset[Role]] = {
+            r.key: frozenset(r.roles) for r in policy.roots if r.roles
+        }
         if policy.device_of is not None:
-            roots.setdefault(policy.device_of, ALL_ROLES)  # a device trusts its own site for everything
+            roots.setdefault(
+                policy.device_of, ALL_ROLES
+            )  # a device trusts its own site for everything
         elif own_key is not None:
             roots.setdefault(own_key, ALL_ROLES)  # this site's own root: governed by nobody else
-        self._grants: dict[bytes, tuple[Grant, ...]] = {key: (Grant(key, roles, root=True),) for key, roles in roots.items()}
+        self._grants: dict[bytes, tuple[Grant, ...]] = {
+            key: (Grant(key, roles, root=True),) for key, roles in roots.items()
+        }
         devices: dict[bytes, list[Grant]] = {}
         for root in sorted(roots):
             revoked = key_revocations.get(root, {})
@@ -90,23 +103,32 @@ class Authority:
                 if device in roots:
                     continue  # nobody's delegation changes a root's rights
                 revocation = revoked.get(device)
-                devices.setdefault(device, []).append(Grant(
-                    root,
-                    frozenset(Role(r) for r in record["roles"]) & roots[root],
-                    last_seq=None if revocation is None else revocation["last_seq"],
-                    last_hash=None if revocation is None else _pinned_hash(revocation),
-                    expires=record.get("expires"),
-                ))
+                devices.setdefault(device, []).append(
+                    Grant(
+                        root,
+                        frozenset(Role(r) for r in record["roles"]) & roots[root],
+                        last_seq=None if revocation is None else revocation["last_seq"],
+                        last_hash=None if revocation is None else _pinned_hash(revocation),
+                        expires=record.get("expires"),
+                    )
+                )
         for device, grants in devices.items():
             self._grants[device] = tuple(
-                replace(g, last_seq=0, last_hash=None)  # void: the site holds another envelope at the pin
-                if g.last_hash is not None and held is not None and held(device, g.last_seq or 0) not in (None, g.last_hash)
+                replace(
+                    g, last_seq=0, last_hash=None
+                )  # void: the site holds another envelope at the pin
+                if g.last_hash is not None
+                and held is not None
+                and held(device, g.last_seq or 0) not in (None, g.last_hash)
                 else g
                 for g in grants
             )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Authority) and (self._grants, self._forks) == (other._grants, other._forks)
+        return isinstance(other, Authority) and (self._grants, self._forks) == (
+            other._grants,
+            other._forks,
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -117,7 +139,13 @@ class Authority:
         return author in self._grants
 
     def admits(
-        self, author: bytes, seq: int, hlc: int, hash: bytes | None = None, *, checkpoint: bool = False
+        self,
+        author: bytes,
+        seq: int,
+        hlc: int,
+        hash: bytes | None = None,
+        *,
+        checkpoint: bool = False,
     ) -> str | None:
         """None if some grant admits an envelope of `author` at (seq, hlc) (with this hash, if given),
         else the reason none does."""
@@ -130,8 +158,11 @@ class Authority:
 
     def pins(self, author: bytes) -> list[tuple[int, bytes]]:
         """(last_seq, hash) of every key revocation of `author` that pins its kept prefix."""
-        return [(g.last_seq, g.last_hash) for g in self._grants.get(author, ())
-                if g.last_seq is not None and g.last_hash is not None]
+        return [
+            (g.last_seq, g.last_hash)
+            for g in self._grants.get(author, ())
+            if g.last_seq is not None and g.last_hash is not None
+        ]
 
     def is_root(self, author: bytes) -> bool:
         return any(g.root for g in self._grants.get(author, ()))
@@ -139,16 +170,22 @@ class Authority:
     def roots(self) -> list[bytes]:
         return sorted(a for a, grants in self._grants.items() if grants[0].root)
 
-    def sites(self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0) -> frozenset[bytes]:
+    def sites(
+        self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0
+    ) -> frozenset[bytes]:
         """The sites that vouch for a record of `author` needing `role` (None: only a root may write it),
         written in the envelope at (seq, hlc); without a seq, every grant with the role counts."""
         fork = self._forks.get(author)
         return frozenset(
-            g.site for g in self._grants.get(author, ())
-            if (g.root if role is None else role in g.roles) and (seq is None or g.admits(seq, hlc, fork=fork) is None)
+            g.site
+            for g in self._grants.get(author, ())
+            if (g.root if role is None else role in g.roles)
+            and (seq is None or g.admits(seq, hlc, fork=fork) is None)
         )
 
-    def has_role(self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0) -> bool:
+    def has_role(
+        self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0
+    ) -> bool:
         """True if `author` may write records needing `role` (None: records only a trusted root may write)."""
         return bool(self.sites(author, role, seq, hlc))
 

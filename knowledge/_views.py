@@ -23,13 +23,25 @@ from typing import Any
 
 from ._errors import RecordError
 from ._models import Counts, RecordIssue
-from ._records import COUNTER_FIELDS, REQUIRED_ROLE, FutureVersion, ParsedKey, RecordType, check_record, parse_key
+from ._records import (
+    COUNTER_FIELDS,
+    REQUIRED_ROLE,
+    FutureVersion,
+    ParsedKey,
+    RecordType,
+    check_record,
+    parse_key,
+)
 from ._trust import Authority
 
 Index = str | tuple[str, str]
 _MAX_LOG = 1_000_000
-_SKILL_STATE = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT})
-_VOUCHED = frozenset({RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT, RecordType.COUNTER})  # sites read
+_SKILL_STATE = frozenset(
+    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT}
+)
+_VOUCHED = frozenset(
+    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT, RecordType.COUNTER}
+)  # sites read
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 
 
@@ -42,16 +54,24 @@ class Views:
         self.authority = authority
         self.written: Written = {} if written is None else written
         self.generation = 0  # bumped by every rebuild: derived caches built before it are stale
-        self._skill_log: list[str] = []  # skills whose record, withdrawal, revocation or certificates changed
+        self._skill_log: list[
+            str
+        ] = []  # skills whose record, withdrawal, revocation or certificates changed
         self._clear()
 
     def _clear(self) -> None:
-        self._entries: dict[RecordType, dict[Index, dict[bytes, dict[str, Any]]]] = {t: {} for t in RecordType}
+        self._entries: dict[RecordType, dict[Index, dict[bytes, dict[str, Any]]]] = {
+            t: {} for t in RecordType
+        }
         self._cells_by_map: dict[str, set[str]] = defaultdict(set)
         self._certs_by_skill: dict[str, set[str]] = defaultdict(set)
-        self._sites: dict[tuple[RecordType, Index, bytes], frozenset[bytes]] = {}  # who vouches, for _VOUCHED
+        self._sites: dict[
+            tuple[RecordType, Index, bytes], frozenset[bytes]
+        ] = {}  # who vouches, for _VOUCHED
 
-    def rebuild(self, authority: Authority, feeds: Iterable[tuple[bytes, Iterable[tuple[str, str]]]]) -> None:
+    def rebuild(
+        self, authority: Authority, feeds: Iterable[tuple[bytes, Iterable[tuple[str, str]]]]
+    ) -> None:
         """Recompute everything (after a trust change); issues found again are not reported twice."""
         self.authority = authority
         self._clear()
@@ -60,7 +80,9 @@ class Views:
         self.generation += 1
         self._skill_log.clear()
 
-    def update(self, author: bytes, changes: dict[str, str | None], issues: list[RecordIssue]) -> None:
+    def update(
+        self, author: bytes, changes: dict[str, str | None], issues: list[RecordIssue]
+    ) -> None:
         """Fold one author's changed keys into the views; skipped records are appended to `issues`."""
         author_hex = author.hex()
         written = self.written.get(author, {})
@@ -71,14 +93,20 @@ class Views:
                 issues.append(RecordIssue(author_hex, key, f"invalid_key: {exc}"))
                 continue
             if parsed is None:
-                issues.append(RecordIssue(author_hex, key, "unknown_type: kept and forwarded, not shown"))
+                issues.append(
+                    RecordIssue(author_hex, key, "unknown_type: kept and forwarded, not shown")
+                )
                 continue
             bucket = self._entries[parsed.type]
             index = _index(parsed)
             old = bucket.get(index, {}).get(author)
             self._discard(parsed.type, index, author)
             if parsed.type in _SKILL_STATE:
-                self._log(parsed.name if parsed.type is not RecordType.CERT or old is None else old["skill"])
+                self._log(
+                    parsed.name
+                    if parsed.type is not RecordType.CERT or old is None
+                    else old["skill"]
+                )
             if text is None:
                 continue
             role = REQUIRED_ROLE[parsed.type]
@@ -86,12 +114,16 @@ class Views:
             sites = self.authority.sites(author, role, seq, hlc)
             if not sites:
                 needed = role.value if role else "site root"
-                issues.append(RecordIssue(author_hex, key, f"unauthorized: needs the {needed} role"))
+                issues.append(
+                    RecordIssue(author_hex, key, f"unauthorized: needs the {needed} role")
+                )
                 continue
             try:
                 record = check_record(parsed, text, author_hex)
             except FutureVersion as exc:
-                issues.append(RecordIssue(author_hex, key, f"newer_schema: v{exc.args[0]} kept, not shown"))
+                issues.append(
+                    RecordIssue(author_hex, key, f"newer_schema: v{exc.args[0]} kept, not shown")
+                )
                 continue
             except RecordError as exc:
                 issues.append(RecordIssue(author_hex, key, f"invalid_record: {exc}"))
@@ -116,7 +148,9 @@ class Views:
         self.update(author, dict(items), [])
 
     def _log(self, skill_id: str) -> None:
-        if len(self._skill_log) >= _MAX_LOG:  # nobody is reading it closely: make readers start over
+        if (
+            len(self._skill_log) >= _MAX_LOG
+        ):  # nobody is reading it closely: make readers start over
             self.generation += 1
             self._skill_log.clear()
         self._skill_log.append(skill_id)
@@ -180,10 +214,16 @@ class Views:
         by_author = self._entries[RecordType.CELL].get((map_name, cell))
         if not by_author:
             return None
-        return max(by_author.items(), key=lambda item: (item[1]["confidence"], item[1]["hlc"], item[0]))
+        return max(
+            by_author.items(), key=lambda item: (item[1]["confidence"], item[1]["hlc"], item[0])
+        )
 
     def cells(self, map_name: str) -> list[str]:
-        return sorted(c for c in self._cells_by_map.get(map_name, ()) if (map_name, c) in self._entries[RecordType.CELL])
+        return sorted(
+            c
+            for c in self._cells_by_map.get(map_name, ())
+            if (map_name, c) in self._entries[RecordType.CELL]
+        )
 
     def map_names(self) -> list[str]:
         return sorted(m for m in self._cells_by_map if self.cells(m))
@@ -198,10 +238,12 @@ class Views:
             per_site[site] = per_site.get(site, Counts()) + value
         return per_site
 
-    def delegation_records(self) -> tuple[dict[bytes, dict[bytes, dict]], dict[bytes, dict[bytes, dict]]]:
+    def delegation_records(
+        self,
+    ) -> tuple[dict[bytes, dict[bytes, dict]], dict[bytes, dict[bytes, dict]]]:
         """{root: {device: record}} for delegations and for key revocations, as the views hold them."""
         result: tuple[dict[bytes, dict[bytes, dict]], dict[bytes, dict[bytes, dict]]] = ({}, {})
-        for out, rtype in zip(result, (RecordType.DELEGATE, RecordType.KEY_REVOKE)):
+        for out, rtype in zip(result, (RecordType.DELEGATE, RecordType.KEY_REVOKE), strict=True):
             for device, by_root in self._entries[rtype].items():
                 for root, record in by_root.items():
                     out.setdefault(root, {})[bytes.fromhex(str(device))] = record

@@ -19,7 +19,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-_GC, _DELETED, _JSON, _BINARY, _STRING, _EMBED, _FORMAT, _TYPE, _ANY, _DOC, _SKIP = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+_GC, _DELETED, _JSON, _BINARY, _STRING, _EMBED, _FORMAT, _TYPE, _ANY, _DOC, _SKIP = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+    10,
+)
 # Nested type refs yrs and Yjs read alike: array, map, text, XML element (followed by its name), XML
 # fragment, XML text, subdocument, undefined. (An XML hook's name and a weak link's ids only Yjs reads.)
 _TYPE_REFS, _XML_ELEMENT = frozenset({0, 1, 2, 3, 4, 6, 9, 15}), 3
@@ -48,7 +60,9 @@ class ParsedUpdate:
     """
 
     writes: set[int] = field(default_factory=set)
-    contents: set[int] = field(default_factory=set)  # the struct content kinds present (GC=0 ... SKIP=10)
+    contents: set[int] = field(
+        default_factory=set
+    )  # the struct content kinds present (GC=0 ... SKIP=10)
     roots: set[str] = field(default_factory=set)  # root types it names
     groups: list[tuple[int, int, int]] = field(default_factory=list)
     structs: list[tuple[int, int, int]] = field(default_factory=list)
@@ -86,21 +100,27 @@ def _u32(data: bytes, pos: int, what: str) -> tuple[int, int]:
     """A var-uint yrs reads as u32: refused if it does not fit, as yrs would read other bits than written."""
     value, end = _uint(data, pos)
     if value > MAX_CLOCK:
-        raise MalformedUpdate(f"{what} {value} at byte {pos} is beyond 2**32 - 1, where yrs reads another value")
+        raise MalformedUpdate(
+            f"{what} {value} at byte {pos} is beyond 2**32 - 1, where yrs reads another value"
+        )
     return value, end
 
 
 def _client(data: bytes, pos: int) -> tuple[int, int]:
     value, end = _uint(data, pos)
     if value > MAX_CLIENT:
-        raise MalformedUpdate(f"client id {value} at byte {pos} is not below 2**53, where yrs reads another id")
+        raise MalformedUpdate(
+            f"client id {value} at byte {pos} is not below 2**53, where yrs reads another id"
+        )
     return value, end
 
 
 def _end(clock: int, length: int, what: str) -> int:
     """clock + length, refused where yrs's u32 sum would overflow."""
     if clock + length > MAX_CLOCK:
-        raise MalformedUpdate(f"{what} at clock {clock} of length {length} runs past 2**32 - 1, where yrs wraps")
+        raise MalformedUpdate(
+            f"{what} at clock {clock} of length {length} runs past 2**32 - 1, where yrs wraps"
+        )
     return clock + length
 
 
@@ -174,7 +194,9 @@ def parse_update(update: bytes) -> ParsedUpdate:
         at = pos
         client, pos = _client(data, pos)
         start, pos = _u32(data, pos, "clock")
-        if client in found.writes:  # yrs would append the second group to the first, whatever its clock
+        if (
+            client in found.writes
+        ):  # yrs would append the second group to the first, whatever its clock
             raise MalformedUpdate(f"client {client} has two struct groups (at byte {at})")
         if not structs:
             raise MalformedUpdate(f"the struct group of client {client} is empty")
@@ -212,7 +234,9 @@ def _id(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate) -> 
     ref_client, pos = _client(data, pos)
     ref_clock, pos = _u32(data, pos, "clock")
     if ref_client == client and ref_clock >= clock:
-        raise MalformedUpdate(f"the item at clock {clock} points at clock {ref_clock} (byte {at}), not before it")
+        raise MalformedUpdate(
+            f"the item at clock {clock} points at clock {ref_clock} (byte {at}), not before it"
+        )
     found.references.append((ref_client, ref_clock))
     return pos
 
@@ -224,8 +248,12 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
     info = data[pos]
     pos += 1
     ref = info & 0x1F
-    if ref in (_GC, _SKIP) and info != ref:  # yrs takes only the bare byte for these, else an item of kind ref & 15
-        raise MalformedUpdate(f"struct info byte {info:#x} at byte {pos - 1} is read differently by yrs")
+    if (
+        ref in (_GC, _SKIP) and info != ref
+    ):  # yrs takes only the bare byte for these, else an item of kind ref & 15
+        raise MalformedUpdate(
+            f"struct info byte {info:#x} at byte {pos - 1} is read differently by yrs"
+        )
     found.contents.add(ref)
     if ref in (_GC, _SKIP):
         length, pos = _u32(data, pos, "length")
@@ -244,7 +272,9 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
             pos = _id(data, pos, client, clock, found)
             found.nested += 1
         else:
-            raise MalformedUpdate(f"parent kind {named} at clock {clock} is neither 0 (an item) nor 1 (a root)")
+            raise MalformedUpdate(
+                f"parent kind {named} at clock {clock} is neither 0 (an item) nor 1 (a root)"
+            )
         if info & 0x20:
             pos = _string(data, pos)[1]  # parent sub (the map key)
     pos, length = _content(data, pos, ref, found)
@@ -255,7 +285,9 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
 
 def _nonzero(length: int, clock: int) -> int:
     if not length:
-        raise MalformedUpdate(f"an empty struct at clock {clock}")  # yrs drops it; Yjs never writes one
+        raise MalformedUpdate(
+            f"an empty struct at clock {clock}"
+        )  # yrs drops it; Yjs never writes one
     return length
 
 
@@ -280,7 +312,9 @@ def _content(data: bytes, pos: int, ref: int, found: ParsedUpdate) -> tuple[int,
     if ref == _TYPE:  # yrs reads the type ref as one byte, Yjs as a var-uint: the same below 128
         type_ref = data[pos] if pos < len(data) else None
         if type_ref not in _TYPE_REFS:
-            raise MalformedUpdate(f"nested type ref {type_ref} at byte {pos} is not one yrs and Yjs read alike")
+            raise MalformedUpdate(
+                f"nested type ref {type_ref} at byte {pos} is not one yrs and Yjs read alike"
+            )
         return (_string(data, pos + 1)[1] if type_ref == _XML_ELEMENT else pos + 1), 1
     if ref == _DOC:  # a guid, then options
         return _any(data, _string(data, pos)[1], ParsedUpdate()), 1  # its options are no record

@@ -39,7 +39,9 @@ class Home:
 
     def _need_store(self) -> None:
         if not self.store.exists():
-            raise click.ClickException(f"no knowledge base in {self.path}; run `simnet init` there, or pass --home")
+            raise click.ClickException(
+                f"no knowledge base in {self.path}; run `simnet init` there, or pass --home"
+            )
 
     def open_readonly(self) -> knowledge.KnowledgeBase:
         self._need_store()
@@ -67,8 +69,11 @@ class _Commands(click.Group):
         self.prefix = prefix
 
     def _registered(self) -> dict[str, EntryPoint]:
-        found = {entry.name.removeprefix(self.prefix): entry for entry in entry_points(group="simnet.commands")
-                 if entry.name.startswith(self.prefix)}
+        found = {
+            entry.name.removeprefix(self.prefix): entry
+            for entry in entry_points(group="simnet.commands")
+            if entry.name.startswith(self.prefix)
+        }
         return {name: entry for name, entry in found.items() if "." not in name}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -82,14 +87,22 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands)
-@click.option("--home", envvar="SIMNET_HOME", default=".", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path), help="The site's directory (or $SIMNET_HOME).")
+@click.option(
+    "--home",
+    envvar="SIMNET_HOME",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The site's directory (or $SIMNET_HOME).",
+)
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.pass_context
 def main(ctx: click.Context, home: Path, verbose: int) -> None:
     """simnet: share robot skills, maps and certificates across sites, safely."""
-    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     ctx.obj = Home(home)
 
 
@@ -107,8 +120,14 @@ def skills_list(home: Home, task: str | None, active: bool, as_json: bool) -> No
     """List skills: id, name, task, active, revoked."""
     with home.open_readonly() as kb:
         rows = [
-            {"id": s.id, "name": s.name, "task": s.task, "author": s.author,
-             "active": kb.is_active(s.id), "revoked": kb.is_revoked(s.id)}
+            {
+                "id": s.id,
+                "name": s.name,
+                "task": s.task,
+                "author": s.author,
+                "active": kb.is_active(s.id),
+                "revoked": kb.is_revoked(s.id),
+            }
             for s in kb.skills.list(task=task, active_only=active)
         ]
     lines = [f"{'id':16}  {'name':32} {'task':14} state"]
@@ -125,9 +144,13 @@ def skills_list(home: Home, task: str | None, active: bool, as_json: bool) -> No
 def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
     """Show one skill (an id prefix is enough), its activation, certificates and counts."""
     with home.open_readonly() as kb:
-        matches = [s for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(skill_id.lower())]
+        matches = [
+            s for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(skill_id.lower())
+        ]
         if len(matches) != 1:
-            raise click.ClickException(f"{len(matches)} skills match {skill_id!r}; give more of the id")
+            raise click.ClickException(
+                f"{len(matches)} skills match {skill_id!r}; give more of the id"
+            )
         skill = matches[0]
         activation = kb.activation(skill.id)
         data = {
@@ -138,9 +161,14 @@ def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
             "certificates": [asdict(c) for c in kb.certificates.for_skill(skill.id)],
             "counts": asdict(kb.counters.get(skill.id)),
         }
-    human = [f"{skill.name}  ({skill.task})", f"id        {skill.id}", f"author    {skill.author}",
-             f"active    {data['active']}  ({'; '.join(data['reasons'])})",
-             f"counts    {data['counts']}", f"certified {len(data['certificates'])} time(s)"]
+    human = [
+        f"{skill.name}  ({skill.task})",
+        f"id        {skill.id}",
+        f"author    {skill.author}",
+        f"active    {data['active']}  ({'; '.join(data['reasons'])})",
+        f"counts    {data['counts']}",
+        f"certified {len(data['certificates'])} time(s)",
+    ]
     if skill.description:
         human.insert(1, skill.description)
     emit(data, as_json, "\n".join(human))
@@ -151,27 +179,60 @@ def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
 @click.option("--urdf", type=click.Path(exists=True, dir_okay=False), help="The robot's URDF file.")
 @click.option("--task", help="Only this task family.")
 @click.option("-k", "k", default=10, show_default=True, help="How many skills.")
-@click.option("--all", "include_inactive", is_flag=True, help="Include inactive and revoked skills.")
+@click.option(
+    "--all", "include_inactive", is_flag=True, help="Include inactive and revoked skills."
+)
 @click.option("--min-branches", default=0, show_default=True, help="Minimum certified branches.")
-@click.option("--encoder", "encoder_spec", default="features", show_default=True,
-              help="'features', 'learned' (the shipped weights) or a weights file from `simnet encoder train`.")
+@click.option(
+    "--encoder",
+    "encoder_spec",
+    default="features",
+    show_default=True,
+    help="'features', 'learned' (the shipped weights) or a weights file from `simnet encoder train`.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def skills_query(home: Home, mjcf: str | None, urdf: str | None, task: str | None, k: int, include_inactive: bool,
-                 min_branches: int, encoder_spec: str, as_json: bool) -> None:
+def skills_query(
+    home: Home,
+    mjcf: str | None,
+    urdf: str | None,
+    task: str | None,
+    k: int,
+    include_inactive: bool,
+    min_branches: int,
+    encoder_spec: str,
+    as_json: bool,
+) -> None:
     """Skills that should work on this body, nearest first."""
     if (mjcf is None) == (urdf is None):
         raise click.UsageError("give exactly one of --mjcf or --urdf")
     body = knowledge.Embodiment.from_mjcf(mjcf) if mjcf else knowledge.Embodiment.from_urdf(urdf)  # type: ignore[arg-type]
     encoder = load_encoder(encoder_spec)
     with home.open_readonly() as kb:
-        results = kb.skills.query(body, task=task, k=k, active_only=not include_inactive,
-                                  min_certified_branches=min_branches, encoder=encoder)
-    rows = [{"id": r.skill.id, "name": r.skill.name, "task": r.skill.task, "distance": r.distance,
-             "active": r.activation.active, "certificates": asdict(r.certificates)} for r in results]
+        results = kb.skills.query(
+            body,
+            task=task,
+            k=k,
+            active_only=not include_inactive,
+            min_certified_branches=min_branches,
+            encoder=encoder,
+        )
+    rows = [
+        {
+            "id": r.skill.id,
+            "name": r.skill.name,
+            "task": r.skill.task,
+            "distance": r.distance,
+            "active": r.activation.active,
+            "certificates": asdict(r.certificates),
+        }
+        for r in results
+    ]
     lines = [f"{'distance':>9}  {'id':16}  {'name':32} {'task':12} active"]
-    lines += [f"{r['distance']:9.4f}  {r['id'][:16]}  {r['name'][:32]:32} {r['task'][:12]:12} {r['active']}"
-              for r in rows]
+    lines += [
+        f"{r['distance']:9.4f}  {r['id'][:16]}  {r['name'][:32]:32} {r['task'][:12]:12} {r['active']}"
+        for r in rows
+    ]
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
 
 

@@ -29,10 +29,24 @@ Evaluations with `workers > 1` and worlds with worker processes start processes:
 `if __name__ == "__main__":`.
 """
 
-from ._bodies import Robot, Slot, procedural_arm, procedural_legged, robot_population, shipped_robots
-from ._certify import Verification, certify, load_policy, publish_skill, randomized, verify_certificate
-from ._distill import distill, fit_mlp
+from ._bodies import (
+    Robot,
+    Slot,
+    procedural_arm,
+    procedural_legged,
+    robot_population,
+    shipped_robots,
+)
 from ._branches import Branch, Replay
+from ._certify import (
+    Verification,
+    certify,
+    load_policy,
+    publish_skill,
+    randomized,
+    verify_certificate,
+)
+from ._distill import distill, fit_mlp
 from ._entities import Entity
 from ._errors import (
     BackendError,
@@ -68,27 +82,101 @@ from ._ray import use_ray
 from ._record import Reproduction, check_record, record_hash, reproduce
 from ._rollout import BranchOutcome, branch_patch
 from ._segments import Event
-from ._snapshot import Snapshot
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
-from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, fixed_sample_size, wilson_lower
+from ._snapshot import Snapshot
+from ._stats import (
+    SPRT,
+    clopper_pearson_interval,
+    clopper_pearson_lower,
+    fixed_sample_size,
+    wilson_lower,
+)
 from ._tasks import Task
 from ._templates import Template
 from ._transfer import NativeSkill, native_skill, retarget, transfer_dataset
 from ._world import Intervention, Migration, World
 
 __all__ = [
-    "BranchOutcome", "Comparison", "Verification", "certify", "load_policy", "publish_skill", "randomized",
-    "verify_certificate", "EntryPointError", "EntryPointRef", "Evaluation",
-    "IncompatibleTemplateError", "MLP", "MLPSpec", "Mutation", "MutationError", "Patch", "PolicyCallError",
-    "PolicyOutputError", "PolicyRunError", "RecordError", "Reproduction", "SPRT", "Sampler",
-    "SamplerSpecError", "SamplerTerm", "SimError", "Skill", "SkillPayloadError", "SkillSpecError",
-    "SpecError", "Task", "TaskDefinitionError", "Template", "TemplateError", "branch_patch", "check_record",
-    "clopper_pearson_interval", "clopper_pearson_lower", "compare", "distill", "evaluate", "fit_mlp",
-    "fixed_sample_size", "load_sampler", "load_skill", "load_task", "record_hash", "reproduce",
-    "shipped_skills", "shipped_tasks", "wilson_lower",
-    "BackendError", "Branch", "CorruptCheckpointError", "CorruptLogError", "CorruptWorldError", "Entity", "Event",
-    "HistoryError", "Intervention", "Migration", "Replay", "ReplayTemplateError", "Snapshot", "UnknownEntityError",
-    "UnknownShardError", "WorkerLostError", "World", "WorldError", "WorldLockedError", "use_ray",
-    "NativeSkill", "Robot", "Slot", "native_skill", "procedural_arm", "procedural_legged", "retarget",
-    "robot_population", "shipped_robots", "transfer_dataset",
+    "BranchOutcome",
+    "Comparison",
+    "Verification",
+    "certify",
+    "load_policy",
+    "publish_skill",
+    "randomized",
+    "verify_certificate",
+    "EntryPointError",
+    "EntryPointRef",
+    "Evaluation",
+    "IncompatibleTemplateError",
+    "MLP",
+    "MLPSpec",
+    "Mutation",
+    "MutationError",
+    "Patch",
+    "PolicyCallError",
+    "PolicyOutputError",
+    "PolicyRunError",
+    "RecordError",
+    "Reproduction",
+    "SPRT",
+    "Sampler",
+    "SamplerSpecError",
+    "SamplerTerm",
+    "SimError",
+    "Skill",
+    "SkillPayloadError",
+    "SkillSpecError",
+    "SpecError",
+    "Task",
+    "TaskDefinitionError",
+    "Template",
+    "TemplateError",
+    "branch_patch",
+    "check_record",
+    "clopper_pearson_interval",
+    "clopper_pearson_lower",
+    "compare",
+    "distill",
+    "evaluate",
+    "fit_mlp",
+    "fixed_sample_size",
+    "load_sampler",
+    "load_skill",
+    "load_task",
+    "record_hash",
+    "reproduce",
+    "shipped_skills",
+    "shipped_tasks",
+    "wilson_lower",
+    "BackendError",
+    "Branch",
+    "CorruptCheckpointError",
+    "CorruptLogError",
+    "CorruptWorldError",
+    "Entity",
+    "Event",
+    "HistoryError",
+    "Intervention",
+    "Migration",
+    "Replay",
+    "ReplayTemplateError",
+    "Snapshot",
+    "UnknownEntityError",
+    "UnknownShardError",
+    "WorkerLostError",
+    "World",
+    "WorldError",
+    "WorldLockedError",
+    "use_ray",
+    "NativeSkill",
+    "Robot",
+    "Slot",
+    "native_skill",
+    "procedural_arm",
+    "procedural_legged",
+    "retarget",
+    "robot_population",
+    "shipped_robots",
+    "transfer_dataset",
 ]

@@ -78,8 +78,10 @@ class Robot:
     def task(self, family: str) -> Task:
         """This body's task of a family (one of `tasks`)."""
         if family not in self.tasks:
-            raise ValueError(f"{self.name} is a{'n' if self.kind == 'arm' else ''} {self.kind} body: "
-                             f"its tasks are {list(self.tasks)}, not {family!r}")
+            raise ValueError(
+                f"{self.name} is a{'n' if self.kind == 'arm' else ''} {self.kind} body: "
+                f"its tasks are {list(self.tasks)}, not {family!r}"
+            )
         return _reach_task(self) if family == "reach" else _posture_task(self)
 
 
@@ -95,7 +97,9 @@ def procedural_arm(seed: int) -> Robot:
     """A procedural arm: pattern, dof (3-7), reach, proportions, home bends, masses, limits, gear."""
     rng = np.random.default_rng([seed, 1])
     pattern, nominal, bends = _ARM_PATTERNS[int(rng.integers(len(_ARM_PATTERNS)))]
-    n = int(rng.integers(4 if pattern[2] == "z" else 3, 8))  # a roll third joint needs a fourth to reach in 3D
+    n = int(
+        rng.integers(4 if pattern[2] == "z" else 3, 8)
+    )  # a roll third joint needs a fourth to reach in 3D
     axes = pattern[:n]
     reach = float(np.exp(rng.uniform(math.log(0.55), math.log(1.1))))
     weights = np.array(nominal[:n]) * rng.uniform(0.8, 1.25, n)
@@ -108,16 +112,39 @@ def procedural_arm(seed: int) -> Robot:
     pitch = np.array([a != "z" for a in axes])
     for _ in range(50):  # a home posture far from singular, so the arm can move its tool every way
         home = (np.array(bends[:n]) + rng.normal(0.0, 0.15, n)) * pitch
-        scene = _arm_scene(seed, axes, lengths, home, gear, stiffness, density, widths, damping, armature, reach)
+        scene = _arm_scene(
+            seed, axes, lengths, home, gear, stiffness, density, widths, damping, armature, reach
+        )
         if _conditioning(scene) > 0.2:
             break
     joints = tuple(f"j{k + 1}" for k in range(n))
-    return Robot(f"arm-{seed}", "arm", scene, joints, tuple(Slot(0.0, k) for k in range(n)), (gear,) * n,
-                 reach, (0.0,) * n, None, f"procedural arm, seed {seed}")
+    return Robot(
+        f"arm-{seed}",
+        "arm",
+        scene,
+        joints,
+        tuple(Slot(0.0, k) for k in range(n)),
+        (gear,) * n,
+        reach,
+        (0.0,) * n,
+        None,
+        f"procedural arm, seed {seed}",
+    )
 
 
-def _arm_scene(seed: int, axes: str, lengths: np.ndarray, home: np.ndarray, gear: float, stiffness: float,
-               density: float, widths: np.ndarray, damping: np.ndarray, armature: np.ndarray, reach: float) -> str:
+def _arm_scene(
+    seed: int,
+    axes: str,
+    lengths: np.ndarray,
+    home: np.ndarray,
+    gear: float,
+    stiffness: float,
+    density: float,
+    widths: np.ndarray,
+    damping: np.ndarray,
+    armature: np.ndarray,
+    reach: float,
+) -> str:
     n = len(axes)
     radius = 0.035 * reach / 0.9
     chain, closing = [], []
@@ -156,8 +183,10 @@ def _arm_scene(seed: int, axes: str, lengths: np.ndarray, home: np.ndarray, gear
     data = mujoco.MjData(model)
     mujoco.mj_kinematics(model, data)
     tool = _f(data.site("ee").xpos)
-    markers = (f'<site name="home" pos="{tool}" size="0.01" rgba="1 1 1 0.3"/>'
-               f'<body name="target" pos="{tool}"><site name="target" size="0.025" rgba="0 1 0 0.6"/></body>')
+    markers = (
+        f'<site name="home" pos="{tool}" size="0.01" rgba="1 1 1 0.3"/>'
+        f'<body name="target" pos="{tool}"><site name="target" size="0.025" rgba="0 1 0 0.6"/></body>'
+    )
     return robot.replace("MARKERS", markers)
 
 
@@ -182,7 +211,10 @@ def procedural_legged(seed: int) -> Robot:
     torso = leg * rng.uniform(1.4, 2.4)
     gear = float(np.exp(rng.uniform(math.log(0.8), math.log(1.25))))
     stiffness = 28 * leg / 0.35 * rng.uniform(0.8, 1.25)
-    torso_mass, leg_mass = 4.0 * torso / 0.6 * rng.uniform(0.8, 1.25), 0.4 * leg / 0.35 * rng.uniform(0.8, 1.25)
+    torso_mass, leg_mass = (
+        4.0 * torso / 0.6 * rng.uniform(0.8, 1.25),
+        0.4 * leg / 0.35 * rng.uniform(0.8, 1.25),
+    )
     hip, knee = rng.uniform(0.9, 1.1), rng.uniform(1.0, 1.3)
     parts, joints, slots, ranges = [], [], [], []
     for i in range(legs):
@@ -200,7 +232,7 @@ def procedural_legged(seed: int) -> Robot:
     actuators = "".join(
         f'<position name="{j}" joint="{j}" gear="{gear:.6g}" kp="{kp:.6g}" kv="{kv:.6g}" '
         f'ctrlrange="{low * gear:.6g} {high * gear:.6g}"/>'
-        for j, (low, high) in zip(joints, ranges)
+        for j, (low, high) in zip(joints, ranges, strict=True)
     )
     scene = f"""<mujoco model="legged-{seed}">
   <compiler angle="radian" autolimits="true"/>
@@ -222,8 +254,18 @@ def procedural_legged(seed: int) -> Robot:
   </worldbody>
   <actuator>{actuators}</actuator>
 </mujoco>"""
-    return Robot(f"legged-{seed}", "legged", _posture_markers(scene), tuple(joints), tuple(slots),
-                 (gear,) * len(joints), thigh + shin, (0.0,) * len(joints), None, f"procedural legged body, seed {seed}")
+    return Robot(
+        f"legged-{seed}",
+        "legged",
+        _posture_markers(scene),
+        tuple(joints),
+        tuple(slots),
+        (gear,) * len(joints),
+        thigh + shin,
+        (0.0,) * len(joints),
+        None,
+        f"procedural legged body, seed {seed}",
+    )
 
 
 def shipped_robots() -> list[Robot]:
@@ -235,14 +277,31 @@ def shipped_robots() -> list[Robot]:
     mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
     mujoco.mj_kinematics(model, data)
     spec.worldbody.add_site(name="home", pos=data.site("ee").xpos.copy(), size=[0.01, 0, 0])
-    arm7 = Robot("simnet-arm7", "arm", spec.to_xml(), tuple(f"j{k}" for k in range(1, 8)),
-                 tuple(Slot(0.0, k) for k in range(7)), (1.0,) * 7, _arm_reach(model),
-                 tuple(float(q) for q in data.qpos), "home", "sim/assets/scenes/arm7.xml")
+    arm7 = Robot(
+        "simnet-arm7",
+        "arm",
+        spec.to_xml(),
+        tuple(f"j{k}" for k in range(1, 8)),
+        tuple(Slot(0.0, k) for k in range(7)),
+        (1.0,) * 7,
+        _arm_reach(model),
+        tuple(float(q) for q in data.qpos),
+        "home",
+        "sim/assets/scenes/arm7.xml",
+    )
     # the walker's actuators run hind hip, hind knee, fore hip, fore knee; legs count from the front
-    walker = Robot("simnet-walker", "legged", _posture_markers((scenes / "walker.xml").read_text()),
-                   ("hhip", "hknee", "fhip", "fknee"),
-                   (Slot(1.0, 0), Slot(1.0, 1), Slot(0.0, 0), Slot(0.0, 1)), (1.0,) * 4, 0.32, (0.0,) * 4, None,
-                   "sim/assets/scenes/walker.xml")
+    walker = Robot(
+        "simnet-walker",
+        "legged",
+        _posture_markers((scenes / "walker.xml").read_text()),
+        ("hhip", "hknee", "fhip", "fknee"),
+        (Slot(1.0, 0), Slot(1.0, 1), Slot(0.0, 0), Slot(0.0, 1)),
+        (1.0,) * 4,
+        0.32,
+        (0.0,) * 4,
+        None,
+        "sim/assets/scenes/walker.xml",
+    )
     return [arm7, walker]
 
 
@@ -255,7 +314,9 @@ def _posture_markers(scene: str) -> str:
     torso = spec.body("torso")
     for end, x in (("front", half), ("back", -half)):
         torso.add_site(name=end, pos=[x, 0, 0], size=[0.015, 0, 0])
-        spec.worldbody.add_site(name=f"home_{end}", pos=[x, 0, height], size=[0.01, 0, 0], rgba=[1, 1, 1, 0.3])
+        spec.worldbody.add_site(
+            name=f"home_{end}", pos=[x, 0, height], size=[0.01, 0, 0], rgba=[1, 1, 1, 0.3]
+        )
         goal = spec.worldbody.add_body(name=f"goal_{end}", pos=[x, 0, height])
         goal.add_site(name=f"goal_{end}", size=[0.02, 0, 0], rgba=[0, 1, 0, 0.6])
     return spec.to_xml()
@@ -273,7 +334,9 @@ def _arm_reach(model: mujoco.MjModel) -> float:
 
 def robot_population(arms: int, legged: int, *, seed: int = 0, shipped: bool = True) -> list[Robot]:
     """`arms` procedural arms and `legged` legged bodies (seeds from `seed` on), plus the shipped robots."""
-    population = [procedural_arm(seed + i) for i in range(arms)] + [procedural_legged(seed + i) for i in range(legged)]
+    population = [procedural_arm(seed + i) for i in range(arms)] + [
+        procedural_legged(seed + i) for i in range(legged)
+    ]
     return population + (shipped_robots() if shipped else [])
 
 
@@ -290,20 +353,52 @@ POSTURE_TOLERANCE = 0.05
 def _reach_task(robot: Robot) -> Task:
     joints = list(robot.joints)
     box = [b * robot.size for b in _BOX]
-    return Task({
-        "format": "simnet.task/1", "name": f"reach-{robot.name}", "embodiment": robot.name, "scene": robot.scene,
-        "keyframe": robot.keyframe,
-        "init": [{"target": "body/target/pos", "op": "add", "dist": "uniform", "low": [-b for b in box], "high": box},
-                 {"target": "joint/j*/qpos", "op": "add", "dist": "normal", "mean": 0.0, "std": 0.02}],
-        "observation": [{"term": "qpos", "joints": joints}, {"term": "qvel", "joints": joints},
-                        {"term": "site_delta", "from": "home", "to": "target"}],
-        "action": {"mode": "absolute"},
-        "reward": [{"term": "site_distance", "from": "ee", "to": "target", "weight": -1.0}],
-        "success": {"when": "end", "all": [{"term": "site_distance", "from": "ee", "to": "target",
-                                            "below": REACH_TOLERANCE * robot.size}]},
-        "failure": [], "horizon": 30, "control_substeps": 10,
-    })
-
+    return Task(
+        {
+            "format": "simnet.task/1",
+            "name": f"reach-{robot.name}",
+            "embodiment": robot.name,
+            "scene": robot.scene,
+            "keyframe": robot.keyframe,
+            "init": [
+                {
+                    "target": "body/target/pos",
+                    "op": "add",
+                    "dist": "uniform",
+                    "low": [-b for b in box],
+                    "high": box,
+                },
+                {
+                    "target": "joint/j*/qpos",
+                    "op": "add",
+                    "dist": "normal",
+                    "mean": 0.0,
+                    "std": 0.02,
+                },
+            ],
+            "observation": [
+                {"term": "qpos", "joints": joints},
+                {"term": "qvel", "joints": joints},
+                {"term": "site_delta", "from": "home", "to": "target"},
+            ],
+            "action": {"mode": "absolute"},
+            "reward": [{"term": "site_distance", "from": "ee", "to": "target", "weight": -1.0}],
+            "success": {
+                "when": "end",
+                "all": [
+                    {
+                        "term": "site_distance",
+                        "from": "ee",
+                        "to": "target",
+                        "below": REACH_TOLERANCE * robot.size,
+                    }
+                ],
+            },
+            "failure": [],
+            "horizon": 30,
+            "control_substeps": 10,
+        }
+    )
 
 
 def _posture_task(robot: Robot) -> Task:
@@ -311,20 +406,66 @@ def _posture_task(robot: Robot) -> Task:
     height = float(mujoco.MjModel.from_xml_string(robot.scene).body("torso").pos[2])
     low, high = (round(z * robot.size, 6) for z in POSTURE_RANGE)
     ends = ("front", "back")
-    return Task({
-        "format": "simnet.task/1", "name": f"posture-{robot.name}", "embodiment": robot.name, "scene": robot.scene,
-        "keyframe": robot.keyframe,
-        "init": [*({"target": f"body/goal_{end}/pos", "op": "add", "dist": "uniform", "low": [0, 0, low],
-                    "high": [0, 0, high]} for end in ends),
-                 *({"target": f"joint/{j}/qpos", "op": "add", "dist": "normal", "mean": 0.0, "std": 0.03}
-                   for j, slot in zip(joints, robot.slots) if slot.joint == 0)],
-        "observation": [{"term": "qpos", "joints": joints}, {"term": "qvel", "joints": joints},
-                        *({"term": "site_delta", "from": f"home_{end}", "to": f"goal_{end}"} for end in ends)],
-        "action": {"mode": "absolute"},
-        "reward": [{"term": "site_distance", "from": end, "to": f"goal_{end}", "weight": -1.0} for end in ends],
-        "success": {"when": "end", "all": [{"term": "site_distance", "from": end, "to": f"goal_{end}",
-                                            "below": round(POSTURE_TOLERANCE * robot.size, 6)} for end in ends]},
-        "failure": [{"term": "body_upright", "body": "torso", "below": 0.5},
-                    {"term": "body_height", "body": "torso", "below": round(0.4 * height, 6)}],
-        "horizon": 75, "control_substeps": 4,
-    })
+    return Task(
+        {
+            "format": "simnet.task/1",
+            "name": f"posture-{robot.name}",
+            "embodiment": robot.name,
+            "scene": robot.scene,
+            "keyframe": robot.keyframe,
+            "init": [
+                *(
+                    {
+                        "target": f"body/goal_{end}/pos",
+                        "op": "add",
+                        "dist": "uniform",
+                        "low": [0, 0, low],
+                        "high": [0, 0, high],
+                    }
+                    for end in ends
+                ),
+                *(
+                    {
+                        "target": f"joint/{j}/qpos",
+                        "op": "add",
+                        "dist": "normal",
+                        "mean": 0.0,
+                        "std": 0.03,
+                    }
+                    for j, slot in zip(joints, robot.slots, strict=True)
+                    if slot.joint == 0
+                ),
+            ],
+            "observation": [
+                {"term": "qpos", "joints": joints},
+                {"term": "qvel", "joints": joints},
+                *(
+                    {"term": "site_delta", "from": f"home_{end}", "to": f"goal_{end}"}
+                    for end in ends
+                ),
+            ],
+            "action": {"mode": "absolute"},
+            "reward": [
+                {"term": "site_distance", "from": end, "to": f"goal_{end}", "weight": -1.0}
+                for end in ends
+            ],
+            "success": {
+                "when": "end",
+                "all": [
+                    {
+                        "term": "site_distance",
+                        "from": end,
+                        "to": f"goal_{end}",
+                        "below": round(POSTURE_TOLERANCE * robot.size, 6),
+                    }
+                    for end in ends
+                ],
+            },
+            "failure": [
+                {"term": "body_upright", "body": "torso", "below": 0.5},
+                {"term": "body_height", "body": "torso", "below": round(0.4 * height, 6)},
+            ],
+            "horizon": 75,
+            "control_substeps": 4,
+        }
+    )

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 class Branch:
     """A fork of one shard: it starts as the shard was at `base_tick` and lives on its own log."""
 
-    def __init__(self, world: "World", shard: str, branch_id: str) -> None:
+    def __init__(self, world: World, shard: str, branch_id: str) -> None:
         self.world = world
         self.shard = shard
         self.id = branch_id
@@ -44,7 +44,9 @@ class Branch:
 
     @property
     def base_tick(self) -> int:
-        with self.world._lock:  # a read may fold the redo file in: not in the middle of another thread's batch
+        with (
+            self.world._lock
+        ):  # a read may fold the redo file in: not in the middle of another thread's batch
             return self.world._log(self.shard, self.id).base_tick
 
     @property
@@ -56,8 +58,13 @@ class Branch:
         with self.world._lock:
             return self.world._log(self.shard, self.id).label
 
-    def apply(self, mutations: Mutation | Sequence[Mutation], *, provenance: str = "api",
-              at: int | None = None) -> Event:
+    def apply(
+        self,
+        mutations: Mutation | Sequence[Mutation],
+        *,
+        provenance: str = "api",
+        at: int | None = None,
+    ) -> Event:
         """Log an event on this branch only (at its head by default), as `World.apply`."""
         return self.world._apply(self.shard, self.id, mutations, provenance, at)
 
@@ -65,8 +72,19 @@ class Branch:
         """Step the branch; returns its new head."""
         steps = check_steps(steps)
         with self.world._lock:
-            self.world._wait_all([(self.shard, self.world._call(
-                self.shard, self.id, "advance", self.world._flush_args(self.shard, self.id, steps)))])
+            self.world._wait_all(
+                [
+                    (
+                        self.shard,
+                        self.world._call(
+                            self.shard,
+                            self.id,
+                            "advance",
+                            self.world._flush_args(self.shard, self.id, steps),
+                        ),
+                    )
+                ]
+            )
             return self.head
 
     def snapshot(self) -> Snapshot:
@@ -109,14 +127,16 @@ class Replay:
         return self.branch is None and not self.mismatched
 
 
-def fork(world: "World", shard: str, at: int, label: str) -> Branch:
+def fork(world: World, shard: str, at: int, label: str) -> Branch:
     check_text("label", label)
     with world._lock:
         log = world._log(shard, CANONICAL)
         tick = as_int(at)
         if tick is None or not log.base_tick <= tick <= log.head:
-            raise HistoryError(f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
-                               f"cannot fork at {at!r}")
+            raise HistoryError(
+                f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
+                f"cannot fork at {at!r}"
+            )
         at = tick
         branch_id = uuid.uuid4().hex[:16]
         with world._store.transaction():
@@ -124,15 +144,19 @@ def fork(world: "World", shard: str, at: int, label: str) -> Branch:
         return Branch(world, shard, branch_id)
 
 
-def replay(world: "World", shard: str, start: int, stop: int, interventions: Sequence["Intervention"]) -> Replay:
+def replay(
+    world: World, shard: str, start: int, stop: int, interventions: Sequence[Intervention]
+) -> Replay:
     from ._world import Intervention
 
     with world._lock:
         log = world._log(shard, CANONICAL)
         first, last = as_int(start), as_int(stop)
         if first is None or last is None or not log.base_tick <= first <= last <= log.head:
-            raise HistoryError(f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
-                               f"cannot replay {start!r}..{stop!r}")
+            raise HistoryError(
+                f"shard {shard!r} has history for ticks {log.base_tick}..{log.head}: "
+                f"cannot replay {start!r}..{stop!r}"
+            )
         start, stop = first, last
         store = world._store
         interventions = tuple(interventions)
@@ -144,15 +168,30 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
                     raise ValueError(f"interventions are sim.Intervention objects, got {iv!r}")
                 at = check_tick("an intervention's tick", iv.at)
                 if not start <= at < stop:
-                    raise HistoryError(f"an intervention at tick {at} is outside the replay [{start}, {stop})")
-                added.append(mutate_event(template, at, [iv.mutation], check_text("an intervention's provenance",
-                                                                                    iv.provenance)))
-            rows = [(e.tick, e.entity, e.kind, e.change, f"{e.provenance} (canonical #{e.seq})")
-                    for e in store.events(shard, CANONICAL, first_tick=start, last_tick=stop - 1)]
+                    raise HistoryError(
+                        f"an intervention at tick {at} is outside the replay [{start}, {stop})"
+                    )
+                added.append(
+                    mutate_event(
+                        template,
+                        at,
+                        [iv.mutation],
+                        check_text("an intervention's provenance", iv.provenance),
+                    )
+                )
+            rows = [
+                (e.tick, e.entity, e.kind, e.change, f"{e.provenance} (canonical #{e.seq})")
+                for e in store.events(shard, CANONICAL, first_tick=start, last_tick=stop - 1)
+            ]
             rows += added
             rows.sort(key=lambda row: row[0])  # stable: at one tick, the recorded events come first
             with store.transaction():  # the branch and its events, or neither
-                branch = fork(world, shard, start, f"replay {start}..{stop} with {len(interventions)} intervention(s)")
+                branch = fork(
+                    world,
+                    shard,
+                    start,
+                    f"replay {start}..{stop} with {len(interventions)} intervention(s)",
+                )
                 store.append(shard, branch.id, rows)
             branch.advance(stop - start)
             snapshot = branch.snapshot()
@@ -163,28 +202,41 @@ def replay(world: "World", shard: str, start: int, stop: int, interventions: Seq
         xml, _ = store.template(checkpoint.template)
         args = (checkpoint.to_json(), xml, world.checkpoint_every, stop, world._wire(events))
         report = world._call(shard, "", "replay", lambda: args, load=False)()
-        recorded = {c.tick: c for c in store.checkpoints(shard, CANONICAL, checkpoint.tick + 1, stop)}
+        recorded = {
+            c.tick: c for c in store.checkpoints(shard, CANONICAL, checkpoint.tick + 1, stop)
+        }
         crossed = [Checkpoint(**c) for c in report["checkpoints"]]
         checked = tuple(c.tick for c in crossed if c.tick in recorded)
         mismatched = tuple(c.tick for c in crossed if c.tick in recorded and c != recorded[c.tick])
         state = report["state"]
-        snapshot = Snapshot(world.name, world.id, shard, None, stop, store.last_seq(shard, CANONICAL, stop - 1),
-                            cached_template(store.template(state["template"])[0]), Patch.from_json(state["patch"]),
-                            np.frombuffer(state["state"], dtype=np.float64))
+        snapshot = Snapshot(
+            world.name,
+            world.id,
+            shard,
+            None,
+            stop,
+            store.last_seq(shard, CANONICAL, stop - 1),
+            cached_template(store.template(state["template"])[0]),
+            Patch.from_json(state["patch"]),
+            np.frombuffer(state["state"], dtype=np.float64),
+        )
         return Replay(shard, start, stop, snapshot, None, checked, mismatched)
 
 
-def _template_at(world: "World", shard: str, tick: int) -> Template:
+def _template_at(world: World, shard: str, tick: int) -> Template:
     """The canonical template of `shard` on arrival at `tick`."""
     store = world._store
     checkpoint = store.checkpoint(shard, CANONICAL, tick)
-    switches = [e for e in store.events(shard, CANONICAL, first_tick=checkpoint.tick, last_tick=tick - 1)
-                if e.kind in ("leave", "enter")]
+    switches = [
+        e
+        for e in store.events(shard, CANONICAL, first_tick=checkpoint.tick, last_tick=tick - 1)
+        if e.kind in ("leave", "enter")
+    ]
     source = switches[-1].change["template"] if switches else checkpoint.template
     return cached_template(store.template(source)[0])
 
 
-def prune(world: "World", before: int, shards: Sequence[str] | None) -> dict[str, int]:
+def prune(world: World, before: int, shards: Sequence[str] | None) -> dict[str, int]:
     tick = as_int(before)
     if tick is None or tick < 0:
         raise ValueError(f"before must be a non-negative tick, got {before!r}")
@@ -195,11 +247,15 @@ def prune(world: "World", before: int, shards: Sequence[str] | None) -> dict[str
         for shard in targets:
             log = world._log(shard, CANONICAL)
             # a checkpoint at the base always exists: the first one, or the one the last pruning kept
-            starts[shard] = world._store.checkpoint(shard, CANONICAL, min(max(before, log.base_tick), log.head)).tick
+            starts[shard] = world._store.checkpoint(
+                shard, CANONICAL, min(max(before, log.base_tick), log.head)
+            ).tick
             older = [b.branch for b in world._store.logs(shard) if b.base_tick < starts[shard]]
             if older:
-                raise HistoryError(f"shard {shard!r}: branches {older} fork before tick {starts[shard]}; "
-                                   "delete them before pruning there")
+                raise HistoryError(
+                    f"shard {shard!r}: branches {older} fork before tick {starts[shard]}; "
+                    "delete them before pruning there"
+                )
         with world._store.transaction():
             for shard, start in starts.items():
                 if start > world._log(shard, CANONICAL).base_tick:
@@ -210,13 +266,15 @@ def prune(world: "World", before: int, shards: Sequence[str] | None) -> dict[str
 # ---- migration: read, commit (the one atomic step), deliver ----
 
 
-def migrate(world: "World", entity: str, to: str, provenance: str) -> "Migration":
+def migrate(world: World, entity: str, to: str, provenance: str) -> Migration:
     check_text("provenance", provenance)
     with world._lock:
         found = world._entities.get(entity) if isinstance(entity, str) else None
         if found is None:
-            raise UnknownEntityError(f"world {world.name!r} has no entity {entity!r}; entities are "
-                                     f"{sorted(world._entities)}")
+            raise UnknownEntityError(
+                f"world {world.name!r} has no entity {entity!r}; entities are "
+                f"{sorted(world._entities)}"
+            )
         world._log(to, CANONICAL)
         if found.shard == to:
             raise WorldError(f"entity {entity!r} is already in shard {to!r}")
@@ -225,27 +283,43 @@ def migrate(world: "World", entity: str, to: str, provenance: str) -> "Migration
             head = world.head(shard)
             _, last = world._store.last_event(shard, CANONICAL)
             if last > head:
-                raise HistoryError(f"shard {shard!r} has events scheduled up to tick {last}, past its head {head}: "
-                                   "advance past them before migrating")
+                raise HistoryError(
+                    f"shard {shard!r} has events scheduled up to tick {last}, past its head {head}: "
+                    "advance past them before migrating"
+                )
         handoff = read_handoff(world, source, entity)
         moved = replace(found, shard=to)
         others = [e for e in world._entities.values() if e.name != entity]
-        templates = (cached_template(compose(world._scenes[source], [e for e in others if e.shard == source])),
-                     cached_template(compose(world._scenes[to], [e for e in others if e.shard == to] + [moved])))
+        templates = (
+            cached_template(
+                compose(world._scenes[source], [e for e in others if e.shard == source])
+            ),
+            cached_template(
+                compose(world._scenes[to], [e for e in others if e.shard == to] + [moved])
+            ),
+        )
         migration = commit_migration(world, moved, source, templates, handoff, provenance)
         world._entities[entity] = moved
         deliver(world, (source, to))
         return migration
 
 
-def read_handoff(world: "World", shard: str, entity: str) -> dict:
+def read_handoff(world: World, shard: str, entity: str) -> dict:
     """The entity's state at the shard's head, every event logged so far applied (reads only)."""
-    world._wait_all([(shard, world._call(shard, CANONICAL, "advance", world._flush_args(shard, CANONICAL, 0)))])
+    world._wait_all(
+        [(shard, world._call(shard, CANONICAL, "advance", world._flush_args(shard, CANONICAL, 0)))]
+    )
     return world._call(shard, CANONICAL, "entity_state", lambda: (entity,))()
 
 
-def commit_migration(world: "World", moved: Entity, source: str, templates: tuple[Template, Template],
-                     handoff: dict, provenance: str) -> "Migration":
+def commit_migration(
+    world: World,
+    moved: Entity,
+    source: str,
+    templates: tuple[Template, Template],
+    handoff: dict,
+    provenance: str,
+) -> Migration:
     from ._world import Migration
 
     store, ident = world._store, uuid.uuid4().hex[:16]
@@ -254,19 +328,60 @@ def commit_migration(world: "World", moved: Entity, source: str, templates: tupl
         for template in templates:
             store.put_template(template.xml, template.model_hash)
         common = {"entity": moved.name, "migration": ident}
-        (left,) = store.append(source, CANONICAL, [(world.head(source), moved.name, "leave", {
-            **common, "template": leaving.source_hash, "model_hash": leaving.model_hash}, provenance)])
-        (entered,) = store.append(moved.shard, CANONICAL, [(world.head(moved.shard), moved.name, "enter", {
-            **common, "template": entering.source_hash, "model_hash": entering.model_hash,
-            "state": handoff["state"], "patch": handoff["patch"], "from": source}, provenance)])
+        (left,) = store.append(
+            source,
+            CANONICAL,
+            [
+                (
+                    world.head(source),
+                    moved.name,
+                    "leave",
+                    {**common, "template": leaving.source_hash, "model_hash": leaving.model_hash},
+                    provenance,
+                )
+            ],
+        )
+        (entered,) = store.append(
+            moved.shard,
+            CANONICAL,
+            [
+                (
+                    world.head(moved.shard),
+                    moved.name,
+                    "enter",
+                    {
+                        **common,
+                        "template": entering.source_hash,
+                        "model_hash": entering.model_hash,
+                        "state": handoff["state"],
+                        "patch": handoff["patch"],
+                        "from": source,
+                    },
+                    provenance,
+                )
+            ],
+        )
         store.put_entity(moved.to_json())
-        store.add_migration({"id": ident, "entity": moved.name, "source": source, "target": moved.shard,
-                             "left": left.seq, "entered": entered.seq})
+        store.add_migration(
+            {
+                "id": ident,
+                "entity": moved.name,
+                "source": source,
+                "target": moved.shard,
+                "left": left.seq,
+                "entered": entered.seq,
+            }
+        )
     world._current[source, CANONICAL] = leaving.source_hash
     world._current[moved.shard, CANONICAL] = entering.source_hash
     return Migration(ident, moved.name, source, moved.shard, left, entered)
 
 
-def deliver(world: "World", shards: Sequence[str]) -> None:
+def deliver(world: World, shards: Sequence[str]) -> None:
     """Apply committed events at the shards' heads now (they would be at their next call anyway)."""
-    world._wait_all([(s, world._call(s, CANONICAL, "advance", world._flush_args(s, CANONICAL, 0))) for s in shards])
+    world._wait_all(
+        [
+            (s, world._call(s, CANONICAL, "advance", world._flush_args(s, CANONICAL, 0)))
+            for s in shards
+        ]
+    )

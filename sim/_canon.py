@@ -11,7 +11,9 @@ from typing import Any
 
 def canonical_json(value: Any) -> bytes:
     """UTF-8 JSON with sorted keys and no whitespace; floats in shortest round-trip form; NaN refused."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -35,7 +37,9 @@ def finite_floats(values: Any) -> list[float] | None:
 
 
 def _real(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (float, int, numbers.Real)):  # np.float64 is a float
+    if isinstance(value, bool) or not isinstance(
+        value, (float, int, numbers.Real)
+    ):  # np.float64 is a float
         raise TypeError(f"{value!r} is not a real number")
     return float(value)
 

@@ -23,16 +23,25 @@ from ._record import Reproduction, check_record, reproduce
 
 # What a sampler or initial-state term randomizes, in the vocabulary of activation policies.
 _KINDS = {
-    ("body", "mass"): "mass", ("body", "inertia"): "inertia", ("body", "pos"): "pose",
-    ("geom", "friction"): "friction", ("joint", "damping"): "damping", ("joint", "armature"): "armature",
-    ("joint", "qpos"): "initial_state", ("joint", "qvel"): "initial_state", ("actuator", "gain"): "gain",
-    ("actuator", "bias"): "bias", ("option", "gravity"): "gravity",
+    ("body", "mass"): "mass",
+    ("body", "inertia"): "inertia",
+    ("body", "pos"): "pose",
+    ("geom", "friction"): "friction",
+    ("joint", "damping"): "damping",
+    ("joint", "armature"): "armature",
+    ("joint", "qpos"): "initial_state",
+    ("joint", "qvel"): "initial_state",
+    ("actuator", "gain"): "gain",
+    ("actuator", "bias"): "bias",
+    ("option", "gravity"): "gravity",
 }
 
 
 def randomized(record: Mapping[str, Any]) -> list[str]:
     """The kinds of randomization an evaluation record used: dynamics (its sampler) and initial state (its task)."""
-    terms = list(record["sampler"].get("terms", [])) + list(record["task"]["definition"].get("init", []))
+    terms = list(record["sampler"].get("terms", [])) + list(
+        record["task"]["definition"].get("init", [])
+    )
     kinds = set()
     for term in terms:
         parts = str(term.get("target", "")).split("/")
@@ -55,9 +64,22 @@ def publish_skill(
 ) -> knowledge.Skill:
     """Publish a simulator skill: weights as a content-addressed blob, the architecture in the record."""
     weights = kb.blobs.put(skill.weights)
-    policy = {"kind": "mlp", "architecture": skill.spec.to_json(), "weights": weights, "skill_hash": skill.hash}
-    return kb.skills.publish(name, task, description=description, policy=policy, blobs=[weights],
-                             embodiments=embodiments, parents=parents, meta=meta)
+    policy = {
+        "kind": "mlp",
+        "architecture": skill.spec.to_json(),
+        "weights": weights,
+        "skill_hash": skill.hash,
+    }
+    return kb.skills.publish(
+        name,
+        task,
+        description=description,
+        policy=policy,
+        blobs=[weights],
+        embodiments=embodiments,
+        parents=parents,
+        meta=meta,
+    )
 
 
 def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
@@ -71,7 +93,9 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
     if not isinstance(policy, dict):
         raise SkillSpecError("policy", f"skill {skill_id[:16]}… carries no policy")
     if policy.get("kind") == "mlp":
-        skill = Skill(MLPSpec.from_json(policy.get("architecture")), kb.blobs.get(str(policy.get("weights"))))
+        skill = Skill(
+            MLPSpec.from_json(policy.get("architecture")), kb.blobs.get(str(policy.get("weights")))
+        )
         if policy.get("skill_hash") not in (None, skill.hash):
             raise SkillSpecError("policy.skill_hash", "does not match the architecture and weights")
         return skill
@@ -81,7 +105,9 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
     raise SkillSpecError("policy.kind", f"{policy.get('kind')!r} is not 'mlp' or 'entry_point'")
 
 
-def certify(kb: KnowledgeBase, skill_id: str, evaluation: Evaluation | Mapping[str, Any]) -> Certificate:
+def certify(
+    kb: KnowledgeBase, skill_id: str, evaluation: Evaluation | Mapping[str, Any]
+) -> Certificate:
     """Sign an evaluation of `skill_id` as a certificate in `kb` (the writer needs the validate role).
 
     The evaluation must be of that skill's own policy; a failed run never reaches here (evaluate raises).
@@ -91,11 +117,19 @@ def certify(kb: KnowledgeBase, skill_id: str, evaluation: Evaluation | Mapping[s
     policy = kb.skills.get(skill_id).policy or {}
     expected = policy.get("skill_hash") if policy.get("kind") == "mlp" else None
     if expected is not None and record["policy"].get("skill_hash") != expected:
-        raise RecordError(f"the evaluation ran policy {str(record['policy'].get('skill_hash'))[:16]}…, "
-                          f"not skill {skill_id[:16]}…'s {expected[:16]}…")
+        raise RecordError(
+            f"the evaluation ran policy {str(record['policy'].get('skill_hash'))[:16]}…, "
+            f"not skill {skill_id[:16]}…'s {expected[:16]}…"
+        )
     summary = record["summary"]
-    return kb.certificates.add(skill_id, branches=summary["n"], successes=summary["successes"],
-                               confidence=summary["confidence"], randomized=randomized(record), evaluation=record)
+    return kb.certificates.add(
+        skill_id,
+        branches=summary["n"],
+        successes=summary["successes"],
+        confidence=summary["confidence"],
+        randomized=randomized(record),
+        evaluation=record,
+    )
 
 
 @dataclass(frozen=True)
@@ -107,8 +141,9 @@ class Verification:
     reproduction: Reproduction | None = None
 
 
-def verify_certificate(kb: KnowledgeBase, certificate: Certificate, *, workers: int = 1,
-                       threads: int = 0) -> Verification:
+def verify_certificate(
+    kb: KnowledgeBase, certificate: Certificate, *, workers: int = 1, threads: int = 0
+) -> Verification:
     """Re-run a certificate's evaluation here: identical outcomes on the same platform, within the
     binomial interval elsewhere. A tampered or non-reproducing certificate comes back valid=False."""
     record = certificate.evaluation
@@ -117,15 +152,24 @@ def verify_certificate(kb: KnowledgeBase, certificate: Certificate, *, workers: 
     try:
         check_record(record)
         summary = record["summary"]
-        claims = {"branches": (certificate.branches, summary["n"]),
-                  "successes": (certificate.successes, summary["successes"]),
-                  "confidence": (certificate.confidence, summary["confidence"]),
-                  "randomized": (sorted(certificate.randomized), randomized(record))}
+        claims = {
+            "branches": (certificate.branches, summary["n"]),
+            "successes": (certificate.successes, summary["successes"]),
+            "confidence": (certificate.confidence, summary["confidence"]),
+            "randomized": (sorted(certificate.randomized), randomized(record)),
+        }
         for field, (claimed, recorded) in claims.items():
             if claimed != recorded:
-                return Verification(False, f"the certificate says {field}={claimed!r}; its record says {recorded!r}")
-        reproduction = reproduce(record, load_policy(kb, certificate.skill), workers=workers, threads=threads,
-                                 progress=False)
+                return Verification(
+                    False, f"the certificate says {field}={claimed!r}; its record says {recorded!r}"
+                )
+        reproduction = reproduce(
+            record,
+            load_policy(kb, certificate.skill),
+            workers=workers,
+            threads=threads,
+            progress=False,
+        )
     except RecordError as exc:
         return Verification(False, f"the evaluation record is inconsistent: {exc}")
     return Verification(reproduction.matches, reproduction.detail, reproduction)

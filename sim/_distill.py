@@ -34,13 +34,26 @@ class _Recorder:
         return self.actor(obs)
 
 
-def fit_mlp(obs: np.ndarray, actions: np.ndarray, *, hidden: tuple[int, ...] = (64, 64),
-            activation: str = "tanh", act_bound: float | None = None, epochs: int = 2000,
-            seed: int = 0) -> Skill:
+def fit_mlp(
+    obs: np.ndarray,
+    actions: np.ndarray,
+    *,
+    hidden: tuple[int, ...] = (64, 64),
+    activation: str = "tanh",
+    act_bound: float | None = None,
+    epochs: int = 2000,
+    seed: int = 0,
+) -> Skill:
     """Least-squares fit of an MLP skill; `act_bound` adds a tanh output scaled to ±act_bound."""
     generator = torch.Generator().manual_seed(seed)
-    spec = MLPSpec(obs.shape[1], actions.shape[1], tuple(hidden), activation,
-                   "tanh" if act_bound else None, "float64")
+    spec = MLPSpec(
+        obs.shape[1],
+        actions.shape[1],
+        tuple(hidden),
+        activation,
+        "tanh" if act_bound else None,
+        "float64",
+    )
     mean, std = obs.mean(axis=0), np.maximum(obs.std(axis=0), 1e-3)
     scale = np.full(actions.shape[1], act_bound if act_bound else 1.0)
     offset = np.zeros(actions.shape[1]) if act_bound else actions.mean(axis=0)
@@ -48,11 +61,17 @@ def fit_mlp(obs: np.ndarray, actions: np.ndarray, *, hidden: tuple[int, ...] = (
         scale = np.maximum(actions.std(axis=0), 1e-6)
     shapes = spec.tensor_shapes()
     init = {k: torch.zeros(v, dtype=torch.float64) for k, v in shapes.items()}
-    init.update(obs_mean=torch.from_numpy(mean), obs_std=torch.from_numpy(std),
-                act_offset=torch.from_numpy(offset), act_scale=torch.from_numpy(scale))
+    init.update(
+        obs_mean=torch.from_numpy(mean),
+        obs_std=torch.from_numpy(std),
+        act_offset=torch.from_numpy(offset),
+        act_scale=torch.from_numpy(scale),
+    )
     for name, shape in shapes.items():
         if name.endswith(".weight"):
-            init[name] = torch.randn(shape, generator=generator, dtype=torch.float64) / np.sqrt(shape[1])
+            init[name] = torch.randn(shape, generator=generator, dtype=torch.float64) / np.sqrt(
+                shape[1]
+            )
     model = MLP(spec, init)
     model.train()
     for buffer in ("obs_mean", "obs_std", "act_offset", "act_scale"):
@@ -71,9 +90,18 @@ def fit_mlp(obs: np.ndarray, actions: np.ndarray, *, hidden: tuple[int, ...] = (
     return Skill.from_tensors(spec, {k: v.detach() for k, v in model.state_dict().items()})
 
 
-def distill(task: Task, expert: Controller, *, sampler: Sampler | None = None, branches: int = 64,
-            iterations: int = 4, hidden: tuple[int, ...] = (64, 64), act_bound: float | None = None,
-            epochs: int = 2000, seed: int = 0) -> Skill:
+def distill(
+    task: Task,
+    expert: Controller,
+    *,
+    sampler: Sampler | None = None,
+    branches: int = 64,
+    iterations: int = 4,
+    hidden: tuple[int, ...] = (64, 64),
+    act_bound: float | None = None,
+    epochs: int = 2000,
+    seed: int = 0,
+) -> Skill:
     """Fit an MLP skill that imitates `expert` on `task` by DAgger; returns the last student."""
     if iterations < 1:
         raise ValueError(f"distill needs at least one iteration, got {iterations}")
@@ -83,12 +111,23 @@ def distill(task: Task, expert: Controller, *, sampler: Sampler | None = None, b
     actor: Callable[[np.ndarray], np.ndarray] = expert
     for iteration in range(iterations):
         recorder = _Recorder(actor, expert)
-        evaluate(task, recorder, branches=branches, sampler=Sampler(sampler.terms, sampler.seed + iteration),
-                 progress=False)
+        evaluate(
+            task,
+            recorder,
+            branches=branches,
+            sampler=Sampler(sampler.terms, sampler.seed + iteration),
+            progress=False,
+        )
         obs_sets += recorder.obs
         label_sets += recorder.labels
-        skill = fit_mlp(np.concatenate(obs_sets), np.concatenate(label_sets), hidden=hidden,
-                        act_bound=act_bound, epochs=epochs, seed=seed + iteration)
+        skill = fit_mlp(
+            np.concatenate(obs_sets),
+            np.concatenate(label_sets),
+            hidden=hidden,
+            act_bound=act_bound,
+            epochs=epochs,
+            seed=seed + iteration,
+        )
         actor = _numpy_policy(skill.module())
     return skill
 
@@ -97,4 +136,5 @@ def _numpy_policy(module: MLP) -> Callable[[np.ndarray], np.ndarray]:
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
             return module(torch.from_numpy(obs)).numpy()
+
     return act

@@ -32,23 +32,32 @@ def load_template(xml: str, model_hash: str) -> Template:
     if template.model_hash != model_hash:
         raise ReplayTemplateError(
             f"template {template.source_hash[:12]} was recorded as compiled model {model_hash[:12]}, it compiles "
-            f"to {template.model_hash[:12]} here (another MuJoCo build?): its history cannot replay exactly")
+            f"to {template.model_hash[:12]} here (another MuJoCo build?): its history cannot replay exactly"
+        )
     return template
 
 
 class Engine:
     """One shard's (or one branch's) simulation; `every` is the checkpoint interval in ticks."""
 
-    def __init__(self, template: Template, patch: Patch, state: np.ndarray, tick: int, every: int) -> None:
+    def __init__(
+        self, template: Template, patch: Patch, state: np.ndarray, tick: int, every: int
+    ) -> None:
         self.tick = tick
         self.every = every
         self.rejected: list[tuple[int, str]] = []  # (seq, why) of events that could not apply
         self._load(template, patch, np.asarray(state, dtype=np.float64))
 
     @classmethod
-    def restore(cls, checkpoint: Checkpoint, xml: str, every: int) -> "Engine":
+    def restore(cls, checkpoint: Checkpoint, xml: str, every: int) -> Engine:
         template = load_template(xml, checkpoint.model_hash)
-        return cls(template, Patch.from_json(checkpoint.patch), np.frombuffer(checkpoint.state), checkpoint.tick, every)
+        return cls(
+            template,
+            Patch.from_json(checkpoint.patch),
+            np.frombuffer(checkpoint.state),
+            checkpoint.tick,
+            every,
+        )
 
     def _load(self, template: Template, patch: Patch, row: np.ndarray) -> None:
         self.template = template
@@ -62,15 +71,24 @@ class Engine:
         return self.batch.state[0].copy()
 
     def checkpoint(self) -> Checkpoint:
-        return Checkpoint(self.tick, self.template.source_hash, self.template.model_hash, self.patch.to_json(),
-                          self.batch.state[0].tobytes())
+        return Checkpoint(
+            self.tick,
+            self.template.source_hash,
+            self.template.model_hash,
+            self.patch.to_json(),
+            self.batch.state[0].tobytes(),
+        )
 
-    def advance(self, to: int, events: Sequence[Event], on_checkpoint: Callable[[Checkpoint], None]) -> None:
+    def advance(
+        self, to: int, events: Sequence[Event], on_checkpoint: Callable[[Checkpoint], None]
+    ) -> None:
         """Apply `events` (template switches carry their MJCF in `change["xml"]`) at their ticks and step to
         tick `to`, handing over a checkpoint on arrival at every multiple of `every`."""
         for event in events:
             if not self.tick <= event.tick <= to:
-                raise WorldError(f"event {event.seq} at tick {event.tick} outside [{self.tick}, {to}]")
+                raise WorldError(
+                    f"event {event.seq} at tick {event.tick} outside [{self.tick}, {to}]"
+                )
             self._step_to(event.tick, on_checkpoint)
             self.apply(event)
         self._step_to(to, on_checkpoint)
@@ -81,7 +99,9 @@ class Engine:
             try:
                 self.batch.step(nstep=stop - self.tick)
             except mjbatch.SimulationError as exc:
-                raise WorldError(f"MuJoCo failed between ticks {self.tick} and {stop}: {self.batch.error(0)}") from exc
+                raise WorldError(
+                    f"MuJoCo failed between ticks {self.tick} and {stop}: {self.batch.error(0)}"
+                ) from exc
             self.tick = stop
             if stop % self.every == 0:
                 on_checkpoint(self.checkpoint())
@@ -115,9 +135,14 @@ class Engine:
 
     def _set(self, mutation: Mutation) -> None:
         slot = self.template.slot(mutation.target)
-        if slot.state and mutation.op == "set" and not slot.quaternion and len(mutation.value) in (1, slot.size):
+        if (
+            slot.state
+            and mutation.op == "set"
+            and not slot.quaternion
+            and len(mutation.value) in (1, slot.size)
+        ):
             # the common case, controls: a plain write into the state row (what the general path computes)
-            self.batch.bind(slot.field)[0, slot.start:slot.start + slot.size] = mutation.value
+            self.batch.bind(slot.field)[0, slot.start : slot.start + slot.size] = mutation.value
         elif slot.state:
             apply_state_patches(self.batch, self.template, [Patch((mutation,))], [0])
         else:
@@ -128,4 +153,7 @@ class Engine:
         """What an entity takes along when it leaves: the state of its elements and its mutations."""
         prefix = f"{entity}/"
         mine, _ = entity_patch(self.patch, entity)
-        return {"state": named_state(self.template.model, self.row, prefix), "patch": mine.to_json()}
+        return {
+            "state": named_state(self.template.model, self.row, prefix),
+            "patch": mine.to_json(),
+        }

@@ -23,7 +23,12 @@ from ._patches import Patch
 from ._templates import split_target
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_SCENERY = (mujoco.mjtObj.mjOBJ_GEOM, mujoco.mjtObj.mjOBJ_SITE, mujoco.mjtObj.mjOBJ_LIGHT, mujoco.mjtObj.mjOBJ_CAMERA)
+_SCENERY = (
+    mujoco.mjtObj.mjOBJ_GEOM,
+    mujoco.mjtObj.mjOBJ_SITE,
+    mujoco.mjtObj.mjOBJ_LIGHT,
+    mujoco.mjtObj.mjOBJ_CAMERA,
+)
 _FREE, _BALL = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
 _INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 _OBJ = mujoco.mjtObj
@@ -53,17 +58,21 @@ class Entity:
         check_name("entity", self.name)
         check_name("shard", self.shard)
         if not isinstance(self.mjcf, str):
-            raise TemplateError(f"entity {self.name!r}: mjcf must be MJCF text, got {type(self.mjcf).__name__}")
+            raise TemplateError(
+                f"entity {self.name!r}: mjcf must be MJCF text, got {type(self.mjcf).__name__}"
+            )
         pos = finite_floats(self.pos)
         if pos is None or len(pos) != 3:
-            raise ValueError(f"entity {self.name!r}: pos must be three finite numbers, got {self.pos!r}")
+            raise ValueError(
+                f"entity {self.name!r}: pos must be three finite numbers, got {self.pos!r}"
+            )
         object.__setattr__(self, "pos", tuple(pos))
 
     def to_json(self) -> dict:
         return {"name": self.name, "mjcf": self.mjcf, "shard": self.shard, "pos": list(self.pos)}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "Entity":
+    def from_json(cls, data: Mapping) -> Entity:
         return cls(data["name"], data["mjcf"], data["shard"], tuple(data["pos"]))
 
 
@@ -78,8 +87,10 @@ def compose(scene: str, entities: Iterable[Entity]) -> str:
     try:
         spec.compile()
     except ValueError as exc:
-        raise TemplateError(f"the shard's scene with entities {sorted(e.name for e in entities)} "
-                            f"does not compile: {exc}") from exc
+        raise TemplateError(
+            f"the shard's scene with entities {sorted(e.name for e in entities)} "
+            f"does not compile: {exc}"
+        ) from exc
     return spec.to_xml()
 
 
@@ -91,13 +102,19 @@ def _parse(what: str, mjcf: str) -> mujoco.MjSpec:
         spec = mujoco.MjSpec.from_string(mjcf)
     except ValueError as exc:  # UnicodeEncodeError included
         raise TemplateError(f"{what} does not parse: {exc}") from exc
-    for kind, assets in (("mesh", spec.meshes), ("texture", spec.textures), ("hfield", spec.hfields),
-                         ("skin", spec.skins)):
+    for kind, assets in (
+        ("mesh", spec.meshes),
+        ("texture", spec.textures),
+        ("hfield", spec.hfields),
+        ("skin", spec.skins),
+    ):
         for asset in assets:
             files = [f for f in (asset.file, *getattr(asset, "cubefiles", ())) if f]
             if files:
-                raise TemplateError(f"{what}: {kind} {asset.name!r} loads file {files[0]!r}; a world stores MJCF "
-                                    "text only: inline the asset or drop it")
+                raise TemplateError(
+                    f"{what}: {kind} {asset.name!r} loads file {files[0]!r}; a world stores MJCF "
+                    "text only: inline the asset or drop it"
+                )
     return spec
 
 
@@ -110,7 +127,11 @@ def _strip_scenery(child: mujoco.MjSpec, parent: mujoco.MjSpec) -> None:
                 child.delete(element)
     for key in list(child.keys):
         child.delete(key)
-    for kind, elements in (("joint", child.joints), ("actuator", child.actuators), ("body", child.bodies[1:])):
+    for kind, elements in (
+        ("joint", child.joints),
+        ("actuator", child.actuators),
+        ("body", child.bodies[1:]),
+    ):
         for i, element in enumerate(elements):
             if not element.name:
                 element.name = f"~{kind}{i}"
@@ -142,24 +163,34 @@ def named_state(model: mujoco.MjModel, row: np.ndarray, prefix: str = "") -> dic
     data = _data(model, row)
     out: dict[str, dict] = {"joint": {}, "actuator": {}, "body": {}, "equality": {}}
     for name, qpos, dofs in _joints(model, prefix):
-        out["joint"][name] = {"qpos": data.qpos[qpos].tolist(), "qvel": data.qvel[dofs].tolist(),
-                              "qacc_warmstart": data.qacc_warmstart[dofs].tolist(),
-                              "qfrc_applied": data.qfrc_applied[dofs].tolist()}
+        out["joint"][name] = {
+            "qpos": data.qpos[qpos].tolist(),
+            "qvel": data.qvel[dofs].tolist(),
+            "qacc_warmstart": data.qacc_warmstart[dofs].tolist(),
+            "qfrc_applied": data.qfrc_applied[dofs].tolist(),
+        }
     for name, i, acts in _actuators(model, prefix):
         out["actuator"][name] = {"ctrl": [float(data.ctrl[i])], "act": data.act[acts].tolist()}
     for name, i in _named(model, _OBJ.mjOBJ_BODY, model.nbody, prefix):
         entry = {"xfrc_applied": data.xfrc_applied[i].tolist()}
         mocap = int(model.body_mocapid[i])
         if mocap >= 0:
-            entry |= {"mocap_pos": data.mocap_pos[mocap].tolist(), "mocap_quat": data.mocap_quat[mocap].tolist()}
+            entry |= {
+                "mocap_pos": data.mocap_pos[mocap].tolist(),
+                "mocap_quat": data.mocap_quat[mocap].tolist(),
+            }
         out["body"][name] = entry
     for name, i in _named(model, _OBJ.mjOBJ_EQUALITY, model.neq, prefix):
         out["equality"][name] = {"eq_active": [float(data.eq_active[i])]}
     return out
 
 
-def moved_row(old: mujoco.MjModel, row: np.ndarray, new: mujoco.MjModel,
-              entering: Mapping[str, Mapping] | None = None) -> np.ndarray:
+def moved_row(
+    old: mujoco.MjModel,
+    row: np.ndarray,
+    new: mujoco.MjModel,
+    entering: Mapping[str, Mapping] | None = None,
+) -> np.ndarray:
     """A state row for `new`: everything `old` and `new` share, by name, keeps its state (time too);
     `entering` (a `named_state`) supplies the rest; what neither has starts at the model's defaults."""
     data = mujoco.MjData(new)
@@ -194,7 +225,10 @@ def _write(model: mujoco.MjModel, data: mujoco.MjData, state: Mapping[str, Mappi
             data.xfrc_applied[i] = values["xfrc_applied"]
             mocap = int(model.body_mocapid[i])
             if mocap >= 0 and "mocap_pos" in values:
-                data.mocap_pos[mocap], data.mocap_quat[mocap] = values["mocap_pos"], values["mocap_quat"]
+                data.mocap_pos[mocap], data.mocap_quat[mocap] = (
+                    values["mocap_pos"],
+                    values["mocap_quat"],
+                )
     for name, values in state.get("equality", {}).items():
         i = mujoco.mj_name2id(model, _OBJ.mjOBJ_EQUALITY, name)
         if i >= 0:
@@ -207,7 +241,9 @@ def _data(model: mujoco.MjModel, row: np.ndarray) -> mujoco.MjData:
     return data
 
 
-def _named(model: mujoco.MjModel, kind: mujoco.mjtObj, count: int, prefix: str) -> Iterable[tuple[str, int]]:
+def _named(
+    model: mujoco.MjModel, kind: mujoco.mjtObj, count: int, prefix: str
+) -> Iterable[tuple[str, int]]:
     for i in range(count):
         name = mujoco.mj_id2name(model, kind, i)
         if name and name.startswith(prefix):
@@ -226,4 +262,3 @@ def _actuators(model: mujoco.MjModel, prefix: str) -> Iterable[tuple[str, int, s
     for name, i in _named(model, _OBJ.mjOBJ_ACTUATOR, model.nu, prefix):
         adr, num = int(model.actuator_actadr[i]), int(model.actuator_actnum[i])
         yield name, i, slice(adr, adr + num) if adr >= 0 else slice(0, 0)
-

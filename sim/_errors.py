@@ -5,7 +5,7 @@ from __future__ import annotations
 from knowledge._errors import SimnetError
 
 
-def _rebuild(cls: type, args: tuple, state: dict) -> "SimError":
+def _rebuild(cls: type, args: tuple, state: dict) -> SimError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)

@@ -84,7 +84,10 @@ class Comparison:
     incumbent: Evaluation
 
     def _pairs(self) -> list[tuple[bool, bool]]:
-        return [(c.success, i.success) for c, i in zip(self.candidate.outcomes, self.incumbent.outcomes)]
+        return [
+            (c.success, i.success)
+            for c, i in zip(self.candidate.outcomes, self.incumbent.outcomes, strict=True)
+        ]
 
     @property
     def both_succeed(self) -> int:
@@ -114,22 +117,44 @@ class Comparison:
     @property
     def return_difference(self) -> float:
         """Mean over branches of candidate return minus incumbent return."""
-        diffs = [c.total_reward - i.total_reward for c, i in zip(self.candidate.outcomes, self.incumbent.outcomes)]
+        diffs = [
+            c.total_reward - i.total_reward
+            for c, i in zip(self.candidate.outcomes, self.incumbent.outcomes, strict=True)
+        ]
         return math.fsum(diffs) / len(diffs)
 
     def to_record(self) -> dict:
-        return {"format": "simnet.sim.comparison/1", "candidate": self.candidate.to_record(),
-                "incumbent": self.incumbent.to_record(),
-                "paired": {"both_succeed": self.both_succeed, "candidate_only": self.candidate_only,
-                           "incumbent_only": self.incumbent_only, "both_fail": self.both_fail,
-                           "mcnemar_p": self.mcnemar_p, "rate_difference": self.rate_difference,
-                           "return_difference": self.return_difference}}
+        return {
+            "format": "simnet.sim.comparison/1",
+            "candidate": self.candidate.to_record(),
+            "incumbent": self.incumbent.to_record(),
+            "paired": {
+                "both_succeed": self.both_succeed,
+                "candidate_only": self.candidate_only,
+                "incumbent_only": self.incumbent_only,
+                "both_fail": self.both_fail,
+                "mcnemar_p": self.mcnemar_p,
+                "rate_difference": self.rate_difference,
+                "return_difference": self.return_difference,
+            },
+        }
 
 
-def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None = None,
-             wave: int | None = None, threads: int = 0, workers: int = 1, sprt: SPRT | None = None,
-             confidence: float = 0.95, progress: bool | None = None, start: Snapshot | None = None,
-             backend: str = "process") -> Evaluation:
+def evaluate(
+    task: Task,
+    policy: Any,
+    *,
+    branches: int,
+    sampler: Sampler | None = None,
+    wave: int | None = None,
+    threads: int = 0,
+    workers: int = 1,
+    sprt: SPRT | None = None,
+    confidence: float = 0.95,
+    progress: bool | None = None,
+    start: Snapshot | None = None,
+    backend: str = "process",
+) -> Evaluation:
     """Roll `policy` out closed loop in `branches` branches of `task` under `sampler`'s patches.
 
     `policy` is a Skill, an EntryPointRef, a torch module or a callable mapping a (wave, obs_dim)
@@ -157,17 +182,40 @@ def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None 
     description = describe_policy(policy)
     caller = PolicyCaller(policy, task)  # checks dimensions before anything runs
     nwaves = -(-branches // wave)
-    bar = tqdm(total=nwaves * task.horizon, desc=f"evaluate {task.name}", unit="step", disable=_quiet(progress))
+    bar = tqdm(
+        total=nwaves * task.horizon,
+        desc=f"evaluate {task.name}",
+        unit="step",
+        disable=_quiet(progress),
+    )
     outcomes: list[BranchOutcome] = []
     decision = decided_at = None
-    setup = (task.to_json(), policy_payload(policy) if workers > 1 or backend == "ray" else None,
-             sampler.to_json(), wave, branches, threads or 1, start.to_json() if start else None)
+    setup = (
+        task.to_json(),
+        policy_payload(policy) if workers > 1 or backend == "ray" else None,
+        sampler.to_json(),
+        wave,
+        branches,
+        threads or 1,
+        start.to_json() if start else None,
+    )
     with bar, _single_threaded_torch(), _executor(setup, workers, backend) as waves:
         for round_ in _rounds(nwaves, workers if sprt else nwaves):
             if waves is None:
                 results: Iterator[list[BranchOutcome]] = (
-                    run_wave(task, caller, sampler, i, wave, branches, threads, lambda: bar.update(1), start=start)
-                    for i in round_)
+                    run_wave(
+                        task,
+                        caller,
+                        sampler,
+                        i,
+                        wave,
+                        branches,
+                        threads,
+                        lambda: bar.update(1),
+                        start=start,
+                    )
+                    for i in round_
+                )
             else:
                 results = waves(round_)
             for done, result in enumerate(results, start=round_[0] + 1):
@@ -179,16 +227,44 @@ def evaluate(task: Task, policy: Any, *, branches: int, sampler: Sampler | None 
                     # keep whole waves up to the deciding one, however many ran at once
                     del outcomes[-(-decided_at // wave) * wave :]
                     break
-    return Evaluation(task, description, sampler, branches, wave, tuple(outcomes), confidence, sprt,
-                      decision, decided_at, start)
+    return Evaluation(
+        task,
+        description,
+        sampler,
+        branches,
+        wave,
+        tuple(outcomes),
+        confidence,
+        sprt,
+        decision,
+        decided_at,
+        start,
+    )
 
 
-def compare(task: Task, candidate: Any, incumbent: Any, *, branches: int, sampler: Sampler | None = None,
-            wave: int | None = None, threads: int = 0, workers: int = 1, confidence: float = 0.95,
-            progress: bool | None = None) -> Comparison:
+def compare(
+    task: Task,
+    candidate: Any,
+    incumbent: Any,
+    *,
+    branches: int,
+    sampler: Sampler | None = None,
+    wave: int | None = None,
+    threads: int = 0,
+    workers: int = 1,
+    confidence: float = 0.95,
+    progress: bool | None = None,
+) -> Comparison:
     """Evaluate a candidate against the incumbent skill on the same branches, paired."""
-    common = dict(branches=branches, sampler=sampler, wave=wave, threads=threads, workers=workers,
-                  confidence=confidence, progress=progress)
+    common = dict(
+        branches=branches,
+        sampler=sampler,
+        wave=wave,
+        threads=threads,
+        workers=workers,
+        confidence=confidence,
+        progress=progress,
+    )
     return Comparison(evaluate(task, candidate, **common), evaluate(task, incumbent, **common))
 
 
@@ -222,8 +298,10 @@ def policy_payload(policy: Any) -> tuple:
         return ("skill", policy.spec.to_json(), policy.weights)
     if isinstance(policy, EntryPointRef):
         return ("entry_point", policy.to_json())
-    raise ValueError("workers > 1 and other backends need the policy as data (a Skill) or an EntryPointRef, "
-                     f"not {type(policy).__name__}: only those can be shipped to a worker")
+    raise ValueError(
+        "workers > 1 and other backends need the policy as data (a Skill) or an EntryPointRef, "
+        f"not {type(policy).__name__}: only those can be shipped to a worker"
+    )
 
 
 def policy_from_payload(payload: tuple) -> Any:
@@ -234,7 +312,9 @@ def policy_from_payload(payload: tuple) -> Any:
 
 
 @contextlib.contextmanager
-def _executor(setup: tuple, workers: int, backend: str) -> Iterator[Callable[[list[int]], Iterable] | None]:
+def _executor(
+    setup: tuple, workers: int, backend: str
+) -> Iterator[Callable[[list[int]], Iterable] | None]:
     """None (run here), or a function running a round of waves in workers, results in wave order."""
     if backend == "ray":
         from ._ray import wave_runner
@@ -252,35 +332,60 @@ def _executor(setup: tuple, workers: int, backend: str) -> Iterator[Callable[[li
 _WORKER: dict[str, Any] = {}
 
 
-def worker_setup(task_json: dict, payload: tuple, sampler_json: dict, wave: int, branches: int, threads: int,
-                 start: dict | None) -> None:
+def worker_setup(
+    task_json: dict,
+    payload: tuple,
+    sampler_json: dict,
+    wave: int,
+    branches: int,
+    threads: int,
+    start: dict | None,
+) -> None:
     """Make this process (or actor) a wave worker for one evaluation."""
     torch.set_num_threads(1)
     task = Task(task_json)
-    _WORKER.update(task=task, caller=PolicyCaller(policy_from_payload(payload), task),
-                   sampler=Sampler.from_json(sampler_json), wave=wave, branches=branches, threads=threads,
-                   start=Snapshot.from_json(start, task.definition["scene"]) if start else None)
+    _WORKER.update(
+        task=task,
+        caller=PolicyCaller(policy_from_payload(payload), task),
+        sampler=Sampler.from_json(sampler_json),
+        wave=wave,
+        branches=branches,
+        threads=threads,
+        start=Snapshot.from_json(start, task.definition["scene"]) if start else None,
+    )
 
 
 def worker_wave(index: int) -> list[BranchOutcome]:
     w = _WORKER
-    return run_wave(w["task"], w["caller"], w["sampler"], index, w["wave"], w["branches"], w["threads"],
-                    start=w["start"])
+    return run_wave(
+        w["task"],
+        w["caller"],
+        w["sampler"],
+        index,
+        w["wave"],
+        w["branches"],
+        w["threads"],
+        start=w["start"],
+    )
 
 
-def process_pool(workers: int, initializer: Callable[..., None] | None = None,
-                 initargs: tuple = ()) -> concurrent.futures.ProcessPoolExecutor:
+def process_pool(
+    workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = ()
+) -> concurrent.futures.ProcessPoolExecutor:
     """Worker processes (forked from the preloaded forkserver where there is one) that exit when this process
     dies. (A pool's workers otherwise wait on its queue forever once their parent is killed, each holding
     torch and MuJoCo.)"""
-    return concurrent.futures.ProcessPoolExecutor(workers, mp_context=_context(), initializer=_start_worker,
-                                                  initargs=(initializer, initargs))
+    return concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=_context(), initializer=_start_worker, initargs=(initializer, initargs)
+    )
 
 
 def _start_worker(initializer: Callable[..., None] | None, initargs: tuple) -> None:
     parent = multiprocessing.parent_process()
     if parent is not None:
-        threading.Thread(target=_exit_with, args=(parent,), name="exit with parent", daemon=True).start()
+        threading.Thread(
+            target=_exit_with, args=(parent,), name="exit with parent", daemon=True
+        ).start()
     if initializer is not None:
         initializer(*initargs)
 

@@ -32,8 +32,10 @@ class WorkerLost(Exception):
 
 def raising(error: BaseException) -> Callable[[], Any]:
     """A waiter for a call that failed before it could be waited on: it raises the call's error."""
+
     def wait() -> Any:
         raise error
+
     return wait
 
 
@@ -46,7 +48,9 @@ class ShardHost:
     def pid(self) -> int:
         return os.getpid()
 
-    def load(self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: list[dict]) -> dict:
+    def load(
+        self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: list[dict]
+    ) -> dict:
         """Restore a checkpoint and re-execute `events` up to tick `to`; returns the checkpoints crossed."""
         engine = Engine.restore(Checkpoint(**checkpoint), xml, every)
         crossed: list[Checkpoint] = []
@@ -63,10 +67,16 @@ class ShardHost:
 
     @staticmethod
     def _report(engine: Engine, crossed: list[Checkpoint], rejected: int) -> dict:
-        return {"tick": engine.tick, "template": engine.template.source_hash,
-                "checkpoints": [c.to_json() for c in crossed], "rejected": engine.rejected[rejected:]}
+        return {
+            "tick": engine.tick,
+            "template": engine.template.source_hash,
+            "checkpoints": [c.to_json() for c in crossed],
+            "rejected": engine.rejected[rejected:],
+        }
 
-    def replay(self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: list[dict]) -> dict:
+    def replay(
+        self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: list[dict]
+    ) -> dict:
         """Re-execute history in a scratch engine: the checkpoints crossed and the state at `to`."""
         engine = Engine.restore(Checkpoint(**checkpoint), xml, every)
         crossed: list[Checkpoint] = []
@@ -79,8 +89,13 @@ class ShardHost:
 
     @staticmethod
     def _state(engine: Engine) -> dict:
-        return {"tick": engine.tick, "template": engine.template.source_hash, "model_hash": engine.template.model_hash,
-                "patch": engine.patch.to_json(), "state": engine.batch.state[0].tobytes()}
+        return {
+            "tick": engine.tick,
+            "template": engine.template.source_hash,
+            "model_hash": engine.template.model_hash,
+            "patch": engine.patch.to_json(),
+            "state": engine.batch.state[0].tobytes(),
+        }
 
     def entity_state(self, key: str, entity: str) -> dict:
         return self.engines[key].entity_state(entity)
@@ -91,15 +106,36 @@ class ShardHost:
     def evaluate(self, key: str, where: Mapping[str, Any], spec: Mapping[str, Any]) -> dict:
         """A whole evaluation from the engine's current state, run here."""
         engine = self.engines[key]
-        start = Snapshot(where["world"], where["world_id"], where["shard"], where["branch"], engine.tick,
-                         where["events"], engine.template, engine.patch, engine.batch.state[0])
+        start = Snapshot(
+            where["world"],
+            where["world_id"],
+            where["shard"],
+            where["branch"],
+            engine.tick,
+            where["events"],
+            engine.template,
+            engine.patch,
+            engine.batch.state[0],
+        )
         task = Task(spec["task"])
-        result = evaluate(task, policy_from_payload(spec["policy"]), branches=spec["branches"],
-                          sampler=Sampler.from_json(spec["sampler"]), wave=spec["wave"], threads=spec["threads"],
-                          sprt=SPRT.from_json(spec["sprt"]) if spec["sprt"] else None,
-                          confidence=spec["confidence"], progress=False, start=start)
-        return {"outcomes": result.outcomes, "decision": result.decision, "decided_at": result.decided_at,
-                "start": start.to_json()}
+        result = evaluate(
+            task,
+            policy_from_payload(spec["policy"]),
+            branches=spec["branches"],
+            sampler=Sampler.from_json(spec["sampler"]),
+            wave=spec["wave"],
+            threads=spec["threads"],
+            sprt=SPRT.from_json(spec["sprt"]) if spec["sprt"] else None,
+            confidence=spec["confidence"],
+            progress=False,
+            start=start,
+        )
+        return {
+            "outcomes": result.outcomes,
+            "decision": result.decision,
+            "decided_at": result.decided_at,
+            "start": start.to_json(),
+        }
 
 
 class Worker(abc.ABC):
@@ -175,6 +211,7 @@ class ProcessWorker(Worker):
                 return future.result()
             except BrokenProcessPool as exc:
                 raise WorkerLost(str(exc)) from exc
+
         return result
 
     def restart(self) -> None:

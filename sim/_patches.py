@@ -37,14 +37,21 @@ class Mutation:
         return {"target": self.target, "op": self.op, "value": list(self.value)}
 
     @classmethod
-    def from_json(cls, data: object) -> "Mutation":
+    def from_json(cls, data: object) -> Mutation:
         if not isinstance(data, dict) or set(data) != {"target", "op", "value"}:
             raise MutationError(str(data)[:60], "a mutation is {'target', 'op', 'value'}")
         target, op, value = data["target"], data["op"], data["value"]
         values = value if isinstance(value, list) else [value]
-        if not isinstance(target, str) or op not in OPS or not values or not all(map(is_number, values)):
-            raise MutationError(str(target), f"op must be one of {OPS} and value finite number(s), "
-                                             f"got {op!r}, {value!r}")
+        if (
+            not isinstance(target, str)
+            or op not in OPS
+            or not values
+            or not all(map(is_number, values))
+        ):
+            raise MutationError(
+                str(target),
+                f"op must be one of {OPS} and value finite number(s), got {op!r}, {value!r}",
+            )
         return cls(target, op, tuple(float(v) for v in values))
 
 
@@ -58,12 +65,12 @@ class Patch:
         return [m.to_json() for m in self.mutations]
 
     @classmethod
-    def from_json(cls, data: object) -> "Patch":
+    def from_json(cls, data: object) -> Patch:
         if not isinstance(data, list):
             raise MutationError("<patch>", "a patch is a list of mutations")
         return cls(tuple(Mutation.from_json(m) for m in data))
 
-    def __add__(self, other: "Patch") -> "Patch":
+    def __add__(self, other: Patch) -> Patch:
         return Patch(self.mutations + other.mutations)
 
 
@@ -89,14 +96,20 @@ class SamplerTerm:
 
     def to_json(self) -> dict:
         params = [list(p) if isinstance(p, tuple) else p for p in self.params]
-        out = {"target": self.target, "op": self.op, "dist": self.dist, **dict(zip(_DISTS[self.dist], params))}
+        out = {
+            "target": self.target,
+            "op": self.op,
+            "dist": self.dist,
+            **dict(zip(_DISTS[self.dist], params, strict=True)),
+        }
         if self.per_component:
             out["per_component"] = True
         return out
 
     @classmethod
-    def from_json(cls, data: object, where: str = "terms[0]",
-                  error: type[SpecError] = SamplerSpecError) -> "SamplerTerm":
+    def from_json(
+        cls, data: object, where: str = "terms[0]", error: type[SpecError] = SamplerSpecError
+    ) -> SamplerTerm:
         def fail(field: str, detail: str) -> SpecError:
             return error(f"{where}.{field}" if field else where, detail)
 
@@ -121,7 +134,9 @@ class SamplerTerm:
             elif is_number(value):
                 params.append(float(value))
             else:
-                raise fail(key, f"must be a finite number or a non-empty list of them, got {value!r}")
+                raise fail(
+                    key, f"must be a finite number or a non-empty list of them, got {value!r}"
+                )
         sizes = {len(p) for p in params if isinstance(p, tuple)}
         if len(sizes) > 1:
             raise fail(_DISTS[dist][-1], "list parameters must have the same length")
@@ -147,7 +162,7 @@ class Sampler:
         return {"seed": self.seed, "terms": [t.to_json() for t in self.terms]}
 
     @classmethod
-    def from_json(cls, data: object) -> "Sampler":
+    def from_json(cls, data: object) -> Sampler:
         if not isinstance(data, dict) or set(data) - {"seed", "terms"}:
             raise SamplerSpecError("", "a sampler spec is {'seed': int, 'terms': [...]}")
         seed = data.get("seed", 0)
@@ -156,24 +171,32 @@ class Sampler:
         terms = data.get("terms", [])
         if not isinstance(terms, list):
             raise SamplerSpecError("terms", "must be a list")
-        return cls(tuple(SamplerTerm.from_json(t, f"terms[{i}]") for i, t in enumerate(terms)), seed)
+        return cls(
+            tuple(SamplerTerm.from_json(t, f"terms[{i}]") for i, t in enumerate(terms)), seed
+        )
 
     def sample(self, template: Template, branch: int, stream: str = "dynamics") -> Patch:
         return sample_terms(self.terms, template, self.seed, branch, 1, stream)[0]
 
-    def sample_many(self, template: Template, first: int, count: int, stream: str = "dynamics") -> list[Patch]:
+    def sample_many(
+        self, template: Template, first: int, count: int, stream: str = "dynamics"
+    ) -> list[Patch]:
         """The patches of branches first .. first+count-1, drawn together (the same as one by one)."""
         return sample_terms(self.terms, template, self.seed, first, count, stream)
 
 
-def expand_targets(term: SamplerTerm, template: Template, where: str,
-                   error: type[SpecError] = SamplerSpecError) -> tuple[str, ...]:
+def expand_targets(
+    term: SamplerTerm, template: Template, where: str, error: type[SpecError] = SamplerSpecError
+) -> tuple[str, ...]:
     """The concrete targets a term's pattern matches, in template id order, checked against the term."""
     targets = _matching(term.target, template)
     if not targets:
         kind = term.target.split("/")[0]
-        detail = (f"unknown kind {kind!r}" if kind not in ("body", "geom", "joint", "actuator")
-                  else f"{term.target!r} matches nothing in the template")
+        detail = (
+            f"unknown kind {kind!r}"
+            if kind not in ("body", "geom", "joint", "actuator")
+            else f"{term.target!r} matches nothing in the template"
+        )
         raise error(f"{where}.target", detail)
     for target in targets:
         try:
@@ -182,9 +205,12 @@ def expand_targets(term: SamplerTerm, template: Template, where: str,
             raise error(f"{where}.target", exc.detail) from exc
         if slot.quaternion and term.op != "set":
             raise error(f"{where}.op", f"{target} holds a quaternion: only 'set' applies")
-        for key, param in zip(_DISTS[term.dist], term.params):
+        for key, param in zip(_DISTS[term.dist], term.params, strict=True):
             if isinstance(param, tuple) and len(param) != slot.size:
-                raise error(f"{where}.{key}", f"{target} has {slot.size} components, the list has {len(param)}")
+                raise error(
+                    f"{where}.{key}",
+                    f"{target} has {slot.size} components, the list has {len(param)}",
+                )
     return targets
 
 
@@ -197,10 +223,14 @@ def _matching(pattern: str, template: Template) -> tuple[str, ...]:
     kind, names, attr = parts
     if kind not in ("body", "geom", "joint", "actuator"):
         return ()
-    return tuple(f"{kind}/{n}/{attr}" for n in template.names(kind) if fnmatch.fnmatchcase(n, names))
+    return tuple(
+        f"{kind}/{n}/{attr}" for n in template.names(kind) if fnmatch.fnmatchcase(n, names)
+    )
 
 
-def _uniforms(seed: int, stream: str, term: int, target: str, first: int, count: int, width: int) -> np.ndarray:
+def _uniforms(
+    seed: int, stream: str, term: int, target: str, first: int, count: int, width: int
+) -> np.ndarray:
     """U[0, 1) draws for branches first .. first+count-1, `width` each: Philox4x64 (a counter-based
     generator whose raw stream is fixed) keyed by SHA-256 of where the draws are used, with branch b
     owning counters [b * blocks, (b + 1) * blocks). Any branch's draws are computed without the others'."""
@@ -220,26 +250,39 @@ def _draw(term: SamplerTerm, u: np.ndarray) -> np.ndarray:
     if term.dist == "uniform":
         return first + (rest[0] - first) * u[:, 0::2]
     # normal: Box–Muller on pairs of uniforms
-    return first + rest[0] * np.sqrt(-2.0 * np.log1p(-u[:, 0::2])) * np.cos(2.0 * np.pi * u[:, 1::2])
+    return first + rest[0] * np.sqrt(-2.0 * np.log1p(-u[:, 0::2])) * np.cos(
+        2.0 * np.pi * u[:, 1::2]
+    )
 
 
-def sample_terms(terms: Sequence[SamplerTerm], template: Template, seed: int, first: int, count: int,
-                 stream: str, error: type[SpecError] = SamplerSpecError) -> list[Patch]:
+def sample_terms(
+    terms: Sequence[SamplerTerm],
+    template: Template,
+    seed: int,
+    first: int,
+    count: int,
+    stream: str,
+    error: type[SpecError] = SamplerSpecError,
+) -> list[Patch]:
     """The patches of branches first .. first+count-1; each a pure function of the terms, seed,
     stream and its own branch index."""
     mutations: list[list[Mutation]] = [[] for _ in range(count)]
     for i, term in enumerate(terms):
         for target in expand_targets(term, template, f"terms[{i}]", error):
             size = template.slot(target).size if term.per_component else 1
-            values = _draw(term, _uniforms(seed, stream, i, target, first, count, 2 * size)).tolist()
-            for row, value in zip(mutations, values):
+            values = _draw(
+                term, _uniforms(seed, stream, i, target, first, count, 2 * size)
+            ).tolist()
+            for row, value in zip(mutations, values, strict=True):
                 row.append(Mutation(target, term.op, tuple(value)))
     return [Patch(tuple(row)) for row in mutations]
 
 
-def _checked(slot: Slot, target: str, op: str, old: np.ndarray, value: np.ndarray,
-             branches: np.ndarray) -> np.ndarray:
+def _checked(
+    slot: Slot, target: str, op: str, old: np.ndarray, value: np.ndarray, branches: np.ndarray
+) -> np.ndarray:
     """New values for a group of simulations, (n, size), or a MutationError naming the first bad branch."""
+
     def fail(rows: np.ndarray, detail: str) -> MutationError:
         return MutationError(target, detail, int(branches[np.flatnonzero(rows)[0]]))
 
@@ -254,12 +297,24 @@ def _checked(slot: Slot, target: str, op: str, old: np.ndarray, value: np.ndarra
         norm = np.sqrt(np.sum(value[:, -4:] ** 2, axis=1))
         if np.any(np.abs(norm - 1.0) > 1e-9):
             raise fail(np.abs(norm - 1.0) > 1e-9, "the quaternion part must have unit norm")
-    new = np.broadcast_to(value, old.shape) if op == "set" else old + value if op == "add" else old * value
+    new = (
+        np.broadcast_to(value, old.shape)
+        if op == "set"
+        else old + value
+        if op == "add"
+        else old * value
+    )
     bad = ~np.isfinite(new).all(axis=1)
     if bad.any():
         raise fail(bad, "the result is not finite")
     low = new.min(axis=1)
-    bad = low <= 0 if slot.domain == "positive" else low < 0 if slot.domain == "nonnegative" else ~everyone
+    bad = (
+        low <= 0
+        if slot.domain == "positive"
+        else low < 0
+        if slot.domain == "nonnegative"
+        else ~everyone
+    )
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         bound = "> 0" if slot.domain == "positive" else ">= 0"
@@ -267,8 +322,9 @@ def _checked(slot: Slot, target: str, op: str, old: np.ndarray, value: np.ndarra
     return new
 
 
-def _groups(template: Template, patches: Sequence[Patch | None], branches: Sequence[int],
-            state: bool) -> Iterator[tuple[Slot, str, str, np.ndarray, np.ndarray]]:
+def _groups(
+    template: Template, patches: Sequence[Patch | None], branches: Sequence[int], state: bool
+) -> Iterator[tuple[Slot, str, str, np.ndarray, np.ndarray]]:
     """Mutations in application order, vectorized: position by position along the patches, one group
     per (target, op, width) holding its simulations and their values. Each simulation has one
     mutation per position, so the groups of a position touch disjoint simulations."""
@@ -290,8 +346,12 @@ def _groups(template: Template, patches: Sequence[Patch | None], branches: Seque
                 yield slot, target, op, np.array(sims), np.array(values, dtype=np.float64)
 
 
-def apply_model_patches(batch: mjbatch.Batch, template: Template, patches: Sequence[Patch | None],
-                        branches: Sequence[int]) -> None:
+def apply_model_patches(
+    batch: mjbatch.Batch,
+    template: Template,
+    patches: Sequence[Patch | None],
+    branches: Sequence[int],
+) -> None:
     """Write each simulation's model mutations into expanded fields, then recompute derived constants
     (mj_setConst) for exactly the simulations whose patches touched fields it reads."""
     ids = np.asarray(branches)
@@ -310,8 +370,12 @@ def apply_model_patches(batch: mjbatch.Batch, template: Template, patches: Seque
             raise MutationError("<derived constants>", detail, branches[sim]) from exc
 
 
-def apply_state_patches(batch: mjbatch.Batch, template: Template, patches: Sequence[Patch | None],
-                        branches: Sequence[int]) -> None:
+def apply_state_patches(
+    batch: mjbatch.Batch,
+    template: Template,
+    patches: Sequence[Patch | None],
+    branches: Sequence[int],
+) -> None:
     """Write each simulation's initial-state mutations (after reset, before the first forward)."""
     ids = np.asarray(branches)
     for slot, target, op, sims, values in _groups(template, patches, branches, state=True):

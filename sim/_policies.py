@@ -11,6 +11,7 @@ import json
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ from ._errors import EntryPointError, SkillPayloadError, SkillSpecError
 
 MLP_FORMAT = "simnet.mlp/1"
 ACTIVATIONS: dict[str, Callable[[], torch.nn.Module]] = {
-    "tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU, "silu": torch.nn.SiLU,
+    "tanh": torch.nn.Tanh,
+    "relu": torch.nn.ReLU,
+    "elu": torch.nn.ELU,
+    "silu": torch.nn.SiLU,
 }
 _DTYPES = {"float64": (torch.float64, "F64"), "float32": (torch.float32, "F32")}
 MAX_WEIGHTS_BYTES = 256 * 2**20
@@ -45,12 +49,18 @@ class MLPSpec:
     dtype: str = "float64"
 
     def to_json(self) -> dict:
-        return {"format": MLP_FORMAT, "obs_dim": self.obs_dim, "act_dim": self.act_dim,
-                "hidden": list(self.hidden), "activation": self.activation,
-                "output_activation": self.output_activation, "dtype": self.dtype}
+        return {
+            "format": MLP_FORMAT,
+            "obs_dim": self.obs_dim,
+            "act_dim": self.act_dim,
+            "hidden": list(self.hidden),
+            "activation": self.activation,
+            "output_activation": self.output_activation,
+            "dtype": self.dtype,
+        }
 
     @classmethod
-    def from_json(cls, data: Any) -> "MLPSpec":
+    def from_json(cls, data: Any) -> MLPSpec:
         def need(ok: bool, key: str, detail: str) -> None:
             if not ok:
                 raise SkillSpecError(key, detail)
@@ -62,24 +72,47 @@ class MLPSpec:
         need(not extra, extra[0] if extra else "", f"unknown key; keys are {sorted(keys)}")
         for key in ("obs_dim", "act_dim"):
             value = data.get(key)
-            need(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100_000, key,
-                 "must be an integer in [1, 100000]")
+            need(
+                isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100_000,
+                key,
+                "must be an integer in [1, 100000]",
+            )
         hidden = data.get("hidden")
-        need(isinstance(hidden, list) and len(hidden) <= 16
-             and all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= 100_000 for h in hidden),
-             "hidden", "must be a list of at most 16 layer sizes in [1, 100000]")
-        need(data.get("activation") in ACTIVATIONS, "activation", f"must be one of {sorted(ACTIVATIONS)}")
+        need(
+            isinstance(hidden, list)
+            and len(hidden) <= 16
+            and all(
+                isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= 100_000 for h in hidden
+            ),
+            "hidden",
+            "must be a list of at most 16 layer sizes in [1, 100000]",
+        )
+        need(
+            data.get("activation") in ACTIVATIONS,
+            "activation",
+            f"must be one of {sorted(ACTIVATIONS)}",
+        )
         out = data.get("output_activation")
-        need(out is None or out in ACTIVATIONS, "output_activation", f"must be null or one of {sorted(ACTIVATIONS)}")
+        need(
+            out is None or out in ACTIVATIONS,
+            "output_activation",
+            f"must be null or one of {sorted(ACTIVATIONS)}",
+        )
         need(data.get("dtype") in _DTYPES, "dtype", f"must be one of {sorted(_DTYPES)}")
-        return cls(data["obs_dim"], data["act_dim"], tuple(hidden), data["activation"], out, data["dtype"])
+        return cls(
+            data["obs_dim"], data["act_dim"], tuple(hidden), data["activation"], out, data["dtype"]
+        )
 
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every tensor the weights must hold, with its shape; nothing more is accepted."""
         sizes = [self.obs_dim, *self.hidden, self.act_dim]
-        shapes: dict[str, tuple[int, ...]] = {"obs_mean": (self.obs_dim,), "obs_std": (self.obs_dim,),
-                                              "act_offset": (self.act_dim,), "act_scale": (self.act_dim,)}
-        for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+        shapes: dict[str, tuple[int, ...]] = {
+            "obs_mean": (self.obs_dim,),
+            "obs_std": (self.obs_dim,),
+            "act_offset": (self.act_dim,),
+            "act_scale": (self.act_dim,),
+        }
+        for i, (n_in, n_out) in enumerate(pairwise(sizes)):
             shapes[f"layers.{i}.weight"] = (n_out, n_in)
             shapes[f"layers.{i}.bias"] = (n_out,)
         return shapes
@@ -93,9 +126,13 @@ class MLP(torch.nn.Module):
         self.spec = spec
         dtype = _DTYPES[spec.dtype][0]
         sizes = [spec.obs_dim, *spec.hidden, spec.act_dim]
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b, dtype=dtype) for a, b in zip(sizes, sizes[1:]))
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Linear(a, b, dtype=dtype) for a, b in pairwise(sizes)
+        )
         self.activation = ACTIVATIONS[spec.activation]()
-        self.output_activation = ACTIVATIONS[spec.output_activation]() if spec.output_activation else None
+        self.output_activation = (
+            ACTIVATIONS[spec.output_activation]() if spec.output_activation else None
+        )
         for name in ("obs_mean", "obs_std", "act_offset", "act_scale"):
             self.register_buffer(name, torch.zeros(spec.tensor_shapes()[name], dtype=dtype))
         self.load_state_dict(dict(tensors), strict=True)
@@ -128,32 +165,46 @@ class Skill:
         self._tensors()  # fail now, not at first use
 
     @classmethod
-    def from_tensors(cls, spec: MLPSpec, tensors: Mapping[str, Any],
-                     metadata: Mapping[str, str] | None = None) -> "Skill":
+    def from_tensors(
+        cls, spec: MLPSpec, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None
+    ) -> Skill:
         dtype = _DTYPES[spec.dtype][0]
-        prepared = {k: torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v).to(dtype).contiguous()
-                    for k, v in tensors.items()}
+        prepared = {
+            k: torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v)
+            .to(dtype)
+            .contiguous()
+            for k, v in tensors.items()
+        }
         # metadata stays out of the blob: safetensors writes its map in no fixed order
         blob = safetensors.torch.save(dict(sorted(prepared.items())))
         return cls(spec, blob, dict(metadata or {}))
 
     @classmethod
-    def load(cls, spec_path: str | Path, weights_path: str | Path | None = None) -> "Skill":
+    def load(cls, spec_path: str | Path, weights_path: str | Path | None = None) -> Skill:
         """Read `name.json` (the spec and optional metadata) and `name.safetensors` beside it."""
         spec_path = Path(spec_path)
         doc = json.loads(spec_path.read_text())
         weights_path = Path(weights_path) if weights_path else spec_path.with_suffix(".safetensors")
-        skill = cls(MLPSpec.from_json(doc.get("architecture")), weights_path.read_bytes(), doc.get("metadata", {}))
+        skill = cls(
+            MLPSpec.from_json(doc.get("architecture")),
+            weights_path.read_bytes(),
+            doc.get("metadata", {}),
+        )
         recorded = doc.get("weights_sha256")
         if recorded is not None and recorded != skill.weights_sha256:
-            raise SkillPayloadError(f"{weights_path}: sha256 {skill.weights_sha256} does not match "
-                                    f"the recorded {recorded}")
+            raise SkillPayloadError(
+                f"{weights_path}: sha256 {skill.weights_sha256} does not match "
+                f"the recorded {recorded}"
+            )
         return skill
 
     def save(self, spec_path: str | Path) -> None:
         spec_path = Path(spec_path)
-        doc = {"architecture": self.spec.to_json(), "weights_sha256": self.weights_sha256,
-               "metadata": dict(self.metadata)}
+        doc = {
+            "architecture": self.spec.to_json(),
+            "weights_sha256": self.weights_sha256,
+            "metadata": dict(self.metadata),
+        }
         spec_path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         spec_path.with_suffix(".safetensors").write_bytes(self.weights)
 
@@ -163,12 +214,18 @@ class Skill:
 
     @property
     def hash(self) -> str:
-        return content_hash({"architecture": self.spec.to_json(), "weights_sha256": self.weights_sha256})
+        return content_hash(
+            {"architecture": self.spec.to_json(), "weights_sha256": self.weights_sha256}
+        )
 
     def describe(self) -> dict:
         """What an evaluation record says about this policy."""
-        return {"kind": "mlp", "skill_hash": self.hash, "architecture": self.spec.to_json(),
-                "weights_sha256": self.weights_sha256}
+        return {
+            "kind": "mlp",
+            "skill_hash": self.hash,
+            "architecture": self.spec.to_json(),
+            "weights_sha256": self.weights_sha256,
+        }
 
     def module(self) -> MLP:
         return MLP(self.spec, self._tensors())
@@ -176,20 +233,29 @@ class Skill:
     def _tensors(self) -> dict[str, torch.Tensor]:
         blob = self.weights
         if not isinstance(blob, bytes) or len(blob) > MAX_WEIGHTS_BYTES:
-            raise SkillPayloadError(f"weights must be at most {MAX_WEIGHTS_BYTES} bytes of safetensors")
+            raise SkillPayloadError(
+                f"weights must be at most {MAX_WEIGHTS_BYTES} bytes of safetensors"
+            )
         header = _safetensors_header(blob)
         expected = self.spec.tensor_shapes()
         found = {k for k in header if k != "__metadata__"}
         if found != set(expected):
             missing, unexpected = sorted(set(expected) - found), sorted(found - set(expected))
-            raise SkillPayloadError(f"weights do not match the architecture: missing {missing}, "
-                                    f"unexpected {unexpected}")
+            raise SkillPayloadError(
+                f"weights do not match the architecture: missing {missing}, unexpected {unexpected}"
+            )
         tag = _DTYPES[self.spec.dtype][1]
         for name, shape in expected.items():
             info = header[name]
-            if not isinstance(info, dict) or info.get("dtype") != tag or tuple(info.get("shape", ())) != shape:
-                raise SkillPayloadError(f"tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
-                                        f"the architecture needs {tag} {list(shape)}")
+            if (
+                not isinstance(info, dict)
+                or info.get("dtype") != tag
+                or tuple(info.get("shape", ())) != shape
+            ):
+                raise SkillPayloadError(
+                    f"tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
+                    f"the architecture needs {tag} {list(shape)}"
+                )
         try:
             tensors = safetensors.torch.load(blob)
         except Exception as exc:  # safetensors raises its own SafetensorError on corrupt data
@@ -204,7 +270,9 @@ class Skill:
 
 def _safetensors_header(blob: bytes) -> dict:
     if len(blob) < 8:
-        raise SkillPayloadError("weights are not safetensors: shorter than the 8-byte header length")
+        raise SkillPayloadError(
+            "weights are not safetensors: shorter than the 8-byte header length"
+        )
     (size,) = struct.unpack("<Q", blob[:8])
     if size > len(blob) - 8 or size > 100 * 2**20:
         raise SkillPayloadError("weights are not safetensors: header length exceeds the blob")
@@ -230,19 +298,30 @@ class EntryPointRef:
     group: str = POLICY_GROUP
 
     def to_json(self) -> dict:
-        return {"kind": "entry_point", "group": self.group, "name": self.name,
-                "distribution": self.distribution, "version": self.version}
+        return {
+            "kind": "entry_point",
+            "group": self.group,
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+        }
 
     def load(self) -> Any:
-        found = [ep for ep in importlib.metadata.entry_points(group=self.group) if ep.name == self.name]
+        found = [
+            ep for ep in importlib.metadata.entry_points(group=self.group) if ep.name == self.name
+        ]
         if not found:
-            raise EntryPointError(f"no entry point {self.name!r} in group {self.group!r} is installed here")
+            raise EntryPointError(
+                f"no entry point {self.name!r} in group {self.group!r} is installed here"
+            )
         ep = found[0]
         dist = ep.dist
         if dist is None or dist.name != self.distribution or dist.version != self.version:
             have = f"{dist.name}=={dist.version}" if dist is not None else "an unknown distribution"
-            raise EntryPointError(f"entry point {self.name!r} comes from {have}, the record needs "
-                                  f"{self.distribution}=={self.version}")
+            raise EntryPointError(
+                f"entry point {self.name!r} comes from {have}, the record needs "
+                f"{self.distribution}=={self.version}"
+            )
         return ep.load()
 
 
@@ -253,11 +332,19 @@ def describe_policy(policy: Any) -> dict:
     if isinstance(policy, EntryPointRef):
         return policy.to_json()
     if isinstance(policy, MLP):
-        return {"kind": "torch", "class": "sim.MLP", "architecture": policy.spec.to_json(),
-                "state_sha256": _state_digest(policy)}
+        return {
+            "kind": "torch",
+            "class": "sim.MLP",
+            "architecture": policy.spec.to_json(),
+            "state_sha256": _state_digest(policy),
+        }
     if isinstance(policy, torch.nn.Module):
         cls = type(policy)
-        return {"kind": "torch", "class": f"{cls.__module__}.{cls.__qualname__}", "state_sha256": _state_digest(policy)}
+        return {
+            "kind": "torch",
+            "class": f"{cls.__module__}.{cls.__qualname__}",
+            "state_sha256": _state_digest(policy),
+        }
     name = getattr(policy, "__qualname__", type(policy).__qualname__)
     return {"kind": "callable", "class": f"{getattr(policy, '__module__', '?')}.{name}"}
 

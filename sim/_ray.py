@@ -25,7 +25,9 @@ def ray_module() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise BackendError("the Ray backend needs the ray extra: pip install 'simnet[ray]'") from exc
+        raise BackendError(
+            "the Ray backend needs the ray extra: pip install 'simnet[ray]'"
+        ) from exc
     return ray
 
 
@@ -38,7 +40,9 @@ def use_ray(address: str | None = None, **init: Any) -> None:
     try:
         ray.init(address=address, include_dashboard=False, **init)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise BackendError(f"cannot start or reach Ray at {address or 'a local node'}: {exc}") from exc
+        raise BackendError(
+            f"cannot start or reach Ray at {address or 'a local node'}: {exc}"
+        ) from exc
 
 
 class SimActor:

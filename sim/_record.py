@@ -59,8 +59,20 @@ from ._tasks import Task
 FORMAT = "simnet.sim.evaluation/1"
 FORMAT_FROM_WORLD = "simnet.sim.evaluation/2"
 LAYOUT = "branch b runs in wave b // wave, row b % wave; the policy sees all wave rows per call"
-_KEYS = {"format", "task", "template", "policy", "sampler", "patches_digest", "layout", "settings",
-         "sequential", "outcomes", "summary", "environment"}
+_KEYS = {
+    "format",
+    "task",
+    "template",
+    "policy",
+    "sampler",
+    "patches_digest",
+    "layout",
+    "settings",
+    "sequential",
+    "outcomes",
+    "summary",
+    "environment",
+}
 
 
 def environment() -> dict:
@@ -69,10 +81,19 @@ def environment() -> dict:
         simnet = metadata.version("simnet")
     except metadata.PackageNotFoundError:
         simnet = "unknown"
-    return {"mujoco": mujoco.__version__, "numpy": np.__version__, "torch": torch.__version__,
-            "python": platform.python_version(), "simnet": simnet,
-            "platform": {"system": platform.system(), "machine": platform.machine(),
-                         "byteorder": sys.byteorder, "cpu_features": _cpu_features()}}
+    return {
+        "mujoco": mujoco.__version__,
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "simnet": simnet,
+        "platform": {
+            "system": platform.system(),
+            "machine": platform.machine(),
+            "byteorder": sys.byteorder,
+            "cpu_features": _cpu_features(),
+        },
+    }
 
 
 _SIMD = ("sse4_2", "avx", "avx2", "fma", "avx512f", "asimd", "sve")
@@ -82,7 +103,14 @@ def _cpu_features() -> list[str]:
     """The vector extensions that can change floating-point results between machines of one arch."""
     try:
         with open("/proc/cpuinfo") as info:
-            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith(("flags", "Features"))), [])
+            flags = next(
+                (
+                    line.split(":", 1)[1].split()
+                    for line in info
+                    if line.startswith(("flags", "Features"))
+                ),
+                [],
+            )
     except OSError:
         return [platform.processor()] if platform.processor() else []
     return [f for f in _SIMD if f in flags]
@@ -92,20 +120,32 @@ def evaluation_record(ev: Evaluation) -> dict:
     outcomes = ev.outcomes
     record = {
         "format": FORMAT,
-        "task": {"hash": ev.task.hash, "name": ev.task.name, "embodiment": ev.task.embodiment,
-                 "definition": ev.task.to_json()},
-        "template": {"source_hash": ev.task.template.source_hash, "model_hash": ev.task.template.model_hash},
+        "task": {
+            "hash": ev.task.hash,
+            "name": ev.task.name,
+            "embodiment": ev.task.embodiment,
+            "definition": ev.task.to_json(),
+        },
+        "template": {
+            "source_hash": ev.task.template.source_hash,
+            "model_hash": ev.task.template.model_hash,
+        },
         "policy": ev.policy,
         "sampler": ev.sampler.to_json(),
         "patches_digest": ev.patches_digest,
         "layout": {"branches": ev.branches, "wave": ev.wave, "order": LAYOUT},
         # what outcomes depend on besides the inputs above; physics threads and workers are not
         "settings": {"policy_threads": 1, "mjtNum": str(np.dtype(mujoco.MJTNUM_DTYPE))},
-        "sequential": None if ev.sprt is None else {**ev.sprt.to_json(), "decision": ev.decision,
-                                                    "decided_at": ev.decided_at},
-        "outcomes": {"branch": [o.branch for o in outcomes], "success": [int(o.success) for o in outcomes],
-                     "total_reward": [o.total_reward for o in outcomes], "steps": [o.steps for o in outcomes],
-                     "reason": [o.reason for o in outcomes]},
+        "sequential": None
+        if ev.sprt is None
+        else {**ev.sprt.to_json(), "decision": ev.decision, "decided_at": ev.decided_at},
+        "outcomes": {
+            "branch": [o.branch for o in outcomes],
+            "success": [int(o.success) for o in outcomes],
+            "total_reward": [o.total_reward for o in outcomes],
+            "steps": [o.steps for o in outcomes],
+            "reason": [o.reason for o in outcomes],
+        },
         "summary": _summary(ev.successes, ev.n, ev.mean_return, ev.confidence),
         "environment": environment(),
     }
@@ -117,9 +157,15 @@ def evaluation_record(ev: Evaluation) -> dict:
 
 
 def _summary(successes: int, n: int, mean_return: float, confidence: float) -> dict:
-    return {"successes": successes, "n": n, "success_rate": successes / n, "mean_return": mean_return,
-            "confidence": confidence, "wilson_lower": wilson_lower(successes, n, confidence),
-            "clopper_pearson_lower": clopper_pearson_lower(successes, n, confidence)}
+    return {
+        "successes": successes,
+        "n": n,
+        "success_rate": successes / n,
+        "mean_return": mean_return,
+        "confidence": confidence,
+        "wilson_lower": wilson_lower(successes, n, confidence),
+        "clopper_pearson_lower": clopper_pearson_lower(successes, n, confidence),
+    }
 
 
 def record_hash(record: dict) -> str:
@@ -143,51 +189,102 @@ def outcomes_of(record: dict) -> tuple[BranchOutcome, ...]:
     """The per-branch outcomes a record holds, checked for shape and consistency."""
     check_record(record)
     o = record["outcomes"]
-    return tuple(BranchOutcome(b, bool(s), float(r), int(k), str(why))
-                 for b, s, r, k, why in zip(o["branch"], o["success"], o["total_reward"], o["steps"], o["reason"]))
+    return tuple(
+        BranchOutcome(b, bool(s), float(r), int(k), str(why))
+        for b, s, r, k, why in zip(
+            o["branch"], o["success"], o["total_reward"], o["steps"], o["reason"], strict=True
+        )
+    )
 
 
 def check_record(record: Any) -> None:
     """Structure, self-consistency and content hashes; raises RecordError on the first problem."""
+
     def need(ok: bool, field: str, detail: str) -> None:
         if not ok:
             raise RecordError(f"record field {field!r}: {detail}")
 
     need(isinstance(record, dict), "", "a record is a JSON object")
-    need(record.get("format") in (FORMAT, FORMAT_FROM_WORLD), "format", f"must be {FORMAT!r} or {FORMAT_FROM_WORLD!r}")
+    need(
+        record.get("format") in (FORMAT, FORMAT_FROM_WORLD),
+        "format",
+        f"must be {FORMAT!r} or {FORMAT_FROM_WORLD!r}",
+    )
     keys = _KEYS | {"start"} if record["format"] == FORMAT_FROM_WORLD else _KEYS
     need(set(record) == keys, "", f"keys must be exactly {sorted(keys)}")
     need(keys == _KEYS or isinstance(record["start"], dict), "start", "must be an object")
     task = record["task"]
-    need(isinstance(task, dict) and isinstance(task.get("definition"), dict), "task.definition", "missing")
-    need(content_hash(task["definition"]) == task.get("hash"), "task.hash", "does not match the definition")
+    need(
+        isinstance(task, dict) and isinstance(task.get("definition"), dict),
+        "task.definition",
+        "missing",
+    )
+    need(
+        content_hash(task["definition"]) == task.get("hash"),
+        "task.hash",
+        "does not match the definition",
+    )
     o = record["outcomes"]
     columns = ("branch", "success", "total_reward", "steps", "reason")
-    need(isinstance(o, dict) and set(o) == set(columns) and all(isinstance(o[c], list) for c in columns),
-         "outcomes", f"must hold the lists {columns}")
+    need(
+        isinstance(o, dict)
+        and set(o) == set(columns)
+        and all(isinstance(o[c], list) for c in columns),
+        "outcomes",
+        f"must hold the lists {columns}",
+    )
     n = len(o["branch"])
-    need(n >= 1 and all(len(o[c]) == n for c in columns), "outcomes", "lists must be non-empty and of equal length")
+    need(
+        n >= 1 and all(len(o[c]) == n for c in columns),
+        "outcomes",
+        "lists must be non-empty and of equal length",
+    )
     need(o["branch"] == list(range(n)), "outcomes.branch", "must be 0 .. n-1 in order")
-    need(all(s in (0, 1) and not isinstance(s, bool) for s in o["success"]), "outcomes.success", "must be 0 or 1")
+    need(
+        all(s in (0, 1) and not isinstance(s, bool) for s in o["success"]),
+        "outcomes.success",
+        "must be 0 or 1",
+    )
     need(all(map(is_number, o["total_reward"])), "outcomes.total_reward", "must be finite numbers")
     layout = record["layout"]
-    need(isinstance(layout, dict) and isinstance(layout.get("wave"), int) and isinstance(layout.get("branches"), int)
-         and 1 <= n <= layout["branches"] and layout["wave"] >= 1, "layout", "must give wave and branches >= n")
+    need(
+        isinstance(layout, dict)
+        and isinstance(layout.get("wave"), int)
+        and isinstance(layout.get("branches"), int)
+        and 1 <= n <= layout["branches"]
+        and layout["wave"] >= 1,
+        "layout",
+        "must give wave and branches >= n",
+    )
     summary = record["summary"]
-    need(isinstance(summary, dict) and is_number(summary.get("confidence")) and 0 < summary["confidence"] < 1,
-         "summary.confidence", "must be in (0, 1)")
+    need(
+        isinstance(summary, dict)
+        and is_number(summary.get("confidence"))
+        and 0 < summary["confidence"] < 1,
+        "summary.confidence",
+        "must be in (0, 1)",
+    )
     successes = sum(o["success"])
     mean_return = math.fsum(o["total_reward"]) / n
     expected = _summary(successes, n, mean_return, summary["confidence"])
     need(set(summary) == set(expected), "summary", f"keys must be {sorted(expected)}")
     for key, value in expected.items():
         # the bounds go through log/exp, which may differ in the last bit on another platform's libm
-        close = key.endswith("_lower") and is_number(summary[key]) and abs(summary[key] - value) <= 1e-9
+        close = (
+            key.endswith("_lower") and is_number(summary[key]) and abs(summary[key] - value) <= 1e-9
+        )
         need(summary[key] == value or close, f"summary.{key}", "does not follow from the outcomes")
 
 
-def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
-              interval: float = 0.99, progress: bool | None = None) -> Reproduction:
+def reproduce(
+    record: dict,
+    policy: Any,
+    *,
+    threads: int = 0,
+    workers: int = 1,
+    interval: float = 0.99,
+    progress: bool | None = None,
+) -> Reproduction:
     """Re-run a recorded evaluation with `policy` and compare.
 
     On the same platform (equal environment and compiled-model hash) every branch outcome must match
@@ -201,36 +298,62 @@ def reproduce(record: dict, policy: Any, *, threads: int = 0, workers: int = 1,
         task = Task(record["task"]["definition"])
         sampler = Sampler.from_json(record["sampler"])
         sprt = None if record["sequential"] is None else SPRT.from_json(record["sequential"])
-        start = Snapshot.from_json(record["start"], task.definition["scene"]) if "start" in record else None
+        start = (
+            Snapshot.from_json(record["start"], task.definition["scene"])
+            if "start" in record
+            else None
+        )
     except (SimError, KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"record cannot be re-run: {exc}") from exc
     if task.template.source_hash != record["template"].get("source_hash"):
         raise RecordError("record field 'template.source_hash' does not match the task's scene")
     described = describe_policy(policy)
     if record["policy"].get("kind") != "callable" and described != record["policy"]:
-        raise RecordError(f"record field 'policy': names {record['policy']}, the policy given is {described}")
+        raise RecordError(
+            f"record field 'policy': names {record['policy']}, the policy given is {described}"
+        )
     layout = record["layout"]
-    rerun = evaluate(task, policy, branches=layout["branches"], sampler=sampler, wave=layout["wave"],
-                     threads=threads, workers=workers, sprt=sprt, confidence=record["summary"]["confidence"],
-                     progress=progress, start=start)
+    rerun = evaluate(
+        task,
+        policy,
+        branches=layout["branches"],
+        sampler=sampler,
+        wave=layout["wave"],
+        threads=threads,
+        workers=workers,
+        sprt=sprt,
+        confidence=record["summary"]["confidence"],
+        progress=progress,
+        start=start,
+    )
     # equal versions, CPU vector features and compiled model: the patch draws and every outcome must
     # then be bit-identical
-    same_platform = (record["environment"] == environment()
-                     and record["template"].get("model_hash") == task.template.model_hash)
-    pairs = list(zip(recorded, rerun.outcomes))
+    same_platform = (
+        record["environment"] == environment()
+        and record["template"].get("model_hash") == task.template.model_hash
+    )
+    pairs = list(zip(recorded, rerun.outcomes, strict=True))
     mismatched = tuple(a.branch for a, b in pairs if a != b)
-    exact = not mismatched and len(recorded) == len(rerun.outcomes) and rerun.patches_digest == record["patches_digest"]
+    exact = (
+        not mismatched
+        and len(recorded) == len(rerun.outcomes)
+        and rerun.patches_digest == record["patches_digest"]
+    )
     if same_platform:
         if exact:
             detail = "all branch outcomes match"
         elif rerun.patches_digest != record["patches_digest"]:
             detail = "the recorded sampler spec draws other patches than the record claims"
         else:
-            detail = f"{len(mismatched)} of {len(recorded)} branch outcomes differ on the same platform"
+            detail = (
+                f"{len(mismatched)} of {len(recorded)} branch outcomes differ on the same platform"
+            )
         return Reproduction(exact, exact, True, mismatched, detail, rerun)
     successes = sum(o.success for o in recorded)
     low, high = clopper_pearson_interval(successes, len(recorded), interval)
     inside = low <= rerun.success_rate <= high
-    detail = (f"re-run rate {rerun.success_rate:.4f} {'inside' if inside else 'outside'} the recorded "
-              f"{interval:.0%} interval [{low:.4f}, {high:.4f}] (another platform)")
+    detail = (
+        f"re-run rate {rerun.success_rate:.4f} {'inside' if inside else 'outside'} the recorded "
+        f"{interval:.0%} interval [{low:.4f}, {high:.4f}] (another platform)"
+    )
     return Reproduction(inside, exact, False, mismatched, detail, rerun)

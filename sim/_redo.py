@@ -33,9 +33,13 @@ import orjson
 from ._errors import CorruptLogError, WorldError
 
 _logger = logging.getLogger(__name__)
-FOLD_BYTES = 4 << 20  # as SQLite's own WAL: folded at about 4 MiB (~900 of a twin's commits; ~17 ms to fold)
+FOLD_BYTES = (
+    4 << 20
+)  # as SQLite's own WAL: folded at about 4 MiB (~900 of a twin's commits; ~17 ms to fold)
 _LENGTH = struct.Struct("<Q")
-_HEADER = struct.Struct("<QI32s")  # payload length, CRC-32 of world id and length, SHA-256 of world id and payload
+_HEADER = struct.Struct(
+    "<QI32s"
+)  # payload length, CRC-32 of world id and length, SHA-256 of world id and payload
 
 
 class RedoFile:
@@ -52,7 +56,9 @@ class RedoFile:
         try:
             created = not path.exists()
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            if fsync and created:  # the file's name must survive power loss too, not only its records
+            if (
+                fsync and created
+            ):  # the file's name must survive power loss too, not only its records
                 directory = os.open(path.parent, os.O_RDONLY)
                 try:
                     os.fsync(directory)
@@ -75,7 +81,9 @@ class RedoFile:
     def unfolded_records(self) -> list[dict]:
         """The records after `folded`, checked, in order (their numbers run on from it); a torn tail (its writer
         died) is cut off the file."""
-        if self._kept is not None and len(self._kept) == self.last - self.folded:  # none lost track of
+        if (
+            self._kept is not None and len(self._kept) == self.last - self.folded
+        ):  # none lost track of
             return [orjson.loads(payload) for payload in self._kept]
         try:
             data = os.pread(self._fd, self.size, 0)
@@ -89,38 +97,56 @@ class RedoFile:
             if at + _HEADER.size <= len(data):
                 length, check, digest = _HEADER.unpack_from(data, at)
                 if check != zlib.crc32(self._salt + _LENGTH.pack(length)):
-                    raise CorruptLogError(f"{self.path}: the header of the commit at byte {at} fails its checksum; "
-                                          f"nothing was applied from it or after it")
+                    raise CorruptLogError(
+                        f"{self.path}: the header of the commit at byte {at} fails its checksum; "
+                        f"nothing was applied from it or after it"
+                    )
             if at + _HEADER.size > len(data) or at + _HEADER.size + length > len(data):
                 self._cut(at)  # never acknowledged: its writer died in the middle of it
                 break
-            payload = data[at + _HEADER.size:at + _HEADER.size + length]
+            payload = data[at + _HEADER.size : at + _HEADER.size + length]
             if hashlib.sha256(self._salt + payload).digest() != digest:
                 if at + _HEADER.size + length == len(data):  # the last record: see above
-                    _logger.warning("%s: the last commit (byte %d) fails its checksum and is cut off, as a torn "
-                                    "write (a power loss while it was written)", self.path, at)
+                    _logger.warning(
+                        "%s: the last commit (byte %d) fails its checksum and is cut off, as a torn "
+                        "write (a power loss while it was written)",
+                        self.path,
+                        at,
+                    )
                     self._cut(at)
                     break
-                raise CorruptLogError(f"{self.path}: the commit at byte {at} fails its checksum; nothing was applied "
-                                      f"from it or after it")
+                raise CorruptLogError(
+                    f"{self.path}: the commit at byte {at} fails its checksum; nothing was applied "
+                    f"from it or after it"
+                )
             record = orjson.loads(payload)
             if out and record["n"] <= self.folded:
-                raise CorruptLogError(f"{self.path}: commit {record['n']} comes after commit {out[-1]['n']}")
+                raise CorruptLogError(
+                    f"{self.path}: commit {record['n']} comes after commit {out[-1]['n']}"
+                )
             if record["n"] > self.folded:
                 expected = out[-1]["n"] + 1 if out else self.folded + 1
                 if record["n"] != expected:
-                    raise CorruptLogError(f"{self.path}: commit {expected} is missing (found {record['n']})")
+                    raise CorruptLogError(
+                        f"{self.path}: commit {expected} is missing (found {record['n']})"
+                    )
                 out.append(record)
             at += _HEADER.size + length
-        if self.last > (out[-1]["n"] if out else self.folded):  # this process wrote it: it cannot be torn
-            raise CorruptLogError(f"{self.path}: commit {self.last} is missing (the file ends before it)")
+        if self.last > (
+            out[-1]["n"] if out else self.folded
+        ):  # this process wrote it: it cannot be torn
+            raise CorruptLogError(
+                f"{self.path}: commit {self.last} is missing (the file ends before it)"
+            )
         return out
 
     def _cut(self, at: int) -> None:
         try:
             os.ftruncate(self._fd, at)
         except OSError as exc:
-            raise WorldError(f"{self.path}: its torn last commit cannot be cut off ({exc})") from None
+            raise WorldError(
+                f"{self.path}: its torn last commit cannot be cut off ({exc})"
+            ) from None
         self.size = at
 
     def append(self, rows: dict) -> None:
@@ -129,9 +155,17 @@ class RedoFile:
         try:
             payload = orjson.dumps({"n": self.last + 1, **rows})
         except TypeError as exc:  # orjson.JSONEncodeError
-            raise WorldError(f"{self.path}: the commit cannot be stored ({exc}); nothing of it was kept") from None
-        data = _HEADER.pack(len(payload), zlib.crc32(self._salt + _LENGTH.pack(len(payload))),
-                            hashlib.sha256(self._salt + payload).digest()) + payload
+            raise WorldError(
+                f"{self.path}: the commit cannot be stored ({exc}); nothing of it was kept"
+            ) from None
+        data = (
+            _HEADER.pack(
+                len(payload),
+                zlib.crc32(self._salt + _LENGTH.pack(len(payload))),
+                hashlib.sha256(self._salt + payload).digest(),
+            )
+            + payload
+        )
         start, end, number = self.size, self.size + len(data), self.last + 1
         self.unfolded = True  # before the write: at worst a fold finds nothing new
         try:  # an interrupt anywhere in here takes the record back too
@@ -146,12 +180,15 @@ class RedoFile:
                 os.ftruncate(self._fd, start)  # no torn record left before the next one
             except OSError:
                 self.close()
-                raise WorldError(f"{self.path}: the commit could not be written ({exc}), nor taken back; the file is "
-                                 f"closed, and the commit may be found when the world is opened again") from None
+                raise WorldError(
+                    f"{self.path}: the commit could not be written ({exc}), nor taken back; the file is "
+                    f"closed, and the commit may be found when the world is opened again"
+                ) from None
             self.size, self.last = start, number - 1
             if isinstance(exc, OSError):
-                raise WorldError(f"{self.path}: the commit could not be written ({exc}); nothing of it was kept") \
-                    from None
+                raise WorldError(
+                    f"{self.path}: the commit could not be written ({exc}); nothing of it was kept"
+                ) from None
             raise
         if self._kept is not None:
             self._kept.append(payload)

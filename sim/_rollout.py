@@ -22,7 +22,10 @@ from ._policies import EntryPointRef, Skill
 from ._snapshot import Snapshot, apply_stepwise
 from ._tasks import Runtime, Task
 
-_UNSTABLE = {int(getattr(mujoco.mjtWarning, f"mjWARN_{w}")): w for w in ("BADQPOS", "BADQVEL", "BADQACC", "BADCTRL")}
+_UNSTABLE = {
+    int(getattr(mujoco.mjtWarning, f"mjWARN_{w}")): w
+    for w in ("BADQPOS", "BADQVEL", "BADQACC", "BADCTRL")
+}
 _POS = int(mujoco.mjtStage.mjSTAGE_POS)
 _NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
 
@@ -51,7 +54,8 @@ class PolicyCaller:
         if spec is not None and (spec.obs_dim, spec.act_dim) != (task.obs_dim, task.act_dim):
             raise IncompatibleTemplateError(
                 f"the skill maps {spec.obs_dim} observations to {spec.act_dim} actions; task {task.name!r} "
-                f"gives {task.obs_dim} and drives {task.act_dim}")
+                f"gives {task.obs_dim} and drives {task.act_dim}"
+            )
         self.policy = policy
         self.torch = isinstance(policy, torch.nn.Module)
         if self.torch:
@@ -68,16 +72,27 @@ class PolicyCaller:
 def branch_patches(task: Task, sampler: Sampler, first: int, count: int) -> list[Patch]:
     """What makes each branch differ from the template: its dynamics draws, then its initial state."""
     dynamics = sampler.sample_many(task.template, first, count)
-    return [d + i for d, i in zip(dynamics, task.init_patches(sampler.seed, first, count))]
+    return [
+        d + i for d, i in zip(dynamics, task.init_patches(sampler.seed, first, count), strict=True)
+    ]
 
 
 def branch_patch(task: Task, sampler: Sampler, branch: int) -> Patch:
     return branch_patches(task, sampler, branch, 1)[0]
 
 
-def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int, wave: int,
-             branches: int, threads: int, on_step: Callable[[], None] | None = None,
-             patches: Sequence[Patch] | None = None, start: Snapshot | None = None) -> list[BranchOutcome]:
+def run_wave(
+    task: Task,
+    caller: PolicyCaller,
+    sampler: Sampler,
+    wave_index: int,
+    wave: int,
+    branches: int,
+    threads: int,
+    on_step: Callable[[], None] | None = None,
+    patches: Sequence[Patch] | None = None,
+    start: Snapshot | None = None,
+) -> list[BranchOutcome]:
     """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order. With `start`,
     every branch begins at that world snapshot (its model patch, then its state) instead of a reset."""
     ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
@@ -128,7 +143,9 @@ def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int
         except mjbatch.SimulationError as exc:
             failed = np.zeros(wave, bool)
             failed[exc.ids] = True
-            messages = [batch.error(s).splitlines()[0] for s in sorted(map(int, exc.ids)) if live[s]]
+            messages = [
+                batch.error(s).splitlines()[0] for s in sorted(map(int, exc.ids)) if live[s]
+            ]
             end(failed & live, [f"mujoco:{m}" for m in messages])
         counts = batch.warning[:, warn_ids, 1]
         rising = (counts > warned) & live[:, None]
@@ -156,12 +173,15 @@ def run_wave(task: Task, caller: PolicyCaller, sampler: Sampler, wave_index: int
         success |= done
         end(done, "success")
         end(live.copy(), "horizon")
-    return [BranchOutcome(b, bool(success[i]), float(reward[i]), int(steps[i]), reasons[i])
-            for i, b in enumerate(ids)]
+    return [
+        BranchOutcome(b, bool(success[i]), float(reward[i]), int(steps[i]), reasons[i])
+        for i, b in enumerate(ids)
+    ]
 
 
-def _actions(caller: PolicyCaller, obs: np.ndarray, live: np.ndarray, ids: list[int], step: int,
-             act_dim: int) -> np.ndarray:
+def _actions(
+    caller: PolicyCaller, obs: np.ndarray, live: np.ndarray, ids: list[int], step: int, act_dim: int
+) -> np.ndarray:
     """The policy's actions, checked for every live row: a bad policy is an error, not a failure."""
 
     def live_branches() -> tuple[int, ...]:  # only built for an error: this runs every control step
@@ -170,15 +190,20 @@ def _actions(caller: PolicyCaller, obs: np.ndarray, live: np.ndarray, ids: list[
     try:
         raw = caller(obs.copy())
     except Exception as exc:
-        raise PolicyCallError(f"the policy raised {type(exc).__name__}: {exc}", live_branches(), step) from exc
+        raise PolicyCallError(
+            f"the policy raised {type(exc).__name__}: {exc}", live_branches(), step
+        ) from exc
     try:
         actions = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         detail = f"the policy returned {type(raw).__name__}, not a numeric array"
         raise PolicyOutputError(detail, live_branches(), step) from exc
     if actions.shape != (len(obs), act_dim):
-        raise PolicyOutputError(f"the policy returned shape {actions.shape}, expected {(len(obs), act_dim)}",
-                                live_branches(), step)
+        raise PolicyOutputError(
+            f"the policy returned shape {actions.shape}, expected {(len(obs), act_dim)}",
+            live_branches(),
+            step,
+        )
     nonfinite = live & ~np.isfinite(actions).all(axis=1)
     if nonfinite.any():
         bad = tuple(ids[i] for i in np.flatnonzero(nonfinite))

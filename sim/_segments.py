@@ -33,17 +33,29 @@ class Event(NamedTuple):  # a tuple: one is made for every event logged, and rea
     provenance: str
 
     def to_json(self) -> dict:
-        return {"seq": self.seq, "tick": self.tick, "entity": self.entity, "kind": self.kind,
-                "change": self.change, "provenance": self.provenance}
+        return {
+            "seq": self.seq,
+            "tick": self.tick,
+            "entity": self.entity,
+            "kind": self.kind,
+            "change": self.change,
+            "provenance": self.provenance,
+        }
 
 
-def rows(checksum: Checksum, shard: str, branch: str, events: Sequence[tuple[Event, bytes]], head: int,
-         prev: str) -> tuple[list[tuple], str]:
+def rows(
+    checksum: Checksum,
+    shard: str,
+    branch: str,
+    events: Sequence[tuple[Event, bytes]],
+    head: int,
+    prev: str,
+) -> tuple[list[tuple], str]:
     """The table rows of events appended to a log (with their encodings), chained from checksum `prev`; and
     the last row's checksum."""
     out = []
     for start in range(0, len(events), SEGMENT_EVENTS):
-        chunk = events[start:start + SEGMENT_EVENTS]
+        chunk = events[start : start + SEGMENT_EVENTS]
         text = b"[" + b",".join(encoded for _, encoded in chunk) + b"]"
         first, last = chunk[0][0], chunk[-1][0]
         fields = (shard, branch, first.seq, last.seq, first.tick, last.tick, head)
@@ -52,14 +64,26 @@ def rows(checksum: Checksum, shard: str, branch: str, events: Sequence[tuple[Eve
     return out, prev
 
 
-def check(checksum: Checksum, where: str, shard: str, branch: str, row: Sequence, expected_seq: int, prev: str) -> str:
+def check(
+    checksum: Checksum,
+    where: str,
+    shard: str,
+    branch: str,
+    row: Sequence,
+    expected_seq: int,
+    prev: str,
+) -> str:
     """Check a segment (its `COLUMNS`) against the seq it must start at and the checksum before it; its checksum."""
     first_seq, last_seq, first_tick, last_tick, head, text, stored = row
     if first_seq != expected_seq:
         raise CorruptLogError(f"{where} lacks events {expected_seq}..{first_seq - 1}")
-    if stored != checksum("segment", shard, branch, first_seq, last_seq, first_tick, last_tick, head, text, prev):
-        raise CorruptLogError(f"{where}: the segment of events {first_seq}..{last_seq} (ticks {first_tick}.."
-                              f"{last_tick}) fails its checksum; nothing was applied from it")
+    if stored != checksum(
+        "segment", shard, branch, first_seq, last_seq, first_tick, last_tick, head, text, prev
+    ):
+        raise CorruptLogError(
+            f"{where}: the segment of events {first_seq}..{last_seq} (ticks {first_tick}.."
+            f"{last_tick}) fails its checksum; nothing was applied from it"
+        )
     return stored
 
 
@@ -68,7 +92,9 @@ def decode(where: str, row: Sequence) -> list[Event]:
     first_seq, last_seq, *_, text, _ = row
     decoded = orjson.loads(text)
     if len(decoded) != last_seq - first_seq + 1:
-        raise CorruptLogError(f"{where}: the segment of events {first_seq}..{last_seq} holds {len(decoded)}")
+        raise CorruptLogError(
+            f"{where}: the segment of events {first_seq}..{last_seq} holds {len(decoded)}"
+        )
     return [Event(seq, *fields) for seq, fields in enumerate(decoded, start=first_seq)]
 
 

@@ -13,7 +13,11 @@ _ASSETS = resources.files("sim") / "assets"
 
 
 def shipped_tasks() -> list[str]:
-    return sorted(p.name.removesuffix(".json") for p in (_ASSETS / "tasks").iterdir() if p.name.endswith(".json"))
+    return sorted(
+        p.name.removesuffix(".json")
+        for p in (_ASSETS / "tasks").iterdir()
+        if p.name.endswith(".json")
+    )
 
 
 def load_task(name: str) -> Task:
@@ -27,7 +31,11 @@ def load_task(name: str) -> Task:
 
 
 def shipped_skills() -> list[str]:
-    return sorted(p.name.removesuffix(".json") for p in (_ASSETS / "skills").iterdir() if p.name.endswith(".json"))
+    return sorted(
+        p.name.removesuffix(".json")
+        for p in (_ASSETS / "skills").iterdir()
+        if p.name.endswith(".json")
+    )
 
 
 def load_skill(name: str) -> Skill:
@@ -35,7 +43,10 @@ def load_skill(name: str) -> Skill:
     path = _ASSETS / "skills" / f"{name}.json"
     if not path.is_file():
         raise KeyError(f"no shipped skill {name!r}; shipped: {shipped_skills()}")
-    with resources.as_file(path) as spec, resources.as_file(path.with_suffix(".safetensors")) as weights:
+    with (
+        resources.as_file(path) as spec,
+        resources.as_file(path.with_suffix(".safetensors")) as weights,
+    ):
         return Skill.load(spec, weights)
 
 

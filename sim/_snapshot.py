@@ -58,30 +58,54 @@ class Snapshot:
     def state_sha256(self) -> str:
         return sha256_hex(self.state.tobytes())
 
-    def same_state(self, other: "Snapshot") -> bool:
+    def same_state(self, other: Snapshot) -> bool:
         """Bit-identical template, patch and state row."""
-        return (self.template.model_hash == other.template.model_hash and self.patch == other.patch
-                and self.state.tobytes() == other.state.tobytes())
+        return (
+            self.template.model_hash == other.template.model_hash
+            and self.patch == other.patch
+            and self.state.tobytes() == other.state.tobytes()
+        )
 
     def to_json(self) -> dict:
         """Where an evaluation started, exactly: the body of a record's "start" (the scene is the task's)."""
-        return {"world": {"name": self.world, "id": self.world_id}, "shard": self.shard, "branch": self.branch,
-                "tick": self.tick, "time": self.time, "events": self.events,
-                "template": {"source_hash": self.template.source_hash, "model_hash": self.template.model_hash},
-                "patch": self.patch.to_json(), "state": self.state.tolist(), "state_sha256": self.state_sha256}
+        return {
+            "world": {"name": self.world, "id": self.world_id},
+            "shard": self.shard,
+            "branch": self.branch,
+            "tick": self.tick,
+            "time": self.time,
+            "events": self.events,
+            "template": {
+                "source_hash": self.template.source_hash,
+                "model_hash": self.template.model_hash,
+            },
+            "patch": self.patch.to_json(),
+            "state": self.state.tolist(),
+            "state_sha256": self.state_sha256,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], scene: str) -> "Snapshot":
+    def from_json(cls, data: Mapping[str, Any], scene: str) -> Snapshot:
         """A snapshot from `to_json` and the scene it was taken on; RecordError if they disagree."""
         try:
             template = cached_template(scene)
-            snapshot = cls(data["world"]["name"], data["world"]["id"], data["shard"], data["branch"], int(data["tick"]),
-                           int(data["events"]), template, Patch.from_json(data["patch"]),
-                           np.array(data["state"], dtype=np.float64))
+            snapshot = cls(
+                data["world"]["name"],
+                data["world"]["id"],
+                data["shard"],
+                data["branch"],
+                int(data["tick"]),
+                int(data["events"]),
+                template,
+                Patch.from_json(data["patch"]),
+                np.array(data["state"], dtype=np.float64),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"record field 'start' is malformed: {exc}") from exc
         if data["template"].get("source_hash") != template.source_hash:
-            raise RecordError("record field 'start.template.source_hash' does not match the task's scene")
+            raise RecordError(
+                "record field 'start.template.source_hash' does not match the task's scene"
+            )
         if snapshot.state_sha256 != data.get("state_sha256"):
             raise RecordError("record field 'start.state_sha256' does not match its state")
         return snapshot
@@ -122,7 +146,9 @@ def _scope_term(term: dict, entity: str) -> dict:
     return out
 
 
-def apply_stepwise(batch: mjbatch.Batch, template: Template, patch: Patch, branches: Sequence[int]) -> None:
+def apply_stepwise(
+    batch: mjbatch.Batch, template: Template, patch: Patch, branches: Sequence[int]
+) -> None:
     """A shard's model patch on the first len(branches) simulations, one mutation at a time as the
     shard applied it (each with its derived constants), so that the model is the shard's bit for bit."""
     for mutation in patch.mutations:
@@ -134,8 +160,11 @@ def check_start(task: Task, snapshot: Snapshot) -> None:
     if task.template.source_hash != snapshot.template.source_hash:
         raise IncompatibleTemplateError(
             f"task {task.name!r} runs on scene {task.template.source_hash[:12]}, the snapshot of shard "
-            f"{snapshot.shard!r} on template {snapshot.template.source_hash[:12]}: use snapshot.task(task, entity)")
+            f"{snapshot.shard!r} on template {snapshot.template.source_hash[:12]}: use snapshot.task(task, entity)"
+        )
     size = mujoco.mj_stateSize(task.template.model, _INTEGRATION)
     if size != len(snapshot.state):
-        raise IncompatibleTemplateError(f"the snapshot's state row has {len(snapshot.state)} values; the "
-                                        f"template's has {size} (another MuJoCo build?)")
+        raise IncompatibleTemplateError(
+            f"the snapshot's state row has {len(snapshot.state)} values; the "
+            f"template's has {size} (another MuJoCo build?)"
+        )

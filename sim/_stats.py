@@ -45,7 +45,9 @@ def betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _betacf(a, b, x) / a
     return 1.0 - front * _betacf(b, a, 1.0 - x) / b
@@ -84,7 +86,9 @@ def _check(successes: int, n: int, confidence: float) -> None:
 def wilson_lower(successes: int, n: int, confidence: float = 0.95) -> float:
     """One-sided Wilson score lower bound on the success rate."""
     _check(successes, n, confidence)
-    return wilson_lower_bound(successes, n, confidence)  # the one activation recomputes, so they agree
+    return wilson_lower_bound(
+        successes, n, confidence
+    )  # the one activation recomputes, so they agree
 
 
 def clopper_pearson_lower(successes: int, n: int, confidence: float = 0.95) -> float:
@@ -95,7 +99,9 @@ def clopper_pearson_lower(successes: int, n: int, confidence: float = 0.95) -> f
     return _beta_quantile(1 - confidence, successes, n - successes + 1)
 
 
-def clopper_pearson_interval(successes: int, n: int, confidence: float = 0.99) -> tuple[float, float]:
+def clopper_pearson_interval(
+    successes: int, n: int, confidence: float = 0.99
+) -> tuple[float, float]:
     """Two-sided exact interval: where a re-run elsewhere must land to count as consistent."""
     _check(successes, n, confidence)
     alpha = (1 - confidence) / 2
@@ -143,7 +149,7 @@ class SPRT:
         return {"p0": self.p0, "p1": self.p1, "alpha": self.alpha, "beta": self.beta}
 
     @classmethod
-    def from_json(cls, data: dict) -> "SPRT":
+    def from_json(cls, data: dict) -> SPRT:
         return cls(float(data["p0"]), float(data["p1"]), float(data["alpha"]), float(data["beta"]))
 
 

@@ -25,8 +25,21 @@ from ._policies import EntryPointRef
 from ._templates import Template, cached_template
 
 FORMAT = "simnet.task/1"
-_KEYS = {"format", "name", "embodiment", "scene", "keyframe", "init", "observation", "action",
-         "reward", "success", "failure", "horizon", "control_substeps"}
+_KEYS = {
+    "format",
+    "name",
+    "embodiment",
+    "scene",
+    "keyframe",
+    "init",
+    "observation",
+    "action",
+    "reward",
+    "success",
+    "failure",
+    "horizon",
+    "control_substeps",
+}
 # term -> the object references it takes (name -> kind); "axis" and "period" are numbers
 QUANTITIES = {
     "site_distance": {"from": "site", "to": "site"},
@@ -41,9 +54,14 @@ QUANTITIES = {
 }
 TERMS_GROUP = "simnet.terms"
 OBSERVATIONS = {
-    "qpos": {"joints": "joints"}, "qvel": {"joints": "joints"}, "site_pos": {"site": "site"},
-    "site_delta": {"from": "site", "to": "site"}, "body_pos": {"body": "body"},
-    "body_upright": {"body": "body"}, "clock": {"period": None}, "ctrl": {},
+    "qpos": {"joints": "joints"},
+    "qvel": {"joints": "joints"},
+    "site_pos": {"site": "site"},
+    "site_delta": {"from": "site", "to": "site"},
+    "body_pos": {"body": "body"},
+    "body_upright": {"body": "body"},
+    "clock": {"period": None},
+    "ctrl": {},
 }
 Array = np.ndarray
 
@@ -65,7 +83,9 @@ class Task:
         extra = sorted(set(data) - _KEYS)
         _require(not extra, extra[0] if extra else "", f"unknown key; keys are {sorted(_KEYS)}")
         for key in ("name", "embodiment", "scene"):
-            _require(isinstance(data.get(key), str) and data[key], key, "must be a non-empty string")
+            _require(
+                isinstance(data.get(key), str) and data[key], key, "must be a non-empty string"
+            )
         self.name: str = data["name"]
         self.embodiment: str = data["embodiment"]
         try:
@@ -75,8 +95,11 @@ class Task:
         model = self.template.model
         for key in ("horizon", "control_substeps"):
             value = data.get(key)
-            _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, key,
-                     "must be an integer >= 1")
+            _require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                key,
+                "must be an integer >= 1",
+            )
         self.horizon: int = data["horizon"]
         self.control_substeps: int = data["control_substeps"]
         keyframe = data.get("keyframe")
@@ -87,16 +110,26 @@ class Task:
             _require(self.keyframe >= 0, "keyframe", f"the scene has no keyframe {keyframe!r}")
         init = data.get("init", [])
         _require(isinstance(init, list), "init", "must be a list of sampler terms")
-        self.init_terms = tuple(SamplerTerm.from_json(t, f"init[{i}]", TaskDefinitionError)
-                                for i, t in enumerate(init))
+        self.init_terms = tuple(
+            SamplerTerm.from_json(t, f"init[{i}]", TaskDefinitionError) for i, t in enumerate(init)
+        )
         for i, term in enumerate(self.init_terms):
             expand_targets(term, self.template, f"init[{i}]", TaskDefinitionError)
         observation = data.get("observation")
-        _require(isinstance(observation, list) and observation, "observation", "must be a non-empty list")
-        self.obs_dim = sum(self._obs_size(t, f"observation[{i}]") for i, t in enumerate(observation))
+        _require(
+            isinstance(observation, list) and observation, "observation", "must be a non-empty list"
+        )
+        self.obs_dim = sum(
+            self._obs_size(t, f"observation[{i}]") for i, t in enumerate(observation)
+        )
         action = data.get("action")
-        _require(isinstance(action, dict) and set(action) == {"mode"} and action["mode"] in ("absolute", "delta"),
-                 "action", "must be {'mode': 'absolute' | 'delta'}")
+        _require(
+            isinstance(action, dict)
+            and set(action) == {"mode"}
+            and action["mode"] in ("absolute", "delta"),
+            "action",
+            "must be {'mode': 'absolute' | 'delta'}",
+        )
         self.action_mode: str = action["mode"]
         self.act_dim: int = model.nu
         _require(self.act_dim > 0, "scene", "the scene has no actuators to drive")
@@ -104,12 +137,21 @@ class Task:
         _require(isinstance(reward, list), "reward", "must be a list of weighted terms")
         for i, term in enumerate(reward):
             self._check_quantity(term, f"reward[{i}]", extra={"weight"})
-            _require(is_number(term.get("weight")), f"reward[{i}].weight", "must be a finite number")
+            _require(
+                is_number(term.get("weight")), f"reward[{i}].weight", "must be a finite number"
+            )
         success = data.get("success")
-        _require(isinstance(success, dict) and set(success) == {"when", "all"}, "success",
-                 "must be {'when': 'end' | 'first', 'all': [conditions]}")
+        _require(
+            isinstance(success, dict) and set(success) == {"when", "all"},
+            "success",
+            "must be {'when': 'end' | 'first', 'all': [conditions]}",
+        )
         _require(success["when"] in ("end", "first"), "success.when", "must be 'end' or 'first'")
-        _require(isinstance(success["all"], list) and success["all"], "success.all", "must be a non-empty list")
+        _require(
+            isinstance(success["all"], list) and success["all"],
+            "success.all",
+            "must be a non-empty list",
+        )
         for i, cond in enumerate(success["all"]):
             self._check_condition(cond, f"success.all[{i}]")
         failure = data.get("failure", [])
@@ -118,13 +160,13 @@ class Task:
             self._check_condition(cond, f"failure[{i}]")
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Task":
+    def from_json(cls, data: Mapping[str, Any]) -> Task:
         return cls(data)
 
     def to_json(self) -> dict:
         return copy.deepcopy(self._data)
 
-    def replace(self, **changes: Any) -> "Task":
+    def replace(self, **changes: Any) -> Task:
         """A new task (with its own hash) differing in the given top-level fields, e.g. horizon."""
         return Task({**self._data, **changes})
 
@@ -139,7 +181,9 @@ class Task:
 
     def init_patches(self, seed: int, first: int, count: int) -> list[Patch]:
         """Branches' draws from the task's initial-state distribution."""
-        return sample_terms(self.init_terms, self.template, seed, first, count, "init", TaskDefinitionError)
+        return sample_terms(
+            self.init_terms, self.template, seed, first, count, "init", TaskDefinitionError
+        )
 
     @property
     def definition(self) -> Mapping[str, Any]:
@@ -154,42 +198,73 @@ class Task:
     def _check_args(self, term: dict, args: dict, where: str, extra: set[str]) -> None:
         allowed = {"term", *args, *extra}
         unknown = sorted(set(term) - allowed)
-        _require(not unknown, f"{where}.{unknown[0]}" if unknown else where, f"unknown key; allowed {sorted(allowed)}")
+        _require(
+            not unknown,
+            f"{where}.{unknown[0]}" if unknown else where,
+            f"unknown key; allowed {sorted(allowed)}",
+        )
         for key, kind in args.items():
             if kind == "joints":
                 joints = term.get(key)
-                _require(isinstance(joints, list) and joints, f"{where}.{key}",
-                         "must be a non-empty list of joint names")
+                _require(
+                    isinstance(joints, list) and joints,
+                    f"{where}.{key}",
+                    "must be a non-empty list of joint names",
+                )
                 for j, name in enumerate(joints):
                     self._ref("joint", name, f"{where}.{key}[{j}]")
             elif kind == "text":
-                _require(isinstance(term.get(key), str) and term[key], f"{where}.{key}", "must be a non-empty string")
+                _require(
+                    isinstance(term.get(key), str) and term[key],
+                    f"{where}.{key}",
+                    "must be a non-empty string",
+                )
             elif kind is not None:
                 self._ref(kind, term.get(key), f"{where}.{key}")
             elif key == "axis":
                 axis = term.get(key)
-                _require(axis in (0, 1, 2) and not isinstance(axis, bool), f"{where}.axis", "must be 0, 1 or 2")
+                _require(
+                    axis in (0, 1, 2) and not isinstance(axis, bool),
+                    f"{where}.axis",
+                    "must be 0, 1 or 2",
+                )
             else:
-                _require(is_number(term.get(key)) and term[key] > 0, f"{where}.{key}", "must be a number > 0")
+                _require(
+                    is_number(term.get(key)) and term[key] > 0,
+                    f"{where}.{key}",
+                    "must be a number > 0",
+                )
 
     def _obs_size(self, term: Any, where: str) -> int:
-        _require(isinstance(term, dict) and term.get("term") in OBSERVATIONS, f"{where}.term",
-                 f"must be one of {sorted(OBSERVATIONS)}")
+        _require(
+            isinstance(term, dict) and term.get("term") in OBSERVATIONS,
+            f"{where}.term",
+            f"must be one of {sorted(OBSERVATIONS)}",
+        )
         self._check_args(term, OBSERVATIONS[term["term"]], where, set())
         kind = term["term"]
         if kind in ("qpos", "qvel"):
             return sum(self.template.slot(f"joint/{j}/{kind}").size for j in term["joints"])
-        return {"site_pos": 3, "site_delta": 3, "body_pos": 3, "body_upright": 1, "clock": 2,
-                "ctrl": self.template.model.nu}[kind]
+        return {
+            "site_pos": 3,
+            "site_delta": 3,
+            "body_pos": 3,
+            "body_upright": 1,
+            "clock": 2,
+            "ctrl": self.template.model.nu,
+        }[kind]
 
     def _check_quantity(self, term: Any, where: str, extra: set[str]) -> None:
-        _require(isinstance(term, dict) and term.get("term") in QUANTITIES, f"{where}.term",
-                 f"must be one of {sorted(QUANTITIES)}")
+        _require(
+            isinstance(term, dict) and term.get("term") in QUANTITIES,
+            f"{where}.term",
+            f"must be one of {sorted(QUANTITIES)}",
+        )
         self._check_args(term, QUANTITIES[term["term"]], where, extra)
         if term["term"] == "entry_point":
             self.python_term(term)  # installed here, at the named version, or EntryPointError now
 
-    def python_term(self, term: Mapping[str, str]) -> Callable[["Runtime"], Array]:
+    def python_term(self, term: Mapping[str, str]) -> Callable[[Runtime], Array]:
         """The function an "entry_point" term names (group simnet.terms): called with the Runtime
         after each control step, it returns one float per simulation."""
         key = (term["name"], term["distribution"], term["version"])
@@ -215,9 +290,13 @@ class Runtime:
     def __init__(self, task: Task, batch: mjbatch.Batch) -> None:
         self.task = task
         model = task.template.model
-        self.qpos, self.qvel, self.ctrl, self.time = (batch.bind(f) for f in ("qpos", "qvel", "ctrl", "time"))
+        self.qpos, self.qvel, self.ctrl, self.time = (
+            batch.bind(f) for f in ("qpos", "qvel", "ctrl", "time")
+        )
         # derived fields are bound before the first call, so that it fills them
-        self.site_xpos, self.xpos, self.xmat = (batch.bind(f) for f in ("site_xpos", "xpos", "xmat"))
+        self.site_xpos, self.xpos, self.xmat = (
+            batch.bind(f) for f in ("site_xpos", "xpos", "xmat")
+        )
         limited = model.actuator_ctrllimited.astype(bool)
         self.ctrl_low = np.where(limited, model.actuator_ctrlrange[:, 0], -np.inf)
         self.ctrl_high = np.where(limited, model.actuator_ctrlrange[:, 1], np.inf)
@@ -225,7 +304,9 @@ class Runtime:
         self._obs = [self._observation(t) for t in data["observation"]]
         self._reward = [(float(t["weight"]), self._quantity(t)) for t in data["reward"]]
         self._success = [self._condition(c) for c in data["success"]["all"]]
-        self._failure = [(f"failure:{c['term']}", self._condition(c)) for c in data.get("failure", [])]
+        self._failure = [
+            (f"failure:{c['term']}", self._condition(c)) for c in data.get("failure", [])
+        ]
         self._start = self._previous = self.xpos.copy()
 
     def begin(self) -> None:
@@ -258,8 +339,12 @@ class Runtime:
         t = self.task.template
         kind = term["term"]
         if kind in ("qpos", "qvel"):
-            index = np.concatenate([np.arange(s.start, s.start + s.size)
-                                    for s in (t.slot(f"joint/{j}/{kind}") for j in term["joints"])])
+            index = np.concatenate(
+                [
+                    np.arange(s.start, s.start + s.size)
+                    for s in (t.slot(f"joint/{j}/{kind}") for j in term["joints"])
+                ]
+            )
             source = self.qpos if kind == "qpos" else self.qvel
             return lambda: source[:, index]
         if kind == "site_pos":
@@ -302,11 +387,14 @@ class Runtime:
             return lambda: self._python_value(function, term["name"])
         return lambda: np.ones(len(self.qpos))
 
-    def _python_value(self, function: Callable[["Runtime"], Array], name: str) -> Array:
+    def _python_value(self, function: Callable[[Runtime], Array], name: str) -> Array:
         value = np.asarray(function(self), dtype=np.float64)
         if value.shape != (len(self.qpos),):
-            raise TaskDefinitionError(f"entry_point {name}", f"returned shape {value.shape}, "
-                                      f"expected one value per simulation {(len(self.qpos),)}")
+            raise TaskDefinitionError(
+                f"entry_point {name}",
+                f"returned shape {value.shape}, "
+                f"expected one value per simulation {(len(self.qpos),)}",
+            )
         return value
 
     def _condition(self, cond: dict) -> Callable[[], Array]:

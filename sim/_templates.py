@@ -31,9 +31,13 @@ _MODEL_ATTRS = {
 }
 _STATE_ATTRS = {("joint", "qpos"): "qpos", ("joint", "qvel"): "qvel", ("actuator", "ctrl"): "ctrl"}
 _OPTION_ATTRS = {"gravity": ("opt.gravity", 3, "any")}
-_KINDS = {"body": mujoco.mjtObj.mjOBJ_BODY, "geom": mujoco.mjtObj.mjOBJ_GEOM,
-          "joint": mujoco.mjtObj.mjOBJ_JOINT, "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
-          "site": mujoco.mjtObj.mjOBJ_SITE}
+_KINDS = {
+    "body": mujoco.mjtObj.mjOBJ_BODY,
+    "geom": mujoco.mjtObj.mjOBJ_GEOM,
+    "joint": mujoco.mjtObj.mjOBJ_JOINT,
+    "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
+    "site": mujoco.mjtObj.mjOBJ_SITE,
+}
 _FREE, _BALL = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
 
 
@@ -73,7 +77,7 @@ class Template:
         self._slots: dict[str, Slot] = {}
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Template":
+    def from_file(cls, path: str | Path) -> Template:
         return cached_template(Path(path).read_text())
 
     def __repr__(self) -> str:
@@ -82,9 +86,17 @@ class Template:
     def names(self, kind: str) -> list[str]:
         """Names of the template's objects of a kind, in id order; unnamed objects and the world
         body (which has no dynamics to randomize) are left out."""
-        count = {"body": self.model.nbody, "geom": self.model.ngeom, "joint": self.model.njnt,
-                 "actuator": self.model.nu, "site": self.model.nsite}[kind]
-        names = (mujoco.mj_id2name(self.model, _KINDS[kind], i) for i in range(1 if kind == "body" else 0, count))
+        count = {
+            "body": self.model.nbody,
+            "geom": self.model.ngeom,
+            "joint": self.model.njnt,
+            "actuator": self.model.nu,
+            "site": self.model.nsite,
+        }[kind]
+        names = (
+            mujoco.mj_id2name(self.model, _KINDS[kind], i)
+            for i in range(1 if kind == "body" else 0, count)
+        )
         return [n for n in names if n]
 
     def object_id(self, kind: str, name: str) -> int:
@@ -111,7 +123,9 @@ class Template:
         kind, name, attr = parts
         if (kind, attr) not in _MODEL_ATTRS and (kind, attr) not in _STATE_ATTRS:
             known = sorted(f"{k}/<name>/{a}" for k, a in [*_MODEL_ATTRS, *_STATE_ATTRS])
-            raise MutationError(target, f"unknown kind or attribute; targets are {known} and option/gravity")
+            raise MutationError(
+                target, f"unknown kind or attribute; targets are {known} and option/gravity"
+            )
         ident = self.object_id(kind, name)
         if ident < 0:
             close = difflib.get_close_matches(name, self.names(kind), n=3)
@@ -129,19 +143,29 @@ class Template:
                 start = int(m.jnt_dofadr[ident])
                 size = {_FREE: 6, _BALL: 3}.get(jtype, 1)
             quaternion = attr == "qpos" and jtype in (_FREE, _BALL)
-            return Slot(target, _STATE_ATTRS[kind, attr], start, size, True, False, "any", quaternion)
+            return Slot(
+                target, _STATE_ATTRS[kind, attr], start, size, True, False, "any", quaternion
+            )
         field, size, column, domain = _MODEL_ATTRS[kind, attr]
         if kind == "joint":
             start = int(m.jnt_dofadr[ident])
             size = {_FREE: 6, _BALL: 3}.get(int(m.jnt_type[ident]), 1)
         else:
-            start = ident * getattr(m, field).shape[1] + column if getattr(m, field).ndim == 2 else ident
+            start = (
+                ident * getattr(m, field).shape[1] + column
+                if getattr(m, field).ndim == 2
+                else ident
+            )
         if (kind, attr) == ("body", "pos"):
             if int(m.body_mocapid[ident]) >= 0:
-                raise MutationError(target, "a mocap body's pose is state (mocap_pos), not a model field")
+                raise MutationError(
+                    target, "a mocap body's pose is state (mocap_pos), not a model field"
+                )
             jnt = int(m.body_jntadr[ident])
             if int(m.body_jntnum[ident]) and int(m.jnt_type[jnt]) == _FREE:
-                raise MutationError(target, "a free body's pose is its joint's qpos: use joint/<name>/qpos")
+                raise MutationError(
+                    target, "a free body's pose is its joint's qpos: use joint/<name>/qpos"
+                )
         setconst = field in mujoco.MjModel._setconst_inputs
         return Slot(target, field, int(start), int(size), False, setconst, domain)
 

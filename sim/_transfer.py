@@ -41,13 +41,19 @@ from ._patches import Sampler
 from ._policies import MLPSpec, Skill
 from ._record import environment
 
-_LEGGED = [{"target": "geom/*/friction", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
-           *({"target": f"body/{part}/mass", "op": "scale", "dist": "uniform", "low": 0.9, "high": 1.1}
-             for part in ("torso", "*thigh*", "*shin*"))]
+_LEGGED = [
+    {"target": "geom/*/friction", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
+    *(
+        {"target": f"body/{part}/mass", "op": "scale", "dist": "uniform", "low": 0.9, "high": 1.1}
+        for part in ("torso", "*thigh*", "*shin*")
+    ),
+]
 SAMPLERS = {
-    "reach": [{"target": "body/link*/mass", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
-              {"target": "joint/j*/damping", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3},
-              {"target": "joint/j*/armature", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3}],
+    "reach": [
+        {"target": "body/link*/mass", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
+        {"target": "joint/j*/damping", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3},
+        {"target": "joint/j*/armature", "op": "scale", "dist": "uniform", "low": 0.7, "high": 1.3},
+    ],
     "posture": _LEGGED,
 }
 """Dynamics randomization per task family, for every transfer evaluation."""
@@ -68,7 +74,9 @@ class NativeSkill:
 
 def observation_slots(robot: Robot, family: str) -> list[tuple[str, Slot | int]]:
     """What each entry of the task's observation is, in order (see `Robot.task`)."""
-    joints: list[tuple[str, Slot | int]] = [(kind, slot) for kind in ("qpos", "qvel") for slot in robot.slots]
+    joints: list[tuple[str, Slot | int]] = [
+        (kind, slot) for kind in ("qpos", "qvel") for slot in robot.slots
+    ]
     if family == "posture":
         return joints + [(end, axis) for end in ("front", "back") for axis in range(3)]
     return joints + [("delta", axis) for axis in range(3)]
@@ -79,7 +87,11 @@ def _match(wanted: tuple[str, Slot | int], offered: Sequence[tuple[str, Slot | i
     kind, slot = wanted
     if not isinstance(slot, Slot):
         return next((i for i, entry in enumerate(offered) if entry == wanted), None)
-    same = [i for i, (k, s) in enumerate(offered) if k == kind and isinstance(s, Slot) and s.joint == slot.joint]
+    same = [
+        i
+        for i, (k, s) in enumerate(offered)
+        if k == kind and isinstance(s, Slot) and s.joint == slot.joint
+    ]
     return min(same, key=lambda i: (abs(offered[i][1].limb - slot.limb), i)) if same else None  # type: ignore[union-attr]
 
 
@@ -112,19 +124,39 @@ def retarget(skill: Skill, source: Robot, target: Robot, family: str) -> Skill:
     gather("layers.0.weight", obs, 0.0, 1)
     gather("obs_mean", obs, 0.0, 0)
     gather("obs_std", obs, 1.0, 0)
-    for name, fill in ((f"{last}.weight", 0.0), (f"{last}.bias", 0.0), ("act_offset", 0.0), ("act_scale", 1.0)):
+    for name, fill in (
+        (f"{last}.weight", 0.0),
+        (f"{last}.bias", 0.0),
+        ("act_offset", 0.0),
+        ("act_scale", 1.0),
+    ):
         gather(name, act, fill, 0)
-    spec = MLPSpec(len(obs), len(act), skill.spec.hidden, skill.spec.activation, skill.spec.output_activation,
-                   skill.spec.dtype)
+    spec = MLPSpec(
+        len(obs),
+        len(act),
+        skill.spec.hidden,
+        skill.spec.activation,
+        skill.spec.output_activation,
+        skill.spec.dtype,
+    )
     return Skill.from_tensors(spec, tensors, {**skill.metadata, "retargeted_to": target.name})
 
 
 def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Skill:
     act_dim, obs_dim = weight.shape
     spec = MLPSpec(obs_dim, act_dim, (), "tanh", None)
-    return Skill.from_tensors(spec, {"layers.0.weight": weight, "layers.0.bias": bias, "obs_mean": np.zeros(obs_dim),
-                                     "obs_std": np.ones(obs_dim), "act_offset": np.zeros(act_dim),
-                                     "act_scale": np.ones(act_dim)}, {"note": note})
+    return Skill.from_tensors(
+        spec,
+        {
+            "layers.0.weight": weight,
+            "layers.0.bias": bias,
+            "obs_mean": np.zeros(obs_dim),
+            "obs_std": np.ones(obs_dim),
+            "act_offset": np.zeros(act_dim),
+            "act_scale": np.ones(act_dim),
+        },
+        {"note": note},
+    )
 
 
 def reach_skill(robot: Robot, samples: int = 200) -> Skill:
@@ -149,12 +181,14 @@ def reach_skill(robot: Robot, samples: int = 200) -> Skill:
             mujoco.mj_jacSite(model, data, jac, None, tool)
             columns = jac[:, dofs]
             error = goal - data.site_xpos[tool]
-            data.qpos[address] += columns.T @ np.linalg.solve(columns @ columns.T + 0.05**2 * np.eye(3), error)
+            data.qpos[address] += columns.T @ np.linalg.solve(
+                columns @ columns.T + 0.05**2 * np.eye(3), error
+            )
         solutions.append(data.qpos[address] - home)
     ik = np.linalg.lstsq(offsets, np.array(solutions), rcond=None)[0].T  # (joints, 3)
     gear, n = np.array(robot.gear), len(robot.joints)
     weight = np.zeros((n, task.obs_dim))
-    weight[:, 2 * n:] = gear[:, None] * ik
+    weight[:, 2 * n :] = gear[:, None] * ik
     return _linear_skill(weight, gear * home, f"linear inverse kinematics of {robot.name}")
 
 
@@ -169,10 +203,17 @@ def _leg_pose(model: mujoco.MjModel, robot: Robot, aim: np.ndarray) -> np.ndarra
     for hip, knee in _legs(robot):
         thigh, shin = (model.joint(robot.joints[k]).bodyid[0] for k in (hip, knee))
         foot = next(g for g in range(model.ngeom) if model.geom_bodyid[g] == shin)
-        upper, lower = float(np.linalg.norm(model.body_pos[shin])), 2 * float(model.geom_size[foot, 1])
+        upper, lower = (
+            float(np.linalg.norm(model.body_pos[shin])),
+            2 * float(model.geom_size[foot, 1]),
+        )
         x = model.body_pos[thigh][0]
-        reach = np.array([x * math.cos(pitch) - x + aim[2],  # foot behind the hip by this much
-                          centre - x * math.sin(pitch) - model.geom_size[foot, 0]])
+        reach = np.array(
+            [
+                x * math.cos(pitch) - x + aim[2],  # foot behind the hip by this much
+                centre - x * math.sin(pitch) - model.geom_size[foot, 0],
+            ]
+        )
         span = min(float(np.linalg.norm(reach)), upper + lower - 1e-6)
         lean = math.acos(np.clip((upper**2 + span**2 - lower**2) / (2 * upper * span), -1, 1))
         bend = math.asin(np.clip(upper * math.sin(lean) / lower, -1, 1))
@@ -228,43 +269,74 @@ def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Skil
             jacobian += np.outer(moved - jacobian @ step, step) / max(step @ step, 1e-12)
             best = min(best, (np.linalg.norm(want - reached), aim), key=lambda pair: pair[0])
         poses.append(_leg_pose(model, robot, best[1]))
-    fit = np.linalg.lstsq(np.column_stack([goals, np.ones(samples)]), np.array(poses), rcond=None)[0]  # (3, joints)
+    fit = np.linalg.lstsq(np.column_stack([goals, np.ones(samples)]), np.array(poses), rcond=None)[
+        0
+    ]  # (3, joints)
     n = len(robot.joints)
     weight = np.zeros((n, task.obs_dim))
-    weight[:, 2 * n + 2], weight[:, 2 * n + 5] = gear * fit[0], gear * fit[1]  # the z of each goal offset
-    return _linear_skill(weight, gear * fit[2], f"posture map of {robot.name}, corrected on its own model")
+    weight[:, 2 * n + 2], weight[:, 2 * n + 5] = (
+        gear * fit[0],
+        gear * fit[1],
+    )  # the z of each goal offset
+    return _linear_skill(
+        weight, gear * fit[2], f"posture map of {robot.name}, corrected on its own model"
+    )
 
 
 def native_skill(robot: Robot, family: str) -> NativeSkill:
     """The body's own skill for a task family (see the module doc for how each is made)."""
-    return NativeSkill(robot, family, reach_skill(robot) if family == "reach" else posture_skill(robot))
+    return NativeSkill(
+        robot, family, reach_skill(robot) if family == "reach" else posture_skill(robot)
+    )
 
 
-def _measure_row(target: Robot, family: str, sources: list[tuple[int, NativeSkill]], branches: int,
-                 seed: int) -> list[tuple[int, int]]:
+def _measure_row(
+    target: Robot, family: str, sources: list[tuple[int, NativeSkill]], branches: int, seed: int
+) -> list[tuple[int, int]]:
     """Successes of every source skill on one target, all on the same branches."""
     task = target.task(family)
-    return [(i, evaluate(task, retarget(source.skill, source.robot, target, family), branches=branches, threads=1,
-                         sampler=sampler(family, seed), progress=False).successes)
-            for i, source in sources]
+    return [
+        (
+            i,
+            evaluate(
+                task,
+                retarget(source.skill, source.robot, target, family),
+                branches=branches,
+                threads=1,
+                sampler=sampler(family, seed),
+                progress=False,
+            ).successes,
+        )
+        for i, source in sources
+    ]
 
 
-def _pool(workers: int, function: Callable, jobs: list[tuple], label: str, progress: bool | None) -> Iterator:
+def _pool(
+    workers: int, function: Callable, jobs: list[tuple], label: str, progress: bool | None
+) -> Iterator:
     """`function(*job)` for every job, in order, in `workers` processes (in this one when 1)."""
-    with tqdm(total=len(jobs), desc=label, disable=None if progress is None else not progress) as bar:
+    with tqdm(
+        total=len(jobs), desc=label, disable=None if progress is None else not progress
+    ) as bar:
         if workers == 1:
             for job in jobs:
                 yield function(*job)
                 bar.update(1)
             return
         with process_pool(workers, torch.set_num_threads, (1,)) as pool:
-            for result in pool.map(function, *zip(*jobs)):
+            for result in pool.map(function, *zip(*jobs, strict=True)):
                 yield result
                 bar.update(1)
 
 
-def transfer_dataset(robots: Sequence[Robot], *, branches: int = 16, workers: int = 1, seed: int = 0,
-                     progress: bool | None = None) -> TransferDataset:
+def transfer_dataset(
+    robots: Sequence[Robot],
+    *,
+    branches: int = 16,
+    workers: int = 1,
+    seed: int = 0,
+    progress: bool | None = None,
+) -> TransferDataset:
     """Make every body's native skills, then evaluate each on every body with that task (itself included).
 
     Worker processes need the caller under `if __name__ == "__main__":` (as `evaluate` does).
@@ -273,16 +345,36 @@ def transfer_dataset(robots: Sequence[Robot], *, branches: int = 16, workers: in
         raise ValueError(f"branches and workers must be >= 1, got {branches} and {workers}")
     names = [r.name for r in robots]
     if len(set(names)) != len(names):
-        raise ValueError(f"robot names must be distinct: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        raise ValueError(
+            f"robot names must be distinct: {sorted(n for n in set(names) if names.count(n) > 1)}"
+        )
     pairs = [(r, family) for r in robots for family in r.tasks]
     natives = list(_pool(workers, native_skill, pairs, "native skills", progress))
-    jobs = [(target, family, [(i, s) for i, s in enumerate(natives) if s.family == family], branches, seed)
-            for target, family in pairs]
+    jobs = [
+        (
+            target,
+            family,
+            [(i, s) for i, s in enumerate(natives) if s.family == family],
+            branches,
+            seed,
+        )
+        for target, family in pairs
+    ]
     bodies = {r.name: r.embodiment() for r in robots}
     outcomes = []
-    for (target, family), row in zip(pairs, _pool(workers, _measure_row, jobs, "transfer", progress)):
-        outcomes += [(bodies[natives[s].robot.name], bodies[target.name], family, k, branches) for s, k in row]
-    meta = {"generator": "sim.transfer_dataset", "branches": branches, "seed": seed,
-            "robots": [{"name": r.name, "kind": r.kind, "source": r.source} for r in robots],
-            "samplers": SAMPLERS, "environment": environment()}
+    for (target, family), row in zip(
+        pairs, _pool(workers, _measure_row, jobs, "transfer", progress), strict=True
+    ):
+        outcomes += [
+            (bodies[natives[s].robot.name], bodies[target.name], family, k, branches)
+            for s, k in row
+        ]
+    meta = {
+        "generator": "sim.transfer_dataset",
+        "branches": branches,
+        "seed": seed,
+        "robots": [{"name": r.name, "kind": r.kind, "source": r.source} for r in robots],
+        "samplers": SAMPLERS,
+        "environment": environment(),
+    }
     return TransferDataset.from_outcomes(outcomes, meta)

@@ -44,7 +44,9 @@ def _opened(home: Home, name: str, backend: str = "inline") -> Iterator[World]:
     """World NAME, open for the block; a SimError in it (opening included) is the command's error message."""
     path = world_path(home, name)
     if not path.exists():
-        raise click.ClickException(f"no world {name!r} in {home.path / WORLDS_DIR}; create it with `simnet world create`")
+        raise click.ClickException(
+            f"no world {name!r} in {home.path / WORLDS_DIR}; create it with `simnet world create`"
+        )
     try:
         with World.open(path, backend=backend) as world:
             yield world
@@ -61,11 +63,18 @@ def _entity(spec: str) -> Entity:
         xyz = tuple(float(v) for v in pos.split(",")) if pos else (0.0, 0.0, 0.0)
         return Entity(name, Path(path).read_text(encoding="utf-8"), shard, xyz)  # type: ignore[arg-type]
     except (ValueError, OSError) as exc:
-        raise click.BadParameter(f"{spec!r}: {exc} (expected NAME=FILE@SHARD[:X,Y,Z])", param_hint="--entity")
+        raise click.BadParameter(
+            f"{spec!r}: {exc} (expected NAME=FILE@SHARD[:X,Y,Z])", param_hint="--entity"
+        ) from exc
 
 
-_backend = click.option("--backend", type=click.Choice(BACKENDS), default="inline", show_default=True,
-                        help="Where shards run: this process, worker processes, or Ray actors.")
+_backend = click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default="inline",
+    show_default=True,
+    help="Where shards run: this process, worker processes, or Ray actors.",
+)
 _json = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
@@ -76,21 +85,40 @@ def world_group() -> None:
 
 @world_group.command("create")
 @click.argument("name")
-@click.option("--shard", "shards", multiple=True, required=True, metavar="NAME=SCENE.xml",
-              help="A shard and its scene MJCF (repeatable).")
-@click.option("--entity", "entities", multiple=True, metavar="NAME=FILE@SHARD[:X,Y,Z]",
-              help="An entity (an MJCF model of it alone), the shard it starts in and where (repeatable).")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Ticks (physics steps) between checkpoints.")
+@click.option(
+    "--shard",
+    "shards",
+    multiple=True,
+    required=True,
+    metavar="NAME=SCENE.xml",
+    help="A shard and its scene MJCF (repeatable).",
+)
+@click.option(
+    "--entity",
+    "entities",
+    multiple=True,
+    metavar="NAME=FILE@SHARD[:X,Y,Z]",
+    help="An entity (an MJCF model of it alone), the shard it starts in and where (repeatable).",
+)
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Ticks (physics steps) between checkpoints.",
+)
 @click.pass_obj
-def create_command(home: Home, name: str, shards: tuple[str, ...], entities: tuple[str, ...],
-                   checkpoint_every: int) -> None:
+def create_command(
+    home: Home, name: str, shards: tuple[str, ...], entities: tuple[str, ...], checkpoint_every: int
+) -> None:
     """Create world NAME in this site's directory."""
     scenes = {}
     for spec in shards:
         shard, sep, path = spec.partition("=")
         if not sep or not Path(path).is_file():
-            raise click.BadParameter(f"{spec!r}: expected NAME=SCENE.xml with an existing file", param_hint="--shard")
+            raise click.BadParameter(
+                f"{spec!r}: expected NAME=SCENE.xml with an existing file", param_hint="--shard"
+            )
         try:
             scenes[shard] = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -98,9 +126,17 @@ def create_command(home: Home, name: str, shards: tuple[str, ...], entities: tup
     path = world_path(home, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with World.create(path, scenes, [_entity(e) for e in entities], name=name,
-                          checkpoint_every=checkpoint_every, backend="inline") as world:
-            click.echo(f"created world {name} ({world.id}) with shards {', '.join(world.shards)} at {path}")
+        with World.create(
+            path,
+            scenes,
+            [_entity(e) for e in entities],
+            name=name,
+            checkpoint_every=checkpoint_every,
+            backend="inline",
+        ) as world:
+            click.echo(
+                f"created world {name} ({world.id}) with shards {', '.join(world.shards)} at {path}"
+            )
     except (SimError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -121,13 +157,19 @@ def status_command(home: Home, name: str | None, backend: str, as_json: bool) ->
     if as_json:
         click.echo(json.dumps(status, indent=1))
         return
-    lines = [f"world {status['name']} ({status['id']}), checkpoints every {status['checkpoint_every']} ticks"]
+    lines = [
+        f"world {status['name']} ({status['id']}), checkpoints every {status['checkpoint_every']} ticks"
+    ]
     for shard, s in status["shards"].items():
         kept = f" (history from tick {s['history_from']})" if s["history_from"] else ""
-        lines.append(f"  {shard:12} tick {s['tick']:>9}  t={s['time']:.3f}s  events {s['events']:>6}  "
-                     f"checkpoints {s['checkpoints']:>5}  entities: {', '.join(s['entities']) or '-'}{kept}")
+        lines.append(
+            f"  {shard:12} tick {s['tick']:>9}  t={s['time']:.3f}s  events {s['events']:>6}  "
+            f"checkpoints {s['checkpoints']:>5}  entities: {', '.join(s['entities']) or '-'}{kept}"
+        )
     for b in status["branches"]:
-        lines.append(f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, at {b['head']}  {b['label']}")
+        lines.append(
+            f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, at {b['head']}  {b['label']}"
+        )
     click.echo("\n".join(lines))
 
 
@@ -137,7 +179,9 @@ def status_command(home: Home, name: str | None, backend: str, as_json: bool) ->
 @click.option("--shard", "shards", multiple=True, help="Only these shards (default: all).")
 @_backend
 @click.pass_obj
-def advance_command(home: Home, name: str, steps: int, shards: tuple[str, ...], backend: str) -> None:
+def advance_command(
+    home: Home, name: str, steps: int, shards: tuple[str, ...], backend: str
+) -> None:
     """Step world NAME by STEPS ticks, logging and checkpointing as it goes."""
     with _opened(home, name, backend) as world:
         heads = world.advance(steps, list(shards) or None)
@@ -147,7 +191,9 @@ def advance_command(home: Home, name: str, steps: int, shards: tuple[str, ...], 
 @world_group.command("fork")
 @click.argument("name")
 @click.argument("shard")
-@click.option("--at", "tick", type=click.IntRange(min=0), required=True, help="The tick to branch from.")
+@click.option(
+    "--at", "tick", type=click.IntRange(min=0), required=True, help="The tick to branch from."
+)
 @click.option("--label", default="", callback=_utf8, help="A note kept with the branch.")
 @click.pass_obj
 def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> None:
@@ -165,26 +211,42 @@ def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> No
 @_backend
 @_json
 @click.pass_obj
-def replay_command(home: Home, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool) -> None:
+def replay_command(
+    home: Home, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool
+) -> None:
     """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they differ."""
     with _opened(home, name, backend) as world:
         result = world.replay(shard, start, stop)
-    data = {"shard": shard, "start": start, "stop": stop, "exact": result.exact, "checked": list(result.checked),
-            "mismatched": list(result.mismatched), "state_sha256": result.snapshot.state_sha256}
+    data = {
+        "shard": shard,
+        "start": start,
+        "stop": stop,
+        "exact": result.exact,
+        "checked": list(result.checked),
+        "mismatched": list(result.mismatched),
+        "state_sha256": result.snapshot.state_sha256,
+    }
     if as_json:
         click.echo(json.dumps(data))
     else:
         verdict = "exact" if result.exact else f"DIFFERS at ticks {list(result.mismatched)}"
-        click.echo(f"replayed {shard} {start}..{stop}: {verdict} ({len(result.checked)} checkpoints compared); "
-                   f"state {data['state_sha256'][:16]}")
+        click.echo(
+            f"replayed {shard} {start}..{stop}: {verdict} ({len(result.checked)} checkpoints compared); "
+            f"state {data['state_sha256'][:16]}"
+        )
     if not result.exact:
         raise SystemExit(1)
 
 
 @world_group.command("prune")
 @click.argument("name")
-@click.option("--before", "tick", type=click.IntRange(min=0), required=True,
-              help="Forget history before the last checkpoint at or before this tick.")
+@click.option(
+    "--before",
+    "tick",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Forget history before the last checkpoint at or before this tick.",
+)
 @click.option("--shard", "shards", multiple=True, help="Only these shards (default: all).")
 @click.pass_obj
 def prune_command(home: Home, name: str, tick: int, shards: tuple[str, ...]) -> None:

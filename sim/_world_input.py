@@ -60,21 +60,31 @@ def check_steps(steps: object) -> int:
     return value
 
 
-def mutate_event(template: Template, tick: int, mutations: Sequence[Mutation], provenance: str) -> tuple:
+def mutate_event(
+    template: Template, tick: int, mutations: Sequence[Mutation], provenance: str
+) -> tuple:
     """A "mutate" event as the store appends it, each mutation checked against `template` first; its entity
     is the one all its mutations address, if any."""
     changes, entities = [], set()
     for mutation in mutations:
         changes.append(check_mutation(template, mutation))
         entities.add(entity_of(mutation.target))
-    return (tick, entities.pop() if len(entities) == 1 else "", "mutate", {"mutations": changes}, provenance)
+    return (
+        tick,
+        entities.pop() if len(entities) == 1 else "",
+        "mutate",
+        {"mutations": changes},
+        provenance,
+    )
 
 
 def check_mutation(template: Template, mutation: Mutation) -> dict:
     """What can be checked before a mutation is logged (its target, op, width, and a `set`'s values);
     returns it as the log holds it. Nothing that fails here may reach a log: it would fail every replay."""
     if not isinstance(mutation, Mutation) or not isinstance(mutation.target, str):
-        raise MutationError(str(mutation)[:60], "an event's mutations are sim.Mutation objects with a str target")
+        raise MutationError(
+            str(mutation)[:60], "an event's mutations are sim.Mutation objects with a str target"
+        )
     target, op, value = mutation.target, mutation.op, mutation.value
     slot = template.slot(target)
     if op not in OPS:
@@ -84,8 +94,20 @@ def check_mutation(template: Template, mutation: Mutation) -> dict:
         raise MutationError(target, f"values must be a sequence of finite numbers, got {value!r}")
     if len(values) != 1 and len(values) != slot.size:
         raise MutationError(target, f"needs 1 or {slot.size} values, got {len(values)}")
-    if slot.quaternion and (op != "set" or len(values) != slot.size or abs(np.linalg.norm(values[-4:]) - 1.0) > 1e-9):
-        raise MutationError(target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm")
-    if op == "set" and slot.domain != "any" and (min(values) <= 0 if slot.domain == "positive" else min(values) < 0):
+    if slot.quaternion and (
+        op != "set" or len(values) != slot.size or abs(np.linalg.norm(values[-4:]) - 1.0) > 1e-9
+    ):
+        raise MutationError(
+            target, f"holds a quaternion: only 'set' with {slot.size} values of unit norm"
+        )
+    if (
+        op == "set"
+        and slot.domain != "any"
+        and (min(values) <= 0 if slot.domain == "positive" else min(values) < 0)
+    ):
         raise MutationError(target, f"must stay {'> 0' if slot.domain == 'positive' else '>= 0'}")
-    return {"op": op, "target": target, "value": values}  # floats, as the engine and the file hold them
+    return {
+        "op": op,
+        "target": target,
+        "value": values,
+    }  # floats, as the engine and the file hold them

@@ -37,7 +37,9 @@ _logger = logging.getLogger(__name__)
 # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file; /4 no newest-segment checksum
 FORMAT = "simnet.world/5"
 _JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
-_FOLDED = "redo_folded"  # the setting holding the number of the last redo record folded into the tables
+_FOLDED = (
+    "redo_folded"  # the setting holding the number of the last redo record folded into the tables
+)
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,27 +66,40 @@ class WorldFiles(abc.ABC):
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self.path = Path(path)
         self._redo: RedoFile | None = None
-        self._in_redo: set[tuple[str, str]] = set()  # logs with rows in the redo file's unfolded records
+        self._in_redo: set[tuple[str, str]] = (
+            set()
+        )  # logs with rows in the redo file's unfolded records
         # the transaction under way: whether it began in SQLite, the record its fold reached, its first failure
-        self._in_transaction, self._in_sqlite, self._folding, self._failure = False, False, None, None
+        self._in_transaction, self._in_sqlite, self._folding, self._failure = (
+            False,
+            False,
+            None,
+            None,
+        )
         redo = Path(f"{self.path}-redo")
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
         if create and redo.exists() and redo.stat().st_size == 0:
             redo.unlink()  # left by a create that died before it wrote anything
         if create and redo.exists():
-            raise WorldError(f"{redo} is in the way: commits of a world whose file is gone; move it away first")
+            raise WorldError(
+                f"{redo} is in the way: commits of a world whose file is gone; move it away first"
+            )
         self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
-            raise WorldLockedError(f"{self.path} is open in another process; close it there first") from None
+            raise WorldLockedError(
+                f"{self.path} is open in another process; close it there first"
+            ) from None
         try:
             self._open(create, fsync, redo)
         except BaseException:
             if self._redo is not None:
-                self._redo.unfolded = False  # the fold that failed is not tried again on the way out
+                self._redo.unfolded = (
+                    False  # the fold that failed is not tried again on the way out
+                )
             if create:
                 self.discard()  # nothing left of a world that was not made
             else:
@@ -94,7 +109,12 @@ class WorldFiles(abc.ABC):
     def _open(self, create: bool, fsync: bool, redo: Path) -> None:
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            if not create and not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            if (
+                not create
+                and not self._db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name = 'meta'"
+                ).fetchone()
+            ):
                 # another program's database, or an empty file: refused before anything is written
                 raise CorruptWorldError(f"{self.path} holds no world (no meta table)")
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -102,8 +122,10 @@ class WorldFiles(abc.ABC):
             if create:
                 self.id = str(uuid.uuid4())
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("INSERT INTO meta VALUES (?, ?)", [
-                    ("format", FORMAT), ("id", self.id), ("fsync", json.dumps(bool(fsync)))])
+                self._db.executemany(
+                    "INSERT INTO meta VALUES (?, ?)",
+                    [("format", FORMAT), ("id", self.id), ("fsync", json.dumps(bool(fsync)))],
+                )
                 self._put_meta(_FOLDED, 0)
                 self._db.execute("COMMIT")
             meta = dict(self._db.execute("SELECT key, value FROM meta"))
@@ -117,7 +139,9 @@ class WorldFiles(abc.ABC):
         # WAL checkpoints (which fsync) run beside the writer, not inside one of its commits
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._stop = threading.Event()
-        self._checkpointer = threading.Thread(target=self._checkpoint_wal, name=f"wal {self.path.name}", daemon=True)
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_wal, name=f"wal {self.path.name}", daemon=True
+        )
         self._checkpointer.start()
         self._redo = RedoFile(redo, self.id, fsync=fsync, folded=self.meta(_FOLDED))
         if self._redo.unfolded:
@@ -129,11 +153,19 @@ class WorldFiles(abc.ABC):
             self._sql_mode()
 
     def close(self) -> None:
-        if self._redo is not None and self._redo.unfolded and getattr(self, "_db", None) is not None:
+        if (
+            self._redo is not None
+            and self._redo.unfolded
+            and getattr(self, "_db", None) is not None
+        ):
             try:
                 self.fold()
             except Exception as exc:  # noqa: BLE001 - they stay in the redo file: the next open folds them
-                _logger.warning("%s: the redo file was not folded in on close (%s); the next open will", self.path, exc)
+                _logger.warning(
+                    "%s: the redo file was not folded in on close (%s); the next open will",
+                    self.path,
+                    exc,
+                )
         if getattr(self, "_checkpointer", None) is not None:
             self._stop.set()
             self._checkpointer.join()
@@ -171,24 +203,45 @@ class WorldFiles(abc.ABC):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self._in_transaction, self._in_sqlite, self._folding, self._failure = True, False, None, None
+        self._in_transaction, self._in_sqlite, self._folding, self._failure = (
+            True,
+            False,
+            None,
+            None,
+        )
         try:
             if self._redo.size >= FOLD_BYTES:
                 self._sql_mode()  # this one commits through SQLite, with the redo file folded in
             yield
             if self._failure is not None:
-                raise WorldError(f"{self.path}: nothing of this commit was kept: it failed earlier ({self._failure})")
+                raise WorldError(
+                    f"{self.path}: nothing of this commit was kept: it failed earlier ({self._failure})"
+                )
             if self._in_sqlite:
                 if not self._db.in_transaction:  # SQLite ended it after an error the caller caught
-                    raise WorldError(f"{self.path}: nothing of this commit was kept: SQLite rolled it back")
+                    raise WorldError(
+                        f"{self.path}: nothing of this commit was kept: SQLite rolled it back"
+                    )
                 self._write_rows(*self._take_pending())
                 self._db.execute("COMMIT")
             else:
                 segments, heads, checkpoints = self._take_pending()
-                if segments or heads or checkpoints:  # logs marked first: an interrupt after the write keeps it
-                    self._in_redo.update([row[:2] for row in segments + checkpoints] + [row[3:] for row in heads])
-                    self._redo.append({"segments": segments, "heads": heads, "checkpoints": [
-                        (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints]})
+                if (
+                    segments or heads or checkpoints
+                ):  # logs marked first: an interrupt after the write keeps it
+                    self._in_redo.update(
+                        [row[:2] for row in segments + checkpoints] + [row[3:] for row in heads]
+                    )
+                    self._redo.append(
+                        {
+                            "segments": segments,
+                            "heads": heads,
+                            "checkpoints": [
+                                (*row[:6], base64.b64encode(row[6]).decode(), row[7])
+                                for row in checkpoints
+                            ],
+                        }
+                    )
         except BaseException as exc:
             self._forget_all()  # what it remembers may have been rolled back
             if self._db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
@@ -206,8 +259,12 @@ class WorldFiles(abc.ABC):
 
     def _store_error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, sqlite3.OperationalError):  # a full disk, an I/O error
-            return WorldError(f"{self.path}: the store could not write ({exc}); nothing of this commit was kept")
-        if isinstance(exc, sqlite3.DatabaseError):  # the files disagree (a fold's rows already there, a bad page)
+            return WorldError(
+                f"{self.path}: the store could not write ({exc}); nothing of this commit was kept"
+            )
+        if isinstance(
+            exc, sqlite3.DatabaseError
+        ):  # the files disagree (a fold's rows already there, a bad page)
             return CorruptWorldError(f"{self.path}: {exc}")
         return exc
 
@@ -220,7 +277,9 @@ class WorldFiles(abc.ABC):
                 self.fold()
             return
         if self._failure is not None:
-            raise WorldError(f"{self.path}: this commit already failed ({self._failure}); nothing of it will be kept")
+            raise WorldError(
+                f"{self.path}: this commit already failed ({self._failure}); nothing of it will be kept"
+            )
         with self._writing():
             if not self._in_sqlite:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -249,31 +308,53 @@ class WorldFiles(abc.ABC):
         self._redo.folded = max(self._redo.folded, self.meta(_FOLDED))
         records = self._redo.unfolded_records()
         for record in records:
-            self._write_rows(record["segments"], record["heads"], [
-                (*row[:6], base64.b64decode(row[6]), row[7]) for row in record["checkpoints"]])
+            self._write_rows(
+                record["segments"],
+                record["heads"],
+                [(*row[:6], base64.b64decode(row[6]), row[7]) for row in record["checkpoints"]],
+            )
         last = records[-1]["n"] if records else self._redo.folded
         self._put_meta(_FOLDED, last)
         self._folding = last
 
-    def _write_rows(self, segments: Sequence[Sequence], heads: Sequence[Sequence],
-                    checkpoints: Sequence[Sequence]) -> None:
+    def _write_rows(
+        self,
+        segments: Sequence[Sequence],
+        heads: Sequence[Sequence],
+        checkpoints: Sequence[Sequence],
+    ) -> None:
         if segments:
-            self._db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", segments)
+            self._db.executemany(
+                "INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", segments
+            )
         if heads:
-            self._db.executemany("UPDATE logs SET head = ?, tip = ?, checksum = ? WHERE shard = ? AND branch = ?",
-                                 heads)
+            self._db.executemany(
+                "UPDATE logs SET head = ?, tip = ?, checksum = ? WHERE shard = ? AND branch = ?",
+                heads,
+            )
         if checkpoints:
-            self._db.executemany("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)", checkpoints)
+            self._db.executemany(
+                "INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)", checkpoints
+            )
 
     def _checksum(self, table: str, *fields: str | int | bytes) -> str:
         """SHA-256 over the world id and the fields (text as UTF-8), after their lengths (unambiguous, and cheap)."""
-        parts = [field if isinstance(field, bytes) else str(field).encode() for field in (table, self.id, *fields)]
-        return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
+        parts = [
+            field if isinstance(field, bytes) else str(field).encode()
+            for field in (table, self.id, *fields)
+        ]
+        return hashlib.sha256(
+            b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)
+        ).hexdigest()
 
-    def _rows(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> list[tuple]:
+    def _rows(
+        self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None
+    ) -> list[tuple]:
         return list(self._cursor(sql, args, log))
 
-    def _cursor(self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None) -> Iterator[tuple]:
+    def _cursor(
+        self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None
+    ) -> Iterator[tuple]:
         """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that was committed
         and all that this transaction wrote: if the redo file or this transaction holds rows of that log, they are
         written into the tables first (and the transaction commits through SQLite)."""
@@ -301,12 +382,19 @@ class WorldFiles(abc.ABC):
     def _put_meta(self, key: str, value: Any) -> None:
         text = json.dumps(value)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, text))
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"{key}.checksum", self._checksum("meta", key, text)))
+        self._db.execute(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            (f"{key}.checksum", self._checksum("meta", key, text)),
+        )
 
     def meta(self, key: str) -> Any:
-        rows = dict(self._rows("SELECT key, value FROM meta WHERE key IN (?, ?)", (key, f"{key}.checksum")))
+        rows = dict(
+            self._rows("SELECT key, value FROM meta WHERE key IN (?, ?)", (key, f"{key}.checksum"))
+        )
         if key not in rows or rows.get(f"{key}.checksum") != self._checksum("meta", key, rows[key]):
-            raise CorruptWorldError(f"{self.path}: world setting {key!r} is missing or fails its checksum")
+            raise CorruptWorldError(
+                f"{self.path}: world setting {key!r} is missing or fails its checksum"
+            )
         return json.loads(rows[key])
 
     # ---- what the store on top holds in memory ----

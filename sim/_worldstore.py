@@ -55,11 +55,18 @@ class Checkpoint:
     state: bytes
 
     def to_json(self) -> dict:
-        return {"tick": self.tick, "template": self.template, "model_hash": self.model_hash,
-                "patch": self.patch, "state": self.state}
+        return {
+            "tick": self.tick,
+            "template": self.template,
+            "model_hash": self.model_hash,
+            "patch": self.patch,
+            "state": self.state,
+        }
 
 
-class Log(NamedTuple):  # a tuple: its row and checksum are rewritten at every commit that advances it
+class Log(
+    NamedTuple
+):  # a tuple: its row and checksum are rewritten at every commit that advances it
     """A log's extent: its history runs from `base_tick` (a fork's tick, or where pruning left the
     canonical log) to `head`; events up to `anchor_seq` (tick `anchor_tick`) were pruned, and `anchor`
     is the checksum of their last segment, which the first remaining segment chains from; `tip` is the
@@ -81,12 +88,24 @@ class WorldStore(WorldFiles):
 
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self._logs: dict[tuple[str, str], Log] = {}  # with its head as of now
-        self._unsaved: set[tuple[str, str]] = set()  # logs whose row (head, tip) changed, not yet written
-        self._last: dict[tuple[str, str], tuple[int, int]] = {}  # log -> (seq, tick) of its last event
-        self._recent: dict[tuple[str, str], list[Event]] = {}  # events this process appended (its own bytes)
-        self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}  # appended, encoded, not yet written
-        self._pending_checkpoints: dict[tuple[str, str], list[tuple]] = {}  # their rows, not yet written
-        super().__init__(path, create=create, fsync=fsync)  # which may fold the redo file in: after the above
+        self._unsaved: set[tuple[str, str]] = (
+            set()
+        )  # logs whose row (head, tip) changed, not yet written
+        self._last: dict[
+            tuple[str, str], tuple[int, int]
+        ] = {}  # log -> (seq, tick) of its last event
+        self._recent: dict[
+            tuple[str, str], list[Event]
+        ] = {}  # events this process appended (its own bytes)
+        self._pending: dict[
+            tuple[str, str], list[tuple[Event, bytes]]
+        ] = {}  # appended, encoded, not yet written
+        self._pending_checkpoints: dict[
+            tuple[str, str], list[tuple]
+        ] = {}  # their rows, not yet written
+        super().__init__(
+            path, create=create, fsync=fsync
+        )  # which may fold the redo file in: after the above
 
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
@@ -111,30 +130,48 @@ class WorldStore(WorldFiles):
         return log in self._pending or log in self._unsaved or log in self._pending_checkpoints
 
     def _forget_all(self) -> None:
-        for cache in (self._logs, self._unsaved, self._last, self._recent, self._pending, self._pending_checkpoints):
+        for cache in (
+            self._logs,
+            self._unsaved,
+            self._last,
+            self._recent,
+            self._pending,
+            self._pending_checkpoints,
+        ):
             cache.clear()
 
     # ---- meta, shards, entities, templates ----
 
     def add_shard(self, name: str, scene: str) -> None:
-        self._execute("INSERT INTO shards VALUES (?, ?, ?)", (name, scene, self._checksum("shard", name, scene)))
+        self._execute(
+            "INSERT INTO shards VALUES (?, ?, ?)",
+            (name, scene, self._checksum("shard", name, scene)),
+        )
 
     def shards(self) -> dict[str, str]:
         out = {}
-        for name, scene, checksum in self._rows("SELECT name, scene, checksum FROM shards ORDER BY name"):
+        for name, scene, checksum in self._rows(
+            "SELECT name, scene, checksum FROM shards ORDER BY name"
+        ):
             if checksum != self._checksum("shard", name, scene):
-                raise CorruptWorldError(f"{self.path}: the scene of shard {name!r} fails its checksum")
+                raise CorruptWorldError(
+                    f"{self.path}: the scene of shard {name!r} fails its checksum"
+                )
             out[name] = scene
         return out
 
     def put_entity(self, data: dict) -> None:
         text = canonical_json(data).decode()
-        self._execute("INSERT OR REPLACE INTO entities VALUES (?, ?, ?)",
-                      (data["name"], text, self._checksum("entity", text)))
+        self._execute(
+            "INSERT OR REPLACE INTO entities VALUES (?, ?, ?)",
+            (data["name"], text, self._checksum("entity", text)),
+        )
 
     def entities(self) -> list[dict]:
         out = []
-        for name, text, checksum in self._rows("SELECT name, data, checksum FROM entities ORDER BY name"):
+        for name, text, checksum in self._rows(
+            "SELECT name, data, checksum FROM entities ORDER BY name"
+        ):
             if checksum != self._checksum("entity", text):
                 raise CorruptWorldError(f"{self.path}: entity {name!r} fails its checksum")
             out.append(json.loads(text))
@@ -142,17 +179,29 @@ class WorldStore(WorldFiles):
 
     def put_template(self, xml: str, model_hash: str) -> str:
         source_hash = sha256_hex(xml.encode())
-        self._execute("INSERT OR IGNORE INTO templates VALUES (?, ?, ?, ?)",
-                      (source_hash, xml, model_hash, self._checksum("template", source_hash, xml, model_hash)))
+        self._execute(
+            "INSERT OR IGNORE INTO templates VALUES (?, ?, ?, ?)",
+            (
+                source_hash,
+                xml,
+                model_hash,
+                self._checksum("template", source_hash, xml, model_hash),
+            ),
+        )
         return source_hash
 
     def template(self, source_hash: str) -> tuple[str, str]:
         """(xml, model_hash) of a stored template."""
-        rows = self._rows("SELECT xml, model_hash, checksum FROM templates WHERE hash = ?", (source_hash,))
+        rows = self._rows(
+            "SELECT xml, model_hash, checksum FROM templates WHERE hash = ?", (source_hash,)
+        )
         if not rows:
             raise CorruptWorldError(f"{self.path}: template {source_hash[:12]} is missing")
         xml, model_hash, checksum = rows[0]
-        if checksum != self._checksum("template", source_hash, xml, model_hash) or sha256_hex(xml.encode()) != source_hash:
+        if (
+            checksum != self._checksum("template", source_hash, xml, model_hash)
+            or sha256_hex(xml.encode()) != source_hash
+        ):
             raise CorruptWorldError(f"{self.path}: template {source_hash[:12]} fails its checksum")
         return xml, model_hash
 
@@ -172,7 +221,9 @@ class WorldStore(WorldFiles):
         """Move a log's head (inside a `transaction()`); its row is written when the transaction commits."""
         assert self._in_transaction, "set_head outside a transaction"
         if type(head) is not int or not 0 <= head <= _SQLITE_INT_MAX:
-            raise WorldError(f"log {shard}/{branch or 'canonical'}: head {head!r} is not an int in 0..2**63-1")
+            raise WorldError(
+                f"log {shard}/{branch or 'canonical'}: head {head!r} is not an int in 0..2**63-1"
+            )
         self._logs[shard, branch] = self.log(shard, branch)._replace(head=head)
         self._unsaved.add((shard, branch))
 
@@ -181,14 +232,29 @@ class WorldStore(WorldFiles):
         segments that end before it; the log's base moves to `tick` and its anchor to the last one dropped."""
         self._sql_mode()
         log = self.log(shard, branch)
-        last = self._rows(f"SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
-                          f"AND last_tick < ? {_LAST}", (shard, branch, tick))
+        last = self._rows(
+            f"SELECT last_seq, last_tick, checksum FROM segments WHERE shard = ? AND branch = ? "
+            f"AND last_tick < ? {_LAST}",
+            (shard, branch, tick),
+        )
         anchor = last[0] if last else (log.anchor_seq, log.anchor_tick, log.anchor)
-        self._execute("DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?", (shard, branch, tick))
-        self._execute("DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?", (shard, branch, tick))
+        self._execute(
+            "DELETE FROM segments WHERE shard = ? AND branch = ? AND last_tick < ?",
+            (shard, branch, tick),
+        )
+        self._execute(
+            "DELETE FROM checkpoints WHERE shard = ? AND branch = ? AND tick < ?",
+            (shard, branch, tick),
+        )
         self._execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
-        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log._replace(
-            base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2])))
+        self._execute(
+            "INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self._log_row(
+                log._replace(
+                    base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2]
+                )
+            ),
+        )
         self._forget(shard, branch)  # read back as written
 
     def delete_log(self, shard: str, branch: str) -> None:
@@ -199,7 +265,13 @@ class WorldStore(WorldFiles):
 
     def _forget(self, shard: str, branch: str) -> None:
         self._unsaved.discard((shard, branch))
-        for cache in (self._logs, self._last, self._recent, self._pending, self._pending_checkpoints):
+        for cache in (
+            self._logs,
+            self._last,
+            self._recent,
+            self._pending,
+            self._pending_checkpoints,
+        ):
             cache.pop((shard, branch), None)
 
     def log(self, shard: str, branch: str) -> Log:
@@ -217,16 +289,24 @@ class WorldStore(WorldFiles):
     def _read_tail(self, log: Log) -> None:
         """Read and check a log's newest segment against its tip: caches its last event."""
         key = log.shard, log.branch
-        rows = self._rows(f"SELECT {segments.COLUMNS} FROM segments WHERE shard = ? AND branch = ? "
-                          f"ORDER BY last_tick DESC, first_seq DESC LIMIT 2", key, log=key)
+        rows = self._rows(
+            f"SELECT {segments.COLUMNS} FROM segments WHERE shard = ? AND branch = ? "
+            f"ORDER BY last_tick DESC, first_seq DESC LIMIT 2",
+            key,
+            log=key,
+        )
         newest = log.anchor
         if rows:
             last, *before = rows
-            expected, prev = (before[0][1] + 1, before[0][-1]) if before else (log.anchor_seq + 1, log.anchor)
+            expected, prev = (
+                (before[0][1] + 1, before[0][-1]) if before else (log.anchor_seq + 1, log.anchor)
+            )
             newest = segments.check(self._checksum, self._where(*key), *key, last, expected, prev)
         if newest != log.tip:
-            raise CorruptLogError(f"{self._where(*key)}: its newest segment is missing, or is not the one its row "
-                                  f"records")
+            raise CorruptLogError(
+                f"{self._where(*key)}: its newest segment is missing, or is not the one its row "
+                f"records"
+            )
         self._last[key] = (last[1], last[3]) if rows else (log.anchor_seq, log.anchor_tick)
 
     def _where(self, shard: str, branch: str) -> str:
@@ -234,20 +314,27 @@ class WorldStore(WorldFiles):
 
     def logs(self, shard: str | None = None) -> list[Log]:
         """The branches' logs (of one shard, or of all)."""
-        rows = self._rows("SELECT shard, branch FROM logs WHERE branch != '' AND (? IS NULL OR shard = ?) "
-                          "ORDER BY shard, branch", (shard, shard))
+        rows = self._rows(
+            "SELECT shard, branch FROM logs WHERE branch != '' AND (? IS NULL OR shard = ?) "
+            "ORDER BY shard, branch",
+            (shard, shard),
+        )
         return [self.log(*row) for row in rows]
 
     def _checked_log(self, row: tuple) -> Log:
         *fields, checksum = row
         if checksum != self._checksum("log", *fields):
-            raise CorruptLogError(f"{self.path}: the row of log {fields[0]}/{fields[1] or 'canonical'} (its head, "
-                                  f"anchor and newest segment) fails its checksum")
+            raise CorruptLogError(
+                f"{self.path}: the row of log {fields[0]}/{fields[1] or 'canonical'} (its head, "
+                f"anchor and newest segment) fails its checksum"
+            )
         return Log(*fields)
 
     # ---- events ----
 
-    def append(self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]) -> list[Event]:
+    def append(
+        self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]
+    ) -> list[Event]:
         """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
         back. They are written when the transaction commits, or before a read of their log's segments."""
         assert self._in_transaction, "append outside a transaction"
@@ -260,18 +347,24 @@ class WorldStore(WorldFiles):
             tick = event[0]
             # anything else (a numpy integer) would not read back as it was checksummed, nor fit in SQLite
             if type(tick) is not int or not 0 <= tick <= _SQLITE_INT_MAX:
-                raise WorldError(f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int in 0..2**63-1")
+                raise WorldError(
+                    f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int in 0..2**63-1"
+                )
             if tick < last_tick:
-                raise WorldError(f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}")
+                raise WorldError(
+                    f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}"
+                )
             try:  # encoded now, so that an event that cannot be stored is refused here, alone
                 encoded.append(orjson.dumps(event, option=_ORJSON))
             except orjson.JSONEncodeError as exc:
-                raise WorldError(f"log {shard}/{branch or 'canonical'}: the event at tick {tick} cannot be stored: "
-                                 f"{exc}") from None
+                raise WorldError(
+                    f"log {shard}/{branch or 'canonical'}: the event at tick {tick} cannot be stored: "
+                    f"{exc}"
+                ) from None
             seq += 1
             out.append(Event(seq, *event))
             last_tick = tick
-        self._pending.setdefault(key, []).extend(zip(out, encoded))
+        self._pending.setdefault(key, []).extend(zip(out, encoded, strict=True))
         self._last[key] = (seq, last_tick)
         recent = self._recent.setdefault(key, [])
         recent += out
@@ -289,16 +382,32 @@ class WorldStore(WorldFiles):
         """The seq of a log's last event at or before a tick (0 if none)."""
         # the first segment that goes past the tick holds the answer if it starts at or before it; else the
         # segment before it ends with the answer
-        past = self._rows("SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
-                          "ORDER BY last_tick, first_seq LIMIT 1", (shard, branch, until_tick), log=(shard, branch))
+        past = self._rows(
+            "SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
+            "ORDER BY last_tick, first_seq LIMIT 1",
+            (shard, branch, until_tick),
+            log=(shard, branch),
+        )
         if past and past[0][1] <= until_tick:
-            return self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)[-1].seq
-        before = self._rows(f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
-                            (shard, branch, until_tick), log=(shard, branch))
+            return self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)[
+                -1
+            ].seq
+        before = self._rows(
+            f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
+            (shard, branch, until_tick),
+            log=(shard, branch),
+        )
         return before[0][0] if before else self.log(shard, branch).anchor_seq
 
-    def events(self, shard: str, branch: str, *, first_tick: int = 0, last_tick: int | None = None,
-               after_seq: int = 0) -> list[Event]:
+    def events(
+        self,
+        shard: str,
+        branch: str,
+        *,
+        first_tick: int = 0,
+        last_tick: int | None = None,
+        after_seq: int = 0,
+    ) -> list[Event]:
         """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, from segments each
         verified against its checksum and its predecessor's: CorruptLogError before anything is returned.
         (What this process appended it serves from memory: those are its own bytes.)"""
@@ -307,12 +416,16 @@ class WorldStore(WorldFiles):
             return []
         recent = self._recent.get((shard, branch))
         if recent and recent[0].seq <= after_seq + 1 and recent[-1].seq == last_seq:
-            return segments.select(recent[after_seq + 1 - recent[0].seq:], first_tick, last_tick)
+            return segments.select(recent[after_seq + 1 - recent[0].seq :], first_tick, last_tick)
         rows = []
-        with contextlib.closing(self._cursor(
+        with contextlib.closing(
+            self._cursor(
                 f"SELECT {segments.COLUMNS} FROM segments WHERE shard = ? "
                 f"AND branch = ? AND last_tick >= ? AND last_seq > ? ORDER BY last_tick, first_seq",
-                (shard, branch, first_tick, after_seq), log=(shard, branch))) as cursor:
+                (shard, branch, first_tick, after_seq),
+                log=(shard, branch),
+            )
+        ) as cursor:
             for row in cursor:
                 if last_tick is not None and row[2] > last_tick:
                     break  # segments start later and later: no need to read on to the end of the log
@@ -320,11 +433,16 @@ class WorldStore(WorldFiles):
         if not rows:
             return []
         where = self._where(shard, branch)
-        before = self._rows(f"SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? "
-                            f"AND (last_tick, first_seq) < (?, ?) {_LAST}", (shard, branch, rows[0][3], rows[0][0]),
-                            log=(shard, branch))
+        before = self._rows(
+            f"SELECT last_seq, checksum FROM segments WHERE shard = ? AND branch = ? "
+            f"AND (last_tick, first_seq) < (?, ?) {_LAST}",
+            (shard, branch, rows[0][3], rows[0][0]),
+            log=(shard, branch),
+        )
         log = self.log(shard, branch)
-        expected, prev = (before[0][0] + 1, before[0][1]) if before else (log.anchor_seq + 1, log.anchor)
+        expected, prev = (
+            (before[0][0] + 1, before[0][1]) if before else (log.anchor_seq + 1, log.anchor)
+        )
         out: list[Event] = []
         for row in rows:  # every one checked before any is decoded
             prev = segments.check(self._checksum, where, shard, branch, row, expected, prev)
@@ -340,46 +458,72 @@ class WorldStore(WorldFiles):
         assert self._in_transaction, "put_checkpoints outside a transaction"
         for cp in checkpoints:
             patch = canonical_json(cp.patch).decode()
-            checksum = self._checksum("checkpoint", shard, branch, cp.tick, cp.template, cp.model_hash, patch,
-                                      sha256_hex(cp.state))
+            checksum = self._checksum(
+                "checkpoint",
+                shard,
+                branch,
+                cp.tick,
+                cp.template,
+                cp.model_hash,
+                patch,
+                sha256_hex(cp.state),
+            )
             self._pending_checkpoints.setdefault((shard, branch), []).append(
-                (shard, branch, cp.tick, cp.template, cp.model_hash, patch, cp.state, checksum))
+                (shard, branch, cp.tick, cp.template, cp.model_hash, patch, cp.state, checksum)
+            )
 
     def checkpoint(self, shard: str, branch: str, at_or_before: int) -> Checkpoint | None:
-        rows = self._rows("SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-                          "AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1", (shard, branch, at_or_before),
-                          log=(shard, branch))
+        rows = self._rows(
+            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
+            "AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1",
+            (shard, branch, at_or_before),
+            log=(shard, branch),
+        )
         return self._checked_checkpoint(shard, branch, rows[0]) if rows else None
 
     def checkpoints(self, shard: str, branch: str, first: int, last: int) -> list[Checkpoint]:
-        rows = self._rows("SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-                          "AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick", (shard, branch, first, last),
-                          log=(shard, branch))
+        rows = self._rows(
+            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
+            "AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick",
+            (shard, branch, first, last),
+            log=(shard, branch),
+        )
         return [self._checked_checkpoint(shard, branch, r) for r in rows]
 
     def _checked_checkpoint(self, shard: str, branch: str, row: tuple) -> Checkpoint:
         tick, template, model_hash, patch, state, checksum = row
         state = bytes(state) if isinstance(state, (bytes, memoryview)) else b""
-        if checksum != self._checksum("checkpoint", shard, branch, tick, template, model_hash, patch, sha256_hex(state)):
-            raise CorruptCheckpointError(f"{self.path}: the checkpoint of {shard}/{branch or 'canonical'} at tick "
-                                         f"{tick} fails its checksum; nothing was restored from it")
+        if checksum != self._checksum(
+            "checkpoint", shard, branch, tick, template, model_hash, patch, sha256_hex(state)
+        ):
+            raise CorruptCheckpointError(
+                f"{self.path}: the checkpoint of {shard}/{branch or 'canonical'} at tick "
+                f"{tick} fails its checksum; nothing was restored from it"
+            )
         return Checkpoint(tick, template, model_hash, json.loads(patch), state)
 
     def count_checkpoints(self, shard: str, branch: str) -> int:
-        return self._rows("SELECT count(*) FROM checkpoints WHERE shard = ? AND branch = ?", (shard, branch),
-                          log=(shard, branch))[0][0]
+        return self._rows(
+            "SELECT count(*) FROM checkpoints WHERE shard = ? AND branch = ?",
+            (shard, branch),
+            log=(shard, branch),
+        )[0][0]
 
     # ---- migrations ----
 
     def add_migration(self, data: dict) -> None:
         text = canonical_json(data).decode()
-        self._execute("INSERT INTO migrations VALUES (?, ?, ?)", (data["id"], text, self._checksum("migration", text)))
+        self._execute(
+            "INSERT INTO migrations VALUES (?, ?, ?)",
+            (data["id"], text, self._checksum("migration", text)),
+        )
 
     def migrations(self) -> list[dict]:
         out = []
-        for ident, text, checksum in self._rows("SELECT id, data, checksum FROM migrations ORDER BY rowid"):
+        for ident, text, checksum in self._rows(
+            "SELECT id, data, checksum FROM migrations ORDER BY rowid"
+        ):
             if checksum != self._checksum("migration", text):
                 raise CorruptWorldError(f"{self.path}: migration {ident} fails its checksum")
             out.append(json.loads(text))
         return out
-

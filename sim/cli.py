@@ -26,8 +26,6 @@ from ._record import reproduce
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT
 from ._tasks import Task
-from ._transfer_cli import encoder_dataset_command
-from ._world_cli import world_group
 
 
 def _skill(name: str) -> Skill:
@@ -39,14 +37,20 @@ def _skill(name: str) -> Skill:
     if home is not None and home.store.exists():
         with home.open_readonly() as kb:
             return load_policy(kb, _kb_skill_id(kb, name))
-    raise click.BadParameter(f"neither a shipped skill ({', '.join(shipped_skills())}), a file, nor a skill id",
-                             param_hint="SKILL")
+    raise click.BadParameter(
+        f"neither a shipped skill ({', '.join(shipped_skills())}), a file, nor a skill id",
+        param_hint="SKILL",
+    )
 
 
 def _kb_skill_id(kb: knowledge.KnowledgeBase, prefix: str) -> str:
-    matches = [s.id for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(prefix.lower())]
+    matches = [
+        s.id for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(prefix.lower())
+    ]
     if len(matches) != 1:
-        raise click.ClickException(f"{len(matches)} skills in this site match {prefix!r}; give more of the id")
+        raise click.ClickException(
+            f"{len(matches)} skills in this site match {prefix!r}; give more of the id"
+        )
     return matches[0]
 
 
@@ -55,7 +59,9 @@ def _task(name: str) -> Task:
         return load_task(name)
     if Path(name).is_file():
         return Task(json.loads(Path(name).read_text()))
-    raise click.BadParameter(f"neither a shipped task ({', '.join(shipped_tasks())}) nor a file", param_hint="--task")
+    raise click.BadParameter(
+        f"neither a shipped task ({', '.join(shipped_tasks())}) nor a file", param_hint="--task"
+    )
 
 
 def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
@@ -67,46 +73,112 @@ def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
 
 @click.command("evaluate")
 @click.argument("skill")
-@click.option("--task", "task_name", required=True, help="A shipped task name or a task definition file.")
+@click.option(
+    "--task", "task_name", required=True, help="A shipped task name or a task definition file."
+)
 @click.option("--branches", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes; outcomes do not depend on it.")
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Physics threads per process (0: all CPUs); outcomes do not depend on it.")
-@click.option("--wave", type=click.IntRange(min=1), default=None, help="Branches per batch (default: up to 64).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes; outcomes do not depend on it.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Physics threads per process (0: all CPUs); outcomes do not depend on it.",
+)
+@click.option(
+    "--wave",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Branches per batch (default: up to 64).",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--sampler", "sampler_file", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="A sampler spec file (default: the task's shipped randomization).")
-@click.option("--sprt", nargs=2, type=click.FloatRange(0, 1), default=None, metavar="P0 P1",
-              help="Stop early by a sequential test of rate P0 against P1 (5% error rates).")
-@click.option("--record", "record_file", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the evaluation record (the body of a certificate) to this file.")
-@click.option("--backend", type=click.Choice(["process", "ray"]), default="process", show_default=True,
-              help="Run the waves in worker processes or in Ray actors (--workers of them); outcomes do not depend on it.")
-@click.option("--ray-address", default=None, help="With --backend ray: the cluster (default: $RAY_ADDRESS, or a local Ray).")
+@click.option(
+    "--sampler",
+    "sampler_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A sampler spec file (default: the task's shipped randomization).",
+)
+@click.option(
+    "--sprt",
+    nargs=2,
+    type=click.FloatRange(0, 1),
+    default=None,
+    metavar="P0 P1",
+    help="Stop early by a sequential test of rate P0 against P1 (5% error rates).",
+)
+@click.option(
+    "--record",
+    "record_file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the evaluation record (the body of a certificate) to this file.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["process", "ray"]),
+    default="process",
+    show_default=True,
+    help="Run the waves in worker processes or in Ray actors (--workers of them); outcomes do not depend on it.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="With --backend ray: the cluster (default: $RAY_ADDRESS, or a local Ray).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
-def evaluate_command(skill: str, task_name: str, branches: int, workers: int, threads: int, wave: int | None,
-                     seed: int, sampler_file: str | None, sprt: tuple[float, float] | None, record_file: str | None,
-                     backend: str, ray_address: str | None, as_json: bool) -> None:
+def evaluate_command(
+    skill: str,
+    task_name: str,
+    branches: int,
+    workers: int,
+    threads: int,
+    wave: int | None,
+    seed: int,
+    sampler_file: str | None,
+    sprt: tuple[float, float] | None,
+    record_file: str | None,
+    backend: str,
+    ray_address: str | None,
+    as_json: bool,
+) -> None:
     """Roll SKILL out closed loop in randomized branches of a task and report its success rate."""
     task = _task(task_name)
     if backend == "ray":
         use_ray(ray_address)
-    result = evaluate(task, _skill(skill), branches=branches, sampler=_sampler(sampler_file, task, seed),
-                      wave=wave, threads=threads, workers=workers, sprt=SPRT(*sprt) if sprt else None,
-                      backend=backend)
+    result = evaluate(
+        task,
+        _skill(skill),
+        branches=branches,
+        sampler=_sampler(sampler_file, task, seed),
+        wave=wave,
+        threads=threads,
+        workers=workers,
+        sprt=SPRT(*sprt) if sprt else None,
+        backend=backend,
+    )
     record = result.to_record()
     if record_file:
         Path(record_file).write_text(json.dumps(record, sort_keys=True) + "\n")
     if as_json:
         click.echo(json.dumps(record, sort_keys=True))
         return
-    lines = [f"{task.name}: {result.successes}/{result.n} succeeded ({result.success_rate:.3f})",
-             f"lower bound at {result.confidence:.0%}: Clopper-Pearson {result.clopper_pearson_lower:.4f}, "
-             f"Wilson {result.wilson_lower:.4f}",
-             f"mean return {result.mean_return:.4f}"]
+    lines = [
+        f"{task.name}: {result.successes}/{result.n} succeeded ({result.success_rate:.3f})",
+        f"lower bound at {result.confidence:.0%}: Clopper-Pearson {result.clopper_pearson_lower:.4f}, "
+        f"Wilson {result.wilson_lower:.4f}",
+        f"mean return {result.mean_return:.4f}",
+    ]
     if result.sprt is not None:
-        lines.append(f"SPRT {result.decision} after {result.decided_at} branches ({result.n} simulated)")
+        lines.append(
+            f"SPRT {result.decision} after {result.decided_at} branches ({result.n} simulated)"
+        )
     click.echo("\n".join(lines))
 
 
@@ -119,9 +191,17 @@ def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool)
     """Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce."""
     verdict = reproduce(json.loads(Path(record_file).read_text()), _skill(skill), workers=workers)
     if as_json:
-        click.echo(json.dumps({"matches": verdict.matches, "exact": verdict.exact,
-                               "same_platform": verdict.same_platform, "detail": verdict.detail,
-                               "mismatched_branches": list(verdict.mismatched_branches)}))
+        click.echo(
+            json.dumps(
+                {
+                    "matches": verdict.matches,
+                    "exact": verdict.exact,
+                    "same_platform": verdict.same_platform,
+                    "detail": verdict.detail,
+                    "mismatched_branches": list(verdict.mismatched_branches),
+                }
+            )
+        )
     else:
         click.echo(f"{'reproduces' if verdict.matches else 'DOES NOT REPRODUCE'}: {verdict.detail}")
     if not verdict.matches:
@@ -131,31 +211,44 @@ def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool)
 @click.command("publish")
 @click.argument("skill")
 @click.option("--name", required=True, help="The skill's name in the library.")
-@click.option("--task", "task_family", required=True, help="Its task family (pick, reach, walk, ...).")
+@click.option(
+    "--task", "task_family", required=True, help="Its task family (pick, reach, walk, ...)."
+)
 @click.option("--description", default="")
-@click.option("--mjcf", "bodies", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="A body it was made for (repeatable): its embodiment scope.")
+@click.option(
+    "--mjcf",
+    "bodies",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A body it was made for (repeatable): its embodiment scope.",
+)
 @click.pass_obj
-def publish_command(home: Home, skill: str, name: str, task_family: str, description: str,
-                    bodies: tuple[str, ...]) -> None:
+def publish_command(
+    home: Home, skill: str, name: str, task_family: str, description: str, bodies: tuple[str, ...]
+) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     policy = _skill(skill)
     embodiments = [knowledge.Embodiment.from_mjcf(b).to_dict() for b in bodies]
     with home.open_writer() as kb:
-        record = publish_skill(kb, policy, name, task_family, description=description, embodiments=embodiments)
+        record = publish_skill(
+            kb, policy, name, task_family, description=description, embodiments=embodiments
+        )
     click.echo(f"published {name}: {record.id}")
 
 
 @click.command("certify")
 @click.argument("skill_id")
-@click.option("--task", "task_name", required=True, help="A shipped task name or a task definition file.")
+@click.option(
+    "--task", "task_name", required=True, help="A shipped task name or a task definition file."
+)
 @click.option("--branches", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
 @click.pass_obj
-def certify_command(home: Home, skill_id: str, task_name: str, branches: int, seed: int, workers: int,
-                    as_json: bool) -> None:
+def certify_command(
+    home: Home, skill_id: str, task_name: str, branches: int, seed: int, workers: int, as_json: bool
+) -> None:
     """Evaluate a skill of this site's library in randomized branches and sign the result as a certificate.
 
     The site's key needs the validate role; while `simnet serve` holds the store, run this from a
@@ -164,17 +257,34 @@ def certify_command(home: Home, skill_id: str, task_name: str, branches: int, se
     task = _task(task_name)
     with home.open_writer() as kb:
         skill_id = _kb_skill_id(kb, skill_id)
-        result = evaluate(task, load_policy(kb, skill_id), branches=branches, workers=workers,
-                          sampler=_sampler(None, task, seed))
+        result = evaluate(
+            task,
+            load_policy(kb, skill_id),
+            branches=branches,
+            workers=workers,
+            sampler=_sampler(None, task, seed),
+        )
         cert = certify(kb, skill_id, result)
         active = kb.is_active(skill_id)
     if as_json:
-        click.echo(json.dumps({"certificate": cert.id, "skill": skill_id, "branches": cert.branches,
-                               "successes": cert.successes, "randomized": list(cert.randomized), "active": active}))
+        click.echo(
+            json.dumps(
+                {
+                    "certificate": cert.id,
+                    "skill": skill_id,
+                    "branches": cert.branches,
+                    "successes": cert.successes,
+                    "randomized": list(cert.randomized),
+                    "active": active,
+                }
+            )
+        )
         return
-    click.echo(f"certified {skill_id[:16]}… on {task.name}: {cert.successes}/{cert.branches} "
-               f"(Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)})\n"
-               f"certificate {cert.id}\nactive here: {active}")
+    click.echo(
+        f"certified {skill_id[:16]}… on {task.name}: {cert.successes}/{cert.branches} "
+        f"(Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)})\n"
+        f"certificate {cert.id}\nactive here: {active}"
+    )
 
 
 @click.command("verify")
@@ -185,13 +295,23 @@ def certify_command(home: Home, skill_id: str, task_name: str, branches: int, se
 def verify_command(home: Home, certificate_id: str, workers: int, as_json: bool) -> None:
     """Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not reproduce."""
     with home.open_readonly() as kb:
-        found = [c for s in kb.skills.list(include_withdrawn=True) for c in kb.certificates.for_skill(s.id)
-                 if c.id.startswith(certificate_id.lower())]
+        found = [
+            c
+            for s in kb.skills.list(include_withdrawn=True)
+            for c in kb.certificates.for_skill(s.id)
+            if c.id.startswith(certificate_id.lower())
+        ]
         if len(found) != 1:
-            raise click.ClickException(f"{len(found)} certificates match {certificate_id!r}; give more of the id")
+            raise click.ClickException(
+                f"{len(found)} certificates match {certificate_id!r}; give more of the id"
+            )
         verdict = verify_certificate(kb, found[0], workers=workers)
     if as_json:
-        click.echo(json.dumps({"certificate": found[0].id, "valid": verdict.valid, "detail": verdict.detail}))
+        click.echo(
+            json.dumps(
+                {"certificate": found[0].id, "valid": verdict.valid, "detail": verdict.detail}
+            )
+        )
     else:
         click.echo(f"{'valid' if verdict.valid else 'NOT VALID'}: {verdict.detail}")
     if not verdict.valid:

@@ -10,10 +10,14 @@ from hypothesis import HealthCheck, settings
 import knowledge
 
 settings.register_profile(
-    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    "default",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.register_profile(
-    "quick", max_examples=20, deadline=None,
+    "quick",
+    max_examples=20,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("SIMNET_HYPOTHESIS_PROFILE", "default"))
@@ -30,7 +34,9 @@ def open_kb(tmp_path):
     opened = []
 
     def _open(name: str = "site", identity: knowledge.Identity | None = None, **kwargs):
-        kb = knowledge.open(tmp_path / f"{name}.db", identity or knowledge.Identity.generate(), **kwargs)
+        kb = knowledge.open(
+            tmp_path / f"{name}.db", identity or knowledge.Identity.generate(), **kwargs
+        )
         opened.append(kb)
         return kb
 

@@ -21,17 +21,28 @@ WEIGHTS = resources.files("knowledge") / "assets" / "transfer-attention.safetens
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", help="a dataset file from `simnet encoder dataset` (default: make one)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--dataset", help="a dataset file from `simnet encoder dataset` (default: make one)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    data = (TransferDataset.load(args.dataset) if args.dataset
-            else transfer_dataset(robot_population(64, 40), branches=16, workers=args.workers))
+    data = (
+        TransferDataset.load(args.dataset)
+        if args.dataset
+        else transfer_dataset(robot_population(64, 40), branches=16, workers=args.workers)
+    )
     train, _ = data.split(0.25, seed=0)
-    encoder = train_encoder(data.subset(train), meta={
-        "dataset": "sim.robot_population(64, 40), 16 branches per transfer, seed 0",
-        "held_out": "TransferDataset.split(0.25, seed=0): the bodies benchmarks/transfer.py reports on"})
+    encoder = train_encoder(
+        data.subset(train),
+        meta={
+            "dataset": "sim.robot_population(64, 40), 16 branches per transfer, seed 0",
+            "held_out": "TransferDataset.split(0.25, seed=0): the bodies benchmarks/transfer.py reports on",
+        },
+    )
     with resources.as_file(WEIGHTS) as path:
         encoder.save(path)
     print(f"wrote {WEIGHTS}: {encoder!r}")

@@ -31,10 +31,18 @@ def walker_skill(scale: float, note: str) -> Skill:
     weight = np.zeros((4, 11))
     weight[:, 0] = scale * AMPLITUDE * np.cos(PHASE)  # coefficient of sin(wt)
     weight[:, 1] = scale * AMPLITUDE * np.sin(PHASE)  # coefficient of cos(wt)
-    return Skill.from_tensors(spec, {"layers.0.weight": weight, "layers.0.bias": OFFSET,
-                                     "obs_mean": np.zeros(11), "obs_std": np.ones(11),
-                                     "act_offset": np.zeros(4), "act_scale": np.ones(4)},
-                              {"task": "walker_forward", "note": note})
+    return Skill.from_tensors(
+        spec,
+        {
+            "layers.0.weight": weight,
+            "layers.0.bias": OFFSET,
+            "obs_mean": np.zeros(11),
+            "obs_std": np.ones(11),
+            "act_offset": np.zeros(4),
+            "act_scale": np.ones(4),
+        },
+        {"task": "walker_forward", "note": note},
+    )
 
 
 def arm_expert(model: mujoco.MjModel, gain: float = 0.3, damping: float = 0.05):
@@ -53,6 +61,7 @@ def arm_expert(model: mujoco.MjModel, gain: float = 0.3, damping: float = 0.05):
             dq = jac.T @ np.linalg.solve(jac @ jac.T + damping**2 * np.eye(3), o[14:17])
             out[row] = np.clip(gain * dq, -ARM_STEP, ARM_STEP)
         return out
+
     return act
 
 
@@ -66,22 +75,46 @@ def arm_degraded(model: mujoco.MjModel, gain: float = 2.0) -> Skill:
     weight = np.zeros((7, 17))
     weight[:, 14:17] = gain * jac.T / ARM_STEP
     spec = MLPSpec(obs_dim=17, act_dim=7, hidden=(), activation="tanh", output_activation="tanh")
-    return Skill.from_tensors(spec, {"layers.0.weight": weight, "layers.0.bias": np.zeros(7),
-                                     "obs_mean": np.zeros(17), "obs_std": np.ones(17),
-                                     "act_offset": np.zeros(7), "act_scale": np.full(7, ARM_STEP)},
-                              {"task": "arm_reach", "note": "fixed home-pose Jacobian transpose, gain too high"})
+    return Skill.from_tensors(
+        spec,
+        {
+            "layers.0.weight": weight,
+            "layers.0.bias": np.zeros(7),
+            "obs_mean": np.zeros(17),
+            "obs_std": np.ones(17),
+            "act_offset": np.zeros(7),
+            "act_scale": np.full(7, ARM_STEP),
+        },
+        {"task": "arm_reach", "note": "fixed home-pose Jacobian transpose, gain too high"},
+    )
 
 
 def main() -> None:
     SKILLS.mkdir(exist_ok=True)
     walker_skill(1.0, "central pattern generator gait").save(SKILLS / "walker_forward_good.json")
-    walker_skill(0.85, "the same gait at 85% amplitude").save(SKILLS / "walker_forward_degraded.json")
+    walker_skill(0.85, "the same gait at 85% amplitude").save(
+        SKILLS / "walker_forward_degraded.json"
+    )
     arm = load_task("arm_reach")
     arm_degraded(arm.template.model).save(SKILLS / "arm_reach_degraded.json")
-    good = distill(arm, arm_expert(arm.template.model), sampler=load_sampler("arm_reach", seed=1000),
-                   branches=128, iterations=5, hidden=(64, 64), act_bound=ARM_STEP, epochs=3000)
-    Skill(good.spec, good.weights, {"task": "arm_reach", "note": "MLP distilled by DAgger from a damped "
-                                    "least-squares Jacobian controller"}).save(SKILLS / "arm_reach_good.json")
+    good = distill(
+        arm,
+        arm_expert(arm.template.model),
+        sampler=load_sampler("arm_reach", seed=1000),
+        branches=128,
+        iterations=5,
+        hidden=(64, 64),
+        act_bound=ARM_STEP,
+        epochs=3000,
+    )
+    Skill(
+        good.spec,
+        good.weights,
+        {
+            "task": "arm_reach",
+            "note": "MLP distilled by DAgger from a damped least-squares Jacobian controller",
+        },
+    ).save(SKILLS / "arm_reach_good.json")
 
 
 if __name__ == "__main__":

@@ -68,11 +68,15 @@ class LocalSite:
         self.config.policy_path.write_text(policy.to_toml())
         self.kb.set_policy(policy)
 
-    def client(self, identity: Identity | None = None, transport: httpx.AsyncBaseTransport | None = None
-               ) -> httpx.AsyncClient:
+    def client(
+        self, identity: Identity | None = None, transport: httpx.AsyncBaseTransport | None = None
+    ) -> httpx.AsyncClient:
         """An in-process client for this site's app, signing as `identity` (default: the site's key)."""
-        return httpx.AsyncClient(transport=transport or httpx.ASGITransport(app=self.app), base_url="http://site",
-                                 auth=SimnetAuth(identity or self.identity, self.key))
+        return httpx.AsyncClient(
+            transport=transport or httpx.ASGITransport(app=self.app),
+            base_url="http://site",
+            auth=SimnetAuth(identity or self.identity, self.key),
+        )
 
 
 @pytest.fixture
@@ -80,13 +84,25 @@ def make_site(tmp_path):
     opened: list[knowledge.KnowledgeBase] = []
     sites: list[Site] = []
 
-    def _make(name: str, *, limits: ServerLimits | None = None, gossip: GossipConfig | None = None,
-              private: tuple[PrivateMaps, ...] = (), trust: tuple[bytes, ...] = ()) -> LocalSite:
+    def _make(
+        name: str,
+        *,
+        limits: ServerLimits | None = None,
+        gossip: GossipConfig | None = None,
+        private: tuple[PrivateMaps, ...] = (),
+        trust: tuple[bytes, ...] = (),
+    ) -> LocalSite:
         home = tmp_path / name
         home.mkdir()
         identity = Identity.generate()
-        config = SiteConfig(home, name=name, listen="127.0.0.1:0", limits=limits or ServerLimits(),
-                            gossip=gossip or GossipConfig(), private=list(private))
+        config = SiteConfig(
+            home,
+            name=name,
+            listen="127.0.0.1:0",
+            limits=limits or ServerLimits(),
+            gossip=gossip or GossipConfig(),
+            private=list(private),
+        )
         identity.save(config.key_path)
         policy = TrustPolicy()
         for key in trust:
@@ -138,7 +154,9 @@ def serve_app():
 
     def _serve(app, port: int = 0) -> str:
         sock = socket.create_server(("127.0.0.1", port))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        )
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         running.append((server, thread))
@@ -146,9 +164,9 @@ def serve_app():
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
     yield _serve
-    for server, thread in running:
+    for server, _ in running:
         server.should_exit = True
-    for server, thread in running:
+    for _, thread in running:
         thread.join(10)
 
 
@@ -172,13 +190,17 @@ class _Servers:
     def __call__(self, home: Path) -> ServeProcess:
         log = home / f"serve-{len(self.started)}.log"
         with open(log, "w") as out:
-            process = subprocess.Popen([*SIMNET, "--home", str(home), "serve"], stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                [*SIMNET, "--home", str(home), "serve"], stdout=out, stderr=subprocess.STDOUT
+            )
         served = ServeProcess(home, process, log)
         self.started.append(served)
 
         def up() -> bool:
             if process.poll() is not None:
-                raise AssertionError(f"simnet serve exited with {process.returncode}:\n{log.read_text()}")
+                raise AssertionError(
+                    f"simnet serve exited with {process.returncode}:\n{log.read_text()}"
+                )
             try:
                 return httpx.get(f"{served.url}/v1/health", timeout=1).status_code == 200
             except (OSError, ValueError, KeyError, httpx.HTTPError):
@@ -263,14 +285,24 @@ class Fault:
     """
 
     inner: httpx.BaseTransport | httpx.AsyncBaseTransport
-    rewrite: Callable[[httpx.Request, int, dict, bytes], tuple[int, dict, bytes] | None] = lambda *a: None
+    rewrite: Callable[[httpx.Request, int, dict, bytes], tuple[int, dict, bytes] | None] = (
+        lambda *a: None
+    )
     requests: list[tuple[str, str]] = field(default_factory=list)
 
-    def _apply(self, request: httpx.Request, response: httpx.Response, body: bytes) -> httpx.Response:
+    def _apply(
+        self, request: httpx.Request, response: httpx.Response, body: bytes
+    ) -> httpx.Response:
         self.requests.append((request.method, request.url.path))
-        headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-encoding")}
+        headers = {
+            k: v
+            for k, v in response.headers.items()
+            if k.lower() not in ("content-length", "content-encoding")
+        }
         changed = self.rewrite(request, response.status_code, headers, body)
-        status, headers, body = changed if changed is not None else (response.status_code, headers, body)
+        status, headers, body = (
+            changed if changed is not None else (response.status_code, headers, body)
+        )
         return httpx.Response(status, headers=headers, content=body, request=request)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:

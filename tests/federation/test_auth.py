@@ -40,8 +40,17 @@ def sign(request: httpx.Request, identity: Identity, audience: bytes) -> httpx.R
     return next(flow)
 
 
-def header(identity: Identity, audience: bytes, method: str, target: str, body: bytes, *, ts: int, nonce: str | None = None,
-           claimed: bytes | None = None) -> str:
+def header(
+    identity: Identity,
+    audience: bytes,
+    method: str,
+    target: str,
+    body: bytes,
+    *,
+    ts: int,
+    nonce: str | None = None,
+    claimed: bytes | None = None,
+) -> str:
     """An Authorization header built by hand (any timestamp, nonce, or a key it does not own)."""
     nonce = nonce or os.urandom(16).hex()
     sig = identity.sign(signed_message(method, target, body, ts, nonce, audience))
@@ -49,26 +58,43 @@ def header(identity: Identity, audience: bytes, method: str, target: str, body: 
 
 
 def parts(request: httpx.Request) -> tuple[str, str, bytes, str]:
-    return request.method, request.url.raw_path.decode(), request.content, request.headers["authorization"]
+    return (
+        request.method,
+        request.url.raw_path.decode(),
+        request.content,
+        request.headers["authorization"],
+    )
 
 
-def refused(verifier: RequestVerifier, method, target, body, auth, match: str, status: int = 401) -> None:
+def refused(
+    verifier: RequestVerifier, method, target, body, auth, match: str, status: int = 401
+) -> None:
     with pytest.raises(AuthError, match=match) as caught:
         verifier.verify(method, target, body, auth)
     assert caught.value.status == status
 
 
 def test_simnet_auth_signs_method_path_query_body_and_audience(caller, server):
-    request = sign(httpx.Request("POST", "http://peer:7070/v1/sync?x=1", content=b'{"heads": {}}'), caller, server.public_key)
+    request = sign(
+        httpx.Request("POST", "http://peer:7070/v1/sync?x=1", content=b'{"heads": {}}'),
+        caller,
+        server.public_key,
+    )
     auth = request.headers["authorization"]
-    match = re.fullmatch(r"Simnet key=([0-9a-f]{64}), ts=([0-9]+), nonce=([0-9a-f]{32}), sig=([0-9a-f]{128})", auth)
+    match = re.fullmatch(
+        r"Simnet key=([0-9a-f]{64}), ts=([0-9]+), nonce=([0-9a-f]{32}), sig=([0-9a-f]{128})", auth
+    )
     assert match and match[1] == caller.public_key_hex
     assert RequestVerifier(server.public_key).verify(*parts(request)) == caller.public_key
 
 
 def test_each_request_gets_a_fresh_nonce(caller, server):
-    nonces = {sign(httpx.Request("GET", "http://p/v1/heads"), caller, server.public_key).headers["authorization"]
-              .split("nonce=")[1][:32] for _ in range(20)}
+    nonces = {
+        sign(httpx.Request("GET", "http://p/v1/heads"), caller, server.public_key)
+        .headers["authorization"]
+        .split("nonce=")[1][:32]
+        for _ in range(20)
+    }
     assert len(nonces) == 20
 
 
@@ -80,7 +106,9 @@ def test_valid_request_verifies_through_httpx_auth(caller, server):
         seen.append(verifier.verify(*parts(request)))
         return httpx.Response(200)
 
-    with httpx.Client(transport=httpx.MockTransport(handler), auth=SimnetAuth(caller, server.public_key)) as client:
+    with httpx.Client(
+        transport=httpx.MockTransport(handler), auth=SimnetAuth(caller, server.public_key)
+    ) as client:
         client.post("http://peer/v1/envelopes", content=b"SNP1\x00\x00\x00\x00")
         client.get("http://peer/v1/blobs/" + "a" * 64)
         client.post("http://peer/v1/sync", json={"heads": {}})
@@ -89,28 +117,49 @@ def test_valid_request_verifies_through_httpx_auth(caller, server):
 
 def test_missing_header(server):
     for missing in (None, ""):
-        refused(RequestVerifier(server.public_key), "GET", "/v1/heads", b"", missing, "request is not signed")
+        refused(
+            RequestVerifier(server.public_key),
+            "GET",
+            "/v1/heads",
+            b"",
+            missing,
+            "request is not signed",
+        )
 
 
-@pytest.mark.parametrize("auth", [
-    "Bearer abc",
-    "Simnet key=00, ts=1, nonce=00, sig=00",
-    "Simnet key={key}, ts={ts}, nonce={nonce}",  # no signature
-    "Simnet key={KEY}, ts={ts}, nonce={nonce}, sig={sig}",  # upper-case hex
-    "Simnet ts={ts}, key={key}, nonce={nonce}, sig={sig}",  # fields out of order
-    "Simnet key={key}, ts=-{ts}, nonce={nonce}, sig={sig}",
-    "Simnet key={key}, ts={ts}, nonce={nonce}, sig={sig}, extra=1",
-    "Simnet key={key},ts={ts},nonce={nonce},sig={sig}",
-    "simnet key={key}, ts={ts}, nonce={nonce}, sig={sig}",
-    "Simnet key={key}, ts=12345678901234567, nonce={nonce}, sig={sig}",  # 17-digit timestamp
-])
+@pytest.mark.parametrize(
+    "auth",
+    [
+        "Bearer abc",
+        "Simnet key=00, ts=1, nonce=00, sig=00",
+        "Simnet key={key}, ts={ts}, nonce={nonce}",  # no signature
+        "Simnet key={KEY}, ts={ts}, nonce={nonce}, sig={sig}",  # upper-case hex
+        "Simnet ts={ts}, key={key}, nonce={nonce}, sig={sig}",  # fields out of order
+        "Simnet key={key}, ts=-{ts}, nonce={nonce}, sig={sig}",
+        "Simnet key={key}, ts={ts}, nonce={nonce}, sig={sig}, extra=1",
+        "Simnet key={key},ts={ts},nonce={nonce},sig={sig}",
+        "simnet key={key}, ts={ts}, nonce={nonce}, sig={sig}",
+        "Simnet key={key}, ts=12345678901234567, nonce={nonce}, sig={sig}",  # 17-digit timestamp
+    ],
+)
 def test_malformed_header(caller, server, auth):
     good = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
     fields = dict(re.findall(r"(\w+)=([0-9a-f]+)", good))
-    auth = auth.format(key=fields["key"], KEY=fields["key"].upper(), ts=fields["ts"], nonce=fields["nonce"],
-                       sig=fields["sig"])
-    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth,
-            "Authorization header is not of the form")
+    auth = auth.format(
+        key=fields["key"],
+        KEY=fields["key"].upper(),
+        ts=fields["ts"],
+        nonce=fields["nonce"],
+        sig=fields["sig"],
+    )
+    refused(
+        RequestVerifier(server.public_key, clock=Clock()),
+        "GET",
+        "/v1/heads",
+        b"",
+        auth,
+        "Authorization header is not of the form",
+    )
 
 
 def test_forged_signature(caller, server):
@@ -123,13 +172,29 @@ def test_forged_signature(caller, server):
 def test_key_claimed_by_someone_else(caller, server):
     """Signing with one key and naming another (a trusted peer's) does not verify."""
     victim = Identity.generate()
-    auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW, claimed=victim.public_key)
-    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth, "does not verify")
+    auth = header(
+        caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW, claimed=victim.public_key
+    )
+    refused(
+        RequestVerifier(server.public_key, clock=Clock()),
+        "GET",
+        "/v1/heads",
+        b"",
+        auth,
+        "does not verify",
+    )
 
 
 def test_key_that_is_not_a_curve_point_does_not_verify(server):
     auth = f"Simnet key={'ff' * 32}, ts={NOW}, nonce={'00' * 16}, sig={'00' * 64}"
-    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth, "does not verify")
+    refused(
+        RequestVerifier(server.public_key, clock=Clock()),
+        "GET",
+        "/v1/heads",
+        b"",
+        auth,
+        "does not verify",
+    )
 
 
 @pytest.mark.parametrize("change", ["body", "path", "query", "method"])
@@ -144,43 +209,71 @@ def test_altered_request(caller, server, change):
     }[change]
     verifier = RequestVerifier(server.public_key, clock=Clock())
     refused(verifier, *altered, auth, "request signature does not verify")
-    assert verifier.verify(method, target, body, auth) == caller.public_key  # the original still does
+    assert (
+        verifier.verify(method, target, body, auth) == caller.public_key
+    )  # the original still does
 
 
 def test_method_is_case_insensitive_in_the_signature(caller, server):
     auth = header(caller, server.public_key, "post", "/v1/sync", b"{}", ts=NOW)
-    assert RequestVerifier(server.public_key, clock=Clock()).verify("POST", "/v1/sync", b"{}", auth) == caller.public_key
+    assert (
+        RequestVerifier(server.public_key, clock=Clock()).verify("POST", "/v1/sync", b"{}", auth)
+        == caller.public_key
+    )
 
 
 def test_wrong_audience(caller, server):
     other_site = Identity.generate()
     request = sign(httpx.Request("GET", "http://peer/v1/heads"), caller, other_site.public_key)
-    refused(RequestVerifier(server.public_key), *parts(request), "does not verify .*meant for another site")
+    refused(
+        RequestVerifier(server.public_key),
+        *parts(request),
+        "does not verify .*meant for another site",
+    )
     assert RequestVerifier(other_site.public_key).verify(*parts(request)) == caller.public_key
 
 
 @pytest.mark.parametrize("offset", [WINDOW + 1, -(WINDOW + 1), 10 * WINDOW, -NOW])
 def test_stale_and_future_timestamps(caller, server, offset):
     auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW + offset)
-    refused(RequestVerifier(server.public_key, clock=Clock()), "GET", "/v1/heads", b"", auth,
-            f"request timestamp is {abs(offset)} ms from this site's clock \\(window {WINDOW} ms\\)")
+    refused(
+        RequestVerifier(server.public_key, clock=Clock()),
+        "GET",
+        "/v1/heads",
+        b"",
+        auth,
+        f"request timestamp is {abs(offset)} ms from this site's clock \\(window {WINDOW} ms\\)",
+    )
 
 
 @pytest.mark.parametrize("offset", [WINDOW, -WINDOW, 0])
 def test_timestamps_at_the_edge_of_the_window_are_accepted(caller, server, offset):
     auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW + offset)
-    assert RequestVerifier(server.public_key, clock=Clock()).verify("GET", "/v1/heads", b"", auth) == caller.public_key
+    assert (
+        RequestVerifier(server.public_key, clock=Clock()).verify("GET", "/v1/heads", b"", auth)
+        == caller.public_key
+    )
 
 
 def test_custom_window(caller, server):
     verifier = RequestVerifier(server.public_key, window_ms=1000, clock=Clock())
-    refused(verifier, "GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW - 1001),
-            "window 1000 ms")
+    refused(
+        verifier,
+        "GET",
+        "/v1/heads",
+        b"",
+        header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW - 1001),
+        "window 1000 ms",
+    )
 
 
 def test_replayed_nonce(caller, server):
     verifier = RequestVerifier(server.public_key)
-    request = sign(httpx.Request("POST", "http://peer/v1/envelopes", content=b"page"), caller, server.public_key)
+    request = sign(
+        httpx.Request("POST", "http://peer/v1/envelopes", content=b"page"),
+        caller,
+        server.public_key,
+    )
     assert verifier.verify(*parts(request)) == caller.public_key
     refused(verifier, *parts(request), "request replayed: this nonce was already used")
     refused(verifier, *parts(request), "request replayed")
@@ -218,27 +311,65 @@ def test_nonce_cache_expires_with_the_clock(caller, server):
     clock = Clock()
     verifier = RequestVerifier(server.public_key, max_nonces=2, clock=clock)
     for _ in range(2):
-        verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now))
+        verifier.verify(
+            "GET",
+            "/v1/heads",
+            b"",
+            header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now),
+        )
     full = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now)
-    refused(verifier, "GET", "/v1/heads", b"", full, "too many requests in the replay window; retry later", 429)
+    refused(
+        verifier,
+        "GET",
+        "/v1/heads",
+        b"",
+        full,
+        "too many requests in the replay window; retry later",
+        429,
+    )
     clock.now = NOW + 2 * WINDOW  # remembered until now + 2 windows: still full
-    refused(verifier, "GET", "/v1/heads", b"",
-            header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now), "too many requests", 429)
+    refused(
+        verifier,
+        "GET",
+        "/v1/heads",
+        b"",
+        header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now),
+        "too many requests",
+        429,
+    )
     clock.now = NOW + 2 * WINDOW + 1  # both nonces expired: room again
     for _ in range(2):
-        verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now))
-    refused(verifier, "GET", "/v1/heads", b"",
-            header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now), "too many requests", 429)
+        verifier.verify(
+            "GET",
+            "/v1/heads",
+            b"",
+            header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now),
+        )
+    refused(
+        verifier,
+        "GET",
+        "/v1/heads",
+        b"",
+        header(caller, server.public_key, "GET", "/v1/heads", b"", ts=clock.now),
+        "too many requests",
+        429,
+    )
 
 
 def test_max_nonces_refusal_is_429_and_the_nonce_stays_usable(caller, server):
     clock = Clock()
     verifier = RequestVerifier(server.public_key, max_nonces=1, clock=clock)
-    verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW))
-    later = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW + 2 * WINDOW, nonce="ef" * 16)
+    verifier.verify(
+        "GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    )
+    later = header(
+        caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW + 2 * WINDOW, nonce="ef" * 16
+    )
     clock.now = NOW + WINDOW
     refused(verifier, "GET", "/v1/heads", b"", later, "too many requests", 429)
-    clock.now = NOW + 2 * WINDOW + 1  # the first nonce expired; `later` (its ts still in the window) passes
+    clock.now = (
+        NOW + 2 * WINDOW + 1
+    )  # the first nonce expired; `later` (its ts still in the window) passes
     assert verifier.verify("GET", "/v1/heads", b"", later) == caller.public_key
 
 
@@ -262,6 +393,7 @@ def test_verifier_is_thread_safe_under_concurrent_replays(caller, server):
 
 # --- the replay log on disk (a server's verifier has a path: <home>/replay.db) ------------------------
 
+
 def rows(path) -> list[tuple[str, str, int]]:
     import sqlite3
 
@@ -269,15 +401,28 @@ def rows(path) -> list[tuple[str, str, int]]:
         return db.execute("SELECT key, nonce, expires FROM seen").fetchall()
 
 
-def test_an_accepted_nonce_is_on_disk_before_verify_returns_and_refused_by_the_next_process(caller, server, tmp_path):
+def test_an_accepted_nonce_is_on_disk_before_verify_returns_and_refused_by_the_next_process(
+    caller, server, tmp_path
+):
     path = tmp_path / "replay.db"
     clock = Clock()
     first = RequestVerifier(server.public_key, clock=clock, path=path)
     auth = header(caller, server.public_key, "POST", "/v1/admin/revoke", b"{}", ts=NOW)
     assert first.verify("POST", "/v1/admin/revoke", b"{}", auth) == caller.public_key
-    assert rows(path) == [(caller.public_key_hex, auth.split("nonce=")[1][:32], NOW + 2 * WINDOW)]  # no close needed
-    restarted = RequestVerifier(server.public_key, clock=clock, path=path)  # the first one never closed: a crash
-    refused(restarted, "POST", "/v1/admin/revoke", b"{}", auth, "request replayed: this nonce was already used")
+    assert rows(path) == [
+        (caller.public_key_hex, auth.split("nonce=")[1][:32], NOW + 2 * WINDOW)
+    ]  # no close needed
+    restarted = RequestVerifier(
+        server.public_key, clock=clock, path=path
+    )  # the first one never closed: a crash
+    refused(
+        restarted,
+        "POST",
+        "/v1/admin/revoke",
+        b"{}",
+        auth,
+        "request replayed: this nonce was already used",
+    )
     fresh = header(caller, server.public_key, "POST", "/v1/admin/revoke", b"{}", ts=NOW)
     assert restarted.verify("POST", "/v1/admin/revoke", b"{}", fresh) == caller.public_key
     first.close()
@@ -287,7 +432,9 @@ def test_an_accepted_nonce_is_on_disk_before_verify_returns_and_refused_by_the_n
 def test_the_replay_log_forgets_what_has_expired(caller, server, tmp_path):
     path, clock = tmp_path / "replay.db", Clock()
     verifier = RequestVerifier(server.public_key, clock=clock, path=path)
-    verifier.verify("GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW))
+    verifier.verify(
+        "GET", "/v1/heads", b"", header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    )
     verifier.close()
     clock.now = NOW + 2 * WINDOW + 1  # the timestamp is stale by now: nothing left to remember
     RequestVerifier(server.public_key, clock=clock, path=path).close()
@@ -297,7 +444,9 @@ def test_the_replay_log_forgets_what_has_expired(caller, server, tmp_path):
 def test_claim_checks_the_header_without_the_body_and_burns_nothing(caller, server):
     verifier = RequestVerifier(server.public_key, clock=Clock())
     auth = header(caller, server.public_key, "POST", "/v1/envelopes", b"page", ts=NOW)
-    claim = verifier.claim(auth)  # form, window, unused nonce: all a server knows before reading the body
+    claim = verifier.claim(
+        auth
+    )  # form, window, unused nonce: all a server knows before reading the body
     assert claim.key == caller.public_key
     with pytest.raises(AuthError, match="does not verify"):
         verifier.check(claim, "POST", "/v1/envelopes", b"another page")
@@ -313,12 +462,16 @@ def test_a_closed_replay_log_accepts_nothing(caller, server, tmp_path):
     verifier.close()
     auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
     refused(verifier, "GET", "/v1/heads", b"", auth, "cannot record the request's nonce", 503)
-    refused(verifier, "GET", "/v1/heads", b"", auth, "cannot record", 503)  # not remembered: not a replay
+    refused(
+        verifier, "GET", "/v1/heads", b"", auth, "cannot record", 503
+    )  # not remembered: not a replay
 
 
 def test_an_unreadable_replay_log_is_a_clear_error(server, tmp_path):
     from federation import FederationError
 
     (tmp_path / "replay.db").write_bytes(b"this is not a database" * 100)
-    with pytest.raises(FederationError, match="cannot open the log of accepted requests .*replay.db"):
+    with pytest.raises(
+        FederationError, match="cannot open the log of accepted requests .*replay.db"
+    ):
         RequestVerifier(server.public_key, path=tmp_path / "replay.db")

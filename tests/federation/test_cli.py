@@ -22,7 +22,12 @@ KEY = "ab" * 32
 
 
 def ok(result):
-    assert result.code == 0 and result.traceback is None, (result.code, result.out, result.err, result.traceback)
+    assert result.code == 0 and result.traceback is None, (
+        result.code,
+        result.out,
+        result.err,
+        result.traceback,
+    )
     return result
 
 
@@ -74,10 +79,15 @@ def readonly(home) -> knowledge.KnowledgeBase:
 
 
 def signed(home, url: str, identity: Identity | None = None) -> httpx.Client:
-    return httpx.Client(base_url=url, auth=SimnetAuth(identity or site_key(home), site_key(home).public_key), timeout=30)
+    return httpx.Client(
+        base_url=url,
+        auth=SimnetAuth(identity or site_key(home), site_key(home).public_key),
+        timeout=30,
+    )
 
 
 # --- init ---------------------------------------------------------------------------------------------
+
 
 def test_init_creates_key_store_policy_and_config(tmp_path, cli):
     home = tmp_path / "site-a"
@@ -106,14 +116,21 @@ def test_init_refuses_a_second_init_and_keeps_the_key(site, cli):
 
 # --- peers --------------------------------------------------------------------------------------------
 
+
 def test_peer_add_list_remove(site, cli):
     ok(cli(site, "peer", "add", "b", "http://127.0.0.1:7071/", "--key", KEY))
-    assert ok(cli(site, "peer", "list", "--json")).json == [{"name": "b", "url": "http://127.0.0.1:7071", "key": KEY}]
+    assert ok(cli(site, "peer", "list", "--json")).json == [
+        {"name": "b", "url": "http://127.0.0.1:7071", "key": KEY}
+    ]
     assert "never synced" in ok(cli(site, "peer", "list")).out
-    ok(cli(site, "peer", "add", "b", "http://127.0.0.1:7072", "--key", KEY))  # same name: replaced, not doubled
+    ok(
+        cli(site, "peer", "add", "b", "http://127.0.0.1:7072", "--key", KEY)
+    )  # same name: replaced, not doubled
     ok(cli(site, "peer", "add", "c", "https://c.example", "--key", "cd" * 32))
-    assert [(p.name, p.url) for p in SiteConfig.load(site).peers] == [("b", "http://127.0.0.1:7072"),
-                                                                      ("c", "https://c.example")]
+    assert [(p.name, p.url) for p in SiteConfig.load(site).peers] == [
+        ("b", "http://127.0.0.1:7072"),
+        ("c", "https://c.example"),
+    ]
     assert "peer b removed" in ok(cli(site, "peer", "remove", "b")).out
     assert [p["name"] for p in ok(cli(site, "peer", "list", "--json")).json] == ["c"]
     ok(cli(site, "peer", "remove", "c"))
@@ -122,7 +139,19 @@ def test_peer_add_list_remove(site, cli):
 
 
 def test_peer_add_with_trust_writes_the_policy(site, cli):
-    result = ok(cli(site, "peer", "add", "b", "http://127.0.0.1:7071", "--key", KEY, "--trust", "publish, validate"))
+    result = ok(
+        cli(
+            site,
+            "peer",
+            "add",
+            "b",
+            "http://127.0.0.1:7071",
+            "--key",
+            KEY,
+            "--trust",
+            "publish, validate",
+        )
+    )
     assert "trusting b for publish, validate" in result.out
     [root] = [r for r in TrustPolicy.load(site / "trust.toml").roots if r.key == bytes.fromhex(KEY)]
     assert set(root.roles) == {Role.PUBLISH, Role.VALIDATE}
@@ -140,7 +169,9 @@ def test_peer_add_without_key_and_no_server_fails_cleanly(site, cli):
     assert SiteConfig.load(site).peers == []
 
 
-@pytest.mark.parametrize("key, message", [("xyz", "is not hex"), ("abcd", "has 2 bytes, expected 32")])
+@pytest.mark.parametrize(
+    "key, message", [("xyz", "is not hex"), ("abcd", "has 2 bytes, expected 32")]
+)
 def test_peer_add_with_a_bad_key_fails_cleanly(site, cli, key, message):
     fails(cli(site, "peer", "add", "b", "http://127.0.0.1:7071", "--key", key), message)
     assert SiteConfig.load(site).peers == []
@@ -148,7 +179,20 @@ def test_peer_add_with_a_bad_key_fails_cleanly(site, cli, key, message):
 
 def test_peer_add_with_an_unknown_role_fails_cleanly_and_adds_nothing(site, cli):
     policy = (site / "trust.toml").read_text()
-    fails(cli(site, "peer", "add", "b", "http://127.0.0.1:7071", "--key", KEY, "--trust", "publish,admin"), "admin")
+    fails(
+        cli(
+            site,
+            "peer",
+            "add",
+            "b",
+            "http://127.0.0.1:7071",
+            "--key",
+            KEY,
+            "--trust",
+            "publish,admin",
+        ),
+        "admin",
+    )
     assert SiteConfig.load(site).peers == []  # half an operation is worse than none
     assert (site / "trust.toml").read_text() == policy
 
@@ -159,20 +203,52 @@ def test_peer_remove_unknown(site, cli):
 
 # --- status -------------------------------------------------------------------------------------------
 
+
 def test_status_json_without_a_server(site, cli):
     ok(cli(site, "peer", "add", "b", "http://127.0.0.1:7071", "--key", KEY))
     publish(site, "walk", "run")
     data = ok(cli(site, "status", "--json")).json
     key = site_key(site)
-    assert (data["name"], data["key"], data["key_id"], data["server"]) == ("a", key.public_key_hex, key.key_id, None)
-    assert {k: data[k] for k in ("skills", "active_skills", "certificates", "revocations", "equivocations",
-                                 "writers", "envelopes")} == {
-        "skills": 2, "active_skills": 0, "certificates": 0, "revocations": 0, "equivocations": 0, "writers": 1,
-        "envelopes": 2}
+    assert (data["name"], data["key"], data["key_id"], data["server"]) == (
+        "a",
+        key.public_key_hex,
+        key.key_id,
+        None,
+    )
+    assert {
+        k: data[k]
+        for k in (
+            "skills",
+            "active_skills",
+            "certificates",
+            "revocations",
+            "equivocations",
+            "writers",
+            "envelopes",
+        )
+    } == {
+        "skills": 2,
+        "active_skills": 0,
+        "certificates": 0,
+        "revocations": 0,
+        "equivocations": 0,
+        "writers": 1,
+        "envelopes": 2,
+    }
     [peer] = data["peers"]
-    assert (peer["name"], peer["url"], peer["last_success"], peer["lag_s"]) == ("b", "http://127.0.0.1:7071", None, None)
+    assert (peer["name"], peer["url"], peer["last_success"], peer["lag_s"]) == (
+        "b",
+        "http://127.0.0.1:7071",
+        None,
+        None,
+    )
     human = ok(cli(site, "status")).out
-    assert "site a" in human and "not running" in human and "skills 2" in human and "never synced" in human
+    assert (
+        "site a" in human
+        and "not running" in human
+        and "skills 2" in human
+        and "never synced" in human
+    )
 
 
 def test_status_json_names_the_running_server(served, cli):
@@ -185,11 +261,14 @@ def test_status_json_names_the_running_server(served, cli):
 
 # --- skills -------------------------------------------------------------------------------------------
 
+
 def test_skills_list_and_show_json(site, cli):
     walk, grasp = publish(site, "walk", "grasp")
     rows = ok(cli(site, "skills", "list", "--json")).json
     assert {r["id"]: (r["name"], r["task"], r["active"], r["revoked"]) for r in rows} == {
-        walk: ("walk", "pick", False, False), grasp: ("grasp", "pick", False, False)}
+        walk: ("walk", "pick", False, False),
+        grasp: ("grasp", "pick", False, False),
+    }
     assert ok(cli(site, "skills", "list", "--json", "--task", "none")).json == []
     assert ok(cli(site, "skills", "list", "--json", "--active")).json == []
     human = ok(cli(site, "skills", "list")).out
@@ -213,7 +292,10 @@ def two_skills_with_a_common_prefix(home) -> tuple[str, list[str]]:
 
 def test_skills_show_ambiguous_or_unknown_prefix_fails_cleanly(site, cli):
     digit, matching = two_skills_with_a_common_prefix(site)
-    fails(cli(site, "skills", "show", digit), f"{len(matching)} skills match '{digit}'; give more of the id")
+    fails(
+        cli(site, "skills", "show", digit),
+        f"{len(matching)} skills match '{digit}'; give more of the id",
+    )
     fails(cli(site, "skills", "show", "zz"), "0 skills match 'zz'")
 
 
@@ -222,6 +304,7 @@ def test_skills_commands_without_a_site_fail_cleanly(tmp_path, cli):
 
 
 # --- revoke -------------------------------------------------------------------------------------------
+
 
 def test_revoke_without_a_server_writes_the_local_store(site, cli):
     walk, other = publish(site, "walk", "other")
@@ -243,16 +326,26 @@ def test_revoke_with_a_server_goes_through_the_admin_endpoint(served, cli):
     walk = served.skills[0]
     me = site_key(served.home).public_key_hex
     with signed(served.home, served.url) as client:
-        before = client.get("/v1/heads").json()["heads"][me], client.get("/v1/status").json()["revocations"]
+        before = (
+            client.get("/v1/heads").json()["heads"][me],
+            client.get("/v1/status").json()["revocations"],
+        )
     ok(cli(served.home, "revoke", walk[:10], "--reason", "falls over"))
     with signed(served.home, served.url) as client:
-        after = client.get("/v1/heads").json()["heads"][me], client.get("/v1/status").json()["revocations"]
-    assert after == (before[0] + 1, before[1] + 1)  # one envelope, written by the server (the store's one writer)
+        after = (
+            client.get("/v1/heads").json()["heads"][me],
+            client.get("/v1/status").json()["revocations"],
+        )
+    assert after == (
+        before[0] + 1,
+        before[1] + 1,
+    )  # one envelope, written by the server (the store's one writer)
     with readonly(served.home) as kb:
         assert kb.is_revoked(walk)
 
 
 # --- devices ------------------------------------------------------------------------------------------
+
 
 def test_device_add_and_revoke_without_a_server(site, cli):
     device = Identity.generate()
@@ -260,17 +353,27 @@ def test_device_add_and_revoke_without_a_server(site, cli):
     assert f"device {device.key_id} may now publish, validate" in out
     with readonly(site) as kb:
         assert kb.roles_of(device.public_key) == frozenset({Role.PUBLISH, Role.VALIDATE})
-    robot = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(site_key(site).public_key))
+    robot = knowledge.open(
+        ":memory:", device, policy=TrustPolicy().for_device_of(site_key(site).public_key)
+    )
     with readonly(site) as kb:
-        robot.ingest(kb.envelopes_since(robot.heads(), limit=10_000))  # the robot learns its delegation
+        robot.ingest(
+            kb.envelopes_since(robot.heads(), limit=10_000)
+        )  # the robot learns its delegation
         robot.learn_site_heads(kb.heads())  # ... and that the site holds nothing of its own feed
     for i in range(4):
         robot.skills.publish(f"s{i}", "pick")
     # A revocation pins the kept prefix by hash: the site must hold it first.
-    fails(cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "2"), "does not hold envelope 2")
+    fails(
+        cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "2"),
+        "does not hold envelope 2",
+    )
     with knowledge.open(site / "site.db", site_key(site), policy=site / "trust.toml") as kb:
         kb.ingest(robot.envelopes_since(kb.heads(), limit=2))
-    assert "revoked after seq 2" in ok(cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "2")).out
+    assert (
+        "revoked after seq 2"
+        in ok(cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "2")).out
+    )
     with knowledge.open(site / "site.db", site_key(site), policy=site / "trust.toml") as kb:
         report = kb.ingest(robot.envelopes_since(kb.heads(), limit=10_000))
     robot.close()
@@ -285,26 +388,39 @@ def test_device_add_and_revoke_with_a_server(served, cli):
         assert as_device.get("/v1/heads").status_code == 403  # unknown to the site
         ok(cli(site, "device", "add", device.public_key_hex))
         assert as_device.get("/v1/heads").status_code == 200  # the server holds the delegation
-    robot = knowledge.open(":memory:", device, policy=TrustPolicy().with_root(site_key(site).public_key))
+    robot = knowledge.open(
+        ":memory:", device, policy=TrustPolicy().with_root(site_key(site).public_key)
+    )
     sync_with(robot, served.url, site_key(site).public_key)
     robot.skills.publish("first", "pick")
     assert sync_with(robot, served.url, site_key(site).public_key).pushed == 1
     ok(cli(site, "device", "revoke", device.public_key_hex, "--last-seq", "1", "--reason", "lost"))
     robot.skills.publish("second", "pick")
     with signed(site, served.url) as client:  # offered by the site's own key: refused on its merits
-        answer = client.post("/v1/envelopes", content=encode_page(robot.envelopes_since({}, limit=100)),
-                             headers={"content-type": PAGE_TYPE}).json()
-    assert answer["accepted"] == 0 and [r["reason"] for r in answer["rejected"]] == ["revoked_writer"]
+        answer = client.post(
+            "/v1/envelopes",
+            content=encode_page(robot.envelopes_since({}, limit=100)),
+            headers={"content-type": PAGE_TYPE},
+        ).json()
+    assert answer["accepted"] == 0 and [r["reason"] for r in answer["rejected"]] == [
+        "revoked_writer"
+    ]
     robot.close()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["device", "add", "nothex"], "is not hex"),
-    (["device", "add", KEY, "--roles", "publish,fly"], "fly"),
-    (["device", "revoke", "nothex", "--last-seq", "1"], "is not hex"),
-    (["device", "revoke", KEY], "--last-seq"),
-    (["device", "revoke", KEY, "--last-seq", "-1"], "-1"),  # a seq is never negative: not a record to sign
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["device", "add", "nothex"], "is not hex"),
+        (["device", "add", KEY, "--roles", "publish,fly"], "fly"),
+        (["device", "revoke", "nothex", "--last-seq", "1"], "is not hex"),
+        (["device", "revoke", KEY], "--last-seq"),
+        (
+            ["device", "revoke", KEY, "--last-seq", "-1"],
+            "-1",
+        ),  # a seq is never negative: not a record to sign
+    ],
+)
 def test_device_bad_input_fails_cleanly(site, cli, args, message):
     with readonly(site) as kb:
         heads_before = kb.heads()
@@ -314,6 +430,7 @@ def test_device_bad_input_fails_cleanly(site, cli, args, message):
 
 
 # --- sync ---------------------------------------------------------------------------------------------
+
 
 def test_sync_unknown_peer_fails_cleanly(site, cli):
     fails(cli(site, "sync", "nobody"), "no peer named 'nobody'")
@@ -328,12 +445,25 @@ def test_sync_with_and_without_a_server(tmp_path, site, cli, serve_process):
     ok(cli(other, "init", "--name", "b", "--listen", "127.0.0.1:0"))
     [skill] = publish(other, "from-b")
     b_key = site_key(other).public_key_hex
-    ok(cli(other, "peer", "add", "a", "http://127.0.0.1:9", "--key", site_key(site).public_key_hex,
-           "--trust", "publish"))  # b lets a read
+    ok(
+        cli(
+            other,
+            "peer",
+            "add",
+            "a",
+            "http://127.0.0.1:9",
+            "--key",
+            site_key(site).public_key_hex,
+            "--trust",
+            "publish",
+        )
+    )  # b lets a read
     b = serve_process(other)
     ok(cli(site, "peer", "add", "b", b.url, "--key", b_key, "--trust", "publish"))
 
-    [report] = ok(cli(site, "sync", "--json")).json  # no server at a: the command opens a's store itself
+    [report] = ok(
+        cli(site, "sync", "--json")
+    ).json  # no server at a: the command opens a's store itself
     assert (report["peer"], report["ok"], report["pulled"]) == ("b", True, 1)
     with readonly(site) as kb:
         assert skill in {s.id for s in kb.skills.list()}

@@ -64,7 +64,9 @@ async def drive(rounds, client: httpx.AsyncClient) -> tuple[SyncReport, list[tup
     step = next(rounds)
     while True:
         assert isinstance(step, Call), step
-        request = client.build_request(step.method, step.url, content=step.content, headers=step.headers)
+        request = client.build_request(
+            step.method, step.url, content=step.content, headers=step.headers
+        )
         sent.append((request.method, request.url.path))
         response = await client.send(request)
         await response.aread()
@@ -80,6 +82,7 @@ def run(coro):
 
 # --- the round --------------------------------------------------------------------------------------
 
+
 def test_exchange_yields_calls_and_two_knowledge_bases_converge(pair):
     a, b = pair
     publish(a.kb, 3, "a")
@@ -91,9 +94,18 @@ def test_exchange_yields_calls_and_two_knowledge_bases_converge(pair):
             return await drive(exchange(a.kb, "http://site", page=2), http)
 
     report, sent = run(go())
-    assert sent == ([("POST", "/v1/sync")] * (math.ceil(6 / 2) + 1) + [("GET", "/v1/heads")]
-                    + [("POST", "/v1/envelopes")] * math.ceil(3 / 2))
-    assert (report.pulled, report.pushed, report.duplicates, report.rejected, report.refused_by_peer) == (6, 3, 0, [], 0)
+    assert sent == (
+        [("POST", "/v1/sync")] * (math.ceil(6 / 2) + 1)
+        + [("GET", "/v1/heads")]
+        + [("POST", "/v1/envelopes")] * math.ceil(3 / 2)
+    )
+    assert (
+        report.pulled,
+        report.pushed,
+        report.duplicates,
+        report.rejected,
+        report.refused_by_peer,
+    ) == (6, 3, 0, [], 0)
     assert report.bytes_sent > 0 and report.bytes_received > 0 and report.peer == "http://site"
     assert a.kb.heads() == b.kb.heads()
     assert skill_ids(a.kb) == skill_ids(b.kb) and len(skill_ids(a.kb)) == 8
@@ -158,7 +170,10 @@ def test_push_to_a_peer_that_accepts_smaller_pages(pair):
 def test_a_peer_that_refuses_everything_ends_the_round(pair, fault):
     """Feeds the other side will not take are offered a bounded number of times per round, not forever."""
     a, b = pair
-    c, d = knowledge.open(":memory:", Identity.generate()), knowledge.open(":memory:", Identity.generate())
+    c, d = (
+        knowledge.open(":memory:", Identity.generate()),
+        knowledge.open(":memory:", Identity.generate()),
+    )
     publish(c, 12, "c")
     publish(d, 12, "d")
     a.trust(c.identity.public_key)  # a holds c's feed, which b does not trust
@@ -170,9 +185,14 @@ def test_a_peer_that_refuses_everything_ends_the_round(pair, fault):
     assert (report.pulled, report.pushed) == (0, 0)
     assert report.rejected and {r.reason for r in report.rejected} == {"unknown_writer"}
     assert 1 <= report.refused_by_peer <= 12
-    assert 1 <= counting.requests.count(("POST", "/v1/sync")) <= 3  # not once per page of d's feed, let alone forever
+    assert (
+        1 <= counting.requests.count(("POST", "/v1/sync")) <= 3
+    )  # not once per page of d's feed, let alone forever
     assert 1 <= counting.requests.count(("POST", "/v1/envelopes")) <= 3
-    assert c.identity.public_key_hex not in b.kb.heads() and d.identity.public_key_hex not in a.kb.heads()
+    assert (
+        c.identity.public_key_hex not in b.kb.heads()
+        and d.identity.public_key_hex not in a.kb.heads()
+    )
     c.close()
     d.close()
 
@@ -203,8 +223,14 @@ def test_feeds_the_client_refuses_do_not_starve_the_feeds_it_trusts(pair):
     b.kb.ingest(d.envelopes_since({}))
     mine = publish(b.kb, 3, "b")
     for _ in range(3):  # a few rounds, as gossip would run them
-        run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=httpx.ASGITransport(app=b.app)))
-    assert set(mine) <= skill_ids(a.kb), "a never received b's own skills: d's refused feed blocks every round"
+        run(
+            async_sync_with(
+                a.kb, "http://b", b.key, page=5, transport=httpx.ASGITransport(app=b.app)
+            )
+        )
+    assert set(mine) <= skill_ids(a.kb), (
+        "a never received b's own skills: d's refused feed blocks every round"
+    )
     d.close()
 
 
@@ -217,12 +243,19 @@ def test_feeds_the_peer_refuses_do_not_starve_the_rest_of_a_push(pair):
     a.kb.ingest(c.envelopes_since({}))
     mine = publish(a.kb, 3, "a")
     for _ in range(3):
-        run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=httpx.ASGITransport(app=b.app)))
-    assert set(mine) <= skill_ids(b.kb), "b never received a's own skills: c's refused feed blocks every push"
+        run(
+            async_sync_with(
+                a.kb, "http://b", b.key, page=5, transport=httpx.ASGITransport(app=b.app)
+            )
+        )
+    assert set(mine) <= skill_ids(b.kb), (
+        "b never received a's own skills: c's refused feed blocks every push"
+    )
     c.close()
 
 
 # --- blobs ------------------------------------------------------------------------------------------
+
 
 def test_blob_fetch_stores_verified_bytes(pair, serve_app, fault):
     a, b = pair
@@ -231,7 +264,9 @@ def test_blob_fetch_stores_verified_bytes(pair, serve_app, fault):
     report = sync_with(a.kb, url, b.key, blobs=[blob_hash])
     assert report.blobs == 1 and a.kb.blobs.get(blob_hash) == BLOB
     counting = fault(httpx.HTTPTransport())
-    assert sync_with(a.kb, url, b.key, blobs=[blob_hash], transport=counting).blobs == 0  # already held: not asked
+    assert (
+        sync_with(a.kb, url, b.key, blobs=[blob_hash], transport=counting).blobs == 0
+    )  # already held: not asked
     assert not any(path.startswith("/v1/blobs/") for _, path in counting.requests)
 
 
@@ -239,7 +274,11 @@ def test_blob_the_peer_lacks_is_a_peer_error(pair):
     a, b = pair
     missing = hashlib.sha256(b"nobody has this").hexdigest()
     with pytest.raises(PeerError, match="404 not_found") as caught:
-        run(async_sync_with(a.kb, "http://b", b.key, blobs=[missing], transport=httpx.ASGITransport(app=b.app)))
+        run(
+            async_sync_with(
+                a.kb, "http://b", b.key, blobs=[missing], transport=httpx.ASGITransport(app=b.app)
+            )
+        )
     assert (caught.value.status, caught.value.code) == (404, "not_found")
     assert missing not in a.kb.blobs
 
@@ -258,6 +297,7 @@ def corrupt_blobs(how):
         if request.url.path.startswith("/v1/blobs/"):
             return status, headers, CORRUPTIONS[how](body)
         return None
+
     return rewrite
 
 
@@ -267,7 +307,13 @@ def test_blob_corrupted_in_transit_is_refused_and_not_stored_over_http(pair, ser
     blob_hash = b.kb.blobs.put(BLOB)
     url = serve_app(b.app)
     with pytest.raises(PeerError, match=f"blob {blob_hash[:16]}… from .* is corrupt"):
-        sync_with(a.kb, url, b.key, blobs=[blob_hash], transport=fault(httpx.HTTPTransport(), corrupt_blobs(how)))
+        sync_with(
+            a.kb,
+            url,
+            b.key,
+            blobs=[blob_hash],
+            transport=fault(httpx.HTTPTransport(), corrupt_blobs(how)),
+        )
     assert blob_hash not in a.kb.blobs
 
 
@@ -280,11 +326,16 @@ def test_blob_corrupted_in_transit_is_refused_and_not_stored_async(pair, fault, 
         run(async_sync_with(a.kb, "http://b", b.key, blobs=[blob_hash], transport=transport))
     assert blob_hash not in a.kb.blobs
     # the same fetch through an honest transport succeeds: the refusal was the corruption's doing
-    run(async_sync_with(a.kb, "http://b", b.key, blobs=[blob_hash], transport=httpx.ASGITransport(app=b.app)))
+    run(
+        async_sync_with(
+            a.kb, "http://b", b.key, blobs=[blob_hash], transport=httpx.ASGITransport(app=b.app)
+        )
+    )
     assert a.kb.blobs.get(blob_hash) == BLOB
 
 
 # --- failures are PeerErrors ------------------------------------------------------------------------
+
 
 def test_a_read_only_knowledge_base_cannot_sync(pair):
     a, b = pair
@@ -315,7 +366,14 @@ def test_untrusted_caller_gets_a_peer_error_with_status_and_code(make_site):
 def test_wrong_peer_key_is_refused_by_the_peer(pair):
     a, b = pair
     with pytest.raises(PeerError) as caught:
-        run(async_sync_with(a.kb, "http://b", Identity.generate().public_key, transport=httpx.ASGITransport(app=b.app)))
+        run(
+            async_sync_with(
+                a.kb,
+                "http://b",
+                Identity.generate().public_key,
+                transport=httpx.ASGITransport(app=b.app),
+            )
+        )
     assert (caught.value.status, caught.value.code) == (401, "unauthenticated")
 
 
@@ -324,11 +382,14 @@ def _answer(path: str, body: bytes, status: int = 200, content_type: str = "appl
         if request.url.path == path:
             return status, {"content-type": content_type}, body
         return None
+
     return rewrite
 
 
 MISBEHAVING = {
-    "sync answers a non-page": _answer("/v1/sync", b"garbage", content_type="application/x-simnet-envelopes"),
+    "sync answers a non-page": _answer(
+        "/v1/sync", b"garbage", content_type="application/x-simnet-envelopes"
+    ),
     "sync answers more than asked": _answer("/v1/sync", encode_page([b"x"] * 6)),
     "sync answers 500 html": _answer("/v1/sync", b"<html>oops</html>", 500, "text/html"),
     "heads answers non-JSON": _answer("/v1/heads", b"{"),
@@ -336,9 +397,12 @@ MISBEHAVING = {
     "heads answers a list": _answer("/v1/heads", b"[]"),
     "heads answers a string": _answer("/v1/heads", b'"heads"'),
     "push answers a list": _answer("/v1/envelopes", b"[]"),
-    "push answers a non-number": _answer("/v1/envelopes", json.dumps({"accepted": "many", "heads": {}}).encode()),
-    "push answers rejected as a number": _answer("/v1/envelopes",
-                                                 json.dumps({"accepted": 1, "rejected": 5, "heads": {}}).encode()),
+    "push answers a non-number": _answer(
+        "/v1/envelopes", json.dumps({"accepted": "many", "heads": {}}).encode()
+    ),
+    "push answers rejected as a number": _answer(
+        "/v1/envelopes", json.dumps({"accepted": 1, "rejected": 5, "heads": {}}).encode()
+    ),
 }
 
 
@@ -349,12 +413,19 @@ def test_a_misbehaving_peer_is_a_federation_error(pair, fault, rewrite):
     publish(a.kb, 2, "a")  # something to push
     publish(b.kb, 2, "b")  # something to pull
     with pytest.raises(FederationError):
-        run(async_sync_with(a.kb, "http://b", b.key, page=5, transport=fault(httpx.ASGITransport(app=b.app), rewrite)))
+        run(
+            async_sync_with(
+                a.kb,
+                "http://b",
+                b.key,
+                page=5,
+                transport=fault(httpx.ASGITransport(app=b.app), rewrite),
+            )
+        )
 
 
 def test_wire_errors_from_a_peer_are_federation_errors():
     assert issubclass(WireError, FederationError) and issubclass(PeerError, FederationError)
-
 
 
 def test_an_answer_over_the_cap_is_refused_before_it_is_all_read(pair, monkeypatch):

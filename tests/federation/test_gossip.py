@@ -91,7 +91,9 @@ def skills(kb: knowledge.KnowledgeBase) -> set[str]:
     return {s.id for s in kb.skills.list()}
 
 
-def test_backoff_grows_as_interval_times_two_to_the_failures_capped(make_site, make_site_peer, clock):
+def test_backoff_grows_as_interval_times_two_to_the_failures_capped(
+    make_site, make_site_peer, clock
+):
     a = make_site("a", gossip=GossipConfig(interval_s=1.0, jitter=0.0, max_backoff_s=10.0))
     b, port = make_site_peer(a)
     set_peers(a, PeerConfig("b", f"http://127.0.0.1:{port}", b.key))
@@ -100,7 +102,9 @@ def test_backoff_grows_as_interval_times_two_to_the_failures_capped(make_site, m
     async def go():
         seen = []
         for _ in range(6):
-            [result] = await gossip.sync_now("b")  # sync_now ignores backoff: each call is a real attempt
+            [result] = await gossip.sync_now(
+                "b"
+            )  # sync_now ignores backoff: each call is a real attempt
             s = state(gossip, "b")
             seen.append((s["failures"], s["next_attempt"] - clock.now))
             assert result["ok"] is False and "cannot reach" in result["error"]
@@ -130,33 +134,57 @@ def test_success_resets_the_backoff(make_site, make_site_peer, serve_app, closed
         return await gossip.sync_now("b")
 
     [result] = asyncio.run(fail_then_succeed())
-    assert result == {"peer": "b", "ok": True, "pulled": 1, "pushed": 0, "rejected": 0, "refused_by_peer": 0}
+    assert result == {
+        "peer": "b",
+        "ok": True,
+        "pulled": 1,
+        "pushed": 0,
+        "rejected": 0,
+        "refused_by_peer": 0,
+    }
     s = state(gossip, "b")
     assert (s["failures"], s["next_attempt"], s["last_error"]) == (0, 0.0, None)
     assert (s["last_success"], s["last_pulled"], s["rounds"]) == (clock.now, 1, 4)
     assert skills(a.kb) == skills(b.kb)
 
 
-def test_a_failing_peer_is_skipped_until_its_next_attempt(make_site, make_site_peer, serve_app, clock):
+def test_a_failing_peer_is_skipped_until_its_next_attempt(
+    make_site, make_site_peer, serve_app, clock
+):
     a = make_site("a", gossip=GossipConfig(interval_s=0.02, jitter=0.0, max_backoff_s=60.0))
     live = make_site("live")
     live.trust(a.key)
     dead, port = make_site_peer(a)
-    set_peers(a, PeerConfig("dead", f"http://127.0.0.1:{port}", dead.key),
-              PeerConfig("live", serve_app(live.app), live.key))
+    set_peers(
+        a,
+        PeerConfig("dead", f"http://127.0.0.1:{port}", dead.key),
+        PeerConfig("live", serve_app(live.app), live.key),
+    )
     gossip = Gossip(a.site, rng=random.Random(7))
 
     async def go():
         gossip.start()
         try:
-            await until(lambda: "dead" in {s["name"] for s in gossip.states()} and state(gossip, "dead")["failures"] == 1,
-                        what="a first failed attempt at the dead peer")
+            await until(
+                lambda: (
+                    "dead" in {s["name"] for s in gossip.states()}
+                    and state(gossip, "dead")["failures"] == 1
+                ),
+                what="a first failed attempt at the dead peer",
+            )
             assert state(gossip, "dead")["next_attempt"] == clock.now + 0.04  # interval * 2**1
             rounds = state(gossip, "live")["rounds"]
-            await until(lambda: state(gossip, "live")["rounds"] >= rounds + 10, what="ten rounds with the live peer")
-            assert state(gossip, "dead")["rounds"] == 1  # the wall clock has not reached its next attempt
+            await until(
+                lambda: state(gossip, "live")["rounds"] >= rounds + 10,
+                what="ten rounds with the live peer",
+            )
+            assert (
+                state(gossip, "dead")["rounds"] == 1
+            )  # the wall clock has not reached its next attempt
             clock.now += 0.05  # now it has
-            await until(lambda: state(gossip, "dead")["failures"] == 2, what="the dead peer to be retried")
+            await until(
+                lambda: state(gossip, "dead")["failures"] == 2, what="the dead peer to be retried"
+            )
             assert state(gossip, "dead")["rounds"] == 2
             assert state(gossip, "dead")["next_attempt"] == clock.now + 0.08
         finally:
@@ -216,7 +244,9 @@ def test_trust_policy_edits_are_picked_up(make_site, serve_app):
     assert before["ok"] and before["pulled"] == 0 and before["rejected"] == 1
     assert skill not in skills(a.kb)
 
-    policy = TrustPolicy.load(a.config.policy_path).with_root(b.key, name="b")  # `simnet peer add --trust`
+    policy = TrustPolicy.load(a.config.policy_path).with_root(
+        b.key, name="b"
+    )  # `simnet peer add --trust`
     a.config.policy_path.write_text(policy.to_toml())
     stat = a.config.policy_path.stat()  # make the edit visible even on a coarse-mtime file system
     os.utime(a.config.policy_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
@@ -235,7 +265,11 @@ def test_sync_now_with_every_peer_in_turn(make_site, serve_app):
         p.kb.skills.publish(f"from-{p.name}", "pick")
     set_peers(a, *(PeerConfig(p.name, serve_app(p.app), p.key) for p in peers))
     results = asyncio.run(Gossip(a.site).sync_now())
-    assert [(r["peer"], r["ok"], r["pulled"]) for r in results] == [("b", True, 1), ("c", True, 1), ("d", True, 1)]
+    assert [(r["peer"], r["ok"], r["pulled"]) for r in results] == [
+        ("b", True, 1),
+        ("c", True, 1),
+        ("d", True, 1),
+    ]
 
 
 def misbehaving(app):
@@ -243,8 +277,13 @@ def misbehaving(app):
 
     async def wrapped(scope, receive, send):
         if scope["type"] == "http" and scope["path"] == "/v1/heads":
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": b"[]"})
             return
         await app(scope, receive, send)
@@ -257,7 +296,9 @@ def test_sync_now_with_a_misbehaving_peer_reports_a_failure(make_site, serve_app
     bad.trust(a.key)
     set_peers(a, PeerConfig("bad", serve_app(misbehaving(bad.app)), bad.key))
     gossip = Gossip(a.site)
-    [result] = asyncio.run(gossip.sync_now("bad"))  # what `simnet sync` gets through the admin endpoint
+    [result] = asyncio.run(
+        gossip.sync_now("bad")
+    )  # what `simnet sync` gets through the admin endpoint
     assert result["ok"] is False and result["peer"] == "bad"
     assert state(gossip, "bad")["failures"] == 1
 
@@ -267,18 +308,26 @@ def test_a_misbehaving_peer_does_not_stop_the_scheduler(make_site, serve_app):
     good, bad = make_site("good"), make_site("bad")
     for p in (good, bad):
         p.trust(a.key)
-    set_peers(a, PeerConfig("good", serve_app(good.app), good.key),
-              PeerConfig("bad", serve_app(misbehaving(bad.app)), bad.key))
+    set_peers(
+        a,
+        PeerConfig("good", serve_app(good.app), good.key),
+        PeerConfig("bad", serve_app(misbehaving(bad.app)), bad.key),
+    )
     gossip = Gossip(a.site, rng=random.Random(3))
 
     async def go():
         gossip.start()
         try:
-            await until(lambda: any(s["name"] == "bad" and s["rounds"] for s in gossip.states()),
-                        what="a round with the bad peer")
+            await until(
+                lambda: any(s["name"] == "bad" and s["rounds"] for s in gossip.states()),
+                what="a round with the bad peer",
+            )
             rounds = state(gossip, "good")["rounds"]
-            await until(lambda: state(gossip, "good")["rounds"] >= rounds + 3, timeout=5,
-                        what="gossip to go on with the good peer after the bad peer's round")
+            await until(
+                lambda: state(gossip, "good")["rounds"] >= rounds + 3,
+                timeout=5,
+                what="gossip to go on with the good peer after the bad peer's round",
+            )
         finally:
             await gossip.stop()
 
@@ -302,8 +351,16 @@ def trickling(app, drips: int = 200, every: float = 0.02):
             gone.set()
 
         watcher = asyncio.ensure_future(watch())
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/x-simnet-envelopes"), (b"content-length", b"100000")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/x-simnet-envelopes"),
+                    (b"content-length", b"100000"),
+                ],
+            }
+        )
         for _ in range(drips):
             if gone.is_set():
                 break
@@ -316,23 +373,37 @@ def trickling(app, drips: int = 200, every: float = 0.02):
 
 def test_a_slow_peer_holds_up_only_its_own_rounds(make_site, serve_app):
     deadline = 0.5
-    a = make_site("a", gossip=GossipConfig(interval_s=0.02, jitter=0.0, max_backoff_s=0.05),
-                  limits=ServerLimits(timeout_s=1.0, sync_deadline_s=deadline))
+    a = make_site(
+        "a",
+        gossip=GossipConfig(interval_s=0.02, jitter=0.0, max_backoff_s=0.05),
+        limits=ServerLimits(timeout_s=1.0, sync_deadline_s=deadline),
+    )
     live, slow = make_site("live"), make_site("slow")
     for p in (live, slow):
         p.trust(a.key)
-    set_peers(a, PeerConfig("live", serve_app(live.app), live.key),
-              PeerConfig("slow", serve_app(trickling(slow.app)), slow.key))
+    set_peers(
+        a,
+        PeerConfig("live", serve_app(live.app), live.key),
+        PeerConfig("slow", serve_app(trickling(slow.app)), slow.key),
+    )
     gossip = Gossip(a.site, rng=random.Random(5))
 
     async def scheduled():
         gossip.start()
         try:
-            await until(lambda: any(s["name"] == "slow" and s["rounds"] for s in gossip.states()),
-                        what="a round with the slow peer")
+            await until(
+                lambda: any(s["name"] == "slow" and s["rounds"] for s in gossip.states()),
+                what="a round with the slow peer",
+            )
             rounds = state(gossip, "live")["rounds"]
-            await until(lambda: state(gossip, "slow")["failures"] == 1, timeout=5, what="the slow round to fail")
-            return state(gossip, "live")["rounds"] - rounds  # rounds with the live peer while it ran
+            await until(
+                lambda: state(gossip, "slow")["failures"] == 1,
+                timeout=5,
+                what="the slow round to fail",
+            )
+            return (
+                state(gossip, "live")["rounds"] - rounds
+            )  # rounds with the live peer while it ran
         finally:
             await gossip.stop()
 
@@ -344,7 +415,9 @@ def test_a_slow_peer_holds_up_only_its_own_rounds(make_site, serve_app):
     assert state(gossip, "live")["failures"] == 0
 
     started = time.monotonic()
-    results = asyncio.run(gossip.sync_now())  # both at once: one deadline, not one per slow peer in turn
+    results = asyncio.run(
+        gossip.sync_now()
+    )  # both at once: one deadline, not one per slow peer in turn
     took = time.monotonic() - started
     assert [(r["peer"], r["ok"]) for r in results] == [("live", True), ("slow", False)]
     assert deadline <= took < deadline + 1.0, took

@@ -60,8 +60,10 @@ def test_the_first_of_a_kind_passes_whole_then_one_per_interval_with_a_count(rec
     assert len(passed) == 2
     second = passed[1]
     assert second.exc_info is None and second.exc_text is None
-    assert second.getMessage() == ("accept failed (OSError: [Errno 24] Too many open files) "
-                                   "[and 999 more like it in the last 10 s]")
+    assert second.getMessage() == (
+        "accept failed (OSError: [Errno 24] Too many open files) "
+        "[and 999 more like it in the last 10 s]"
+    )
 
 
 def test_kinds_are_told_apart_by_template_level_and_subject(records):
@@ -72,8 +74,10 @@ def test_kinds_are_told_apart_by_template_level_and_subject(records):
         logger.info("sync with %s failed (%s)", "hostile", "garbage")
         logger.warning("closed %d connections", 7)
     assert [r.getMessage() for r in passed] == [
-        "sync with hostile failed (garbage)", "sync with honest failed (timeout)",
-        "sync with hostile failed (garbage)", "closed 7 connections",
+        "sync with hostile failed (garbage)",
+        "sync with honest failed (timeout)",
+        "sync with hostile failed (garbage)",
+        "closed 7 connections",
     ]
     clock.now += 11
     logger.warning("closed %d connections", 9)
@@ -88,21 +92,28 @@ def test_too_many_kinds_start_over_rather_than_grow(records):
     assert len(logger.filters[0]._kinds) <= RateLimited.MAX_KINDS
 
 
-@pytest.mark.parametrize("soft, limit, cap", [
-    (1024, 512, 512),  # room enough: the configured limit
-    (448, 512, 448 - IN_FLIGHT - RESERVED_FILES),  # a small open-file limit lowers it
-    (100, 512, 1),  # never below one
-    (resource.RLIM_INFINITY, 512, 512),
-])
+@pytest.mark.parametrize(
+    "soft, limit, cap",
+    [
+        (1024, 512, 512),  # room enough: the configured limit
+        (448, 512, 448 - IN_FLIGHT - RESERVED_FILES),  # a small open-file limit lowers it
+        (100, 512, 1),  # never below one
+        (resource.RLIM_INFINITY, 512, 512),
+    ],
+)
 def test_the_connection_cap_fits_the_open_file_limit(monkeypatch, soft, limit, cap):
-    monkeypatch.setattr(_http.resource, "getrlimit", lambda which: (soft, soft))  # soft = hard: cannot be raised
+    monkeypatch.setattr(
+        _http.resource, "getrlimit", lambda which: (soft, soft)
+    )  # soft = hard: cannot be raised
     assert connection_cap(limit) == cap
 
 
 def test_the_open_file_limit_is_raised_to_the_hard_limit_first(monkeypatch):
     limits = {"soft": 1024, "hard": 4096}
     monkeypatch.setattr(_http.resource, "getrlimit", lambda which: (limits["soft"], limits["hard"]))
-    monkeypatch.setattr(_http.resource, "setrlimit", lambda which, pair: limits.update(soft=pair[0]))
+    monkeypatch.setattr(
+        _http.resource, "setrlimit", lambda which, pair: limits.update(soft=pair[0])
+    )
     assert connection_cap(512) == 512 and limits["soft"] == 4096
     limits.update(soft=448, hard=448)
     assert connection_cap(512) == 448 - IN_FLIGHT - RESERVED_FILES

@@ -21,7 +21,9 @@ def run(coro):
 def test_a_site_needs_a_writable_knowledge_base(tmp_path):
     knowledge.open(tmp_path / "s.db", knowledge.Identity.generate()).close()
     with knowledge.open(tmp_path / "s.db") as readonly:
-        with pytest.raises(FederationError, match="needs a knowledge base opened with the site's key"):
+        with pytest.raises(
+            FederationError, match="needs a knowledge base opened with the site's key"
+        ):
             Site(SiteConfig(tmp_path), readonly)
 
 
@@ -34,8 +36,11 @@ def test_too_many_syncs_at_once_is_503_busy(make_site):
             await a.site.syncs.acquire()  # one sync in progress
             try:
                 busy = await client.post("/v1/sync", json={"heads": {}})
-                push = await client.post("/v1/envelopes", content=b"SNP1\x00\x00\x00\x00",
-                                         headers={"content-type": "application/x-simnet-envelopes"})
+                push = await client.post(
+                    "/v1/envelopes",
+                    content=b"SNP1\x00\x00\x00\x00",
+                    headers={"content-type": "application/x-simnet-envelopes"},
+                )
             finally:
                 a.site.syncs.release()
             after = await client.post("/v1/sync", json={"heads": {}})
@@ -44,7 +49,10 @@ def test_too_many_syncs_at_once_is_503_busy(make_site):
     busy, push, after = run(go())
     for response in (busy, push):
         assert response.status_code == 503
-        assert response.json() == {"error": "busy", "detail": "too many syncs in progress; retry later"}
+        assert response.json() == {
+            "error": "busy",
+            "detail": "too many syncs in progress; retry later",
+        }
     assert after.status_code == 200 and after.content[:4] == b"SNP1"
 
 
@@ -64,8 +72,12 @@ def test_a_body_that_does_not_arrive_in_time_is_408(make_site):
         yield body[10:]
 
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=a.app), base_url="http://site") as client:
-            return await client.post("/v1/sync", content=stalled(), headers={"authorization": signed_header(a, body)})
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=a.app), base_url="http://site"
+        ) as client:
+            return await client.post(
+                "/v1/sync", content=stalled(), headers={"authorization": signed_header(a, body)}
+            )
 
     response = run(go())
     assert response.status_code == 408
@@ -90,7 +102,9 @@ def test_an_unsigned_body_is_refused_before_it_is_read(make_site):
             stranger = knowledge.Identity.generate()
             request = httpx.Request("POST", "http://site/v1/envelopes", content=b"SNP1\0\0\0\0")
             header = next(SimnetAuth(stranger, a.key).auth_flow(request)).headers["authorization"]
-            untrusted = await client.post("/v1/envelopes", content=endless(), headers={"authorization": header})
+            untrusted = await client.post(
+                "/v1/envelopes", content=endless(), headers={"authorization": header}
+            )
         return unsigned, untrusted
 
     unsigned, untrusted = run(go())
@@ -114,8 +128,10 @@ def test_an_unexpected_failure_is_a_json_500_and_the_app_keeps_serving(make_site
 
     failed, after = run(both())
     assert failed.status_code == 500
-    assert failed.json() == {"error": "internal_error",
-                             "detail": "the site failed to handle this request (RuntimeError); it is logged there"}
+    assert failed.json() == {
+        "error": "internal_error",
+        "detail": "the site failed to handle this request (RuntimeError); it is logged there",
+    }
     assert after.status_code == 200 and "heads" in after.json()
 
 
@@ -123,7 +139,9 @@ def test_health_needs_no_signature_and_names_the_site(make_site):
     a = make_site("north")
 
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=a.app), base_url="http://site") as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=a.app), base_url="http://site"
+        ) as client:
             return await client.get("/v1/health")
 
     response = run(go())
@@ -132,11 +150,18 @@ def test_health_needs_no_signature_and_names_the_site(make_site):
 
 REFUSALS = {
     # what the knowledge base raises -> (status, code)
-    "not authorized": (knowledge.NotAuthorizedError("key 0123 lacks the revoke role at this site"), 403,
-                       "not_authorized"),
+    "not authorized": (
+        knowledge.NotAuthorizedError("key 0123 lacks the revoke role at this site"),
+        403,
+        "not_authorized",
+    ),
     "unknown skill": (knowledge.UnknownSkillError("no skill abab… here"), 404, "not_found"),
     "invalid record": (knowledge.RecordError("reason is too long"), 400, "bad_request"),
-    "invalid envelope": (knowledge.EnvelopeError("bad_signature", "not signed by its author"), 400, "bad_request"),
+    "invalid envelope": (
+        knowledge.EnvelopeError("bad_signature", "not signed by its author"),
+        400,
+        "bad_request",
+    ),
     "clock skew": (knowledge.ClockSkewError("the clock is 10 minutes ahead"), 409, "conflict"),
     "blob": (knowledge.BlobError("blob abab… is not stored here"), 409, "conflict"),
     "any other refusal": (knowledge.SimnetError("not now"), 409, "conflict"),
@@ -145,7 +170,9 @@ REFUSALS = {
 
 
 @pytest.mark.parametrize("error, status, code", list(REFUSALS.values()), ids=list(REFUSALS))
-def test_a_write_the_knowledge_base_refuses_is_a_4xx_naming_it(make_site, monkeypatch, caplog, error, status, code):
+def test_a_write_the_knowledge_base_refuses_is_a_4xx_naming_it(
+    make_site, monkeypatch, caplog, error, status, code
+):
     a = make_site("a")
 
     def refuse(*args, **kwargs):
@@ -154,16 +181,25 @@ def test_a_write_the_knowledge_base_refuses_is_a_4xx_naming_it(make_site, monkey
     async def go():
         async with a.client() as client:
             monkeypatch.setattr(a.kb, "revoke", refuse)
-            refused = await client.post("/v1/admin/revoke", json={"skill": "ab" * 32, "reason": "x"})
+            refused = await client.post(
+                "/v1/admin/revoke", json={"skill": "ab" * 32, "reason": "x"}
+            )
             monkeypatch.undo()
-            return refused, await client.post("/v1/admin/revoke", json={"skill": "ab" * 32, "reason": "x"})
+            return refused, await client.post(
+                "/v1/admin/revoke", json={"skill": "ab" * 32, "reason": "x"}
+            )
 
     refused, after = run(go())
     assert refused.status_code == status and refused.json()["error"] == code, refused.text
     if status == 503:
-        assert refused.json()["detail"] == "the site cannot write its store now (StoreError); it is logged there"
+        assert (
+            refused.json()["detail"]
+            == "the site cannot write its store now (StoreError); it is logged there"
+        )
         assert "the store failed: disk I/O error" in caplog.text
     else:
-        assert refused.json()["detail"] == (error.args[0] if isinstance(error, KeyError) else str(error))
+        assert refused.json()["detail"] == (
+            error.args[0] if isinstance(error, KeyError) else str(error)
+        )
         assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert after.status_code == 200 and after.json() == {"revoked": "ab" * 32}

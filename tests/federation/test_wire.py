@@ -29,6 +29,7 @@ def refused(body: bytes, status: int, match: str, **limits) -> WireError:
 
 # --- pages --------------------------------------------------------------------------------------------
 
+
 @given(envelopes)
 def test_page_round_trip(items):
     page = encode_page(items)
@@ -70,8 +71,10 @@ def test_random_bytes_decode_or_raise_wire_error(body):
         assert encode_page(out) == body  # whatever decodes is exactly a page
 
 
-@pytest.mark.parametrize("body", [b"", b"SNP1", b"SNP1\x00\x00\x00", b"SNP2\x00\x00\x00\x00", b"\x00" * 8,
-                                  b'{"heads": {}}'])
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"SNP1", b"SNP1\x00\x00\x00", b"SNP2\x00\x00\x00\x00", b"\x00" * 8, b'{"heads": {}}'],
+)
 def test_bad_magic_or_short_header(body):
     refused(body, 400, "not an envelope page")
 
@@ -92,7 +95,12 @@ def test_count_larger_than_the_envelopes_present():
 
 
 def test_count_over_the_limit_is_413():
-    refused(encode_page([b"x"] * 6), 413, "page holds 6 envelopes; this site accepts at most 5", max_count=5)
+    refused(
+        encode_page([b"x"] * 6),
+        413,
+        "page holds 6 envelopes; this site accepts at most 5",
+        max_count=5,
+    )
     assert decode(encode_page([b"x"] * 5), max_count=5) == [b"x"] * 5
 
 
@@ -101,15 +109,26 @@ def test_huge_count_is_refused_before_any_work():
 
 
 def test_envelope_over_the_limit_is_413():
-    refused(encode_page([b"ok", b"y" * 11]), 413, "envelope 1 is 11 bytes; the limit is 10", max_envelope_bytes=10)
+    refused(
+        encode_page([b"ok", b"y" * 11]),
+        413,
+        "envelope 1 is 11 bytes; the limit is 10",
+        max_envelope_bytes=10,
+    )
     assert decode(encode_page([b"y" * 10]), max_envelope_bytes=10) == [b"y" * 10]
 
 
 def test_announced_length_over_the_limit_is_413_even_if_the_bytes_are_missing():
-    refused(_MAGIC + U32.pack(1) + U32.pack(2**31), 413, "envelope 0 is 2147483648 bytes", max_envelope_bytes=1 << 20)
+    refused(
+        _MAGIC + U32.pack(1) + U32.pack(2**31),
+        413,
+        "envelope 0 is 2147483648 bytes",
+        max_envelope_bytes=1 << 20,
+    )
 
 
 # --- JSON -------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("body", [b"", b"{", b"{'heads': {}}", b"\xff\xfe", b"nul", b'{"a": 1} x'])
 def test_parse_json_refuses_non_json(body):
@@ -137,7 +156,14 @@ def test_parse_json_refuses_an_integer_with_too_many_digits():
 
 # --- heads ------------------------------------------------------------------------------------------
 
-@given(st.dictionaries(st.text("0123456789abcdef", min_size=64, max_size=64), st.integers(0, 2**63 - 1), max_size=20))
+
+@given(
+    st.dictionaries(
+        st.text("0123456789abcdef", min_size=64, max_size=64),
+        st.integers(0, 2**63 - 1),
+        max_size=20,
+    )
+)
 def test_parse_heads_accepts_valid_maps(heads):
     assert parse_heads(heads, max_authors=100) == heads
 
@@ -149,14 +175,18 @@ def test_parse_heads_refuses_non_objects(value):
     assert caught.value.status == 400
 
 
-@pytest.mark.parametrize("key", ["AB" * 32, "ab" * 31, "ab" * 33, "zz" * 32, "", " " + "ab" * 32, "ab" * 32 + "\n"])
+@pytest.mark.parametrize(
+    "key", ["AB" * 32, "ab" * 31, "ab" * 33, "zz" * 32, "", " " + "ab" * 32, "ab" * 32 + "\n"]
+)
 def test_parse_heads_refuses_bad_author_keys(key):
     with pytest.raises(WireError, match="is not 64 lowercase hex digits") as caught:
         parse_heads({key: 1}, max_authors=10)
     assert caught.value.status == 400
 
 
-@pytest.mark.parametrize("seq", [-1, 2**63, 1.0, "1", True, False, None, [1], {"seq": 1}, float("nan")])
+@pytest.mark.parametrize(
+    "seq", [-1, 2**63, 1.0, "1", True, False, None, [1], {"seq": 1}, float("nan")]
+)
 def test_parse_heads_refuses_bad_seqs(seq):
     with pytest.raises(WireError, match=r"must be a non-negative integer") as caught:
         parse_heads({AUTHOR: seq}, max_authors=10)

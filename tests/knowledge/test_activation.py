@@ -9,7 +9,9 @@ import knowledge
 from knowledge import ActivationPolicy, Identity, Role, TrustPolicy, wilson_lower_bound
 
 VALIDATOR_SITES = [Identity.from_seed(bytes([40 + i]) * 32) for i in range(3)]
-DEVICES = [Identity.from_seed(bytes([60 + i]) * 32) for i in range(3)]  # one validator device per site
+DEVICES = [
+    Identity.from_seed(bytes([60 + i]) * 32) for i in range(3)
+]  # one validator device per site
 PUBLISHER = Identity.from_seed(b"\x07" * 32)
 KINDS = ["mass", "friction", "damping", "gravity"]
 
@@ -33,7 +35,9 @@ policies = st.builds(
 )
 
 
-def expected_active(policy: ActivationPolicy, certs, revoked: bool, validate_roles: list[bool]) -> bool:
+def expected_active(
+    policy: ActivationPolicy, certs, revoked: bool, validate_roles: list[bool]
+) -> bool:
     """The rule of docs/PROTOCOL.md, written out independently of the library."""
     if revoked:
         return False
@@ -46,40 +50,59 @@ def expected_active(policy: ActivationPolicy, certs, revoked: bool, validate_rol
         if policy.validators and key not in policy.validators:
             continue
         successes = round(fraction * branches)
-        if (branches >= policy.min_branches and policy.required_randomization <= kinds
-                and wilson_lower_bound(successes, branches, policy.confidence) >= policy.min_lower_bound):
+        if (
+            branches >= policy.min_branches
+            and policy.required_randomization <= kinds
+            and wilson_lower_bound(successes, branches, policy.confidence) >= policy.min_lower_bound
+        ):
             sites.add(site)
     return len(sites) >= policy.min_validators
 
 
 @settings(max_examples=150)
-@given(policy=policies, certs=certificates, revoked=st.booleans(),
-       validate_roles=st.lists(st.booleans(), min_size=3, max_size=3))
+@given(
+    policy=policies,
+    certs=certificates,
+    revoked=st.booleans(),
+    validate_roles=st.lists(st.booleans(), min_size=3, max_size=3),
+)
 def test_activation_follows_the_policy(policy, certs, revoked, validate_roles):
     trust = TrustPolicy(activation=policy)
-    for site, can_validate in zip(VALIDATOR_SITES, validate_roles):
-        trust = trust.with_root(site.public_key, [Role.VALIDATE] if can_validate else [Role.PUBLISH])
+    for site, can_validate in zip(VALIDATOR_SITES, validate_roles, strict=True):
+        trust = trust.with_root(
+            site.public_key, [Role.VALIDATE] if can_validate else [Role.PUBLISH]
+        )
     trust = trust.with_root(PUBLISHER.public_key)
     trust = TrustPolicy(trust.roots, policy)
-    with knowledge.open(":memory:", Identity.generate(), policy=trust) as here, \
-            knowledge.open(":memory:", PUBLISHER, policy=trust) as publisher:
+    with (
+        knowledge.open(":memory:", Identity.generate(), policy=trust) as here,
+        knowledge.open(":memory:", PUBLISHER, policy=trust) as publisher,
+    ):
         skill = publisher.skills.publish("s", "t")
         if revoked:
             publisher.revoke(skill.id)
         here.ingest(publisher.envelopes_since({}))
         writers = {}
-        for i, (site, device) in enumerate(zip(VALIDATOR_SITES, DEVICES)):
+        for i, (site, device) in enumerate(zip(VALIDATOR_SITES, DEVICES, strict=True)):
             root = knowledge.open(":memory:", site, policy=trust)
             root.delegate(device.public_key, [Role.VALIDATE])
             writers[i] = root
-            writers[i + 3] = knowledge.open(":memory:", device, policy=trust.for_device_of(site.public_key))
+            writers[i + 3] = knowledge.open(
+                ":memory:", device, policy=trust.for_device_of(site.public_key)
+            )
             writers[i + 3].ingest(root.envelopes_since({}))
-            writers[i + 3].learn_site_heads(root.heads())  # a device writes once it has seen its site's heads
+            writers[i + 3].learn_site_heads(
+                root.heads()
+            )  # a device writes once it has seen its site's heads
         for who, branches, fraction, kinds in certs:
             writer = writers[who]
             try:
-                writer.certificates.add(skill.id, branches=branches, successes=round(fraction * branches),
-                                        randomized=kinds)
+                writer.certificates.add(
+                    skill.id,
+                    branches=branches,
+                    successes=round(fraction * branches),
+                    randomized=kinds,
+                )
             except knowledge.NotAuthorizedError:
                 pass  # a site root the policy trusts only to publish cannot certify
         for writer in writers.values():

@@ -21,8 +21,9 @@ def home(tmp_path):
         ids = {}
         for name in ("arm7.xml", "quadruped.xml", "humanoid_small.xml"):
             body = knowledge.Embodiment.from_mjcf(ROBOTS / name)
-            ids[name] = kb.skills.publish(f"skill-{name}", "pick" if "arm" in name else "walk",
-                                          embodiments=[body.to_dict()]).id
+            ids[name] = kb.skills.publish(
+                f"skill-{name}", "pick" if "arm" in name else "walk", embodiments=[body.to_dict()]
+            ).id
         kb.certificates.add(ids["arm7.xml"], branches=128, successes=128)
         kb.revoke(ids["quadruped.xml"], "falls over")
     return tmp_path, ids
@@ -39,8 +40,13 @@ def test_skills_list_human_and_json(home):
     rows = json.loads(run(path, "skills", "list", "--json"))
     assert {r["id"] for r in rows} == set(ids.values())
     states = {r["name"]: (r["active"], r["revoked"]) for r in rows}
-    assert states["skill-arm7.xml"] == (True, False) and states["skill-quadruped.xml"] == (False, True)
-    assert [r["name"] for r in json.loads(run(path, "skills", "list", "--active", "--json"))] == ["skill-arm7.xml"]
+    assert states["skill-arm7.xml"] == (True, False) and states["skill-quadruped.xml"] == (
+        False,
+        True,
+    )
+    assert [r["name"] for r in json.loads(run(path, "skills", "list", "--active", "--json"))] == [
+        "skill-arm7.xml"
+    ]
     assert "revoked" in run(path, "skills", "list", "--task", "walk")
 
 
@@ -54,11 +60,15 @@ def test_skills_show_by_prefix(home):
 
 def test_skills_query_ranks_the_same_body_first(home):
     path, ids = home
-    rows = json.loads(run(path, "skills", "query", "--mjcf", str(ROBOTS / "arm7.xml"), "--all", "--json"))
+    rows = json.loads(
+        run(path, "skills", "query", "--mjcf", str(ROBOTS / "arm7.xml"), "--all", "--json")
+    )
     assert rows[0]["id"] == ids["arm7.xml"] and rows[0]["distance"] == pytest.approx(0.0, abs=1e-6)
     assert [r["distance"] for r in rows] == sorted(r["distance"] for r in rows)
     active = json.loads(run(path, "skills", "query", "--urdf", str(ROBOTS / "arm6.urdf"), "--json"))
-    assert [r["id"] for r in active] == [ids["arm7.xml"]]  # the revoked and uncertified ones never come back
+    assert [r["id"] for r in active] == [
+        ids["arm7.xml"]
+    ]  # the revoked and uncertified ones never come back
 
 
 def test_skills_query_needs_exactly_one_model(home):

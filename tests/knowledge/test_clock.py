@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -73,7 +74,9 @@ def test_now_is_monotone_under_a_frozen_physical_clock():
     stamps = [clock.now() for _ in range(100)]
     assert stamps == sorted(set(stamps))
     assert [wall_ms(s) for s in stamps] == [5_000] * 100
-    assert [logical(s) for s in stamps] == list(range(100))  # the logical counter counts events in one ms
+    assert [logical(s) for s in stamps] == list(
+        range(100)
+    )  # the logical counter counts events in one ms
 
 
 def test_now_is_monotone_when_physical_clock_goes_backwards():
@@ -84,10 +87,14 @@ def test_now_is_monotone_when_physical_clock_goes_backwards():
     b = clock.now()
     c = clock.now()
     assert a < b < c
-    assert wall_ms(b) == 10_000 and logical(b) == 1  # stays on the latest wall time, bumps the counter
+    assert (
+        wall_ms(b) == 10_000 and logical(b) == 1
+    )  # stays on the latest wall time, bumps the counter
     phys.ms = 10_001
     d = clock.now()
-    assert d > c and wall_ms(d) == 10_001 and logical(d) == 0  # and resets the counter once time catches up
+    assert (
+        d > c and wall_ms(d) == 10_001 and logical(d) == 0
+    )  # and resets the counter once time catches up
 
 
 @settings(max_examples=50)
@@ -102,8 +109,8 @@ def test_now_strictly_increases_for_any_physical_sequence(readings):
 
     clock = HybridClock(physical_ms=physical)
     stamps = [clock.now() for _ in readings]
-    assert all(a < b for a, b in zip(stamps, stamps[1:]))
-    for reading, ts in zip(readings, stamps):
+    assert all(a < b for a, b in pairwise(stamps))
+    for reading, ts in zip(readings, stamps, strict=True):
         assert wall_ms(ts) >= reading  # never behind physical time
 
 
@@ -122,7 +129,7 @@ def test_now_is_monotone_across_threads():
         t.join()
     merged = [s for o in out for s in o]
     assert len(set(merged)) == len(merged) == 2000  # no timestamp handed out twice
-    assert all(a < b for o in out for a, b in zip(o, o[1:]))
+    assert all(a < b for o in out for a, b in pairwise(o))
 
 
 def test_default_physical_clock_is_system_time():

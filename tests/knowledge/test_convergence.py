@@ -26,10 +26,22 @@ def _identities(n: int) -> list[Identity]:
 
 op = st.one_of(
     st.tuples(st.just("publish"), st.integers(0, 7), st.sampled_from(["pick", "walk", "push"])),
-    st.tuples(st.just("observe"), st.integers(0, 7), st.integers(0, 3), st.floats(0, 1, width=16), st.integers()),
+    st.tuples(
+        st.just("observe"),
+        st.integers(0, 7),
+        st.integers(0, 3),
+        st.floats(0, 1, width=16),
+        st.integers(),
+    ),
     st.tuples(st.just("delete"), st.integers(0, 7), st.integers(0, 3), st.floats(0, 1, width=16)),
     st.tuples(st.just("count"), st.integers(0, 7), st.integers(0, 20), st.booleans()),
-    st.tuples(st.just("certify"), st.integers(0, 7), st.integers(0, 20), st.integers(50, 80), st.integers(0, 6)),
+    st.tuples(
+        st.just("certify"),
+        st.integers(0, 7),
+        st.integers(0, 20),
+        st.integers(50, 80),
+        st.integers(0, 6),
+    ),
     st.tuples(st.just("revoke"), st.integers(0, 7), st.integers(0, 20)),
     st.tuples(st.just("withdraw"), st.integers(0, 7), st.integers(0, 20)),
     st.tuples(st.just("gossip"), st.integers(0, 7), st.integers(0, 7)),
@@ -64,7 +76,9 @@ def _apply(writers, skills, operation) -> None:
             if kind == "count":
                 w.counters.record(skill, success=operation[3])
             elif kind == "certify":
-                w.certificates.add(skill, branches=operation[3], successes=operation[3] - operation[4])
+                w.certificates.add(
+                    skill, branches=operation[3], successes=operation[3] - operation[4]
+                )
             elif kind == "revoke":
                 w.revoke(skill)
             elif kind == "withdraw" and skill in w.skills:
@@ -84,26 +98,40 @@ def _apply(writers, skills, operation) -> None:
 def test_replicas_converge(n_roots, n_devices, operations, n_replicas, seed):
     rng = random.Random(seed)
     ids = _identities(n_roots + n_devices + n_replicas + 1)
-    roots, devices, observers = ids[:n_roots], ids[n_roots : n_roots + n_devices], ids[n_roots + n_devices :]
+    roots, devices, observers = (
+        ids[:n_roots],
+        ids[n_roots : n_roots + n_devices],
+        ids[n_roots + n_devices :],
+    )
     policy = TrustPolicy()
     for i, root in enumerate(roots):
         policy = policy.with_root(root.public_key, name=f"site{i}")
-    policy = TrustPolicy(policy.roots, knowledge.ActivationPolicy(min_branches=60, min_lower_bound=0.8))
+    policy = TrustPolicy(
+        policy.roots, knowledge.ActivationPolicy(min_branches=60, min_lower_bound=0.8)
+    )
     opened = []
 
     def open_kb(identity, site=None):
-        kb = knowledge.open(":memory:", identity, policy=policy if site is None else policy.for_device_of(site.public_key))
+        kb = knowledge.open(
+            ":memory:",
+            identity,
+            policy=policy if site is None else policy.for_device_of(site.public_key),
+        )
         opened.append(kb)
         return kb
 
     try:
         root_kbs = [open_kb(r) for r in roots]
         device_kbs = [open_kb(d, roots[i % n_roots]) for i, d in enumerate(devices)]
-        for i, device in enumerate(devices):  # each device belongs to a root, with a random subset of roles
+        for i, device in enumerate(
+            devices
+        ):  # each device belongs to a root, with a random subset of roles
             roles = [r for r in Role if rng.random() < 0.7] or [Role.PUBLISH]
             root_kbs[i % n_roots].delegate(device.public_key, roles)
             device_kbs[i].ingest(root_kbs[i % n_roots].envelopes_since({}))
-            device_kbs[i].learn_site_heads(root_kbs[i % n_roots].heads())  # writes once it has seen its site's heads
+            device_kbs[i].learn_site_heads(
+                root_kbs[i % n_roots].heads()
+            )  # writes once it has seen its site's heads
         writers = root_kbs + device_kbs
         skills: list[str] = []
         for operation in operations:
@@ -122,17 +150,23 @@ def test_replicas_converge(n_roots, n_devices, operations, n_replicas, seed):
         for _ in range(rng.randint(0, 3)):  # partitions: some replicas talk only among themselves
             a, b = rng.sample(replicas, 2)
             _sync(a, b)
-        for w in writers:  # the partition heals: every writer reaches one replica, replicas reach each other
+        for w in (
+            writers
+        ):  # the partition heals: every writer reaches one replica, replicas reach each other
             _sync(w, replicas[0])
         for r in replicas[1:]:
             _sync(replicas[0], r)
-        late = open_kb(observers[-1])  # a late joiner bootstraps from a replica (checkpoints travel too)
+        late = open_kb(
+            observers[-1]
+        )  # a late joiner bootstraps from a replica (checkpoints travel too)
         _sync(replicas[0], late)
         for w in writers:
             _sync(replicas[0], w)
 
         expected = replicas[0].snapshot()
-        event(f"skills={min(len(expected['skills']), 5)} cells={min(len(expected['cells']), 3)} active={sum(s['active'] for s in expected['skills'].values())}")
+        event(
+            f"skills={min(len(expected['skills']), 5)} cells={min(len(expected['cells']), 3)} active={sum(s['active'] for s in expected['skills'].values())}"
+        )
         for kb in [*replicas[1:], late, *writers]:
             assert kb.snapshot() == expected
             assert kb.heads() == replicas[0].heads()

@@ -24,7 +24,9 @@ ROUNDS = int(os.environ.get("SIMNET_CRASH_ROUNDS", "8"))
 def _run_and_kill(args: list[str], after_lines: int, rng: random.Random) -> list[list[str]]:
     """Run the child until it has acknowledged `after_lines` writes, then kill -9 it a moment later
     (while it is mid-write); return every complete line it printed."""
-    proc = subprocess.Popen([sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert proc.stdout is not None and proc.stderr is not None
     lines: list[bytes] = []
     for line in proc.stdout:
@@ -47,7 +49,9 @@ def test_killed_writer_loses_nothing_acknowledged(tmp_path):
     store = tmp_path / "site.db"
     skills, cells, counts = set(), set(), {}
     for round_ in range(ROUNDS):
-        acked = _run_and_kill(["write", str(store), seed, str(round_ * 100_000)], rng.randint(1, 150), rng)
+        acked = _run_and_kill(
+            ["write", str(store), seed, str(round_ * 100_000)], rng.randint(1, 150), rng
+        )
         for kind, value in acked:
             if kind == "skill":
                 skills.add(value)
@@ -55,7 +59,9 @@ def test_killed_writer_loses_nothing_acknowledged(tmp_path):
                 cells.add(int(value))
             else:
                 counts[value] = counts.get(value, 0) + 1
-        with knowledge.open(store, identity) as kb:  # reopens cleanly, writer lock released by the kernel
+        with knowledge.open(
+            store, identity
+        ) as kb:  # reopens cleanly, writer lock released by the kernel
             held = {s.id for s in kb.skills.list()}
             assert skills <= held
             observed = kb.maps["m"].cells()
@@ -68,9 +74,14 @@ def test_killed_writer_loses_nothing_acknowledged(tmp_path):
     assert len(skills) > ROUNDS  # the children really wrote between kills
 
     # Another site replays the whole feed: it verifies end to end, so nothing forked across crashes.
-    with knowledge.open(store, identity) as kb, knowledge.open(
-        tmp_path / "other.db", knowledge.Identity.generate(), policy=knowledge.TrustPolicy().with_root(identity.public_key)
-    ) as other:
+    with (
+        knowledge.open(store, identity) as kb,
+        knowledge.open(
+            tmp_path / "other.db",
+            knowledge.Identity.generate(),
+            policy=knowledge.TrustPolicy().with_root(identity.public_key),
+        ) as other,
+    ):
         report = other.ingest(kb.envelopes_since({}, limit=1_000_000))
         assert report.ok and not report.rejected
         assert other.snapshot() == kb.snapshot()
@@ -92,9 +103,13 @@ def test_killed_ingest_loses_nothing_acknowledged(tmp_path):
     rounds_with_progress: list[int] = []
     for _ in range(ROUNDS):
         lines = _run_and_kill(
-            ["ingest", str(store), seed, str(tmp_path / "envelopes.hex"), str(policy_file)], rng.randint(1, 200), rng
+            ["ingest", str(store), seed, str(tmp_path / "envelopes.hex"), str(policy_file)],
+            rng.randint(1, 200),
+            rng,
         )
-        acked = max([acked] + [int(seq) for kind, *rest in lines if kind == "accepted" for seq in rest[1:]])
+        acked = max(
+            [acked] + [int(seq) for kind, *rest in lines if kind == "accepted" for seq in rest[1:]]
+        )
         with knowledge.open(store, knowledge.Identity.from_seed(bytes.fromhex(seed))) as kb:
             head = kb.heads().get(writer_id.public_key_hex)
             assert acked == 0 or (head is not None and head.seq >= acked)

@@ -52,7 +52,11 @@ def test_arm7_matches_the_file():
     assert (arm.name, arm.dof, arm.floating_base, arm.mass) == ("arm7", 7, False, 19.0)
     assert [j.type for j in arm.joints] == ["hinge"] * 7
     assert [j.name for j in arm.joints] == [f"j{i}" for i in range(1, 8)]  # a chain keeps its order
-    assert ranges(arm, "j1", "j4", "j6") == [radians(-166, 166), radians(-176, -4), radians(-1, 215)]
+    assert ranges(arm, "j1", "j4", "j6") == [
+        radians(-166, 166),
+        radians(-176, -4),
+        radians(-1, 215),
+    ]
     assert [j.damping for j in arm.joints] == [0.5] * 4 + [0.2] * 3  # the wrist default class
     assert [j.armature for j in arm.joints] == [0.1] * 4 + [0.05] * 3
     assert [j.axis for j in arm.joints][:2] == [(0.0, 0.0, 1.0), (0.0, 1.0, 0.0)]
@@ -62,13 +66,24 @@ def test_arm7_matches_the_file():
     assert all(a.ctrl_range == (-2.9, 2.9) and a.transmission == "joint" for a in arm.actuators)
     assert [arm.joints[a.target[0]].name for a in arm.actuators] == [f"j{i}" for i in range(1, 8)]
     base = by_name(arm.bodies, "base")
-    assert base.parent == -1 and base.pos == (0.0, 0.0, 0.0)  # placed at z=0.4 in the world: not shape
-    assert [b.link_length for b in arm.bodies] == pytest.approx([0, 0.1, 0.2, 0.2, 0.2, 0.15, 0.15, 0.1])
+    assert base.parent == -1 and base.pos == (
+        0.0,
+        0.0,
+        0.0,
+    )  # placed at z=0.4 in the world: not shape
+    assert [b.link_length for b in arm.bodies] == pytest.approx(
+        [0, 0.1, 0.2, 0.2, 0.2, 0.15, 0.15, 0.1]
+    )
     assert by_name(arm.bodies, "link1").inertia == (0.05, 0.05, 0.01, 0.0, 0.0, 0.0)
     assert [arm.bodies[i].name for i in arm.end_effectors] == ["link7"]
-    assert arm.reach == pytest.approx(1.1 + 0.1)  # link offsets, then the "ee" site 0.1 beyond link7
+    assert arm.reach == pytest.approx(
+        1.1 + 0.1
+    )  # link offsets, then the "ee" site 0.1 beyond link7
     link7 = arm.bodies.index(by_name(arm.bodies, "link7"))
-    assert {(s.type, s.dim) for s in arm.sensors if s.body == link7} == {("force", 3), ("torque", 3)}
+    assert {(s.type, s.dim) for s in arm.sensors if s.body == link7} == {
+        ("force", 3),
+        ("torque", 3),
+    }
     assert by_name(arm.sites, "ee").body == link7
 
 
@@ -76,28 +91,50 @@ def test_arm6_urdf_fuses_fixed_links():
     arm = load("arm6.urdf")
     assert (arm.name, arm.dof, arm.actuators) == ("arm6", 6, ())
     names = [b.name for b in arm.bodies]
-    assert "base_link" not in names and "tool0" not in names  # fused into the world and into wrist_3
+    assert (
+        "base_link" not in names and "tool0" not in names
+    )  # fused into the world and into wrist_3
     assert arm.mass == pytest.approx(3.7 + 8.393 + 2.275 + 1.219 + 1.219 + 0.1879 + 0.1)
     assert by_name(arm.bodies, "wrist_3_link").mass == pytest.approx(0.2879)
-    assert [j.force_range for j in arm.joints] == [(-150.0, 150.0)] * 3 + [(-28.0, 28.0)] * 2 + [None]
+    assert [j.force_range for j in arm.joints] == [(-150.0, 150.0)] * 3 + [(-28.0, 28.0)] * 2 + [
+        None
+    ]
     assert [j.damping for j in arm.joints] == [2.0, 2.0, 1.0, 0.0, 0.0, 0.0]
     assert [j.frictionloss for j in arm.joints] == [0.5, 0.5, 0.0, 0.0, 0.0, 0.0]
-    assert ranges(arm, "elbow_joint", "wrist_3_joint") == [(-3.1416, 3.1416), None]  # continuous: unlimited
-    assert by_name(arm.bodies, "forearm_link").link_length == pytest.approx(math.hypot(0.1197, 0.425), rel=1e-5)
-    assert arm.reach == pytest.approx(0.13585 + math.hypot(0.1197, 0.425) + 0.39225 + 0.093 + 0.09465, rel=1e-5)
+    assert ranges(arm, "elbow_joint", "wrist_3_joint") == [
+        (-3.1416, 3.1416),
+        None,
+    ]  # continuous: unlimited
+    assert by_name(arm.bodies, "forearm_link").link_length == pytest.approx(
+        math.hypot(0.1197, 0.425), rel=1e-5
+    )
+    assert arm.reach == pytest.approx(
+        0.13585 + math.hypot(0.1197, 0.425) + 0.39225 + 0.093 + 0.09465, rel=1e-5
+    )
     assert [arm.bodies[i].name for i in arm.end_effectors] == ["wrist_3_link"]
 
 
 def test_gripper_tendon_actuator_drives_both_fingers():
     gripper = load("gripper.xml")
     assert (gripper.dof, gripper.mass) == (2, 0.6)
-    assert [(j.type, j.range, j.damping, j.armature) for j in gripper.joints] == [("slide", (0.0, 0.03), 2.0, 0.01)] * 2
+    assert [(j.type, j.range, j.damping, j.armature) for j in gripper.joints] == [
+        ("slide", (0.0, 0.03), 2.0, 0.01)
+    ] * 2
     (grip,) = gripper.actuators
-    assert (grip.transmission, grip.kind, grip.gain, grip.ctrl_range) == ("tendon", "position", 200.0, (0.0, 0.03))
+    assert (grip.transmission, grip.kind, grip.gain, grip.ctrl_range) == (
+        "tendon",
+        "position",
+        200.0,
+        (0.0, 0.03),
+    )
     assert sorted(gripper.joints[j].name for j in grip.target) == ["left", "right"]
-    assert sorted(gripper.bodies[i].name for i in gripper.end_effectors) == ["left_finger", "right_finger"]
+    assert sorted(gripper.bodies[i].name for i in gripper.end_effectors) == [
+        "left_finger",
+        "right_finger",
+    ]
     assert sorted((gripper.bodies[s.body].name, s.type) for s in gripper.sensors) == [
-        ("left_finger", "touch"), ("right_finger", "touch")
+        ("left_finger", "touch"),
+        ("right_finger", "touch"),
     ]
 
 
@@ -105,12 +142,25 @@ def test_quadruped_resolves_its_include():
     dog = load("quadruped.xml")
     assert (dog.dof, dog.floating_base, dog.mass) == (18, True, 15.2)
     hinges = [j for j in dog.joints if j.type == "hinge"]
-    assert len(hinges) == 12 and {(j.damping, j.armature) for j in hinges} == {(0.3, 0.02)}  # from the include
-    assert ranges(dog, "fl_abduct", "hr_hip", "hl_knee") == [radians(-45, 45), radians(-60, 90), radians(-150, -30)]
+    assert len(hinges) == 12 and {(j.damping, j.armature) for j in hinges} == {
+        (0.3, 0.02)
+    }  # from the include
+    assert ranges(dog, "fl_abduct", "hr_hip", "hl_knee") == [
+        radians(-45, 45),
+        radians(-60, 90),
+        radians(-150, -30),
+    ]
     assert sorted(a.gear[0] for a in dog.actuators) == [20.0] * 8 + [30.0] * 4
     assert {a.kind for a in dog.actuators} == {"motor"}
-    assert sorted(dog.bodies[i].name for i in dog.end_effectors) == ["fl_calf", "fr_calf", "hl_calf", "hr_calf"]
-    assert dog.reach == pytest.approx(math.hypot(0.2, 0.1) + 0.05 + 0.2 + 0.22, rel=1e-5)  # calf tip: capsule + radius
+    assert sorted(dog.bodies[i].name for i in dog.end_effectors) == [
+        "fl_calf",
+        "fr_calf",
+        "hl_calf",
+        "hr_calf",
+    ]
+    assert dog.reach == pytest.approx(
+        math.hypot(0.2, 0.1) + 0.05 + 0.2 + 0.22, rel=1e-5
+    )  # calf tip: capsule + radius
     torso = dog.bodies.index(by_name(dog.bodies, "torso"))
     assert sorted(s.type for s in dog.sensors if s.body == torso) == ["accelerometer", "gyro"]
     assert sorted(s.type for s in dog.sensors) == ["accelerometer", "gyro"] + ["touch"] * 4
@@ -123,17 +173,28 @@ def test_small_humanoid_has_a_ball_joint():
     assert neck.type == "ball" and neck.range == radians(0, 45)
     assert ranges(body, "left_knee", "right_hip_z") == [radians(-160, -2), radians(-35, 60)]
     assert sorted(body.bodies[i].name for i in body.end_effectors) == [
-        "head", "left_foot", "left_forearm", "right_foot", "right_forearm"
+        "head",
+        "left_foot",
+        "left_forearm",
+        "right_foot",
+        "right_forearm",
     ]
     thigh = body.bodies.index(by_name(body.bodies, "left_thigh"))
-    assert [j.name for j in body.joints if j.body == thigh] == ["left_hip_x", "left_hip_y", "left_hip_z"]
+    assert [j.name for j in body.joints if j.body == thigh] == [
+        "left_hip_x",
+        "left_hip_y",
+        "left_hip_z",
+    ]
 
 
 def test_wheeled_base_has_velocity_wheels_and_a_caster():
     base = load("wheeled_base.xml")
     assert (base.dof, base.mass) == (11, 14.2)
     assert {(j.name, j.type, j.range) for j in base.joints} == {
-        ("root", "free", None), ("left_wheel", "hinge", None), ("right_wheel", "hinge", None), ("caster", "ball", None)
+        ("root", "free", None),
+        ("left_wheel", "hinge", None),
+        ("right_wheel", "hinge", None),
+        ("caster", "ball", None),
     }
     assert {(a.kind, a.gain, a.ctrl_range, a.force_range) for a in base.actuators} == {
         ("velocity", 10.0, (-20.0, 20.0), (-8.0, 8.0))
@@ -144,7 +205,9 @@ def test_wheeled_base_has_velocity_wheels_and_a_caster():
 def test_gymnasium_ant_matches_its_file():
     ant = Embodiment.from_mjcf(GYM / "ant.xml")
     assert (ant.dof, ant.floating_base, len(ant.actuators)) == (14, True, 8)
-    assert {(a.kind, a.gear[0], a.ctrl_range) for a in ant.actuators} == {("motor", 150.0, (-1.0, 1.0))}
+    assert {(a.kind, a.gear[0], a.ctrl_range) for a in ant.actuators} == {
+        ("motor", 150.0, (-1.0, 1.0))
+    }
     hinges = [j for j in ant.joints if j.type == "hinge"]
     assert {(j.damping, j.armature) for j in hinges} == {(1.0, 1.0)}
     assert [j.range for j in hinges if j.name.startswith("hip")] == [radians(-30, 30)] * 4
@@ -172,11 +235,16 @@ def rewrite(root: ET.Element, rnd: random.Random) -> None:
     among their slots), actuators, sensors, tendons, URDF links and joints, and attributes. (Geom order
     changes compiled inertias in the last bits, which the descriptor's rounding absorbs.)"""
     for parent in root.iter():
-        for tags in ({"body"}, {"geom"}, {"site"}, {"link", "joint"} if parent.tag == "robot" else set()):
+        for tags in (
+            {"body"},
+            {"geom"},
+            {"site"},
+            {"link", "joint"} if parent.tag == "robot" else set(),
+        ):
             slots = [i for i, child in enumerate(parent) if child.tag in tags]
             moved = [parent[i] for i in slots]
             rnd.shuffle(moved)
-            for i, child in zip(slots, moved):
+            for i, child in zip(slots, moved, strict=True):
                 parent[i] = child
         if parent.tag in ("actuator", "sensor", "tendon"):
             children = list(parent)
@@ -190,7 +258,9 @@ def rewrite(root: ET.Element, rnd: random.Random) -> None:
 
 @settings(max_examples=12)
 @given(
-    name=st.sampled_from([*OWN_MJCF, "arm6.urdf", "gym:ant.xml", "gym:humanoid.xml", "gym:pusher.xml"]),
+    name=st.sampled_from(
+        [*OWN_MJCF, "arm6.urdf", "gym:ant.xml", "gym:humanoid.xml", "gym:pusher.xml"]
+    ),
     seed=st.integers(0, 2**32 - 1),
     indent=st.sampled_from(["", " ", "\t", "     "]),
     filename=st.text("abcdefgh_-0123456789", min_size=1, max_size=12),
@@ -204,7 +274,9 @@ def test_fingerprint_ignores_sibling_order_whitespace_and_file_name(name, seed, 
     if indent:
         ET.indent(tree, space=indent)
     with tempfile.TemporaryDirectory() as elsewhere:
-        shutil.copy(ROBOTS / "quadruped_defaults.xml", elsewhere)  # the include travels with its file
+        shutil.copy(
+            ROBOTS / "quadruped_defaults.xml", elsewhere
+        )  # the include travels with its file
         copy = Path(elsewhere) / f"{filename}{source.suffix}"
         tree.write(copy)
         rewritten = reader(copy)
@@ -215,24 +287,33 @@ def test_fingerprint_ignores_sibling_order_whitespace_and_file_name(name, seed, 
 def test_fingerprint_changes_with_the_body_but_not_with_names():
     text = (ROBOTS / "arm7.xml").read_text()
     original = Embodiment.from_mjcf(text)
-    assert Embodiment.from_mjcf(ROBOTS / "arm7.xml").fingerprint == original.fingerprint  # text or file
+    assert (
+        Embodiment.from_mjcf(ROBOTS / "arm7.xml").fingerprint == original.fingerprint
+    )  # text or file
     renamed = Embodiment.from_mjcf(text.replace('"j1"', '"shoulder"').replace('"link3"', '"upper"'))
     assert renamed.fingerprint == original.fingerprint and renamed.to_dict() != original.to_dict()
     for change in [
         ('name="j1" axis="0 0 1" range="-166 166"', 'name="j1" axis="0 0 1" range="-160 166"'),
-        ('mass="2.5" diaginertia="0.03 0.03 0.008"/>\n            <geom', 'mass="2.6" diaginertia="0.03 0.03 0.008"/>'),
+        (
+            'mass="2.5" diaginertia="0.03 0.03 0.008"/>\n            <geom',
+            'mass="2.6" diaginertia="0.03 0.03 0.008"/>',
+        ),
         ('<body name="link4" pos="0 0 0.2">', '<body name="link4" pos="0 0 0.21">'),
         ('<jointpos name="j4_pos" joint="j4"/>', ""),
         ('kp="50"', 'kp="60"'),
     ]:
         assert change[0] in text
-        assert Embodiment.from_mjcf(text.replace(*change, 1)).fingerprint != original.fingerprint, change
+        assert Embodiment.from_mjcf(text.replace(*change, 1)).fingerprint != original.fingerprint, (
+            change
+        )
 
 
 def test_fingerprints_tell_the_robots_apart():
     files = [ROBOTS / name for name in [*OWN_MJCF, "arm6.urdf"]] + GYM_MODELS
     fingerprints = {
-        path.name: (load(path.name) if path.parent == ROBOTS else Embodiment.from_mjcf(path)).fingerprint
+        path.name: (
+            load(path.name) if path.parent == ROBOTS else Embodiment.from_mjcf(path)
+        ).fingerprint
         for path in files
     }
     # gymnasium ships walker2d twice with identical bodies (v5 changes only friction); all else differ
@@ -258,10 +339,12 @@ def shuffled(data: dict, rnd: random.Random) -> dict:
         ready += [c for c, b in enumerate(bodies) if b["parent"] == i]
     new_body = {old: new for new, old in enumerate(order)} | {-1: -1}
     joint_order = list(range(len(joints)))
-    rnd.shuffle(joint_order)  # any interleaving of bodies, but a body's own joints keep their (kinematic) order
+    rnd.shuffle(
+        joint_order
+    )  # any interleaving of bodies, but a body's own joints keep their (kinematic) order
     for body in {j["body"] for j in joints}:
         slots = [i for i, j in enumerate(joint_order) if joints[j]["body"] == body]
-        for slot, j in zip(slots, sorted(joint_order[i] for i in slots)):
+        for slot, j in zip(slots, sorted(joint_order[i] for i in slots), strict=True):
             joint_order[slot] = j
     new_joint = {old: new for new, old in enumerate(joint_order)}
 
@@ -274,7 +357,13 @@ def shuffled(data: dict, rnd: random.Random) -> dict:
         "bodies": [moved(bodies[i], parent=new_body[bodies[i]["parent"]]) for i in order],
         "joints": [moved(joints[j], body=new_body[joints[j]["body"]]) for j in joint_order],
         "actuators": [
-            moved(a, target=[(new_joint if a["transmission"] in JOINT_TARGETS else new_body)[t] for t in a["target"]])
+            moved(
+                a,
+                target=[
+                    (new_joint if a["transmission"] in JOINT_TARGETS else new_body)[t]
+                    for t in a["target"]
+                ],
+            )
             for a in data["actuators"]
         ],
         "sites": [moved(s, body=new_body[s["body"]]) for s in data["sites"]],
@@ -298,7 +387,11 @@ def test_dict_round_trips_through_json(name):
     original = load(name)
     data = original.to_dict()
     assert Embodiment.from_dict(json.loads(json.dumps(data))).to_dict() == data
-    assert (data["dof"], data["mass"], data["fingerprint"]) == (original.dof, original.mass, original.fingerprint)
+    assert (data["dof"], data["mass"], data["fingerprint"]) == (
+        original.dof,
+        original.mass,
+        original.fingerprint,
+    )
 
 
 def test_descriptors_stay_small():
@@ -347,7 +440,10 @@ BAD_FILES = {
         "MuJoCo cannot compile it",
     ),
     "missing_include.xml": ('<mujoco><include file="nowhere.xml"/></mujoco>', "nowhere.xml"),
-    "no_joints.xml": ('<mujoco><worldbody><body><geom size=".1"/></body></worldbody></mujoco>', "no joints"),
+    "no_joints.xml": (
+        '<mujoco><worldbody><body><geom size=".1"/></body></worldbody></mujoco>',
+        "no joints",
+    ),
     "massless.xml": (
         '<mujoco><worldbody><body><joint/><geom size=".1" mass="0"/></body></worldbody></mujoco>',
         "MuJoCo cannot compile it",
@@ -394,8 +490,10 @@ def test_a_hand_edited_embodiment_round_trips():
     """to_dict canonicalizes again, so an Embodiment changed with dataclasses.replace reads back."""
     arm = load("arm7.xml")
     joint = arm.joints[0]
-    edited = dataclasses.replace(arm, joints=(dataclasses.replace(joint, damping=joint.damping * 1.2345678901),
-                                              *arm.joints[1:]))
+    edited = dataclasses.replace(
+        arm,
+        joints=(dataclasses.replace(joint, damping=joint.damping * 1.2345678901), *arm.joints[1:]),
+    )
     back = Embodiment.from_dict(edited.to_dict())
     assert back.fingerprint != arm.fingerprint
     assert Embodiment.from_dict(back.to_dict()) == back

@@ -15,11 +15,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from knowledge._embodiment import Embodiment
-from knowledge._encoders import FEATURES, EmbeddingSpace, Encoder, FeatureEncoder, morphology_features
+from knowledge._encoders import (
+    FEATURES,
+    EmbeddingSpace,
+    Encoder,
+    FeatureEncoder,
+    morphology_features,
+)
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
 GYM = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets"
-OWN = ["arm7.xml", "arm6.urdf", "gripper.xml", "quadruped.xml", "humanoid_small.xml", "wheeled_base.xml"]
+OWN = [
+    "arm7.xml",
+    "arm6.urdf",
+    "gripper.xml",
+    "quadruped.xml",
+    "humanoid_small.xml",
+    "wheeled_base.xml",
+]
 
 
 def load(name: str) -> Embodiment:
@@ -51,12 +64,16 @@ def test_vectors_are_finite_float32_and_deterministic(name):
     assert np.isfinite(vector).all()
     weights = np.array([w for _, w in FEATURES], np.float32)
     assert ((vector >= 0) & (vector <= 1.5 * weights)).all()  # each feature roughly in [0, 1]
-    assert np.array_equal(vector, FeatureEncoder().encode(Embodiment.from_dict(ALL[name].to_dict())))
+    assert np.array_equal(
+        vector, FeatureEncoder().encode(Embodiment.from_dict(ALL[name].to_dict()))
+    )
 
 
 def test_encode_many_stacks_encode():
     bodies = list(ALL.values())
-    assert np.array_equal(encoder.encode_many(bodies), np.stack([encoder.encode(b) for b in bodies]))
+    assert np.array_equal(
+        encoder.encode_many(bodies), np.stack([encoder.encode(b) for b in bodies])
+    )
     assert encoder.encode_many([]).shape == (0, encoder.dim)
 
 
@@ -67,7 +84,8 @@ def permuted(e: Embodiment, rnd: random.Random) -> Embodiment:
     rnd.shuffle(order)
     new = {old: i for i, old in enumerate(order)}
     actuators = [
-        dataclasses.replace(a, target=tuple(new[t] for t in a.target)) if a.moves_joints else a for a in e.actuators
+        dataclasses.replace(a, target=tuple(new[t] for t in a.target)) if a.moves_joints else a
+        for a in e.actuators
     ]
     sites, sensors = list(e.sites), list(e.sensors)
     for part in (actuators, sites, sensors):
@@ -89,19 +107,31 @@ def test_features_of_the_7dof_arm_by_hand():
     assert features["floating_base"] == 0.0
     assert features["dof"] == pytest.approx(math.log(8) / math.log(65))
     assert features["end_effectors"] == pytest.approx(math.log(2) / math.log(17))
-    assert features["chain_depth"] == pytest.approx(math.log(8) / math.log(17))  # 7 jointed links to the hand
-    assert (features["hinge_fraction"], features["actuated_fraction"], features["position_fraction"]) == (1.0, 1.0, 1.0)
+    assert features["chain_depth"] == pytest.approx(
+        math.log(8) / math.log(17)
+    )  # 7 jointed links to the hand
+    assert (
+        features["hinge_fraction"],
+        features["actuated_fraction"],
+        features["position_fraction"],
+    ) == (1.0, 1.0, 1.0)
     assert features["mass"] == pytest.approx((math.log10(19.0) + 2) / 5)
     assert features["reach"] == pytest.approx((math.log10(1.2) + 2) / 3)
     assert features["base_mass_fraction"] == pytest.approx(4 / 19)
-    assert features["strength"] == pytest.approx(math.log1p((4 * 87 + 3 * 12) / 7) / math.log1p(1000))
+    assert features["strength"] == pytest.approx(
+        math.log1p((4 * 87 + 3 * 12) / 7) / math.log1p(1000)
+    )
     assert features["force_torque_sensors"] == pytest.approx(math.log(3) / math.log(9))
 
 
 def test_urdf_effort_limits_count_as_actuation():
     features = morphology_features(ALL["arm6.urdf"])  # MuJoCo makes no actuators from URDF
-    assert features["actuated_fraction"] == pytest.approx(5 / 6)  # every joint but the continuous wrist_3
-    assert features["strength"] == pytest.approx(math.log1p((3 * 150 + 2 * 28) / 5) / math.log1p(1000))
+    assert features["actuated_fraction"] == pytest.approx(
+        5 / 6
+    )  # every joint but the continuous wrist_3
+    assert features["strength"] == pytest.approx(
+        math.log1p((3 * 150 + 2 * 28) / 5) / math.log1p(1000)
+    )
 
 
 def test_like_bodies_are_near():
@@ -109,9 +139,14 @@ def test_like_bodies_are_near():
     assert distance("arm7.xml", "arm6.urdf") < min(distance("arm7.xml", other) for other in others)
     assert distance("gym:ant.xml", "quadruped.xml") < distance("gym:ant.xml", "arm7.xml")
     assert distance("gym:humanoid.xml", "humanoid_small.xml") < min(
-        distance("gym:humanoid.xml", other) for other in ["arm7.xml", "arm6.urdf", "gripper.xml", "wheeled_base.xml"]
+        distance("gym:humanoid.xml", other)
+        for other in ["arm7.xml", "arm6.urdf", "gripper.xml", "wheeled_base.xml"]
     )
-    assert distance("gym:humanoid.xml", "gym:humanoidstandup.xml") < 0.1 < distance("gym:humanoid.xml", "gym:ant.xml")
+    assert (
+        distance("gym:humanoid.xml", "gym:humanoidstandup.xml")
+        < 0.1
+        < distance("gym:humanoid.xml", "gym:ant.xml")
+    )
     assert distance("gym:walker2d.xml", "gym:walker2d_v5.xml") == 0.0
 
 

@@ -87,7 +87,9 @@ def test_checkpoint_kind():
 @st.composite
 def envelope_fields(draw):
     kind = draw(st.sampled_from(Kind))
-    seq = draw(st.integers(1, (1 << 63) - 1))  # seqs are signed 64-bit in every store: larger ones are refused
+    seq = draw(
+        st.integers(1, (1 << 63) - 1)
+    )  # seqs are signed 64-bit in every store: larger ones are refused
     if kind is Kind.UPDATE and seq == 1:
         prev = ZERO_HASH
     elif kind is Kind.UPDATE:
@@ -108,7 +110,12 @@ def test_seal_decode_round_trip(fields, identity):
     got = decode(env.raw, max_bytes=len(env.raw))
     assert got == env
     assert (got.kind, got.author, got.seq, got.prev, got.hlc, got.update) == (
-        kind, identity.public_key, seq, prev, hlc, update,
+        kind,
+        identity.public_key,
+        seq,
+        prev,
+        hlc,
+        update,
     )
     assert got.kind is kind
     assert got.raw == env.raw and got.hash == hashlib.sha256(env.raw).digest()

@@ -101,7 +101,9 @@ def test_write_is_one_transaction():
 @settings(max_examples=40)
 @given(
     st.lists(
-        st.dictionaries(st.sampled_from("abcdef"), st.none() | st.text(max_size=10), min_size=1, max_size=4),
+        st.dictionaries(
+            st.sampled_from("abcdef"), st.none() | st.text(max_size=10), min_size=1, max_size=4
+        ),
         min_size=1,
         max_size=8,
     )
@@ -190,7 +192,10 @@ def _rewrite(writer: Feed, changes: dict[str, str | None]) -> bytes:
     doc.apply_update(writer.state())
     before = doc.get_state()
     for key, text in changes.items():
-        root = doc.get(IMMUTABLE_MAP if key.startswith(("skill/", "cert/", "revoke/")) else RECORDS_MAP, type=Map)
+        root = doc.get(
+            IMMUTABLE_MAP if key.startswith(("skill/", "cert/", "revoke/")) else RECORDS_MAP,
+            type=Map,
+        )
         if text is None:
             del root[key]
         else:
@@ -237,7 +242,9 @@ def test_a_refused_check_leaves_no_trace():
     writer = Feed(AUTHOR)
     u1, _ = writer.write({SKILL_KEY: "s"})
     replica = _replica_with(writer, u1)
-    u2 = _rewrite(writer, {SKILL_KEY: None, CERT_KEY: "c"})  # deletes one immutable record, adds another
+    u2 = _rewrite(
+        writer, {SKILL_KEY: None, CERT_KEY: "c"}
+    )  # deletes one immutable record, adds another
     assert replica.check(parse_update(u2)) is not None
     honest = Feed(AUTHOR)
     honest.apply(u1)
@@ -335,7 +342,9 @@ def test_client_ids_decode_var_uints_of_every_width(client_id):
     assert client_ids(doc.get_update()) == {client_id}
 
 
-@pytest.mark.parametrize("garbage", [b"", b"\xff\xff\xff", b"\x01\x01\x05\x00\x28\x01", b"not an update"])
+@pytest.mark.parametrize(
+    "garbage", [b"", b"\xff\xff\xff", b"\x01\x01\x05\x00\x28\x01", b"not an update"]
+)
 def test_client_ids_of_garbage_raise_malformed_update(garbage):
     with pytest.raises(MalformedUpdate):
         parse_update(garbage)
@@ -350,7 +359,9 @@ def test_client_ids_refuse_trailing_bytes():
 @settings(max_examples=40)
 @given(
     st.lists(
-        st.dictionaries(st.sampled_from("abcdef"), st.none() | st.text(max_size=10), min_size=1, max_size=4),
+        st.dictionaries(
+            st.sampled_from("abcdef"), st.none() | st.text(max_size=10), min_size=1, max_size=4
+        ),
         min_size=1,
         max_size=8,
     )
@@ -456,11 +467,15 @@ def test_a_full_state_crossing_the_next_clock_continues_from_the_item_before_it(
     u1, _ = writer.write({SKILL_KEY: "s"})
     replica = _held(u1)
     c = replica.client_id
-    crossing = _var(1) + _var(1) + _var(c) + _var(0) + b"\x00" + _var(2) + _var(0)  # GC of clocks 0..1
+    crossing = (
+        _var(1) + _var(1) + _var(c) + _var(0) + b"\x00" + _var(2) + _var(0)
+    )  # GC of clocks 0..1
     reason = _refusal(replica, crossing)
     assert reason is not None and "immutable record at clock 0" in reason
     assert replica.next_clock == 1
-    ends_early = _var(1) + _var(1) + _var(c) + _var(0) + b"\x00" + _var(1) + _var(0)  # GC of clock 0 alone
+    ends_early = (
+        _var(1) + _var(1) + _var(c) + _var(0) + b"\x00" + _var(1) + _var(0)
+    )  # GC of clock 0 alone
     assert "not at its next clock 2" in _refusal(_held(u1, writer.write({"a": "1"})[0]), ends_early)
 
 
@@ -468,10 +483,25 @@ def test_dangling_origins_and_deletes_are_refused():
     writer = Feed(AUTHOR)
     u1, _ = writer.write({"a": "1"})
     replica, c = _held(u1), writer.client_id
-    dangling = _var(1) + _var(1) + _var(c) + _var(1) + b"\x88" + _var(c) + _var(5) + _var(1) + b"\x77\x01x" + _var(0)
-    with pytest.raises(MalformedUpdate, match="points at clock 5"):  # an item after a clock never written
+    dangling = (
+        _var(1)
+        + _var(1)
+        + _var(c)
+        + _var(1)
+        + b"\x88"
+        + _var(c)
+        + _var(5)
+        + _var(1)
+        + b"\x77\x01x"
+        + _var(0)
+    )
+    with pytest.raises(
+        MalformedUpdate, match="points at clock 5"
+    ):  # an item after a clock never written
         parse_update(dangling)
-    beyond = _var(0) + _var(1) + _var(c) + _var(1) + _var(1) + _var(1)  # deletes clock 1; the feed holds 0 only
+    beyond = (
+        _var(0) + _var(1) + _var(c) + _var(1) + _var(1) + _var(1)
+    )  # deletes clock 1; the feed holds 0 only
     assert "past the 1" in _refusal(replica, beyond)
     here = _var(0) + _var(1) + _var(c) + _var(1) + _var(0) + _var(1)  # deletes clock 0: held
     assert _refusal(replica, here) is None and replica.next_clock == 1
@@ -541,11 +571,32 @@ def test_the_part_of_an_immutable_insert_past_the_next_clock_is_frozen():
     replica = _held(forged.get_update())
     c = replica.client_id
     named = _var(1) + _var(len(IMMUTABLE_MAP)) + IMMUTABLE_MAP.encode() + _var(1) + b"k"
-    crossing = _var(1) + _var(1) + _var(c) + _var(0) + b"\x28" + named + _var(2) + b"\x77\x01p\x77\x01q" + _var(0)
+    crossing = (
+        _var(1)
+        + _var(1)
+        + _var(c)
+        + _var(0)
+        + b"\x28"
+        + named
+        + _var(2)
+        + b"\x77\x01p\x77\x01q"
+        + _var(0)
+    )
     assert _refusal(replica, crossing) is None and replica.next_clock == 2
     replica.apply(crossing)
     assert replica.get(SKILL_KEY) == "q"  # now shown, from the immutable root
-    overwrite = _var(1) + _var(1) + _var(c) + _var(2) + b"\x88" + _var(c) + _var(1) + _var(1) + b"\x77\x01r" + _var(0)
+    overwrite = (
+        _var(1)
+        + _var(1)
+        + _var(c)
+        + _var(2)
+        + b"\x88"
+        + _var(c)
+        + _var(1)
+        + _var(1)
+        + b"\x77\x01r"
+        + _var(0)
+    )
     assert "immutable record at clock 1" in _refusal(replica, overwrite)
 
 

@@ -26,7 +26,10 @@ def sync(a, b):
     for _ in range(3):
         b.ingest(a.envelopes_since(b.heads(), limit=10_000))
         a.ingest(b.envelopes_since(a.heads(), limit=10_000))
-        for device, site in ((a, b), (b, a)):  # a device takes its own site's heads as the word on its feed
+        for device, site in (
+            (a, b),
+            (b, a),
+        ):  # a device takes its own site's heads as the word on its feed
             if device.policy.device_of == site.identity.public_key:
                 device.learn_site_heads(site.heads())
 
@@ -56,7 +59,9 @@ def test_sites_holding_different_envelopes_at_one_seq_both_find_the_fork(tmp_pat
         assert site.heads()[key.public_key_hex].equivocated_at == 2
         assert [s.name for s in site.skills.list()] == ["common"]
     assert one.snapshot() == two.snapshot()
-    third = open_site(trust=[key.public_key])  # a site that saw neither branch learns of the fork too
+    third = open_site(
+        trust=[key.public_key]
+    )  # a site that saw neither branch learns of the fork too
     sync(one, third)
     assert third.equivocations() == [(key.public_key_hex, 2)]
 
@@ -67,7 +72,9 @@ def test_a_site_behind_on_a_forked_feed_finds_the_fork(tmp_path):
     one, two = open_site(trust=[key.public_key]), open_site(trust=[key.public_key])
     one.ingest(first.envelopes_since({}))
     two.ingest(second.envelopes_since({}))
-    sync(one, two)  # one holds seq 2, two seq 3: two's answer to one's head must show its envelope 2
+    sync(
+        one, two
+    )  # one holds seq 2, two seq 3: two's answer to one's head must show its envelope 2
     for site in (one, two):
         assert site.equivocations() == [(key.public_key_hex, 2)]
 
@@ -84,17 +91,27 @@ def test_a_checkpoint_whose_state_is_not_its_history_is_an_equivocation(tmp_path
     forger.maps["m"].observe((1, 1), "not a mug", confidence=0.5)
     other_state = forger._feeds[key.public_key].state()
     head = writer.heads()[key.public_key_hex]
-    forged = seal(key, Kind.CHECKPOINT, head.seq, bytes.fromhex(head.hash), writer._feeds[key.public_key].hlc,
-                  other_state)
+    forged = seal(
+        key,
+        Kind.CHECKPOINT,
+        head.seq,
+        bytes.fromhex(head.hash),
+        writer._feeds[key.public_key].hlc,
+        other_state,
+    )
     report = honest.ingest([forged.raw])
-    assert report.reasons() == ["checkpoint_conflict"] and "state differs" in report.rejected[0].detail
+    assert (
+        report.reasons() == ["checkpoint_conflict"] and "state differs" in report.rejected[0].detail
+    )
     assert honest.equivocations() == [(key.public_key_hex, head.seq)]
     assert honest.snapshot()["equivocators"] == [key.public_key_hex]
     assert honest.heads()[key.public_key_hex].seq == head.seq - 1  # the feed stops before the fork
     genuine = writer.checkpoint()
     fresh = open_site(trust=[key.public_key])
     fresh.ingest(writer.envelopes_since({}))
-    assert fresh.ingest([genuine.raw]).duplicates == 1  # the author's real checkpoint agrees with its history
+    assert (
+        fresh.ingest([genuine.raw]).duplicates == 1
+    )  # the author's real checkpoint agrees with its history
     assert fresh.equivocations() == []
 
 
@@ -119,7 +136,9 @@ def test_a_reflashed_device_learns_its_feed_back_before_it_writes(tmp_path):
     old = open_site(robot, policy=policy, path=tmp_path / "old.db")
     root.delegate(robot.public_key, ["publish"])
     with pytest.raises(NotAuthorizedError, match="sync with its site first"):
-        old.skills.publish("before any sync", "pick")  # a device's empty store may be a re-flashed robot's
+        old.skills.publish(
+            "before any sync", "pick"
+        )  # a device's empty store may be a re-flashed robot's
     sync(root, old)
     for i in range(3):
         old.skills.publish(f"skill-{i}", "pick")
@@ -127,7 +146,9 @@ def test_a_reflashed_device_learns_its_feed_back_before_it_writes(tmp_path):
     old.close()
 
     new = open_site(robot, policy=policy, path=tmp_path / "new.db")  # same key, empty store
-    new.ingest(root.envelopes_since(new.heads(), limit=2))  # a first page: the delegation and one envelope
+    new.ingest(
+        root.envelopes_since(new.heads(), limit=2)
+    )  # a first page: the delegation and one envelope
     new.learn_site_heads(root.heads())  # its site holds more of its own feed than this store
     with pytest.raises(NotAuthorizedError, match="learn the feed back"):
         new.skills.publish("would fork", "pick")
@@ -156,9 +177,15 @@ def test_a_checkpoint_ahead_of_the_held_feed_must_continue_it(tmp_path):
     site.ingest(first.envelopes_since({}))  # holds 1, 2a
     forged = second.checkpoint()  # seq 3 of the other history: other content at the clocks of 2a
     report = site.ingest([forged.raw])
-    assert report.reasons() == ["checkpoint_conflict"] and "lacks or changes" in report.rejected[0].detail
+    assert (
+        report.reasons() == ["checkpoint_conflict"]
+        and "lacks or changes" in report.rejected[0].detail
+    )
     assert site.equivocations() == [(key.public_key_hex, 3)]
-    assert sorted(s.name for s in site.skills.list()) == ["branch-a", "common"]  # nothing taken from it
+    assert sorted(s.name for s in site.skills.list()) == [
+        "branch-a",
+        "common",
+    ]  # nothing taken from it
 
     first.skills.publish("branch-a-more", "pick")
     honest = open_site(trust=[key.public_key])
@@ -186,8 +213,14 @@ def test_a_key_that_forks_at_two_seqs_leaves_every_site_at_the_earlier_fork():
     a, c = open_site(trust=[key.public_key]), open_site(trust=[key.public_key])
     a.ingest(x.envelopes_since({})), a.ingest(z.envelopes_since(a.heads()))  # a finds the fork at 5
     c.ingest(y.envelopes_since({})), c.ingest(x.envelopes_since(c.heads()))  # c finds the fork at 3
-    assert a.heads()[key.public_key_hex].equivocated_at == 5 and c.heads()[key.public_key_hex].equivocated_at == 3
+    assert (
+        a.heads()[key.public_key_hex].equivocated_at == 5
+        and c.heads()[key.public_key_hex].equivocated_at == 3
+    )
     sync(a, c)
     for site in (a, c):
-        assert site.heads()[key.public_key_hex].seq == 2 and site.heads()[key.public_key_hex].equivocated_at == 3
+        assert (
+            site.heads()[key.public_key_hex].seq == 2
+            and site.heads()[key.public_key_hex].equivocated_at == 3
+        )
     assert a.snapshot() == c.snapshot()

@@ -78,7 +78,9 @@ def test_from_seed_is_deterministic():
     assert Identity.from_seed(seed).public_key != Identity.from_seed(bytes(32)).public_key
 
 
-@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o644, 0o620, 0o602, 0o610, 0o601, 0o700 | 0o040])
+@pytest.mark.parametrize(
+    "mode", [0o640, 0o604, 0o660, 0o644, 0o620, 0o602, 0o610, 0o601, 0o700 | 0o040]
+)
 def test_load_refuses_group_or_other_accessible_file(tmp_path, mode):
     path = tmp_path / "open.key"
     Identity.generate().save(path)
@@ -106,7 +108,12 @@ def test_load_missing_file(tmp_path):
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"garbage", os.urandom(200), b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"],
+    [
+        b"",
+        b"garbage",
+        os.urandom(200),
+        b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    ],
     ids=["empty", "text", "random", "broken-pem"],
 )
 def test_load_garbage(tmp_path, data):

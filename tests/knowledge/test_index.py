@@ -27,7 +27,7 @@ def brute_force(vectors: dict[str, np.ndarray], query: np.ndarray, metric: str) 
     else:
         norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(q)
         distances = 1.0 - np.divide(matrix @ q, norms, out=np.zeros(len(matrix)), where=norms > 0)
-    return dict(zip(vectors, distances.tolist()))
+    return dict(zip(vectors, distances.tolist(), strict=True))
 
 
 def assert_exact(hits: list[Hit], truth: dict[str, float], k: int) -> None:
@@ -79,7 +79,7 @@ def test_exact_index_returns_the_brute_force_answer(n, dim, k, seed, grid, metri
     index = filled(vectors, metric)
     queries = np.random.default_rng(seed + 1).standard_normal((3, dim)).astype(np.float32)
     assert index.kind == "exact"
-    for query, many in zip(queries, index.search_many(queries, k)):
+    for query, many in zip(queries, index.search_many(queries, k), strict=True):
         truth = brute_force(vectors, query, metric)
         assert_exact(index.search(query, k), truth, k)
         assert_exact(many, truth, k)
@@ -100,7 +100,11 @@ def test_filtered_search_never_leaves_the_allowed_set(n, k, seed, share, grid, f
     index = filled(vectors, approximate_above=n // 2 if approximate else 10_000)
     rnd = np.random.default_rng(seed)
     allowed = {s for s in vectors if rnd.random() < share} | {"never-added"}
-    given_as = {"selection": index.select(allowed), "set": allowed, "predicate": allowed.__contains__}[form]
+    given_as = {
+        "selection": index.select(allowed),
+        "set": allowed,
+        "predicate": allowed.__contains__,
+    }[form]
     query = rnd.standard_normal(6).astype(np.float32)
     truth = brute_force(vectors, query, "l2")
     hits = index.search(query, k, allowed=given_as)
@@ -121,10 +125,16 @@ def test_a_selection_follows_later_changes():
     index.add(["later"], [query + 0.01])  # selected before it arrived
     active.discard("skill-1")
     active.add("skill-3")
-    assert {h.skill_id for h in index.search(query, 5, allowed=active)} == {"later", "skill-2", "skill-3"}
+    assert {h.skill_id for h in index.search(query, 5, allowed=active)} == {
+        "later",
+        "skill-2",
+        "skill-3",
+    }
     index.remove(["skill-2"])
     assert {h.skill_id for h in index.search(query, 5, allowed=active)} == {"later", "skill-3"}
-    assert "skill-2" in active and len(active) == 3 and set(active) == {"later", "skill-2", "skill-3"}
+    assert (
+        "skill-2" in active and len(active) == 3 and set(active) == {"later", "skill-2", "skill-3"}
+    )
     others = index.select(["skill-3", "skill-4"])
     assert set(active & others) == {"skill-3"}
     assert set(active | others) == {"later", "skill-2", "skill-3", "skill-4"}
@@ -150,7 +160,7 @@ class IndexMachine(RuleBasedStateMachine):
         ids = [f"s{fresh + i}" for i in range(count)]
         vectors = self.rng.integers(-4, 5, (count, 5)).astype(np.float32) / 2
         self.index.add(ids, vectors)
-        self.model.update(zip(ids, vectors))
+        self.model.update(zip(ids, vectors, strict=True))
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
@@ -256,7 +266,9 @@ def test_filters_find_far_skills_even_when_most_of_the_selection_is_not_held(thr
     allowed = index.select([*far, *(f"future-{i}" for i in range(20_000))])
     for given_as in (allowed, set(allowed), allowed.__contains__):
         hits = index.search(query, 10, allowed=given_as)
-        expected = sorted(far, key=lambda s: float(np.linalg.norm(vectors[int(s[1:])] - query)))[:10]
+        expected = sorted(far, key=lambda s: float(np.linalg.norm(vectors[int(s[1:])] - query)))[
+            :10
+        ]
         assert [h.skill_id for h in hits] == expected
 
 
@@ -268,11 +280,18 @@ def test_save_and_load(tmp_path, caplog):
     index.save(path)
     loaded = SkillIndex.load(path, index.space)
     assert loaded is not None
-    assert (loaded.kind, len(loaded), set(loaded.ids()), loaded.recall) == ("ivf", 298, set(index.ids()), index.recall)
+    assert (loaded.kind, len(loaded), set(loaded.ids()), loaded.recall) == (
+        "ivf",
+        298,
+        set(index.ids()),
+        index.recall,
+    )
     query = vectors["skill-5"]
     assert loaded.search(query, 10) == index.search(query, 10)
     assert SkillIndex.load(tmp_path / "missing.index", index.space) is None
-    assert SkillIndex.load(path, EmbeddingSpace("test", "2", 8)) is None  # the encoder changed: rebuild
+    assert (
+        SkillIndex.load(path, EmbeddingSpace("test", "2", 8)) is None
+    )  # the encoder changed: rebuild
     path.write_bytes(path.read_bytes()[:-100])
     with caplog.at_level(logging.WARNING, logger="knowledge._index"):
         assert SkillIndex.load(path, index.space) is None
@@ -331,17 +350,23 @@ def test_threads_can_add_remove_and_search_at_once():
         rng = np.random.default_rng(99)
         try:
             for _ in range(200):
-                hits = index.search(rng.standard_normal(4), 5, allowed=lambda s: s.endswith(("-5", "-6")))
+                hits = index.search(
+                    rng.standard_normal(4), 5, allowed=lambda s: s.endswith(("-5", "-6"))
+                )
                 assert [h.distance for h in hits] == sorted(h.distance for h in hits)
                 assert all(h.skill_id.endswith(("-5", "-6")) for h in hits)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)] + [threading.Thread(target=reader)]
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)] + [
+        threading.Thread(target=reader)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert errors == []
-    assert set(index.ids()) == {f"w{w}-{step}-{i}" for w in range(3) for step in range(40) for i in range(5, 10)}
+    assert set(index.ids()) == {
+        f"w{w}-{step}-{i}" for w in range(3) for step in range(40) for i in range(5, 10)
+    }
     assert index.kind == "ivf"

@@ -28,11 +28,27 @@ from knowledge._records import canonical_json, content_id
 
 REASONS = {
     # decoding
-    "malformed", "truncated", "too_large", "unsupported_version",
+    "malformed",
+    "truncated",
+    "too_large",
+    "unsupported_version",
     # checks on a decoded envelope
-    "equivocating_author", "bad_signature", "checkpoint_conflict", "gap", "unknown_writer", "unauthorized",
-    "revoked_writer", "delegation_expired", "broken_chain", "clock_regressed", "clock_skew", "malformed_update",
-    "foreign_client_id", "modifies_immutable_record", "oversized_record", "record_clock_ahead",
+    "equivocating_author",
+    "bad_signature",
+    "checkpoint_conflict",
+    "gap",
+    "unknown_writer",
+    "unauthorized",
+    "revoked_writer",
+    "delegation_expired",
+    "broken_chain",
+    "clock_regressed",
+    "clock_skew",
+    "malformed_update",
+    "foreign_client_id",
+    "modifies_immutable_record",
+    "oversized_record",
+    "record_clock_ahead",
 }
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -40,11 +56,15 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def open_site(identity: Identity | None = None, *, trust=(), clock=None, limits=None, path=":memory:"):
+def open_site(
+    identity: Identity | None = None, *, trust=(), clock=None, limits=None, path=":memory:"
+):
     policy = TrustPolicy()
     for key in trust:
         policy = policy.with_root(key)
-    return knowledge.open(path, identity or Identity.generate(), policy=policy, clock=clock, limits=limits)
+    return knowledge.open(
+        path, identity or Identity.generate(), policy=policy, clock=clock, limits=limits
+    )
 
 
 def state(kb: knowledge.KnowledgeBase):
@@ -54,7 +74,10 @@ def state(kb: knowledge.KnowledgeBase):
 
 def check_report(report: knowledge.IngestReport, n_inputs: int) -> None:
     """Every input is accounted for exactly once; every rejection names a known reason and explains it."""
-    assert len(report.accepted) + report.duplicates + len(report.rejected) + len(report.equivocations) == n_inputs
+    assert (
+        len(report.accepted) + report.duplicates + len(report.rejected) + len(report.equivocations)
+        == n_inputs
+    )
     for rejection in report.rejected:
         assert isinstance(rejection, Rejection)
         assert rejection.reason in REASONS, rejection
@@ -88,7 +111,9 @@ class Writer:
     def __init__(self, kb: knowledge.KnowledgeBase) -> None:
         self.kb = kb
         self.identity = kb.identity
-        self.replica = Feed(self.identity.public_key)  # the writer's Doc, to continue its client's clocks
+        self.replica = Feed(
+            self.identity.public_key
+        )  # the writer's Doc, to continue its client's clocks
         self.last: Envelope | None = None
         self.sent = 0
 
@@ -101,8 +126,16 @@ class Writer:
             self.last, self.sent = env, env.seq
         return raws
 
-    def forge(self, update: bytes, *, hlc: int | None = None, prev: bytes | None = None, seq: int | None = None,
-              identity: Identity | None = None, kind: Kind = Kind.UPDATE) -> bytes:
+    def forge(
+        self,
+        update: bytes,
+        *,
+        hlc: int | None = None,
+        prev: bytes | None = None,
+        seq: int | None = None,
+        identity: Identity | None = None,
+        kind: Kind = Kind.UPDATE,
+    ) -> bytes:
         assert self.last is not None
         return seal(
             identity or self.identity,
@@ -149,14 +182,28 @@ def now_hlc() -> int:
         (lambda raw: bytes(400), "unsupported_version"),
         (lambda raw: b"\x01\x07" + raw[2:], "malformed"),  # unknown kind
         (lambda raw: raw + b"\x00", "malformed"),  # trailing byte
-        (lambda raw: raw[:82] + b"\x00\x00\x00\x00" + raw[86:], "malformed"),  # length field too small
+        (
+            lambda raw: raw[:82] + b"\x00\x00\x00\x00" + raw[86:],
+            "malformed",
+        ),  # length field too small
         (lambda raw: raw[:34] + bytes(8) + raw[42:], "malformed"),  # seq 0
         (lambda raw: "a string, not bytes", "malformed"),
         (lambda raw: None, "malformed"),
         (lambda raw: 12345, "malformed"),
     ],
-    ids=["empty", "short", "149-zero-bytes", "zero-header", "kind", "trailing", "length", "seq0", "str", "none",
-         "int"],
+    ids=[
+        "empty",
+        "short",
+        "149-zero-bytes",
+        "zero-header",
+        "kind",
+        "trailing",
+        "length",
+        "seq0",
+        "str",
+        "none",
+        "int",
+    ],
 )
 def test_malformed_bytes(setup, make, reason):
     writer, receiver = setup
@@ -171,8 +218,18 @@ def test_truncated_envelope(setup):
     writer, receiver = setup
     writer.kb.skills.publish("walk", "locomotion")
     (raw,) = writer.envelopes()
-    cuts = [raw[:n] for n in (1, 50, HEADER_BYTES, HEADER_BYTES + 1, len(raw) // 2, len(raw) - SIGNATURE_BYTES,
-                              len(raw) - 1)]
+    cuts = [
+        raw[:n]
+        for n in (
+            1,
+            50,
+            HEADER_BYTES,
+            HEADER_BYTES + 1,
+            len(raw) // 2,
+            len(raw) - SIGNATURE_BYTES,
+            len(raw) - 1,
+        )
+    ]
     rejections = assert_refused(receiver, cuts, "truncated")
     assert [r.index for r in rejections] == list(range(len(cuts)))
     accept_all(receiver, [raw])  # the intact envelope is still welcome
@@ -183,7 +240,9 @@ def test_unsupported_version(setup):
     writer.kb.skills.publish("walk", "locomotion")
     (raw,) = writer.envelopes()
     body = bytes([2]) + raw[1:-SIGNATURE_BYTES]
-    resigned = body + writer.identity.sign(SIGNING_CONTEXT + body)  # a genuinely signed future envelope
+    resigned = body + writer.identity.sign(
+        SIGNING_CONTEXT + body
+    )  # a genuinely signed future envelope
     assert_refused(receiver, [bytes([2]) + raw[1:], resigned], "unsupported_version")
 
 
@@ -223,7 +282,9 @@ def test_resigned_by_a_different_key_claiming_the_author(setup):
 def test_new_envelope_signed_by_another_key_in_the_writers_name(setup):
     writer, receiver = setup
     mallory = Identity.generate()
-    forged2 = writer.forge(writer.next_update({"revoke/" + "ab" * 32: '{"v":1,"hlc":1}'}), identity=mallory)
+    forged2 = writer.forge(
+        writer.next_update({"revoke/" + "ab" * 32: '{"v":1,"hlc":1}'}), identity=mallory
+    )
     forged2 = forged2[:2] + writer.identity.public_key + forged2[34:]
     assert_refused(receiver, [forged2], "bad_signature")
 
@@ -320,7 +381,9 @@ def test_key_revocation_arriving_with_the_envelopes_in_one_batch():
     root.ingest(device.envelopes_since({}))
     root.revoke_key(device.identity.public_key, last_seq=1)
     receiver = open_site(trust=[root.identity.public_key])
-    report = receiver.ingest(device.envelopes_since({}) + root.envelopes_since({}, exclude={device.identity.public_key}))
+    report = receiver.ingest(
+        device.envelopes_since({}) + root.envelopes_since({}, exclude={device.identity.public_key})
+    )
     check_report(report, 4)
     assert "revoked_writer" in report.reasons()
     assert [s.id for s in receiver.skills.list()] == [first.id]
@@ -358,7 +421,9 @@ def test_forged_client_id(setup):
     writer, receiver = setup
     victim = Identity.generate().public_key
     _doc, records = _foreign_doc(victim)
-    records["cell/floor1/1,2"] = canonical_json({"v": 1, "hlc": 1, "value": "forged", "confidence": 1.0})
+    records["cell/floor1/1,2"] = canonical_json(
+        {"v": 1, "hlc": 1, "value": "forged", "confidence": 1.0}
+    )
     forged = writer.forge(_doc.get_update())
     (rejection,) = assert_refused(receiver, [forged], "foreign_client_id")
     assert str(client_id_for(victim)) in rejection.detail
@@ -370,14 +435,18 @@ def test_forged_client_id_in_an_incremental_update(setup):
     doc, records = _foreign_doc(Identity.generate().public_key)
     records["cell/floor1/9,9"] = canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 0.1})
     state_vector = doc.get_state()
-    records["cell/floor1/1,2"] = canonical_json({"v": 1, "hlc": 2, "value": "forged", "confidence": 1.0})
+    records["cell/floor1/1,2"] = canonical_json(
+        {"v": 1, "hlc": 2, "value": "forged", "confidence": 1.0}
+    )
     forged = writer.forge(doc.get_update(state_vector))
     assert_refused(receiver, [forged], "foreign_client_id")
 
 
 def test_forged_client_id_mixed_with_own_structs(setup):
     writer, receiver = setup
-    own = writer.next_update({"cell/floor1/3,3": canonical_json({"v": 1, "hlc": 5, "value": 1, "confidence": 0.5})})
+    own = writer.next_update(
+        {"cell/floor1/3,3": canonical_json({"v": 1, "hlc": 5, "value": 1, "confidence": 0.5})}
+    )
     doc, records = _foreign_doc(Identity.generate().public_key)
     records["cell/floor1/4,4"] = canonical_json({"v": 1, "hlc": 5, "value": 2, "confidence": 0.5})
     forged = writer.forge(merge_updates(own, doc.get_update()))
@@ -390,13 +459,17 @@ def test_signed_but_corrupt_update_is_rejected_not_raised(setup):
     a reason; pycrdt must not get to panic inside ingest."""
     writer, receiver = setup
     good = writer.next_update({"skill/x": '{"a":1}', "cell/m/1,2": '{"v":1}'})
-    marker = b"\x28\x01\x07records"  # the first struct: ContentAny (8) with a named parent "records"
+    marker = (
+        b"\x28\x01\x07records"  # the first struct: ContentAny (8) with a named parent "records"
+    )
     assert marker in good
     corrupt = good.replace(marker, b"\x26\x01\x07records", 1)  # now claims ContentFormat (6)
     assert_refused(receiver, [writer.forge(corrupt)], "malformed_update")
 
 
-@pytest.mark.parametrize("update", [b"\x00", b"\xff" * 8, b"\x01\x01\x05\x00\x28\x01", b"not a yjs update"])
+@pytest.mark.parametrize(
+    "update", [b"\x00", b"\xff" * 8, b"\x01\x01\x05\x00\x28\x01", b"not a yjs update"]
+)
 def test_signed_garbage_update(setup, update):
     writer, receiver = setup
     assert_refused(receiver, [writer.forge(update)], "malformed_update")
@@ -425,10 +498,17 @@ def test_signed_update_that_modifies_an_immutable_record(certified, target, acti
     """The writer itself signs an update that deletes or rewrites its skill, certificate or revocation
     (un-revoking a skill, withdrawing a certificate after the fact): refused, nothing changes."""
     writer, receiver, skill, cert = certified
-    key = {"skill": f"skill/{skill.id}", "cert": f"cert/{cert.id}", "revoke": f"revoke/{skill.id}"}[target]
-    text = None if action == "delete" else canonical_json({"v": 1, "hlc": 1, "reason": "changed my mind"})
-    (rejection,) = assert_refused(receiver, [writer.forge(writer.next_update({key: text}))],
-                                  "modifies_immutable_record")
+    key = {"skill": f"skill/{skill.id}", "cert": f"cert/{cert.id}", "revoke": f"revoke/{skill.id}"}[
+        target
+    ]
+    text = (
+        None
+        if action == "delete"
+        else canonical_json({"v": 1, "hlc": 1, "reason": "changed my mind"})
+    )
+    (rejection,) = assert_refused(
+        receiver, [writer.forge(writer.next_update({key: text}))], "modifies_immutable_record"
+    )
     assert rejection.detail
 
 
@@ -455,7 +535,9 @@ def test_origin_less_reinsert_of_an_immutable_key_does_not_replace_it(certified)
     doc = Doc(client_id=client_id_for(writer.identity.public_key))
     pad = doc.get(RECORDS_MAP, type=Map)
     with doc.transaction():
-        for i in range(next_clock(writer)):  # one clock per map entry: catch up with the writer's clock
+        for i in range(
+            next_clock(writer)
+        ):  # one clock per map entry: catch up with the writer's clock
             pad[f"cell/pad/{i}"] = "x"
     state_vector = doc.get_state()
     assert parse_clock(state_vector) == next_clock(writer)
@@ -494,7 +576,9 @@ def test_misplaced_record_is_reported_and_not_shown(setup):
     doc.apply(writer.replica.state())
     before = doc.doc.get_state()
     skill_id = receiver.skills.list()[0].id
-    doc.doc.get(RECORDS_MAP, type=Map)[f"revoke/{skill_id}"] = canonical_json({"v": 1, "hlc": 1, "reason": "x"})
+    doc.doc.get(RECORDS_MAP, type=Map)[f"revoke/{skill_id}"] = canonical_json(
+        {"v": 1, "hlc": 1, "reason": "x"}
+    )
     forged = writer.forge(doc.doc.get_update(before))
     snapshot = receiver.snapshot()
     report = accept_all(receiver, [forged])
@@ -545,13 +629,17 @@ def test_duplicated_envelopes(setup):
 
 def test_broken_chain(setup):
     writer, receiver = setup
-    update = writer.next_update({"cell/floor1/5,5": canonical_json({"v": 1, "hlc": 9, "value": 0, "confidence": 1})})
+    update = writer.next_update(
+        {"cell/floor1/5,5": canonical_json({"v": 1, "hlc": 9, "value": 0, "confidence": 1})}
+    )
     assert_refused(receiver, [writer.forge(update, prev=b"\x42" * 32)], "broken_chain")
 
 
 def test_clock_regressed(setup):
     writer, receiver = setup
-    update = writer.next_update({"cell/floor1/5,5": canonical_json({"v": 1, "hlc": 9, "value": 0, "confidence": 1})})
+    update = writer.next_update(
+        {"cell/floor1/5,5": canonical_json({"v": 1, "hlc": 9, "value": 0, "confidence": 1})}
+    )
     assert_refused(receiver, [writer.forge(update, hlc=writer.last.hlc)], "clock_regressed")
     assert_refused(receiver, [writer.forge(update, hlc=1)], "clock_regressed")
 
@@ -571,7 +659,9 @@ def test_oversized_envelope(setup):
 def test_oversized_checkpoint(setup):
     writer, _receiver = setup
     checkpoint = writer.kb.checkpoint().raw
-    newcomer = open_site(trust=[writer.identity.public_key], limits=Limits(max_checkpoint_bytes=len(checkpoint) - 1))
+    newcomer = open_site(
+        trust=[writer.identity.public_key], limits=Limits(max_checkpoint_bytes=len(checkpoint) - 1)
+    )
     assert_refused(newcomer, [checkpoint], "too_large")
     accept_all(open_site(trust=[writer.identity.public_key]), [checkpoint])
 
@@ -579,7 +669,9 @@ def test_oversized_checkpoint(setup):
 def test_envelope_limit_does_not_apply_to_checkpoints_and_vice_versa(setup):
     writer, _receiver = setup
     checkpoint = writer.kb.checkpoint().raw
-    newcomer = open_site(trust=[writer.identity.public_key], limits=Limits(max_envelope_bytes=len(checkpoint) - 1))
+    newcomer = open_site(
+        trust=[writer.identity.public_key], limits=Limits(max_envelope_bytes=len(checkpoint) - 1)
+    )
     accept_all(newcomer, [checkpoint])
 
 
@@ -609,21 +701,58 @@ def _bad_records(author_hex: str) -> dict[str, tuple[str, str, str]]:
     other_author = canonical_json({**SKILL_REC, "author": "cd" * 32})
     return {
         "skill-id-not-hash": ("skill/" + "ab" * 32, good_skill, "invalid_record"),
-        "skill-author-mismatch": ("skill/" + content_id(other_author), other_author, "invalid_record"),
-        "cell-confidence": ("cell/floor1/7,7", canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 1.5}),
-                            "invalid_record"),
-        "counter-negative": ("counter/" + "ab" * 32, canonical_json(
-            {"v": 1, "hlc": 1, "p": {"uses": -1, "successes": 0, "failures": 0},
-             "n": {"uses": 0, "successes": 0, "failures": 0}}), "invalid_record"),
-        "cert-successes": ("cert/" + content_id(c := canonical_json(
-            {"v": 1, "hlc": 1, "skill": "ab" * 32, "validator": author_hex, "branches": 4, "successes": 5,
-             "confidence": 0.95})), c, "invalid_record"),
+        "skill-author-mismatch": (
+            "skill/" + content_id(other_author),
+            other_author,
+            "invalid_record",
+        ),
+        "cell-confidence": (
+            "cell/floor1/7,7",
+            canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 1.5}),
+            "invalid_record",
+        ),
+        "counter-negative": (
+            "counter/" + "ab" * 32,
+            canonical_json(
+                {
+                    "v": 1,
+                    "hlc": 1,
+                    "p": {"uses": -1, "successes": 0, "failures": 0},
+                    "n": {"uses": 0, "successes": 0, "failures": 0},
+                }
+            ),
+            "invalid_record",
+        ),
+        "cert-successes": (
+            "cert/"
+            + content_id(
+                c := canonical_json(
+                    {
+                        "v": 1,
+                        "hlc": 1,
+                        "skill": "ab" * 32,
+                        "validator": author_hex,
+                        "branches": 4,
+                        "successes": 5,
+                        "confidence": 0.95,
+                    }
+                )
+            ),
+            c,
+            "invalid_record",
+        ),
         "not-json": ("revoke/" + "ab" * 32, "this is not json", "invalid_record"),
         "json-array": ("withdraw/" + "ab" * 32, "[1,2,3]", "invalid_record"),
-        "delegate-unknown-role": ("delegate/" + "ef" * 32, canonical_json({"v": 1, "hlc": 1, "roles": ["admin"]}),
-                                  "invalid_record"),
-        "bad-key": ("cell/bad map name/1", canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 0.5}),
-                    "invalid_key"),
+        "delegate-unknown-role": (
+            "delegate/" + "ef" * 32,
+            canonical_json({"v": 1, "hlc": 1, "roles": ["admin"]}),
+            "invalid_record",
+        ),
+        "bad-key": (
+            "cell/bad map name/1",
+            canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 0.5}),
+            "invalid_key",
+        ),
         "no-version": ("revoke/" + "ab" * 32, canonical_json({"hlc": 1}), "invalid_record"),
     }
 
@@ -641,21 +770,30 @@ def test_record_failing_schema_checks(setup, case):
     assert report.accepted == [(writer.identity.public_key_hex, 3)] and report.rejected == []
     assert receiver.heads()[writer.identity.public_key_hex].seq == 3
     # ... its record is reported and absent from the views.
-    assert [(i.author, i.key) for i in report.record_issues] == [(writer.identity.public_key_hex, key)]
+    assert [(i.author, i.key) for i in report.record_issues] == [
+        (writer.identity.public_key_hex, key)
+    ]
     assert report.record_issues[0].reason.startswith(reason + ":")
     assert receiver.snapshot() == snapshot
 
 
 def test_newer_schema_record_is_kept_and_forwarded(setup):
     writer, receiver = setup
-    future = canonical_json({"v": 2, "hlc": 1, "value": {"mesh": "..."}, "confidence": 0.9, "lod": 3})
+    future = canonical_json(
+        {"v": 2, "hlc": 1, "value": {"mesh": "..."}, "confidence": 0.9, "lod": 3}
+    )
     writer.kb._write({"cell/floor1/8,8": future, "hologram/abc": '{"v":1}'})
     (raw,) = writer.envelopes()
     snapshot = receiver.snapshot()
     report = accept_all(receiver, [raw])
-    assert sorted(i.reason.split(":")[0] for i in report.record_issues) == ["newer_schema", "unknown_type"]
+    assert sorted(i.reason.split(":")[0] for i in report.record_issues) == [
+        "newer_schema",
+        "unknown_type",
+    ]
     assert receiver.snapshot() == snapshot
-    assert raw in receiver.envelopes_since({})  # nothing dropped: an old site is no hole in the mesh
+    assert raw in receiver.envelopes_since(
+        {}
+    )  # nothing dropped: an old site is no hole in the mesh
     third = open_site(trust=[writer.identity.public_key])
     accept_all(third, receiver.envelopes_since({}))
     assert third.heads() == receiver.heads()
@@ -672,14 +810,17 @@ def test_clock_too_far_ahead():
     assert "ahead" in rejection.detail
     # A site whose policy accepts a larger offset takes it.
     lenient = knowledge.open(
-        ":memory:", Identity.generate(),
+        ":memory:",
+        Identity.generate(),
         policy=TrustPolicy(max_clock_offset_ms=120_000).with_root(ahead.identity.public_key),
     )
     accept_all(lenient, ahead.envelopes_since({}))
 
 
 def test_clock_skew_does_not_move_the_receivers_clock():
-    ahead = open_site(clock=HybridClock(physical_ms=lambda: time.time_ns() // 1_000_000 + 3_600_000))
+    ahead = open_site(
+        clock=HybridClock(physical_ms=lambda: time.time_ns() // 1_000_000 + 3_600_000)
+    )
     ahead.skills.publish("s", "t")
     receiver = open_site(trust=[ahead.identity.public_key])
     assert_refused(receiver, ahead.envelopes_since({}), "clock_skew")
@@ -719,7 +860,9 @@ def test_equivocation_is_detected_kept_as_evidence_and_stops_the_author():
     assert k3.equivocations() == [(x, 1)]
     assert k3.snapshot()["equivocators"] == [x]
     assert k3.skills.list() == []  # the author's data stops before the fork
-    assert k3.heads()[x] == knowledge.Head(0, "0" * 64, equivocated_at=1)  # nothing held; the fork is known
+    assert k3.heads()[x] == knowledge.Head(
+        0, "0" * 64, equivocated_at=1
+    )  # nothing held; the fork is known
     evidence = k3.envelopes_since({})
     assert sorted(evidence) == sorted([eq.a[0], eq.b[0]])  # both envelopes kept, and forwarded
 
@@ -857,11 +1000,21 @@ def test_fuzz_random_bytes(inputs):
 def structured_garbage(draw):
     """Bytes with a plausible header (right version, kind and length) so they get past the decoder."""
     wd = world()
-    author = draw(st.sampled_from([wd.writer.public_key, Identity.from_seed(b"\x07" * 32).public_key]))
+    author = draw(
+        st.sampled_from([wd.writer.public_key, Identity.from_seed(b"\x07" * 32).public_key])
+    )
     update = draw(st.binary(max_size=120))
-    header = bytes([1, draw(st.sampled_from([1, 2]))]) + author + draw(st.integers(1, 6)).to_bytes(8, "big")
-    header += draw(st.binary(min_size=32, max_size=32)) + draw(st.integers(0, 2**64 - 1)).to_bytes(8, "big")
-    return header + len(update).to_bytes(4, "big") + update + draw(st.binary(min_size=64, max_size=64))
+    header = (
+        bytes([1, draw(st.sampled_from([1, 2]))])
+        + author
+        + draw(st.integers(1, 6)).to_bytes(8, "big")
+    )
+    header += draw(st.binary(min_size=32, max_size=32)) + draw(st.integers(0, 2**64 - 1)).to_bytes(
+        8, "big"
+    )
+    return (
+        header + len(update).to_bytes(4, "big") + update + draw(st.binary(min_size=64, max_size=64))
+    )
 
 
 @FUZZ
@@ -882,7 +1035,7 @@ def mutated(draw):
         elif op == "set" and raw:
             raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
         elif op == "truncate":
-            del raw[draw(st.integers(0, len(raw))):]
+            del raw[draw(st.integers(0, len(raw))) :]
         elif op == "insert":
             pos = draw(st.integers(0, len(raw)))
             raw[pos:pos] = draw(st.binary(min_size=1, max_size=8))
@@ -891,7 +1044,9 @@ def mutated(draw):
             del raw[pos : pos + draw(st.integers(1, 8))]
         elif op == "splice":
             other = draw(st.sampled_from(wd.sources))
-            raw = raw[: draw(st.integers(0, len(raw)))] + bytearray(other[draw(st.integers(0, len(other))):])
+            raw = raw[: draw(st.integers(0, len(raw)))] + bytearray(
+                other[draw(st.integers(0, len(other))) :]
+            )
     out = bytes(raw)
     assume(out not in wd.sources)
     return out
@@ -908,9 +1063,14 @@ def _flip_last_byte(raw: bytes) -> bytes:
 
 
 @FUZZ
-@given(st.lists(mutated(), min_size=1, max_size=2), st.lists(st.sampled_from(world().sources), max_size=3),
-       st.randoms(use_true_random=False))
-@example(bad=[_flip_last_byte(world().fresh[1])], good=[world().fresh[2]], rnd=random.Random(0))  # found by hypothesis
+@given(
+    st.lists(mutated(), min_size=1, max_size=2),
+    st.lists(st.sampled_from(world().sources), max_size=3),
+    st.randoms(use_true_random=False),
+)
+@example(
+    bad=[_flip_last_byte(world().fresh[1])], good=[world().fresh[2]], rnd=random.Random(0)
+)  # found by hypothesis
 def test_fuzz_mutated_mixed_with_valid(bad, good, rnd):
     """Bad envelopes next to good ones in one batch: the good ones behave as alone, the bad change nothing."""
     wd = world()
@@ -941,7 +1101,7 @@ def test_fuzz_signed_mutated_updates(data):
         if op == "set" and update:
             update[data.draw(st.integers(0, len(update) - 1))] = data.draw(st.integers(0, 255))
         elif op == "truncate":
-            del update[data.draw(st.integers(0, len(update))):]
+            del update[data.draw(st.integers(0, len(update))) :]
         else:
             pos = data.draw(st.integers(0, len(update)))
             update[pos:pos] = data.draw(st.binary(min_size=1, max_size=4))

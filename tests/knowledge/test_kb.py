@@ -28,7 +28,9 @@ def test_publish_get_list_and_reopen(tmp_path):
         assert kb.skills.get(skill.id) == skill
         assert [s.name for s in kb.skills.list(task="pick")] == ["pick-mug"]
         assert len(kb.skills.list()) == 2
-    with knowledge.open(tmp_path / "kb.db", me) as kb:  # everything acknowledged is there after reopen
+    with knowledge.open(
+        tmp_path / "kb.db", me
+    ) as kb:  # everything acknowledged is there after reopen
         assert kb.skills.get(skill.id).description == "grasp from the side"
         kb.skills.publish("place", "pick")  # and the writer continues its own feed without a fork
         assert kb.heads()[me.public_key_hex].seq == 3
@@ -97,7 +99,9 @@ def test_activation_follows_certificates_and_revocation_wins(open_kb):
     assert not site.is_active(skill.id)
     sync(site, validator)
     validator.certificates.add(skill.id, branches=64, successes=64, randomized=["mass", "friction"])
-    validator.certificates.add(skill.id, branches=64, successes=40, randomized=["mass"])  # too weak alone
+    validator.certificates.add(
+        skill.id, branches=64, successes=40, randomized=["mass"]
+    )  # too weak alone
     sync(site, validator)
     assert len(site.certificates.for_skill(skill.id)) == 2
     assert site.is_active(skill.id), site.activation(skill.id)
@@ -126,7 +130,9 @@ def test_roles_are_enforced_locally(open_kb):
     device.ingest(site.envelopes_since(device.heads()))
     device.learn_site_heads(site.heads())  # a device writes once it has seen its site's heads
     device.skills.publish("ok", "t")
-    assert site.ingest(device.envelopes_since(site.heads())).ok  # the site admits its delegated device
+    assert site.ingest(
+        device.envelopes_since(site.heads())
+    ).ok  # the site admits its delegated device
     assert len(site.skills.list()) == 1
     with pytest.raises(NotAuthorizedError, match="validate"):
         device.certificates.add("0" * 64, branches=10, successes=10)

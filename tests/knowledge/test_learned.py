@@ -17,16 +17,33 @@ import numpy as np
 import pytest
 
 import knowledge
-from knowledge import EncoderWeightsError, Embodiment, FeatureEncoder, LearnedEncoder, SkillIndex, TransferDataset
-from knowledge import TransferDataError, evaluate_encoder, train_encoder
+from knowledge import (
+    Embodiment,
+    EncoderWeightsError,
+    FeatureEncoder,
+    LearnedEncoder,
+    SkillIndex,
+    TransferDataError,
+    TransferDataset,
+    evaluate_encoder,
+    train_encoder,
+)
 from knowledge._learned import BODY_FEATURES, DEFAULT_CONFIG, FORMAT, JOINT_FEATURES, body_tokens
 from knowledge._retrieval import index_path
 
 ASSETS = Path(__file__).parent.parent / "assets"
 ROBOTS = ASSETS / "robots"
 SMALL = TransferDataset.load(ASSETS / "transfer_small.json.gz")
-BODIES = [Embodiment.from_mjcf(ROBOTS / name) for name in ("arm7.xml", "gripper.xml", "quadruped.xml",
-                                                            "humanoid_small.xml", "wheeled_base.xml")]
+BODIES = [
+    Embodiment.from_mjcf(ROBOTS / name)
+    for name in (
+        "arm7.xml",
+        "gripper.xml",
+        "quadruped.xml",
+        "humanoid_small.xml",
+        "wheeled_base.xml",
+    )
+]
 BODIES += [Embodiment.from_urdf(ROBOTS / "arm6.urdf"), *SMALL.bodies[:4]]
 shipped = LearnedEncoder()
 
@@ -36,19 +53,30 @@ def permuted(e: Embodiment, rnd: random.Random) -> Embodiment:
     order = list(range(len(e.joints)))
     rnd.shuffle(order)
     new = {old: i for i, old in enumerate(order)}
-    actuators = [dataclasses.replace(a, target=tuple(new[t] for t in a.target)) if a.moves_joints else a
-                 for a in e.actuators]
+    actuators = [
+        dataclasses.replace(a, target=tuple(new[t] for t in a.target)) if a.moves_joints else a
+        for a in e.actuators
+    ]
     sites, sensors = list(e.sites), list(e.sensors)
     for part in (actuators, sites, sensors):
         rnd.shuffle(part)
-    return Embodiment(e.name, e.bodies, tuple(e.joints[i] for i in order), tuple(actuators), tuple(sites), tuple(sensors))
+    return Embodiment(
+        e.name,
+        e.bodies,
+        tuple(e.joints[i] for i in order),
+        tuple(actuators),
+        tuple(sites),
+        tuple(sensors),
+    )
 
 
 @pytest.mark.parametrize("body", BODIES, ids=lambda b: b.name)
 def test_one_token_per_moving_joint(body):
     joints, whole = body_tokens(body)
     assert joints.shape == (sum(j.type != "free" for j in body.joints), JOINT_FEATURES)
-    assert whole.shape == (BODY_FEATURES,) and np.isfinite(joints).all() and np.isfinite(whole).all()
+    assert (
+        whole.shape == (BODY_FEATURES,) and np.isfinite(joints).all() and np.isfinite(whole).all()
+    )
 
 
 BENT_ARM = """<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" axis="0 0 1"/>
@@ -62,7 +90,6 @@ BENT_ARM = """<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" a
 def test_a_joint_token_holds_how_its_joint_moves_the_tool_per_unit_of_command():
     """The lever from the joint to the chain's end (the tool site, not the longer link's tip) and the
     tool's Jacobian column over the actuator's gear, as MuJoCo computes them at the home pose."""
-    import mujoco
 
     body = Embodiment.from_mjcf(BENT_ARM)
     joints, _ = body_tokens(body)
@@ -82,8 +109,12 @@ def test_vectors_are_deterministic_and_batching_does_not_change_them():
     vectors = shipped.encode_many(BODIES)
     assert vectors.dtype == np.float32 and vectors.shape == (len(BODIES), shipped.dim)
     assert np.array_equal(vectors, shipped.encode_many(BODIES))
-    assert np.array_equal(vectors, LearnedEncoder().encode_many(Embodiment.from_dict(b.to_dict()) for b in BODIES))
-    single = np.stack([shipped.encode(b) for b in BODIES])  # no padding: other float summation order
+    assert np.array_equal(
+        vectors, LearnedEncoder().encode_many(Embodiment.from_dict(b.to_dict()) for b in BODIES)
+    )
+    single = np.stack(
+        [shipped.encode(b) for b in BODIES]
+    )  # no padding: other float summation order
     assert np.allclose(single, vectors, atol=1e-5)
     assert shipped.encode_many([]).shape == (0, shipped.dim)
 
@@ -91,7 +122,9 @@ def test_vectors_are_deterministic_and_batching_does_not_change_them():
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("body", BODIES, ids=lambda b: b.name)
 def test_listing_order_of_joints_does_not_matter(body, seed):
-    assert np.allclose(shipped.encode(permuted(body, random.Random(seed))), shipped.encode(body), atol=1e-5)
+    assert np.allclose(
+        shipped.encode(permuted(body, random.Random(seed))), shipped.encode(body), atol=1e-5
+    )
 
 
 def test_where_a_joint_sits_in_the_chain_matters():
@@ -99,8 +132,10 @@ def test_where_a_joint_sits_in_the_chain_matters():
     arm = SMALL.bodies[0]
     bodies = list(arm.bodies)
     first, second = [i for i, b in enumerate(bodies) if b.parent >= 0 and b.link_length > 0][1:3]
-    bodies[first], bodies[second] = (dataclasses.replace(bodies[first], pos=bodies[second].pos),
-                                     dataclasses.replace(bodies[second], pos=bodies[first].pos))
+    bodies[first], bodies[second] = (
+        dataclasses.replace(bodies[first], pos=bodies[second].pos),
+        dataclasses.replace(bodies[second], pos=bodies[first].pos),
+    )
     swapped = dataclasses.replace(arm, bodies=tuple(bodies))
     assert swapped.fingerprint != arm.fingerprint
     assert not np.allclose(shipped.encode(swapped), shipped.encode(arm), atol=1e-3)
@@ -113,14 +148,20 @@ def test_shipped_weights_load_without_network(monkeypatch):
     monkeypatch.setattr(socket, "socket", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     encoder = LearnedEncoder()
-    assert encoder.space == knowledge.EmbeddingSpace("transfer-attention", encoder.version, DEFAULT_CONFIG["dim"], "l2")
+    assert encoder.space == knowledge.EmbeddingSpace(
+        "transfer-attention", encoder.version, DEFAULT_CONFIG["dim"], "l2"
+    )
     assert encoder.version.startswith("1-") and encoder.meta["trained_on"]
 
 
 def test_weights_round_trip(tmp_path):
     path = tmp_path / "weights.safetensors"
     shipped.save(path)
-    for again in (LearnedEncoder(path), LearnedEncoder(path.read_bytes()), LearnedEncoder(str(path))):
+    for again in (
+        LearnedEncoder(path),
+        LearnedEncoder(path.read_bytes()),
+        LearnedEncoder(str(path)),
+    ):
         assert again.version == shipped.version and again.config == shipped.config
         assert np.array_equal(again.encode_many(BODIES), shipped.encode_many(BODIES))
 
@@ -136,12 +177,17 @@ def test_bad_weights_are_refused(tmp_path):
         "not safetensors": b"hello, weights",
         "truncated": good[: len(good) // 2],
         "other format": safetensors.torch.save(tensors, metadata={**header, "format": "other/1"}),
-        "older tokens": safetensors.torch.save(tensors, metadata={**header, "format": "simnet.encoder/1"}),
-        "wrong shapes": safetensors.torch.save(tensors, metadata={**header, "config": json.dumps({**DEFAULT_CONFIG,
-                                                                                                   "width": 48})}),
+        "older tokens": safetensors.torch.save(
+            tensors, metadata={**header, "format": "simnet.encoder/1"}
+        ),
+        "wrong shapes": safetensors.torch.save(
+            tensors, metadata={**header, "config": json.dumps({**DEFAULT_CONFIG, "width": 48})}
+        ),
         "missing tensor": safetensors.torch.save(dict(list(tensors.items())[1:]), metadata=header),
-        "NaN": safetensors.torch.save({**tensors, "out.3.bias": torch.full_like(tensors["out.3.bias"], float("nan"))},
-                                      metadata=header),
+        "NaN": safetensors.torch.save(
+            {**tensors, "out.3.bias": torch.full_like(tensors["out.3.bias"], float("nan"))},
+            metadata=header,
+        ),
     }
     for name, blob in bad.items():
         with pytest.raises(EncoderWeightsError):
@@ -168,7 +214,9 @@ def test_training_needs_something_to_rank():
     body = SMALL.bodies[0]
     with pytest.raises(TransferDataError, match="distinct"):
         train_encoder(TransferDataset.from_outcomes([(body, body, "reach", 3, 4)]))
-    alike = TransferDataset.from_outcomes([(SMALL.bodies[i], body, "reach", 2, 4) for i in (1, 2, 3)])
+    alike = TransferDataset.from_outcomes(
+        [(SMALL.bodies[i], body, "reach", 2, 4) for i in (1, 2, 3)]
+    )
     with pytest.raises(TransferDataError, match="alike"):
         train_encoder(alike)
     with pytest.raises(ValueError):
@@ -178,7 +226,10 @@ def test_training_needs_something_to_rank():
 def test_retrieval_with_the_learned_encoder_is_the_brute_force_answer(open_kb):
     kb = open_kb()
     scopes = SMALL.bodies[:24]
-    ids = [kb.skills.publish(f"reach-{i}", "reach", embodiments=[body.to_dict()]).id for i, body in enumerate(scopes)]
+    ids = [
+        kb.skills.publish(f"reach-{i}", "reach", embodiments=[body.to_dict()]).id
+        for i, body in enumerate(scopes)
+    ]
     query = SMALL.bodies[30]
     results = kb.skills.query(query, task="reach", k=8, active_only=False, encoder=shipped)
     vectors = shipped.encode_many(scopes)

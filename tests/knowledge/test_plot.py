@@ -17,7 +17,9 @@ def read_png(path) -> np.ndarray:
     while at < len(data):
         (length,) = struct.unpack(">I", data[at : at + 4])
         kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
-        assert struct.unpack(">I", data[at + 8 + length : at + 12 + length])[0] == zlib.crc32(kind + body)
+        assert struct.unpack(">I", data[at + 8 + length : at + 12 + length])[0] == zlib.crc32(
+            kind + body
+        )
         chunks[kind] = body
         at += 12 + length
     width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
@@ -31,7 +33,11 @@ def test_panels_side_by_side_with_points_in_their_colours(tmp_path):
     x = np.array([0.0, 1.0, 2.0])
     y = np.array([1.0, 0.5, 0.0])
     path = tmp_path / "plot.png"
-    scatter_png(path, [Panel("LEFT", x, y, np.zeros(3)), Panel("RIGHT", x, y, np.ones(3))], ["REACH", "WALK"])
+    scatter_png(
+        path,
+        [Panel("LEFT", x, y, np.zeros(3)), Panel("RIGHT", x, y, np.ones(3))],
+        ["REACH", "WALK"],
+    )
     image = read_png(path)
     assert image.shape == (_H, 2 * _W, 3)
     left, right = image[:, :_W].astype(int), image[:, _W:].astype(int)
@@ -46,7 +52,12 @@ def test_panels_side_by_side_with_points_in_their_colours(tmp_path):
     assert blue.sum() >= 3 * 16 and orange.sum() >= 3 * 16 and not tinted(left, COLORS[1]).any()
     # the point at x = 0, y = 1 sits at the top left of the plot area, x = 2, y = 0 at the bottom right
     rows, cols = np.nonzero(blue)
-    assert rows.min() < _H // 4 and cols.min() < _W // 4 and rows.max() > 3 * _H // 4 and cols.max() > 3 * _W // 4
+    assert (
+        rows.min() < _H // 4
+        and cols.min() < _W // 4
+        and rows.max() > 3 * _H // 4
+        and cols.max() > 3 * _W // 4
+    )
 
 
 def test_empty_panels_still_draw_axes(tmp_path):

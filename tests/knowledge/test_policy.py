@@ -143,7 +143,9 @@ def test_unknown_key_in_activation():
 def test_bad_role(role):
     message = _error(f'[[roots]]\nkey = "{KEY_A.hex()}"\nroles = ["publish", "{role}"]\n')
     assert repr(role) in message
-    assert "publish" in message and "validate" in message and "revoke" in message  # lists the valid roles
+    assert (
+        "publish" in message and "validate" in message and "revoke" in message
+    )  # lists the valid roles
 
 
 @pytest.mark.parametrize("key", ["zz" * 32, "not a key", "0x" + "ab" * 32])
@@ -199,7 +201,11 @@ def test_negative_counts_are_refused(text):
 
 @pytest.mark.parametrize(
     "text",
-    ['[activation]\nmin_branches = "many"\n', '[activation]\nconfidence = "high"\n', 'max_clock_offset_ms = "5s"\n'],
+    [
+        '[activation]\nmin_branches = "many"\n',
+        '[activation]\nconfidence = "high"\n',
+        'max_clock_offset_ms = "5s"\n',
+    ],
 )
 def test_wrong_types(text):
     _error(text)

@@ -37,10 +37,19 @@ DEVICE = "0f" * 32
 
 def skill_record(**overrides):
     rec = {
-        "v": 1, "name": "pick-mug", "task": "pick", "description": "grasp a mug by its handle",
-        "policy": {"kind": "mlp", "weights": "ff" * 32}, "embodiments": [{"fingerprint": "x"}],
-        "preconditions": ["mug visible"], "postconditions": ["mug held"], "parents": [SKILL_ID],
-        "blobs": ["aa" * 32], "meta": {"k": 1}, "author": AUTHOR, "hlc": 12345,
+        "v": 1,
+        "name": "pick-mug",
+        "task": "pick",
+        "description": "grasp a mug by its handle",
+        "policy": {"kind": "mlp", "weights": "ff" * 32},
+        "embodiments": [{"fingerprint": "x"}],
+        "preconditions": ["mug visible"],
+        "postconditions": ["mug held"],
+        "parents": [SKILL_ID],
+        "blobs": ["aa" * 32],
+        "meta": {"k": 1},
+        "author": AUTHOR,
+        "hlc": 12345,
     }
     rec.update(overrides)
     return rec
@@ -48,8 +57,15 @@ def skill_record(**overrides):
 
 def cert_record(**overrides):
     rec = {
-        "v": 1, "skill": SKILL_ID, "validator": AUTHOR, "hlc": 99, "branches": 64, "successes": 60,
-        "confidence": 0.95, "randomized": ["mass", "friction"], "evaluation": {"seed": 7},
+        "v": 1,
+        "skill": SKILL_ID,
+        "validator": AUTHOR,
+        "hlc": 99,
+        "branches": 64,
+        "successes": 60,
+        "confidence": 0.95,
+        "randomized": ["mass", "friction"],
+        "evaluation": {"seed": 7},
     }
     rec.update(overrides)
     return rec
@@ -62,8 +78,12 @@ def cell_record(**overrides):
 
 
 def counter_record(**overrides):
-    rec = {"v": 1, "hlc": 5, "p": {"uses": 3, "successes": 2, "failures": 1},
-           "n": {"uses": 0, "successes": 0, "failures": 0}}
+    rec = {
+        "v": 1,
+        "hlc": 5,
+        "p": {"uses": 3, "successes": 2, "failures": 1},
+        "n": {"uses": 0, "successes": 0, "failures": 0},
+    }
     rec.update(overrides)
     return rec
 
@@ -114,7 +134,9 @@ def keyed(rtype: RecordType, rec, *, text: str | None = None) -> tuple[ParsedKey
     return parsed, text
 
 
-def check(rtype: RecordType, rec=None, *, text: str | None = None, author: str = AUTHOR, **overrides):
+def check(
+    rtype: RecordType, rec=None, *, text: str | None = None, author: str = AUTHOR, **overrides
+):
     rec = BUILDERS[rtype](**overrides) if rec is None else rec
     parsed, text = keyed(rtype, rec, text=text)
     return check_record(parsed, text, author)
@@ -227,7 +249,9 @@ def test_non_standard_json_numbers_are_refused(literal):
     text = '{"confidence":0.5,"deleted":false,"hlc":1,"v":1,"value":%s}' % literal
     with pytest.raises(RecordError):
         check(RecordType.CELL, text=text)
-    skill_text = canonical_json(skill_record(meta={"x": 1})).replace('{"x":1}', '{"x":%s}' % literal)
+    skill_text = canonical_json(skill_record(meta={"x": 1})).replace(
+        '{"x":1}', '{"x":%s}' % literal
+    )
     with pytest.raises(RecordError):
         check(RecordType.SKILL, text=skill_text)
 
@@ -250,7 +274,9 @@ def test_record_just_under_the_limit_is_fine():
 def test_oversized_record_is_measured_in_bytes():
     """MAX_RECORD_BYTES is a byte limit: a record of multi-byte characters over it is refused too."""
     base = canonical_json(reason_record(pad=""))
-    pad = "é" * ((MAX_RECORD_BYTES - len(base)) // 2 + 16)  # fewer characters than the limit, more bytes
+    pad = "é" * (
+        (MAX_RECORD_BYTES - len(base)) // 2 + 16
+    )  # fewer characters than the limit, more bytes
     text = canonical_json(reason_record(pad=pad))
     assert len(text) < MAX_RECORD_BYTES < len(text.encode())
     with pytest.raises(RecordError):
@@ -276,7 +302,10 @@ def test_skill_id_covers_exact_bytes_not_the_parsed_value():
     assert json.loads(spaced) == json.loads(canonical) and spaced != canonical
     with pytest.raises(RecordError):
         check_record(parse_key(make_key(RecordType.SKILL, content_id(canonical))), spaced, AUTHOR)
-    assert check_record(parse_key(make_key(RecordType.SKILL, content_id(spaced))), spaced, AUTHOR) == rec
+    assert (
+        check_record(parse_key(make_key(RecordType.SKILL, content_id(spaced))), spaced, AUTHOR)
+        == rec
+    )
 
 
 def test_skill_author_must_be_the_feed_author():
@@ -291,16 +320,36 @@ def test_skill_author_must_be_the_feed_author():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("name", ""), ("name", "x" * 201), ("name", 5), ("name", None), ("name", ["n"]),
-        ("task", ""), ("task", "x" * 101), ("task", 1.0),
-        ("description", "x" * 4001), ("description", 3), ("description", None),
-        ("policy", "weights.bin"), ("policy", [1]), ("policy", 3),
-        ("meta", "m"), ("meta", [1]),
-        ("preconditions", "a"), ("preconditions", [1]), ("preconditions", {"a": 1}),
+        ("name", ""),
+        ("name", "x" * 201),
+        ("name", 5),
+        ("name", None),
+        ("name", ["n"]),
+        ("task", ""),
+        ("task", "x" * 101),
+        ("task", 1.0),
+        ("description", "x" * 4001),
+        ("description", 3),
+        ("description", None),
+        ("policy", "weights.bin"),
+        ("policy", [1]),
+        ("policy", 3),
+        ("meta", "m"),
+        ("meta", [1]),
+        ("preconditions", "a"),
+        ("preconditions", [1]),
+        ("preconditions", {"a": 1}),
         ("postconditions", [None]),
-        ("parents", ["not-a-hash"]), ("parents", [SKILL_ID.upper()]), ("parents", [SKILL_ID[:-1]]), ("parents", "x"),
-        ("blobs", ["zz" * 32]), ("blobs", [5]),
-        ("embodiments", {"a": 1}), ("embodiments", ["e"]), ("embodiments", [[1]]), ("embodiments", "e"),
+        ("parents", ["not-a-hash"]),
+        ("parents", [SKILL_ID.upper()]),
+        ("parents", [SKILL_ID[:-1]]),
+        ("parents", "x"),
+        ("blobs", ["zz" * 32]),
+        ("blobs", [5]),
+        ("embodiments", {"a": 1}),
+        ("embodiments", ["e"]),
+        ("embodiments", [[1]]),
+        ("embodiments", "e"),
     ],
 )
 def test_skill_bad_field(field, value):
@@ -317,7 +366,10 @@ def test_skill_required_text_fields(field):
 
 
 def test_skill_text_limits_are_inclusive():
-    assert check(RecordType.SKILL, name="x" * 200, task="t" * 100, description="d" * 4000)["name"] == "x" * 200
+    assert (
+        check(RecordType.SKILL, name="x" * 200, task="t" * 100, description="d" * 4000)["name"]
+        == "x" * 200
+    )
 
 
 def test_skill_null_policy_and_meta_are_fine():
@@ -341,13 +393,28 @@ def test_cert_validator_must_be_the_feed_author():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("skill", "abc"), ("skill", None), ("skill", SKILL_ID.upper()), ("skill", 5),
-        ("branches", 0), ("branches", -5), ("branches", 2**53), ("branches", 64.0), ("branches", True),
-        ("successes", -1), ("successes", 65), ("successes", "60"),
-        ("confidence", 0.49), ("confidence", 1.0), ("confidence", 0.9999995), ("confidence", "0.95"),
-        ("confidence", None), ("confidence", True),
-        ("randomized", "mass"), ("randomized", [1]),
-        ("evaluation", "seed=7"), ("evaluation", [7]),
+        ("skill", "abc"),
+        ("skill", None),
+        ("skill", SKILL_ID.upper()),
+        ("skill", 5),
+        ("branches", 0),
+        ("branches", -5),
+        ("branches", 2**53),
+        ("branches", 64.0),
+        ("branches", True),
+        ("successes", -1),
+        ("successes", 65),
+        ("successes", "60"),
+        ("confidence", 0.49),
+        ("confidence", 1.0),
+        ("confidence", 0.9999995),
+        ("confidence", "0.95"),
+        ("confidence", None),
+        ("confidence", True),
+        ("randomized", "mass"),
+        ("randomized", [1]),
+        ("evaluation", "seed=7"),
+        ("evaluation", [7]),
     ],
 )
 def test_cert_bad_field(field, value):
@@ -367,8 +434,16 @@ def test_cert_successes_up_to_branches():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("confidence", -0.01), ("confidence", 1.01), ("confidence", "high"), ("confidence", None),
-     ("confidence", False), ("deleted", "yes"), ("deleted", 0), ("deleted", None)],
+    [
+        ("confidence", -0.01),
+        ("confidence", 1.01),
+        ("confidence", "high"),
+        ("confidence", None),
+        ("confidence", False),
+        ("deleted", "yes"),
+        ("deleted", 0),
+        ("deleted", None),
+    ],
 )
 def test_cell_bad_field(field, value):
     rejects(RecordType.CELL, repr(field), **{field: value})
@@ -480,7 +555,9 @@ def test_key_revocation_last_seq_zero_and_reason_limits():
 # --- keys ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["widget/abc", "future-type/x/y", "", "nothing", "SKILL/" + SKILL_ID, "skills/x"])
+@pytest.mark.parametrize(
+    "key", ["widget/abc", "future-type/x/y", "", "nothing", "SKILL/" + SKILL_ID, "skills/x"]
+)
 def test_parse_key_unknown_type_is_none(key):
     assert parse_key(key) is None
 
@@ -499,9 +576,22 @@ def test_parse_key_known_types():
 
 @pytest.mark.parametrize(
     "key",
-    ["skill/", "skill", "skill/xyz", "skill/" + SKILL_ID.upper(), "skill/" + SKILL_ID + "0", "cert/" + SKILL_ID[:-1],
-     "delegate/nothex", "keyrevoke/" + DEVICE[:10], "cell/floor1", "cell/floor1/", "cell//1,2", "cell/bad name/1",
-     "cell/m/" + "x" * (MAX_CELL_CHARS + 1), "revoke/" + SKILL_ID + "/extra"],
+    [
+        "skill/",
+        "skill",
+        "skill/xyz",
+        "skill/" + SKILL_ID.upper(),
+        "skill/" + SKILL_ID + "0",
+        "cert/" + SKILL_ID[:-1],
+        "delegate/nothex",
+        "keyrevoke/" + DEVICE[:10],
+        "cell/floor1",
+        "cell/floor1/",
+        "cell//1,2",
+        "cell/bad name/1",
+        "cell/m/" + "x" * (MAX_CELL_CHARS + 1),
+        "revoke/" + SKILL_ID + "/extra",
+    ],
 )
 def test_parse_key_malformed_known_type(key):
     with pytest.raises(RecordError):
@@ -515,7 +605,9 @@ def test_make_key_parse_key_round_trip(rtype):
 
 def test_make_key_cell():
     assert make_key(RecordType.CELL, "m", "1,2") == "cell/m/1,2"
-    assert parse_key(make_key(RecordType.CELL, "m", "1,2")) == ParsedKey(RecordType.CELL, "m", "1,2")
+    assert parse_key(make_key(RecordType.CELL, "m", "1,2")) == ParsedKey(
+        RecordType.CELL, "m", "1,2"
+    )
 
 
 def test_check_skill_id():
@@ -552,7 +644,20 @@ def test_cell_key_forms():
 
 
 @pytest.mark.parametrize(
-    "cell", ["", "x" * (MAX_CELL_CHARS + 1), (), [], (1.0, 2), (True, 1), (1, "2"), None, 5, {"x": 1}, (1, None)]
+    "cell",
+    [
+        "",
+        "x" * (MAX_CELL_CHARS + 1),
+        (),
+        [],
+        (1.0, 2),
+        (True, 1),
+        (1, "2"),
+        None,
+        5,
+        {"x": 1},
+        (1, None),
+    ],
 )
 def test_cell_key_rejects(cell):
     with pytest.raises(RecordError):
@@ -587,9 +692,14 @@ def test_map_name_refuses_a_trailing_newline():
 # --- canonical JSON and content ids (hypothesis) ------------------------------------------------
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -636,7 +746,9 @@ def test_canonical_json_keeps_unicode_and_is_compact():
     assert canonical_json([1, {"z": None, "y": True}]) == '[1,{"y":true,"z":null}]'
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), {"x": float("-inf")}, {1, 2}, b"bytes", object()])
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), {"x": float("-inf")}, {1, 2}, b"bytes", object()]
+)
 def test_canonical_json_refuses_non_json(value):
     with pytest.raises(RecordError):
         canonical_json(value)

@@ -16,12 +16,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import knowledge
-from knowledge import ActivationPolicy, Embodiment, EmbodimentError, FeatureEncoder, Identity, TrustPolicy
+from knowledge import (
+    ActivationPolicy,
+    Embodiment,
+    EmbodimentError,
+    FeatureEncoder,
+    Identity,
+    TrustPolicy,
+)
 from knowledge._retrieval import index_path
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
-FILES = ["arm7.xml", "arm6.urdf", "gripper.xml", "quadruped.xml", "humanoid_small.xml", "wheeled_base.xml"]
-BASE = [Embodiment.from_urdf(ROBOTS / f) if f.endswith(".urdf") else Embodiment.from_mjcf(ROBOTS / f) for f in FILES]
+FILES = [
+    "arm7.xml",
+    "arm6.urdf",
+    "gripper.xml",
+    "quadruped.xml",
+    "humanoid_small.xml",
+    "wheeled_base.xml",
+]
+BASE = [
+    Embodiment.from_urdf(ROBOTS / f) if f.endswith(".urdf") else Embodiment.from_mjcf(ROBOTS / f)
+    for f in FILES
+]
 TASKS = ["pick", "walk", "navigate"]
 LOOSE = ActivationPolicy(min_branches=16, min_lower_bound=0.6)
 STRICT = ActivationPolicy(min_branches=32, min_lower_bound=0.8)
@@ -33,7 +50,9 @@ def scaled(body: Embodiment, size: float) -> Embodiment:
     derived = ("dof", "mass", "reach", "end_effectors", "fingerprint")
     data = {key: value for key, value in body.to_dict().items() if key not in derived}
     for b in data["bodies"]:
-        b.update(pos=[p * size for p in b["pos"]], mass=b["mass"] * size**3, extent=b["extent"] * size)
+        b.update(
+            pos=[p * size for p in b["pos"]], mass=b["mass"] * size**3, extent=b["extent"] * size
+        )
     return Embodiment.from_dict(data)
 
 
@@ -48,7 +67,12 @@ def _broken_reference() -> dict:
     return scope
 
 
-INVALID = [{"fingerprint": "panda-7dof"}, {"format": 99, "name": "x"}, {**SCOPES[0], "dof": 99}, _broken_reference()]
+INVALID = [
+    {"fingerprint": "panda-7dof"},
+    {"format": 99, "name": "x"},
+    {**SCOPES[0], "dof": 99},
+    _broken_reference(),
+]
 ALL_SCOPES = SCOPES + INVALID
 
 
@@ -61,16 +85,24 @@ VECTORS = {_key(s): ENCODER.encode(Embodiment.from_dict(s)).astype(np.float64) f
 """The oracle's encoding of every valid scope, as stored; invalid scopes have none."""
 
 
-def brute_force(kb, body: Embodiment, *, task=None, active_only=True, min_branches=0) -> list[tuple[str, float]]:
+def brute_force(
+    kb, body: Embodiment, *, task=None, active_only=True, min_branches=0
+) -> list[tuple[str, float]]:
     """Every matching skill and its distance to its nearest valid scope body, nearest first, from the public API."""
     query = ENCODER.encode(body).astype(np.float64)
     out = []
     for skill in kb.skills.list():
-        if (task is not None and skill.task != task) or (active_only and not kb.is_active(skill.id)):
+        if (task is not None and skill.task != task) or (
+            active_only and not kb.is_active(skill.id)
+        ):
             continue
         if sum(c.branches for c in kb.certificates.for_skill(skill.id)) < min_branches:
             continue
-        distances = [np.linalg.norm(VECTORS[_key(s)] - query) for s in skill.embodiments if _key(s) in VECTORS]
+        distances = [
+            np.linalg.norm(VECTORS[_key(s)] - query)
+            for s in skill.embodiments
+            if _key(s) in VECTORS
+        ]
         if distances:
             out.append((skill.id, float(min(distances))))
     return sorted(out, key=lambda item: item[1])
@@ -94,20 +126,26 @@ logging.getLogger("knowledge._retrieval").addHandler(WARNINGS)
 def check(kb, body: Embodiment, *, task=None, k=10, active_only=True, min_branches=0) -> list:
     """Query and compare with brute force: the k best distances, each skill at its true distance."""
     WARNINGS.messages.clear()
-    results = kb.skills.query(body, task=task, k=k, active_only=active_only, min_certified_branches=min_branches)
+    results = kb.skills.query(
+        body, task=task, k=k, active_only=active_only, min_certified_branches=min_branches
+    )
     assert WARNINGS.messages == []  # the index followed the changes by itself
     truth = brute_force(kb, body, task=task, active_only=active_only, min_branches=min_branches)
     distance = dict(truth)
     assert len(results) == min(k, len(truth))
     assert len({r.skill.id for r in results}) == len(results)
-    assert [r.distance for r in results] == pytest.approx([d for _, d in truth[:k]], rel=1e-4, abs=1e-4)
+    assert [r.distance for r in results] == pytest.approx(
+        [d for _, d in truth[:k]], rel=1e-4, abs=1e-4
+    )
     listed = {s.id for s in kb.skills.list()}
     for r in results:
         assert r.distance == pytest.approx(distance[r.skill.id], rel=1e-4, abs=1e-4)
         assert r.skill.id in listed  # never withdrawn
         assert r.activation == kb.activation(r.skill.id)
         scope = r.skill.embodiments[r.scope]
-        assert np.linalg.norm(VECTORS[_key(scope)] - ENCODER.encode(body)) == pytest.approx(r.distance, abs=1e-4)
+        assert np.linalg.norm(VECTORS[_key(scope)] - ENCODER.encode(body)) == pytest.approx(
+            r.distance, abs=1e-4
+        )
         if active_only:
             assert r.activation.active and not kb.is_revoked(r.skill.id)
     return results
@@ -119,7 +157,9 @@ def certify(kb, skill_id: str, strong: bool) -> None:
 
 @pytest.fixture
 def kb(tmp_path):
-    kb = knowledge.open(tmp_path / "x.db", Identity.generate(), policy=TrustPolicy(activation=LOOSE))
+    kb = knowledge.open(
+        tmp_path / "x.db", Identity.generate(), policy=TrustPolicy(activation=LOOSE)
+    )
     yield kb
     kb.close()
 
@@ -128,7 +168,9 @@ def test_query_equals_brute_force(kb):
     rng = np.random.default_rng(7)
     skills = []
     for i in range(40):
-        scopes = [ALL_SCOPES[j] for j in rng.choice(len(ALL_SCOPES), rng.integers(0, 4), replace=False)]
+        scopes = [
+            ALL_SCOPES[j] for j in rng.choice(len(ALL_SCOPES), rng.integers(0, 4), replace=False)
+        ]
         skills.append(kb.skills.publish(f"skill-{i}", TASKS[i % 3], embodiments=scopes).id)
     for skill_id in skills[::2]:
         certify(kb, skill_id, strong=bool(rng.random() < 0.7))
@@ -155,7 +197,9 @@ def test_query_takes_an_embodiment_a_model_file_or_mjcf_text(kb):
     assert by_body[0].distance == 0.0 and by_body[0].skill.name == "skill-0"
     by_urdf = kb.skills.query(ROBOTS / "arm6.urdf", active_only=False)
     assert by_urdf[0].skill.name == "skill-1" and by_urdf[0].distance == 0.0
-    assert by_urdf[1].skill.embodiments[by_urdf[1].scope]["name"] == "arm6"  # a scaled arm6 comes next
+    assert (
+        by_urdf[1].skill.embodiments[by_urdf[1].scope]["name"] == "arm6"
+    )  # a scaled arm6 comes next
 
 
 def test_bad_embodiment_input_raises_embodiment_error(kb, tmp_path):
@@ -198,7 +242,9 @@ def test_k_distinct_skills_when_one_skill_holds_many_bodies(kb):
     for i, scope in enumerate(SCOPES[:6]):
         kb.skills.publish(f"one-body-{i}", "pick", embodiments=[scope])
     results = check(kb, BASE[0], k=4, active_only=False)
-    assert results[0].skill.id == many.id or results[1].skill.id == many.id  # ties with one-body-0 at 0.0
+    assert (
+        results[0].skill.id == many.id or results[1].skill.id == many.id
+    )  # ties with one-body-0 at 0.0
     assert len({r.skill.id for r in results}) == 4
     check(kb, BASE[0], k=7, active_only=False)
     check(kb, BASE[0], k=8, active_only=False)
@@ -209,8 +255,12 @@ def test_results_carry_activation_and_certificate_summary(kb):
     kb.certificates.add(skill.id, branches=20, successes=20)
     kb.certificates.add(skill.id, branches=40, successes=30)
     (result,) = kb.skills.query(BASE[0])
-    bound = max(knowledge.wilson_lower_bound(s, n, LOOSE.confidence) for s, n in ((20, 20), (30, 40)))
-    assert result.certificates == knowledge.CertificateSummary(count=2, branches=60, best_lower_bound=bound)
+    bound = max(
+        knowledge.wilson_lower_bound(s, n, LOOSE.confidence) for s, n in ((20, 20), (30, 40))
+    )
+    assert result.certificates == knowledge.CertificateSummary(
+        count=2, branches=60, best_lower_bound=bound
+    )
     assert result.activation.active and result.activation == kb.activation(skill.id)
     assert kb.skills.query(BASE[0], min_certified_branches=60) == [result]
     assert kb.skills.query(BASE[0], min_certified_branches=61) == []
@@ -230,7 +280,9 @@ def test_follows_publish_certify_revoke_withdraw_and_policy_changes(kb):
     assert [r.skill.id for r in check(kb, BASE[0])] == [b.id]
     kb.skills.withdraw(c.id)
     assert c.id not in {r.skill.id for r in check(kb, BASE[0], active_only=False)}
-    kb.set_policy(TrustPolicy(activation=STRICT))  # 40/40 still qualifies, and the views are rebuilt
+    kb.set_policy(
+        TrustPolicy(activation=STRICT)
+    )  # 40/40 still qualifies, and the views are rebuilt
     assert [r.skill.id for r in check(kb, BASE[0])] == [b.id]
     kb.set_policy(TrustPolicy(activation=ActivationPolicy(min_branches=41)))
     assert check(kb, BASE[0]) == []
@@ -267,7 +319,9 @@ def query_counting(path: Path, identity: Identity, version: str = "1") -> tuple[
     encoder = CountingEncoder(version)
     with knowledge.open(path, identity, policy=TrustPolicy(activation=LOOSE)) as kb:
         results = kb.skills.query(BASE[0], encoder=encoder, active_only=False, k=100)
-        assert [r.skill.id for r in results] == [s for s, _ in brute_force(kb, BASE[0], active_only=False)]
+        assert [r.skill.id for r in results] == [
+            s for s, _ in brute_force(kb, BASE[0], active_only=False)
+        ]
     return results, encoder.encoded
 
 
@@ -279,7 +333,9 @@ def test_saved_index_is_reused_then_brought_up_to_date(tmp_path):
     assert len(results) == 6 and encoded == 6 + 1
     assert index_path(str(path), CountingEncoder()).exists()
     results, encoded = query_counting(path, me)
-    assert len(results) == 6 and encoded == 1  # the saved index is reused: only the query is encoded
+    assert (
+        len(results) == 6 and encoded == 1
+    )  # the saved index is reused: only the query is encoded
     with knowledge.open(path, me) as kb:  # changes the saved index does not know of yet
         added = [kb.skills.publish(f"s{i}", "pick", embodiments=[SCOPES[i]]).id for i in (6, 7)]
         kb.skills.withdraw(skills[0])
@@ -300,7 +356,9 @@ def test_index_is_rebuilt_when_the_encoder_changes_or_the_file_is_damaged(tmp_pa
     saved = index_path(str(path), CountingEncoder())
     saved.write_bytes(saved.read_bytes()[:100])
     assert query_counting(path, me, "2")[1] == 5 + 1
-    other = tmp_path / "other.db"  # an index saved for another store holds other skills: dropped on reconcile
+    other = (
+        tmp_path / "other.db"
+    )  # an index saved for another store holds other skills: dropped on reconcile
     with knowledge.open(other, Identity.generate()) as kb:
         kb.skills.publish("elsewhere", "pick", embodiments=[SCOPES[0]])
         kb.skills.query(BASE[0], encoder=CountingEncoder("2"), active_only=False)
@@ -312,8 +370,12 @@ def test_index_is_rebuilt_when_the_encoder_changes_or_the_file_is_damaged(tmp_pa
 # -- property: filters never leak, whatever happens in whatever order ---------------------------------
 
 ACTIONS = st.one_of(
-    st.tuples(st.just("publish"), st.sampled_from("ab"), st.sampled_from(TASKS),
-              st.lists(st.integers(0, len(ALL_SCOPES) - 1), max_size=3)),
+    st.tuples(
+        st.just("publish"),
+        st.sampled_from("ab"),
+        st.sampled_from(TASKS),
+        st.lists(st.integers(0, len(ALL_SCOPES) - 1), max_size=3),
+    ),
     st.tuples(st.just("certify"), st.sampled_from("ab"), st.integers(0, 99), st.booleans()),
     st.tuples(st.just("revoke"), st.sampled_from("ab"), st.integers(0, 99)),
     st.tuples(st.just("withdraw"), st.integers(0, 99)),
@@ -321,8 +383,13 @@ ACTIONS = st.one_of(
     st.tuples(st.just("policy"), st.booleans()),
     st.tuples(st.just("reopen")),
 )
-QUERY = st.tuples(st.integers(0, len(QUERIES) - 1), st.sampled_from([None, *TASKS]), st.integers(1, 12), st.booleans(),
-                  st.sampled_from([0, 40, 80]))
+QUERY = st.tuples(
+    st.integers(0, len(QUERIES) - 1),
+    st.sampled_from([None, *TASKS]),
+    st.integers(1, 12),
+    st.booleans(),
+    st.sampled_from([0, 40, 80]),
+)
 """A query after every action: body, task family, k, active only, minimum certified branches."""
 
 
@@ -335,17 +402,24 @@ def ingest_all(into, source) -> None:
 @given(st.lists(st.tuples(ACTIONS, QUERY), max_size=40))
 def test_query_never_leaks_and_stays_exact_through_any_sequence(steps):
     me, peer = Identity.generate(), Identity.generate()
-    policies = {strict: TrustPolicy(activation=STRICT if strict else LOOSE).with_root(peer.public_key)
-                for strict in (False, True)}
+    policies = {
+        strict: TrustPolicy(activation=STRICT if strict else LOOSE).with_root(peer.public_key)
+        for strict in (False, True)
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "a.db"
-        sites = {"a": knowledge.open(path, me, policy=policies[False]), "b": knowledge.open(":memory:", peer)}
+        sites = {
+            "a": knowledge.open(path, me, policy=policies[False]),
+            "b": knowledge.open(":memory:", peer),
+        }
         published: list[tuple[str, str]] = []  # (site, skill id), in order
         try:
             for (kind, *args), (body, task, k, active_only, min_branches) in steps:
                 if kind == "publish":
                     site, family, scopes = args
-                    skill = sites[site].skills.publish(family, family, embodiments=[ALL_SCOPES[i] for i in scopes])
+                    skill = sites[site].skills.publish(
+                        family, family, embodiments=[ALL_SCOPES[i] for i in scopes]
+                    )
                     published.append((site, skill.id))
                 elif kind == "certify" and published:
                     site, pick, strong = args
@@ -363,7 +437,14 @@ def test_query_never_leaks_and_stays_exact_through_any_sequence(steps):
                 elif kind == "reopen":
                     sites["a"].close()
                     sites["a"] = knowledge.open(path, me)
-                check(sites["a"], QUERIES[body], task=task, k=k, active_only=active_only, min_branches=min_branches)
+                check(
+                    sites["a"],
+                    QUERIES[body],
+                    task=task,
+                    k=k,
+                    active_only=active_only,
+                    min_branches=min_branches,
+                )
             ingest_all(sites["a"], sites["b"])
             for body in (QUERIES[0], QUERIES[3]):
                 check(sites["a"], body, k=100, active_only=False)

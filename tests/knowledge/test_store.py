@@ -40,7 +40,12 @@ kb.close()
 def run_child(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -66,7 +71,9 @@ def test_store_file_is_in_wal_mode_with_synchronous_full(tmp_path):
         kb.skills.publish("a", "t")
         assert kb._store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert kb._store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        with plain_connection(path) as other:  # WAL is a property of the file, seen by any connection
+        with plain_connection(
+            path
+        ) as other:  # WAL is a property of the file, seen by any connection
             assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         kb.close()
@@ -310,9 +317,17 @@ def test_nested_transaction_commits_only_with_the_outermost(tmp_path):
             with store.transaction():
                 store.set_meta("inner", b"2")
             # The inner block returned, but nothing is committed until the outer block does.
-            assert other.execute("SELECT COUNT(*) FROM meta WHERE key IN ('outer','inner')").fetchone()[0] == 0
+            assert (
+                other.execute(
+                    "SELECT COUNT(*) FROM meta WHERE key IN ('outer','inner')"
+                ).fetchone()[0]
+                == 0
+            )
             assert store.get_meta("inner") == b"2"  # visible inside the transaction
-        assert other.execute("SELECT COUNT(*) FROM meta WHERE key IN ('outer','inner')").fetchone()[0] == 2
+        assert (
+            other.execute("SELECT COUNT(*) FROM meta WHERE key IN ('outer','inner')").fetchone()[0]
+            == 2
+        )
     finally:
         other.close()
         store.close()

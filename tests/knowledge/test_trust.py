@@ -25,7 +25,9 @@ from knowledge._policy import TrustedRoot
 from knowledge._records import ALL_ROLES
 from knowledge._trust import Authority, Grant
 
-KEYS = [bytes([i + 1]) * 32 for i in range(8)]  # a small universe, so records collide with roots and devices
+KEYS = [
+    bytes([i + 1]) * 32 for i in range(8)
+]  # a small universe, so records collide with roots and devices
 ROLE_SETS = st.frozensets(st.sampled_from(list(Role)))
 HASH = st.one_of(st.none(), st.sampled_from([bytes([i]) * 32 for i in range(4)]).map(bytes.hex))
 
@@ -39,8 +41,12 @@ def delegation_record():
 
 def key_revocation_record():
     return st.builds(
-        lambda last_seq, last_hash: {"last_seq": last_seq, **({} if last_hash is None else {"last_hash": last_hash})},
-        st.integers(0, 10), HASH,
+        lambda last_seq, last_hash: {
+            "last_seq": last_seq,
+            **({} if last_hash is None else {"last_hash": last_hash}),
+        },
+        st.integers(0, 10),
+        HASH,
     )
 
 
@@ -61,8 +67,12 @@ def scenes(draw):
     delegations = draw(records_by(delegation_record()))
     revocations = draw(records_by(key_revocation_record()))
     writer = draw(st.sampled_from(KEYS))
-    added_delegations = draw(st.dictionaries(st.sampled_from(KEYS), delegation_record(), max_size=8))
-    added_revocations = draw(st.dictionaries(st.sampled_from(KEYS), key_revocation_record(), max_size=8))
+    added_delegations = draw(
+        st.dictionaries(st.sampled_from(KEYS), delegation_record(), max_size=8)
+    )
+    added_revocations = draw(
+        st.dictionaries(st.sampled_from(KEYS), key_revocation_record(), max_size=8)
+    )
     return policy, own, delegations, revocations, writer, added_delegations, added_revocations
 
 
@@ -129,7 +139,12 @@ def test_a_writer_that_is_no_trusted_root_changes_nothing(scene):
     if w in trusted_roots(policy, own):
         return
     before = Authority(policy, own, delegations, revocations)
-    after = Authority(policy, own, merged(delegations, w, add_delegations), merged(revocations, w, add_revocations))
+    after = Authority(
+        policy,
+        own,
+        merged(delegations, w, add_delegations),
+        merged(revocations, w, add_revocations),
+    )
     assert after == before
     for key in KEYS:
         assert after.grants(key) == before.grants(key)
@@ -150,11 +165,18 @@ def test_grants_from_different_roots_are_independent_and_only_add(scene):
         assert sites == sorted(set(sites)), sites  # one grant per delegating root
         assert set(sites) == {r for r in roots if key in delegations.get(r, {})}
         for root in set(sites):
-            alone = Authority(policy, own, {root: delegations[root]}, {root: revocations.get(root, {})})
+            alone = Authority(
+                policy, own, {root: delegations[root]}, {root: revocations.get(root, {})}
+            )
             (grant,) = [g for g in full.grants(key) if g.site == root]
             assert alone.grants(key) == (grant,)
-            assert grant.roles == frozenset(Role(r) for r in delegations[root][key]["roles"]) & roots[root]
-        assert (full.roles(key) or frozenset()) == frozenset().union(*(g.roles for g in full.grants(key)))
+            assert (
+                grant.roles
+                == frozenset(Role(r) for r in delegations[root][key]["roles"]) & roots[root]
+            )
+        assert (full.roles(key) or frozenset()) == frozenset().union(
+            *(g.roles for g in full.grants(key))
+        )
 
 
 def test_own_key_is_a_root_with_every_role_whatever_anyone_delegates():
@@ -162,7 +184,9 @@ def test_own_key_is_a_root_with_every_role_whatever_anyone_delegates():
     and revokes it at seq 0. The site's key is still its root with every role."""
     own, hostile = KEYS[0], KEYS[1]
     policy = TrustPolicy().with_root(hostile, [Role.VALIDATE])
-    authority = Authority(policy, own, {hostile: {own: {"roles": []}}}, {hostile: {own: {"last_seq": 0}}})
+    authority = Authority(
+        policy, own, {hostile: {own: {"roles": []}}}, {hostile: {own: {"last_seq": 0}}}
+    )
     assert authority.grants(own) == (Grant(own, ALL_ROLES, root=True),)
     assert authority.admits(own, 10**6, 2**63) is None
 
@@ -172,12 +196,23 @@ def test_device_of_site_is_governed_by_its_site_not_by_the_device_itself():
     delegation, and another trusted root's delegation of it only adds (capped by that root's roles)."""
     site, device, other = KEYS[0], KEYS[1], KEYS[2]
     policy = TrustPolicy().with_root(other, [Role.VALIDATE]).for_device_of(site)
-    authority = Authority(policy, device, {site: {device: {"roles": ["publish"]}},
-                                           other: {device: {"roles": ["publish", "revoke", "validate"]}}}, {})
+    authority = Authority(
+        policy,
+        device,
+        {
+            site: {device: {"roles": ["publish"]}},
+            other: {device: {"roles": ["publish", "revoke", "validate"]}},
+        },
+        {},
+    )
     assert not authority.is_root(device)
     assert authority.roles(device) == {Role.PUBLISH, Role.VALIDATE}
-    stripped = Authority(policy, device, {site: {device: {"roles": ["publish"]}}, other: {device: {"roles": []}}},
-                         {other: {device: {"last_seq": 0}}})
+    stripped = Authority(
+        policy,
+        device,
+        {site: {device: {"roles": ["publish"]}}, other: {device: {"roles": []}}},
+        {other: {device: {"last_seq": 0}}},
+    )
     assert stripped.roles(device) == {Role.PUBLISH} and stripped.admits(device, 99, 0) is None
 
 
@@ -189,7 +224,10 @@ def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
         before = (a.heads(), b.heads())
         b.ingest(a.envelopes_since(b.heads(), limit=10**6))
         a.ingest(b.envelopes_since(a.heads(), limit=10**6))
-        for device, site in ((a, b), (b, a)):  # a device takes its own site's heads as the word on its feed
+        for device, site in (
+            (a, b),
+            (b, a),
+        ):  # a device takes its own site's heads as the word on its feed
             if device.policy.device_of == site.identity.public_key:
                 device.learn_site_heads(site.heads())
         if (a.heads(), b.heads()) == before:
@@ -199,9 +237,18 @@ def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
 @st.composite
 def hostile_writes(draw):
     names = ["site", "peer", "hostile", "device1", "device2", "peer-device", "stranger"]
-    writes = draw(st.lists(st.tuples(
-        st.sampled_from(["delegate", "revoke_key"]), st.sampled_from(names), ROLE_SETS, st.integers(0, 2)),
-        min_size=1, max_size=8))
+    writes = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["delegate", "revoke_key"]),
+                st.sampled_from(names),
+                ROLE_SETS,
+                st.integers(0, 2),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
     hostile_roles = draw(ROLE_SETS.filter(bool))
     return hostile_roles, writes
 
@@ -216,14 +263,23 @@ def test_a_hostile_roots_ingested_records_leave_other_rights_and_views_unchanged
     delegate keeps its roles at S; keys H delegated only gain (within H's roles); S's devices still write."""
     hostile_roles, writes = case
     s_id, p_id, h_id = Identity.generate(), Identity.generate(), Identity.generate()
-    devices = {name: Identity.generate() for name in ("device1", "device2", "peer-device", "stranger")}
+    devices = {
+        name: Identity.generate() for name in ("device1", "device2", "peer-device", "stranger")
+    }
     s_policy = TrustPolicy().with_root(p_id.public_key).with_root(h_id.public_key, hostile_roles)
     s = knowledge.open(":memory:", s_id, policy=s_policy)
     p = knowledge.open(":memory:", p_id)
-    h = knowledge.open(":memory:", h_id, policy=TrustPolicy().with_root(s_id.public_key).with_root(p_id.public_key))
-    robots = {name: knowledge.open(":memory:", devices[name], policy=TrustPolicy().for_device_of(site))
-              for name, site in (("device1", s_id.public_key), ("device2", s_id.public_key),
-                                 ("peer-device", p_id.public_key))}
+    h = knowledge.open(
+        ":memory:", h_id, policy=TrustPolicy().with_root(s_id.public_key).with_root(p_id.public_key)
+    )
+    robots = {
+        name: knowledge.open(":memory:", devices[name], policy=TrustPolicy().for_device_of(site))
+        for name, site in (
+            ("device1", s_id.public_key),
+            ("device2", s_id.public_key),
+            ("peer-device", p_id.public_key),
+        )
+    }
     try:
         s.delegate(devices["device1"].public_key, [Role.PUBLISH])
         s.delegate(devices["device2"].public_key, [Role.PUBLISH, Role.VALIDATE])
@@ -237,8 +293,12 @@ def test_a_hostile_roots_ingested_records_leave_other_rights_and_views_unchanged
         s.skills.publish("site-skill", "pick")
         _sync(s, p)
         _sync(s, h)  # the hostile root holds everything S holds, so it can pin revocations
-        keys = {"site": s_id.public_key, "peer": p_id.public_key, "hostile": h_id.public_key,
-                **{n: i.public_key for n, i in devices.items()}}
+        keys = {
+            "site": s_id.public_key,
+            "peer": p_id.public_key,
+            "hostile": h_id.public_key,
+            **{n: i.public_key for n, i in devices.items()},
+        }
         before_views = s.snapshot()
         before_roles = {n: s.roles_of(k) for n, k in keys.items()}
 

@@ -43,31 +43,55 @@ def skill(author: bytes, name: str = "pick-mug", hlc: int = 1) -> tuple[str, dic
     return sid, {make_key(RecordType.SKILL, sid): text}
 
 
-def cert(validator: bytes, skill_id: str, hlc: int = 1, branches: int = 64) -> tuple[str, dict[str, str]]:
-    rec = {"v": 1, "skill": skill_id, "validator": validator.hex(), "hlc": hlc, "branches": branches,
-           "successes": branches, "confidence": 0.95, "randomized": [], "evaluation": None}
+def cert(
+    validator: bytes, skill_id: str, hlc: int = 1, branches: int = 64
+) -> tuple[str, dict[str, str]]:
+    rec = {
+        "v": 1,
+        "skill": skill_id,
+        "validator": validator.hex(),
+        "hlc": hlc,
+        "branches": branches,
+        "successes": branches,
+        "confidence": 0.95,
+        "randomized": [],
+        "evaluation": None,
+    }
     text = canonical_json(rec)
     cid = content_id(text)
     return cid, {make_key(RecordType.CERT, cid): text}
 
 
-def cell(map_name: str, name: str, confidence: float, hlc: int, value=None, deleted: bool = False) -> dict[str, str]:
+def cell(
+    map_name: str, name: str, confidence: float, hlc: int, value=None, deleted: bool = False
+) -> dict[str, str]:
     rec = {"v": 1, "hlc": hlc, "value": value, "confidence": confidence, "deleted": deleted}
     return {make_key(RecordType.CELL, map_name, name): canonical_json(rec)}
 
 
 def counter(skill_id: str, p=(0, 0, 0), n=(0, 0, 0), hlc: int = 1) -> dict[str, str]:
     fields = ("uses", "successes", "failures")
-    rec = {"v": 1, "hlc": hlc, "p": dict(zip(fields, p)), "n": dict(zip(fields, n))}
+    rec = {
+        "v": 1,
+        "hlc": hlc,
+        "p": dict(zip(fields, p, strict=True)),
+        "n": dict(zip(fields, n, strict=True)),
+    }
     return {make_key(RecordType.COUNTER, skill_id): canonical_json(rec)}
 
 
 def withdraw(skill_id: str) -> dict[str, str]:
-    return {make_key(RecordType.WITHDRAW, skill_id): canonical_json({"v": 1, "hlc": 2, "reason": "old"})}
+    return {
+        make_key(RecordType.WITHDRAW, skill_id): canonical_json({"v": 1, "hlc": 2, "reason": "old"})
+    }
 
 
 def revoke(skill_id: str) -> dict[str, str]:
-    return {make_key(RecordType.REVOKE, skill_id): canonical_json({"v": 1, "hlc": 2, "reason": "unsafe"})}
+    return {
+        make_key(RecordType.REVOKE, skill_id): canonical_json(
+            {"v": 1, "hlc": 2, "reason": "unsafe"}
+        )
+    }
 
 
 class Site:
@@ -110,7 +134,9 @@ def fleet() -> Site:
 def test_fleet_setup():
     site = fleet()
     auth = site.views.authority
-    assert auth.sites(D1, Role.PUBLISH) == auth.sites(D2, Role.PUBLISH) == auth.sites(RA, None) == {RA}
+    assert (
+        auth.sites(D1, Role.PUBLISH) == auth.sites(D2, Role.PUBLISH) == auth.sites(RA, None) == {RA}
+    )
     assert auth.sites(D3, Role.PUBLISH) == auth.sites(RB, None) == {RB}
     assert auth.sites(STRANGER, Role.PUBLISH) == frozenset() and auth.grants(STRANGER) == ()
     delegations, revocations = site.views.delegation_records()
@@ -173,7 +199,9 @@ def test_an_author_replaces_its_own_observation():
     site = fleet()
     site.write(D1, cell("floor1", "1,1", 0.9, hlc=10, value="first"))
     site.write(D3, cell("floor1", "1,1", 0.5, hlc=11, value="other"))
-    site.write(D1, cell("floor1", "1,1", 0.1, hlc=12, value="second"))  # D1's record is now the 0.1 one
+    site.write(
+        D1, cell("floor1", "1,1", 0.1, hlc=12, value="second")
+    )  # D1's record is now the 0.1 one
     assert winner(site)[1]["value"] == "other"
 
 
@@ -190,7 +218,9 @@ def test_removing_a_record_falls_back_to_the_next_best():
 
 def test_maps_and_cells_are_listed_sorted():
     site = fleet()
-    site.write(D1, {**cell("b", "2,2", 0.5, 1), **cell("b", "1,1", 0.5, 1), **cell("a", "x", 0.5, 1)})
+    site.write(
+        D1, {**cell("b", "2,2", 0.5, 1), **cell("b", "1,1", 0.5, 1), **cell("a", "x", 0.5, 1)}
+    )
     assert site.views.map_names() == ["a", "b"]
     assert site.views.cells("b") == ["1,1", "2,2"]
     assert site.views.cells("nope") == []
@@ -220,7 +250,10 @@ def test_lww_winner_is_the_max_and_independent_of_order(observations, rnd):
     for order in (list(latest.items()), rnd.sample(list(latest.items()), len(latest))):
         site = fleet()
         for author, (conf, hlc, deleted) in order:
-            site.write(author, cell("m", "c", conf, hlc, value=None if deleted else author.hex(), deleted=deleted))
+            site.write(
+                author,
+                cell("m", "c", conf, hlc, value=None if deleted else author.hex(), deleted=deleted),
+            )
         author, rec = winner(site, "m", "c")
         results.append((author, rec))
         assert author == expected[0]
@@ -244,7 +277,9 @@ def test_counters_sum_p_minus_n_per_site():
 def test_counter_records_replace_per_author():
     site = fleet()
     site.write(D1, counter(SKILL_ID, p=(1, 1, 0)))
-    site.write(D1, counter(SKILL_ID, p=(3, 2, 1), hlc=2))  # grow-only per author: the new record holds the total
+    site.write(
+        D1, counter(SKILL_ID, p=(3, 2, 1), hlc=2)
+    )  # grow-only per author: the new record holds the total
     assert site.views.counts(SKILL_ID) == {RA: Counts(3, 2, 1)}
 
 
@@ -352,7 +387,11 @@ def test_unauthorized_roles_are_reported_and_not_shown():
     site.write(D2, skill_changes)
     cid, cert_changes = cert(D2, sid)
     issues = site.write(D2, cert_changes)  # D2 only has publish
-    assert issues == [RecordIssue(D2.hex(), make_key(RecordType.CERT, cid), "unauthorized: needs the validate role")]
+    assert issues == [
+        RecordIssue(
+            D2.hex(), make_key(RecordType.CERT, cid), "unauthorized: needs the validate role"
+        )
+    ]
     assert site.views.certificates(sid) == []
     issues = site.write(D1, revoke(sid))  # D1 has publish and validate, not revoke
     assert _reasons(issues) == ["unauthorized: needs the revoke role"]
@@ -416,15 +455,20 @@ def test_unknown_record_types_are_skipped_with_an_issue():
     sid, changes = skill(D1)
     issues = site.write(D1, {"widget/abc": '{"v":1}', **changes, "hologram/x/y": "not even json"})
     assert sorted((i.key, i.reason.split(":")[0]) for i in issues) == [
-        ("hologram/x/y", "unknown_type"), ("widget/abc", "unknown_type"),
+        ("hologram/x/y", "unknown_type"),
+        ("widget/abc", "unknown_type"),
     ]
     assert site.views.skill(sid) is not None  # the known record in the same change still applies
 
 
 def test_newer_schema_versions_are_skipped_with_an_issue():
     site = fleet()
-    future = canonical_json({"v": 2, "hlc": 1, "value": {"shape": "new"}, "confidence": 0.9, "quality": "hd"})
-    issues = site.write(D1, {make_key(RecordType.CELL, "m", "c"): future, **cell("m", "d", 0.5, 1, "ok")})
+    future = canonical_json(
+        {"v": 2, "hlc": 1, "value": {"shape": "new"}, "confidence": 0.9, "quality": "hd"}
+    )
+    issues = site.write(
+        D1, {make_key(RecordType.CELL, "m", "c"): future, **cell("m", "d", 0.5, 1, "ok")}
+    )
     assert issues == [RecordIssue(D1.hex(), "cell/m/c", "newer_schema: v2 kept, not shown")]
     assert site.views.cell("m", "c") is None
     assert site.views.cell("m", "d") is not None
@@ -441,7 +485,9 @@ def test_a_newer_schema_record_replaces_the_authors_older_one():
 def test_invalid_keys_and_records_are_skipped_with_an_issue():
     site = fleet()
     bad_cell = canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 7})
-    issues = site.write(D1, {"skill/not-a-hash": "{}", "cell/m/c": bad_cell, "counter/" + SKILL_ID: "[]"})
+    issues = site.write(
+        D1, {"skill/not-a-hash": "{}", "cell/m/c": bad_cell, "counter/" + SKILL_ID: "[]"}
+    )
     by_key = {i.key: i.reason for i in issues}
     assert by_key["skill/not-a-hash"].startswith("invalid_key:")
     assert by_key["cell/m/c"].startswith("invalid_record:") and "confidence" in by_key["cell/m/c"]

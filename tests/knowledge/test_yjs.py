@@ -18,7 +18,7 @@ from pycrdt import Doc, Map
 
 from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed
 from knowledge._identity import Identity
-from knowledge._yjs import MAX_CLOCK, MalformedUpdate, parse_update, _uint
+from knowledge._yjs import MAX_CLOCK, MalformedUpdate, _uint, parse_update
 
 AUTHOR = Identity.from_seed(b"\x03" * 32).public_key
 C = Feed(AUTHOR).client_id
@@ -106,7 +106,17 @@ def test_groups_structs_and_strings_of_real_updates():
 
 
 def test_strings_include_nested_values_but_not_object_keys():
-    nested = b"\x28" + var(1) + text(RECORDS_MAP) + text("k") + var(1) + b"\x75" + var(2) + b"\x77" + text("in")
+    nested = (
+        b"\x28"
+        + var(1)
+        + text(RECORDS_MAP)
+        + text("k")
+        + var(1)
+        + b"\x75"
+        + var(2)
+        + b"\x77"
+        + text("in")
+    )
     nested += b"\x76" + var(1) + text("key") + b"\x77" + text("deep")
     assert parse_update(update([(C, 0, [nested])])).strings == ["in", "deep"]
 
@@ -154,7 +164,9 @@ def test_origin_clock_widths(side, clock):
 def test_an_origin_clock_of_2_32_names_clock_0_in_yrs():
     """Why the widths matter: the measured behaviour this reader guards against."""
     doc = Doc()
-    doc.apply_update(update([(C, 0, [entry(IMMUTABLE_MAP, "skill/a", "S"), entry(RECORDS_MAP, "c", "1")])]))
+    doc.apply_update(
+        update([(C, 0, [entry(IMMUTABLE_MAP, "skill/a", "S"), entry(RECORDS_MAP, "c", "1")])])
+    )
     doc.apply_update(update([(C, 2, [after((C, 2**32), "rewritten")])]))
     assert doc.get(IMMUTABLE_MAP, type=Map)["skill/a"] == "rewritten"
     doc.apply_update(update([], [(C, [(2**32 + 1, 1)])]))
@@ -188,18 +200,27 @@ def test_client_id_widths(where, client):
 @pytest.mark.parametrize("count", [2**32, 2**64 - 1])
 def test_count_and_string_length_widths(count):
     _refused(var(count) + b"\x00", "group count")
-    _refused(update([(C, 0, [b"\x28" + var(1) + text(RECORDS_MAP) + text("k") + var(count)])]), "value count")
-    wide_string = b"\x28" + var(1) + text(RECORDS_MAP) + text("k") + var(1) + b"\x77" + var(count + 1) + b"v"
+    _refused(
+        update([(C, 0, [b"\x28" + var(1) + text(RECORDS_MAP) + text("k") + var(count)])]),
+        "value count",
+    )
+    wide_string = (
+        b"\x28" + var(1) + text(RECORDS_MAP) + text("k") + var(1) + b"\x77" + var(count + 1) + b"v"
+    )
     _refused(update([(C, 0, [wide_string])]), "string length")  # yrs would read a 1-byte string
 
 
 def test_parent_kind_is_0_or_1():
-    _refused(update([(C, 0, [entry(RECORDS_MAP, "k", "v", named=2**32 + 1)])]), r"2\*\*32")  # yrs: 1
+    _refused(
+        update([(C, 0, [entry(RECORDS_MAP, "k", "v", named=2**32 + 1)])]), r"2\*\*32"
+    )  # yrs: 1
     _refused(update([(C, 0, [entry(RECORDS_MAP, "k", "v", named=2)])]), "parent kind 2")
 
 
 def test_over_long_var_uints():
-    assert parse_update(b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00\x00").groups == []  # 10 bytes, value 0
+    assert (
+        parse_update(b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00\x00").groups == []
+    )  # 10 bytes, value 0
     _refused(b"\x80" * 10 + b"\x00\x00", "too long")
 
 
@@ -209,21 +230,43 @@ def test_over_long_var_uints():
 @pytest.mark.parametrize(
     "data, match",
     [
-        (update([(C, 0, [entry(RECORDS_MAP, "a", "1")]), (C, 1, [entry(RECORDS_MAP, "b", "2")])]), "two struct groups"),
+        (
+            update(
+                [(C, 0, [entry(RECORDS_MAP, "a", "1")]), (C, 1, [entry(RECORDS_MAP, "b", "2")])]
+            ),
+            "two struct groups",
+        ),
         (update([(C, 0, [])]), "empty"),
         (update([], [(C, [(0, 1)]), (C, [(2, 1)])]), "twice in the delete set"),
         (update([], [(C, [(0, 0)])]), "empty delete range"),
         (update([(C, 0, [gc(0)])]), "empty struct"),
         (update([(C, 0, [deleted(RECORDS_MAP, "a", 0)])]), "empty struct"),
-        (update([(C, 0, [b"\x28" + var(1) + text(RECORDS_MAP) + text("a") + var(0)])]), "empty struct"),
+        (
+            update([(C, 0, [b"\x28" + var(1) + text(RECORDS_MAP) + text("a") + var(0)])]),
+            "empty struct",
+        ),
         (update([(C, 0, [b"\x20\x01"])]), "info byte"),  # yrs reads it as an item of content kind 0
         (update([(C, 0, [b"\x8a" + var(C) + var(0) + var(1)])]), "info byte"),
-        (update([(C, 0, [b"\x22" + var(1) + text(RECORDS_MAP) + text("j") + var(1) + text('"x"')])]), "JSON"),
-        (update([(C, 0, [b"\x27" + var(1) + text(RECORDS_MAP) + text("t") + b"\x05"])]), "type ref 5"),
+        (
+            update(
+                [(C, 0, [b"\x22" + var(1) + text(RECORDS_MAP) + text("j") + var(1) + text('"x"')])]
+            ),
+            "JSON",
+        ),
+        (
+            update([(C, 0, [b"\x27" + var(1) + text(RECORDS_MAP) + text("t") + b"\x05"])]),
+            "type ref 5",
+        ),
         (update([(C, 3, [after((C, 3), "self")])]), "points at clock 3"),
-        (update([(C, 3, [before((C, 4), "later"), entry(RECORDS_MAP, "b", "2")])]), "points at clock 4"),
+        (
+            update([(C, 3, [before((C, 4), "later"), entry(RECORDS_MAP, "b", "2")])]),
+            "points at clock 4",
+        ),
         (update([(C, 0, [entry(RECORDS_MAP, "k", b"\xff")])]), "not UTF-8"),
-        (update([(C, 0, [entry(RECORDS_MAP, "k", b"\xed\xa0\x80")])]), "not UTF-8"),  # a lone surrogate
+        (
+            update([(C, 0, [entry(RECORDS_MAP, "k", b"\xed\xa0\x80")])]),
+            "not UTF-8",
+        ),  # a lone surrogate
         (update([(C, 0, [entry(RECORDS_MAP, b"\xc0\xaf", "v")])]), "not UTF-8"),
         (update([(C, 0, [entry(b"rec\xff", "k", "v")])]), "not UTF-8"),
     ],
@@ -279,7 +322,11 @@ def _minus(ranges, removed) -> list[tuple[int, int]]:
 
 
 def _deleted(doc: Doc) -> list[tuple[int, int]]:
-    return _merge((clock, clock + n) for client, clock, n in parse_update(doc.get_update()).deletes if client == C)
+    return _merge(
+        (clock, clock + n)
+        for client, clock, n in parse_update(doc.get_update()).deletes
+        if client == C
+    )
 
 
 @st.composite
@@ -320,15 +367,26 @@ def hostile(draw, held: int):
     structs = []
     if mode == "full state" and held:  # its first struct ends near `held`
         span = draw(st.sampled_from([held - 1, held, held + 1]).filter(bool))
-        structs.append(draw(st.sampled_from([gc(span), deleted(RECORDS_MAP, "cell/m/1", span),
-                                             entry(RECORDS_MAP, "cell/m/1", *"v" * span)])))
+        structs.append(
+            draw(
+                st.sampled_from(
+                    [
+                        gc(span),
+                        deleted(RECORDS_MAP, "cell/m/1", span),
+                        entry(RECORDS_MAP, "cell/m/1", *"v" * span),
+                    ]
+                )
+            )
+        )
     for _ in range(draw(st.integers(0, 3))):
         kind = draw(st.sampled_from(["entry", "after", "before", "deleted", "gc"]))
         key = draw(st.sampled_from(KEYS))
         root = draw(st.sampled_from([IMMUTABLE_MAP, RECORDS_MAP]))
         origin = (draw(st.sampled_from([C, C, C + 2**53] if mode == "wild" else [C])), draw(near))
         if kind == "entry":
-            structs.append(entry(root, key, *draw(st.lists(st.text(max_size=3), min_size=1, max_size=2))))
+            structs.append(
+                entry(root, key, *draw(st.lists(st.text(max_size=3), min_size=1, max_size=2)))
+            )
         elif kind == "after":
             structs.append(after(origin, "x", right=draw(st.none() | st.just(origin))))
         elif kind == "before":
@@ -338,7 +396,9 @@ def hostile(draw, held: int):
         else:
             structs.append(gc(draw(lengths)))
     ranges = draw(st.lists(st.tuples(near, lengths), max_size=2))
-    return update([(client, clock, structs)] if structs else [], [(client, ranges)] if ranges else [])
+    return update(
+        [(client, clock, structs)] if structs else [], [(client, ranges)] if ranges else []
+    )
 
 
 def _verdict(feed: Feed, data: bytes) -> tuple[str, str] | None:
@@ -376,10 +436,16 @@ def _assert_changes_match(feed: Feed, doc: Doc, data: bytes) -> None:
     newly_deleted = _minus(_deleted(doc), deleted_before)
     reported = [(clock, clock + n) for _c, clock, n in parsed.deletes]
     reported += [(clock, clock + 1) for _c, clock in parsed.references]
-    reported += [(held - 1, feed.next_clock)] if any(s < held < s + n for _c, s, n in parsed.structs) else []
+    reported += (
+        [(held - 1, feed.next_clock)]
+        if any(s < held < s + n for _c, s, n in parsed.structs)
+        else []
+    )
     reported += [(held, feed.next_clock)]
     assert _covers(reported, newly_deleted), (newly_deleted, reported)
-    assert _covers(_deleted(doc), [(clock, clock + n) for _c, clock, n in parsed.deletes])  # none pending
+    assert _covers(
+        _deleted(doc), [(clock, clock + n) for _c, clock, n in parsed.deletes]
+    )  # none pending
     immutable_after = dict(doc.get(IMMUTABLE_MAP, type=Map).items())
     assert immutable_after.items() >= immutable_before.items()
 
@@ -393,7 +459,9 @@ def test_differential_fuzz(history, data):
     writer, updates = history
     held = data.draw(st.integers(0, len(updates)))
     feed, doc = _replica(updates[:held])
-    choice = data.draw(st.sampled_from(["next", "checkpoint", "later", "hostile", "hostile", "hostile"]))
+    choice = data.draw(
+        st.sampled_from(["next", "checkpoint", "later", "hostile", "hostile", "hostile"])
+    )
     if choice == "next" and held < len(updates):
         candidate, honest = updates[held], True
     elif choice == "checkpoint":
@@ -414,5 +482,8 @@ def test_differential_fuzz(history, data):
     parsed = parse_update(candidate)
     crosses = any(s < before < s + n for _c, s, n in parsed.structs)
     overlaps = any(s < before for _c, s, _n in parsed.groups)
-    event(f"{choice} accepted: " + ("crosses the next clock" if crosses else "overlaps" if overlaps else "continues"))
+    event(
+        f"{choice} accepted: "
+        + ("crosses the next clock" if crosses else "overlaps" if overlaps else "continues")
+    )
     _assert_changes_match(feed, doc, candidate)

@@ -44,8 +44,16 @@ def wait_until(predicate, timeout: float, what: str, step: float = 0.05) -> None
         time.sleep(step)
 
 
-def signed(identity: Identity, audience: bytes, method: str, target: str, body: bytes = b"", *,
-           ts: int | None = None, nonce: str | None = None) -> str:
+def signed(
+    identity: Identity,
+    audience: bytes,
+    method: str,
+    target: str,
+    body: bytes = b"",
+    *,
+    ts: int | None = None,
+    nonce: str | None = None,
+) -> str:
     ts = time.time_ns() // 1_000_000 if ts is None else ts
     nonce = nonce or os.urandom(16).hex()
     sig = identity.sign(signed_message(method, target, body, ts, nonce, audience))
@@ -99,14 +107,20 @@ class Live:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
         with open(log, "w") as out:
-            self.process = subprocess.Popen([*SIMNET, "--home", str(self.home), "-v", "serve"], stdout=out,
-                                            stderr=subprocess.STDOUT, preexec_fn=limit_files)
+            self.process = subprocess.Popen(
+                [*SIMNET, "--home", str(self.home), "-v", "serve"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=limit_files,
+            )
         wait_until(self.healthy, 60, f"{self.home.name} to answer /v1/health")
         return self
 
     def healthy(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(f"{self.home.name} exited with {self.process.returncode}:\n{self.log_text()}")
+            raise AssertionError(
+                f"{self.home.name} exited with {self.process.returncode}:\n{self.log_text()}"
+            )
         try:
             return httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200
         except (OSError, ValueError, KeyError, httpx.HTTPError):
@@ -119,8 +133,11 @@ class Live:
         self.process = None
 
     def client(self, identity: Identity | None = None, timeout: float = 10) -> httpx.Client:
-        return httpx.Client(base_url=self.url, auth=SimnetAuth(identity or self.key, self.key.public_key),
-                            timeout=timeout)
+        return httpx.Client(
+            base_url=self.url,
+            auth=SimnetAuth(identity or self.key, self.key.public_key),
+            timeout=timeout,
+        )
 
     def heads(self) -> dict:
         with self.client() as client:
@@ -145,12 +162,23 @@ class Sites:
         self.root = root
         self.made: list[Live] = []
 
-    def __call__(self, name: str, *, limits: ServerLimits | None = None, interval_s: float = 3600.0,
-                 max_backoff_s: float = 2.0, nofile: int | None = None) -> Live:
+    def __call__(
+        self,
+        name: str,
+        *,
+        limits: ServerLimits | None = None,
+        interval_s: float = 3600.0,
+        max_backoff_s: float = 2.0,
+        nofile: int | None = None,
+    ) -> Live:
         home = self.root / name
         listen = f"127.0.0.1:{free_port()}"
-        result = subprocess.run([*SIMNET, "--home", str(home), "init", "--name", name, "--listen", listen],
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [*SIMNET, "--home", str(home), "init", "--name", name, "--listen", listen],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr
         config = SiteConfig.load(home)
         config.gossip = GossipConfig(interval_s=interval_s, jitter=0.2, max_backoff_s=max_backoff_s)

@@ -26,14 +26,18 @@ from knowledge import Identity
 from .conftest import Live, assert_refused, signed
 
 NOFILE = 448
-CAP = NOFILE - IN_FLIGHT - RESERVED_FILES  # the connection cap the server derives from its file limit (128)
+CAP = (
+    NOFILE - IN_FLIGHT - RESERVED_FILES
+)  # the connection cap the server derives from its file limit (128)
 HEADER_TIMEOUT = 1.0
 HALF = b"GET /v1/heads HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthor"
 
 
 @pytest.fixture(scope="module")
 def site(module_live) -> Live:
-    return module_live("target", limits=ServerLimits(header_timeout_s=HEADER_TIMEOUT), nofile=NOFILE).start()
+    return module_live(
+        "target", limits=ServerLimits(header_timeout_s=HEADER_TIMEOUT), nofile=NOFILE
+    ).start()
 
 
 def address(site: Live) -> tuple[str, int]:
@@ -91,7 +95,9 @@ def test_hundreds_of_half_open_connections_neither_exhaust_files_nor_lock_anyone
             if i % 2 == 0:
                 sock.sendall(HALF)
             socks.append(sock)
-        heads, seconds = honest_heads(site)  # an honest caller gets in (the longest idle connection makes room)
+        heads, seconds = honest_heads(
+            site
+        )  # an honest caller gets in (the longest idle connection makes room)
         assert heads == before and seconds < 5.0, seconds
         waited = wait_closed(socks, HEADER_TIMEOUT + 4)
     finally:
@@ -100,7 +106,10 @@ def test_hundreds_of_half_open_connections_neither_exhaust_files_nor_lock_anyone
         for sock in socks:
             sock.close()
     assert waited <= HEADER_TIMEOUT + 4
-    assert peak[0] <= CAP + IN_FLIGHT + baseline < NOFILE, (peak[0], baseline)  # measured here: about 170
+    assert peak[0] <= CAP + IN_FLIGHT + baseline < NOFILE, (
+        peak[0],
+        baseline,
+    )  # measured here: about 170
     time.sleep(0.2)
     assert site.open_files() <= baseline + 2, (site.open_files(), baseline)
     assert site.heads() == before and site.healthy()
@@ -115,7 +124,9 @@ def test_trickled_headers_and_a_half_request_on_a_kept_alive_connection_are_clos
     kept = socket.create_connection(address(site), timeout=5)
     kept.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert kept.recv(4096).startswith(b"HTTP/1.1 200")
-    kept.sendall(HALF)  # the next request, half sent: uvicorn's 5 s keep-alive timer is off from here on
+    kept.sendall(
+        HALF
+    )  # the next request, half sent: uvicorn's 5 s keep-alive timer is off from here on
     started = time.monotonic()
     try:
         for byte in HALF:  # a byte every 0.1 s: would take 4.5 s to send
@@ -126,7 +137,10 @@ def test_trickled_headers_and_a_half_request_on_a_kept_alive_connection_are_clos
             except OSError:
                 break
             time.sleep(0.1)
-        assert wait_closed([trickle, kept], HEADER_TIMEOUT + 2) + (time.monotonic() - started) < HEADER_TIMEOUT + 3
+        assert (
+            wait_closed([trickle, kept], HEADER_TIMEOUT + 2) + (time.monotonic() - started)
+            < HEADER_TIMEOUT + 3
+        )
     finally:
         trickle.close()
         kept.close()
@@ -137,7 +151,9 @@ def test_trickled_headers_and_a_half_request_on_a_kept_alive_connection_are_clos
 def post_head(site: Live, path: str, length: int | None, authorization: str | None) -> bytes:
     host, port = address(site)
     lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Type: {PAGE_TYPE}"]
-    lines.append(f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked")
+    lines.append(
+        f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    )
     if authorization:
         lines.append(f"Authorization: {authorization}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
@@ -152,8 +168,11 @@ def answer_without_sending_the_body(site: Live, head: bytes) -> httpx.Response:
             assert chunk, raw
             raw += chunk
     status_line, _, rest = raw.partition(b"\r\n")
-    return httpx.Response(int(status_line.split()[1]), content=rest.partition(b"\r\n\r\n")[2],
-                          headers={"content-type": "application/json"})
+    return httpx.Response(
+        int(status_line.split()[1]),
+        content=rest.partition(b"\r\n\r\n")[2],
+        headers={"content-type": "application/json"},
+    )
 
 
 def test_bodies_are_refused_on_their_headers_before_a_byte_of_them_is_read(site):
@@ -163,13 +182,25 @@ def test_bodies_are_refused_on_their_headers_before_a_byte_of_them_is_read(site)
         (None, 8_000_000, 401, "unauthenticated", "request is not signed"),
         (None, None, 401, "unauthenticated", "request is not signed"),  # chunked
         ("Simnet key=00", 8_000_000, 401, "unauthenticated", "not of the form"),
-        (signed(stranger, site.key.public_key, "POST", "/v1/envelopes", b"x"), 8_000_000, 403, "forbidden",
-         "is not trusted by this site's policy"),
-        (signed(site.key, site.key.public_key, "POST", "/v1/envelopes", b"x", ts=1), 8_000_000, 401,
-         "unauthenticated", "request timestamp is"),
+        (
+            signed(stranger, site.key.public_key, "POST", "/v1/envelopes", b"x"),
+            8_000_000,
+            403,
+            "forbidden",
+            "is not trusted by this site's policy",
+        ),
+        (
+            signed(site.key, site.key.public_key, "POST", "/v1/envelopes", b"x", ts=1),
+            8_000_000,
+            401,
+            "unauthenticated",
+            "request timestamp is",
+        ),
     ]
     for authorization, length, status, code, phrase in cases:
-        response = answer_without_sending_the_body(site, post_head(site, "/v1/envelopes", length, authorization))
+        response = answer_without_sending_the_body(
+            site, post_head(site, "/v1/envelopes", length, authorization)
+        )
         assert_refused(response, status, code, phrase)
     assert site.heads() == before and site.healthy()
     site.assert_no_traceback()

@@ -57,24 +57,35 @@ def simnet(home, *args: str) -> tuple[int, str, str | None]:
         return code, out.getvalue().decode() + err.getvalue().decode(), tb
 
 
-def attack(hostile: knowledge.KnowledgeBase, site_key: bytes, devices: list[knowledge.KnowledgeBase]) -> list[bytes]:
+def attack(
+    hostile: knowledge.KnowledgeBase, site_key: bytes, devices: list[knowledge.KnowledgeBase]
+) -> list[bytes]:
     """H's records naming what it does not own: A's root key and A's devices, with no roles, and key
     revocations of them (A's root at 0, the devices at 0 and pinned at their envelope 1). Returns H's
     envelopes (H holds A's feeds, so it can pin)."""
     hostile.revoke_key(site_key, 0, reason="hostile")
     for n, device in enumerate(devices):
-        hostile.revoke_key(device.identity.public_key, n % 2, reason="hostile")  # seq 0, or pinned at envelope 1
+        hostile.revoke_key(
+            device.identity.public_key, n % 2, reason="hostile"
+        )  # seq 0, or pinned at envelope 1
     hostile.delegate(site_key, [])
     for device in devices:
         hostile.delegate(device.identity.public_key, [])
-    return [raw for raw in hostile.envelopes_since({}, limit=10**6) if author(raw) == hostile.identity.public_key]
+    return [
+        raw
+        for raw in hostile.envelopes_since({}, limit=10**6)
+        if author(raw) == hostile.identity.public_key
+    ]
 
 
 def views(kb: knowledge.KnowledgeBase) -> dict:
     """What A shows: skills and their state, cells, revocations (counters apart: see `counters`)."""
     snapshot = {k: v for k, v in kb.snapshot().items() if k != "counters"}
-    return {"snapshot": snapshot, "skills": sorted(s.id for s in kb.skills.list()),
-            "active": sorted(s.id for s in kb.skills.list() if kb.is_active(s.id))}
+    return {
+        "snapshot": snapshot,
+        "skills": sorted(s.id for s in kb.skills.list()),
+        "active": sorted(s.id for s in kb.skills.list() if kb.is_active(s.id)),
+    }
 
 
 def counters(kb: knowledge.KnowledgeBase) -> dict:
@@ -112,7 +123,9 @@ def read_store(site) -> knowledge.KnowledgeBase:
 def attacked(module_live, tmp_path_factory):
     site = module_live("a")
     hostile_id = smaller_key_than(site.key.public_key)
-    policy = TrustPolicy.load(site.home / "trust.toml").with_root(hostile_id.public_key, [Role.VALIDATE], name="h")
+    policy = TrustPolicy.load(site.home / "trust.toml").with_root(
+        hostile_id.public_key, [Role.VALIDATE], name="h"
+    )
     (site.home / "trust.toml").write_text(policy.to_toml())
     with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as kb:
         for name in ("walk", "grasp"):
@@ -126,7 +139,9 @@ def attacked(module_live, tmp_path_factory):
         device = Identity.generate()
         code, out, tb = simnet(site.home, "device", "add", device.public_key_hex, "--roles", roles)
         assert code == 0 and tb is None, out
-        kb = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(site.key.public_key))
+        kb = knowledge.open(
+            ":memory:", device, policy=TrustPolicy().for_device_of(site.key.public_key)
+        )
         federation.sync_with(kb, site.url, site.key.public_key)
         skill = kb.skills.publish(f"by-{roles}", "pick")
         kb.maps["hall"].observe((1, len(devices)), roles, 0.6)
@@ -134,9 +149,14 @@ def attacked(module_live, tmp_path_factory):
         federation.sync_with(kb, site.url, site.key.public_key)
         devices.append(kb)
 
-    hostile = knowledge.open(tmp_path_factory.mktemp("hostile") / "h.db", hostile_id,
-                             policy=TrustPolicy().with_root(site.key.public_key))
-    federation.sync_with(hostile, site.url, site.key.public_key)  # H may read at A: it is a trusted root
+    hostile = knowledge.open(
+        tmp_path_factory.mktemp("hostile") / "h.db",
+        hostile_id,
+        policy=TrustPolicy().with_root(site.key.public_key),
+    )
+    federation.sync_with(
+        hostile, site.url, site.key.public_key
+    )  # H may read at A: it is a trusted root
     keys = [site.key.public_key, hostile_id.public_key, *(d.identity.public_key for d in devices)]
     with read_store(site) as kb:
         before = views(kb)
@@ -147,8 +167,12 @@ def attacked(module_live, tmp_path_factory):
 
     page = attack(hostile, site.key.public_key, devices)
     with site.client(hostile_id) as client:
-        answer = client.post("/v1/envelopes", content=encode_page(page), headers={"content-type": PAGE_TYPE})
-    federation.sync_with(hostile, site.url, site.key.public_key)  # and an ordinary gossip round besides
+        answer = client.post(
+            "/v1/envelopes", content=encode_page(page), headers={"content-type": PAGE_TYPE}
+        )
+    federation.sync_with(
+        hostile, site.url, site.key.public_key
+    )  # and an ordinary gossip round besides
     yield Live(site, hostile, devices, before, roles_before, status_before, answer)
     hostile.close()
     for kb in devices:
@@ -221,9 +245,13 @@ def test_simnet_device_add_still_works(attacked):
     device syncs and publishes."""
     a = attacked
     device = Identity.generate()
-    code, out, tb = simnet(a.site.home, "device", "add", device.public_key_hex, "--roles", "publish")
+    code, out, tb = simnet(
+        a.site.home, "device", "add", device.public_key_hex, "--roles", "publish"
+    )
     assert code == 0 and tb is None and "may now publish" in out, (code, out, tb)
-    with knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(a.site.key.public_key)) as kb:
+    with knowledge.open(
+        ":memory:", device, policy=TrustPolicy().for_device_of(a.site.key.public_key)
+    ) as kb:
         federation.sync_with(kb, a.site.url, a.site.key.public_key)
         skill = kb.skills.publish("newcomer", "pick")
         assert federation.sync_with(kb, a.site.url, a.site.key.public_key).pushed >= 1
@@ -241,7 +269,10 @@ def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
         before = (a.heads(), b.heads())
         b.ingest(a.envelopes_since(b.heads(), limit=10**6))
         a.ingest(b.envelopes_since(a.heads(), limit=10**6))
-        for device, site in ((a, b), (b, a)):  # a device takes its own site's heads as the word on its feed
+        for device, site in (
+            (a, b),
+            (b, a),
+        ):  # a device takes its own site's heads as the word on its feed
             if device.policy.device_of == site.identity.public_key:
                 device.learn_site_heads(site.heads())
         if (a.heads(), b.heads()) == before:
@@ -259,7 +290,9 @@ def scene(open_kb):
     for roles in ([Role.PUBLISH], [Role.PUBLISH, Role.VALIDATE]):
         d_id = Identity.generate()
         a.delegate(d_id.public_key, roles)
-        device = open_kb(f"d{len(devices)}", d_id, policy=TrustPolicy().for_device_of(a.identity.public_key))
+        device = open_kb(
+            f"d{len(devices)}", d_id, policy=TrustPolicy().for_device_of(a.identity.public_key)
+        )
         _sync(a, device)
         skill = device.skills.publish(f"device-skill-{len(devices)}", "pick")
         device.counters.record(skill.id, success=True)
@@ -277,11 +310,17 @@ def test_in_process_ingest_of_the_attack_changes_nothing_at_the_site(scene):
     """The same attack through `kb.ingest`: every envelope accepted, A's views and every key's rights
     unchanged, A's devices' next envelopes accepted, A still delegates and writes as root."""
     a, hostile, devices = scene
-    keys = [a.identity.public_key, hostile.identity.public_key, *(d.identity.public_key for d in devices)]
+    keys = [
+        a.identity.public_key,
+        hostile.identity.public_key,
+        *(d.identity.public_key for d in devices),
+    ]
     before, roles = views(a), {k: a.roles_of(k) for k in keys}
     assert len(before["active"]) == 2
     report = a.ingest(attack(hostile, a.identity.public_key, devices))
-    assert report.rejected == [] and len(report.accepted) >= 6 and report.record_issues == [], report
+    assert report.rejected == [] and len(report.accepted) >= 6 and report.record_issues == [], (
+        report
+    )
     assert views(a) == before
     assert {k: a.roles_of(k) for k in keys} == roles
     assert a.roles_of(a.identity.public_key) == ALL
@@ -338,7 +377,9 @@ def test_in_process_empty_delegation_does_not_refile_the_devices_counters(scene)
 
 
 @pytest.mark.parametrize("h_roles", [[Role.VALIDATE], [Role.PUBLISH]])
-def test_only_a_root_that_vouches_for_the_publisher_with_publish_can_withdraw_its_skills(open_kb, h_roles):
+def test_only_a_root_that_vouches_for_the_publisher_with_publish_can_withdraw_its_skills(
+    open_kb, h_roles
+):
     """Attack: H delegates A's device d, then withdraws d's skill. A withdrawal counts where a site that
     vouches for the publisher with the publish role also vouches for the withdrawer (docs/SECURITY.md:
     a root trusted to publish that delegates a key shares responsibility for it). A root trusted only

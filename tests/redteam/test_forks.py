@@ -21,8 +21,13 @@ from .conftest import SIMNET
 
 
 def simnet(site, *args: str) -> str:
-    result = subprocess.run([*SIMNET, "--home", str(site.home), *args], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, (result.stdout, result.stderr)
+    result = subprocess.run(
+        [*SIMNET, "--home", str(site.home), *args], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, (
+        result.stdout,
+        result.stderr,
+    )
     return result.stdout
 
 
@@ -31,12 +36,16 @@ def trust(site, key: bytes, roles=(Role.PUBLISH,)) -> None:
     path.write_text(TrustPolicy.load(path).with_root(key, roles, name=key.hex()[:8]).to_toml())
 
 
-def test_two_sites_holding_different_envelopes_at_one_seq_find_the_fork_on_their_first_sync(live, tmp_path):
+def test_two_sites_holding_different_envelopes_at_one_seq_find_the_fork_on_their_first_sync(
+    live, tmp_path
+):
     writer = Identity.generate()
     a, b = live("a"), live("b")
     for site, other in ((a, b), (b, a)):
         trust(site, writer.public_key)
-        trust(site, other.key.public_key)  # before start: a running site reads its policy when it opens
+        trust(
+            site, other.key.public_key
+        )  # before start: a running site reads its policy when it opens
     a.start(), b.start()
     simnet(a, "peer", "add", "b", b.url, "--key", b.key.public_key_hex)
     simnet(b, "peer", "add", "a", a.url, "--key", a.key.public_key_hex)
@@ -77,10 +86,14 @@ def test_a_reflashed_robot_learns_its_feed_back_from_its_site_before_it_writes(l
             old.skills.publish(f"skill-{i}", "pick")
         assert federation.sync_with(old, site.url, site.key.public_key).pushed == 3
 
-    with knowledge.open(tmp_path / "reflashed.db", robot, policy=policy) as new:  # same key, empty store
+    with knowledge.open(
+        tmp_path / "reflashed.db", robot, policy=policy
+    ) as new:  # same key, empty store
         with pytest.raises(NotAuthorizedError, match="sync with its site first"):
             new.skills.publish("would fork", "pick")
-        report = federation.sync_with(new, site.url, site.key.public_key, page=2)  # small pages: several rounds
+        report = federation.sync_with(
+            new, site.url, site.key.public_key, page=2
+        )  # small pages: several rounds
         assert report.pulled >= 3
         assert new.heads()[robot.public_key_hex].seq == 3
         new.skills.publish("after restore", "pick")

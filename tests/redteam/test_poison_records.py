@@ -47,7 +47,13 @@ from knowledge._feed import Feed
 from knowledge._records import MAX_DEPTH, MAX_NUMBER_CHARS, MAX_RECORD_BYTES
 
 SPECIFIC = {"oversized_record", "malformed_update"}
-KEYS = ["cell/lobby/1,1", "skill/" + "ab" * 32, "counter/" + "cd" * 32, "future/thing", "delegate/" + "ef" * 32]
+KEYS = [
+    "cell/lobby/1,1",
+    "skill/" + "ab" * 32,
+    "counter/" + "cd" * 32,
+    "future/thing",
+    "delegate/" + "ef" * 32,
+]
 
 
 def marked(n: int) -> str:
@@ -70,7 +76,9 @@ class Forger:
         self.doc.apply_queued()
         self.last = env(feed[-1])
 
-    def envelope(self, key: str, text: str, *, raw_bytes: bytes | None = None, hlc: int | None = None) -> bytes:
+    def envelope(
+        self, key: str, text: str, *, raw_bytes: bytes | None = None, hlc: int | None = None
+    ) -> bytes:
         doc = Feed(self.identity.public_key)
         doc.replay(self.doc.state())
         doc.apply_queued()
@@ -79,8 +87,14 @@ class Forger:
             run = marked(len(raw_bytes)).encode()
             assert update.count(run) == 1
             update = update.replace(run, b"<<!" + raw_bytes + b"!>>")
-        return seal(self.identity, Kind.UPDATE, self.last.seq + 1, self.last.hash,
-                    hlc if hlc is not None else self.last.hlc + 1, update).raw
+        return seal(
+            self.identity,
+            Kind.UPDATE,
+            self.last.seq + 1,
+            self.last.hash,
+            hlc if hlc is not None else self.last.hlc + 1,
+            update,
+        ).raw
 
 
 @dataclass
@@ -96,8 +110,11 @@ class World:
 
     def receiver(self) -> knowledge.KnowledgeBase:
         """A fresh site trusting A that holds A's delegation and D's feed up to N."""
-        kb = knowledge.open(":memory:", Identity.generate(),
-                            policy=TrustPolicy().with_root(self.a.identity.public_key))
+        kb = knowledge.open(
+            ":memory:",
+            Identity.generate(),
+            policy=TrustPolicy().with_root(self.a.identity.public_key),
+        )
         report = kb.ingest(self.delegation + self.base)
         assert report.rejected == [], report.rejected
         return kb
@@ -132,7 +149,14 @@ def world() -> World:
 
 def cell_with(field: str, fragment: str) -> str:
     """A cell record whose `field` is the raw JSON `fragment` (everything else valid)."""
-    fields = {"v": "1", "hlc": "1", "confidence": "0.5", "deleted": "false", "value": '"x"', field: fragment}
+    fields = {
+        "v": "1",
+        "hlc": "1",
+        "confidence": "0.5",
+        "deleted": "false",
+        "value": '"x"',
+        field: fragment,
+    }
     return "{" + ",".join(f'"{k}":{v}' for k, v in sorted(fields.items())) + "}"
 
 
@@ -167,7 +191,11 @@ def deep(draw):
 @st.composite
 def long_numbers(draw):
     n = draw(st.one_of(st.integers(1, 60), st.integers(60, 2000)))
-    digits = draw(st.sampled_from(["1" * n, "9" * n, "0." + "0" * (n - 1) + "1", "-" + "7" * n, "1" + "0" * (n - 1)]))
+    digits = draw(
+        st.sampled_from(
+            ["1" * n, "9" * n, "0." + "0" * (n - 1) + "1", "-" + "7" * n, "1" + "0" * (n - 1)]
+        )
+    )
     run = max(len(part) for part in digits.lstrip("-").split("."))
     field = draw(st.sampled_from(["confidence", "value", "hlc", "v"]))
     expected = "oversized_record" if run > MAX_NUMBER_CHARS else "any"
@@ -177,7 +205,9 @@ def long_numbers(draw):
 @st.composite
 def exponents(draw):
     mantissa = draw(st.sampled_from(["1", "-1", "9.99", "0"]))
-    exponent = draw(st.sampled_from(["400", "-400", "+999999", "99999999999", "308", "-324", "1" * 41]))
+    exponent = draw(
+        st.sampled_from(["400", "-400", "+999999", "99999999999", "308", "-324", "1" * 41])
+    )
     text = f"{mantissa}e{exponent}"
     expected = "oversized_record" if len(exponent.lstrip("+-")) > MAX_NUMBER_CHARS else "any"
     field = draw(st.sampled_from(["confidence", "value", "hlc"]))
@@ -193,15 +223,29 @@ def constants(draw):
 
 @st.composite
 def not_utf8(draw):
-    bad = draw(st.sampled_from([b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xe2\x82",
-                                b"\xf4\x90\x80\x80", b"\x80", b"\xf8\x88\x80\x80\x80"]))
+    bad = draw(
+        st.sampled_from(
+            [
+                b"\xff",
+                b"\xc0\x80",
+                b"\xed\xa0\x80",
+                b"\xed\xbf\xbf",
+                b"\xe2\x82",
+                b"\xf4\x90\x80\x80",
+                b"\x80",
+                b"\xf8\x88\x80\x80\x80",
+            ]
+        )
+    )
     text = cell_with("value", '"' + marked(len(bad)) + '"')
     return draw(st.sampled_from(KEYS)), text, bad, "malformed_update"
 
 
 @st.composite
 def escaped_surrogates(draw):
-    escape = draw(st.sampled_from(["\\ud800", "\\udfff", "\\ud83d", "\\ud800\\ud800", "\\udc00\\ud800"]))
+    escape = draw(
+        st.sampled_from(["\\ud800", "\\udfff", "\\ud83d", "\\ud800\\ud800", "\\udc00\\ud800"])
+    )
     return draw(st.sampled_from(KEYS)), cell_with("value", f'"{escape}"'), None, "any"
 
 
@@ -218,8 +262,26 @@ def huge_strings(draw):
 
 @st.composite
 def not_objects(draw):
-    text = draw(st.sampled_from(["[]", "1", '"s"', "null", "true", "", " ", "{", "}", "[1,2", '{"v":1', "\u2028",
-                                 '{"v":1}{"v":1}', "[" * 64 + "]" * 64]))
+    text = draw(
+        st.sampled_from(
+            [
+                "[]",
+                "1",
+                '"s"',
+                "null",
+                "true",
+                "",
+                " ",
+                "{",
+                "}",
+                "[1,2",
+                '{"v":1',
+                "\u2028",
+                '{"v":1}{"v":1}',
+                "[" * 64 + "]" * 64,
+            ]
+        )
+    )
     return draw(st.sampled_from(KEYS)), text, None, "issue"
 
 
@@ -227,12 +289,21 @@ def not_objects(draw):
 def escaped_quotes(draw):
     """Many escaped quotes and backslashes inside strings (what a string-skipping scanner must get right)."""
     n = draw(st.integers(1, 300))
-    body = draw(st.sampled_from(['\\"', "\\\\", '\\"[', "\\\\\\\"{"])) * n
+    body = draw(st.sampled_from(['\\"', "\\\\", '\\"[', '\\\\\\"{'])) * n
     return "cell/lobby/1,1", cell_with("value", f'"{body}"'), None, "any"
 
 
-HOSTILE = st.one_of(deep(), long_numbers(), exponents(), constants(), not_utf8(), escaped_surrogates(), huge_strings(),
-                    not_objects(), escaped_quotes())
+HOSTILE = st.one_of(
+    deep(),
+    long_numbers(),
+    exponents(),
+    constants(),
+    not_utf8(),
+    escaped_surrogates(),
+    huge_strings(),
+    not_objects(),
+    escaped_quotes(),
+)
 
 
 def state(kb: knowledge.KnowledgeBase):
@@ -249,11 +320,22 @@ def check_one(w: World, key: str, text: str, raw_bytes: bytes | None, expected: 
         if report.rejected:
             (rejection,) = report.rejected
             assert rejection.detail, rejection
-            if rejection.reason == "record_clock_ahead":  # a long integer hlc: later than the envelope's
-                claimed = json.loads(text).get("hlc")  # within the limits (not refused as oversized): safe
-                assert expected in ("issue", "any") and isinstance(claimed, int) and claimed > env(raw).hlc
+            if (
+                rejection.reason == "record_clock_ahead"
+            ):  # a long integer hlc: later than the envelope's
+                claimed = json.loads(text).get(
+                    "hlc"
+                )  # within the limits (not refused as oversized): safe
+                assert (
+                    expected in ("issue", "any")
+                    and isinstance(claimed, int)
+                    and claimed > env(raw).hlc
+                )
             else:
-                assert rejection.reason in SPECIFIC and rejection.reason == expected, (expected, rejection)
+                assert rejection.reason in SPECIFIC and rejection.reason == expected, (
+                    expected,
+                    rejection,
+                )
             assert state(kb) == before
             # The receiver is unharmed: D's real next envelope (the same seq) is taken.
             follow = kb.ingest([w.honest_next])
@@ -281,19 +363,42 @@ def test_hostile_record_texts_are_refused_or_listed_and_ingest_never_raises(worl
     check_one(world, *case)
 
 
-@pytest.mark.parametrize(("name", "key", "text", "expected"), [
-    ("20000-deep list", "cell/lobby/1,1", "[" * 20_000 + "]" * 20_000, "oversized_record"),
-    ("20000-deep object", "future/x", '{"a":' * 20_000 + "0" + "}" * 20_000, "oversized_record"),
-    ("confidence 10**500", "cell/lobby/1,1", cell_with("confidence", str(10**500)), "oversized_record"),
-    ("hlc 10**500", "cell/lobby/1,1", cell_with("hlc", str(10**500)), "oversized_record"),
-    ("4300-digit int", "counter/" + "cd" * 32, cell_with("value", "9" * 4301), "oversized_record"),
-    ("confidence 1e400", "cell/lobby/1,1", cell_with("confidence", "1e400"), "issue"),
-    ("confidence NaN", "cell/lobby/1,1", cell_with("confidence", "NaN"), "issue"),
-    ("64 deep, exactly the limit", "cell/lobby/1,1", "[" * 64 + "]" * 64, "issue"),
-    ("65 deep", "cell/lobby/1,1", "[" * 65 + "]" * 65, "oversized_record"),
-    ("40 digits, exactly the limit", "cell/lobby/1,1", cell_with("confidence", "1" * 40), "issue"),
-    ("41 digits", "cell/lobby/1,1", cell_with("confidence", "1" * 41), "oversized_record"),
-])
+@pytest.mark.parametrize(
+    ("name", "key", "text", "expected"),
+    [
+        ("20000-deep list", "cell/lobby/1,1", "[" * 20_000 + "]" * 20_000, "oversized_record"),
+        (
+            "20000-deep object",
+            "future/x",
+            '{"a":' * 20_000 + "0" + "}" * 20_000,
+            "oversized_record",
+        ),
+        (
+            "confidence 10**500",
+            "cell/lobby/1,1",
+            cell_with("confidence", str(10**500)),
+            "oversized_record",
+        ),
+        ("hlc 10**500", "cell/lobby/1,1", cell_with("hlc", str(10**500)), "oversized_record"),
+        (
+            "4300-digit int",
+            "counter/" + "cd" * 32,
+            cell_with("value", "9" * 4301),
+            "oversized_record",
+        ),
+        ("confidence 1e400", "cell/lobby/1,1", cell_with("confidence", "1e400"), "issue"),
+        ("confidence NaN", "cell/lobby/1,1", cell_with("confidence", "NaN"), "issue"),
+        ("64 deep, exactly the limit", "cell/lobby/1,1", "[" * 64 + "]" * 64, "issue"),
+        ("65 deep", "cell/lobby/1,1", "[" * 65 + "]" * 65, "oversized_record"),
+        (
+            "40 digits, exactly the limit",
+            "cell/lobby/1,1",
+            cell_with("confidence", "1" * 40),
+            "issue",
+        ),
+        ("41 digits", "cell/lobby/1,1", cell_with("confidence", "1" * 41), "oversized_record"),
+    ],
+)
 def test_named_poison_records(world, name, key, text, expected):
     """The red team's own inputs, one by one, with the exact outcome each must have."""
     check_one(world, key, text, None, expected)
@@ -319,15 +424,18 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
         print(round(time.perf_counter() - started, 3), report.reasons(), [i.reason[:40] for i in report.record_issues])
     """)
     try:
-        done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=7)
+        done = subprocess.run(
+            [sys.executable, "-c", child], capture_output=True, text=True, timeout=7
+        )
     except subprocess.TimeoutExpired:
-        pytest.fail("ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s, child start "
-                    "included (about 140 s here): "
-                    "record_limits' string regex backtracks from every quote to the end of the text")
+        pytest.fail(
+            "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s, child start "
+            "included (about 140 s here): "
+            "record_limits' string regex backtracks from every quote to the end of the text"
+        )
     assert done.returncode == 0, done.stderr[-2000:]
     seconds = float(done.stdout.split()[0])
     assert seconds < 1.0, done.stdout
-
 
 
 def test_skill_named_with_an_escaped_lone_surrogate_does_not_break_the_site_cli(world, tmp_path):
@@ -338,7 +446,10 @@ def test_skill_named_with_an_escaped_lone_surrogate_does_not_break_the_site_cli(
     the CLI prints the library without a traceback."""
     import hashlib
 
-    text = '{"author":"%s","hlc":1,"name":"evil\\ud800name","task":"pick","v":1}' % world.device.public_key_hex
+    text = (
+        '{"author":"%s","hlc":1,"name":"evil\\ud800name","task":"pick","v":1}'
+        % world.device.public_key_hex
+    )
     key = "skill/" + hashlib.sha256(text.encode()).hexdigest()
     raw = world.forger.envelope(key, text)
     site_key = Identity.generate()
@@ -348,10 +459,24 @@ def test_skill_named_with_an_escaped_lone_surrogate_does_not_break_the_site_cli(
         listed = any(i.key == key for i in report.record_issues) or bool(report.rejected)
     if listed:
         return  # refused or not shown: nothing for the CLI to choke on
-    cli = [sys.executable, "-c", "from knowledge.cli import run; run()", "--home", str(tmp_path), "skills", "list"]
-    done = subprocess.run(cli, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    cli = [
+        sys.executable,
+        "-c",
+        "from knowledge.cli import run; run()",
+        "--home",
+        str(tmp_path),
+        "skills",
+        "list",
+    ]
+    done = subprocess.run(
+        cli,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-1500:]
+
 
 # --- over the wire ------------------------------------------------------------------------------------
 
@@ -368,23 +493,41 @@ def live_world(module_live):
     site = module_live("poisoned", interval_s=0.3)
     device = Identity.generate()
     with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as kb:
-        kb.delegate(device.public_key, [Role.PUBLISH])  # what `simnet device add` does without a server
+        kb.delegate(
+            device.public_key, [Role.PUBLISH]
+        )  # what `simnet device add` does without a server
     site.start()
     d = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(site.key.public_key))
     federation.sync_with(d, site.url, site.key.public_key)
     d.maps["lobby"].observe((0, 0), "door", 0.5)
     federation.sync_with(d, site.url, site.key.public_key)
-    feed = [raw for raw in d.envelopes_since({}, limit=10**6) if env(raw).author == device.public_key]
+    feed = [
+        raw for raw in d.envelopes_since({}, limit=10**6) if env(raw).author == device.public_key
+    ]
     yield LiveWorld(site, d, Forger(device, feed))
     d.close()
 
 
 WIRE_POISON = {
     "20000-deep list": ("cell/lobby/1,1", "[" * 20_000 + "]" * 20_000, None, "oversized_record"),
-    "confidence 10**500": ("cell/lobby/1,1", cell_with("confidence", str(10**500)), None, "oversized_record"),
-    "over 256 KiB": ("cell/lobby/1,1", cell_with("value", '"' + "x" * MAX_RECORD_BYTES + '"'), None,
-                     "oversized_record"),
-    "not UTF-8": ("cell/lobby/1,1", cell_with("value", '"' + marked(3) + '"'), b"\xed\xa0\x80", "malformed_update"),
+    "confidence 10**500": (
+        "cell/lobby/1,1",
+        cell_with("confidence", str(10**500)),
+        None,
+        "oversized_record",
+    ),
+    "over 256 KiB": (
+        "cell/lobby/1,1",
+        cell_with("value", '"' + "x" * MAX_RECORD_BYTES + '"'),
+        None,
+        "oversized_record",
+    ),
+    "not UTF-8": (
+        "cell/lobby/1,1",
+        cell_with("value", '"' + marked(3) + '"'),
+        b"\xed\xa0\x80",
+        "malformed_update",
+    ),
     "hlc 2**64-1": ("cell/lobby/1,1", cell_with("hlc", str(2**64 - 1)), None, "record_clock_ahead"),
 }
 
@@ -399,7 +542,9 @@ def test_push_of_poison_to_a_live_site_is_refused_with_a_reason_never_500(live_w
     raw = w.forger.envelope(key, text, raw_bytes=raw_bytes, hlc=w.device.now())
     before = w.site.heads()
     with w.site.client(w.device.identity, timeout=30) as client:
-        answer = client.post("/v1/envelopes", content=encode_page([raw]), headers={"content-type": PAGE_TYPE})
+        answer = client.post(
+            "/v1/envelopes", content=encode_page([raw]), headers={"content-type": PAGE_TYPE}
+        )
     assert answer.status_code != 500 and answer.status_code < 500, answer.text[:500]
     if answer.status_code == 200:
         body = answer.json()
@@ -419,14 +564,21 @@ class PoisonPeer:
         self.page = page
         self.syncs = 0
         self.held: dict[str, int] = {}
-        routes = [Route("/v1/sync", self.sync, methods=["POST"]), Route("/v1/heads", self.heads, methods=["GET"]),
-                  Route("/v1/envelopes", self.push, methods=["POST"]),
-                  Route("/v1/health", self.health, methods=["GET"])]
+        routes = [
+            Route("/v1/sync", self.sync, methods=["POST"]),
+            Route("/v1/heads", self.heads, methods=["GET"]),
+            Route("/v1/envelopes", self.push, methods=["POST"]),
+            Route("/v1/health", self.health, methods=["GET"]),
+        ]
         self.app = Starlette(routes=routes)
         sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
+        )
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:
@@ -448,7 +600,9 @@ class PoisonPeer:
         for raw in page:
             e = env(raw)
             self.held[e.author.hex()] = max(self.held.get(e.author.hex(), 0), e.seq)
-        return JSONResponse({"accepted": len(page), "duplicates": 0, "rejected": [], "heads": self.held})
+        return JSONResponse(
+            {"accepted": len(page), "duplicates": 0, "rejected": [], "heads": self.held}
+        )
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -465,8 +619,14 @@ def test_a_peer_serving_poison_does_not_kill_the_sites_gossip(live_world):
     in later rounds), and when the peer finally offers the device's honest envelope the site takes it."""
     w = live_world
     t = w.device.now()
-    poison = [w.forger.envelope(k, text, raw_bytes=rb, hlc=t) for k, text, rb, _r in
-              (WIRE_POISON["20000-deep list"], WIRE_POISON["confidence 10**500"], WIRE_POISON["hlc 2**64-1"])]
+    poison = [
+        w.forger.envelope(k, text, raw_bytes=rb, hlc=t)
+        for k, text, rb, _r in (
+            WIRE_POISON["20000-deep list"],
+            WIRE_POISON["confidence 10**500"],
+            WIRE_POISON["hlc 2**64-1"],
+        )
+    ]
     peer_key = Identity.generate()
     peer = PoisonPeer(poison)
     try:
@@ -475,7 +635,9 @@ def test_a_peer_serving_poison_does_not_kill_the_sites_gossip(live_world):
         config.save()  # the gossip re-reads simnet.toml every round
         deadline = time.monotonic() + 8
         while peer.syncs < 4:
-            assert time.monotonic() < deadline, f"gossip asked the poison peer only {peer.syncs} times"
+            assert time.monotonic() < deadline, (
+                f"gossip asked the poison peer only {peer.syncs} times"
+            )
             time.sleep(0.05)
         assert httpx.get(f"{w.site.url}/v1/health", timeout=5).status_code == 200
         d = w.device.identity.public_key_hex
@@ -486,7 +648,9 @@ def test_a_peer_serving_poison_does_not_kill_the_sites_gossip(live_world):
         peer.page = honest
         deadline = time.monotonic() + 8
         while w.site.heads()["heads"][d] < env(honest[-1]).seq:
-            assert time.monotonic() < deadline, "the site's gossip stopped taking envelopes from the peer"
+            assert time.monotonic() < deadline, (
+                "the site's gossip stopped taking envelopes from the peer"
+            )
             time.sleep(0.05)
         w.site.assert_no_traceback()
     finally:

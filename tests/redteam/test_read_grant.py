@@ -27,11 +27,20 @@ class Setup:
     blob: str
     peer: Identity  # a site root the policy trusts
     good: knowledge.KnowledgeBase  # a robot delegated publish
-    revoked: knowledge.KnowledgeBase  # a robot delegated publish, then revoked after its 2nd envelope
+    revoked: (
+        knowledge.KnowledgeBase
+    )  # a robot delegated publish, then revoked after its 2nd envelope
     roleless: Identity  # a device delegated no roles
 
 
-def send(site: Live, who: Identity, method: str, target: str, body: bytes = b"", content_type: str | None = None):
+def send(
+    site: Live,
+    who: Identity,
+    method: str,
+    target: str,
+    body: bytes = b"",
+    content_type: str | None = None,
+):
     headers = {"authorization": signed(who, site.key.public_key, method, target, body)}
     if content_type:
         headers["content-type"] = content_type
@@ -45,7 +54,9 @@ def admin(site: Live, path: str, body: dict) -> dict:
 
 
 def robot(site: Live) -> knowledge.KnowledgeBase:
-    return knowledge.open(":memory:", Identity.generate(), policy=TrustPolicy().with_root(site.key.public_key))
+    return knowledge.open(
+        ":memory:", Identity.generate(), policy=TrustPolicy().with_root(site.key.public_key)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +70,23 @@ def setup(module_live):
     site.start()
     good, revoked, roleless = robot(site), robot(site), Identity.generate()
     for kb in (good, revoked):
-        admin(site, "/v1/admin/delegate", {"device": kb.identity.public_key_hex, "roles": [Role.PUBLISH.value]})
-        federation.sync_with(kb, site.url, site.key.public_key)  # learns its delegation: it may read
+        admin(
+            site,
+            "/v1/admin/delegate",
+            {"device": kb.identity.public_key_hex, "roles": [Role.PUBLISH.value]},
+        )
+        federation.sync_with(
+            kb, site.url, site.key.public_key
+        )  # learns its delegation: it may read
     admin(site, "/v1/admin/delegate", {"device": roleless.public_key_hex, "roles": []})
     for i in range(3):
         revoked.skills.publish(f"soon-revoked-{i}", "pick")
     federation.sync_with(revoked, site.url, site.key.public_key)
-    admin(site, "/v1/admin/revoke-key", {"device": revoked.identity.public_key_hex, "last_seq": 2, "reason": "lost"})
+    admin(
+        site,
+        "/v1/admin/revoke-key",
+        {"device": revoked.identity.public_key_hex, "last_seq": 2, "reason": "lost"},
+    )
     revoked.skills.publish("after-revocation", "pick")  # what a revoked key would like to push
     yield Setup(site, blob, peer, good, revoked, roleless)
     good.close()
@@ -75,15 +96,28 @@ def setup(module_live):
 def reads(s: Setup) -> dict[str, tuple[str, str, bytes, str | None]]:
     return {
         "heads": ("GET", "/v1/heads", b"", None),
-        "sync": ("POST", "/v1/sync", json.dumps({"heads": {}, "limit": 100}).encode(), "application/json"),
-        "push": ("POST", "/v1/envelopes", encode_page(s.revoked.envelopes_since({}, limit=100)), PAGE_TYPE),
+        "sync": (
+            "POST",
+            "/v1/sync",
+            json.dumps({"heads": {}, "limit": 100}).encode(),
+            "application/json",
+        ),
+        "push": (
+            "POST",
+            "/v1/envelopes",
+            encode_page(s.revoked.envelopes_since({}, limit=100)),
+            PAGE_TYPE,
+        ),
         "blob": ("GET", f"/v1/blobs/{s.blob}", b"", None),
         "status": ("GET", "/v1/status", b"", None),
     }
 
 
 REFUSED = {  # who, and what the refusal must say is missing
-    "revoked device": (lambda s: s.revoked.identity, ["holds no current grant here", "revoked", NEED]),
+    "revoked device": (
+        lambda s: s.revoked.identity,
+        ["holds no current grant here", "revoked", NEED],
+    ),
     "device delegated no roles": (lambda s: s.roleless, ["is delegated no roles here", NEED]),
     "stranger": (lambda s: Identity.generate(), ["is not trusted by this site's policy", NEED]),
 }
@@ -137,9 +171,22 @@ ADMIN = {
 @pytest.mark.parametrize("who", ["robot", "peer root", "revoked device"])
 def test_admin_endpoints_are_the_site_roots_only(setup, who, path):
     s = setup
-    identity = {"robot": s.good.identity, "peer root": s.peer, "revoked device": s.revoked.identity}[who]
+    identity = {
+        "robot": s.good.identity,
+        "peer root": s.peer,
+        "revoked device": s.revoked.identity,
+    }[who]
     before = s.site.heads()
-    response = send(s.site, identity, "POST", f"/v1/admin/{path}", json.dumps(ADMIN[path]).encode(), "application/json")
-    assert_refused(response, 403, "forbidden", "only this site's own key may use the admin endpoints")
+    response = send(
+        s.site,
+        identity,
+        "POST",
+        f"/v1/admin/{path}",
+        json.dumps(ADMIN[path]).encode(),
+        "application/json",
+    )
+    assert_refused(
+        response, 403, "forbidden", "only this site's own key may use the admin endpoints"
+    )
     assert s.site.heads() == before and s.site.healthy()
     s.site.assert_no_traceback()

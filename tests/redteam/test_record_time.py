@@ -39,7 +39,9 @@ def now_hlc(ahead_ms: int = 0) -> int:
 
 
 def cell_record(value, confidence: float, hlc: int) -> str:
-    return canonical_json({"v": 1, "hlc": hlc, "value": value, "confidence": confidence, "deleted": False})
+    return canonical_json(
+        {"v": 1, "hlc": hlc, "value": value, "confidence": confidence, "deleted": False}
+    )
 
 
 class Forger:
@@ -71,7 +73,14 @@ class Forger:
         doc.replay(self.feed.state())
         doc.apply_queued()
         doc.write(changes)
-        return seal(self.identity, Kind.CHECKPOINT, self.last.seq, self.last.hash, self.last.hlc, doc.state()).raw
+        return seal(
+            self.identity,
+            Kind.CHECKPOINT,
+            self.last.seq,
+            self.last.hash,
+            self.last.hlc,
+            doc.state(),
+        ).raw
 
 
 def sync(*kbs: knowledge.KnowledgeBase) -> None:
@@ -82,7 +91,9 @@ def sync(*kbs: knowledge.KnowledgeBase) -> None:
             for b in kbs:
                 if a is not b:
                     b.ingest(a.envelopes_since(b.heads(), limit=10**6))
-                    if b.policy.device_of == a.identity.public_key:  # a device takes its site's word on its feed
+                    if (
+                        b.policy.device_of == a.identity.public_key
+                    ):  # a device takes its site's word on its feed
                         b.learn_site_heads(a.heads())
         if [kb.heads() for kb in kbs] == before:
             return
@@ -114,14 +125,20 @@ def assert_refused_everywhere(sites, raw: bytes, reason: str) -> None:
         report = site.ingest([raw])
         assert report.accepted == [] and report.equivocations == [], report
         assert [r.reason for r in report.rejected] == [reason], report.rejected
-        assert report.rejected[0].author == env(raw).author.hex() and report.rejected[0].seq == env(raw).seq
+        assert (
+            report.rejected[0].author == env(raw).author.hex()
+            and report.rejected[0].seq == env(raw).seq
+        )
         assert state(site) == before
 
 
 def assert_cell_everywhere(sites, value, confidence: float) -> None:
     for site in sites:
         seen = site.maps["kitchen"].get((1, 1))
-        assert seen is not None and (seen.value, seen.confidence) == (value, confidence), (site.identity.key_id, seen)
+        assert seen is not None and (seen.value, seen.confidence) == (value, confidence), (
+            site.identity.key_id,
+            seen,
+        )
         assert seen.hlc <= site.now()  # no cell in the views claims a time past this site's clock
 
 
@@ -135,7 +152,9 @@ def test_record_claiming_a_future_time_is_refused_and_honest_writes_still_win(fl
     forged = Forger(d).envelope({CELL: cell_record("forged", 1.0, record_hlc)}, hlc=d.now())
     assert_refused_everywhere([a, b], forged, "record_clock_ahead")
 
-    d.maps["kitchen"].observe((1, 1), "honest-d-later", 0.6)  # D's real next envelope, at the same seq
+    d.maps["kitchen"].observe(
+        (1, 1), "honest-d-later", 0.6
+    )  # D's real next envelope, at the same seq
     sync(a, b, d)
     assert_cell_everywhere([a, b, d], "honest-d-later", 0.6)
     a.maps["kitchen"].observe((1, 1), "honest-a", 0.9)
@@ -159,14 +178,19 @@ def test_envelope_claiming_the_future_itself_is_refused_as_clock_skew(fleet, cla
     assert_cell_everywhere([a, b, d], "honest-a", 0.9)
 
 
-@pytest.mark.parametrize("key", ["cell/kitchen/1,1", "cell/other/9,9", "counter/" + "ab" * 32, "future/x"])
+@pytest.mark.parametrize(
+    "key", ["cell/kitchen/1,1", "cell/other/9,9", "counter/" + "ab" * 32, "future/x"]
+)
 def test_any_record_of_the_update_claiming_a_later_time_refuses_the_whole_envelope(fleet, key):
     """Attack: the far-future record hides beside an honest one in the same envelope (another cell, a
     counter, a record type this version does not know): the whole envelope is refused, so the honest
     record in it does not land either."""
     a, b, d = fleet
     t = d.now()
-    changes = {"cell/kitchen/2,2": cell_record("beside", 0.5, t), key: canonical_json({"v": 1, "hlc": 2**64 - 1})}
+    changes = {
+        "cell/kitchen/2,2": cell_record("beside", 0.5, t),
+        key: canonical_json({"v": 1, "hlc": 2**64 - 1}),
+    }
     if key.startswith("cell/"):
         changes[key] = cell_record("forged", 1.0, 2**64 - 1)
     forged = Forger(d).envelope(changes, hlc=t)
@@ -192,13 +216,20 @@ def test_record_with_a_non_integer_far_future_time_is_never_shown(fleet):
     the envelope may pass, but the record fails its schema (an integer hlc) and is listed, never shown."""
     a, b, d = fleet
     key = "cell/kitchen/3,3"
-    for claimed in ['1.8446744073709552e19', '"18446744073709551615"', '1e400', '18446744073709551615.0']:
+    for claimed in [
+        "1.8446744073709552e19",
+        '"18446744073709551615"',
+        "1e400",
+        "18446744073709551615.0",
+    ]:
         text = '{"confidence":1.0,"deleted":false,"hlc":%s,"v":1,"value":"forged"}' % claimed
         raw = Forger(d).envelope({key: text}, hlc=d.now())
         for site in (a, b):
             report = site.ingest([raw])
             if report.rejected:
-                assert report.rejected[0].reason in {"record_clock_ahead", "oversized_record"}, report.rejected
+                assert report.rejected[0].reason in {"record_clock_ahead", "oversized_record"}, (
+                    report.rejected
+                )
             else:
                 assert [i.key for i in report.record_issues] == [key], report
         sync(a, b, d)  # D learns its own forged envelope back from A: its feed continues after it
@@ -213,7 +244,13 @@ def test_forged_checkpoint_carrying_a_future_record_is_refused_by_a_new_site(fle
     refuse it ("record_clock_ahead") and then learn D's real feed from A."""
     a, _b, d = fleet
     c = open_kb("c", policy=TrustPolicy().with_root(a.identity.public_key))
-    c.ingest([raw for raw in a.envelopes_since({}, limit=10**6) if env(raw).author == a.identity.public_key])
+    c.ingest(
+        [
+            raw
+            for raw in a.envelopes_since({}, limit=10**6)
+            if env(raw).author == a.identity.public_key
+        ]
+    )
     forged = Forger(d).checkpoint({CELL: cell_record("forged", 1.0, 2**64 - 1)})
     assert_refused_everywhere([c], forged, "record_clock_ahead")
     sync(a, c)

@@ -105,7 +105,9 @@ def make_scene() -> Scene:
     root.delegate(d_id.public_key, [Role.PUBLISH])
     delegation = by_author(root, r_id.public_key)
     device.ingest(delegation)
-    device.learn_site_heads(root.heads())  # the device's first sync: it learns how far its own feed goes
+    device.learn_site_heads(
+        root.heads()
+    )  # the device's first sync: it learns how far its own feed goes
     for i in range(1, 6):  # one envelope each: cells real1 .. real5
         device.maps["m"].observe(f"real{i}", f"r{i}", 0.5)
     real = by_author(device, d_id.public_key)
@@ -113,16 +115,25 @@ def make_scene() -> Scene:
     report = root.ingest(real)
     assert report.rejected == [], report.rejected
     root.revoke_key(d_id.public_key, 3, reason="stolen")
-    revocation = by_author(root, r_id.public_key)[len(delegation):]
+    revocation = by_author(root, r_id.public_key)[len(delegation) :]
     assert len(revocation) == 1
-    assert root.heads()[d_id.public_key_hex].seq == 3  # the root keeps only the pinned prefix itself
+    assert (
+        root.heads()[d_id.public_key_hex].seq == 3
+    )  # the root keeps only the pinned prefix itself
     pinned = root.snapshot()
     assert sorted(pinned["cells"]) == ["m/real1", "m/real2", "m/real3"]
 
     # The alternative history: seq 2 and 3 after the common envelope 1, high confidence, overwriting real1.
     fork = Forger(d_id, real[:1])
-    alt = [fork.write({**cell("m", "alt2", "forged", 1.0, now_hlc()), **cell("m", "real1", "forged", 1.0, now_hlc())}),
-           fork.write(cell("m", "alt3", "forged", 1.0, now_hlc()))]
+    alt = [
+        fork.write(
+            {
+                **cell("m", "alt2", "forged", 1.0, now_hlc()),
+                **cell("m", "real1", "forged", 1.0, now_hlc()),
+            }
+        ),
+        fork.write(cell("m", "alt3", "forged", 1.0, now_hlc())),
+    ]
     alt3 = Forger(d_id, real[:2]).write(cell("m", "alt3only", "forged", 1.0, now_hlc()))
     assert env(alt[0]).seq == 2 and env(alt[1]).seq == 3 and env(alt3).seq == 3
     assert env(alt[1]).hash != env(real[2]).hash and env(alt3).hash != env(real[2]).hash
@@ -131,7 +142,9 @@ def make_scene() -> Scene:
 
 
 def open_site(path, root_key: bytes) -> knowledge.KnowledgeBase:
-    return knowledge.open(path, Identity.load(path.with_suffix(".key")), policy=TrustPolicy().with_root(root_key))
+    return knowledge.open(
+        path, Identity.load(path.with_suffix(".key")), policy=TrustPolicy().with_root(root_key)
+    )
 
 
 def new_site(tmp_path, root_key: bytes) -> knowledge.KnowledgeBase:
@@ -146,7 +159,10 @@ def sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
         before = (a.heads(), b.heads())
         b.ingest(a.envelopes_since(b.heads(), limit=10**6))
         a.ingest(b.envelopes_since(a.heads(), limit=10**6))
-        for device, site in ((a, b), (b, a)):  # a device takes its own site's heads as the word on its feed
+        for device, site in (
+            (a, b),
+            (b, a),
+        ):  # a device takes its own site's heads as the word on its feed
             if device.policy.device_of == site.identity.public_key:
                 device.learn_site_heads(site.heads())
         if (a.heads(), b.heads()) == before:
@@ -168,9 +184,14 @@ def assert_pinned(site: knowledge.KnowledgeBase, scene: Scene) -> None:
     head, root_head = site.heads().get(scene.d), scene.root.heads()[scene.d]
     pinned = (3, env(scene.real[2]).hash.hex())
     assert head is not None and (head.seq, head.hash) == (root_head.seq, root_head.hash) == pinned
-    assert views(site) == views(scene.root), (sorted(site.snapshot()["cells"]), sorted(scene.pinned["cells"]))
+    assert views(site) == views(scene.root), (
+        sorted(site.snapshot()["cells"]),
+        sorted(scene.pinned["cells"]),
+    )
     assert sorted(site.snapshot()["cells"]) == ["m/real1", "m/real2", "m/real3"]
-    assert site.snapshot()["cells"]["m/real1"][0] == "r1"  # the forged overwrite of real1 is nowhere
+    assert (
+        site.snapshot()["cells"]["m/real1"][0] == "r1"
+    )  # the forged overwrite of real1 is nowhere
     # The root never takes anything of the alternative branch from the site either.
     assert views(scene.root) == {k: v for k, v in scene.pinned.items() if k != "equivocators"}
 
@@ -201,10 +222,19 @@ def _orders(s: Scene) -> dict[str, list]:
 
 
 ORDERS = [  # the keys of _orders, for test ids
-    "real-all, alt, then revocation", "alt branch only, then revocation", "alt branch, then real, then revocation",
-    "real, alt3, then revocation", "revocation, real-all, alt", "revocation, real 1..3 held, alt",
-    "revocation, real 1, alt", "revocation, real 1..2, alt3", "revocation, alt with real 1, then real",
-    "one batch: alt first", "one batch: real first", "one batch: alt3 first", "synced, then alt and alt3 again",
+    "real-all, alt, then revocation",
+    "alt branch only, then revocation",
+    "alt branch, then real, then revocation",
+    "real, alt3, then revocation",
+    "revocation, real-all, alt",
+    "revocation, real 1..3 held, alt",
+    "revocation, real 1, alt",
+    "revocation, real 1..2, alt3",
+    "revocation, alt with real 1, then real",
+    "one batch: alt first",
+    "one batch: real first",
+    "one batch: alt3 first",
+    "synced, then alt and alt3 again",
 ]
 
 
@@ -222,7 +252,12 @@ def test_fork_below_last_seq_never_displaces_the_pinned_prefix(scene, tmp_path, 
             sync(scene.root, site)
         else:
             report = site.ingest(step)
-            outcomes = len(report.accepted) + report.duplicates + len(report.rejected) + len(report.equivocations)
+            outcomes = (
+                len(report.accepted)
+                + report.duplicates
+                + len(report.rejected)
+                + len(report.equivocations)
+            )
             assert outcomes == len(step)
     sync(scene.root, site)  # the site finally meets the root
     assert_pinned(site, scene)
@@ -247,7 +282,9 @@ def test_fork_below_last_seq_never_displaces_the_pinned_prefix(scene, tmp_path, 
 
 
 @pytest.mark.parametrize("fork", ["alt 2+3", "alt 3 only"])
-def test_fork_against_a_site_holding_the_pinned_history_is_evidence_and_cuts_nothing(scene, tmp_path, fork):
+def test_fork_against_a_site_holding_the_pinned_history_is_evidence_and_cuts_nothing(
+    scene, tmp_path, fork
+):
     """Attack: the site already holds the revocation and D's pinned envelopes 1..3; D offers a fork at or
     below last_seq. The site keeps its history (nothing cut, nothing to re-fetch), records every forked
     seq in `kb.equivocations()` and keeps taking D's pinned envelopes as duplicates."""
@@ -297,7 +334,10 @@ def test_envelope_at_last_seq_with_another_hash_is_refused_as_revoked_writer(sce
     report = site.ingest([scene.alt3])
     assert [r.reason for r in report.rejected] == ["revoked_writer"], report
     assert (site.snapshot(), site.heads()) == before
-    assert site.ingest(scene.real[2:]).reasons() == ["revoked_writer", "revoked_writer"]  # 4 and 5: past last_seq
+    assert site.ingest(scene.real[2:]).reasons() == [
+        "revoked_writer",
+        "revoked_writer",
+    ]  # 4 and 5: past last_seq
     sync(scene.root, site)
     assert_pinned(site, scene)
 
@@ -315,10 +355,11 @@ def test_alternative_prefix_below_last_seq_is_not_taken_after_the_revocation(sce
     assert_pinned(site, scene)
 
 
-
 @pytest.mark.parametrize("order", ["revocation first", "checkpoint first"])
 @pytest.mark.parametrize("at", [2, 3])
-def test_forged_checkpoint_of_the_alternative_history_never_displaces_the_pinned_prefix(scene, tmp_path, at, order):
+def test_forged_checkpoint_of_the_alternative_history_never_displaces_the_pinned_prefix(
+    scene, tmp_path, at, order
+):
     """Attack: instead of envelopes, D signs a *checkpoint* of its alternative history at seq 2 (below
     last_seq) or 3 (at it), and offers it to a site that holds nothing of D yet, before or after the
     revocation. After a sync with the root the site must hold exactly the pinned prefix. (At seq 3 the
@@ -329,7 +370,9 @@ def test_forged_checkpoint_of_the_alternative_history_never_displaces_the_pinned
     fork.write(cell("m", "alt-cp2", "forged", 1.0, now_hlc()))
     if at == 3:
         fork.write(cell("m", "alt-cp3", "forged", 1.0, now_hlc()))
-    checkpoint = seal(scene.device, Kind.CHECKPOINT, at, fork.last.hash, fork.last.hlc, fork.feed.state()).raw
+    checkpoint = seal(
+        scene.device, Kind.CHECKPOINT, at, fork.last.hash, fork.last.hlc, fork.feed.state()
+    ).raw
     site = new_site(tmp_path, scene.root.identity.public_key)
     if order == "revocation first":
         site.ingest(scene.delegation + scene.revocation)
@@ -343,11 +386,19 @@ def test_forged_checkpoint_of_the_alternative_history_never_displaces_the_pinned
     sync(scene.root, site)
     assert_pinned(site, scene)
 
+
 def test_all_interleavings_of_the_fork_and_the_real_feed_converge(scene, tmp_path):
     """Attack: every permutation of {revocation, real 1..5, alt 2..3} offered one piece at a time (a
     sample of the 5040 orders, deterministic), then one sync with the root: always the pinned prefix."""
-    pieces = [("rev", scene.delegation + scene.revocation), ("r1", scene.real[:1]), ("r2", scene.real[1:2]),
-              ("r3", scene.real[2:3]), ("r45", scene.real[3:]), ("a2", scene.alt[:1]), ("a3", scene.alt[1:])]
+    pieces = [
+        ("rev", scene.delegation + scene.revocation),
+        ("r1", scene.real[:1]),
+        ("r2", scene.real[1:2]),
+        ("r3", scene.real[2:3]),
+        ("r45", scene.real[3:]),
+        ("a2", scene.alt[:1]),
+        ("a3", scene.alt[1:]),
+    ]
     orders = list(itertools.permutations(pieces))[::367]  # 14 spread-out orders
     for n, order in enumerate(orders):
         path = tmp_path / f"p{n}.db"
@@ -365,7 +416,9 @@ def test_all_interleavings_of_the_fork_and_the_real_feed_converge(scene, tmp_pat
             site.close()
 
 
-def test_over_the_wire_a_live_site_holding_the_fork_takes_the_pinned_prefix_from_the_root(scene, live):
+def test_over_the_wire_a_live_site_holding_the_fork_takes_the_pinned_prefix_from_the_root(
+    scene, live
+):
     """Attack over HTTP: a live site S (a real `simnet serve` process) that trusts R is pushed R's key
     revocation, D's envelope 1 and D's alternative envelopes 2..3 (POST /v1/envelopes: alt 2 is taken,
     alt 3 refused as not the pinned one). R then runs one ordinary sync round with S
@@ -378,12 +431,16 @@ def test_over_the_wire_a_live_site_holding_the_fork_takes_the_pinned_prefix_from
     site.start()
     page = federation.encode_page(scene.delegation + scene.revocation + scene.real[:1] + scene.alt)
     with site.client(scene.root.identity) as client:
-        answer = client.post("/v1/envelopes", content=page, headers={"content-type": federation.PAGE_TYPE})
+        answer = client.post(
+            "/v1/envelopes", content=page, headers={"content-type": federation.PAGE_TYPE}
+        )
     assert answer.status_code == 200, answer.text
     assert [r["reason"] for r in answer.json()["rejected"]] == ["revoked_writer"], answer.json()
 
     federation.sync_with(scene.root, site.url, site.key.public_key)
-    federation.sync_with(scene.root, site.url, site.key.public_key)  # a second round changes nothing more
+    federation.sync_with(
+        scene.root, site.url, site.key.public_key
+    )  # a second round changes nothing more
 
     def check() -> None:
         assert site.heads()["heads"][scene.d] == 3

@@ -46,6 +46,7 @@ MB = 1 << 20
 
 # --- the dripping peer -----------------------------------------------------------------------------------
 
+
 async def drip_peer(body_port: int, headers_port: int, lifetime: float) -> None:
     """Two listeners: on body_port every answer is a 200 whose body trickles; on headers_port the status
     line comes, then the headers trickle and never end."""
@@ -55,28 +56,46 @@ async def drip_peer(body_port: int, headers_port: int, lifetime: float) -> None:
             try:
                 head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
                 path = head.split(" ", 2)[1]
-                length = next((int(line.split(":")[1]) for line in head.split("\r\n")
-                               if line.lower().startswith("content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(":")[1])
+                        for line in head.split("\r\n")
+                        if line.lower().startswith("content-length:")
+                    ),
+                    0,
+                )
                 await reader.readexactly(length)
                 if mode == "body":
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-simnet-envelopes\r\n"
-                                 b"content-length: 100000\r\n\r\nS")
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-simnet-envelopes\r\n"
+                        b"content-length: 100000\r\n\r\nS"
+                    )
                 else:
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-simnet-envelopes\r\nx-drip: ")
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-simnet-envelopes\r\nx-drip: "
+                    )
                 print(f"dripping {mode} {path}", flush=True)
                 for _ in range(MAX_DRIPS):
                     await writer.drain()
                     await asyncio.sleep(DRIP_S)
                     writer.write(b"\x00" if mode == "body" else b"a")
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, IndexError, ValueError):
+            except (
+                asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError,
+                ConnectionError,
+                IndexError,
+                ValueError,
+            ):
                 pass
             finally:
                 writer.close()
 
         return answer
 
-    servers = [await asyncio.start_server(handler("body"), "127.0.0.1", body_port),
-               await asyncio.start_server(handler("headers"), "127.0.0.1", headers_port)]
+    servers = [
+        await asyncio.start_server(handler("body"), "127.0.0.1", body_port),
+        await asyncio.start_server(handler("headers"), "127.0.0.1", headers_port),
+    ]
     print("listening", flush=True)
     await asyncio.sleep(lifetime)
     for server in servers:
@@ -91,8 +110,11 @@ def drip(tmp_path_factory):
     log = tmp_path_factory.mktemp("drip") / "drip.log"
     body_port, headers_port = free_port(), free_port()
     with open(log, "w") as out:
-        peer = subprocess.Popen([sys.executable, __file__, str(body_port), str(headers_port), "120"], stdout=out,
-                                stderr=subprocess.STDOUT)
+        peer = subprocess.Popen(
+            [sys.executable, __file__, str(body_port), str(headers_port), "120"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_until(lambda: "listening" in log.read_text(), 30, "the dripping peer to listen")
         yield f"http://127.0.0.1:{body_port}", f"http://127.0.0.1:{headers_port}", log
@@ -107,39 +129,63 @@ def drips(log: Path, mode: str) -> int:
 
 # --- gossip and sync_with against the dripping peer --------------------------------------------------
 
+
 def test_a_dripping_peer_costs_only_its_own_rounds(live, drip):
     from .conftest import wait_until
 
     body_url, headers_url, log = drip
     with ThreadPoolExecutor(2) as pool:
-        victim, honest = pool.map(lambda make: make(), [
-            lambda: live("victim", limits=ServerLimits(timeout_s=READ_TIMEOUT, sync_deadline_s=DEADLINE),
-                         interval_s=0.2, max_backoff_s=1.0),
-            lambda: live("honest")])
+        victim, honest = pool.map(
+            lambda make: make(),
+            [
+                lambda: live(
+                    "victim",
+                    limits=ServerLimits(timeout_s=READ_TIMEOUT, sync_deadline_s=DEADLINE),
+                    interval_s=0.2,
+                    max_backoff_s=1.0,
+                ),
+                lambda: live("honest"),
+            ],
+        )
     victim_policy = TrustPolicy.load(victim.home / "trust.toml")
     (victim.home / "trust.toml").write_text(
-        victim_policy.with_root(honest.key.public_key, tuple(Role), name="honest").to_toml())
+        victim_policy.with_root(honest.key.public_key, tuple(Role), name="honest").to_toml()
+    )
     (honest.home / "trust.toml").write_text(
-        TrustPolicy.load(honest.home / "trust.toml").with_root(victim.key.public_key, name="victim").to_toml())
+        TrustPolicy.load(honest.home / "trust.toml")
+        .with_root(victim.key.public_key, name="victim")
+        .to_toml()
+    )
     config = victim.config
-    config.peers = [PeerConfig("drip-body", body_url, Identity.generate().public_key),
-                    PeerConfig("drip-headers", headers_url, Identity.generate().public_key),
-                    PeerConfig("honest", f"http://{honest.config.listen}", honest.key.public_key)]
+    config.peers = [
+        PeerConfig("drip-body", body_url, Identity.generate().public_key),
+        PeerConfig("drip-headers", headers_url, Identity.generate().public_key),
+        PeerConfig("honest", f"http://{honest.config.listen}", honest.key.public_key),
+    ]
     config.save()
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda site: site.start(), [honest, victim]))
 
     # Rounds with the dripping peer are under way (each would last MAX_DRIPS * DRIP_S = 2 minutes) ...
-    wait_until(lambda: drips(log, "body") and drips(log, "headers"), 20, "rounds with both dripping listeners",
-               step=0.1)
+    wait_until(
+        lambda: drips(log, "body") and drips(log, "headers"),
+        20,
+        "rounds with both dripping listeners",
+        step=0.1,
+    )
     # ... and news at the honest peer still arrives within a few intervals.
     device = Identity.generate()
     with honest.client() as client:
-        client.post("/v1/admin/delegate", json={"device": device.public_key_hex, "roles": ["publish"]}
-                    ).raise_for_status()
+        client.post(
+            "/v1/admin/delegate", json={"device": device.public_key_hex, "roles": ["publish"]}
+        ).raise_for_status()
     started = time.monotonic()
-    wait_until(lambda: honest.key.public_key.hex() in victim.heads()["heads"], 10,
-               "the honest peer's write to reach the victim", step=0.05)
+    wait_until(
+        lambda: honest.key.public_key.hex() in victim.heads()["heads"],
+        10,
+        "the honest peer's write to reach the victim",
+        step=0.05,
+    )
     converged = time.monotonic() - started
 
     with victim.client(timeout=30) as client:
@@ -156,13 +202,19 @@ def test_a_dripping_peer_costs_only_its_own_rounds(live, drip):
     # at most: the scheduled round it waits for, then its own; each ends at the deadline
     assert DEADLINE - 0.1 <= drip_sync <= 2 * DEADLINE + 3, drip_sync
     assert honest_sync < 3, honest_sync
-    print(f"\nconverged in {converged:.2f} s; admin sync: honest {honest_sync:.2f} s, dripping {drip_sync:.2f} s")
+    print(
+        f"\nconverged in {converged:.2f} s; admin sync: honest {honest_sync:.2f} s, dripping {drip_sync:.2f} s"
+    )
 
     def states() -> dict[str, dict]:
         return {s["name"]: s for s in victim.status()["peers"]}
 
-    wait_until(lambda: all(states()[name]["failures"] for name in ("drip-body", "drip-headers")),
-               3 * DEADLINE + 2, "a failed round with each dripping listener", step=0.1)
+    wait_until(
+        lambda: all(states()[name]["failures"] for name in ("drip-body", "drip-headers")),
+        3 * DEADLINE + 2,
+        "a failed round with each dripping listener",
+        step=0.1,
+    )
     states = states()
     for name in ("drip-body", "drip-headers"):
         assert "deadline" in states[name]["last_error"], states[name]
@@ -181,7 +233,9 @@ def test_sync_with_ends_at_its_deadline(drip, mode):
     with knowledge.open(":memory:", Identity.generate()) as kb:
         started = time.monotonic()
         with pytest.raises(federation.PeerError) as caught:
-            federation.sync_with(kb, url, Identity.generate().public_key, timeout=READ_TIMEOUT, deadline=1.0)
+            federation.sync_with(
+                kb, url, Identity.generate().public_key, timeout=READ_TIMEOUT, deadline=1.0
+            )
         took = time.monotonic() - started
     assert caught.value.code == "deadline" and "deadline of 1 s" in str(caught.value)
     assert 0.9 <= took < 2.0, took  # the sockets are shut at the deadline: no read runs on past it
@@ -190,9 +244,16 @@ def test_sync_with_ends_at_its_deadline(drip, mode):
 
 # --- a blob site and its slow readers -----------------------------------------------------------------
 
+
 class BlobSite:
     def __init__(self, site, big: bytes, legacy: bytes, corrupt: str, reader: Identity) -> None:
-        self.site, self.big, self.legacy, self.corrupt, self.reader = site, big, legacy, corrupt, reader
+        self.site, self.big, self.legacy, self.corrupt, self.reader = (
+            site,
+            big,
+            legacy,
+            corrupt,
+            reader,
+        )
         self.big_hash = hashlib.sha256(big).hexdigest()
         self.legacy_hash = hashlib.sha256(legacy).hexdigest()
 
@@ -216,14 +277,22 @@ def blob_site(module_live):
     with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as kb:
         assert kb.blobs.put(big) == hashlib.sha256(big).hexdigest()
     corrupt = hashlib.sha256(b"what the hash promises").hexdigest()
-    with sqlite3.connect(site.home / "site.db") as db:  # the layout of earlier versions: one row per blob
-        db.executemany("INSERT INTO blobs VALUES (?, ?)", [(hashlib.sha256(legacy).digest(), legacy),
-                                                          (bytes.fromhex(corrupt), b"something else")])
+    with sqlite3.connect(
+        site.home / "site.db"
+    ) as db:  # the layout of earlier versions: one row per blob
+        db.executemany(
+            "INSERT INTO blobs VALUES (?, ?)",
+            [
+                (hashlib.sha256(legacy).digest(), legacy),
+                (bytes.fromhex(corrupt), b"something else"),
+            ],
+        )
     site.start()
     reader = Identity.generate()
     with site.client() as client:
-        client.post("/v1/admin/delegate", json={"device": reader.public_key_hex, "roles": ["publish"]}
-                    ).raise_for_status()
+        client.post(
+            "/v1/admin/delegate", json={"device": reader.public_key_hex, "roles": ["publish"]}
+        ).raise_for_status()
     return BlobSite(site, big, legacy, corrupt, reader)
 
 
@@ -236,15 +305,19 @@ def stalled_reader(ps: BlobSite) -> socket.socket:
     from .conftest import signed
 
     target = f"/v1/blobs/{ps.big_hash}"
-    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: "
-                 f"{signed(ps.reader, ps.site.key.public_key, 'GET', target)}\r\n\r\n".encode())
+    sock.sendall(
+        f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        f"{signed(ps.reader, ps.site.key.public_key, 'GET', target)}\r\n\r\n".encode()
+    )
     head = b""
     sock.settimeout(10)
     while b"\r\n\r\n" not in head:
         chunk = sock.recv(1024)
         assert chunk, head
         head += chunk
-    assert head.startswith(b"HTTP/1.1 200") and f"content-length: {32 * MB}".encode() in head.lower(), head
+    assert (
+        head.startswith(b"HTTP/1.1 200") and f"content-length: {32 * MB}".encode() in head.lower()
+    ), head
     return sock
 
 
@@ -270,7 +343,9 @@ def test_readers_that_read_nothing_hold_neither_the_blob_nor_their_connections(b
     ps = blob_site
     first = ps.get(ps.big_hash)  # warm up: the store's page cache, the allocator, a worker thread
     assert first.status_code == 200 and first.content == ps.big
-    assert "content-encoding" not in first.headers and first.headers["content-length"] == str(32 * MB)
+    assert "content-encoding" not in first.headers and first.headers["content-length"] == str(
+        32 * MB
+    )
     before = ps.rss_mb()
 
     readers = [stalled_reader(ps) for _ in range(8)]  # 8 x 32 MiB would be 256 MiB held whole
@@ -280,10 +355,14 @@ def test_readers_that_read_nothing_hold_neither_the_blob_nor_their_connections(b
         started = time.monotonic()
         honest = ps.get(ps.big_hash)  # an honest reader meanwhile gets all of it, at once
         fetch = time.monotonic() - started
-        assert honest.status_code == 200 and hashlib.sha256(honest.content).hexdigest() == ps.big_hash
+        assert (
+            honest.status_code == 200 and hashlib.sha256(honest.content).hexdigest() == ps.big_hash
+        )
         assert ps.site.healthy()
-        print(f"\nserver RSS {before:.0f} MB -> {during:.0f} MB with 8 stalled 32 MiB answers; "
-              f"honest fetch {fetch:.2f} s")
+        print(
+            f"\nserver RSS {before:.0f} MB -> {during:.0f} MB with 8 stalled 32 MiB answers; "
+            f"honest fetch {fetch:.2f} s"
+        )
         assert during - before < 40, (before, during)
 
         time.sleep(SEND_TIMEOUT + 0.5)  # still reading nothing, past the send deadline
@@ -293,7 +372,10 @@ def test_readers_that_read_nothing_hold_neither_the_blob_nor_their_connections(b
     finally:
         for sock in readers:
             sock.close()
-    assert "dropped a connection whose client took in none of its answer for 1.5 s" in ps.site.log_text()
+    assert (
+        "dropped a connection whose client took in none of its answer for 1.5 s"
+        in ps.site.log_text()
+    )
     assert ps.get(ps.big_hash).status_code == 200
     ps.site.assert_no_traceback()
 
@@ -303,12 +385,20 @@ def test_blobs_stored_whole_by_earlier_versions_are_split_and_served(blob_site):
     answer = ps.get(ps.legacy_hash)
     assert answer.status_code == 200 and answer.content == ps.legacy
     with sqlite3.connect(f"file:{ps.site.home / 'site.db'}?mode=ro", uri=True) as db:
-        assert db.execute("SELECT COUNT(*) FROM blobs").fetchone() == (0,)  # moved when the server opened it
-        parts = db.execute("SELECT COUNT(*), SUM(length(data)) FROM blob_parts WHERE hash=?",
-                           (bytes.fromhex(ps.legacy_hash),)).fetchone()
+        assert db.execute("SELECT COUNT(*) FROM blobs").fetchone() == (
+            0,
+        )  # moved when the server opened it
+        parts = db.execute(
+            "SELECT COUNT(*), SUM(length(data)) FROM blob_parts WHERE hash=?",
+            (bytes.fromhex(ps.legacy_hash),),
+        ).fetchone()
     assert parts == (3, len(ps.legacy))  # 600 KiB in 256 KiB parts
-    with knowledge.open(":memory:", ps.reader, policy=TrustPolicy().for_device_of(ps.site.key.public_key)) as kb:
-        report = federation.sync_with(kb, ps.site.url, ps.site.key.public_key, blobs=[ps.legacy_hash])
+    with knowledge.open(
+        ":memory:", ps.reader, policy=TrustPolicy().for_device_of(ps.site.key.public_key)
+    ) as kb:
+        report = federation.sync_with(
+            kb, ps.site.url, ps.site.key.public_key, blobs=[ps.legacy_hash]
+        )
         assert report.blobs == 1 and kb.blobs.get(ps.legacy_hash) == ps.legacy
 
 
@@ -316,7 +406,9 @@ def test_a_corrupt_stored_blob_is_never_delivered_complete(blob_site):
     ps = blob_site
     with pytest.raises(httpx.RemoteProtocolError):  # the answer's head, then the connection closes
         ps.get(ps.corrupt)
-    with knowledge.open(":memory:", ps.reader, policy=TrustPolicy().for_device_of(ps.site.key.public_key)) as kb:
+    with knowledge.open(
+        ":memory:", ps.reader, policy=TrustPolicy().for_device_of(ps.site.key.public_key)
+    ) as kb:
         with pytest.raises(federation.PeerError):
             federation.sync_with(kb, ps.site.url, ps.site.key.public_key, blobs=[ps.corrupt])
         assert ps.corrupt not in kb.blobs
@@ -327,6 +419,7 @@ def test_a_corrupt_stored_blob_is_never_delivered_complete(blob_site):
 
 # --- a refused write through an admin endpoint ------------------------------------------------------
 
+
 def test_a_write_the_knowledge_base_refuses_is_403_not_500(live):
     """A robot serving its own store (trust.toml: device of its site) that holds no grant yet: its own
     admin writes are refused by the knowledge base (NotAuthorizedError), and answered 403 with the reason."""
@@ -334,13 +427,19 @@ def test_a_write_the_knowledge_base_refuses_is_403_not_500(live):
 
     robot = live("robot")
     home_site = Identity.generate()
-    (robot.home / "trust.toml").write_text(TrustPolicy().for_device_of(home_site.public_key).to_toml())
+    (robot.home / "trust.toml").write_text(
+        TrustPolicy().for_device_of(home_site.public_key).to_toml()
+    )
     robot.start()
     with robot.client() as client:
-        for path, body in [("/v1/admin/revoke", {"skill": "ab" * 32, "reason": "drops things"}),
-                           ("/v1/admin/delegate", {"device": "cd" * 32, "roles": ["publish"]}),
-                           ("/v1/admin/revoke-key", {"device": "cd" * 32, "last_seq": 0})]:
-            detail = assert_refused(client.post(path, json=body), 403, "not_authorized", robot.key.key_id)
+        for path, body in [
+            ("/v1/admin/revoke", {"skill": "ab" * 32, "reason": "drops things"}),
+            ("/v1/admin/delegate", {"device": "cd" * 32, "roles": ["publish"]}),
+            ("/v1/admin/revoke-key", {"device": "cd" * 32, "last_seq": 0}),
+        ]:
+            detail = assert_refused(
+                client.post(path, json=body), 403, "not_authorized", robot.key.key_id
+            )
             assert "sync" in detail  # what to do about it
     assert robot.healthy()  # and it keeps serving
     robot.assert_no_traceback()

@@ -23,7 +23,9 @@ ROOT = Identity.from_seed(b"\x21" * 32)
 DEVICE = Identity.from_seed(b"\x22" * 32)
 VICTIM = Identity.from_seed(b"\x23" * 32)
 POLICY = TrustPolicy().with_root(ROOT.public_key, name="site-a")
-HEADER = struct.Struct(">BB32sQ32sQI")  # version, kind, author, seq, prev, hlc, update length (PROTOCOL.md)
+HEADER = struct.Struct(
+    ">BB32sQ32sQI"
+)  # version, kind, author, seq, prev, hlc, update length (PROTOCOL.md)
 
 
 # --- the attacker's tools: a var-uint encoder, a Yjs v1 update builder, an envelope signer ----------
@@ -51,10 +53,20 @@ def entry(root: str, key: str, value: str) -> bytes:
 
 
 def update(client: int, clock: int, structs=(), deletes=()) -> bytes:
-    out = var(1) + var(len(structs)) + var(client) + var(clock) + b"".join(structs) if structs else var(0)
+    out = (
+        var(1) + var(len(structs)) + var(client) + var(clock) + b"".join(structs)
+        if structs
+        else var(0)
+    )
     if not deletes:
         return out + var(0)
-    return out + var(1) + var(client) + var(len(deletes)) + b"".join(var(c) + var(n) for c, n in deletes)
+    return (
+        out
+        + var(1)
+        + var(client)
+        + var(len(deletes))
+        + b"".join(var(c) + var(n) for c, n in deletes)
+    )
 
 
 def client_id(key: bytes) -> int:
@@ -90,7 +102,10 @@ class Scene:
         self.skill, self.cert, self.revoke = (self.clocks[k] for k in keys)
         self.revoke_key = keys[2]
         last = self.envelopes[-1]
-        self.seq, self.hlc = struct.unpack(">Q", last[34:42])[0] + 1, struct.unpack(">Q", last[74:82])[0] + 1
+        self.seq, self.hlc = (
+            struct.unpack(">Q", last[34:42])[0] + 1,
+            struct.unpack(">Q", last[74:82])[0] + 1,
+        )
         self.prev = hashlib.sha256(last).digest()
 
     def state(self, doc: Doc) -> int:
@@ -156,31 +171,89 @@ def attacks(s: Scene) -> dict[str, tuple[bytes, str]]:
     c, n, wide = s.client, s.next, 2**32
     return {
         # widths: yrs reads each of these as a clock or client of the record
-        "origin clock 2**32 + revocation": (update(c, n, [after(c, wide + s.revoke, UNREVOKED)]), "malformed_update"),
-        "origin client 2**53 + own": (update(c, n, [after(c + 2**53, s.revoke, UNREVOKED)]), "malformed_update"),
-        "origin clock 2**64 - 1": (update(c, n, [after(c, 2**64 - 1, UNREVOKED)]), "malformed_update"),
-        "6-byte origin clock (yrs ORs bit 35 into bit 3)": (update(c, n, [after(c, 2**35, UNREVOKED)]),
-                                                            "malformed_update"),
-        "delete clock 2**32 + revocation": (update(c, n, deletes=[(wide + s.revoke, 1)]), "malformed_update"),
-        "delete length 2**32 + 1 at the certificate": (update(c, n, deletes=[(s.cert, wide + 1)]), "malformed_update"),
-        "delete range wrapping past 2**32": (update(c, n, deletes=[(s.skill, wide - s.skill)]), "malformed_update"),
-        "group clock 2**32 + next": (update(c, wide + n, [entry("records", "cell/m/1,1", "x")]), "malformed_update"),
-        "group clock 2**32 - 1 (yrs panics)": (update(c, wide - 1, [entry("records", "cell/m/1,1", "x")]),
-                                               "malformed_update"),
-        "group client 2**53 + own": (update(c + 2**53, n, [entry("records", "cell/m/1,1", "x")]), "malformed_update"),
+        "origin clock 2**32 + revocation": (
+            update(c, n, [after(c, wide + s.revoke, UNREVOKED)]),
+            "malformed_update",
+        ),
+        "origin client 2**53 + own": (
+            update(c, n, [after(c + 2**53, s.revoke, UNREVOKED)]),
+            "malformed_update",
+        ),
+        "origin clock 2**64 - 1": (
+            update(c, n, [after(c, 2**64 - 1, UNREVOKED)]),
+            "malformed_update",
+        ),
+        "6-byte origin clock (yrs ORs bit 35 into bit 3)": (
+            update(c, n, [after(c, 2**35, UNREVOKED)]),
+            "malformed_update",
+        ),
+        "delete clock 2**32 + revocation": (
+            update(c, n, deletes=[(wide + s.revoke, 1)]),
+            "malformed_update",
+        ),
+        "delete length 2**32 + 1 at the certificate": (
+            update(c, n, deletes=[(s.cert, wide + 1)]),
+            "malformed_update",
+        ),
+        "delete range wrapping past 2**32": (
+            update(c, n, deletes=[(s.skill, wide - s.skill)]),
+            "malformed_update",
+        ),
+        "group clock 2**32 + next": (
+            update(c, wide + n, [entry("records", "cell/m/1,1", "x")]),
+            "malformed_update",
+        ),
+        "group clock 2**32 - 1 (yrs panics)": (
+            update(c, wide - 1, [entry("records", "cell/m/1,1", "x")]),
+            "malformed_update",
+        ),
+        "group client 2**53 + own": (
+            update(c + 2**53, n, [entry("records", "cell/m/1,1", "x")]),
+            "malformed_update",
+        ),
         "deleted length wrapping the clock": (
-            update(c, n, [b"\x21" + var(1) + string("records") + string("cell/m/2,2") + var(wide - n + s.revoke),
-                          after(c, s.revoke, UNREVOKED)]), "malformed_update"),
+            update(
+                c,
+                n,
+                [
+                    b"\x21"
+                    + var(1)
+                    + string("records")
+                    + string("cell/m/2,2")
+                    + var(wide - n + s.revoke),
+                    after(c, s.revoke, UNREVOKED),
+                ],
+            ),
+            "malformed_update",
+        ),
         # continuity: gaps, dangling ids, pending deletes
-        "gap before the group": (update(c, n + 1, [entry("records", "cell/m/1,1", "x")]), "malformed_update"),
-        "origin at a clock never written": (update(c, n, [after(c, n + 5, UNREVOKED)]), "malformed_update"),
+        "gap before the group": (
+            update(c, n + 1, [entry("records", "cell/m/1,1", "x")]),
+            "malformed_update",
+        ),
+        "origin at a clock never written": (
+            update(c, n, [after(c, n + 5, UNREVOKED)]),
+            "malformed_update",
+        ),
         "delete of a clock not yet written": (update(c, n, deletes=[(n, 1)]), "malformed_update"),
-        "group from 0 ending before the next clock": (update(c, 0, [b"\x00" + var(n - 1)]), "malformed_update"),
+        "group from 0 ending before the next clock": (
+            update(c, 0, [b"\x00" + var(n - 1)]),
+            "malformed_update",
+        ),
         # a full state crossing the held clock continues from the item before it: the revocation
-        "full state crossing the next clock": (update(c, 0, [b"\x00" + var(n + 1)]), "modifies_immutable_record"),
+        "full state crossing the next clock": (
+            update(c, 0, [b"\x00" + var(n + 1)]),
+            "modifies_immutable_record",
+        ),
         # control: the same aims in range are plain rewrites
-        "origin at the revocation": (update(c, n, [after(c, s.revoke, UNREVOKED)]), "modifies_immutable_record"),
-        "delete of the certificate": (update(c, n, deletes=[(s.cert, 1)]), "modifies_immutable_record"),
+        "origin at the revocation": (
+            update(c, n, [after(c, s.revoke, UNREVOKED)]),
+            "modifies_immutable_record",
+        ),
+        "delete of the certificate": (
+            update(c, n, deletes=[(s.cert, 1)]),
+            "modifies_immutable_record",
+        ),
     }
 
 
@@ -189,10 +262,15 @@ def test_every_attack_is_refused_and_changes_nothing(scene):
     snapshot, heads = victim.snapshot(), victim.heads()
     for name, (yjs, reason) in attacks(s).items():
         report = victim.ingest([s.sealed(yjs)])
-        assert report.accepted == [] and [r.reason for r in report.rejected] == [reason], (name, report.rejected)
+        assert report.accepted == [] and [r.reason for r in report.rejected] == [reason], (
+            name,
+            report.rejected,
+        )
         assert report.rejected[0].detail
         assert victim.snapshot() == snapshot and victim.heads() == heads, name
-    assert victim.envelopes_since({ROOT.public_key_hex: 10**6, DEVICE.public_key_hex: s.seq - 1}) == []
+    assert (
+        victim.envelopes_since({ROOT.public_key_hex: 10**6, DEVICE.public_key_hex: s.seq - 1}) == []
+    )
     assert victim.is_revoked(skill_id)
     assert [c.id for c in victim.certificates.for_skill(skill_id)] == [cert_id]
 
@@ -223,7 +301,9 @@ def test_the_record_survives_a_restart_and_the_device_can_still_write(scene, tmp
         assert reopened.snapshot() == snapshot
         assert reopened.is_revoked(skill_id)
         assert [c.id for c in reopened.certificates.for_skill(skill_id)] == [cert_id]
-        device.maps["floor1"].observe((1, 2), {"label": "shelf"}, confidence=0.7)  # continues at the next clock
+        device.maps["floor1"].observe(
+            (1, 2), {"label": "shelf"}, confidence=0.7
+        )  # continues at the next clock
         report = reopened.ingest(device.envelopes_since({DEVICE.public_key_hex: s.seq - 1}))
         assert report.rejected == [] and len(report.accepted) == 1
         assert reopened.is_revoked(skill_id)
@@ -245,7 +325,9 @@ def test_a_later_checkpoint_that_drops_the_revocation_is_refused(scene, tmp_path
     records["cell/floor1/0,1"] = '{"v":1}'
     state = forged.get_update()
     snapshot, heads = victim.snapshot(), victim.heads()
-    checkpoint = sign(DEVICE, s.seq, hashlib.sha256(b"an envelope never sent").digest(), s.hlc, state, kind=2)
+    checkpoint = sign(
+        DEVICE, s.seq, hashlib.sha256(b"an envelope never sent").digest(), s.hlc, state, kind=2
+    )
     report = victim.ingest([checkpoint])
     # A checkpoint that does not continue the author's envelopes is a fork: refused, kept as evidence.
     assert [r.reason for r in report.rejected] == ["checkpoint_conflict"], report.rejected
@@ -253,7 +335,8 @@ def test_a_later_checkpoint_that_drops_the_revocation_is_refused(scene, tmp_path
     after = victim.snapshot()
     assert after["equivocators"] == [DEVICE.public_key_hex]
     assert {k: v for k, v in after.items() if k != "equivocators"} == {
-        k: v for k, v in snapshot.items() if k != "equivocators"}
+        k: v for k, v in snapshot.items() if k != "equivocators"
+    }
     assert victim.is_revoked(skill_id)
     assert {a: h.seq for a, h in victim.heads().items()} == {a: h.seq for a, h in heads.items()}
     victim.close()

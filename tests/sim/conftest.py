@@ -70,8 +70,11 @@ def region() -> str:
 @pytest.fixture(scope="session")
 def world_entities() -> list[sim.Entity]:
     """The shipped walker in shard "west" and a free crate in shard "east"."""
-    walker = (sim.load_task("walker_forward").definition["scene"])
-    return [sim.Entity("walker1", walker, "west"), sim.Entity("crate", CRATE, "east", (0.0, 1.0, 0.0))]
+    walker = sim.load_task("walker_forward").definition["scene"]
+    return [
+        sim.Entity("walker1", walker, "west"),
+        sim.Entity("crate", CRATE, "east", (0.0, 1.0, 0.0)),
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -106,9 +109,11 @@ def kill_when_busy():
                     return  # it never got that busy: no kill, and the test's recovery checks fail
                 time.sleep(0.005)
             os.kill(pid, signal.SIGKILL)
+
         thread = threading.Thread(target=watch, daemon=True)
         thread.start()
         return thread
+
     return kill
 
 
@@ -121,8 +126,14 @@ def store(tmp_path):
         store.put_checkpoints("west", "", [Checkpoint(10, "t" * 64, "m" * 64, [], b"\x01" * 16)])
     for ticks in ((0, 0), (5, 9, 9), (12,)):  # one commit each: segments of events 1..2, 3..5 and 6
         with store.transaction():
-            store.append("west", "", [(t, "walker1", "mutate", {"target": "x", "op": "set", "value": [t]}, "test")
-                                      for t in ticks])
+            store.append(
+                "west",
+                "",
+                [
+                    (t, "walker1", "mutate", {"target": "x", "op": "set", "value": [t]}, "test")
+                    for t in ticks
+                ],
+            )
     store.close()  # reopened, it reads the file: what a later session would see
     store = WorldStore(tmp_path / "w.db", create=False)
     yield store

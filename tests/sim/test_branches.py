@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim import _branches
-from sim import Intervention, Mutation
+from sim import Intervention, Mutation, _branches
 from sim._entities import named_state
 from sim._worldstore import WorldStore
 
@@ -22,9 +21,11 @@ SHARDS = ("west", "east")
 
 
 def _mutation(kind, value):
-    return {"ctrl": Mutation("actuator/walker1/hhip/ctrl", "set", (value,)),
-            "mass": Mutation("body/walker1/torso/mass", "scale", (1.0 + abs(value),)),
-            "push": Mutation("joint/crate/~joint0/qvel", "set", (value, 0.0, 1.0, 0.0, 0.0, 0.0))}[kind]
+    return {
+        "ctrl": Mutation("actuator/walker1/hhip/ctrl", "set", (value,)),
+        "mass": Mutation("body/walker1/torso/mass", "scale", (1.0 + abs(value),)),
+        "push": Mutation("joint/crate/~joint0/qvel", "set", (value, 0.0, 1.0, 0.0, 0.0, 0.0)),
+    }[kind]
 
 
 def _walker_state(snapshot):
@@ -33,21 +34,26 @@ def _walker_state(snapshot):
 
 def _log(world, shard):
     """A shard's events, without the (random) migration ids."""
-    return [{**e.to_json(), "change": {k: v for k, v in e.change.items() if k != "migration"}}
-            for e in world.events(shard)]
+    return [
+        {**e.to_json(), "change": {k: v for k, v in e.change.items() if k != "migration"}}
+        for e in world.events(shard)
+    ]
 
 
 values = st.floats(-1.0, 1.0, allow_nan=False)
 kinds = st.sampled_from(["ctrl", "mass", "push"])
-operations = st.lists(st.one_of(
-    st.tuples(st.just("apply"), kinds, values),
-    st.tuples(st.just("advance"), st.integers(1, 60)),
-    st.tuples(st.just("migrate")),
-    st.tuples(st.just("fork"), st.sampled_from(SHARDS), st.floats(0, 1)),
-    st.tuples(st.just("branch apply"), st.integers(0, 9), kinds, values),
-    st.tuples(st.just("branch advance"), st.integers(0, 9), st.integers(1, 60)),
-    st.tuples(st.just("counterfactual"), st.floats(0, 1), st.floats(0, 1), kinds, values),
-), max_size=14)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("apply"), kinds, values),
+        st.tuples(st.just("advance"), st.integers(1, 60)),
+        st.tuples(st.just("migrate")),
+        st.tuples(st.just("fork"), st.sampled_from(SHARDS), st.floats(0, 1)),
+        st.tuples(st.just("branch apply"), st.integers(0, 9), kinds, values),
+        st.tuples(st.just("branch advance"), st.integers(0, 9), st.integers(1, 60)),
+        st.tuples(st.just("counterfactual"), st.floats(0, 1), st.floats(0, 1), kinds, values),
+    ),
+    max_size=14,
+)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -56,8 +62,13 @@ def test_forks_never_change_the_canonical_world(region, world_entities, ops):
     """Whatever is done to branches, the canonical world ends exactly as one that only saw its own operations;
     and every branch, rebuilt from the store after reopening, is exactly where it was."""
     with tempfile.TemporaryDirectory() as tmp:
-        make = lambda name: sim.World.create(Path(tmp) / name, dict.fromkeys(SHARDS, region), world_entities,
-                                             checkpoint_every=50, backend="inline")
+        make = lambda name: sim.World.create(
+            Path(tmp) / name,
+            dict.fromkeys(SHARDS, region),
+            world_entities,
+            checkpoint_every=50,
+            backend="inline",
+        )
         world, reference = make("w.db"), make("ref.db")
         branches = []
         for op in ops:
@@ -78,8 +89,12 @@ def test_forks_never_change_the_canonical_world(region, world_entities, ops):
                 start, stop = sorted((int(op[1] * head), int(op[2] * head)))
                 if start < stop and op[3] != "push":
                     try:
-                        replay = world.replay(walker_at, start, stop,
-                                              interventions=[Intervention(start, _mutation(op[3], op[4]))])
+                        replay = world.replay(
+                            walker_at,
+                            start,
+                            stop,
+                            interventions=[Intervention(start, _mutation(op[3], op[4]))],
+                        )
                     except sim.MutationError:
                         continue  # the walker was not in that shard yet at `start`
                     branches.append(replay.branch)
@@ -106,7 +121,9 @@ def test_forks_never_change_the_canonical_world(region, world_entities, ops):
 
 @pytest.fixture
 def world(tmp_path, region, world_entities):
-    world = sim.World.create(tmp_path / "w.db", dict.fromkeys(SHARDS, region), world_entities, checkpoint_every=50)
+    world = sim.World.create(
+        tmp_path / "w.db", dict.fromkeys(SHARDS, region), world_entities, checkpoint_every=50
+    )
     for k in range(6):
         world.apply("west", _mutation("ctrl", 0.4 * (-1) ** k))
         world.advance(25)
@@ -118,7 +135,13 @@ def test_a_counterfactual_replay_is_a_branch_of_the_recorded_events_plus_the_int
     push = Mutation("joint/walker1/rootz/qvel", "set", (1.5,))
     replay = world.replay("west", 40, 150, interventions=[Intervention(60, push)])
     assert not replay.exact and replay.branch.base_tick == 40 and replay.branch.head == 150
-    assert [e.tick for e in replay.branch.events()] == [50, 60, 75, 100, 125]  # recorded ones, and the push
+    assert [e.tick for e in replay.branch.events()] == [
+        50,
+        60,
+        75,
+        100,
+        125,
+    ]  # recorded ones, and the push
     assert "canonical #3" in replay.branch.events()[0].provenance
     by_hand = world.fork("west", 40)
     for event in replay.branch.events():
@@ -130,13 +153,17 @@ def test_a_counterfactual_replay_is_a_branch_of_the_recorded_events_plus_the_int
     for at in (60.5, 20, 150):
         with pytest.raises(sim.HistoryError, match="integer tick|outside the replay"):
             world.replay("west", 40, 150, interventions=[Intervention(at, push)])
-    for interventions, error in (([push], "sim.Intervention objects"),
-                                 ([Intervention(60, push, provenance="\ud800")], "valid Unicode text"),
-                                 ([Intervention(60, push, provenance=object())], "must be a string")):
+    for interventions, error in (
+        ([push], "sim.Intervention objects"),
+        ([Intervention(60, push, provenance="\ud800")], "valid Unicode text"),
+        ([Intervention(60, push, provenance=object())], "must be a string"),
+    ):
         with pytest.raises(ValueError, match=error):
             world.replay("west", 40, 150, interventions=interventions)
     for label, error in ((True, "label must be a string"), ("caf\udcff", "valid Unicode text")):
-        with pytest.raises(ValueError, match=error):  # a non-text label failed its own checksum ever after
+        with pytest.raises(
+            ValueError, match=error
+        ):  # a non-text label failed its own checksum ever after
             world.fork("west", 40, label=label)
     assert len(world.branches("west")) == 2  # a refused replay or fork makes no branch
 
@@ -146,9 +173,16 @@ def test_a_migrated_entity_keeps_its_state_and_mutations(world):
     before = _walker_state(world.snapshot("west"))
     migration = world.migrate("walker1", "east", provenance="left the cell")
     assert world.entities() == {"crate": "east", "walker1": "east"}
-    assert (migration.left.kind, migration.entered.kind, migration.entered.provenance) == ("leave", "enter", "left the cell")
+    assert (migration.left.kind, migration.entered.kind, migration.entered.provenance) == (
+        "leave",
+        "enter",
+        "left the cell",
+    )
     east = world.snapshot("east")
-    assert _walker_state(east) == before and east.patch.mutations[-1].target == "body/walker1/torso/mass"
+    assert (
+        _walker_state(east) == before
+        and east.patch.mutations[-1].target == "body/walker1/torso/mass"
+    )
     assert world.snapshot("west").template.model.nu == 0
     world.apply("east", _mutation("ctrl", 0.2))  # its controls now go to the other shard
     with pytest.raises(sim.MutationError, match="walker1/hhip"):
@@ -194,11 +228,19 @@ def _wrap(monkeypatch, name, before=None, after=None):
         if after:
             after()
         return result
+
     monkeypatch.setattr(_branches, name, wrapped)
 
 
-@pytest.mark.parametrize("fault", ["source dies while read", "target dies before commit",
-                                   "commit fails half-way", "both die before delivery"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "source dies while read",
+        "target dies before commit",
+        "commit fails half-way",
+        "both die before delivery",
+    ],
+)
 def test_migration_happens_exactly_once_under_faults(world, monkeypatch, fault):
     before = _walker_state(world.snapshot("west"))
     if fault == "source dies while read":
@@ -208,8 +250,10 @@ def test_migration_happens_exactly_once_under_faults(world, monkeypatch, fault):
     elif fault == "both die before delivery":
         _wrap(monkeypatch, "deliver", before=lambda: _kill(world, "west", "east"))
     else:
+
         def broken(self, data):
             raise OSError("disk full")
+
         monkeypatch.setattr(WorldStore, "add_migration", broken)
         with pytest.raises(OSError, match="disk full"):
             world.migrate("walker1", "east")
@@ -217,8 +261,15 @@ def test_migration_happens_exactly_once_under_faults(world, monkeypatch, fault):
         monkeypatch.undo()
     world.migrate("walker1", "east")
     _check_exactly_once(world, True, before)
-    assert world.recoveries == {"source dies while read": 1, "target dies before commit": 1,
-                                "commit fails half-way": 0, "both die before delivery": 2}[fault]
+    assert (
+        world.recoveries
+        == {
+            "source dies while read": 1,
+            "target dies before commit": 1,
+            "commit fails half-way": 0,
+            "both die before delivery": 2,
+        }[fault]
+    )
 
 
 CRASH = """
@@ -254,7 +305,9 @@ def test_a_coordinator_killed_mid_migration_leaves_it_done_or_not_done(world, tm
 
 def test_numpy_ticks_and_a_branch_deleted_in_a_batch_leave_a_world_that_opens(world, tmp_path):
     push = Mutation("joint/walker1/rootz/qvel", "set", (np.float32(1.5),))
-    replay = world.replay("west", np.int64(40), np.int64(150), interventions=[Intervention(np.int64(60), push)])
+    replay = world.replay(
+        "west", np.int64(40), np.int64(150), interventions=[Intervention(np.int64(60), push)]
+    )
     assert [type(e.tick) for e in replay.branch.events()] == [int] * 5
     doomed = world.fork("west", 100)
     with world.batch():  # its events were still in memory when it went
@@ -263,14 +316,23 @@ def test_numpy_ticks_and_a_branch_deleted_in_a_batch_leave_a_world_that_opens(wo
         doomed.delete()
     world.close()
     reopened = sim.World.open(world._store.path, backend="inline")
-    assert [b.id for b in reopened.branches()] == [replay.branch.id] and len(reopened.events("west")) == 7
+    assert [b.id for b in reopened.branches()] == [replay.branch.id] and len(
+        reopened.events("west")
+    ) == 7
     assert reopened.status()["branches"][0]["head"] == 150
     reopened.close()
 
 
-def test_pruned_history_is_gone_and_the_world_goes_on_exactly(world, tmp_path, region, world_entities):
-    reference = sim.World.create(tmp_path / "ref.db", dict.fromkeys(SHARDS, region), world_entities,
-                                 checkpoint_every=50, backend="inline")
+def test_pruned_history_is_gone_and_the_world_goes_on_exactly(
+    world, tmp_path, region, world_entities
+):
+    reference = sim.World.create(
+        tmp_path / "ref.db",
+        dict.fromkeys(SHARDS, region),
+        world_entities,
+        checkpoint_every=50,
+        backend="inline",
+    )
     for k in range(6):
         reference.apply("west", _mutation("ctrl", 0.4 * (-1) ** k))
         reference.advance(25)
@@ -286,7 +348,9 @@ def test_pruned_history_is_gone_and_the_world_goes_on_exactly(world, tmp_path, r
     assert [e.tick for e in world.events("west")] == [100, 125]
     assert [e.tick for e in world.events("west", first_tick=101, last_tick=125)] == [125]
     world.close()
-    world = sim.World.open(tmp_path / "w.db", backend="inline")  # rebuilt from the kept checkpoint and log
+    world = sim.World.open(
+        tmp_path / "w.db", backend="inline"
+    )  # rebuilt from the kept checkpoint and log
     for w in (world, reference):
         w.apply("west", _mutation("mass", 0.5))
         w.advance(30)

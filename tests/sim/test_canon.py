@@ -23,8 +23,20 @@ def test_is_number_excludes_bools_and_non_finite():
     assert not is_number(True) and not is_number(math.inf) and not is_number("1")
 
 
-@given(st.lists(st.one_of(st.floats(), st.integers(-2**1100, 2**1100), st.booleans(), st.none(), st.text(max_size=2),
-                          st.floats(width=32).map(np.float32), st.integers(-2**62, 2**62).map(np.int64)), max_size=6))
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(),
+            st.integers(-(2**1100), 2**1100),
+            st.booleans(),
+            st.none(),
+            st.text(max_size=2),
+            st.floats(width=32).map(np.float32),
+            st.integers(-(2**62), 2**62).map(np.int64),
+        ),
+        max_size=6,
+    )
+)
 def test_finite_floats_keeps_exactly_the_finite_real_numbers(values):
     def one(value):
         if isinstance(value, (bool, str)) or value is None:
@@ -34,6 +46,7 @@ def test_finite_floats_keeps_exactly_the_finite_real_numbers(values):
         except OverflowError:
             return None
         return number if math.isfinite(number) else None
+
     expected = [one(v) for v in values]
     out = finite_floats(values)
     assert out == (None if None in expected else expected)

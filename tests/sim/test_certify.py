@@ -14,8 +14,13 @@ from knowledge import ActivationPolicy, Identity, TrustPolicy
 
 @pytest.fixture
 def site(tmp_path):
-    policy = TrustPolicy(activation=ActivationPolicy(min_branches=16, min_lower_bound=0.8,
-                                                     required_randomization=frozenset({"mass", "damping"})))
+    policy = TrustPolicy(
+        activation=ActivationPolicy(
+            min_branches=16,
+            min_lower_bound=0.8,
+            required_randomization=frozenset({"mass", "damping"}),
+        )
+    )
     kb = knowledge.open(tmp_path / "site.db", Identity.generate(), policy=policy)
     yield kb
     kb.close()
@@ -29,8 +34,13 @@ def published(site):
 
 
 def run(site, skill_id, task, branches=16, seed=1):
-    return sim.evaluate(task, sim.load_policy(site, skill_id), branches=branches,
-                        sampler=sim.load_sampler("arm_reach", seed=seed), progress=False)
+    return sim.evaluate(
+        task,
+        sim.load_policy(site, skill_id),
+        branches=branches,
+        sampler=sim.load_sampler("arm_reach", seed=seed),
+        progress=False,
+    )
 
 
 def test_a_published_skill_loads_back_as_the_same_policy(site, published):
@@ -43,8 +53,11 @@ def test_a_published_skill_loads_back_as_the_same_policy(site, published):
 
 def test_missing_or_corrupt_weights_are_specific_errors(tmp_path, published, site):
     good, _bad = published
-    other = knowledge.open(tmp_path / "other.db", Identity.generate(),
-                           policy=TrustPolicy().with_root(site.identity.public_key))
+    other = knowledge.open(
+        tmp_path / "other.db",
+        Identity.generate(),
+        policy=TrustPolicy().with_root(site.identity.public_key),
+    )
     other.ingest(site.envelopes_since({}))  # the record arrives, the blob does not (blobs are lazy)
     with pytest.raises(knowledge.BlobError, match="not stored"):
         sim.load_policy(other, good.id)
@@ -83,7 +96,9 @@ def test_certificate_verifies_and_tampering_any_claim_fails(site, published, sho
     record["outcomes"]["success"][0] = 1 - record["outcomes"]["success"][0]
     tampered.append(dataclasses.replace(cert, evaluation=record))
     record = json.loads(json.dumps(cert.evaluation))
-    record["sampler"]["seed"] += 1  # a different world than the one claimed: outcomes will not match
+    record["sampler"]["seed"] += (
+        1  # a different world than the one claimed: outcomes will not match
+    )
     tampered.append(dataclasses.replace(cert, evaluation=record))
     record = json.loads(json.dumps(cert.evaluation))
     record["task"]["definition"]["horizon"] += 5  # the task hash no longer matches
@@ -98,22 +113,37 @@ def test_a_lying_validator_does_not_reproduce(site, published, short_arm):
     good, bad = published
     bad_run = run(site, bad.id, short_arm).to_record()
     with pytest.raises(sim.RecordError, match="not skill"):
-        sim.certify(site, good.id, bad_run)  # certify itself refuses an evaluation of another policy
+        sim.certify(
+            site, good.id, bad_run
+        )  # certify itself refuses an evaluation of another policy
     forged_record = {**bad_run, "policy": run(site, good.id, short_arm).to_record()["policy"]}
-    cert = site.certificates.add(good.id, branches=16, successes=forged_record["summary"]["successes"],
-                                 confidence=0.95, randomized=sim.randomized(forged_record), evaluation=forged_record)
+    cert = site.certificates.add(
+        good.id,
+        branches=16,
+        successes=forged_record["summary"]["successes"],
+        confidence=0.95,
+        randomized=sim.randomized(forged_record),
+        evaluation=forged_record,
+    )
     verdict = sim.verify_certificate(site, cert)
     assert not verdict.valid
 
 
-def test_certificates_replicate_with_the_skill_and_gate_activation_elsewhere(tmp_path, site, published, short_arm):
+def test_certificates_replicate_with_the_skill_and_gate_activation_elsewhere(
+    tmp_path, site, published, short_arm
+):
     good, bad = published
     for skill in published:
         sim.certify(site, skill.id, run(site, skill.id, short_arm))
-    strict = TrustPolicy(activation=ActivationPolicy(min_branches=64)).with_root(site.identity.public_key)
-    lenient = TrustPolicy(activation=ActivationPolicy(min_branches=16, min_lower_bound=0.5)).with_root(
-        site.identity.public_key)
+    strict = TrustPolicy(activation=ActivationPolicy(min_branches=64)).with_root(
+        site.identity.public_key
+    )
+    lenient = TrustPolicy(
+        activation=ActivationPolicy(min_branches=16, min_lower_bound=0.5)
+    ).with_root(site.identity.public_key)
     for policy, expected in ((strict, set()), (lenient, {good.id})):
-        with knowledge.open(tmp_path / f"{len(expected)}.db", Identity.generate(), policy=policy) as other:
+        with knowledge.open(
+            tmp_path / f"{len(expected)}.db", Identity.generate(), policy=policy
+        ) as other:
             other.ingest(site.envelopes_since({}))
             assert {s.id for s in other.skills.list(active_only=True)} == expected

@@ -9,8 +9,20 @@ from sim.cli import evaluate_command, reproduce_command
 def test_evaluate_prints_a_summary_and_writes_the_record(tmp_path):
     runner = CliRunner()
     record = tmp_path / "record.json"
-    result = runner.invoke(evaluate_command, ["walker_forward_degraded", "--task", "walker_forward", "--branches", "16",
-                                              "--seed", "3", "--record", str(record)])
+    result = runner.invoke(
+        evaluate_command,
+        [
+            "walker_forward_degraded",
+            "--task",
+            "walker_forward",
+            "--branches",
+            "16",
+            "--seed",
+            "3",
+            "--record",
+            str(record),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.output.startswith("walker_forward: ") and "/16 succeeded" in result.output
     data = json.loads(record.read_text())
@@ -27,8 +39,22 @@ def test_evaluate_with_sprt_and_json(tmp_path):
     from sim import load_task
 
     task_file.write_text(json.dumps(load_task("arm_reach").replace(horizon=60).to_json()))
-    result = CliRunner().invoke(evaluate_command, ["arm_reach_good", "--task", str(task_file), "--branches", "64",
-                                                   "--wave", "8", "--sprt", "0.5", "0.9", "--json"])
+    result = CliRunner().invoke(
+        evaluate_command,
+        [
+            "arm_reach_good",
+            "--task",
+            str(task_file),
+            "--branches",
+            "64",
+            "--wave",
+            "8",
+            "--sprt",
+            "0.5",
+            "0.9",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
     assert record["sequential"]["decision"] == "accept" and len(record["outcomes"]["branch"]) < 64

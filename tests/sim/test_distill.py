@@ -22,10 +22,18 @@ def test_distill_imitates_a_local_controller_as_data(short_walker):
         return 0.5 * obs[:, :1] * gait_phase + 0.2 * obs[:, 1:2] - 0.1
 
     sampler = load_sampler("walker_forward", seed=2)
-    skill = distill(short_walker, expert, sampler=sampler, branches=8, iterations=2, hidden=(16,), epochs=2000)
+    skill = distill(
+        short_walker, expert, sampler=sampler, branches=8, iterations=2, hidden=(16,), epochs=2000
+    )
     assert skill.spec.obs_dim == short_walker.obs_dim and skill.spec.hidden == (16,)
     probe = []
-    evaluate(short_walker, lambda o: (probe.append(o.copy()), expert(o))[1], branches=4, sampler=sampler, progress=False)
+    evaluate(
+        short_walker,
+        lambda o: (probe.append(o.copy()), expert(o))[1],
+        branches=4,
+        sampler=sampler,
+        progress=False,
+    )
     obs = np.concatenate(probe)
     with torch.inference_mode():
         student = skill.module()(torch.from_numpy(obs)).numpy()

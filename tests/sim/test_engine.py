@@ -15,11 +15,23 @@ def template(region, world_entities):
 
 def _events():
     """Controls every 25 ticks, a mass change and a push, as a worker receives them (seq follows tick)."""
+
     def mutate(tick, target, op, value):
-        return (tick, target.split("/")[1], "mutate", {"mutations": [Mutation(target, op, value).to_json()]}, "test")
-    out = [mutate(25 * k, "actuator/walker1/hhip/ctrl", "set", (0.4 * np.sin(k),)) for k in range(8)]
-    out += [mutate(110, "body/walker1/torso/mass", "scale", (1.5,)),
-            mutate(110, "joint/crate/~joint0/qvel", "set", (0.5, 0, 0, 0, 0, 0))]
+        return (
+            tick,
+            target.split("/")[1],
+            "mutate",
+            {"mutations": [Mutation(target, op, value).to_json()]},
+            "test",
+        )
+
+    out = [
+        mutate(25 * k, "actuator/walker1/hhip/ctrl", "set", (0.4 * np.sin(k),)) for k in range(8)
+    ]
+    out += [
+        mutate(110, "body/walker1/torso/mass", "scale", (1.5,)),
+        mutate(110, "joint/crate/~joint0/qvel", "set", (0.5, 0, 0, 0, 0, 0)),
+    ]
     out.sort(key=lambda e: e[0])
     return [Event(seq, *e) for seq, e in enumerate(out, start=1)]
 
@@ -52,10 +64,15 @@ def test_a_checkpoint_restores_the_live_state_bit_for_bit(template):
 
 
 def test_a_mutation_that_cannot_apply_is_rejected_and_changes_nothing(template):
-    half = [Mutation("actuator/walker1/hhip/ctrl", "set", (0.7,)), Mutation("body/walker1/torso/mass", "scale", (2.0,)),
-            Mutation("body/walker1/torso/mass", "add", (-100.0,))]  # the last one rejects the whole event
+    half = [
+        Mutation("actuator/walker1/hhip/ctrl", "set", (0.7,)),
+        Mutation("body/walker1/torso/mass", "scale", (2.0,)),
+        Mutation("body/walker1/torso/mass", "add", (-100.0,)),
+    ]  # the last one rejects the whole event
     bad = Event(1, 10, "walker1", "mutate", {"mutations": [m.to_json() for m in half]}, "t")
-    gone = bad._replace(seq=2, change={"mutations": [Mutation("body/walker2/torso/mass", "set", (1.0,)).to_json()]})
+    gone = bad._replace(
+        seq=2, change={"mutations": [Mutation("body/walker2/torso/mass", "set", (1.0,)).to_json()]}
+    )
     a, b = _fresh(template), _fresh(template)
     a.advance(60, [bad, gone], lambda c: None)
     b.advance(60, [], lambda c: None)
@@ -69,11 +86,34 @@ def test_an_entity_leaves_and_comes_back_with_its_state(region, world_entities, 
     before, row = engine.entity_state("walker1"), engine.row
     assert before["patch"] == [Mutation("body/walker1/torso/mass", "scale", (1.5,)).to_json()]
     crate_only = Template(compose(region, world_entities[1:]))
-    leave = Event(20, 120, "walker1", "leave", {"entity": "walker1", "template": crate_only.source_hash,
-                                                "model_hash": crate_only.model_hash, "xml": crate_only.xml}, "t")
-    enter = Event(21, 120, "walker1", "enter", {"entity": "walker1", "template": template.source_hash,
-                                                "model_hash": template.model_hash, "xml": template.xml,
-                                                "state": before["state"], "patch": before["patch"]}, "t")
+    leave = Event(
+        20,
+        120,
+        "walker1",
+        "leave",
+        {
+            "entity": "walker1",
+            "template": crate_only.source_hash,
+            "model_hash": crate_only.model_hash,
+            "xml": crate_only.xml,
+        },
+        "t",
+    )
+    enter = Event(
+        21,
+        120,
+        "walker1",
+        "enter",
+        {
+            "entity": "walker1",
+            "template": template.source_hash,
+            "model_hash": template.model_hash,
+            "xml": template.xml,
+            "state": before["state"],
+            "patch": before["patch"],
+        },
+        "t",
+    )
     engine.advance(120, [leave], lambda c: None)
     assert engine.template.model.nu == 0 and engine.patch == Patch()
     engine.advance(120, [enter], lambda c: None)
@@ -85,4 +125,8 @@ def test_history_does_not_replay_on_a_template_that_compiles_differently(templat
         load_template(template.xml, "0" * 64)
     checkpoint = _initial_checkpoint(template)
     with pytest.raises(ReplayTemplateError):
-        Engine.restore(checkpoint.__class__(**{**checkpoint.to_json(), "model_hash": "f" * 64}), template.xml, 50)
+        Engine.restore(
+            checkpoint.__class__(**{**checkpoint.to_json(), "model_hash": "f" * 64}),
+            template.xml,
+            50,
+        )

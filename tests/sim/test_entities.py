@@ -2,7 +2,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from sim import Entity, Mutation, Patch, TemplateError, Template
+from sim import Entity, Mutation, Patch, Template, TemplateError
 from sim._entities import compose, entity_of, entity_patch, moved_row, named_state
 
 _INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -16,7 +16,11 @@ def _row(model, data):
 
 def test_entities_attach_under_their_names_without_their_files_scenery(region, world_entities):
     walker, crate = world_entities
-    twins = [walker, Entity("walker2", walker.mjcf, "west", (0.0, 2.0, 0.0)), Entity("crate", crate.mjcf, "west")]
+    twins = [
+        walker,
+        Entity("walker2", walker.mjcf, "west", (0.0, 2.0, 0.0)),
+        Entity("crate", crate.mjcf, "west"),
+    ]
     model = Template(compose(region, twins)).model
     names = {mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(model.njnt)}
     assert {"walker1/hhip", "walker2/hhip", "walker1/rootx"} <= names
@@ -66,8 +70,13 @@ def test_state_moves_between_templates_by_name_exactly(region, world_entities):
 def test_entity_of_targets_and_patches():
     assert entity_of("joint/walker1/hhip/qpos") == "walker1"
     assert entity_of("body/torso/mass") == "" and entity_of("option/gravity") == ""
-    patch = Patch((Mutation("body/walker1/torso/mass", "scale", (2.0,)), Mutation("option/gravity", "set", (0, 0, -1)),
-                   Mutation("geom/crate/~geom0/friction", "set", (0.5,))))
+    patch = Patch(
+        (
+            Mutation("body/walker1/torso/mass", "scale", (2.0,)),
+            Mutation("option/gravity", "set", (0, 0, -1)),
+            Mutation("geom/crate/~geom0/friction", "set", (0.5,)),
+        )
+    )
     mine, rest = entity_patch(patch, "walker1")
     assert [m.target for m in mine.mutations] == ["body/walker1/torso/mass"]
     assert [m.target for m in rest.mutations] == ["option/gravity", "geom/crate/~geom0/friction"]
@@ -82,10 +91,16 @@ TET = """
 
 
 def test_asset_files_are_refused_as_a_world_stores_text_only(region, tmp_path, monkeypatch):
-    (tmp_path / "tet.obj").write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n")
-    monkeypatch.chdir(tmp_path)  # the file is found here, and would not be where the world opens next
+    (tmp_path / "tet.obj").write_text(
+        "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
+    )
+    monkeypatch.chdir(
+        tmp_path
+    )  # the file is found here, and would not be where the world opens next
     from_file = TET.format(mesh='file="tet.obj"')
-    with pytest.raises(TemplateError, match="the scene: mesh 'tet' loads file 'tet.obj'; .* inline the asset"):
+    with pytest.raises(
+        TemplateError, match="the scene: mesh 'tet' loads file 'tet.obj'; .* inline the asset"
+    ):
         compose(from_file, [])
     with pytest.raises(TemplateError, match="entity 'tet': mesh 'tet' loads file 'tet.obj'"):
         compose(region, [Entity("tet", from_file, "west")])
@@ -97,14 +112,17 @@ def test_asset_files_are_refused_as_a_world_stores_text_only(region, tmp_path, m
     assert model.nmesh == 1 and model.body("tet/tet").id > 0
 
 
-@pytest.mark.parametrize("args, error, message", [
-    (("a", None, "west"), TemplateError, "entity 'a': mjcf must be MJCF text, got NoneType"),
-    (("a", 5, "west"), TemplateError, "entity 'a': mjcf must be MJCF text, got int"),
-    (("a", "<mujoco/>", ["west"]), ValueError, r"shard name \['west'\]"),
-    (("a", "<mujoco/>", "west", 5), ValueError, "pos must be three finite numbers"),
-    (("a", "<mujoco/>", "west", "xyz"), ValueError, "pos must be three finite numbers"),
-    (("a", "<mujoco/>", "west", ("1", 2, 3)), ValueError, "pos must be three finite numbers"),
-])
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        (("a", None, "west"), TemplateError, "entity 'a': mjcf must be MJCF text, got NoneType"),
+        (("a", 5, "west"), TemplateError, "entity 'a': mjcf must be MJCF text, got int"),
+        (("a", "<mujoco/>", ["west"]), ValueError, r"shard name \['west'\]"),
+        (("a", "<mujoco/>", "west", 5), ValueError, "pos must be three finite numbers"),
+        (("a", "<mujoco/>", "west", "xyz"), ValueError, "pos must be three finite numbers"),
+        (("a", "<mujoco/>", "west", ("1", 2, 3)), ValueError, "pos must be three finite numbers"),
+    ],
+)
 def test_entity_fields_are_checked_when_made(args, error, message):
     with pytest.raises(error, match=message):
         Entity(*args)
@@ -113,10 +131,16 @@ def test_entity_fields_are_checked_when_made(args, error, message):
 def test_text_that_utf8_cannot_store_is_a_template_error(region):
     with pytest.raises(TemplateError, match="the scene does not parse: .* surrogates not allowed"):
         compose(region.replace("region", "\ud800"), [])
-    with pytest.raises(TemplateError, match="entity 'lone' does not parse: .* surrogates not allowed"):
+    with pytest.raises(
+        TemplateError, match="entity 'lone' does not parse: .* surrogates not allowed"
+    ):
         compose(region, [Entity("lone", "<mujoco model='\ud800'/>", "west")])
 
 
 def test_numpy_positions_are_positions():
     assert Entity("a", "<mujoco/>", "west", np.array([0, 1, 0])).pos == (0.0, 1.0, 0.0)
-    assert Entity("b", "<mujoco/>", "west", (np.float32(0.5), np.int64(2), 0)).pos == (0.5, 2.0, 0.0)
+    assert Entity("b", "<mujoco/>", "west", (np.float32(0.5), np.int64(2), 0)).pos == (
+        0.5,
+        2.0,
+        0.0,
+    )

@@ -1,12 +1,21 @@
-from knowledge._errors import SimnetError
-
 import sim
+from knowledge._errors import SimnetError
 
 
 def test_every_sim_error_is_a_simnet_error():
-    for name in ("TemplateError", "IncompatibleTemplateError", "MutationError", "SamplerSpecError",
-                 "TaskDefinitionError", "SkillSpecError", "SkillPayloadError", "EntryPointError",
-                 "PolicyCallError", "PolicyOutputError", "RecordError"):
+    for name in (
+        "TemplateError",
+        "IncompatibleTemplateError",
+        "MutationError",
+        "SamplerSpecError",
+        "TaskDefinitionError",
+        "SkillSpecError",
+        "SkillPayloadError",
+        "EntryPointError",
+        "PolicyCallError",
+        "PolicyOutputError",
+        "RecordError",
+    ):
         assert issubclass(getattr(sim, name), sim.SimError)
     assert issubclass(sim.SimError, SimnetError)
 
@@ -23,8 +32,15 @@ def test_messages_carry_the_branch_and_field():
 def test_errors_survive_pickling_with_their_attributes():
     import pickle
 
-    for error in (sim.MutationError("body/a/mass", "must stay > 0", branch=7),
-                  sim.SamplerSpecError("terms[0].low", "must be a number"),
-                  sim.PolicyCallError("the policy raised", (3, 4), 2), sim.RecordError("tampered")):
+    for error in (
+        sim.MutationError("body/a/mass", "must stay > 0", branch=7),
+        sim.SamplerSpecError("terms[0].low", "must be a number"),
+        sim.PolicyCallError("the policy raised", (3, 4), 2),
+        sim.RecordError("tampered"),
+    ):
         copy = pickle.loads(pickle.dumps(error))
-        assert type(copy) is type(error) and str(copy) == str(error) and copy.__dict__ == error.__dict__
+        assert (
+            type(copy) is type(error)
+            and str(copy) == str(error)
+            and copy.__dict__ == error.__dict__
+        )

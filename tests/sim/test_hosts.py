@@ -20,8 +20,14 @@ def _load_args(template):
 
 
 def _ctrl(seq, tick, value):
-    return Event(seq, tick, "walker1", "mutate",
-                 {"mutations": [Mutation("actuator/walker1/hhip/ctrl", "set", (value,)).to_json()]}, "t")
+    return Event(
+        seq,
+        tick,
+        "walker1",
+        "mutate",
+        {"mutations": [Mutation("actuator/walker1/hhip/ctrl", "set", (value,)).to_json()]},
+        "t",
+    )
 
 
 def test_a_host_keeps_engines_apart_and_reports_what_it_crossed(template):
@@ -50,7 +56,9 @@ def test_a_worker_process_runs_the_host_and_its_death_is_reported(template):
         worker.call("state", "")()
     worker.restart()
     assert worker.pid != pid
-    with pytest.raises(KeyError):  # a new process: its engines are gone until the world reloads them
+    with pytest.raises(
+        KeyError
+    ):  # a new process: its engines are gone until the world reloads them
         worker.call("state", "")()
     worker.close()
 

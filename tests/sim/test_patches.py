@@ -12,10 +12,22 @@ from sim._patches import apply_model_patches, apply_state_patches, patches_diges
 from sim._rollout import PolicyCaller, branch_patch, run_wave
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
-targets = st.sampled_from(["body/link3/mass", "geom/floor/friction", "joint/j2/damping", "option/gravity",
-                           "actuator/a1/bias", "joint/j5/qpos"])
-mutations = st.builds(Mutation, targets, st.sampled_from(["set", "add", "scale"]),
-                      st.lists(finite, min_size=1, max_size=3).map(tuple))
+targets = st.sampled_from(
+    [
+        "body/link3/mass",
+        "geom/floor/friction",
+        "joint/j2/damping",
+        "option/gravity",
+        "actuator/a1/bias",
+        "joint/j5/qpos",
+    ]
+)
+mutations = st.builds(
+    Mutation,
+    targets,
+    st.sampled_from(["set", "add", "scale"]),
+    st.lists(finite, min_size=1, max_size=3).map(tuple),
+)
 
 
 @given(st.lists(mutations, max_size=8).map(lambda ms: Patch(tuple(ms))))
@@ -27,15 +39,30 @@ def test_patch_json_round_trip_is_exact(patch):
 
 bounds = st.tuples(st.floats(-5, 5), st.floats(0, 5)).map(lambda t: (t[0], t[0] + t[1]))
 terms = st.one_of(
-    st.builds(lambda tg, op, b: {"target": tg, "op": op, "dist": "uniform", "low": b[0], "high": b[1]},
-              st.sampled_from(["body/link*/mass", "joint/j?/damping", "option/gravity"]),
-              st.sampled_from(["add", "set"]), bounds),
-    st.builds(lambda tg, m, s, pc: {"target": tg, "op": "add", "dist": "normal", "mean": m, "std": s,
-                                    "per_component": pc},
-              st.sampled_from(["geom/floor/friction", "joint/j*/qpos", "actuator/a*/bias"]),
-              st.floats(-1, 1), st.floats(0, 1), st.booleans()),
-    st.builds(lambda v: {"target": "body/target/pos", "op": "set", "dist": "constant", "value": v},
-              st.lists(st.floats(-1, 1), min_size=3, max_size=3)),
+    st.builds(
+        lambda tg, op, b: {"target": tg, "op": op, "dist": "uniform", "low": b[0], "high": b[1]},
+        st.sampled_from(["body/link*/mass", "joint/j?/damping", "option/gravity"]),
+        st.sampled_from(["add", "set"]),
+        bounds,
+    ),
+    st.builds(
+        lambda tg, m, s, pc: {
+            "target": tg,
+            "op": "add",
+            "dist": "normal",
+            "mean": m,
+            "std": s,
+            "per_component": pc,
+        },
+        st.sampled_from(["geom/floor/friction", "joint/j*/qpos", "actuator/a*/bias"]),
+        st.floats(-1, 1),
+        st.floats(0, 1),
+        st.booleans(),
+    ),
+    st.builds(
+        lambda v: {"target": "body/target/pos", "op": "set", "dist": "constant", "value": v},
+        st.lists(st.floats(-1, 1), min_size=3, max_size=3),
+    ),
 )
 
 
@@ -49,11 +76,13 @@ def test_sampler_spec_round_trip_and_pure_sampling(arm, spec_terms, seed, branch
     first = sampler.sample(arm.template, branch)
     assert again.sample(arm.template, branch) == first  # a pure function of (spec, seed, branch)
     assert Patch.from_json(json.loads(json.dumps(first.to_json()))) == first
-    for i, term in enumerate(sampler.terms):
+    for term in sampler.terms:
         if term.dist == "uniform" and term.op == "set":  # a set draws exactly the sampled value
             single = Sampler((term,), seed).sample(arm.template, branch)
             assert single.mutations
-            assert all(term.params[0] <= v <= term.params[1] for m in single.mutations for v in m.value)
+            assert all(
+                term.params[0] <= v <= term.params[1] for m in single.mutations for v in m.value
+            )
 
 
 def test_seeds_and_branches_give_different_draws(arm):
@@ -63,7 +92,9 @@ def test_seeds_and_branches_give_different_draws(arm):
     assert a != b
     assert load_sampler("arm_reach", seed=2).sample(arm.template, 0) != a
     # drawn together or one by one, each branch gets the same patch: it depends on its index alone
-    assert sampler.sample_many(arm.template, 3, 5) == [sampler.sample(arm.template, b) for b in range(3, 8)]
+    assert sampler.sample_many(arm.template, 3, 5) == [
+        sampler.sample(arm.template, b) for b in range(3, 8)
+    ]
     values = np.array([sampler.sample(arm.template, i).mutations[0].value[0] for i in range(400)])
     assert 0.7 <= values.min() and values.max() <= 1.3  # body/link*/mass scale ~ U[0.7, 1.3]
     assert abs(values.mean() - 1.0) < 0.03
@@ -74,9 +105,12 @@ def _reference(xml, keyframe, patch, ctrl, nstep, setconst=True):
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
     accessors = {
-        "mass": lambda kind, name: m.body(name).mass, "friction": lambda kind, name: m.geom(name).friction,
-        "damping": lambda kind, name: m.joint(name).damping, "armature": lambda kind, name: m.joint(name).armature,
-        "gain": lambda kind, name: m.actuator(name).gainprm[:1], "pos": lambda kind, name: m.body(name).pos,
+        "mass": lambda kind, name: m.body(name).mass,
+        "friction": lambda kind, name: m.geom(name).friction,
+        "damping": lambda kind, name: m.joint(name).damping,
+        "armature": lambda kind, name: m.joint(name).armature,
+        "gain": lambda kind, name: m.actuator(name).gainprm[:1],
+        "pos": lambda kind, name: m.body(name).pos,
         "inertia": lambda kind, name: m.body(name).inertia,
     }
     state = []
@@ -96,7 +130,13 @@ def _reference(xml, keyframe, patch, ctrl, nstep, setconst=True):
     mujoco.mj_resetDataKeyframe(m, d, keyframe) if keyframe >= 0 else mujoco.mj_resetData(m, d)
     for name, mut in state:
         q = d.joint(name).qpos
-        q[:] = np.asarray(mut.value) if mut.op == "set" else q + mut.value if mut.op == "add" else q * mut.value
+        q[:] = (
+            np.asarray(mut.value)
+            if mut.op == "set"
+            else q + mut.value
+            if mut.op == "add"
+            else q * mut.value
+        )
     d.ctrl[:] = ctrl
     for _ in range(nstep):
         mujoco.mj_step(m, d)
@@ -115,13 +155,50 @@ def _batched(task, patches, ctrl, nstep, nthread=2):
 
 
 def test_patched_branches_match_a_private_model_copy_bit_for_bit(arm):
-    sampler = Sampler.from_json({"seed": 5, "terms": [
-        {"target": "body/link*/mass", "op": "scale", "dist": "uniform", "low": 0.5, "high": 1.5},
-        {"target": "body/link2/inertia", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
-        {"target": "joint/j*/damping", "op": "add", "dist": "uniform", "low": 0.0, "high": 2.0},
-        {"target": "joint/j3/armature", "op": "set", "dist": "constant", "value": 0.2},
-        {"target": "actuator/a*/gain", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
-        {"target": "option/gravity", "op": "add", "dist": "normal", "mean": 0, "std": 0.3, "per_component": True}]})
+    sampler = Sampler.from_json(
+        {
+            "seed": 5,
+            "terms": [
+                {
+                    "target": "body/link*/mass",
+                    "op": "scale",
+                    "dist": "uniform",
+                    "low": 0.5,
+                    "high": 1.5,
+                },
+                {
+                    "target": "body/link2/inertia",
+                    "op": "scale",
+                    "dist": "uniform",
+                    "low": 0.8,
+                    "high": 1.2,
+                },
+                {
+                    "target": "joint/j*/damping",
+                    "op": "add",
+                    "dist": "uniform",
+                    "low": 0.0,
+                    "high": 2.0,
+                },
+                {"target": "joint/j3/armature", "op": "set", "dist": "constant", "value": 0.2},
+                {
+                    "target": "actuator/a*/gain",
+                    "op": "scale",
+                    "dist": "uniform",
+                    "low": 0.8,
+                    "high": 1.2,
+                },
+                {
+                    "target": "option/gravity",
+                    "op": "add",
+                    "dist": "normal",
+                    "mean": 0,
+                    "std": 0.3,
+                    "per_component": True,
+                },
+            ],
+        }
+    )
     patches = [branch_patch(arm, sampler, i) for i in range(4)]
     ctrl = arm.template.model.key("home").ctrl + 0.3
     qpos, qvel = _batched(arm, patches, ctrl, 200)
@@ -150,7 +227,10 @@ def test_closed_loop_replay_from_recorded_patches_is_exact(short_walker):
     sampler = load_sampler("walker_forward", seed=11)
     caller = PolicyCaller(lambda obs: 0.5 * np.sin(3 * obs[:, :4] + obs[:, 4:8]), short_walker)
     first = run_wave(short_walker, caller, sampler, 0, 6, 6, 2)
-    patches = [Patch.from_json(json.loads(json.dumps(branch_patch(short_walker, sampler, b).to_json()))) for b in range(6)]
+    patches = [
+        Patch.from_json(json.loads(json.dumps(branch_patch(short_walker, sampler, b).to_json())))
+        for b in range(6)
+    ]
     again = run_wave(short_walker, caller, Sampler(), 0, 6, 6, 1, patches=patches)
     assert again == first
 
@@ -158,9 +238,15 @@ def test_closed_loop_replay_from_recorded_patches_is_exact(short_walker):
 def test_invalid_targets_and_values_name_the_branch(arm):
     good = Patch((Mutation("body/link1/mass", "scale", (1.1,)),))
     cases = [
-        (Patch((Mutation("body/link9/mass", "set", (1.0,)),)), "branch 3: mutation 'body/link9/mass'"),
+        (
+            Patch((Mutation("body/link9/mass", "set", (1.0,)),)),
+            "branch 3: mutation 'body/link9/mass'",
+        ),
         (Patch((Mutation("body/link1/mass", "scale", (-1.0,)),)), "branch 3: .*must stay > 0"),
-        (Patch((Mutation("geom/floor/friction", "set", (1.0, 2.0)),)), "branch 3: .*needs 1 or 3 values"),
+        (
+            Patch((Mutation("geom/floor/friction", "set", (1.0, 2.0)),)),
+            "branch 3: .*needs 1 or 3 values",
+        ),
         (Patch((Mutation("joint/j1/damping", "add", (-100.0,)),)), "branch 3: .*must stay >= 0"),
         (Patch((Mutation("body/link1/mass", "pow", (2.0,)),)), "branch 3: .*unknown op"),
     ]
@@ -173,27 +259,137 @@ def test_invalid_targets_and_values_name_the_branch(arm):
 
 def test_quaternion_state_only_takes_unit_set(free_body):
     t = free_body
-    sampler_bad = {"seed": 0, "terms": [{"target": "joint/free/qpos", "op": "add", "dist": "normal", "mean": 0, "std": 1}]}
+    sampler_bad = {
+        "seed": 0,
+        "terms": [
+            {"target": "joint/free/qpos", "op": "add", "dist": "normal", "mean": 0, "std": 1}
+        ],
+    }
     with pytest.raises(SamplerSpecError, match="quaternion"):
         Sampler.from_json(sampler_bad).sample(t, 0)
     batch = mjbatch.Batch(t.model, 1, 1)
     batch.reset()
     with pytest.raises(MutationError, match="unit norm"):
-        apply_state_patches(batch, t, [Patch((Mutation("joint/free/qpos", "set", (0, 0, 1, 2, 0, 0, 0)),))], [0])
-    apply_state_patches(batch, t, [Patch((Mutation("joint/free/qpos", "set", (0, 0, 2, 0, 1, 0, 0)),))], [0])
+        apply_state_patches(
+            batch, t, [Patch((Mutation("joint/free/qpos", "set", (0, 0, 1, 2, 0, 0, 0)),))], [0]
+        )
+    apply_state_patches(
+        batch, t, [Patch((Mutation("joint/free/qpos", "set", (0, 0, 2, 0, 1, 0, 0)),))], [0]
+    )
     np.testing.assert_array_equal(batch.bind("qpos")[0], [0, 0, 2, 0, 1, 0, 0])
 
 
-@pytest.mark.parametrize("spec, field", [
-    ({"seed": 0, "terms": [{"target": "body/leg*/mass", "op": "scale", "dist": "uniform", "low": 1, "high": 2}]}, "terms[0].target"),
-    ({"seed": 0, "terms": [{"target": "body/link1/mass", "op": "scale", "dist": "beta", "low": 1, "high": 2}]}, "terms[0].dist"),
-    ({"seed": 0, "terms": [{"target": "body/link1/mass", "op": "scale", "dist": "uniform", "low": 2, "high": 1}]}, "terms[0].high"),
-    ({"seed": 0, "terms": [{"target": "body/link1/mass", "op": "mul", "dist": "uniform", "low": 1, "high": 2}]}, "terms[0].op"),
-    ({"seed": 0, "terms": [{"target": "body/link1/mass", "op": "set", "dist": "normal", "mean": 1, "std": -1}]}, "terms[0].std"),
-    ({"seed": 0, "terms": [{"target": "body/link1/mass", "op": "set", "dist": "constant", "value": 1, "extra": 2}]}, "terms[0].extra"),
-    ({"seed": 0, "terms": [{"target": "body/target/pos", "op": "add", "dist": "uniform", "low": [0, 0], "high": [1, 1]}]}, "terms[0].low"),
-    ({"seed": -1, "terms": []}, "seed"),
-])
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        (
+            {
+                "seed": 0,
+                "terms": [
+                    {
+                        "target": "body/leg*/mass",
+                        "op": "scale",
+                        "dist": "uniform",
+                        "low": 1,
+                        "high": 2,
+                    }
+                ],
+            },
+            "terms[0].target",
+        ),
+        (
+            {
+                "seed": 0,
+                "terms": [
+                    {
+                        "target": "body/link1/mass",
+                        "op": "scale",
+                        "dist": "beta",
+                        "low": 1,
+                        "high": 2,
+                    }
+                ],
+            },
+            "terms[0].dist",
+        ),
+        (
+            {
+                "seed": 0,
+                "terms": [
+                    {
+                        "target": "body/link1/mass",
+                        "op": "scale",
+                        "dist": "uniform",
+                        "low": 2,
+                        "high": 1,
+                    }
+                ],
+            },
+            "terms[0].high",
+        ),
+        (
+            {
+                "seed": 0,
+                "terms": [
+                    {
+                        "target": "body/link1/mass",
+                        "op": "mul",
+                        "dist": "uniform",
+                        "low": 1,
+                        "high": 2,
+                    }
+                ],
+            },
+            "terms[0].op",
+        ),
+        (
+            {
+                "seed": 0,
+                "terms": [
+                    {
+                        "target": "body/link1/mass",
+                        "op": "set",
+                        "dist": "normal",
+                        "mean": 1,
+                        "std": -1,
+                    }
+                ],
+            },
+            "terms[0].std",
+        ),
+        (
+            {
+                "seed": 0,
+                "terms": [
+                    {
+                        "target": "body/link1/mass",
+                        "op": "set",
+                        "dist": "constant",
+                        "value": 1,
+                        "extra": 2,
+                    }
+                ],
+            },
+            "terms[0].extra",
+        ),
+        (
+            {
+                "seed": 0,
+                "terms": [
+                    {
+                        "target": "body/target/pos",
+                        "op": "add",
+                        "dist": "uniform",
+                        "low": [0, 0],
+                        "high": [1, 1],
+                    }
+                ],
+            },
+            "terms[0].low",
+        ),
+        ({"seed": -1, "terms": []}, "seed"),
+    ],
+)
 def test_malformed_sampler_specs_name_the_field(arm, spec, field):
     with pytest.raises(SamplerSpecError) as info:
         Sampler.from_json(spec).sample(arm.template, 0)
@@ -201,16 +397,29 @@ def test_malformed_sampler_specs_name_the_field(arm, spec, field):
 
 
 def test_list_parameters_draw_per_component(arm):
-    term = SamplerTerm.from_json({"target": "body/target/pos", "op": "add", "dist": "uniform",
-                                  "low": [0, 10, 20], "high": [1, 11, 21]})
+    term = SamplerTerm.from_json(
+        {
+            "target": "body/target/pos",
+            "op": "add",
+            "dist": "uniform",
+            "low": [0, 10, 20],
+            "high": [1, 11, 21],
+        }
+    )
     assert term.per_component
     patch = Sampler((term,), 3).sample(arm.template, 0)
     (mutation,) = patch.mutations
-    assert 0 <= mutation.value[0] <= 1 and 10 <= mutation.value[1] <= 11 and 20 <= mutation.value[2] <= 21
+    assert (
+        0 <= mutation.value[0] <= 1
+        and 10 <= mutation.value[1] <= 11
+        and 20 <= mutation.value[2] <= 21
+    )
 
 
 def test_patches_made_for_another_template_name_the_branch_and_target(arm, walker):
     arm_patch = load_sampler("arm_reach", seed=0).sample(arm.template, 0)
     batch = mjbatch.Batch(walker.template.model, 2, 1)
-    with pytest.raises(MutationError, match="branch 9: mutation 'body/link1/mass': the template has no body"):
+    with pytest.raises(
+        MutationError, match="branch 9: mutation 'body/link1/mass': the template has no body"
+    ):
         apply_model_patches(batch, walker.template, [Patch(), arm_patch], [8, 9])

@@ -7,14 +7,27 @@ import numpy as np
 import pytest
 import torch
 
-from sim import (EntryPointError, EntryPointRef, IncompatibleTemplateError, MLPSpec, Skill, SkillPayloadError,
-                 SkillSpecError, evaluate, load_skill)
+from sim import (
+    EntryPointError,
+    EntryPointRef,
+    IncompatibleTemplateError,
+    MLPSpec,
+    Skill,
+    SkillPayloadError,
+    SkillSpecError,
+    evaluate,
+    load_skill,
+)
 from sim._policies import describe_policy
 
 
 def _tensors(spec, rng):
-    return {name: rng.normal(size=shape) if not name.endswith("std") else np.abs(rng.normal(size=shape)) + 0.5
-            for name, shape in spec.tensor_shapes().items()}
+    return {
+        name: rng.normal(size=shape)
+        if not name.endswith("std")
+        else np.abs(rng.normal(size=shape)) + 0.5
+        for name, shape in spec.tensor_shapes().items()
+    }
 
 
 def test_skill_round_trip_and_forward_matches_numpy(tmp_path):
@@ -54,13 +67,19 @@ def _header_blob(header: dict, payload: bytes = b"") -> bytes:
     return struct.pack("<Q", len(raw)) + raw + payload
 
 
-@pytest.mark.parametrize("mangle, message", [
-    (lambda t: t.pop("layers.1.bias"), "missing \\['layers.1.bias'\\]"),
-    (lambda t: t.update(extra=np.zeros(2)), "unexpected \\['extra'\\]"),
-    (lambda t: t.update({"layers.0.weight": np.zeros((3, 4))}), "'layers.0.weight' is F64 \\[3, 4\\].*needs F64 \\[4, 3\\]"),
-    (lambda t: t.update({"layers.0.bias": np.full(4, np.nan)}), "NaN or inf"),
-    (lambda t: t.update(obs_std=np.zeros(3)), "obs_std"),
-])
+@pytest.mark.parametrize(
+    "mangle, message",
+    [
+        (lambda t: t.pop("layers.1.bias"), "missing \\['layers.1.bias'\\]"),
+        (lambda t: t.update(extra=np.zeros(2)), "unexpected \\['extra'\\]"),
+        (
+            lambda t: t.update({"layers.0.weight": np.zeros((3, 4))}),
+            "'layers.0.weight' is F64 \\[3, 4\\].*needs F64 \\[4, 3\\]",
+        ),
+        (lambda t: t.update({"layers.0.bias": np.full(4, np.nan)}), "NaN or inf"),
+        (lambda t: t.update(obs_std=np.zeros(3)), "obs_std"),
+    ],
+)
 def test_payloads_that_do_not_match_the_spec(mangle, message):
     spec = MLPSpec(3, 2, (4,))
     tensors = _tensors(spec, np.random.default_rng(1))
@@ -80,21 +99,26 @@ def test_dtype_and_garbage_payloads():
         Skill(spec, struct.pack("<Q", 10**6) + b"{}")
     with pytest.raises(SkillPayloadError, match="not JSON"):
         Skill(spec, struct.pack("<Q", 4) + b"{{{{")
-    header = {name: {"dtype": "F64", "shape": list(shape), "data_offsets": [0, 10**9]}
-              for name, shape in spec.tensor_shapes().items()}
+    header = {
+        name: {"dtype": "F64", "shape": list(shape), "data_offsets": [0, 10**9]}
+        for name, shape in spec.tensor_shapes().items()
+    }
     with pytest.raises(SkillPayloadError, match="not valid safetensors"):
         Skill(spec, _header_blob(header, b"\0" * 16))
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda d: d.update(format="onnx"), "format"),
-    (lambda d: d.update(hidden=[64, -1]), "hidden"),
-    (lambda d: d.update(activation="sigmoid"), "activation"),
-    (lambda d: d.update(output_activation="softmax"), "output_activation"),
-    (lambda d: d.update(obs_dim=0), "obs_dim"),
-    (lambda d: d.update(dtype="float16"), "dtype"),
-    (lambda d: d.update(code="import os"), "code"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d.update(format="onnx"), "format"),
+        (lambda d: d.update(hidden=[64, -1]), "hidden"),
+        (lambda d: d.update(activation="sigmoid"), "activation"),
+        (lambda d: d.update(output_activation="softmax"), "output_activation"),
+        (lambda d: d.update(obs_dim=0), "obs_dim"),
+        (lambda d: d.update(dtype="float16"), "dtype"),
+        (lambda d: d.update(code="import os"), "code"),
+    ],
+)
 def test_malformed_architecture_specs_name_the_field(edit, field):
     data = MLPSpec(3, 2).to_json()
     edit(data)
@@ -112,7 +136,9 @@ def test_policy_descriptions():
     skill = load_skill("arm_reach_good")
     assert describe_policy(skill)["skill_hash"] == skill.hash
     module = skill.module()
-    assert describe_policy(module)["state_sha256"] == describe_policy(skill.module())["state_sha256"]
+    assert (
+        describe_policy(module)["state_sha256"] == describe_policy(skill.module())["state_sha256"]
+    )
     assert describe_policy(torch.nn.Linear(2, 2))["class"] == "torch.nn.modules.linear.Linear"
     assert describe_policy(np.tanh)["kind"] == "callable"
 
@@ -120,14 +146,16 @@ def test_policy_descriptions():
 @pytest.fixture
 def installed_policy(tmp_path, monkeypatch):
     """A real installed distribution (a dist-info on sys.path) exposing a simnet.policies entry point."""
-    (tmp_path / "fleetctl.py").write_text(textwrap.dedent("""
+    (tmp_path / "fleetctl.py").write_text(
+        textwrap.dedent("""
         import numpy as np
 
         def make(task):
             def policy(obs):
                 return np.zeros((len(obs), task.act_dim))
             return policy
-    """))
+    """)
+    )
     info = tmp_path / "fleetctl-1.2.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fleetctl\nVersion: 1.2.0\n")

@@ -4,8 +4,16 @@ import json
 import numpy as np
 import pytest
 
-from sim import (SPRT, RecordError, check_record, evaluate, load_sampler, load_skill,
-                 record_hash, reproduce)
+from sim import (
+    SPRT,
+    RecordError,
+    check_record,
+    evaluate,
+    load_sampler,
+    load_skill,
+    record_hash,
+    reproduce,
+)
 from sim._canon import canonical_json
 from sim._record import _summary, environment, outcomes_of
 
@@ -13,16 +21,31 @@ from sim._record import _summary, environment, outcomes_of
 @pytest.fixture(scope="module")
 def recorded(short_walker):
     skill = load_skill("walker_forward_good")
-    result = evaluate(short_walker, skill, branches=12, wave=4, sampler=load_sampler("walker_forward", seed=9),
-                      sprt=SPRT(0.3, 0.9), progress=False)
+    result = evaluate(
+        short_walker,
+        skill,
+        branches=12,
+        wave=4,
+        sampler=load_sampler("walker_forward", seed=9),
+        sprt=SPRT(0.3, 0.9),
+        progress=False,
+    )
     return skill, result, result.to_record()
 
 
 def test_records_are_json_safe_and_deterministic(recorded, short_walker):
     skill, result, record = recorded
     assert json.loads(canonical_json(record)) == record
-    again = evaluate(short_walker, skill, branches=12, wave=4, sampler=load_sampler("walker_forward", seed=9),
-                     sprt=SPRT(0.3, 0.9), threads=1, progress=False).to_record()
+    again = evaluate(
+        short_walker,
+        skill,
+        branches=12,
+        wave=4,
+        sampler=load_sampler("walker_forward", seed=9),
+        sprt=SPRT(0.3, 0.9),
+        threads=1,
+        progress=False,
+    ).to_record()
     assert canonical_json(again) == canonical_json(record)
     assert record_hash(again) == record_hash(record)
     assert record["task"]["hash"] == short_walker.hash
@@ -62,25 +85,39 @@ def test_a_result_that_does_not_reproduce_is_reported(recorded, short_walker):
     n = len(claimed["outcomes"]["success"])
     claimed["outcomes"]["success"] = [1] * n
     claimed["outcomes"]["reason"] = ["success"] * n
-    claimed["summary"] = _summary(n, n, claimed["summary"]["mean_return"], claimed["summary"]["confidence"])
+    claimed["summary"] = _summary(
+        n, n, claimed["summary"]["mean_return"], claimed["summary"]["confidence"]
+    )
     check_record(claimed)  # self-consistent: only re-running exposes it
     assert record["summary"]["successes"] == 0
     verdict = reproduce(claimed, skill, progress=False)
     assert not verdict.matches and "outside" in verdict.detail
 
 
-@pytest.mark.parametrize("tamper, message", [
-    (lambda r: r["task"]["definition"].update(horizon=31), "task.hash"),
-    (lambda r: r["summary"].update(successes=r["summary"]["successes"] + 1), "summary.successes"),
-    (lambda r: r["summary"].update(wilson_lower=r["summary"]["wilson_lower"] + 1e-6), "summary.wilson_lower"),
-    (lambda r: r["outcomes"]["success"].__setitem__(0, 1 - r["outcomes"]["success"][0]), "summary"),
-    (lambda r: r["outcomes"]["total_reward"].__setitem__(1, 99.0), "summary"),
-    (lambda r: r["outcomes"]["branch"].reverse(), "outcomes.branch"),
-    (lambda r: r["outcomes"]["reason"].pop(), "outcomes"),
-    (lambda r: r.pop("environment"), "keys"),
-    (lambda r: r.update(format="simnet.sim.evaluation/0"), "format"),
-    (lambda r: r["layout"].update(branches=2), "layout"),
-])
+@pytest.mark.parametrize(
+    "tamper, message",
+    [
+        (lambda r: r["task"]["definition"].update(horizon=31), "task.hash"),
+        (
+            lambda r: r["summary"].update(successes=r["summary"]["successes"] + 1),
+            "summary.successes",
+        ),
+        (
+            lambda r: r["summary"].update(wilson_lower=r["summary"]["wilson_lower"] + 1e-6),
+            "summary.wilson_lower",
+        ),
+        (
+            lambda r: r["outcomes"]["success"].__setitem__(0, 1 - r["outcomes"]["success"][0]),
+            "summary",
+        ),
+        (lambda r: r["outcomes"]["total_reward"].__setitem__(1, 99.0), "summary"),
+        (lambda r: r["outcomes"]["branch"].reverse(), "outcomes.branch"),
+        (lambda r: r["outcomes"]["reason"].pop(), "outcomes"),
+        (lambda r: r.pop("environment"), "keys"),
+        (lambda r: r.update(format="simnet.sim.evaluation/0"), "format"),
+        (lambda r: r["layout"].update(branches=2), "layout"),
+    ],
+)
 def test_tampered_records_are_refused(recorded, tamper, message):
     skill, _, record = recorded
     bad = copy.deepcopy(record)

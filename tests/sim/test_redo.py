@@ -8,8 +8,14 @@ from hypothesis import strategies as st
 from sim import CorruptLogError, WorldError
 from sim._redo import RedoFile
 
-records = st.lists(st.fixed_dictionaries({"rows": st.lists(st.text(max_size=40), max_size=4)}), min_size=1, max_size=8)
-settings_ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+records = st.lists(
+    st.fixed_dictionaries({"rows": st.lists(st.text(max_size=40), max_size=4)}),
+    min_size=1,
+    max_size=8,
+)
+settings_ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def numbered(items, first=1):
@@ -29,15 +35,24 @@ def written(path, world_id, items):
 def test_records_are_numbered_read_back_in_order_and_survive_reopening(tmp_path):
     written(tmp_path / "w-redo", "world", [{"a": [1, "x"]}, {"b": None}])
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=True, folded=0)
-    assert redo.unfolded and redo.unfolded_records() == [{"n": 1, "a": [1, "x"]}, {"n": 2, "b": None}]
+    assert redo.unfolded and redo.unfolded_records() == [
+        {"n": 1, "a": [1, "x"]},
+        {"n": 2, "b": None},
+    ]
     redo.close()
-    redo = RedoFile(tmp_path / "w-redo", "world", fsync=True, folded=1)  # the SQLite file holds the first
+    redo = RedoFile(
+        tmp_path / "w-redo", "world", fsync=True, folded=1
+    )  # the SQLite file holds the first
     assert redo.unfolded_records() == [{"n": 2, "b": None}] and redo.last == 1
     redo.last = 2
     redo.append({"c": 3})
     assert [r["n"] for r in redo.unfolded_records()] == [2, 3]
     redo.folded_to(3)
-    assert not redo.unfolded and redo.unfolded_records() == [] and (tmp_path / "w-redo").stat().st_size == 0
+    assert (
+        not redo.unfolded
+        and redo.unfolded_records() == []
+        and (tmp_path / "w-redo").stat().st_size == 0
+    )
     redo.append({"d": 4})
     assert redo.unfolded_records() == [{"n": 4, "d": 4}]
     redo.close()
@@ -54,14 +69,16 @@ def test_a_torn_last_record_is_cut_off_and_the_whole_ones_kept(tmp_path_factory,
         file.truncate(at)
     whole = [end for end in ends if end <= at]
     redo = RedoFile(path, "world", fsync=False, folded=0)
-    assert redo.unfolded_records() == numbered(items[:len(whole)])
+    assert redo.unfolded_records() == numbered(items[: len(whole)])
     assert path.stat().st_size == redo.size == (whole[-1] if whole else 0)
     redo.close()
 
 
 @settings_
 @given(items=records, where=st.floats(0, 1, exclude_max=True), flip=st.integers(1, 255))
-def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(tmp_path_factory, items, where, flip):
+def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(
+    tmp_path_factory, items, where, flip
+):
     """Except in the last record's checksum or payload: a power loss can leave that torn at full length."""
     path = tmp_path_factory.mktemp("r") / "w-redo"
     ends = written(path, "world", items)
@@ -74,7 +91,9 @@ def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(tmp_path_fac
     if at >= last + 12:  # past the last record's length and header check
         assert redo.unfolded_records() == numbered(items[:-1]) and path.stat().st_size == last
     else:
-        with pytest.raises(CorruptLogError, match="fails its checksum; nothing was applied from it or after it"):
+        with pytest.raises(
+            CorruptLogError, match="fails its checksum; nothing was applied from it or after it"
+        ):
             redo.unfolded_records()
         assert path.read_bytes() == data
     redo.close()
@@ -83,35 +102,49 @@ def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(tmp_path_fac
 def test_another_worlds_records_are_refused(tmp_path):
     written(tmp_path / "w-redo", "one world", [{}])
     redo = RedoFile(tmp_path / "w-redo", "another world", fsync=False, folded=0)
-    with pytest.raises(CorruptLogError, match="the header of the commit at byte 0 fails its checksum"):
+    with pytest.raises(
+        CorruptLogError, match="the header of the commit at byte 0 fails its checksum"
+    ):
         redo.unfolded_records()
     redo.close()
 
 
-def test_a_torn_write_that_cannot_be_undone_closes_the_file_and_the_next_open_cuts_it(tmp_path, monkeypatch):
+def test_a_torn_write_that_cannot_be_undone_closes_the_file_and_the_next_open_cuts_it(
+    tmp_path, monkeypatch
+):
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
     redo.append({})
     pwrite = os.pwrite
 
-    def full(fd, data, offset):  # faults: half the record reaches the file, the disk is full, and stays so
-        pwrite(fd, data[:len(data) // 2], offset)
+    def full(
+        fd, data, offset
+    ):  # faults: half the record reaches the file, the disk is full, and stays so
+        pwrite(fd, data[: len(data) // 2], offset)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     def stuck(fd, length):
         raise OSError(errno.EIO, "Input/output error")
+
     monkeypatch.setattr(os, "pwrite", full)
     monkeypatch.setattr(os, "ftruncate", stuck)
     with pytest.raises(WorldError, match="could not be written .*No space left"):
         redo.append({"pad": "x" * 100})
     monkeypatch.undo()
-    with pytest.raises(WorldError, match="could not be written"):  # nothing is written after a torn record
+    with pytest.raises(
+        WorldError, match="could not be written"
+    ):  # nothing is written after a torn record
         redo.append({})
-    assert redo.unfolded_records() == [{"n": 1}]  # what it acknowledged can still be folded: its own rows
+    assert redo.unfolded_records() == [
+        {"n": 1}
+    ]  # what it acknowledged can still be folded: its own rows
     redo._kept = None  # as if another process had written them
     with pytest.raises(WorldError, match="cannot be read"):
         redo.unfolded_records()
     reopened = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
-    assert reopened.unfolded_records() == [{"n": 1}] and reopened.size == (tmp_path / "w-redo").stat().st_size
+    assert (
+        reopened.unfolded_records() == [{"n": 1}]
+        and reopened.size == (tmp_path / "w-redo").stat().st_size
+    )
     reopened.close()
 
 
@@ -124,6 +157,7 @@ def test_an_interrupted_append_takes_its_record_back(tmp_path, monkeypatch, wher
     def interrupted(*args):  # Ctrl-C while the record is synced, or just after it is written
         call(*args)
         raise KeyboardInterrupt
+
     monkeypatch.setattr(os, where, interrupted)
     with pytest.raises(KeyboardInterrupt):
         redo.append({"lost": True})
@@ -139,9 +173,14 @@ def test_a_zero_filled_tail_is_cut_off_and_numbers_out_of_sequence_are_refused(t
     with open(tmp_path / "w-redo", "ab") as file:
         file.write(bytes(5000))  # blocks a power loss allocated and never wrote
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
-    assert redo.unfolded_records() == [{"n": 1}, {"n": 2}] and (tmp_path / "w-redo").stat().st_size == redo.size
+    assert (
+        redo.unfolded_records() == [{"n": 1}, {"n": 2}]
+        and (tmp_path / "w-redo").stat().st_size == redo.size
+    )
     redo.close()
-    redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=5)  # the file is behind the SQLite file
+    redo = RedoFile(
+        tmp_path / "w-redo", "world", fsync=False, folded=5
+    )  # the file is behind the SQLite file
     redo.last = 5
     redo.append({})
     redo.last = 1
@@ -155,18 +194,26 @@ def test_a_zero_filled_tail_is_cut_off_and_numbers_out_of_sequence_are_refused(t
     redo.close()
 
 
-def test_a_fold_takes_this_processs_own_records_from_memory_and_reads_the_file_otherwise(tmp_path, monkeypatch):
+def test_a_fold_takes_this_processs_own_records_from_memory_and_reads_the_file_otherwise(
+    tmp_path, monkeypatch
+):
     written(tmp_path / "w-redo", "world", [{"a": 1}])  # a session that died before folding
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
     reads = []
     pread = os.pread
     monkeypatch.setattr(os, "pread", lambda *args: reads.append(args) or pread(*args))
-    assert redo.unfolded_records() == [{"n": 1, "a": 1}] and len(reads) == 1  # another's records: from the file
+    assert (
+        redo.unfolded_records() == [{"n": 1, "a": 1}] and len(reads) == 1
+    )  # another's records: from the file
     redo.folded_to(1)
     redo.append({"b": 2})
     redo.append({"c": 3})
-    assert redo.unfolded_records() == [{"n": 2, "b": 2}, {"n": 3, "c": 3}] and len(reads) == 1  # its own
-    redo.last += 1  # a record it wrote but lost track of (an interrupt after the write): the file again
+    assert (
+        redo.unfolded_records() == [{"n": 2, "b": 2}, {"n": 3, "c": 3}] and len(reads) == 1
+    )  # its own
+    redo.last += (
+        1  # a record it wrote but lost track of (an interrupt after the write): the file again
+    )
     with pytest.raises(CorruptLogError, match="commit 4 is missing"):
         redo.unfolded_records()
     assert len(reads) == 2

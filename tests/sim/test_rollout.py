@@ -1,7 +1,16 @@
 import numpy as np
 import pytest
 
-from sim import Mutation, Patch, PolicyCallError, PolicyOutputError, Sampler, evaluate, load_sampler, load_skill
+from sim import (
+    Mutation,
+    Patch,
+    PolicyCallError,
+    PolicyOutputError,
+    Sampler,
+    evaluate,
+    load_sampler,
+    load_skill,
+)
 from sim._rollout import PolicyCaller, branch_patch, run_wave
 
 
@@ -12,8 +21,12 @@ def _zeros(act_dim):
 def test_outcomes_do_not_depend_on_the_thread_count(short_walker):
     skill = load_skill("walker_forward_good")
     sampler = load_sampler("walker_forward", seed=21)
-    runs = [evaluate(short_walker, skill, branches=24, wave=8, sampler=sampler, threads=n, progress=False).outcomes
-            for n in (1, 2, 3)]
+    runs = [
+        evaluate(
+            short_walker, skill, branches=24, wave=8, sampler=sampler, threads=n, progress=False
+        ).outcomes
+        for n in (1, 2, 3)
+    ]
     assert runs[0] == runs[1] == runs[2]
     assert len({o.total_reward for o in runs[0]}) > 1  # the branches really differ
 
@@ -40,7 +53,9 @@ def test_a_policy_that_raises_names_the_step_and_branches(short_arm):
             raise RuntimeError("sensor dropout")
         return np.zeros((len(obs), 7))
 
-    expected = "control step 2, branch\\(es\\) 0, 1, 2, 3: the policy raised RuntimeError: sensor dropout"
+    expected = (
+        "control step 2, branch\\(es\\) 0, 1, 2, 3: the policy raised RuntimeError: sensor dropout"
+    )
     with pytest.raises(PolicyCallError, match=expected) as info:
         evaluate(short_arm, flaky, branches=4, progress=False)
     assert isinstance(info.value.__cause__, RuntimeError)
@@ -57,7 +72,9 @@ def test_nan_actions_name_the_branch(short_arm):
             out[1, 3] = np.nan
         return out
 
-    with pytest.raises(PolicyOutputError, match="control step 0, branch\\(es\\) 5: the policy returned NaN") as info:
+    with pytest.raises(
+        PolicyOutputError, match="control step 0, branch\\(es\\) 5: the policy returned NaN"
+    ) as info:
         evaluate(short_arm, nan_in_second_wave_row_1, branches=8, wave=4, progress=False)
     assert info.value.branches == (5,)
 
@@ -82,7 +99,9 @@ def test_ended_branches_are_zeroed_rows_and_may_hold_nan(short_walker):
         out[np.all(obs == 0, axis=1)] = np.nan
         return out
 
-    fallen = short_walker.replace(failure=[{"term": "body_height", "body": "torso", "below": 0.3625}])
+    fallen = short_walker.replace(
+        failure=[{"term": "body_height", "body": "torso", "below": 0.3625}]
+    )
     result = evaluate(fallen, policy, branches=5, wave=8, progress=False)
     assert set(shapes) == {(8, 11)}
     assert result.n == 5
@@ -95,17 +114,33 @@ def test_state_and_model_patches_both_reach_the_branch(short_arm):
         seen.append(obs.copy())
         return np.zeros((len(obs), 7))
 
-    moved = Patch((Mutation("body/target/pos", "set", (0.3, 0.2, 0.5)), Mutation("joint/j1/qpos", "set", (0.4,))))
-    run_wave(short_arm, PolicyCaller(record, short_arm), Sampler(), 0, 2, 2, 1, patches=[Patch(), moved])
+    moved = Patch(
+        (
+            Mutation("body/target/pos", "set", (0.3, 0.2, 0.5)),
+            Mutation("joint/j1/qpos", "set", (0.4,)),
+        )
+    )
+    run_wave(
+        short_arm, PolicyCaller(record, short_arm), Sampler(), 0, 2, 2, 1, patches=[Patch(), moved]
+    )
     assert seen[0][1, 0] == 0.4 and seen[0][0, 0] == 0.0
     assert not np.allclose(seen[0][0, 14:17], seen[0][1, 14:17])
 
 
 def test_mujoco_errors_end_branches_with_their_message(walker):
     # an arena too small for the first foot contact: mj_step raises inside the batch
-    cramped = walker.template.xml.replace('<option timestep="0.005"/>', '<option timestep="0.005"/><size memory="4K"/>')
-    result = evaluate(walker.replace(scene=cramped, horizon=50), load_skill("walker_forward_good"), branches=3,
-                      progress=False)
+    cramped = walker.template.xml.replace(
+        '<option timestep="0.005"/>', '<option timestep="0.005"/><size memory="4K"/>'
+    )
+    result = evaluate(
+        walker.replace(scene=cramped, horizon=50),
+        load_skill("walker_forward_good"),
+        branches=3,
+        progress=False,
+    )
     for outcome in result.outcomes:
-        assert outcome.reason.startswith("mujoco:mj_stackAlloc: out of memory") and "\n" not in outcome.reason
+        assert (
+            outcome.reason.startswith("mujoco:mj_stackAlloc: out of memory")
+            and "\n" not in outcome.reason
+        )
         assert not outcome.success and outcome.steps < 50

@@ -12,20 +12,34 @@ from sim._segments import SEGMENT_EVENTS, Event, check, decode, rows, select
 
 def checksum(*fields):  # as the store's: over the fields' lengths and the fields
     parts = [f if isinstance(f, bytes) else str(f).encode() for f in fields]
-    return hashlib.sha256(b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)).hexdigest()
+    return hashlib.sha256(
+        b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)
+    ).hexdigest()
 
 
-changes = st.dictionaries(st.text(max_size=4), st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=6),
-                                                         st.floats(allow_nan=False, allow_infinity=False)), max_size=2)
-logs = st.lists(st.tuples(st.integers(0, 5), st.text(max_size=6), changes), min_size=1,
-                max_size=2 * SEGMENT_EVENTS + 10)
+changes = st.dictionaries(
+    st.text(max_size=4),
+    st.one_of(
+        st.integers(-(2**63), 2**63 - 1),
+        st.text(max_size=6),
+        st.floats(allow_nan=False, allow_infinity=False),
+    ),
+    max_size=2,
+)
+logs = st.lists(
+    st.tuples(st.integers(0, 5), st.text(max_size=6), changes),
+    min_size=1,
+    max_size=2 * SEGMENT_EVENTS + 10,
+)
 few = settings(max_examples=25, deadline=None)  # each example is hundreds of events
 
 
 def logged(steps, first_seq=1):
     ticks = itertools.accumulate(step for step, *_ in steps)
-    events = [Event(seq, tick, entity, "mutate", change, "p")
-              for seq, tick, (_, entity, change) in zip(itertools.count(first_seq), ticks, steps)]
+    events = [
+        Event(seq, tick, entity, "mutate", change, "p")
+        for seq, tick, (_, entity, change) in zip(itertools.count(first_seq), ticks, steps)
+    ]
     return [(e, orjson.dumps(tuple(e)[1:], option=orjson.OPT_SORT_KEYS)) for e in events]
 
 
@@ -74,13 +88,20 @@ def test_a_dropped_or_reordered_row_breaks_the_chain(count):
 
 def test_a_row_that_holds_fewer_events_than_it_says_is_refused():
     table, _ = rows(checksum, "west", "", logged([(1, "", {}), (1, "", {})]), 7, "")
-    row = table[0][2:-2] + ("[[1,\"\",\"mutate\",{},\"p\"]]", table[0][-1])
+    row = table[0][2:-2] + ('[[1,"","mutate",{},"p"]]', table[0][-1])
     with pytest.raises(CorruptLogError, match="events 1..2 holds 1"):
         decode("log", row)
 
 
-@given(ticks=st.lists(st.integers(0, 50), max_size=30), first=st.integers(0, 60),
-       last=st.one_of(st.none(), st.integers(0, 60)))
+@given(
+    ticks=st.lists(st.integers(0, 50), max_size=30),
+    first=st.integers(0, 60),
+    last=st.one_of(st.none(), st.integers(0, 60)),
+)
 def test_select_keeps_the_events_of_the_ticks_asked_for(ticks, first, last):
-    events = [Event(seq, tick, "", "mutate", {}, "") for seq, tick in enumerate(sorted(ticks), start=1)]
-    assert select(events, first, last) == [e for e in events if first <= e.tick and (last is None or e.tick <= last)]
+    events = [
+        Event(seq, tick, "", "mutate", {}, "") for seq, tick in enumerate(sorted(ticks), start=1)
+    ]
+    assert select(events, first, last) == [
+        e for e in events if first <= e.tick and (last is None or e.tick <= last)
+    ]

@@ -5,7 +5,9 @@ from sim import Sampler, load_sampler, load_skill, load_task, shipped_skills, sh
 
 def test_every_shipped_skill_loads_and_fits_its_task():
     assert shipped_tasks() == ["arm_reach", "walker_forward"]
-    assert set(shipped_skills()) == {f"{t}_{q}" for t in shipped_tasks() for q in ("good", "degraded")}
+    assert set(shipped_skills()) == {
+        f"{t}_{q}" for t in shipped_tasks() for q in ("good", "degraded")
+    }
     for name in shipped_skills():
         skill = load_skill(name)
         task = load_task(skill.metadata["task"])

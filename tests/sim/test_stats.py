@@ -2,8 +2,14 @@ import math
 
 import pytest
 
-from sim import SPRT, clopper_pearson_interval, clopper_pearson_lower, fixed_sample_size, wilson_lower
 from knowledge._policy import normal_quantile
+from sim import (
+    SPRT,
+    clopper_pearson_interval,
+    clopper_pearson_lower,
+    fixed_sample_size,
+    wilson_lower,
+)
 from sim._stats import betainc, binom_sf, mcnemar_p
 
 

@@ -24,25 +24,37 @@ def _broken(task, edit):
     return data
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda d: d.update(format="simnet.task/0"), "format"),
-    (lambda d: d.update(colour="red"), "colour"),
-    (lambda d: d.update(scene="<mujoco><worldbody><geom type='blob'/></worldbody></mujoco>"), "scene"),
-    (lambda d: d.pop("name"), "name"),
-    (lambda d: d.update(horizon=0), "horizon"),
-    (lambda d: d.update(control_substeps=2.5), "control_substeps"),
-    (lambda d: d.update(keyframe="sitting"), "keyframe"),
-    (lambda d: d.update(action={"mode": "torque"}), "action"),
-    (lambda d: d["observation"].append({"term": "site_pos", "site": "gripper"}), "observation[3].site"),
-    (lambda d: d["observation"].append({"term": "lidar"}), "observation[3].term"),
-    (lambda d: d["observation"][0]["joints"].append("j8"), "observation[0].joints[7]"),
-    (lambda d: d["reward"][0].pop("weight"), "reward[0].weight"),
-    (lambda d: d["success"]["all"][0].update(above=0.1), "success.all[0]"),
-    (lambda d: d["success"].update(when="sometimes"), "success.when"),
-    (lambda d: d["init"][0].update(target="body/goal/pos"), "init[0].target"),
-    (lambda d: d["init"][1].update(std=-1), "init[1].std"),
-    (lambda d: d.update(failure=[{"term": "body_height", "body": "link1", "below": "low"}]), "failure[0].below"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d.update(format="simnet.task/0"), "format"),
+        (lambda d: d.update(colour="red"), "colour"),
+        (
+            lambda d: d.update(scene="<mujoco><worldbody><geom type='blob'/></worldbody></mujoco>"),
+            "scene",
+        ),
+        (lambda d: d.pop("name"), "name"),
+        (lambda d: d.update(horizon=0), "horizon"),
+        (lambda d: d.update(control_substeps=2.5), "control_substeps"),
+        (lambda d: d.update(keyframe="sitting"), "keyframe"),
+        (lambda d: d.update(action={"mode": "torque"}), "action"),
+        (
+            lambda d: d["observation"].append({"term": "site_pos", "site": "gripper"}),
+            "observation[3].site",
+        ),
+        (lambda d: d["observation"].append({"term": "lidar"}), "observation[3].term"),
+        (lambda d: d["observation"][0]["joints"].append("j8"), "observation[0].joints[7]"),
+        (lambda d: d["reward"][0].pop("weight"), "reward[0].weight"),
+        (lambda d: d["success"]["all"][0].update(above=0.1), "success.all[0]"),
+        (lambda d: d["success"].update(when="sometimes"), "success.when"),
+        (lambda d: d["init"][0].update(target="body/goal/pos"), "init[0].target"),
+        (lambda d: d["init"][1].update(std=-1), "init[1].std"),
+        (
+            lambda d: d.update(failure=[{"term": "body_height", "body": "link1", "below": "low"}]),
+            "failure[0].below",
+        ),
+    ],
+)
 def test_malformed_definitions_name_the_field(arm, edit, field):
     with pytest.raises(TaskDefinitionError) as info:
         Task(_broken(arm, edit))
@@ -83,7 +95,12 @@ def test_failure_terms_end_a_branch_with_their_reason(walker):
 
 
 def test_success_when_first_ends_branches_early(arm):
-    easy = arm.replace(success={"when": "first", "all": [{"term": "site_distance", "from": "ee", "to": "target", "below": 5.0}]})
+    easy = arm.replace(
+        success={
+            "when": "first",
+            "all": [{"term": "site_distance", "from": "ee", "to": "target", "below": 5.0}],
+        }
+    )
     result = evaluate(easy, lambda obs: np.zeros((len(obs), 7)), branches=3, progress=False)
     assert all(o.success and o.reason == "success" and o.steps == 1 for o in result.outcomes)
 
@@ -93,11 +110,14 @@ def installed_term(tmp_path, monkeypatch):
     """A real installed distribution exposing a simnet.terms entry point: torso pitch, in radians."""
     (tmp_path / "fleetterms.py").write_text(
         "import numpy as np\n\ndef pitch(runtime):\n    return np.abs(runtime.qpos[:, 2])\n\n"
-        "def wrong(runtime):\n    return runtime.qpos\n")
+        "def wrong(runtime):\n    return runtime.qpos\n"
+    )
     info = tmp_path / "fleetterms-0.3.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fleetterms\nVersion: 0.3.0\n")
-    (info / "entry_points.txt").write_text("[simnet.terms]\npitch = fleetterms:pitch\nwrong = fleetterms:wrong\n")
+    (info / "entry_points.txt").write_text(
+        "[simnet.terms]\npitch = fleetterms:pitch\nwrong = fleetterms:wrong\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
     import sys
@@ -108,9 +128,16 @@ def installed_term(tmp_path, monkeypatch):
 def test_python_terms_come_from_versioned_entry_points(installed_term, short_walker):
     from sim import EntryPointError
 
-    term = {"term": "entry_point", "name": "pitch", "distribution": "fleetterms", "version": "0.3.0"}
+    term = {
+        "term": "entry_point",
+        "name": "pitch",
+        "distribution": "fleetterms",
+        "version": "0.3.0",
+    }
     strict = short_walker.replace(failure=[{**term, "above": 1e-9}])
-    assert strict.to_json()["failure"][0]["name"] == "pitch"  # the definition names it, carries no code
+    assert (
+        strict.to_json()["failure"][0]["name"] == "pitch"
+    )  # the definition names it, carries no code
     result = evaluate(strict, lambda obs: np.full((len(obs), 4), 0.5), branches=2, progress=False)
     assert [o.reason for o in result.outcomes] == ["failure:entry_point"] * 2
     with pytest.raises(EntryPointError, match="fleetterms==0.3.0.*needs fleetterms==0.4.0"):

@@ -7,19 +7,35 @@ from sim import MutationError, Template, TemplateError
 from sim._templates import cached_template
 
 
-
 def test_slots_point_at_the_batch_fields(arm):
     t = arm.template
     m = t.model
     mass = t.slot("body/link3/mass")
-    assert (mass.field, mass.start, mass.size, mass.setconst) == ("body_mass", m.body("link3").id, 1, True)
+    assert (mass.field, mass.start, mass.size, mass.setconst) == (
+        "body_mass",
+        m.body("link3").id,
+        1,
+        True,
+    )
     friction = t.slot("geom/floor/friction")
-    assert (friction.field, friction.start, friction.size, friction.setconst) == ("geom_friction", 3 * m.geom("floor").id, 3, False)
+    assert (friction.field, friction.start, friction.size, friction.setconst) == (
+        "geom_friction",
+        3 * m.geom("floor").id,
+        3,
+        False,
+    )
     gain = t.slot("actuator/a2/gain")
-    assert (gain.field, gain.start, gain.size) == ("actuator_gainprm", m.actuator_gainprm.shape[1] * m.actuator("a2").id, 1)
+    assert (gain.field, gain.start, gain.size) == (
+        "actuator_gainprm",
+        m.actuator_gainprm.shape[1] * m.actuator("a2").id,
+        1,
+    )
     bias = t.slot("actuator/a2/bias")
     assert bias.size == 3 and not bias.setconst
-    assert t.slot("joint/j4/damping").field == "dof_damping" and not t.slot("joint/j4/damping").setconst
+    assert (
+        t.slot("joint/j4/damping").field == "dof_damping"
+        and not t.slot("joint/j4/damping").setconst
+    )
     assert t.slot("joint/j4/armature").setconst  # armature enters the mass matrix
     assert t.slot("option/gravity").setconst
     qpos = t.slot("joint/j4/qpos")

@@ -14,7 +14,9 @@ from knowledge import TransferDataset
 from sim._transfer import observation_slots, posture_skill, reach_skill, sampler
 from sim.cli import encoder_dataset_command
 
-ARMS = {n: next(r for s in range(100) if len((r := sim.procedural_arm(s)).joints) == n) for n in (3, 7)}
+ARMS = {
+    n: next(r for s in range(100) if len((r := sim.procedural_arm(s)).joints) == n) for n in (3, 7)
+}
 ARM7, WALKER = sim.shipped_robots()
 SIX = next(r for s in range(100) if len((r := sim.procedural_legged(s)).joints) == 12)
 
@@ -33,7 +35,9 @@ def test_an_arm_skill_drives_a_smaller_arm_joint_by_joint_from_the_base():
     small = sim.retarget(skill, ARMS[7], ARMS[3], "reach")
     task = ARMS[3].task("reach")
     assert (small.spec.obs_dim, small.spec.act_dim) == (task.obs_dim, task.act_dim)
-    assert np.array_equal(weights(small)[:, -3:], weights(skill)[:3, -3:])  # goal offset -> first three joints
+    assert np.array_equal(
+        weights(small)[:, -3:], weights(skill)[:3, -3:]
+    )  # goal offset -> first three joints
     assert not weights(small)[:, :-3].any()
     large = sim.retarget(small, ARMS[3], ARMS[7], "reach")
     assert np.array_equal(weights(large)[:3, -3:], weights(small)[:, -3:])
@@ -46,7 +50,9 @@ def test_legs_are_matched_front_to_back():
     on_walker = sim.retarget(posture, SIX, WALKER, "posture")
     six, two = weights(posture), weights(on_walker)
     # walker actuators: hind hip, hind knee, fore hip, fore knee; the six legs run front (0) to back (5)
-    assert np.array_equal(two[[2, 3], -6:], six[[0, 1], -6:]) and np.array_equal(two[[0, 1], -6:], six[[10, 11], -6:])
+    assert np.array_equal(two[[2, 3], -6:], six[[0, 1], -6:]) and np.array_equal(
+        two[[0, 1], -6:], six[[10, 11], -6:]
+    )
     assert len(observation_slots(WALKER, "posture")) == two.shape[1]
     with pytest.raises(ValueError, match="posture"):
         sim.retarget(posture, SIX, ARM7, "posture")
@@ -54,19 +60,28 @@ def test_legs_are_matched_front_to_back():
 
 def test_native_skills_work_on_their_own_bodies():
     for robot in (ARMS[3], ARMS[7]):
-        result = sim.evaluate(robot.task("reach"), sim.native_skill(robot, "reach").skill, branches=16,
-                              sampler=sampler("reach", 5), progress=False)
+        result = sim.evaluate(
+            robot.task("reach"),
+            sim.native_skill(robot, "reach").skill,
+            branches=16,
+            sampler=sampler("reach", 5),
+            progress=False,
+        )
         assert result.success_rate >= 0.8
     for robot in (SIX, WALKER):
         skill = sim.native_skill(robot, "posture").skill
-        result = sim.evaluate(robot.task("posture"), skill, branches=16, sampler=sampler("posture", 5), progress=False)
+        result = sim.evaluate(
+            robot.task("posture"), skill, branches=16, sampler=sampler("posture", 5), progress=False
+        )
         assert result.success_rate >= 0.8 and skill.spec.hidden == ()
 
 
 def test_a_posture_skill_bends_the_knees_nearest_the_lower_goal():
     """The map follows its goal: a lower front goal bends the front knees most, a lower back goal the back ones."""
     w = weights(posture_skill(SIX))
-    knees = [k for k, s in enumerate(SIX.slots) if s.joint == 1]  # front to back; they bend negative
+    knees = [
+        k for k, s in enumerate(SIX.slots) if s.joint == 1
+    ]  # front to back; they bend negative
     front, back = w[knees, -4], w[knees, -1]  # per metre of goal offset, the z of each goal
     assert np.all(np.diff(front) < 0) and np.all(np.diff(back) > 0)
     assert front[0] > 10 * abs(front[-1]) and back[-1] > 10 * abs(back[0])
@@ -81,12 +96,27 @@ def test_a_posture_skill_fails_where_the_gear_differs():
         actuator.gainprm[0] /= 4
         actuator.biasprm[1:3] = actuator.biasprm[1:3] / 4
         actuator.ctrlrange = actuator.ctrlrange * 2
-    geared = sim.Robot("geared-walker", "legged", spec.to_xml(), WALKER.joints, WALKER.slots, (2.0,) * 4, WALKER.size,
-                       WALKER.home)
-    task, branches = geared.task("posture"), {"branches": 16, "sampler": sampler("posture", 5), "progress": False}
+    geared = sim.Robot(
+        "geared-walker",
+        "legged",
+        spec.to_xml(),
+        WALKER.joints,
+        WALKER.slots,
+        (2.0,) * 4,
+        WALKER.size,
+        WALKER.home,
+    )
+    task, branches = (
+        geared.task("posture"),
+        {"branches": 16, "sampler": sampler("posture", 5), "progress": False},
+    )
     assert sim.evaluate(task, posture_skill(geared), **branches).success_rate >= 0.8
-    assert sim.evaluate(task, sim.retarget(posture_skill(WALKER), WALKER, geared, "posture"),
-                        **branches).success_rate <= 0.25
+    assert (
+        sim.evaluate(
+            task, sim.retarget(posture_skill(WALKER), WALKER, geared, "posture"), **branches
+        ).success_rate
+        <= 0.25
+    )
 
 
 def test_the_dataset_is_the_same_with_any_number_of_workers(tmp_path):
@@ -98,19 +128,39 @@ def test_the_dataset_is_the_same_with_any_number_of_workers(tmp_path):
     assert all(t.trials == 4 for t in one.transfers)
     assert np.diag(one.rates("reach")[:3, :3]).min() >= 0.5  # each arm's own skill, on its own body
     assert np.diag(one.rates("posture")[3:, 3:]).min() >= 0.5
-    assert one.meta["branches"] == 4 and [r["name"] for r in one.meta["robots"]] == [r.name for r in robots]
+    assert one.meta["branches"] == 4 and [r["name"] for r in one.meta["robots"]] == [
+        r.name for r in robots
+    ]
     with pytest.raises(ValueError, match="distinct"):
         sim.transfer_dataset(robots + robots[:1], branches=1)
 
 
 def test_the_dataset_command_writes_a_file(tmp_path):
     out = tmp_path / "transfer.json.gz"
-    result = CliRunner().invoke(encoder_dataset_command, ["--arms", "2", "--legged", "0", "--no-shipped", "--branches",
-                                                          "2", "--out", str(out), "--json"])
+    result = CliRunner().invoke(
+        encoder_dataset_command,
+        [
+            "--arms",
+            "2",
+            "--legged",
+            "0",
+            "--no-shipped",
+            "--branches",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     data = TransferDataset.load(out)
-    assert summary["bodies"] == len(data.bodies) == 2 and summary["transfers"] == 4 and data.tasks == ("reach",)
-    empty = CliRunner().invoke(encoder_dataset_command, ["--arms", "0", "--legged", "0", "--no-shipped", "--out",
-                                                         str(out)])
+    assert (
+        summary["bodies"] == len(data.bodies) == 2
+        and summary["transfers"] == 4
+        and data.tasks == ("reach",)
+    )
+    empty = CliRunner().invoke(
+        encoder_dataset_command, ["--arms", "0", "--legged", "0", "--no-shipped", "--out", str(out)]
+    )
     assert empty.exit_code == 2

@@ -21,7 +21,10 @@ JOINTS = ("hhip", "hknee", "fhip", "fknee")
 
 def gait(tick):
     """The walker's controls at a tick: a function of the tick only, so any run can repeat them."""
-    return [Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),)) for i, j in enumerate(JOINTS)]
+    return [
+        Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),))
+        for i, j in enumerate(JOINTS)
+    ]
 
 
 def drive(world, ticks, every=20):
@@ -36,10 +39,16 @@ def make(tmp_path, region, world_entities):
     made = []
 
     def make(name="w", backend="process", every=100):
-        world = sim.World.create(tmp_path / f"{name}.db", {"west": region, "east": region}, world_entities,
-                                 checkpoint_every=every, backend=backend)
+        world = sim.World.create(
+            tmp_path / f"{name}.db",
+            {"west": region, "east": region},
+            world_entities,
+            checkpoint_every=every,
+            backend=backend,
+        )
         made.append(world)
         return world
+
     yield make
     for world in made:
         world.close()
@@ -56,10 +65,20 @@ def _events(world, shard="west"):
 def test_every_mutation_is_logged_and_a_reopened_world_resumes_exactly(make, tmp_path):
     world, reference = make("w"), make("ref", backend="inline")
     for w in (world, reference):
-        w.apply("east", Mutation("joint/crate/~joint0/qvel", "set", (1.0, 0, 0, 0, 0, 0)), provenance="push")
+        w.apply(
+            "east",
+            Mutation("joint/crate/~joint0/qvel", "set", (1.0, 0, 0, 0, 0, 0)),
+            provenance="push",
+        )
         drive(w, 300)
     event = world.events("west")[0]
-    assert (event.seq, event.tick, event.entity, event.kind, event.provenance) == (1, 0, "walker1", "mutate", "gait@0")
+    assert (event.seq, event.tick, event.entity, event.kind, event.provenance) == (
+        1,
+        0,
+        "walker1",
+        "mutate",
+        "gait@0",
+    )
     assert world.events("east")[0].entity == "crate"
     world.close()
     world = sim.World.open(tmp_path / "w.db")
@@ -69,7 +88,10 @@ def test_every_mutation_is_logged_and_a_reopened_world_resumes_exactly(make, tmp
     assert _same(world, reference) and _events(world) == _events(reference)
     status = world.status()
     assert status["shards"]["west"]["checkpoints"] == 6 and status["shards"]["west"]["events"] == 25
-    assert status["shards"]["east"]["entities"] == ["crate"] and world.worker_pid("west") != os.getpid()
+    assert (
+        status["shards"]["east"]["entities"] == ["crate"]
+        and world.worker_pid("west") != os.getpid()
+    )
     world.close()
 
 
@@ -97,9 +119,17 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     for bad in ((float("nan"),), (float("inf"),), ("1.0",), (True,), (10**400,), 1.0, None):
         with pytest.raises(sim.MutationError, match="finite numbers"):
             world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "set", bad))
-    with pytest.raises(sim.MutationError, match="op must be one of"):  # once logged, it would fail every advance
+    with pytest.raises(
+        sim.MutationError, match="op must be one of"
+    ):  # once logged, it would fail every advance
         world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "clamp", (1.0,)))
-    for at in (150.5, "150", True, -1, 2**63):  # a float tick, once logged, would fail every advance
+    for at in (
+        150.5,
+        "150",
+        True,
+        -1,
+        2**63,
+    ):  # a float tick, once logged, would fail every advance
         with pytest.raises(sim.HistoryError, match="at must be an integer tick"):
             world.apply("west", gait(150), at=at)
     with pytest.raises(ValueError, match="provenance must be a string"):
@@ -113,7 +143,9 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
         world.apply("west", [{"target": "actuator/walker1/hhip/ctrl", "op": "set", "value": [1.0]}])
     with pytest.raises(ValueError, match="provenance must be valid Unicode text"):
         world.apply("west", gait(100), provenance="half a surrogate \ud800")
-    with pytest.raises(sim.HistoryError, match="at most 1000000 ticks ahead"):  # it would hold the shard back
+    with pytest.raises(
+        sim.HistoryError, match="at most 1000000 ticks ahead"
+    ):  # it would hold the shard back
         world.apply("west", gait(100), at=10**15)
     for mutations in (None, 5, [Mutation(["body"], "set", (1.0,))]):
         with pytest.raises(sim.MutationError, match="sim.Mutation"):
@@ -131,30 +163,47 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     with pytest.raises(sim.UnknownShardError, match="no shard 'north'"):
         world.advance(10, ["north"])
     assert len(world.events("west")) == 5 and world.head("west") == 100
-    assert world.advance(10, ["west", "west"]) == {"west": 110}  # nothing refused was logged; a shard named twice
-    assert world.snapshot("west").tick == 110                       # advances once
+    assert world.advance(10, ["west", "west"]) == {
+        "west": 110
+    }  # nothing refused was logged; a shard named twice
+    assert world.snapshot("west").tick == 110  # advances once
     event = world.apply("west", gait(120), at=np.int64(120))  # numpy's integers are integers
     assert type(event.tick) is int and world.advance(np.int64(20), ["west"]) == {"west": 130}
-    assert {type(v) for m in event.change["mutations"] for v in m["value"]} == {float}  # not np.float64
-    assert world.fork("west", np.int64(125)).base_tick == 125 and world.replay("west", np.int64(0), 130).exact
+    assert {type(v) for m in event.change["mutations"] for v in m["value"]} == {
+        float
+    }  # not np.float64
+    assert (
+        world.fork("west", np.int64(125)).base_tick == 125
+        and world.replay("west", np.int64(0), 130).exact
+    )
 
 
 def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path):
     world = make("w", backend="inline")
     drive(world, 240)
     world.close()
+
     def rows():
         with contextlib.closing(sqlite3.connect(tmp_path / "w.db")) as db:
-            return [db.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
-                    for table in ("logs", "segments", "checkpoints")]
+            return [
+                db.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
+                for table in ("logs", "segments", "checkpoints")
+            ]
+
     with sqlite3.connect(tmp_path / "w.db") as db:
-        db.execute("UPDATE checkpoints SET state = zeroblob(length(state)) WHERE shard = 'west' AND tick = 200")
+        db.execute(
+            "UPDATE checkpoints SET state = zeroblob(length(state)) WHERE shard = 'west' AND tick = 200"
+        )
     corrupt = rows()
     with pytest.raises(sim.CorruptCheckpointError, match="tick 200 fails its checksum"):
         sim.World.open(tmp_path / "w.db", backend="inline")
     with sqlite3.connect(tmp_path / "w.db") as db:
-        db.execute("UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 12")
-    with pytest.raises(sim.CorruptLogError, match=r"events 12..12 \(ticks 220..220\) fails its checksum"):
+        db.execute(
+            "UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 12"
+        )
+    with pytest.raises(
+        sim.CorruptLogError, match=r"events 12..12 \(ticks 220..220\) fails its checksum"
+    ):
         sim.World.open(tmp_path / "w.db", backend="inline")
     logs, segments, checkpoints = rows()  # nothing was written by the failed opens
     assert logs == corrupt[0] and checkpoints == corrupt[2] and len(segments) == len(corrupt[1])
@@ -165,42 +214,72 @@ def test_a_shard_that_fails_to_start_an_advance_does_not_cost_the_others_theirs(
     world.apply("west", gait(15), at=15)
     world.apply("west", gait(16), at=16)
     world.close()
-    with sqlite3.connect(tmp_path / "w.db") as db:  # west's event fails its checksum when the advance reads it
-        db.execute("UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 1")
+    with sqlite3.connect(
+        tmp_path / "w.db"
+    ) as db:  # west's event fails its checksum when the advance reads it
+        db.execute(
+            "UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 1"
+        )
     world = sim.World.open(tmp_path / "w.db", backend="inline")
     with pytest.raises(sim.CorruptLogError):
         world.advance(20)
-    assert world.head("east") == 20 and world.snapshot("east").tick == 20  # east's advance was committed
+    assert (
+        world.head("east") == 20 and world.snapshot("east").tick == 20
+    )  # east's advance was committed
     world.advance(5, ["east"])
     assert world.head("east") == world.snapshot("east").tick == 25
     world.apply("east", Mutation("joint/crate/~joint0/qvel", "set", (1.0, 0, 0, 0, 0, 0)))
     world.close()
-    with sim.World.open(tmp_path / "w.db", backend="inline") as reopened:  # read from the file, a numpy tick works
-        assert [e.tick for e in reopened.events("east", first_tick=np.int64(0), last_tick=np.int64(25))] == [25]
+    with sim.World.open(
+        tmp_path / "w.db", backend="inline"
+    ) as reopened:  # read from the file, a numpy tick works
+        assert [
+            e.tick for e in reopened.events("east", first_tick=np.int64(0), last_tick=np.int64(25))
+        ] == [25]
 
 
 def test_history_from_another_build_is_not_replayed(make, tmp_path):
     world = make("w", backend="inline")
     drive(world, 120)
     world.close()
-    store = WorldStore(tmp_path / "w.db", create=False)  # as if another MuJoCo build had compiled the template
+    store = WorldStore(
+        tmp_path / "w.db", create=False
+    )  # as if another MuJoCo build had compiled the template
     forged = "f" * 64
     with store.transaction():
         template, patch, state = store._db.execute(
-            "SELECT template, patch, state FROM checkpoints WHERE shard = 'west' AND tick = 100").fetchone()
-        checksum = store._checksum("checkpoint", "west", "", 100, template, forged, patch, hashlib.sha256(state).hexdigest())
-        store._db.execute("UPDATE checkpoints SET model_hash = ?, checksum = ? WHERE shard = 'west' AND tick = 100",
-                          (forged, checksum))
+            "SELECT template, patch, state FROM checkpoints WHERE shard = 'west' AND tick = 100"
+        ).fetchone()
+        checksum = store._checksum(
+            "checkpoint",
+            "west",
+            "",
+            100,
+            template,
+            forged,
+            patch,
+            hashlib.sha256(state).hexdigest(),
+        )
+        store._db.execute(
+            "UPDATE checkpoints SET model_hash = ?, checksum = ? WHERE shard = 'west' AND tick = 100",
+            (forged, checksum),
+        )
     store.close()
-    with pytest.raises(sim.ReplayTemplateError, match="cannot replay exactly"):  # raised in the worker process
+    with pytest.raises(
+        sim.ReplayTemplateError, match="cannot replay exactly"
+    ):  # raised in the worker process
         sim.World.open(tmp_path / "w.db")
 
 
-def test_a_shard_worker_killed_mid_run_is_rebuilt_with_no_lost_or_duplicated_events(make, kill_when_busy):
+def test_a_shard_worker_killed_mid_run_is_rebuilt_with_no_lost_or_duplicated_events(
+    make, kill_when_busy
+):
     world, reference = make("w", every=500), make("ref", backend="inline", every=500)
     for w in (world, reference):
         with w.batch():
-            for tick in range(0, 80000, 20):  # scheduled ahead: one long advance, killed in the middle
+            for tick in range(
+                0, 80000, 20
+            ):  # scheduled ahead: one long advance, killed in the middle
                 w.apply("west", gait(tick), provenance=f"gait@{tick}", at=tick)
     pid = world.worker_pid("west")
     killer = kill_when_busy(pid)
@@ -251,8 +330,14 @@ def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batc
     drive(world, 100)
     world.close()
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(tests=os.path.dirname(__file__), path=str(tmp_path / "w.db"), batched=batched,
-                                   workers=str(tmp_path / "workers")))
+    script.write_text(
+        CHILD.format(
+            tests=os.path.dirname(__file__),
+            path=str(tmp_path / "w.db"),
+            batched=batched,
+            workers=str(tmp_path / "workers"),
+        )
+    )
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     acked = []
     for line in child.stdout:
@@ -262,18 +347,26 @@ def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batc
     workers = [int(pid) for pid in (tmp_path / "workers").read_text().split()]
     child.send_signal(signal.SIGKILL)
     child.wait()
-    deadline = time.monotonic() + 10  # its shard workers exit with it, not linger holding torch and MuJoCo
+    deadline = (
+        time.monotonic() + 10
+    )  # its shard workers exit with it, not linger holding torch and MuJoCo
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in workers)
-    assert (tmp_path / "w.db-redo").stat().st_size > 0  # acknowledged commits not yet folded into the tables
+    assert (
+        tmp_path / "w.db-redo"
+    ).stat().st_size > 0  # acknowledged commits not yet folded into the tables
     world = sim.World.open(tmp_path / "w.db")
     logged = {int(e.provenance.split("@")[1]) for e in world.events("west")}
     assert set(acked) <= logged and world.head("west") >= acked[-1]
     reference = make("ref", backend="inline")
     for event in world.events("west"):
-        reference.apply("west", [Mutation.from_json(m) for m in event.change["mutations"]],
-                        provenance=event.provenance, at=event.tick)
+        reference.apply(
+            "west",
+            [Mutation.from_json(m) for m in event.change["mutations"]],
+            provenance=event.provenance,
+            at=event.tick,
+        )
     reference.advance(world.head("west"))
     assert _same(world, reference)
 
@@ -281,12 +374,24 @@ def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batc
 def test_evaluations_run_inside_the_shard_worker_from_its_state(make):
     world = make()
     drive(world, 60)
-    task, skill = sim.load_task("walker_forward").replace(horizon=25), sim.load_skill("walker_forward_good")
+    task, skill = (
+        sim.load_task("walker_forward").replace(horizon=25),
+        sim.load_skill("walker_forward_good"),
+    )
     sampler = sim.load_sampler("walker_forward", seed=9)
-    inside = world.evaluate("west", task, skill, branches=8, wave=4, sampler=sampler, entity="walker1")
+    inside = world.evaluate(
+        "west", task, skill, branches=8, wave=4, sampler=sampler, entity="walker1"
+    )
     snap = world.snapshot("west")
-    here = sim.evaluate(snap.task(task, "walker1"), skill, branches=8, wave=4,
-                        sampler=snap.sampler(sampler, "walker1"), start=snap, progress=False)
+    here = sim.evaluate(
+        snap.task(task, "walker1"),
+        skill,
+        branches=8,
+        wave=4,
+        sampler=snap.sampler(sampler, "walker1"),
+        start=snap,
+        progress=False,
+    )
     assert inside.to_record() == here.to_record() and inside.start.tick == 60
     with pytest.raises(sim.UnknownEntityError):
         world.evaluate("west", task, skill, branches=2, entity="walker9")
@@ -295,19 +400,27 @@ def test_evaluations_run_inside_the_shard_worker_from_its_state(make):
     for branches in ("2", True, 0):
         with pytest.raises(ValueError, match="branches must be a positive integer"):
             world.evaluate("west", task, skill, branches=branches)
-    for kwargs, error in (({"threads": "a"}, "threads must be"), ({"confidence": "x"}, "confidence must be"),
-                          ({"sampler": {}}, "sampler must be a sim.Sampler"), ({"sprt": {}}, "sprt must be a sim.SPRT")):
+    for kwargs, error in (
+        ({"threads": "a"}, "threads must be"),
+        ({"confidence": "x"}, "confidence must be"),
+        ({"sampler": {}}, "sampler must be a sim.Sampler"),
+        ({"sprt": {}}, "sprt must be a sim.SPRT"),
+    ):
         with pytest.raises(ValueError, match=error):
             world.evaluate("west", task, skill, branches=2, **kwargs)
     with pytest.raises(ValueError, match="task must be a sim.Task"):
         world.evaluate("west", None, skill, branches=2)
 
 
-def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_not_touched(tmp_path, region,
-                                                                                             world_entities):
+def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_not_touched(
+    tmp_path, region, world_entities
+):
     shards = {"west": region, "east": region}
-    for kwargs, error in (({"backend": "bogus"}, "backend must be one of"), ({"name": ["w"]}, "name must be a string"),
-                          ({"checkpoint_every": True}, "checkpoint_every must be a positive integer")):
+    for kwargs, error in (
+        ({"backend": "bogus"}, "backend must be one of"),
+        ({"name": ["w"]}, "name must be a string"),
+        ({"checkpoint_every": True}, "checkpoint_every must be a positive integer"),
+    ):
         with pytest.raises(ValueError, match=error):
             sim.World.create(tmp_path / "w.db", shards, world_entities, **kwargs)
     with pytest.raises(ValueError, match="scene of shard 'east' must be MJCF text"):
@@ -315,8 +428,13 @@ def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_
     with pytest.raises(ValueError, match="sim.Entity objects"):
         sim.World.create(tmp_path / "w.db", shards, [e.to_json() for e in world_entities])
     assert list(tmp_path.iterdir()) == []
-    with sim.World.create(tmp_path / "w.db", shards, (e for e in world_entities), backend="inline") as world:
-        assert world.entities() == {"crate": "east", "walker1": "west"}  # a generator of entities is not spent early
+    with sim.World.create(
+        tmp_path / "w.db", shards, (e for e in world_entities), backend="inline"
+    ) as world:
+        assert world.entities() == {
+            "crate": "east",
+            "walker1": "west",
+        }  # a generator of entities is not spent early
     other = tmp_path / "other.db"  # another program's database is refused as it was found
     with contextlib.closing(sqlite3.connect(other)) as db:
         db.execute("CREATE TABLE users (name TEXT)")
@@ -336,18 +454,29 @@ def test_a_batch_that_rolls_back_takes_its_migration_with_it(make):
     with pytest.raises(sim.WorldError, match="already in shard 'east'"):
         world.migrate("crate", "east")
     world.migrate("crate", "west")
-    assert world.entities() == {"crate": "west", "walker1": "west"} and len(world.status()["shards"]) == 2
+    assert (
+        world.entities() == {"crate": "west", "walker1": "west"}
+        and len(world.status()["shards"]) == 2
+    )
 
 
 def test_an_advance_whose_commit_fails_leaves_no_event_applied_twice(make, monkeypatch):
-    world, reference = make("w", backend="inline", every=15), make("ref", backend="inline", every=15)
-    push = Mutation("joint/crate/~joint0/qvel", "add", (0.5, 0, 0, 0, 0, 0))  # applied twice, it would show
+    world, reference = (
+        make("w", backend="inline", every=15),
+        make("ref", backend="inline", every=15),
+    )
+    push = Mutation(
+        "joint/crate/~joint0/qvel", "add", (0.5, 0, 0, 0, 0, 0)
+    )  # applied twice, it would show
     for each in (world, reference):
         each.advance(10, ["east"])
         each.apply("east", push, at=20)
 
-    def full(rows):  # a fault: the disk refuses the advance's commit, after the engine applied the event at 20
+    def full(
+        rows,
+    ):  # a fault: the disk refuses the advance's commit, after the engine applied the event at 20
         raise sim.WorldError("disk full (injected)")
+
     monkeypatch.setattr(world._store._redo, "append", full)
     with pytest.raises(sim.WorldError, match="injected"):
         world.advance(10, ["east"])

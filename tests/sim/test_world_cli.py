@@ -15,20 +15,42 @@ def test_create_advance_fork_replay_and_status(tmp_path, region, world_entities)
     (tmp_path / "walker.xml").write_text(world_entities[0].mjcf)
     (tmp_path / "crate.xml").write_text(world_entities[1].mjcf)
     home = tmp_path / "site"
-    made = simnet(home, "world", "create", "cell", "--shard", f"west={tmp_path / 'region.xml'}",
-                  "--shard", f"east={tmp_path / 'region.xml'}", "--entity", f"walker1={tmp_path / 'walker.xml'}@west",
-                  "--entity", f"crate={tmp_path / 'crate.xml'}@east:0,1,0", "--checkpoint-every", "100")
+    made = simnet(
+        home,
+        "world",
+        "create",
+        "cell",
+        "--shard",
+        f"west={tmp_path / 'region.xml'}",
+        "--shard",
+        f"east={tmp_path / 'region.xml'}",
+        "--entity",
+        f"walker1={tmp_path / 'walker.xml'}@west",
+        "--entity",
+        f"crate={tmp_path / 'crate.xml'}@east:0,1,0",
+        "--checkpoint-every",
+        "100",
+    )
     assert made.exit_code == 0, made.output
     assert (home / "worlds" / "cell.db").exists() and "shards east, west" in made.output
     advanced = simnet(home, "world", "advance", "cell", "250", "--backend", "process")
     assert advanced.exit_code == 0 and "west at tick 250" in advanced.output
-    fork = simnet(home, "world", "fork", "cell", "west", "--at", "120", "--label", "before the slip")
+    fork = simnet(
+        home, "world", "fork", "cell", "west", "--at", "120", "--label", "before the slip"
+    )
     assert fork.exit_code == 0
     status = json.loads(simnet(home, "world", "status", "cell", "--json").output)
     assert status["shards"]["west"]["tick"] == 250 and status["shards"]["west"]["checkpoints"] == 3
     assert status["shards"]["east"]["entities"] == ["crate"]
-    assert status["branches"] == [{"id": fork.output.strip(), "shard": "west", "base_tick": 120, "head": 120,
-                                   "label": "before the slip"}]
+    assert status["branches"] == [
+        {
+            "id": fork.output.strip(),
+            "shard": "west",
+            "base_tick": 120,
+            "head": 120,
+            "label": "before the slip",
+        }
+    ]
     human = simnet(home, "world", "status", "cell")
     assert "tick       250" in human.output and "before the slip" in human.output
     replay = simnet(home, "world", "replay", "cell", "west", "0", "250", "--json")
@@ -43,15 +65,26 @@ def test_create_advance_fork_replay_and_status(tmp_path, region, world_entities)
     assert pruned.exit_code == 0 and pruned.output.strip() == "west: history from tick 200"
     status = json.loads(simnet(home, "world", "status", "cell", "--json").output)
     assert status["branches"] == [] and status["shards"]["west"]["history_from"] == 200
-    assert status["shards"]["east"]["history_from"] == 0 and status["shards"]["west"]["checkpoints"] == 1
+    assert (
+        status["shards"]["east"]["history_from"] == 0
+        and status["shards"]["west"]["checkpoints"] == 1
+    )
 
 
 def test_bad_input_is_reported_not_raised(tmp_path, region):
     home = tmp_path / "site"
     assert "no world 'nowhere'" in simnet(home, "world", "status", "nowhere").output
     (tmp_path / "region.xml").write_text(region)
-    bad = simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}",
-                 "--entity", "walker1=missing.xml@west")
+    bad = simnet(
+        home,
+        "world",
+        "create",
+        "w",
+        "--shard",
+        f"west={tmp_path / 'region.xml'}",
+        "--entity",
+        "walker1=missing.xml@west",
+    )
     assert bad.exit_code == 2 and "NAME=FILE@SHARD" in bad.output
     simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}")
     beyond = simnet(home, "world", "replay", "w", "west", "0", "10")
@@ -63,24 +96,57 @@ def test_bad_input_is_reported_not_raised(tmp_path, region):
 def test_bad_names_scene_files_and_labels_are_bad_parameters(tmp_path, region):
     home = tmp_path / "site"
     (tmp_path / "region.xml").write_text(region)
-    for args in (("status", "../evil"), ("advance", "a b", "10"),
-                 ("create", "../evil", "--shard", f"west={tmp_path / 'region.xml'}")):
+    for args in (
+        ("status", "../evil"),
+        ("advance", "a b", "10"),
+        ("create", "../evil", "--shard", f"west={tmp_path / 'region.xml'}"),
+    ):
         bad = simnet(home, "world", *args)
         assert bad.exit_code == 2 and "Invalid value for NAME: world name" in bad.output, bad.output
     assert not (home / "worlds").exists()
     (tmp_path / "latin1.xml").write_bytes(region.replace("region", "r\u00e9gion").encode("latin-1"))
     bad = simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'latin1.xml'}")
-    assert bad.exit_code == 2 and "--shard" in bad.output and "can't decode byte 0xe9" in bad.output, bad.output
+    assert (
+        bad.exit_code == 2 and "--shard" in bad.output and "can't decode byte 0xe9" in bad.output
+    ), bad.output
     assert not (home / "worlds").exists()
-    assert simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}").exit_code == 0
-    bad = simnet(home, "world", "fork", "w", "west", "--at", "0", "--label", "caf\udcff")  # how $'caf\xff' arrives
-    assert bad.exit_code == 2 and "--label" in bad.output and "is not UTF-8 text" in bad.output, bad.output
+    assert (
+        simnet(home, "world", "create", "w", "--shard", f"west={tmp_path / 'region.xml'}").exit_code
+        == 0
+    )
+    bad = simnet(
+        home, "world", "fork", "w", "west", "--at", "0", "--label", "caf\udcff"
+    )  # how $'caf\xff' arrives
+    assert bad.exit_code == 2 and "--label" in bad.output and "is not UTF-8 text" in bad.output, (
+        bad.output
+    )
     assert json.loads(simnet(home, "world", "status", "w", "--json").output)["branches"] == []
 
 
 def test_evaluate_with_the_ray_backend(ray_session, tmp_path):
-    result = simnet(tmp_path, "evaluate", "walker_forward_good", "--task", "walker_forward", "--branches", "8",
-                    "--workers", "2", "--backend", "ray", "--json")
+    result = simnet(
+        tmp_path,
+        "evaluate",
+        "walker_forward_good",
+        "--task",
+        "walker_forward",
+        "--branches",
+        "8",
+        "--workers",
+        "2",
+        "--backend",
+        "ray",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
-    local = simnet(tmp_path, "evaluate", "walker_forward_good", "--task", "walker_forward", "--branches", "8", "--json")
+    local = simnet(
+        tmp_path,
+        "evaluate",
+        "walker_forward_good",
+        "--task",
+        "walker_forward",
+        "--branches",
+        "8",
+        "--json",
+    )
     assert json.loads(result.output)["outcomes"] == json.loads(local.output)["outcomes"]

@@ -23,7 +23,10 @@ def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
         WorldStore(store.path, create=True)
     with pytest.raises(WorldError, match="holds no world"):
         WorldStore(tmp_path / "none.db", create=False)
-    for earlier in ("simnet.world/2", "simnet.world/4"):  # a world of an earlier format is refused, not misread
+    for earlier in (
+        "simnet.world/2",
+        "simnet.world/4",
+    ):  # a world of an earlier format is refused, not misread
         old = tmp_path / f"{earlier[-1]}.db"
         with sqlite3.connect(old) as db:
             db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -41,13 +44,23 @@ def test_a_commit_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store):
         store.append("west", "", [(15, "", "mutate", {}, "kept")])
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages + 2}")  # a full disk, as SQLite sees it
-    with pytest.raises(WorldError, match="could not write .*full.*nothing of this commit was kept"), \
-            store.transaction():
+    with (
+        pytest.raises(WorldError, match="could not write .*full.*nothing of this commit was kept"),
+        store.transaction(),
+    ):
         store.set_head("west", "", 50)
-        store.append("west", "", [(t, "", "mutate", {"pad": "x" * 3000}, "big") for t in range(20, 60)])
-        store.set_meta("note", "a setting: this commit goes through SQLite, folding the redo file in")
-    assert store._redo.size > 0  # the fold was rolled back with it: the record waits in the redo file
-    assert store.last_event("west", "") == (7, 15) and store.log("west", "").head == 0  # (a read folds it in)
+        store.append(
+            "west", "", [(t, "", "mutate", {"pad": "x" * 3000}, "big") for t in range(20, 60)]
+        )
+        store.set_meta(
+            "note", "a setting: this commit goes through SQLite, folding the redo file in"
+        )
+    assert (
+        store._redo.size > 0
+    )  # the fold was rolled back with it: the record waits in the redo file
+    assert (
+        store.last_event("west", "") == (7, 15) and store.log("west", "").head == 0
+    )  # (a read folds it in)
     store._db.execute("PRAGMA max_page_count = 1000000")  # space again
     with store.transaction():
         store.append("west", "", [(20, "", "mutate", {}, "after")])
@@ -61,14 +74,21 @@ def test_a_redo_record_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store,
     size, pwrite = store._redo.size, os.pwrite
 
     def full(fd, data, offset):  # a fault: half the record reaches the file, then the disk is full
-        pwrite(fd, data[:len(data) // 2], offset)
+        pwrite(fd, data[: len(data) // 2], offset)
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(os, "pwrite", full)
-    with pytest.raises(WorldError, match="could not be written .*No space left.*nothing of it was kept"), \
-            store.transaction():
+    with (
+        pytest.raises(
+            WorldError, match="could not be written .*No space left.*nothing of it was kept"
+        ),
+        store.transaction(),
+    ):
         store.append("west", "", [(20, "", "mutate", {}, "lost")])
         store.set_head("west", "", 30)
-    assert os.path.getsize(store._redo.path) == size == store._redo.size  # no torn record before the next one
+    assert (
+        os.path.getsize(store._redo.path) == size == store._redo.size
+    )  # no torn record before the next one
     assert store.last_event("west", "") == (6, 12) and store.log("west", "").head == 0
     monkeypatch.undo()
     with store.transaction():
@@ -87,7 +107,9 @@ def _as_killed(store):
 
 def _segments(path):
     with sqlite3.connect(path) as db:
-        return db.execute("SELECT first_seq, last_seq, head FROM segments ORDER BY first_seq").fetchall()
+        return db.execute(
+            "SELECT first_seq, last_seq, head FROM segments ORDER BY first_seq"
+        ).fetchall()
 
 
 def test_a_twins_commits_wait_in_the_redo_file_until_folded(store, monkeypatch):
@@ -103,7 +125,9 @@ def test_a_twins_commits_wait_in_the_redo_file_until_folded(store, monkeypatch):
     assert _segments(store.path) == before and store._redo.size > 1000
     with store.transaction():  # the next goes through SQLite, with the file folded in first
         store.set_head("west", "", 50)
-    assert _segments(store.path)[-3:] == [(7, 7, 21), (8, 8, 31), (9, 9, 31)] and store._redo.size == 0
+    assert (
+        _segments(store.path)[-3:] == [(7, 7, 21), (8, 8, 31), (9, 9, 31)] and store._redo.size == 0
+    )
     store.close()
     store = WorldStore(store.path, create=False)
     assert [e.tick for e in store.events("west", "", first_tick=13)] == [20, 30, 40]
@@ -116,8 +140,11 @@ def test_a_fold_whose_file_could_not_be_emptied_is_not_folded_twice(store, monke
         store.append("west", "", [(20, "", "mutate", {}, "once")])
         store.put_checkpoints("west", "", [Checkpoint(20, "t" * 64, "m" * 64, [], b"\x03" * 16)])
 
-    def fail(fd, length):  # a fault: the process dies between the fold's commit and emptying the file
+    def fail(
+        fd, length
+    ):  # a fault: the process dies between the fold's commit and emptying the file
         raise OSError("killed")
+
     monkeypatch.setattr(os, "ftruncate", fail)
     store.fold()
     monkeypatch.undo()
@@ -142,7 +169,9 @@ def test_a_corrupt_redo_file_is_refused_and_nothing_is_changed(store):
     data[60] ^= 1  # in the first record's payload
     redo.write_bytes(bytes(data))
     tables = _segments(store.path)
-    with pytest.raises(CorruptLogError, match="w.db-redo: the commit at byte .* fails its checksum"):
+    with pytest.raises(
+        CorruptLogError, match="w.db-redo: the commit at byte .* fails its checksum"
+    ):
         WorldStore(store.path, create=False)
     assert redo.read_bytes() == data and _segments(store.path) == tables
 
@@ -158,7 +187,9 @@ def test_a_missing_redo_record_is_a_gap(store):
     redo.folded_to(second["n"] - 1)  # the first record gone
     redo.append({key: value for key, value in second.items() if key != "n"})
     redo.close()
-    with pytest.raises(CorruptLogError, match=rf"commit {second['n'] - 1} is missing \(found {second['n']}\)"):
+    with pytest.raises(
+        CorruptLogError, match=rf"commit {second['n'] - 1} is missing \(found {second['n']}\)"
+    ):
         WorldStore(store.path, create=False)
 
 
@@ -168,17 +199,25 @@ def test_a_fold_the_disk_refuses_fails_its_transaction_even_if_the_error_is_caug
             store.append("west", "", [(tick, "", "mutate", {}, f"acked{tick}")])
             store.set_head("west", "", tick)
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
-    store._db.execute(f"PRAGMA max_page_count = {pages + 3}")  # room for the fold, not for the big event
+    store._db.execute(
+        f"PRAGMA max_page_count = {pages + 3}"
+    )  # room for the fold, not for the big event
     with pytest.raises(WorldError, match="nothing of this commit was kept: it failed earlier"):
         with store.transaction():
             store.append("west", "", [(30, "", "mutate", {"pad": "x" * 50000}, "big")])
-            with pytest.raises(WorldError, match="could not write .*full"):  # a read folds and writes: full
+            with pytest.raises(
+                WorldError, match="could not write .*full"
+            ):  # a read folds and writes: full
                 store.count_checkpoints("west", "")
             with pytest.raises(WorldError, match="already failed"):  # no stale reads from here on
                 store.events("west", "")
     store._db.execute("PRAGMA max_page_count = 1000000")
     assert store._redo.size > 0 and store._redo.unfolded  # the records wait for a fold that commits
-    assert [e.provenance for e in store.events("west", "", first_tick=20)] == ["acked20", "acked21", "acked22"]
+    assert [e.provenance for e in store.events("west", "", first_tick=20)] == [
+        "acked20",
+        "acked21",
+        "acked22",
+    ]
     store.close()
     store = WorldStore(store.path, create=False)
     assert store.last_event("west", "") == (9, 22) and store.log("west", "").head == 22
@@ -188,7 +227,9 @@ def test_a_fold_the_disk_refuses_fails_its_transaction_even_if_the_error_is_caug
 def test_a_redo_file_that_cannot_be_read_fails_the_transaction_that_folds_it(store, monkeypatch):
     with store.transaction():
         store.set_head("west", "", 10)  # acknowledged: a redo record
-    monkeypatch.setattr(store._redo, "unfolded_records", lambda: (_ for _ in ()).throw(WorldError("unreadable")))
+    monkeypatch.setattr(
+        store._redo, "unfolded_records", lambda: (_ for _ in ()).throw(WorldError("unreadable"))
+    )
     with pytest.raises(WorldError, match="nothing of this commit was kept"), store.transaction():
         with pytest.raises(WorldError, match="unreadable"):
             store.set_meta("note", 1)
@@ -206,7 +247,9 @@ def test_a_redo_file_that_cannot_be_read_fails_the_transaction_that_folds_it(sto
 def test_a_full_disk_on_a_read_that_folds_is_a_write_error_not_corruption(store):
     with store.transaction():
         store.append("west", "", [(20, "", "mutate", {"pad": "x" * 9000}, "kept")])
-    store._db.execute(f"PRAGMA max_page_count = {store._db.execute('PRAGMA page_count').fetchone()[0]}")
+    store._db.execute(
+        f"PRAGMA max_page_count = {store._db.execute('PRAGMA page_count').fetchone()[0]}"
+    )
     with pytest.raises(WorldError, match="could not write .*full") as raised, store.transaction():
         store.checkpoint("west", "", 20)
     assert not isinstance(raised.value, CorruptWorldError)
@@ -215,7 +258,9 @@ def test_a_full_disk_on_a_read_that_folds_is_a_write_error_not_corruption(store)
     store.close()
 
 
-def test_a_leftover_redo_file_stops_a_create_and_a_failed_create_leaves_no_file(tmp_path, monkeypatch):
+def test_a_leftover_redo_file_stops_a_create_and_a_failed_create_leaves_no_file(
+    tmp_path, monkeypatch
+):
     (tmp_path / "w.db-redo").write_bytes(b"commits of a world whose file is gone")
     with pytest.raises(WorldError, match="w.db-redo is in the way"):
         WorldStore(tmp_path / "w.db", create=True)
@@ -223,6 +268,7 @@ def test_a_leftover_redo_file_stops_a_create_and_a_failed_create_leaves_no_file(
 
     def unopenable(path, *args, **kwargs):  # a fault after the SQLite file was made
         raise WorldError(f"{path} cannot be opened (injected)")
+
     monkeypatch.setattr("sim._worldfiles.RedoFile", unopenable)
     with pytest.raises(WorldError, match="x.db-redo cannot be opened"):
         WorldStore(tmp_path / "x.db", create=True)
@@ -230,10 +276,17 @@ def test_a_leftover_redo_file_stops_a_create_and_a_failed_create_leaves_no_file(
 
 
 def test_a_write_that_fails_inside_a_transaction_fails_it_even_if_caught(store):
-    store._db.execute(f"PRAGMA max_page_count = {store._db.execute('PRAGMA page_count').fetchone()[0]}")
-    with pytest.raises(WorldError, match="nothing of this commit was kept: it failed earlier"), store.transaction():
+    store._db.execute(
+        f"PRAGMA max_page_count = {store._db.execute('PRAGMA page_count').fetchone()[0]}"
+    )
+    with (
+        pytest.raises(WorldError, match="nothing of this commit was kept: it failed earlier"),
+        store.transaction(),
+    ):
         store.append("west", "", [(20, "", "mutate", {}, "with it")])
-        with pytest.raises(WorldError, match="could not write .*full"):  # the store's error, not SQLite's
+        with pytest.raises(
+            WorldError, match="could not write .*full"
+        ):  # the store's error, not SQLite's
             store.put_template("<mujoco/>" + " " * 20000, "m" * 64)
         store.set_head("west", "", 30)
     store._db.execute("PRAGMA max_page_count = 1000000")
@@ -246,6 +299,7 @@ def test_a_fold_interrupted_after_its_commit_is_not_folded_again(store, monkeypa
 
     def interrupted(last):  # Ctrl-C between the fold's commit and the redo file learning of it
         raise KeyboardInterrupt
+
     monkeypatch.setattr(store._redo, "folded_to", interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.fold()
@@ -260,17 +314,23 @@ def test_a_fold_interrupted_after_its_commit_is_not_folded_again(store, monkeypa
     store.close()
 
 
-def test_a_commit_interrupted_after_its_record_is_written_is_folded_before_its_log_is_read(store, monkeypatch):
+def test_a_commit_interrupted_after_its_record_is_written_is_folded_before_its_log_is_read(
+    store, monkeypatch
+):
     real = store._redo.append
 
     def interrupted(rows):  # Ctrl-C just after the record reached the file
         real(rows)
         raise KeyboardInterrupt
+
     monkeypatch.setattr(store._redo, "append", interrupted)
     with pytest.raises(KeyboardInterrupt), store.transaction():
         store.append("west", "", [(20, "", "mutate", {}, "kept")])
     monkeypatch.undo()
-    assert store.last_event("west", "") == (7, 20)  # read back from the file: no seq handed out twice
+    assert store.last_event("west", "") == (
+        7,
+        20,
+    )  # read back from the file: no seq handed out twice
     with store.transaction():
         assert store.append("west", "", [(21, "", "mutate", {}, "next")])[0].seq == 8
     store.close()
@@ -316,7 +376,9 @@ def test_a_store_killed_at_any_moment_keeps_every_commit_it_acknowledged(store, 
     reopened = WorldStore(store.path, create=False)
     events = reopened.events("west", "", first_tick=13)
     ticks = [e.tick for e in events]
-    assert ticks[:len(acked)] == acked and len(ticks) <= len(acked) + 1  # in order, once each; maybe one more
+    assert (
+        ticks[: len(acked)] == acked and len(ticks) <= len(acked) + 1
+    )  # in order, once each; maybe one more
     assert [e.seq for e in events] == list(range(7, 7 + len(events)))
     assert reopened.log("west", "").head == ticks[-1]
     reopened.close()

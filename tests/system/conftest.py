@@ -22,9 +22,13 @@ SIMNET = [sys.executable, "-c", "from knowledge.cli import run; run()"]
 
 
 def simnet(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([*SIMNET, "--home", str(home), *args], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*SIMNET, "--home", str(home), *args], capture_output=True, text=True, timeout=120
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"simnet {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        raise AssertionError(
+            f"simnet {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
+        )
     return result
 
 
@@ -61,13 +65,18 @@ class SiteProcess:
         log = self.home / f"serve-{len(self.log)}.log"
         self.log.append(log)
         with open(log, "w") as out:
-            self.process = subprocess.Popen([*SIMNET, "--home", str(self.home), "-v", "serve"], stdout=out,
-                                            stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [*SIMNET, "--home", str(self.home), "-v", "serve"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         wait_until(self.healthy, 30, f"{self.name} to answer /v1/health")
 
     def healthy(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.log[-1].read_text()}")
+            raise AssertionError(
+                f"{self.name} exited with {self.process.returncode}:\n{self.log[-1].read_text()}"
+            )
         try:
             return httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200
         except httpx.HTTPError:
@@ -81,7 +90,11 @@ class SiteProcess:
 
     def client(self, identity: Identity | None = None) -> httpx.Client:
         """An httpx client signing as `identity` (default: the site's own key) for this site."""
-        return httpx.Client(base_url=self.url, auth=SimnetAuth(identity or self.key, self.key.public_key), timeout=30)
+        return httpx.Client(
+            base_url=self.url,
+            auth=SimnetAuth(identity or self.key, self.key.public_key),
+            timeout=30,
+        )
 
     def status(self) -> dict:
         with self.client() as c:
@@ -107,13 +120,19 @@ class Fleet:
         self.sites[name] = site
         return site
 
-    def connect(self, a: SiteProcess, b: SiteProcess, roles: str = "publish,validate,revoke") -> None:
+    def connect(
+        self, a: SiteProcess, b: SiteProcess, roles: str = "publish,validate,revoke"
+    ) -> None:
         """a syncs with b and trusts b's root for `roles` (call both ways for a symmetric link)."""
-        simnet(a.home, "peer", "add", b.name, b.url, "--key", b.key.public_key_hex, "--trust", roles)
+        simnet(
+            a.home, "peer", "add", b.name, b.url, "--key", b.key.public_key_hex, "--trust", roles
+        )
 
     def trust(self, a: SiteProcess, b: SiteProcess, roles=tuple(knowledge.Role)) -> None:
         """a trusts b's root for `roles` (without syncing with b directly); before a starts."""
-        policy = knowledge.TrustPolicy.load(a.home / "trust.toml").with_root(b.key.public_key, roles, name=b.name)
+        policy = knowledge.TrustPolicy.load(a.home / "trust.toml").with_root(
+            b.key.public_key, roles, name=b.name
+        )
         (a.home / "trust.toml").write_text(policy.to_toml())
 
     def mesh(self, roles: str = "publish,validate,revoke") -> None:
@@ -134,7 +153,9 @@ def fleet(tmp_path):
     fleet.stop()
 
 
-def device_kb(site: SiteProcess, roles: str = "publish", path: Path | str = ":memory:") -> knowledge.KnowledgeBase:
+def device_kb(
+    site: SiteProcess, roles: str = "publish", path: Path | str = ":memory:"
+) -> knowledge.KnowledgeBase:
     """A robot's knowledge base: a new key delegated by `site` (through `simnet device add`)."""
     device = Identity.generate()
     simnet(site.home, "device", "add", device.public_key_hex, "--roles", roles)
@@ -151,7 +172,9 @@ def make_device():
     """make_device(site, roles="publish") -> a robot's in-memory KnowledgeBase delegated by `site`."""
     opened = []
 
-    def _make(site: SiteProcess, roles: str = "publish", path: Path | str = ":memory:") -> knowledge.KnowledgeBase:
+    def _make(
+        site: SiteProcess, roles: str = "publish", path: Path | str = ":memory:"
+    ) -> knowledge.KnowledgeBase:
         kb = device_kb(site, roles, path)
         opened.append(kb)
         return kb
@@ -235,7 +258,9 @@ def prepared_site(tmp_path_factory):
     config.limits = limits
     config.save()
     peer = Identity.generate()
-    fleet_policy = knowledge.TrustPolicy.load(site.home / "trust.toml").with_root(peer.public_key, name="peer")
+    fleet_policy = knowledge.TrustPolicy.load(site.home / "trust.toml").with_root(
+        peer.public_key, name="peer"
+    )
     (site.home / "trust.toml").write_text(fleet_policy.to_toml())
     blob_data = bytes(range(256)) * 1200
     robot = Identity.generate()
@@ -243,7 +268,9 @@ def prepared_site(tmp_path_factory):
         blob = kb.blobs.put(blob_data)  # before the server holds the store
         kb.delegate(robot.public_key, [knowledge.Role.PUBLISH])  # what `simnet device add` does
     site.start()
-    device = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().for_device_of(site.key.public_key))
+    device = knowledge.open(
+        ":memory:", robot, policy=knowledge.TrustPolicy().for_device_of(site.key.public_key)
+    )
     federation.sync_with(device, site.url, site.key.public_key)  # the robot learns its delegation
     for i in range(5):
         device.skills.publish(f"held-{i}", "pick")
@@ -265,9 +292,13 @@ def early_device():
     def _make(site: SiteProcess, roles=(knowledge.Role.PUBLISH,)) -> knowledge.KnowledgeBase:
         assert site.process is None, "delegate before the site's server holds its store"
         robot = Identity.generate()
-        kb = knowledge.open(":memory:", robot, policy=knowledge.TrustPolicy().for_device_of(site.key.public_key))
+        kb = knowledge.open(
+            ":memory:", robot, policy=knowledge.TrustPolicy().for_device_of(site.key.public_key)
+        )
         opened.append(kb)
-        with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as store:
+        with knowledge.open(
+            site.home / "site.db", site.key, policy=site.home / "trust.toml"
+        ) as store:
             store.delegate(robot.public_key, roles)
             kb.ingest(store.envelopes_since(kb.heads(), limit=100_000))
             kb.learn_site_heads(store.heads())  # a device writes once it has seen its site's heads

@@ -31,7 +31,9 @@ def test_three_sites_converge_through_gossip(fleet, make_device, wait):
     assert heads[0] == heads[1] == heads[2]
     # c's own robot reads the map written at a
     reader = make_device(c)
-    reader.set_policy(reader.policy.with_root(a.key.public_key))  # robots trust what their site trusts
+    reader.set_policy(
+        reader.policy.with_root(a.key.public_key)
+    )  # robots trust what their site trusts
     federation.sync_with(reader, c.url, c.key.public_key)
     assert reader.maps["yard"].get((1, 2)).value == {"label": "gate"}
     assert skill.id in reader.skills
@@ -68,8 +70,11 @@ def test_site_killed_mid_sync_loses_nothing_acknowledged(fleet, make_device, wai
         with a.client(robot.identity) as client:
             for start in range(0, len(envelopes), 50):
                 try:
-                    answer = client.post("/v1/envelopes", content=federation.encode_page(envelopes[start : start + 50]),
-                                         headers={"content-type": federation.PAGE_TYPE})
+                    answer = client.post(
+                        "/v1/envelopes",
+                        content=federation.encode_page(envelopes[start : start + 50]),
+                        headers={"content-type": federation.PAGE_TYPE},
+                    )
                 except Exception:  # noqa: BLE001 - the server was killed: stop pushing
                     return
                 if answer.status_code != 200:
@@ -78,13 +83,22 @@ def test_site_killed_mid_sync_loses_nothing_acknowledged(fleet, make_device, wai
 
     pusher = threading.Thread(target=push)
     pusher.start()
-    wait(lambda: a.heads().get(robot.identity.public_key_hex, 0) > 300, 60, "the push to be under way")
+    wait(
+        lambda: a.heads().get(robot.identity.public_key_hex, 0) > 300,
+        60,
+        "the push to be under way",
+    )
     a.stop(signal.SIGKILL)  # mid-sync
     pusher.join(60)
     a.start()
     held = a.heads().get(robot.identity.public_key_hex, 0)
-    assert acknowledged and held >= max(acknowledged), (held, acknowledged)  # everything acknowledged survived
+    assert acknowledged and held >= max(acknowledged), (
+        held,
+        acknowledged,
+    )  # everything acknowledged survived
     assert held < len(envelopes)  # the kill really came mid-sync
     report = federation.sync_with(robot, a.url, a.key.public_key, page=1000)  # and sync resumes
-    assert a.heads()[robot.identity.public_key_hex] == robot.heads()[robot.identity.public_key_hex].seq
+    assert (
+        a.heads()[robot.identity.public_key_hex] == robot.heads()[robot.identity.public_key_hex].seq
+    )
     assert report.refused_by_peer == 0

@@ -23,17 +23,45 @@ U32 = struct.Struct(">I")
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=70), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=70), children, max_size=4)
+    ),
     max_leaves=12,
 )
 printable = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
 header_values = st.text(printable, min_size=1, max_size=60)
 header_names = st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,20}", fullmatch=True).filter(
-    lambda n: n.lower() not in {"host", "content-length", "transfer-encoding", "connection", "expect", "upgrade", "te",
-                                "trailer", "keep-alive", "authorization", "content-type"})
+    lambda n: (
+        n.lower()
+        not in {
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "expect",
+            "upgrade",
+            "te",
+            "trailer",
+            "keep-alive",
+            "authorization",
+            "content-type",
+        }
+    )
+)
 content_types = st.one_of(
-    st.sampled_from([PAGE_TYPE, "application/json", "application/octet-stream", "text/plain", f"{PAGE_TYPE}; x=1",
-                     PAGE_TYPE.upper(), f" {PAGE_TYPE}", "multipart/form-data; boundary=x", ""]),
+    st.sampled_from(
+        [
+            PAGE_TYPE,
+            "application/json",
+            "application/octet-stream",
+            "text/plain",
+            f"{PAGE_TYPE}; x=1",
+            PAGE_TYPE.upper(),
+            f" {PAGE_TYPE}",
+            "multipart/form-data; boundary=x",
+            "",
+        ]
+    ),
     header_values,
 )
 
@@ -47,9 +75,15 @@ def fuzz(prepared_site):
     """
     ps = prepared_site
     fresh = httpx.Limits(max_keepalive_connections=0)
-    with httpx.Client(base_url=ps.site.url, timeout=30, limits=fresh,
-                      auth=SimnetAuth(ps.peer, ps.site.key.public_key)) as signed, \
-            httpx.Client(base_url=ps.site.url, timeout=30, limits=fresh) as unsigned:
+    with (
+        httpx.Client(
+            base_url=ps.site.url,
+            timeout=30,
+            limits=fresh,
+            auth=SimnetAuth(ps.peer, ps.site.key.public_key),
+        ) as signed,
+        httpx.Client(base_url=ps.site.url, timeout=30, limits=fresh) as unsigned,
+    ):
         yield ps, signed, unsigned
 
 
@@ -57,7 +91,9 @@ def snapshot(ps, client: httpx.Client) -> tuple[dict, dict]:
     return client.get("/v1/heads").json(), client.get("/v1/status").json()
 
 
-def sent(client: httpx.Client, method: str, path: str, body: bytes, headers: dict) -> httpx.Response:
+def sent(
+    client: httpx.Client, method: str, path: str, body: bytes, headers: dict
+) -> httpx.Response:
     try:
         return client.request(method, path, content=body, headers=headers)
     except httpx.LocalProtocolError:
@@ -66,8 +102,11 @@ def sent(client: httpx.Client, method: str, path: str, body: bytes, headers: dic
 
 def check(fuzz, response: httpx.Response, before) -> None:
     ps, signed, _ = fuzz
-    event(f"{response.status_code} {response.json().get('error', '') if response.status_code >= 400 else ''}"
-          if response.headers.get("content-type", "").startswith("application/json") else str(response.status_code))
+    event(
+        f"{response.status_code} {response.json().get('error', '') if response.status_code >= 400 else ''}"
+        if response.headers.get("content-type", "").startswith("application/json")
+        else str(response.status_code)
+    )
     assert response.status_code < 500, (response.status_code, response.text[:300])
     if response.status_code >= 400:
         body = response.json()
@@ -98,14 +137,25 @@ def mutated_sync_bodies(draw, heads: dict) -> bytes:
     elif how == "limit":
         body["limit"] = draw(json_values)
     elif how == "entry":
-        key = draw(st.one_of(st.text(max_size=70), st.text("0123456789abcdefABCDEF", min_size=62, max_size=66),
-                             st.sampled_from(list(heads) or ["ab" * 32])))
+        key = draw(
+            st.one_of(
+                st.text(max_size=70),
+                st.text("0123456789abcdefABCDEF", min_size=62, max_size=66),
+                st.sampled_from(list(heads) or ["ab" * 32]),
+            )
+        )
         body["heads"][key] = draw(st.one_of(json_values, st.integers(-(2**70), 2**70)))
     elif how == "whole":
         body = draw(json_values)
     elif how == "extra":
-        key = draw(st.one_of(st.sampled_from(["equivocators", "heads", "limit"]), st.text(max_size=10)))
-        body[key] = draw(st.one_of(json_values, st.lists(st.sampled_from(list(heads) or ["ab" * 32]), max_size=3)))
+        key = draw(
+            st.one_of(st.sampled_from(["equivocators", "heads", "limit"]), st.text(max_size=10))
+        )
+        body[key] = draw(
+            st.one_of(
+                json_values, st.lists(st.sampled_from(list(heads) or ["ab" * 32]), max_size=3)
+            )
+        )
     raw = json.dumps(body).encode()
     if how == "bytes":
         for _ in range(draw(st.integers(1, 4))):
@@ -131,7 +181,9 @@ def test_mutated_sync_bodies(fuzz, data):
     response = sent(signed, "POST", "/v1/sync", body, {"content-type": "application/json"})
     check(fuzz, response, before)
     if response.status_code == 200:  # a valid request gets a well-formed page, within the limit
-        page = decode_page(response.content, max_count=ps.limits.max_page, max_envelope_bytes=64 << 20)
+        page = decode_page(
+            response.content, max_count=ps.limits.max_page, max_envelope_bytes=64 << 20
+        )
         assert len(page) <= ps.limits.max_page
 
 
@@ -154,7 +206,9 @@ def mutated_pages(draw, envelopes: list[bytes]) -> bytes:
         for _ in range(draw(st.integers(1, 3))):
             at = draw(st.integers(0, len(raw) - 1))
             raw[at] = draw(st.integers(0, 255))
-        items[i] = bytes(raw[: draw(st.integers(0, len(raw)))]) if draw(st.booleans()) else bytes(raw)
+        items[i] = (
+            bytes(raw[: draw(st.integers(0, len(raw)))]) if draw(st.booleans()) else bytes(raw)
+        )
     raw = b"SNP1" + U32.pack(len(items)) + b"".join(U32.pack(len(e)) + e for e in items)
     framing = draw(st.sampled_from(["none", "count", "length", "flip", "truncate", "append"]))
     if framing == "count":
@@ -186,22 +240,44 @@ def test_mutated_pages(fuzz, data):
 
 @settings(FUZZ, max_examples=60)
 @given(
-    route=st.sampled_from([("POST", "/v1/sync"), ("POST", "/v1/envelopes"), ("GET", "/v1/heads"),
-                           ("GET", "/v1/status"), ("GET", "/v1/health")]),
+    route=st.sampled_from(
+        [
+            ("POST", "/v1/sync"),
+            ("POST", "/v1/envelopes"),
+            ("GET", "/v1/heads"),
+            ("GET", "/v1/status"),
+            ("GET", "/v1/health"),
+        ]
+    ),
     body_kind=st.sampled_from(["empty", "page", "json", "bytes"]),
     random_body=st.binary(max_size=200),
     content_type=st.one_of(st.none(), content_types),
     extra=st.dictionaries(header_names, header_values, max_size=4),
-    auth=st.one_of(st.just("signed"), st.just("none"), header_values.map(lambda v: "raw:" + v),
-                   st.sampled_from(["Simnet", "Simnet key=", "Simnet key=" + "0" * 64 + ", ts=1, nonce=" + "0" * 32
-                                    + ", sig=" + "0" * 128]).map(lambda v: "raw:" + v)),
+    auth=st.one_of(
+        st.just("signed"),
+        st.just("none"),
+        header_values.map(lambda v: "raw:" + v),
+        st.sampled_from(
+            [
+                "Simnet",
+                "Simnet key=",
+                "Simnet key=" + "0" * 64 + ", ts=1, nonce=" + "0" * 32 + ", sig=" + "0" * 128,
+            ]
+        ).map(lambda v: "raw:" + v),
+    ),
 )
-def test_random_headers_and_content_types(fuzz, route, body_kind, random_body, content_type, extra, auth):
+def test_random_headers_and_content_types(
+    fuzz, route, body_kind, random_body, content_type, extra, auth
+):
     ps, signed, unsigned = fuzz
     before = snapshot(ps, signed)
     method, path = route
-    body = {"empty": b"", "page": ps.held_page(4), "json": json.dumps({"heads": {}, "limit": 3}).encode(),
-            "bytes": random_body}[body_kind]
+    body = {
+        "empty": b"",
+        "page": ps.held_page(4),
+        "json": json.dumps({"heads": {}, "limit": 3}).encode(),
+        "bytes": random_body,
+    }[body_kind]
     headers = dict(extra)
     if content_type is not None:
         headers["content-type"] = content_type
@@ -217,7 +293,9 @@ def test_random_headers_and_content_types(fuzz, route, body_kind, random_body, c
 def test_the_oracle_sees_a_valid_push_and_the_server_survived(fuzz):
     ps, signed, _ = fuzz
     before = snapshot(ps, signed)
-    response = signed.post("/v1/envelopes", content=ps.fresh(1), headers={"content-type": PAGE_TYPE})
+    response = signed.post(
+        "/v1/envelopes", content=ps.fresh(1), headers={"content-type": PAGE_TYPE}
+    )
     assert response.status_code == 200 and response.json()["accepted"] == 1
     after = snapshot(ps, signed)
     assert after != before
