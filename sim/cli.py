@@ -26,6 +26,8 @@ from ._record import reproduce
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT
 from ._tasks import Task
+from ._transfer_cli import encoder_dataset_command  # noqa: F401 - entry point sim.cli:encoder_dataset_command
+from ._world_cli import world_group  # noqa: F401 - entry point sim.cli:world_group
 
 
 def _skill(name: str) -> Skill:
