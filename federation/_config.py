@@ -50,9 +50,7 @@ from urllib.parse import urlsplit
 
 import tomli_w
 
-from knowledge import parse_public_key
-from knowledge._errors import IdentityError
-from knowledge.cli import KEY_FILE, POLICY_FILE, STORE_FILE
+from knowledge import IdentityError, SiteHome, parse_public_key
 
 from ._errors import ConfigError
 
@@ -103,15 +101,15 @@ class SiteConfig:
 
     @property
     def key_path(self) -> Path:
-        return self.home / KEY_FILE
+        return SiteHome(self.home).key
 
     @property
     def store_path(self) -> Path:
-        return self.home / STORE_FILE
+        return SiteHome(self.home).store
 
     @property
     def policy_path(self) -> Path:
-        return self.home / POLICY_FILE
+        return SiteHome(self.home).policy
 
     @property
     def replay_path(self) -> Path:

@@ -16,7 +16,8 @@ import httpx
 
 import knowledge
 from knowledge import Identity, Role, TrustPolicy
-from knowledge.cli import Home, emit
+from knowledge import SiteHome
+from knowledge.cli import emit
 
 from ._auth import SimnetAuth
 from ._client import sync_with
@@ -35,11 +36,11 @@ def _roles(text: str) -> list[Role]:
         raise click.BadParameter(f"{exc}; roles are publish, validate, revoke") from None
 
 
-def _config(home: Home) -> SiteConfig:
+def _config(home: SiteHome) -> SiteConfig:
     return SiteConfig.load(home.path)
 
 
-def _admin(home: Home, url: str, path: str, body: dict) -> dict:
+def _admin(home: SiteHome, url: str, path: str, body: dict) -> dict:
     """Call the running server's admin endpoint, signed with the site's own key."""
     config = _config(home)
     identity = Identity.load(config.key_path)
@@ -62,7 +63,7 @@ def _admin(home: Home, url: str, path: str, body: dict) -> dict:
     help="host:port to serve on (port 0: any).",
 )
 @click.pass_obj
-def init(home: Home, name: str | None, listen: str) -> None:
+def init(home: SiteHome, name: str | None, listen: str) -> None:
     """Create a site here: its root key (mode 0600), store, trust policy and simnet.toml."""
     home.path.mkdir(parents=True, exist_ok=True)
     config = SiteConfig(home.path, name=name or home.path.resolve().name, listen=listen)
@@ -82,7 +83,7 @@ def init(home: Home, name: str | None, listen: str) -> None:
 @click.command("serve")
 @click.option("--no-gossip", is_flag=True, help="Serve requests but never start a sync round.")
 @click.pass_obj
-def serve_command(home: Home, no_gossip: bool) -> None:
+def serve_command(home: SiteHome, no_gossip: bool) -> None:
     """Serve this site over HTTP and gossip with its peers until interrupted."""
     logging.getLogger("federation").setLevel(min(logging.getLogger().level, logging.INFO))
     serve(home.path, gossip=not no_gossip)
@@ -105,7 +106,7 @@ def peer() -> None:
     help="Also trust the peer's root for these roles, e.g. publish,validate,revoke.",
 )
 @click.pass_obj
-def peer_add(home: Home, name: str, url: str, key: str | None, trust: str) -> None:
+def peer_add(home: SiteHome, name: str, url: str, key: str | None, trust: str) -> None:
     """Add a peer (and, with --trust, trust its site root)."""
     config = _config(home)
     if key is None:
@@ -134,7 +135,7 @@ def peer_add(home: Home, name: str, url: str, key: str | None, trust: str) -> No
 @peer.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def peer_list(home: Home, as_json: bool) -> None:
+def peer_list(home: SiteHome, as_json: bool) -> None:
     """List peers and the state of the last sync with each."""
     config = _config(home)
     states = {s["name"]: s for s in _peer_states(home)}
@@ -153,7 +154,7 @@ def peer_list(home: Home, as_json: bool) -> None:
 @peer.command("remove")
 @click.argument("name")
 @click.pass_obj
-def peer_remove(home: Home, name: str) -> None:
+def peer_remove(home: SiteHome, name: str) -> None:
     """Stop syncing with a peer (its data stays; trust is unchanged)."""
     config = _config(home)
     if not any(p.name == name for p in config.peers):
@@ -163,7 +164,7 @@ def peer_remove(home: Home, name: str) -> None:
     click.echo(f"peer {name} removed")
 
 
-def _peer_states(home: Home) -> list[dict]:
+def _peer_states(home: SiteHome) -> list[dict]:
     try:
         return json.loads((home.path / STATE_FILE).read_text())
     except (OSError, ValueError):
@@ -183,7 +184,7 @@ def _last_sync(state: dict) -> str:
 @click.argument("peer_name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def sync_command(home: Home, peer_name: str | None, as_json: bool) -> None:
+def sync_command(home: SiteHome, peer_name: str | None, as_json: bool) -> None:
     """Sync now with one peer, or with every peer."""
     url = running_server(home.path)
     if url is not None:
@@ -230,7 +231,7 @@ def sync_command(home: Home, peer_name: str | None, as_json: bool) -> None:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def status(home: Home, as_json: bool) -> None:
+def status(home: SiteHome, as_json: bool) -> None:
     """This site: key, server, peers (last sync, lag), and counts of what it knows."""
     config = _config(home)
     identity = Identity.load(config.key_path)
@@ -279,7 +280,7 @@ def status(home: Home, as_json: bool) -> None:
 
 
 def _write(
-    home: Home, admin_path: str, body: dict, local: Callable[[knowledge.KnowledgeBase], None]
+    home: SiteHome, admin_path: str, body: dict, local: Callable[[knowledge.KnowledgeBase], None]
 ) -> None:
     """Make a write as this site: through the running server if there is one, else on the store itself."""
     url = running_server(home.path)
@@ -294,7 +295,7 @@ def _write(
 @click.argument("skill_id")
 @click.option("--reason", default="", help="Why (recorded with the revocation).")
 @click.pass_obj
-def revoke(home: Home, skill_id: str, reason: str) -> None:
+def revoke(home: SiteHome, skill_id: str, reason: str) -> None:
     """Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of un-revoking)."""
     with home.open_readonly() as kb:
         matches = [
@@ -327,7 +328,7 @@ def device() -> None:
     help="Comma-separated: publish, validate, revoke.",
 )
 @click.pass_obj
-def device_add(home: Home, key: str, roles: str) -> None:
+def device_add(home: SiteHome, key: str, roles: str) -> None:
     """Delegate roles to a device's public key (64 hex)."""
     public_key = knowledge.parse_public_key(key)
     granted = _roles(roles)
@@ -352,7 +353,7 @@ def device_add(home: Home, key: str, roles: str) -> None:
 )
 @click.option("--reason", default="", help="Why (recorded with the revocation).")
 @click.pass_obj
-def device_revoke(home: Home, key: str, last_seq: int, reason: str) -> None:
+def device_revoke(home: SiteHome, key: str, last_seq: int, reason: str) -> None:
     """Stop accepting a device's writes after --last-seq (a seq, never a time: clocks can lie)."""
     public_key = knowledge.parse_public_key(key)
     _write(

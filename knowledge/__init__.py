@@ -28,6 +28,7 @@ from ._errors import (
     StoreLockedError,
     UnknownSkillError,
 )
+from ._home import SiteHome
 from ._identity import Identity, key_id, parse_public_key
 from ._index import Hit, Selection, SkillIndex
 from ._kb import KnowledgeBase, Limits, open
@@ -110,6 +111,7 @@ __all__ = [
     "SemanticMap",
     "Sensor",
     "SimnetError",
+    "SiteHome",
     "Site",
     "Skill",
     "SkillIndex",

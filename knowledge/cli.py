@@ -1,16 +1,18 @@
-"""The `simnet` command: one click group, composed from each package's own commands.
+"""The `simnet` command: one click group over one table of command name -> "module:attr".
 
-This module defines the group and the knowledge-base commands (`skills list/show`). Other packages add
-theirs through the ``simnet.commands`` entry-point group (see pyproject.toml), so `knowledge` never
-imports them. Every read command takes ``--json``.
+A command is imported only when it runs, so `simnet status` does not pay for importing the simulator
+and torch, and `knowledge` never imports `sim` or `federation`: the table names them as text. Adding
+a command is one line in `COMMANDS` (no reinstall). `simnet --help` lists the table's summaries
+without importing anything. This module also defines the knowledge-base commands (`skills ...`).
+Every read command takes ``--json``.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from dataclasses import asdict
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -18,75 +20,129 @@ import click
 
 import knowledge
 
-from ._encoder_cli import load_encoder, report_command, train_command
 from ._errors import SimnetError
+from ._home import SiteHome
 
-STORE_FILE = "site.db"
-KEY_FILE = "site.key"
-POLICY_FILE = "trust.toml"
-
-
-class Home:
-    """A site's directory (``--home`` or $SIMNET_HOME): its store, root key and trust policy, plus the
-    files of federation's configuration (simnet.toml)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @property
-    def store(self) -> Path:
-        return self.path / STORE_FILE
-
-    def _need_store(self) -> None:
-        if not self.store.exists():
-            raise click.ClickException(
-                f"no knowledge base in {self.path}; run `simnet init` there, or pass --home"
-            )
-
-    def open_readonly(self) -> knowledge.KnowledgeBase:
-        self._need_store()
-        return knowledge.open(self.store)
-
-    def open_writer(self) -> knowledge.KnowledgeBase:
-        """The store opened as the site's key; StoreLockedError says so if `simnet serve` holds it."""
-        self._need_store()
-        identity = knowledge.Identity.load(self.path / KEY_FILE)
-        policy = self.path / POLICY_FILE
-        return knowledge.open(self.store, identity, policy=policy if policy.exists() else None)
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: ("module:attr", its summary for `simnet --help`; test_cli keeps it equal to the command's)
+    "certify": (
+        "sim.cli:certify_command",
+        "Evaluate a skill of this site's library in randomized branches and sign the result as a certificate.",
+    ),
+    "device": (
+        "federation.cli:device",
+        "The device keys (robots, validators) allowed to write for this site.",
+    ),
+    "evaluate": (
+        "sim.cli:evaluate_command",
+        "Roll SKILL out closed loop in randomized branches of a task and report its success rate.",
+    ),
+    "init": (
+        "federation.cli:init",
+        "Create a site here: its root key (mode 0600), store, trust policy and simnet.toml.",
+    ),
+    "peer": (
+        "federation.cli:peer",
+        "The sites this site syncs with.",
+    ),
+    "publish": (
+        "sim.cli:publish_command",
+        "Publish a simulator skill (weights as a blob, architecture in the record) as this site.",
+    ),
+    "reproduce": (
+        "sim.cli:reproduce_command",
+        "Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce.",
+    ),
+    "revoke": (
+        "federation.cli:revoke",
+        "Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of un-revoking).",
+    ),
+    "serve": (
+        "federation.cli:serve_command",
+        "Serve this site over HTTP and gossip with its peers until interrupted.",
+    ),
+    "status": (
+        "federation.cli:status",
+        "This site: key, server, peers (last sync, lag), and counts of what it knows.",
+    ),
+    "sync": (
+        "federation.cli:sync_command",
+        "Sync now with one peer, or with every peer.",
+    ),
+    "verify": (
+        "sim.cli:verify_command",
+        "Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not reproduce.",
+    ),
+    "world": (
+        "sim.cli:world_group",
+        "Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop.",
+    ),
+}
+ENCODER_COMMANDS: dict[str, tuple[str, str]] = {
+    "dataset": (
+        "sim.cli:encoder_dataset_command",
+        "Make every body's native skills and evaluate each on every body of its kind: a success matrix.",
+    ),
+    "report": (
+        "knowledge._encoder_cli:report_command",
+        "Per target body: Spearman of -distance with measured success, recall@5 of working skills.",
+    ),
+    "train": (
+        "knowledge._encoder_cli:train_command",
+        "Train encoder weights on measured transfers; use them with `skills query --encoder FILE`.",
+    ),
+}
 
 
 def emit(data: Any, as_json: bool, human: str) -> None:
     click.echo(json.dumps(data, indent=1, default=str) if as_json else human)
 
 
-class _Commands(click.Group):
-    """`simnet`: its own commands plus those other packages register under the ``simnet.commands``
-    entry-point group (one entry per command name), imported only when used — so `simnet status` does not
-    pay for importing the simulator and torch. An entry named ``group.name`` adds to one of our groups."""
+class LazyGroup(click.Group):
+    """A click group whose table of commands ("module:attr") is imported one command at a time."""
 
-    def __init__(self, *args: Any, prefix: str = "", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.prefix = prefix
-
-    def _registered(self) -> dict[str, EntryPoint]:
-        found = {
-            entry.name.removeprefix(self.prefix): entry
-            for entry in entry_points(group="simnet.commands")
-            if entry.name.startswith(self.prefix)
-        }
-        return {name: entry for name, entry in found.items() if "." not in name}
+        self.lazy = lazy
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(self._registered()))
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        command = super().get_command(ctx, name)
-        if command is None and name in (registered := self._registered()):
-            command = registered[name].load()
+        if name in self.commands or name not in self.lazy:
+            return super().get_command(ctx, name)
+        module, _, attr = self.lazy[name][0].partition(":")
+        command = getattr(importlib.import_module(module), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{self.lazy[name][0]} is not a click command")
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click lists commands, from the table's summaries: `simnet --help` imports nothing."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = [
+            (name, click.Command(name, help=self.lazy[name][1]).get_short_help_str(limit))
+            if name in self.lazy
+            else (name, self.commands[name].get_short_help_str(limit))
+            for name in names
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
-@click.group(cls=_Commands)
+
+class _Simnet(LazyGroup):
+    """The root group: a library error anywhere below becomes a one-line message, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SimnetError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Simnet, lazy=COMMANDS)
 @click.option(
     "--home",
     envvar="SIMNET_HOME",
@@ -103,7 +159,7 @@ def main(ctx: click.Context, home: Path, verbose: int) -> None:
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    ctx.obj = Home(home)
+    ctx.obj = SiteHome(home)
 
 
 @main.group()
@@ -116,7 +172,7 @@ def skills() -> None:
 @click.option("--active", is_flag=True, help="Only skills active under this site's policy.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def skills_list(home: Home, task: str | None, active: bool, as_json: bool) -> None:
+def skills_list(home: SiteHome, task: str | None, active: bool, as_json: bool) -> None:
     """List skills: id, name, task, active, revoked."""
     with home.open_readonly() as kb:
         rows = [
@@ -141,7 +197,7 @@ def skills_list(home: Home, task: str | None, active: bool, as_json: bool) -> No
 @click.argument("skill_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
+def skills_show(home: SiteHome, skill_id: str, as_json: bool) -> None:
     """Show one skill (an id prefix is enough), its activation, certificates and counts."""
     with home.open_readonly() as kb:
         matches = [
@@ -193,7 +249,7 @@ def skills_show(home: Home, skill_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def skills_query(
-    home: Home,
+    home: SiteHome,
     mjcf: str | None,
     urdf: str | None,
     task: str | None,
@@ -207,6 +263,8 @@ def skills_query(
     if (mjcf is None) == (urdf is None):
         raise click.UsageError("give exactly one of --mjcf or --urdf")
     body = knowledge.Embodiment.from_mjcf(mjcf) if mjcf else knowledge.Embodiment.from_urdf(urdf)  # type: ignore[arg-type]
+    from ._encoder_cli import load_encoder  # the embodiment side loads only for a query
+
     encoder = load_encoder(encoder_spec)
     with home.open_readonly() as kb:
         results = kb.skills.query(
@@ -236,26 +294,11 @@ def skills_query(
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
 
 
-@main.group(cls=_Commands, prefix="encoder.")
+@main.group(cls=LazyGroup, lazy=ENCODER_COMMANDS)
 def encoder() -> None:
     """The learned embodiment encoder: retrain it, report how well its distances predict transfer."""
 
 
-encoder.add_command(train_command)
-encoder.add_command(report_command)
-
-
 def run() -> None:
-    """Console-script entry point: library errors become one-line messages and exit status 1."""
-    try:
-        main(standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except click.ClickException as exc:
-        exc.show()
-        raise SystemExit(exc.exit_code) from None
-    except click.Abort:
-        raise SystemExit(1) from None
-    except SimnetError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(1) from None
+    """Console-script entry point (click's standalone mode: errors are one line and exit status 1)."""
+    main(prog_name="simnet")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from knowledge.cli import Home
+from knowledge import SiteHome
 
 from ._entities import Entity, check_name
 from ._errors import SimError
@@ -24,7 +24,7 @@ from ._world_input import check_text
 WORLDS_DIR = "worlds"
 
 
-def world_path(home: Home, name: str) -> Path:
+def world_path(home: SiteHome, name: str) -> Path:
     try:
         return home.path / WORLDS_DIR / f"{check_name('world', name)}.db"
     except ValueError as exc:
@@ -40,7 +40,7 @@ def _utf8(ctx: click.Context, param: click.Parameter, text: str) -> str:
 
 
 @contextlib.contextmanager
-def _opened(home: Home, name: str, backend: str = "inline") -> Iterator[World]:
+def _opened(home: SiteHome, name: str, backend: str = "inline") -> Iterator[World]:
     """World NAME, open for the block; a SimError in it (opening included) is the command's error message."""
     path = world_path(home, name)
     if not path.exists():
@@ -109,7 +109,7 @@ def world_group() -> None:
 )
 @click.pass_obj
 def create_command(
-    home: Home, name: str, shards: tuple[str, ...], entities: tuple[str, ...], checkpoint_every: int
+    home: SiteHome, name: str, shards: tuple[str, ...], entities: tuple[str, ...], checkpoint_every: int
 ) -> None:
     """Create world NAME in this site's directory."""
     scenes = {}
@@ -146,7 +146,7 @@ def create_command(
 @_backend
 @_json
 @click.pass_obj
-def status_command(home: Home, name: str | None, backend: str, as_json: bool) -> None:
+def status_command(home: SiteHome, name: str | None, backend: str, as_json: bool) -> None:
     """Shards (tick, time, entities, events, checkpoints) and branches of world NAME; without NAME, the worlds here."""
     if name is None:
         names = sorted(p.stem for p in (home.path / WORLDS_DIR).glob("*.db"))
@@ -180,7 +180,7 @@ def status_command(home: Home, name: str | None, backend: str, as_json: bool) ->
 @_backend
 @click.pass_obj
 def advance_command(
-    home: Home, name: str, steps: int, shards: tuple[str, ...], backend: str
+    home: SiteHome, name: str, steps: int, shards: tuple[str, ...], backend: str
 ) -> None:
     """Step world NAME by STEPS ticks, logging and checkpointing as it goes."""
     with _opened(home, name, backend) as world:
@@ -196,7 +196,7 @@ def advance_command(
 )
 @click.option("--label", default="", callback=_utf8, help="A note kept with the branch.")
 @click.pass_obj
-def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> None:
+def fork_command(home: SiteHome, name: str, shard: str, tick: int, label: str) -> None:
     """Branch SHARD of world NAME at a tick; prints the branch id."""
     with _opened(home, name) as world:
         branch = world.fork(shard, tick, label=label)
@@ -212,7 +212,7 @@ def fork_command(home: Home, name: str, shard: str, tick: int, label: str) -> No
 @_json
 @click.pass_obj
 def replay_command(
-    home: Home, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool
+    home: SiteHome, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool
 ) -> None:
     """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they differ."""
     with _opened(home, name, backend) as world:
@@ -249,7 +249,7 @@ def replay_command(
 )
 @click.option("--shard", "shards", multiple=True, help="Only these shards (default: all).")
 @click.pass_obj
-def prune_command(home: Home, name: str, tick: int, shards: tuple[str, ...]) -> None:
+def prune_command(home: SiteHome, name: str, tick: int, shards: tuple[str, ...]) -> None:
     """Retention: drop each shard's events and checkpoints before a tick; forks and replays start there after."""
     with _opened(home, name) as world:
         starts = world.prune(tick, list(shards) or None)
@@ -260,7 +260,7 @@ def prune_command(home: Home, name: str, tick: int, shards: tuple[str, ...]) -> 
 @click.argument("name")
 @click.argument("branch")
 @click.pass_obj
-def drop_command(home: Home, name: str, branch: str) -> None:
+def drop_command(home: SiteHome, name: str, branch: str) -> None:
     """Delete BRANCH of world NAME (its log and checkpoints); the canonical world is untouched."""
     with _opened(home, name) as world:
         world.branch(branch).delete()

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 import knowledge
-from knowledge.cli import Home
+from knowledge import SiteHome
 
 from ._certify import certify, load_policy, publish_skill, verify_certificate
 from ._evaluate import evaluate
@@ -35,7 +35,7 @@ def _skill(name: str) -> Skill:
         return load_skill(name)
     if Path(name).is_file():
         return Skill.load(name)
-    home = click.get_current_context().find_object(Home)
+    home = click.get_current_context().find_object(SiteHome)
     if home is not None and home.store.exists():
         with home.open_readonly() as kb:
             return load_policy(kb, _kb_skill_id(kb, name))
@@ -226,7 +226,7 @@ def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool)
 )
 @click.pass_obj
 def publish_command(
-    home: Home, skill: str, name: str, task_family: str, description: str, bodies: tuple[str, ...]
+    home: SiteHome, skill: str, name: str, task_family: str, description: str, bodies: tuple[str, ...]
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     policy = _skill(skill)
@@ -249,7 +249,7 @@ def publish_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
 @click.pass_obj
 def certify_command(
-    home: Home, skill_id: str, task_name: str, branches: int, seed: int, workers: int, as_json: bool
+    home: SiteHome, skill_id: str, task_name: str, branches: int, seed: int, workers: int, as_json: bool
 ) -> None:
     """Evaluate a skill of this site's library in randomized branches and sign the result as a certificate.
 
@@ -294,7 +294,7 @@ def certify_command(
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @click.pass_obj
-def verify_command(home: Home, certificate_id: str, workers: int, as_json: bool) -> None:
+def verify_command(home: SiteHome, certificate_id: str, workers: int, as_json: bool) -> None:
     """Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not reproduce."""
     with home.open_readonly() as kb:
         found = [

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
 import knowledge
-from knowledge.cli import STORE_FILE, main
+from knowledge import SiteHome
+from knowledge.cli import COMMANDS, ENCODER_COMMANDS, main
 
 ROBOTS = Path(__file__).parents[1] / "assets" / "robots"
 
@@ -17,7 +21,7 @@ ROBOTS = Path(__file__).parents[1] / "assets" / "robots"
 @pytest.fixture
 def home(tmp_path):
     """A site directory with three skills for three bodies; one certified, one revoked."""
-    with knowledge.open(tmp_path / STORE_FILE, knowledge.Identity.generate()) as kb:
+    with knowledge.open(tmp_path / SiteHome.STORE_FILE, knowledge.Identity.generate()) as kb:
         ids = {}
         for name in ("arm7.xml", "quadruped.xml", "humanoid_small.xml"):
             body = knowledge.Embodiment.from_mjcf(ROBOTS / name)
@@ -80,3 +84,33 @@ def test_skills_query_needs_exactly_one_model(home):
 def test_missing_store_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["--home", str(tmp_path / "nowhere"), "skills", "list"])
     assert result.exit_code != 0 and "simnet init" in result.output
+
+
+@pytest.mark.parametrize(
+    "table, name",
+    [(COMMANDS, name) for name in COMMANDS]
+    + [(ENCODER_COMMANDS, name) for name in ENCODER_COMMANDS],
+)
+def test_every_command_in_the_table_loads_and_its_summary_is_its_own(table, name):
+    """`simnet --help` prints the table's summaries: they must say what the commands themselves say."""
+    group = main if table is COMMANDS else main.get_command(click.Context(main), "encoder")
+    command = group.get_command(click.Context(group), name)
+    assert isinstance(command, click.Command)
+    assert command.get_short_help_str(1000) == table[name][1]
+
+
+def test_help_imports_no_other_package():
+    """Listing the commands costs no import of the simulator, the server or the heavy libraries."""
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom knowledge.cli import main\n"
+        "result = CliRunner().invoke(main, ['--help'])\nassert result.exit_code == 0, result.output\n"
+        "print(sorted(m for m in ('sim', 'federation', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]"]
+    assert "encoder" in CliRunner().invoke(main, ["--help"]).output
+
+
+def test_an_unknown_command_says_which_exist():
+    result = CliRunner().invoke(main, ["sycn"])
+    assert result.exit_code == 2 and "No such command 'sycn'" in result.output

@@ -1,0 +1,60 @@
+"""A site's home directory: where its store, root key and trust policy live, by fixed names.
+
+The CLI, the federation server and the simulator's commands all open a site from its directory;
+this is the one place that knows the file names.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import _kb
+from ._errors import StoreError
+from ._identity import Identity
+
+
+class SiteHome:
+    """A site's directory (``simnet --home``): ``site.db``, ``site.key`` and ``trust.toml``.
+
+    Other packages keep their own files here too (federation's ``simnet.toml``, sim's worlds).
+    """
+
+    STORE_FILE = "site.db"
+    KEY_FILE = "site.key"
+    POLICY_FILE = "trust.toml"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"SiteHome({str(self.path)!r})"
+
+    @property
+    def store(self) -> Path:
+        return self.path / self.STORE_FILE
+
+    @property
+    def key(self) -> Path:
+        return self.path / self.KEY_FILE
+
+    @property
+    def policy(self) -> Path:
+        return self.path / self.POLICY_FILE
+
+    def open_readonly(self) -> _kb.KnowledgeBase:
+        """The store, read-only: a reader never needs the key, and never blocks a running server."""
+        self._need_store()
+        return _kb.open(self.store)
+
+    def open_writer(self) -> _kb.KnowledgeBase:
+        """The store opened as the site's key under its policy; StoreLockedError if a server holds it."""
+        self._need_store()
+        identity = Identity.load(self.key)
+        return _kb.open(self.store, identity, policy=self.policy if self.policy.exists() else None)
+
+    def _need_store(self) -> None:
+        if not self.store.exists():
+            raise StoreError(
+                f"no knowledge base in {self.path}; run `simnet init` there, or pass --home"
+            )
