@@ -43,15 +43,23 @@ class SiteHome:
         return self.path / self.POLICY_FILE
 
     def open_readonly(self) -> _kb.KnowledgeBase:
-        """The store, read-only: a reader never needs the key, and never blocks a running server."""
+        """The store, read-only, under the site's trust policy as the file says now.
+
+        A reader never needs the key and never blocks a running server; it judges what is active by
+        the same policy the site does (a broken policy file is a PolicyError here too).
+        """
         self._need_store()
-        return _kb.open(self.store)
+        return _kb.open(self.store, policy=self._policy_file())
 
     def open_writer(self) -> _kb.KnowledgeBase:
-        """The store opened as the site's key under its policy; StoreLockedError if a server holds it."""
+        """The store opened as the site's key under its policy; StoreLockedError if a server holds
+        it."""
         self._need_store()
         identity = Identity.load(self.key)
-        return _kb.open(self.store, identity, policy=self.policy if self.policy.exists() else None)
+        return _kb.open(self.store, identity, policy=self._policy_file())
+
+    def _policy_file(self) -> Path | None:
+        return self.policy if self.policy.exists() else None
 
     def _need_store(self) -> None:
         if not self.store.exists():

@@ -24,10 +24,11 @@ from ._errors import SimnetError
 from ._home import SiteHome
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    # name: ("module:attr", its summary for `simnet --help`; test_cli keeps it equal to the command's)
+    # name: ("module:attr", the summary `simnet --help` shows; a test keeps it the command's own)
     "certify": (
         "sim.cli:certify_command",
-        "Evaluate a skill of this site's library in randomized branches and sign the result as a certificate.",
+        "Evaluate a skill of this site's library in randomized branches and sign the result as a "
+        "certificate.",
     ),
     "device": (
         "federation.cli:device",
@@ -55,7 +56,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "revoke": (
         "federation.cli:revoke",
-        "Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of un-revoking).",
+        "Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of "
+        "un-revoking).",
     ),
     "serve": (
         "federation.cli:serve_command",
@@ -71,7 +73,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "verify": (
         "sim.cli:verify_command",
-        "Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not reproduce.",
+        "Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not "
+        "reproduce.",
     ),
     "world": (
         "sim.cli:world_group",
@@ -81,7 +84,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 ENCODER_COMMANDS: dict[str, tuple[str, str]] = {
     "dataset": (
         "sim.cli:encoder_dataset_command",
-        "Make every body's native skills and evaluate each on every body of its kind: a success matrix.",
+        "Make every body's native skills and evaluate each on every body of its kind: a success "
+        "matrix.",
     ),
     "report": (
         "knowledge._encoder_cli:report_command",
@@ -133,7 +137,8 @@ class LazyGroup(click.Group):
 
 
 class _Simnet(LazyGroup):
-    """The root group: a library error anywhere below becomes a one-line message, never a traceback."""
+    """The root group: a library error anywhere below becomes a one-line message, never a
+    traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -244,7 +249,8 @@ def skills_show(home: SiteHome, skill_id: str, as_json: bool) -> None:
     "encoder_spec",
     default="features",
     show_default=True,
-    help="'features', 'learned' (the shipped weights) or a weights file from `simnet encoder train`.",
+    help="'features', 'learned' (the shipped weights) or a weights file from `simnet encoder "
+    "train`.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
@@ -288,7 +294,8 @@ def skills_query(
     ]
     lines = [f"{'distance':>9}  {'id':16}  {'name':32} {'task':12} active"]
     lines += [
-        f"{r['distance']:9.4f}  {r['id'][:16]}  {r['name'][:32]:32} {r['task'][:12]:12} {r['active']}"
+        f"{r['distance']:9.4f}  {r['id'][:16]}  {r['name'][:32]:32} "
+        f"{r['task'][:12]:12} {r['active']}"
         for r in rows
     ]
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
@@ -296,9 +303,11 @@ def skills_query(
 
 @main.group(cls=LazyGroup, lazy=ENCODER_COMMANDS)
 def encoder() -> None:
-    """The learned embodiment encoder: retrain it, report how well its distances predict transfer."""
+    """The learned embodiment encoder: retrain it, report how well its distances predict
+    transfer."""
 
 
 def run() -> None:
-    """Console-script entry point (click's standalone mode: errors are one line and exit status 1)."""
+    """Console-script entry point (click's standalone mode: errors are one line and exit status
+    1)."""
     main(prog_name="simnet")
