@@ -16,12 +16,12 @@ from ._server import Site, create_app
 from ._wire import PAGE_TYPE, decode_page, encode_page
 
 __all__ = [
-    "PAGE_TYPE",
     "AuthError",
     "ConfigError",
     "FederationError",
     "Gossip",
     "GossipConfig",
+    "PAGE_TYPE",
     "PeerConfig",
     "PeerError",
     "PeerState",

@@ -1,4 +1,12 @@
-"""Federation errors: part of the library's one hierarchy (`knowledge.SimnetError`)."""
+"""Federation errors: one branch of the library's hierarchy, under `knowledge.SimnetError`.
+
+    SimnetError
+    └── FederationError           talking to another site went wrong
+        ├── WireError             malformed page, heads map or request (also a ValueError); .status
+        ├── AuthError             signature missing, stale, replayed, forged, or no right; .status
+        ├── PeerError             a peer answered an error or could not be reached; .status, .code
+        └── ConfigError           simnet.toml missing or malformed
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,8 @@ class FederationError(SimnetError):
 
 
 class WireError(FederationError, ValueError):
-    """Bytes on the wire are not a well-formed page, heads map or request; `status` is the HTTP answer."""
+    """Bytes on the wire are not a well-formed page, heads map or request; `status` is the HTTP
+    answer."""
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
@@ -18,7 +27,8 @@ class WireError(FederationError, ValueError):
 
 
 class AuthError(FederationError):
-    """A request's signature is missing, stale, replayed, forged, or from a key without the right."""
+    """A request's signature is missing, stale, replayed, forged, or from a key without the
+    right."""
 
     def __init__(self, message: str, status: int = 401) -> None:
         super().__init__(message)
@@ -26,7 +36,8 @@ class AuthError(FederationError):
 
 
 class PeerError(FederationError):
-    """A peer answered with an error (`status`, and its JSON `error` code) or could not be reached."""
+    """A peer answered with an error (`status`, and its JSON `error` code) or could not be
+    reached."""
 
     def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
