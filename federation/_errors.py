@@ -1,11 +1,11 @@
 """Federation errors: one branch of the library's hierarchy, under `knowledge.SimnetError`.
 
-    SimnetError
-    └── FederationError           talking to another site went wrong
-        ├── WireError             malformed page, heads map or request (also a ValueError); .status
-        ├── AuthError             signature missing, stale, replayed, forged, or no right; .status
-        ├── PeerError             a peer answered an error or could not be reached; .status, .code
-        └── ConfigError           simnet.toml missing or malformed
+SimnetError
+└── FederationError           talking to another site went wrong
+    ├── WireError             malformed page, heads map or request (also a ValueError); .status
+    ├── AuthError             signature missing, stale, replayed, forged, or no right; .status
+    ├── PeerError             a peer answered an error or could not be reached; .status, .code
+    └── ConfigError           simnet.toml missing or malformed
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from knowledge import PolicyError, TrustPolicy
 from ._client import SyncReport, async_sync_with
 from ._config import PeerConfig, SiteConfig
 from ._errors import ConfigError, FederationError
+from ._server import Site
 
 log = logging.getLogger("federation.gossip")
 STATE_FILE = "peers.json"
@@ -50,7 +51,7 @@ class PeerState:
 
 
 class Gossip:
-    def __init__(self, site: Any, *, rng: random.Random | None = None) -> None:
+    def __init__(self, site: Site, *, rng: random.Random | None = None) -> None:
         self.site = site
         self.rng = rng or random.Random()
         self._states: dict[str, PeerState] = {}
@@ -89,6 +90,10 @@ class Gossip:
 
     def states(self) -> list[dict[str, Any]]:
         return [asdict(s) for s in self._states.values()]
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="simnet-gossip")
@@ -195,7 +200,9 @@ class Gossip:
                 ):  # a bug its answers found here: the trace is for -vv
                     log.debug("sync with %s failed", peer.name, exc_info=exc)
                 result = {"peer": peer.name, "ok": False, "error": state.last_error}
+                self.site.metrics.sync_rounds.labels(peer.name, "failed").inc()
             else:
+                self._count(peer, report)
                 state.failures, state.next_attempt, state.last_error = 0, 0.0, None
                 state.last_success = time.time()
                 state.last_pulled, state.last_pushed = report.pulled, report.pushed
@@ -219,6 +226,14 @@ class Gossip:
             except OSError as exc:
                 log.warning("cannot write %s: %s", STATE_FILE, exc)
             return result
+
+    def _count(self, peer: PeerConfig, report: SyncReport) -> None:
+        metrics = self.site.metrics
+        metrics.sync_rounds.labels(peer.name, "ok").inc()
+        metrics.envelopes_in.labels("pull").inc(report.pulled)
+        metrics.envelopes_out.labels("push").inc(report.pushed)
+        for rejection in report.rejected:
+            metrics.rejections.labels(rejection.reason).inc()
 
     def _save(self) -> None:
         """Write peers.json (what `simnet status` shows when it cannot ask the server)."""

@@ -47,6 +47,8 @@ from knowledge import (
 from ._auth import RequestVerifier
 from ._config import SiteConfig
 from ._errors import AuthError, FederationError, WireError
+from ._metrics import CONTENT_TYPE as METRICS_TYPE
+from ._metrics import SiteMetrics
 from ._wire import (
     PAGE_TYPE,
     check_hex64,
@@ -82,9 +84,12 @@ class Site:
         self.verifier = RequestVerifier(self.key, path=config.replay_path)
         self.syncs = asyncio.Semaphore(config.limits.max_concurrent_syncs)
         self.gossip: Any = None  # set by the gossip scheduler when it runs
+        self.closed = False
+        self.metrics = SiteMetrics(kb, lambda: self.gossip.states() if self.gossip else [])
 
     def close(self) -> None:
         """Close the replay log and the knowledge base (idempotent)."""
+        self.closed = True
         self.verifier.close()
         self.kb.close()
 
@@ -133,6 +138,11 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
     def wrap(handler: Callable[..., Awaitable[Response]]) -> Handler:
         async def run(request: Request) -> Response:
             site: Site = request.app.state.site
+            response = await answer(request, site)
+            site.metrics.requests.labels(handler.__name__, str(response.status_code)).inc()
+            return response
+
+        async def answer(request: Request, site: Site) -> Response:
             try:
                 if role is None:  # unauthenticated: its body, if any, is never read
                     return await handler(request, site, b"")
@@ -234,6 +244,31 @@ async def health(request: Request, site: Site, body: bytes) -> Response:
     return JSONResponse({"status": "ok", "name": site.config.name, "key": site.key.hex()})
 
 
+@endpoint(None)
+async def ready(request: Request, site: Site, body: bytes) -> Response:
+    """
+    summary: Readiness (unauthenticated) - 200 once the store is open and, if it gossips, the gossip loop runs.
+    responses:
+      "200": {description: '{"status": "ready"}'}
+      "503": {description: '{"error": "not_ready", "detail": what is missing}'}
+    """
+    if site.closed:
+        return _error(503, "not_ready", "the site is shutting down")
+    if site.gossip is not None and not site.gossip.running:
+        return _error(503, "not_ready", "the gossip loop is not running")
+    return JSONResponse({"status": "ready"})
+
+
+@endpoint(None)
+async def metrics(request: Request, site: Site, body: bytes) -> Response:
+    """
+    summary: Prometheus metrics (unauthenticated) - counters of requests, rounds and envelopes; gauges of what the site holds.
+    responses: {"200": {description: Prometheus text exposition format.}}
+    """
+    exposition = await run_in_threadpool(site.metrics.exposition)
+    return Response(exposition, media_type=METRICS_TYPE)
+
+
 @endpoint("read")
 async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
@@ -270,6 +305,7 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     async with site.syncs:
         withheld = await run_in_threadpool(site.withheld_from, caller)
         page = await run_in_threadpool(site.kb.envelopes_since, heads, limit, exclude=withheld)
+    site.metrics.envelopes_out.labels("answer").inc(len(page))
     return Response(encode_page(page), media_type=PAGE_TYPE)
 
 
@@ -315,6 +351,7 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
     async with site.syncs:
         report = await run_in_threadpool(site.kb.ingest, page)
         current = await run_in_threadpool(_visible_heads, site, caller)
+    site.metrics.ingested(report, "push")
     return JSONResponse(
         {
             "accepted": len(report.accepted),
@@ -523,6 +560,8 @@ def create_app(
     """The ASGI application for `site` (serve it with uvicorn; `simnet serve` does)."""
     routes = [
         Route("/v1/health", health, methods=["GET"]),
+        Route("/v1/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/sync", sync, methods=["POST"]),
         Route("/v1/heads", heads, methods=["GET"]),
         Route("/v1/envelopes", envelopes, methods=["POST"]),

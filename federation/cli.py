@@ -15,8 +15,7 @@ import click
 import httpx
 
 import knowledge
-from knowledge import Identity, Role, TrustPolicy
-from knowledge import SiteHome
+from knowledge import Identity, Role, SiteHome, TrustPolicy
 from knowledge.cli import emit
 
 from ._auth import SimnetAuth

@@ -1,0 +1,117 @@
+"""What a running site exposes to Prometheus at `/metrics`.
+
+Counters are incremented where things happen (requests, gossip rounds, envelopes in and out); gauges
+about what the site holds are read from the knowledge base when Prometheus scrapes, so nothing has to
+keep them in step. Each site has its own registry: several sites in one process (tests) never mix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from knowledge import IngestReport, KnowledgeBase
+
+__all__ = ["CONTENT_TYPE", "SiteMetrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class SiteMetrics:
+    """The site's counters, and a collector that reads its gauges at scrape time."""
+
+    def __init__(self, kb: KnowledgeBase, peers: Callable[[], list[dict[str, Any]]] = list) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "simnet_requests",
+            "HTTP requests answered, by route and status.",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.sync_rounds = Counter(
+            "simnet_sync_rounds",
+            "Sync rounds this site ran with a peer (gossip, admin sync), by outcome.",
+            ["peer", "outcome"],
+            registry=self.registry,
+        )
+        self.envelopes_in = Counter(
+            "simnet_envelopes_received",
+            "Envelopes applied here, by how they came: pushed to us, or pulled in our rounds.",
+            ["via"],
+            registry=self.registry,
+        )
+        self.envelopes_out = Counter(
+            "simnet_envelopes_sent",
+            "Envelopes sent: in answer to a peer's pull, or pushed in our rounds.",
+            ["via"],
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            "simnet_envelopes_rejected",
+            "Envelopes refused here, by reason (see the README's table of reasons).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.registry.register(_Holdings(kb, peers))
+
+    def ingested(self, report: IngestReport, via: str) -> None:
+        self.envelopes_in.labels(via).inc(len(report.accepted))
+        for rejection in report.rejected:
+            self.rejections.labels(rejection.reason).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Holdings:
+    """Gauges read at scrape time: skills by state, writers, envelopes held, forks, peers."""
+
+    def __init__(self, kb: KnowledgeBase, peers: Callable[[], list[dict[str, Any]]]) -> None:
+        self.kb = kb
+        self.peers = peers
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # collected lazily: the registry must not read the store when it registers us
+
+    def collect(self) -> Iterable[Metric]:
+        kb = self.kb
+        skills = GaugeMetricFamily("simnet_skills", "Skills held, by state here.", labels=["state"])
+        listed = kb.skills.list(include_withdrawn=True)
+        revoked = {s.id for s in listed if kb.is_revoked(s.id)}
+        active = sum(kb.is_active(s.id) for s in listed if s.id not in revoked)
+        skills.add_metric(["active"], active)
+        skills.add_metric(["inactive"], len(listed) - active - len(revoked))
+        skills.add_metric(["revoked"], len(revoked))
+        yield skills
+        heads = kb.heads()
+        yield GaugeMetricFamily("simnet_writers", "Writers whose feeds are held.", value=len(heads))
+        yield GaugeMetricFamily(
+            "simnet_envelopes_held",
+            "Envelopes held, summed over feeds.",
+            value=sum(h.seq for h in heads.values()),
+        )
+        yield GaugeMetricFamily(
+            "simnet_equivocations",
+            "Writers caught forking their feed.",
+            value=len(kb.equivocations()),
+        )
+        now = time.time()
+        age = GaugeMetricFamily(
+            "simnet_peer_last_sync_age_seconds",
+            "Seconds since the last successful sync with each peer (absent: never).",
+            labels=["peer"],
+        )
+        failures = GaugeMetricFamily(
+            "simnet_peer_failures", "Consecutive failed rounds with each peer.", labels=["peer"]
+        )
+        for state in self.peers():
+            if state.get("last_success"):
+                age.add_metric([state["name"]], now - state["last_success"])
+            failures.add_metric([state["name"]], state.get("failures", 0))
+        yield age
+        yield failures
