@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Container, Generator, Iterable
@@ -271,7 +272,9 @@ def _answer_cap(kb: KnowledgeBase) -> int:
     return max(kb.limits.max_blob_bytes, 64 << 20)
 
 
-def _client_kwargs(kb: KnowledgeBase, peer_key: bytes, timeout: float) -> dict:
+def _client_kwargs(
+    kb: KnowledgeBase, peer_key: bytes, timeout: float, verify: ssl.SSLContext | bool
+) -> dict:
     if kb.identity is None:
         raise PeerError(
             "syncing needs a knowledge base opened with an identity (requests are signed)"
@@ -280,6 +283,7 @@ def _client_kwargs(kb: KnowledgeBase, peer_key: bytes, timeout: float) -> dict:
         "auth": SimnetAuth(kb.identity, peer_key),
         "timeout": timeout,
         "follow_redirects": False,
+        "verify": verify,
     }
 
 
@@ -376,11 +380,13 @@ def sync_with(
     deadline: float | None = None,
     withhold: Container[bytes] = (),
     transport: httpx.BaseTransport | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> SyncReport:
     """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking).
 
     `timeout` bounds each network operation; `deadline` (default `DEADLINE_FACTOR` * timeout) the whole
-    round: past it, a `PeerError` with code "deadline" (see the module docstring)."""
+    round: past it, a `PeerError` with code "deadline" (see the module docstring). `verify` checks an
+    https:// peer's certificate (an `ssl.SSLContext` with the fleet's anchors; True: the system's)."""
     url = url.rstrip("/")
     limit = _Deadline(url, _deadline_s(deadline, timeout))
     rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold, peer_key=peer_key)
@@ -388,7 +394,9 @@ def sync_with(
     try:
         with (
             _Watchdog(limit) as watchdog,
-            httpx.Client(transport=transport, **_client_kwargs(kb, peer_key, timeout)) as client,
+            httpx.Client(
+                transport=transport, **_client_kwargs(kb, peer_key, timeout, verify)
+            ) as client,
         ):
             step = _step(rounds, None)
             while isinstance(step, Call):
@@ -429,6 +437,7 @@ async def async_sync_with(
     deadline: float | None = None,
     withhold: Container[bytes] = (),
     transport: httpx.AsyncBaseTransport | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> SyncReport:
     """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker thread.
 
@@ -441,7 +450,7 @@ async def async_sync_with(
     try:
         with anyio.move_on_after(limit.seconds):
             async with httpx.AsyncClient(
-                transport=transport, **_client_kwargs(kb, peer_key, timeout)
+                transport=transport, **_client_kwargs(kb, peer_key, timeout, verify)
             ) as client:
                 step = await anyio.to_thread.run_sync(_step, rounds, None)
                 while isinstance(step, Call):

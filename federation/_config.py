@@ -28,6 +28,11 @@ header_timeout_s = 10.0 # a connection's next request line and headers must arri
 max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
                         # process may open few files: see federation._http)
 
+[tls]                   # serve HTTPS (both or neither); paths relative to the home
+cert = "site.crt"       # PEM certificate chain
+key = "site.key.pem"    # PEM private key
+ca = "fleet-ca.pem"     # optional: trust anchors for https:// peers (default: the system's)
+
 [[peers]]
 name = "site-b"
 url = "http://127.0.0.1:7071"
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import ssl
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -84,6 +90,31 @@ class ServerLimits:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """HTTPS for the server (`cert` and `key`) and the trust anchors for https:// peers (`ca`)."""
+
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self.cert is not None
+
+    def client_context(self) -> ssl.SSLContext:
+        """How this site verifies the servers it calls: the system's anchors, plus `ca`, plus its own
+        certificate (so its CLI can call its own server when that certificate is self-signed)."""
+        context = ssl.create_default_context()
+        for anchors in (self.ca, self.cert):
+            if anchors is not None:
+                try:
+                    context.load_verify_locations(cafile=anchors)
+                except (OSError, ssl.SSLError) as exc:
+                    raise ConfigError(f"[tls] cannot load {anchors}: {exc}") from None
+        return context
+
+
+@dataclass(frozen=True)
 class PrivateMaps:
     maps: tuple[str, ...]
     readers: tuple[bytes, ...]
@@ -98,6 +129,7 @@ class SiteConfig:
     gossip: GossipConfig = field(default_factory=GossipConfig)
     limits: ServerLimits = field(default_factory=ServerLimits)
     private: list[PrivateMaps] = field(default_factory=list)
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
     def key_path(self) -> Path:
@@ -145,7 +177,7 @@ class SiteConfig:
 
     @classmethod
     def _from_dict(cls, home: Path, data: dict[str, Any]) -> SiteConfig:
-        _only(data, {"site", "gossip", "limits", "peers", "private"}, "top level")
+        _only(data, {"site", "gossip", "limits", "peers", "private", "tls"}, "top level")
         site = data.get("site", {})
         _only(site, {"name", "listen"}, "[site]")
         peers: list[PeerConfig] = []
@@ -178,6 +210,7 @@ class SiteConfig:
             gossip=_section(GossipConfig, data.get("gossip", {}), "[gossip]"),
             limits=_section(ServerLimits, data.get("limits", {}), "[limits]"),
             private=private,
+            tls=_tls(home, data.get("tls", {})),
         )
         if config.gossip.jitter > 1:
             raise ConfigError(
@@ -208,9 +241,23 @@ class SiteConfig:
                 for r in self.private
             ],
         }
+        tls = {name: str(path) for name, path in asdict(self.tls).items() if path is not None}
+        if tls:
+            data["tls"] = tls
         tmp = self.home / (CONFIG_FILE + ".tmp")
         tmp.write_text(tomli_w.dumps(data))
         os.replace(tmp, self.home / CONFIG_FILE)
+
+
+def _tls(home: Path, table: Any) -> TlsConfig:
+    _only(table, {"cert", "key", "ca"}, "[tls]")
+    paths = {name: home / _text(table, name, "[tls]") for name in table}
+    if ("cert" in paths) != ("key" in paths):
+        raise ConfigError("[tls] needs both cert and key to serve HTTPS (or neither)")
+    for name, path in paths.items():
+        if not path.is_file():
+            raise ConfigError(f"[tls] {name} {path} is not a file")
+    return TlsConfig(**paths)
 
 
 def _only(table: Any, allowed: set[str], where: str) -> None:

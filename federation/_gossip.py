@@ -177,6 +177,7 @@ class Gossip:
                     timeout=limits.timeout_s,
                     deadline=limits.sync_deadline_s,
                     withhold=withheld,
+                    verify=self.config.tls.client_context(),
                 )
             except Exception as exc:  # noqa: BLE001 - one peer's answers, however poisonous, fail only its round
                 state.failures += 1

@@ -12,7 +12,9 @@ import json
 import logging
 import os
 import socket
+import ssl
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -22,6 +24,7 @@ from starlette.applications import Starlette
 import knowledge
 
 from ._config import SiteConfig
+from ._errors import ConfigError
 from ._gossip import Gossip
 from ._http import ACCEPT_BATCH, connection_cap, guarded_protocol, limit_logs
 from ._server import Site, create_app
@@ -37,20 +40,41 @@ def open_site(home: Path) -> Site:
     return Site(config, kb)
 
 
-def serve(home: str | os.PathLike[str], *, gossip: bool = True) -> None:
-    """Serve the site in `home` until interrupted (SIGINT/SIGTERM shut it down cleanly)."""
+def serve(
+    home: str | os.PathLike[str],
+    *,
+    gossip: bool = True,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
+) -> None:
+    """Serve the site in `home` until interrupted (SIGINT/SIGTERM shut it down cleanly).
+
+    HTTPS when simnet.toml's [tls] names a certificate and key, or `tls_cert` and `tls_key` do.
+    """
     home = Path(home)
     site = open_site(home)
+    if (tls_cert is None) != (tls_key is None):
+        site.close()
+        raise ConfigError("HTTPS needs both a certificate and its key")
+    if tls_cert is not None:
+        tls = replace(site.config.tls, cert=Path(tls_cert), key=Path(tls_key))  # type: ignore[arg-type]
+        site.config = replace(site.config, tls=tls)
+    tls = site.config.tls
     host, port = site.config.host_port
-    sock = _listen(host, port)
-    url = f"http://{host}:{sock.getsockname()[1]}"
+    try:
+        sock = _listen(host, port)
+    except BaseException:
+        site.close()
+        raise
+    url = f"{'https' if tls.serving else 'http'}://{host}:{sock.getsockname()[1]}"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if gossip:
             site.gossip = Gossip(site)
             site.gossip.start()
-        (home / SERVE_FILE).write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        served = {"url": url, "pid": os.getpid(), "cert": str(tls.cert) if tls.cert else None}
+        (home / SERVE_FILE).write_text(json.dumps(served))
         log.info("site %s (%s) serving on %s", site.config.name, site.kb.identity.key_id, url)
         try:
             yield
@@ -70,6 +94,8 @@ def serve(home: str | os.PathLike[str], *, gossip: bool = True) -> None:
         access_log=False,
         http=protocol,
         backlog=ACCEPT_BATCH,
+        ssl_certfile=tls.cert,
+        ssl_keyfile=tls.key,
     )
     limit_logs()
     try:
@@ -85,9 +111,16 @@ def _listen(host: str, port: int) -> socket.socket:
     delayed ACK."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(ACCEPT_BATCH)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(ACCEPT_BATCH)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+            "(is another server using it? change [site] listen in simnet.toml)"
+        ) from None
     return sock
 
 
@@ -95,7 +128,18 @@ def running_server(home: Path) -> str | None:
     """The URL of the server running for `home`, if one answers; None otherwise."""
     try:
         info = json.loads((home / SERVE_FILE).read_text())
-        response = httpx.get(f"{info['url']}/v1/health", timeout=2.0)
+        response = httpx.get(f"{info['url']}/v1/health", timeout=2.0, verify=local_verify(home))
         return info["url"] if response.status_code == 200 else None
     except (OSError, ValueError, KeyError, httpx.HTTPError):
         return None
+
+
+def local_verify(home: Path) -> ssl.SSLContext:
+    """How the site's own CLI verifies its running server: the site's anchors and the certificate
+    that server was started with (which `simnet serve --tls-cert` may have named)."""
+    tls = SiteConfig.load(home).tls
+    try:
+        cert = json.loads((home / SERVE_FILE).read_text()).get("cert")
+    except (OSError, ValueError):
+        cert = None
+    return replace(tls, cert=Path(cert) if cert else tls.cert).client_context()

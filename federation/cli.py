@@ -23,7 +23,7 @@ from ._client import sync_with
 from ._config import PeerConfig, SiteConfig
 from ._errors import FederationError, PeerError
 from ._gossip import STATE_FILE
-from ._serve import running_server, serve
+from ._serve import local_verify, running_server, serve
 from ._server import knowledge_counts, withheld_from
 
 
@@ -44,7 +44,11 @@ def _admin(home: SiteHome, url: str, path: str, body: dict) -> dict:
     config = _config(home)
     identity = Identity.load(config.key_path)
     response = httpx.post(
-        f"{url}{path}", json=body, auth=SimnetAuth(identity, identity.public_key), timeout=120
+        f"{url}{path}",
+        json=body,
+        auth=SimnetAuth(identity, identity.public_key),
+        timeout=120,
+        verify=local_verify(home.path),
     )
     if response.status_code != 200:
         raise PeerError(
@@ -81,11 +85,23 @@ def init(home: SiteHome, name: str | None, listen: str) -> None:
 
 @click.command("serve")
 @click.option("--no-gossip", is_flag=True, help="Serve requests but never start a sync round.")
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Serve HTTPS with this PEM certificate chain (else simnet.toml's [tls] cert, if any).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The certificate's PEM private key (with --tls-cert).",
+)
 @click.pass_obj
-def serve_command(home: SiteHome, no_gossip: bool) -> None:
+def serve_command(
+    home: SiteHome, no_gossip: bool, tls_cert: str | None, tls_key: str | None
+) -> None:
     """Serve this site over HTTP and gossip with its peers until interrupted."""
     logging.getLogger("federation").setLevel(min(logging.getLogger().level, logging.INFO))
-    serve(home.path, gossip=not no_gossip)
+    serve(home.path, gossip=not no_gossip, tls_cert=tls_cert, tls_key=tls_key)
 
 
 @click.group()
@@ -110,7 +126,8 @@ def peer_add(home: SiteHome, name: str, url: str, key: str | None, trust: str) -
     config = _config(home)
     if key is None:
         try:
-            key = httpx.get(f"{url.rstrip('/')}/v1/health", timeout=5).json()["key"]
+            verify = _config(home).tls.client_context()
+            key = httpx.get(f"{url.rstrip('/')}/v1/health", timeout=5, verify=verify).json()["key"]
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             raise click.ClickException(
                 f"cannot ask {url} for its key ({exc}); pass --key"
@@ -203,6 +220,7 @@ def sync_command(home: SiteHome, peer_name: str | None, as_json: bool) -> None:
                         timeout=config.limits.timeout_s,
                         deadline=config.limits.sync_deadline_s,
                         withhold=withheld_from(config, kb, p.key),
+                        verify=config.tls.client_context(),
                     )
                     reports.append(
                         {

@@ -7,6 +7,7 @@ means a real `simnet serve` process for the same home, which the commands find a
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -483,3 +484,15 @@ def test_sync_failure_exits_non_zero(site, cli):
     assert result.code == 1 and result.traceback is None
     [report] = result.json
     assert report["ok"] is False and "cannot reach" in report["error"]
+
+
+def test_serve_on_a_port_in_use_is_one_line(tmp_path, cli):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        home = tmp_path / "s"
+        ok(cli(home, "init", "--name", "s", "--listen", f"127.0.0.1:{port}"))
+        fails(cli(home, "serve"), f"cannot listen on 127.0.0.1:{port}")
+    with knowledge.open(home / "site.db", site_key(home)):  # the failed start let go of the store
+        pass
