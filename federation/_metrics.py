@@ -1,8 +1,9 @@
 """What a running site exposes to Prometheus at `/metrics`.
 
 Counters are incremented where things happen (requests, gossip rounds, envelopes in and out); gauges
-about what the site holds are read from the knowledge base when Prometheus scrapes, so nothing has to
-keep them in step. Each site has its own registry: several sites in one process (tests) never mix.
+about what the site holds are read from the knowledge base when Prometheus scrapes, so nothing has
+to keep them in step. Each site has its own registry: several sites in one process (tests) never
+mix.
 """
 
 from __future__ import annotations

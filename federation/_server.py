@@ -27,7 +27,6 @@ from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddle
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.schemas import SchemaGenerator
 
 from knowledge import (
     EmbodimentError,
@@ -49,6 +48,7 @@ from ._config import SiteConfig
 from ._errors import AuthError, FederationError, WireError
 from ._metrics import CONTENT_TYPE as METRICS_TYPE
 from ._metrics import SiteMetrics
+from ._openapi import describe
 from ._wire import (
     PAGE_TYPE,
     check_hex64,
@@ -175,6 +175,7 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
                 )
 
         run.__doc__ = handler.__doc__
+        run.role = role  # type: ignore[attr-defined] # the OpenAPI description marks signed routes
         return run
 
     return wrap
@@ -538,11 +539,8 @@ async def admin_revoke_key(request: Request, site: Site, body: bytes, caller: by
     return JSONResponse({"revoked_key": data["device"], "last_seq": last_seq})
 
 
-_schemas = SchemaGenerator({"openapi": "3.0.3", "info": {"title": "simnet site", "version": "1"}})
-
-
 async def openapi(request: Request) -> Response:
-    return JSONResponse(_schemas.get_schema(routes=request.app.routes))
+    return JSONResponse(describe(request.app.routes))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

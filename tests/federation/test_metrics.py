@@ -1,4 +1,5 @@
-"""/metrics and /v1/ready: what an operator's Prometheus and load balancer see, over the real app."""
+"""/metrics and /v1/ready: what an operator's Prometheus and load balancer see, over the real
+app."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def free_port_url():
 
 
 def scrape(site) -> dict[tuple[str, tuple], float]:
-    """The site's /metrics (unsigned, as Prometheus asks) as {(sample name, sorted labels): value}."""
+    """The site's /metrics (unsigned, as Prometheus asks) as {(sample name, sorted labels):
+    value}."""
 
     async def go():
         async with httpx.AsyncClient(

@@ -1,5 +1,6 @@
 """HTTPS: a site serves TLS from simnet.toml's [tls] (or `serve --tls-cert/--tls-key`), its peers
-verify it against the fleet's anchors, and its own CLI still reaches it. Real processes, real certs."""
+verify it against the fleet's anchors, and its own CLI still reaches it. Real processes, real
+certs."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def self_signed(directory, name: str = "site") -> tuple:
 
 @pytest.fixture
 def https_site(tmp_path, cli, serve_process):
-    """Site b serving HTTPS from its simnet.toml, trusting robot a to push; (url, b's key, a, cert)."""
+    """Site b serving HTTPS from its simnet.toml, trusting robot a to push; (url, b's key, a,
+    cert)."""
     home = tmp_path / "b"
     assert cli(home, "init", "--name", "b", "--listen", "127.0.0.1:0").code == 0
     cert, key = self_signed(home)
@@ -118,7 +120,8 @@ def test_a_missing_anchor_file_is_a_config_error(tmp_path):
 
 
 def test_a_sites_tls_anchors_let_it_verify_a_peer(https_site, tmp_path):
-    """[tls] ca in the calling site's simnet.toml is what its gossip and `simnet sync` verify with."""
+    """[tls] ca in the calling site's simnet.toml is what its gossip and `simnet sync` verify
+    with."""
     url, b_key, robot, cert, _ = https_site
     caller = tmp_path / "caller"
     caller.mkdir()

@@ -27,6 +27,8 @@ from knowledge._envelope import decode as decode_envelope
 JSON = "application/json"
 ENDPOINTS = {  # every route the server serves, and its method
     "/v1/health": "get",
+    "/v1/ready": "get",
+    "/metrics": "get",
     "/v1/sync": "post",
     "/v1/heads": "get",
     "/v1/envelopes": "post",
