@@ -12,7 +12,8 @@ from ._config import GossipConfig, PeerConfig, PrivateMaps, ServerLimits, SiteCo
 from ._errors import AuthError, ConfigError, FederationError, PeerError, WireError
 from ._gossip import Gossip, PeerState
 from ._serve import open_site, running_server, serve
-from ._server import Site, create_app
+from ._server import create_app
+from ._site import Site
 from ._wire import PAGE_TYPE, decode_page, encode_page
 
 __all__ = [

@@ -29,7 +29,7 @@ from knowledge import PolicyError, TrustPolicy
 from ._client import SyncReport, async_sync_with
 from ._config import PeerConfig, SiteConfig
 from ._errors import ConfigError, FederationError
-from ._server import Site
+from ._site import Site
 
 log = logging.getLogger("federation.gossip")
 STATE_FILE = "peers.json"

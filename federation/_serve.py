@@ -27,7 +27,8 @@ from ._config import SiteConfig
 from ._errors import ConfigError
 from ._gossip import Gossip
 from ._http import ACCEPT_BATCH, connection_cap, guarded_protocol, limit_logs
-from ._server import Site, create_app
+from ._server import create_app
+from ._site import Site
 
 log = logging.getLogger("federation")
 SERVE_FILE = "serve.json"

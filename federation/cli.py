@@ -24,7 +24,8 @@ from ._config import PeerConfig, SiteConfig
 from ._errors import FederationError, PeerError
 from ._gossip import STATE_FILE
 from ._serve import local_verify, running_server, serve
-from ._server import knowledge_counts, withheld_from
+from ._server import knowledge_counts
+from ._site import withheld_from
 
 
 def _roles(text: str) -> list[Role]:
