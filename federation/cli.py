@@ -16,7 +16,7 @@ import httpx
 
 import knowledge
 from knowledge import Identity, Role, SiteHome, TrustPolicy
-from knowledge.cli import emit
+from knowledge.cli import emit, skill_by_prefix
 
 from ._auth import SimnetAuth
 from ._client import sync_with
@@ -316,20 +316,14 @@ def _write(
 def revoke(home: SiteHome, skill_id: str, reason: str) -> None:
     """Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of un-revoking)."""
     with home.open_readonly() as kb:
-        matches = [
-            s.id
-            for s in kb.skills.list(include_withdrawn=True)
-            if s.id.startswith(skill_id.lower())
-        ]
-    if len(matches) != 1:
-        raise click.ClickException(f"{len(matches)} skills match {skill_id!r}; give more of the id")
+        skill = skill_by_prefix(kb, skill_id)
     _write(
         home,
         "/v1/admin/revoke",
-        {"skill": matches[0], "reason": reason},
-        lambda kb: kb.revoke(matches[0], reason),
+        {"skill": skill.id, "reason": reason},
+        lambda kb: kb.revoke(skill.id, reason),
     )
-    click.echo(f"revoked {matches[0]}")
+    click.echo(f"revoked {skill.id} ({skill.name})")
 
 
 @click.group()

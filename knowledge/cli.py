@@ -23,6 +23,8 @@ import knowledge
 from ._errors import SimnetError
 from ._home import SiteHome
 
+DISTRIBUTION = "simnet"  # the name pip knows this library by
+
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:attr", the summary `simnet --help` shows; a test keeps it the command's own)
     "certify": (
@@ -81,7 +83,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop.",
     ),
 }
-ENCODER_COMMANDS: dict[str, tuple[str, str]] = {
+ENCODER_DISTRIBUTION = "simnet"  # the name pip knows this library by
+
+COMMANDS: dict[str, tuple[str, str]] = {
     "dataset": (
         "sim.cli:encoder_dataset_command",
         "Make every body's native skills and evaluate each on every body of its kind: a success "
@@ -100,6 +104,25 @@ ENCODER_COMMANDS: dict[str, tuple[str, str]] = {
 
 def emit(data: Any, as_json: bool, human: str) -> None:
     click.echo(json.dumps(data, indent=1, default=str) if as_json else human)
+
+
+def skill_by_prefix(kb: knowledge.KnowledgeBase, prefix: str, shown: int = 5) -> knowledge.Skill:
+    """The one skill whose id starts with `prefix` (or whose name is `prefix`); else an error that
+    says which skills there are, so a typo is easy to mend."""
+    skills = kb.skills.list(include_withdrawn=True)
+    matches = [s for s in skills if s.id.startswith(prefix.lower())]
+    matches = matches or [s for s in skills if s.name == prefix]
+    if len(matches) == 1:
+        return matches[0]
+    candidates = matches or skills
+    listed = ", ".join(f"{s.name} ({s.id[:12]})" for s in candidates[:shown])
+    more = f" and {len(candidates) - shown} more" if len(candidates) > shown else ""
+    if matches:
+        raise click.ClickException(
+            f"{len(matches)} skills match {prefix!r}; give more of the id ({listed}{more})"
+        )
+    known = f"skills here: {listed}{more}" if skills else "this site holds no skills"
+    raise click.ClickException(f"0 skills match {prefix!r}; {known}")
 
 
 class LazyGroup(click.Group):
@@ -157,6 +180,7 @@ class _Simnet(LazyGroup):
     help="The site's directory (or $SIMNET_HOME).",
 )
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.version_option(package_name=DISTRIBUTION, prog_name="simnet")
 @click.pass_context
 def main(ctx: click.Context, home: Path, verbose: int) -> None:
     """simnet: share robot skills, maps and certificates across sites, safely."""
@@ -205,14 +229,7 @@ def skills_list(home: SiteHome, task: str | None, active: bool, as_json: bool) -
 def skills_show(home: SiteHome, skill_id: str, as_json: bool) -> None:
     """Show one skill (an id prefix is enough), its activation, certificates and counts."""
     with home.open_readonly() as kb:
-        matches = [
-            s for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(skill_id.lower())
-        ]
-        if len(matches) != 1:
-            raise click.ClickException(
-                f"{len(matches)} skills match {skill_id!r}; give more of the id"
-            )
-        skill = matches[0]
+        skill = skill_by_prefix(kb, skill_id)
         activation = kb.activation(skill.id)
         data = {
             "skill": asdict(skill),

@@ -114,3 +114,24 @@ def test_help_imports_no_other_package():
 def test_an_unknown_command_says_which_exist():
     result = CliRunner().invoke(main, ["sycn"])
     assert result.exit_code == 2 and "No such command 'sycn'" in result.output
+
+
+def test_a_typo_says_which_skills_exist(home):
+    path, ids = home
+    result = CliRunner().invoke(main, ["--home", str(path), "skills", "show", "zz"])
+    assert result.exit_code == 1
+    assert "0 skills match 'zz'; skills here:" in result.output
+    assert f"skill-arm7.xml ({ids['arm7.xml'][:12]})" in result.output
+
+
+def test_a_skill_is_found_by_its_name_too(home):
+    path, ids = home
+    shown = json.loads(run(path, "skills", "show", "skill-quadruped.xml", "--json"))
+    assert shown["skill"]["id"] == ids["quadruped.xml"]
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output == f"simnet, version {version('simnet')}\n"
