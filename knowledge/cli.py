@@ -83,9 +83,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop.",
     ),
 }
-ENCODER_DISTRIBUTION = "simnet"  # the name pip knows this library by
-
-COMMANDS: dict[str, tuple[str, str]] = {
+ENCODER_COMMANDS: dict[str, tuple[str, str]] = {
     "dataset": (
         "sim.cli:encoder_dataset_command",
         "Make every body's native skills and evaluate each on every body of its kind: a success "
