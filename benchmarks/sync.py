@@ -6,8 +6,11 @@
 (b) M sites (default 16), each holding records of its own, in push-pull gossip rounds: in every round
     each site syncs with one peer chosen at random, all at once; rounds until every site holds
     everything, against the goal ceil(log2 M) + 2.
+(c) P peers (default 64) sync with one busy `simnet serve` site at once, each pulling what is new
+    there (20 records, a gossip round's increment) and pushing 3 of its own: the fraction of rounds that succeed (goal: all), round time p50/p99
+    against one uncontended round (goal: p99 under 2 s), and /v1/health's p99 latency while it lasts.
 
-Prints one JSON line.   python benchmarks/sync.py [--quick] [--records K] [--sites M]
+Prints one JSON line.   python benchmarks/sync.py [--quick] [--records K] [--sites M] [--peers P]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -192,6 +196,65 @@ def gossip_rounds(root: Path, count: int, per_site: int, rng: random.Random) -> 
     }
 
 
+def busy_server(root: Path, peers: int, records: int) -> dict:
+    server = Site(root, "busy")
+    clients = [Identity.generate() for _ in range(peers + 1)]  # the last one: the baseline round
+    server.trust([c.public_key for c in clients])
+    server.publish(records)
+    server.start()
+    policy = TrustPolicy().with_root(server.key.public_key)
+    probes: list[float] = []
+    failures = 0
+    stop = False
+
+    def probe() -> None:
+        nonlocal failures
+        while not stop:
+            start = time.perf_counter()
+            try:
+                httpx.get(f"{server.url}/v1/health", timeout=5).raise_for_status()
+                probes.append(time.perf_counter() - start)
+            except httpx.HTTPError:
+                failures += 1
+            time.sleep(0.05)
+
+    def one_round(identity: Identity) -> float | None:
+        with knowledge.open(":memory:", identity, policy=policy) as kb:
+            for i in range(3):
+                kb.skills.publish(f"{identity.key_id}-{i}", "pick")
+            start = time.perf_counter()
+            try:
+                sync_with(kb, server.url, server.key.public_key, deadline=120)
+            except knowledge.SimnetError:
+                return None
+            return time.perf_counter() - start
+
+    try:
+        alone = one_round(clients.pop())  # one round with nobody else syncing: the baseline
+        prober = ThreadPoolExecutor(1)
+        prober.submit(probe)
+        with ThreadPoolExecutor(peers) as pool:
+            times = list(pool.map(one_round, clients))
+        stop = True
+        prober.shutdown(wait=True)
+    finally:
+        server.stop()
+    done = sorted(t for t in times if t is not None)
+    return {
+        "busy_peers": peers,
+        "busy_success_rate": round(len(done) / peers, 3),
+        "busy_round_p50_s": round(statistics.median(done), 3) if done else None,
+        "busy_round_p99_s": round(done[min(len(done) - 1, int(0.99 * len(done)))], 3)
+        if done
+        else None,
+        "uncontended_round_s": round(alone, 3) if alone else None,
+        "health_p99_ms": round(1000 * sorted(probes)[int(0.99 * (len(probes) - 1))], 1)
+        if probes
+        else None,
+        "health_failures": failures,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -199,6 +262,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--records", type=int, default=None)
     parser.add_argument("--sites", type=int, default=None)
+    parser.add_argument("--peers", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     records = args.records or (1_000 if args.quick else 10_000)
@@ -208,6 +272,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         result = {"benchmark": "sync", **bulk_pull(Path(tmp) / "a", records)}
         result.update(gossip_rounds(Path(tmp) / "b", sites, 3, rng))
+        result.update(busy_server(Path(tmp) / "c", args.peers or 64, 20))
     result["record_kind"] = "skill record, one per envelope"
     print(json.dumps(result))
 

@@ -9,7 +9,7 @@ Run a site with `simnet serve` (or `federation.serve(home)`); it gossips with it
 from ._auth import RequestVerifier, SimnetAuth
 from ._client import SyncReport, async_sync_with, exchange, sync_with
 from ._config import GossipConfig, PeerConfig, PrivateMaps, ServerLimits, SiteConfig
-from ._errors import AuthError, ConfigError, FederationError, PeerError, WireError
+from ._errors import AuthError, BusyError, ConfigError, FederationError, PeerError, WireError
 from ._gossip import Gossip, PeerState
 from ._serve import open_site, running_server, serve
 from ._server import create_app
@@ -18,6 +18,7 @@ from ._wire import PAGE_TYPE, decode_page, encode_page
 
 __all__ = [
     "AuthError",
+    "BusyError",
     "ConfigError",
     "FederationError",
     "Gossip",

@@ -50,8 +50,10 @@ async def admin_revoke(request: Request, site: Site, body: bytes, caller: bytes)
 
 @endpoint("admin")
 async def admin_delegate(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
-    """summary: Delegate roles to a device key (this site's key only). requestBody: {content:
-    {application/json: {example: {"device": "<64 hex>", "roles": ["publish"]}}}}
+    """
+    summary: Delegate roles to a device key (this site's key only).
+    requestBody:
+      {content: {application/json: {example: {"device": "<64 hex>", "roles": ["publish"]}}}}
     """
     data = parse_json(body)
     if (
@@ -73,9 +75,11 @@ async def admin_delegate(request: Request, site: Site, body: bytes, caller: byte
 
 @endpoint("admin")
 async def admin_revoke_key(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
-    """summary: Stop accepting a device's feed after a given seq (this site's key only).
-    requestBody: {content: {application/json: {example: {"device": "<64 hex>", "last_seq": 41,
-    "reason": "lost"}}}}
+    """
+    summary: Stop accepting a device's feed after a given seq (this site's key only).
+    requestBody:
+      content:
+        application/json: {example: {"device": "<64 hex>", "last_seq": 41, "reason": "lost"}}
     """
     data = parse_json(body)
     last_seq = data.get("last_seq") if isinstance(data, dict) else None

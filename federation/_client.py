@@ -14,6 +14,7 @@ deadline between chunks and shuts the round's sockets down when it passes, so a 
 from __future__ import annotations
 
 import json
+import random
 import socket
 import ssl
 import threading
@@ -38,6 +39,9 @@ HELD_EVERYTHING = 2**62  # a head that tells the peer to send nothing of a feed
 MAX_REFUSED_AUTHORS = 10_000  # feeds skipped in one round before the round gives up on the peer
 WIRE_BYTES = "simnet.wire_bytes"
 DEADLINE_FACTOR = 4  # a round's default deadline, in multiples of the per-operation timeout
+MAX_RETRIES = 8  # a busy peer (503, 429) is asked again up to this many times per request
+RETRY_BASE_S = 0.25  # the first wait when a busy peer says nothing of when to come back
+RETRY_CAP_S = 10.0  # no single wait is longer, whatever Retry-After says
 
 
 @dataclass
@@ -287,6 +291,20 @@ def _client_kwargs(
     }
 
 
+def retry_after(response: httpx.Response, attempt: int, remaining: float) -> float | None:
+    """Seconds to wait before asking again, if the peer said it is busy (503, 429) and the round has
+    time left and retries; else None (the answer stands). Honours Retry-After (in seconds), otherwise
+    backs off exponentially from `RETRY_BASE_S`; either way with jitter, so waiting clients spread."""
+    if response.status_code not in (429, 503) or attempt >= MAX_RETRIES:
+        return None
+    try:
+        base = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        base = RETRY_BASE_S * 2**attempt
+    wait = min(max(base, 0.0), RETRY_CAP_S) * random.uniform(1.0, 1.5)
+    return wait if wait < remaining else None
+
+
 def _step(rounds: Exchange, response: httpx.Response | None) -> Call | SyncReport:
     """Advance the round: the next request to make, or the finished report."""
     try:
@@ -401,25 +419,30 @@ def sync_with(
             step = _step(rounds, None)
             while isinstance(step, Call):
                 limit.check()
-                try:
-                    # No single operation may outlast the deadline either (the watchdog is the backstop).
-                    with client.stream(
-                        step.method,
-                        step.url,
-                        content=step.content,
-                        headers=step.headers,
-                        timeout=min(timeout, max(limit.remaining(), 0.001)),
-                        extensions={"trace": watchdog.trace},
-                    ) as answer:
-                        body = _Body(step, cap)
-                        for chunk in answer.iter_bytes():
-                            body.add(chunk)
-                            limit.check()
-                        response = body.response(answer)
-                except httpx.HTTPError as exc:
-                    if watchdog.fired or limit.remaining() <= 0:
-                        raise limit.error() from None
-                    raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+                for attempt in range(MAX_RETRIES + 1):
+                    try:
+                        # No single operation may outlast the deadline (the watchdog is the backstop).
+                        with client.stream(
+                            step.method,
+                            step.url,
+                            content=step.content,
+                            headers=step.headers,
+                            timeout=min(timeout, max(limit.remaining(), 0.001)),
+                            extensions={"trace": watchdog.trace},
+                        ) as answer:
+                            body = _Body(step, cap)
+                            for chunk in answer.iter_bytes():
+                                body.add(chunk)
+                                limit.check()
+                            response = body.response(answer)
+                    except httpx.HTTPError as exc:
+                        if watchdog.fired or limit.remaining() <= 0:
+                            raise limit.error() from None
+                        raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+                    wait = retry_after(response, attempt, limit.remaining())
+                    if wait is None:
+                        break
+                    time.sleep(wait)
                 step = _step(rounds, response)
     finally:
         rounds.close()
@@ -454,16 +477,21 @@ async def async_sync_with(
             ) as client:
                 step = await anyio.to_thread.run_sync(_step, rounds, None)
                 while isinstance(step, Call):
-                    try:
-                        async with client.stream(
-                            step.method, step.url, content=step.content, headers=step.headers
-                        ) as answer:
-                            body = _Body(step, cap)
-                            async for chunk in answer.aiter_bytes():
-                                body.add(chunk)
-                            response = body.response(answer)
-                    except httpx.HTTPError as exc:
-                        raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+                    for attempt in range(MAX_RETRIES + 1):
+                        try:
+                            async with client.stream(
+                                step.method, step.url, content=step.content, headers=step.headers
+                            ) as answer:
+                                body = _Body(step, cap)
+                                async for chunk in answer.aiter_bytes():
+                                    body.add(chunk)
+                                response = body.response(answer)
+                        except httpx.HTTPError as exc:
+                            raise PeerError(f"cannot reach {step.url}: {exc}") from exc
+                        wait = retry_after(response, attempt, limit.remaining())
+                        if wait is None:
+                            break
+                        await anyio.sleep(wait)
                     step = await anyio.to_thread.run_sync(_step, rounds, response)
                 return step
         raise limit.error()  # the scope expired: the round was cancelled where it stood

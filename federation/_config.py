@@ -18,7 +18,9 @@ max_backoff_s = 120.0   # a failing peer is retried after interval * 2**failures
 [limits]
 max_body_bytes = 16777216
 max_page = 1000         # envelopes per request and per answer
-max_concurrent_syncs = 8
+max_concurrent_syncs = 8 # pages read or applied at once; further requests wait their turn in a queue
+max_queued_syncs = 256  # requests waiting for a turn; beyond it (or after queue_timeout_s) 503 + Retry-After
+queue_timeout_s = 10.0  # how long a request waits for its turn
 timeout_s = 30.0        # to receive a request's body (and each read of the answer to our own requests)
 sync_deadline_s = 120.0 # one whole sync round with a peer (gossip, admin sync, `simnet sync`): a peer
                         # still answering then, however slowly its bytes trickle, is abandoned and the
@@ -83,6 +85,8 @@ class ServerLimits:
     max_body_bytes: int = 16 << 20
     max_page: int = 1000
     max_concurrent_syncs: int = 8
+    max_queued_syncs: int = 256
+    queue_timeout_s: float = 10.0
     timeout_s: float = 30.0
     sync_deadline_s: float = 120.0
     header_timeout_s: float = 10.0
@@ -219,7 +223,9 @@ class SiteConfig:
         for name in ("max_page", "max_concurrent_syncs", "max_body_bytes", "max_connections"):
             if getattr(config.limits, name) < 1:
                 raise ConfigError(f"[limits] {name} must be at least 1")
-        for name in ("header_timeout_s", "sync_deadline_s"):
+        if config.limits.max_queued_syncs < 0:
+            raise ConfigError("[limits] max_queued_syncs must be at least 0")
+        for name in ("header_timeout_s", "sync_deadline_s", "queue_timeout_s"):
             if getattr(config.limits, name) <= 0:
                 raise ConfigError(f"[limits] {name} must be more than 0 seconds")
         host, _, port = config.listen.rpartition(":")

@@ -29,7 +29,7 @@ from knowledge import (
     UnknownSkillError,
 )
 
-from ._errors import AuthError, WireError
+from ._errors import AuthError, BusyError, WireError
 from ._site import Site
 
 log = logging.getLogger("federation")
@@ -89,6 +89,10 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
                     return await handler(request, site, b"")
                 caller, body = await _authenticate(request, site, role)
                 return await handler(request, site, body, caller)
+            except BusyError as exc:
+                busy = error_response(503, "busy", str(exc))
+                busy.headers["retry-after"] = str(exc.retry_after)
+                return busy
             except WireError as exc:
                 return error_response(
                     exc.status, _WIRE_CODES.get(exc.status, "bad_request"), str(exc)

@@ -45,5 +45,13 @@ class PeerError(FederationError):
         self.code = code
 
 
+class BusyError(FederationError):
+    """Every sync slot is taken and the queue is full, or the wait for a turn ran out (answered 503)."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ConfigError(FederationError):
     """A site's configuration file is missing or malformed."""

@@ -59,7 +59,9 @@ async def health(request: Request, site: Site, body: bytes) -> Response:
 @endpoint(None)
 async def ready(request: Request, site: Site, body: bytes) -> Response:
     """
-    summary: Readiness (unauthenticated) - 200 once the store is open and, if it gossips, the gossip loop runs.
+    summary: >-
+      Readiness (unauthenticated): 200 once the site serves and, if it gossips, its gossip loop
+      runs.
     responses:
       "200": {description: '{"status": "ready"}'}
       "503": {description: '{"error": "not_ready", "detail": what is missing}'}
@@ -73,9 +75,11 @@ async def ready(request: Request, site: Site, body: bytes) -> Response:
 
 @endpoint(None)
 async def metrics(request: Request, site: Site, body: bytes) -> Response:
-    """summary: Prometheus metrics (unauthenticated) - counters of requests, rounds and envelopes;
-    gauges of what the site holds. responses: {"200": {description: Prometheus text exposition
-    format.}}
+    """
+    summary: >-
+      Prometheus metrics (unauthenticated): counters of requests, rounds and envelopes; gauges of
+      what the site holds.
+    responses: {"200": {description: Prometheus text exposition format.}}
     """
     exposition = await run_in_threadpool(site.metrics.exposition)
     return Response(exposition, media_type=METRICS_TYPE)
@@ -89,7 +93,7 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     responses:
       "200": {description: 'A page (application/x-simnet-envelopes). Call again with new heads until empty.'}
       "400": {description: Malformed JSON or heads.}
-      "503": {description: Too many syncs at once; retry later.}
+      "503": {description: No turn for a sync within the queue's limits; retry after Retry-After seconds.}
     """
     request_json = parse_json(body)
     if not isinstance(request_json, dict):
@@ -112,9 +116,7 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")
     limit = min(limit, site.config.limits.max_page)
-    if site.syncs.locked():
-        return error_response(503, "busy", "too many syncs in progress; retry later")
-    async with site.syncs:
+    async with site.sync_turn():
         withheld = await run_in_threadpool(site.withheld_from, caller)
         page = await run_in_threadpool(site.kb.envelopes_since, heads, limit, exclude=withheld)
     site.metrics.envelopes_out.labels("answer").inc(len(page))
@@ -123,9 +125,11 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
 
 @endpoint("read")
 async def heads(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
-    """summary: The newest seq this site holds per author, and its envelope's hash (what you would
-    push against). responses: {"200": {description: '{"heads": {"<author hex>": seq}, "hashes":
-    {"<author hex>": "<hash>"}, "equivocators": ["<author hex>"]}'}}
+    """
+    summary: >-
+      The newest seq this site holds per author, and its envelope's hash (what you would push
+      against).
+    responses: {"200": {description: "Heads, hashes and the authors caught forking."}}
     """
     return JSONResponse(await run_in_threadpool(_visible_heads, site, caller))
 
@@ -158,9 +162,7 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
     page = decode_page(
         body, max_count=site.config.limits.max_page, max_envelope_bytes=limits.max_checkpoint_bytes
     )
-    if site.syncs.locked():
-        return error_response(503, "busy", "too many syncs in progress; retry later")
-    async with site.syncs:
+    async with site.sync_turn():
         report = await run_in_threadpool(site.kb.ingest, page)
         current = await run_in_threadpool(_visible_heads, site, caller)
     site.metrics.ingested(report, "push")

@@ -4,13 +4,15 @@ metrics."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from knowledge import KnowledgeBase
 
 from ._auth import RequestVerifier
 from ._config import SiteConfig
-from ._errors import FederationError
+from ._errors import BusyError, FederationError
 from ._metrics import SiteMetrics
 
 
@@ -25,6 +27,7 @@ class Site:
         self.key = kb.identity.public_key
         self.verifier = RequestVerifier(self.key, path=config.replay_path)
         self.syncs = asyncio.Semaphore(config.limits.max_concurrent_syncs)
+        self.queued = 0  # requests waiting for a sync slot
         self.gossip: Any = None  # set by the gossip scheduler when it runs
         self.closed = False
         self.metrics = SiteMetrics(kb, lambda: self.gossip.states() if self.gossip else [])
@@ -34,6 +37,29 @@ class Site:
         self.closed = True
         self.verifier.close()
         self.kb.close()
+
+    @contextlib.asynccontextmanager
+    async def sync_turn(self) -> AsyncIterator[None]:
+        """A slot to read or apply a page in. Requests wait their turn first come, first served
+        (asyncio's semaphore wakes waiters in order), up to `max_queued_syncs` waiting and
+        `queue_timeout_s` each; beyond either, BusyError (503 with Retry-After) instead of a pile-up."""
+        limits = self.config.limits
+        if self.syncs.locked() and self.queued >= limits.max_queued_syncs:
+            raise BusyError("too many syncs in progress; retry later")
+        self.queued += 1
+        try:
+            async with asyncio.timeout(limits.queue_timeout_s):
+                await self.syncs.acquire()
+        except TimeoutError:
+            raise BusyError(
+                f"too many syncs in progress; no turn within {limits.queue_timeout_s:g} s"
+            ) from None
+        finally:
+            self.queued -= 1
+        try:
+            yield
+        finally:
+            self.syncs.release()
 
     def withheld_from(self, caller: bytes) -> set[bytes]:
         return withheld_from(self.config, self.kb, caller)

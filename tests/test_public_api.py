@@ -13,6 +13,7 @@ import pytest
 PUBLIC: dict[str, list[str]] = {
     "federation": [
         "AuthError",
+        "BusyError",
         "ConfigError",
         "FederationError",
         "Gossip",

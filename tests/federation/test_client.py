@@ -438,3 +438,46 @@ def test_an_answer_over_the_cap_is_refused_before_it_is_all_read(pair, monkeypat
     with pytest.raises(PeerError, match="exceeds 2000 bytes"):
         run(async_sync_with(a.kb, "http://b", b.key, transport=httpx.ASGITransport(app=b.app)))
     assert skill_ids(a.kb) == set()
+
+
+def busy_for(times: int, retry_after: str | None = "0"):
+    """A rewrite: the first `times` answers are the server's busy 503 (with its Retry-After)."""
+    seen = {"busy": 0}
+
+    def rewrite(request, status, headers, body):
+        if seen["busy"] >= times:
+            return None
+        seen["busy"] += 1
+        busy = {"content-type": "application/json"}
+        if retry_after is not None:
+            busy["retry-after"] = retry_after
+        return 503, busy, b'{"error": "busy", "detail": "too many syncs in progress; retry later"}'
+
+    return rewrite
+
+
+@pytest.mark.parametrize("retry_after", ["0", None], ids=["retry-after", "backoff"])
+def test_a_busy_peer_is_asked_again_and_the_round_completes(pair, serve_app, fault, retry_after):
+    a, b = pair
+    publish(b.kb, 3, "b")
+    counting = fault(httpx.HTTPTransport(), busy_for(3, retry_after))
+    report = sync_with(a.kb, serve_app(b.app), b.key, transport=counting)
+    assert report.pulled == 3 and a.kb.heads() == b.kb.heads()
+    assert counting.requests[:4] == [("POST", "/v1/sync")] * 4  # three busy answers, then the page
+
+
+def test_a_busy_peer_is_asked_again_async(pair, fault):
+    a, b = pair
+    publish(b.kb, 2, "b")
+    transport = fault(httpx.ASGITransport(app=b.app), busy_for(2))
+    report = asyncio.run(async_sync_with(a.kb, "http://b", b.key, transport=transport))
+    assert report.pulled == 2
+
+
+def test_a_peer_busy_past_the_deadline_fails_the_round_with_its_answer(pair, serve_app, fault):
+    a, b = pair
+    always = fault(httpx.HTTPTransport(), busy_for(10**6, "5"))
+    with pytest.raises(PeerError) as refused:
+        sync_with(a.kb, serve_app(b.app), b.key, transport=always, deadline=2)
+    assert (refused.value.status, refused.value.code) == (503, "busy")
+    assert len(always.requests) == 1  # a 5 s wait does not fit in a 2 s round: no second try

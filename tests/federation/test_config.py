@@ -274,6 +274,8 @@ def test_saved_file_is_what_the_docstring_describes(tmp_path):
         "max_body_bytes",
         "max_page",
         "max_concurrent_syncs",
+        "max_queued_syncs",
+        "queue_timeout_s",
         "timeout_s",
         "header_timeout_s",
         "max_connections",

@@ -28,7 +28,7 @@ def test_a_site_needs_a_writable_knowledge_base(tmp_path):
 
 
 def test_too_many_syncs_at_once_is_503_busy(make_site):
-    a = make_site("a", limits=ServerLimits(max_concurrent_syncs=1))
+    a = make_site("a", limits=ServerLimits(max_concurrent_syncs=1, max_queued_syncs=0))
     a.kb.skills.publish("walk", "pick")
 
     async def go():
@@ -203,3 +203,38 @@ def test_a_write_the_knowledge_base_refuses_is_a_4xx_naming_it(
         )
         assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert after.status_code == 200 and after.json() == {"revoked": "ab" * 32}
+
+
+def test_a_sync_waits_its_turn_instead_of_being_refused(make_site):
+    a = make_site("a", limits=ServerLimits(max_concurrent_syncs=1))
+    a.kb.skills.publish("walk", "pick")
+
+    async def go():
+        async with a.client() as client:
+            await a.site.syncs.acquire()  # one sync in progress
+            waiting = asyncio.create_task(client.post("/v1/sync", json={"heads": {}}))
+            await asyncio.sleep(0.2)
+            queued = a.site.queued
+            a.site.syncs.release()
+            return queued, await waiting
+
+    queued, answer = run(go())
+    assert queued == 1
+    assert answer.status_code == 200 and answer.content[:4] == b"SNP1"
+
+
+def test_no_turn_within_the_queue_timeout_is_503_with_retry_after(make_site):
+    a = make_site("a", limits=ServerLimits(max_concurrent_syncs=1, queue_timeout_s=0.2))
+
+    async def go():
+        async with a.client() as client:
+            await a.site.syncs.acquire()
+            try:
+                return await client.post("/v1/sync", json={"heads": {}})
+            finally:
+                a.site.syncs.release()
+
+    answer = run(go())
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+    assert answer.json()["error"] == "busy" and "no turn within 0.2 s" in answer.json()["detail"]
+    assert a.site.queued == 0
