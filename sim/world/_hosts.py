@@ -1,42 +1,26 @@
-"""Shard workers: what runs where a shard lives, and the three ways to run it.
+"""Shard hosts: what runs where a shard lives.
 
 `ShardHost` holds a shard's engines (canonical, branches, replays) by key, in whatever process it is
-in. A `Worker` runs one host: `inline` in this process, `process` (the default) in a worker process
-forked from the evaluation workers' preloaded forkserver, or `ray` as a Ray actor. Every call ships
-a whole unit of work and returns its result; a worker that dies raises `WorkerLost`, and the world
-rebuilds it from its checkpoint and log.
+in; `host_worker` puts one in an executor's worker (this process, a worker process, a Ray actor).
+Every call ships a whole unit of work and returns its result; a worker that dies raises
+`WorkerLost`, and the world rebuilds it from its checkpoint and log.
 """
 
 from __future__ import annotations
 
-import abc
 import os
-from collections.abc import Callable, Mapping
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Mapping
 from typing import Any
 
+from .._mlp import policy_from_payload
+from .._patches import Sampler
+from .._snapshot import Snapshot
+from .._stats import SPRT
+from .._tasks import Task
+from ..evaluation._evaluate import evaluate
+from ..evaluation._executors import Worker, make_worker
 from ._engine import Engine
-from ._evaluate import evaluate, policy_from_payload, process_pool
-from ._patches import Sampler
-from ._snapshot import Snapshot
-from ._stats import SPRT
-from ._tasks import Task
 from ._worldstore import Checkpoint
-
-BACKENDS = ("process", "ray", "inline")
-
-
-class WorkerLost(Exception):
-    """The worker died during a call (internal: the world rebuilds it)."""
-
-
-def raising(error: BaseException) -> Callable[[], Any]:
-    """A waiter for a call that failed before it could be waited on: it raises the call's error."""
-
-    def wait() -> Any:
-        raise error
-
-    return wait
 
 
 class ShardHost:
@@ -51,7 +35,8 @@ class ShardHost:
     def load(
         self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: list[dict]
     ) -> dict:
-        """Restore a checkpoint and re-execute `events` up to tick `to`; returns the checkpoints crossed."""
+        """Restore a checkpoint and re-execute `events` up to tick `to`; returns the checkpoints
+        crossed."""
         engine = Engine.restore(Checkpoint(**checkpoint), xml, every)
         crossed: list[Checkpoint] = []
         engine.advance(to, events, crossed.append)
@@ -138,123 +123,6 @@ class ShardHost:
         }
 
 
-class Worker(abc.ABC):
-    """One shard host somewhere (in this process, a worker process, a Ray actor); `call` returns a
-    function that waits for the result."""
-
-    @property
-    def pid(self) -> int | None:
-        """The worker's process id (its start is awaited here, so workers start in parallel)."""
-        return self._pid()
-
-    @abc.abstractmethod
-    def call(self, method: str, *args: Any) -> Callable[[], Any]: ...
-
-    @abc.abstractmethod
-    def restart(self) -> None: ...
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-
-class InlineWorker(Worker):
-    """The host in this process: no isolation, no parallelism, no transport."""
-
-    def __init__(self) -> None:
-        self.host = ShardHost()
-        self._pid = os.getpid
-
-    def call(self, method: str, *args: Any) -> Callable[[], Any]:
-        """Runs the method now, but raises its error on wait, as the other workers do: the world's cleanup
-        after a failed call runs there."""
-        try:
-            result = getattr(self.host, method)(*args)
-        except Exception as exc:  # noqa: BLE001 - raised by the waiter
-            return raising(exc)
-        return lambda: result
-
-    def restart(self) -> None:
-        self.host = ShardHost()
-
-    def close(self) -> None:
-        self.host.engines.clear()
-
-
-_HOST: ShardHost | None = None
-
-
-def _host_call(method: str, args: tuple) -> Any:
-    global _HOST
-    if _HOST is None:
-        _HOST = ShardHost()
-    return getattr(_HOST, method)(*args)
-
-
-class ProcessWorker(Worker):
-    """The host in a process of its own (a one-process pool from the preloaded forkserver)."""
-
-    def __init__(self) -> None:
-        self._start()
-
-    def _start(self) -> None:
-        self._pool = process_pool(1)
-        self._pid = self._pool.submit(os.getpid).result
-
-    def call(self, method: str, *args: Any) -> Callable[[], Any]:
-        try:
-            future = self._pool.submit(_host_call, method, args)
-        except BrokenProcessPool as exc:
-            raise WorkerLost(str(exc)) from exc
-
-        def result() -> Any:
-            try:
-                return future.result()
-            except BrokenProcessPool as exc:
-                raise WorkerLost(str(exc)) from exc
-
-        return result
-
-    def restart(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._start()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-class RayWorker(Worker):
-    """The host in a Ray actor from the session's pool."""
-
-    def __init__(self) -> None:
-        from . import _ray
-
-        self._ray = _ray
-        self._lost = _ray.lost_errors()
-        self._start()
-
-    def _start(self) -> None:
-        self.actor = self._ray.acquire()
-        ref = self.actor.pid.remote()
-        self._pid = lambda: self._wait(ref)
-
-    def _wait(self, ref: Any) -> Any:
-        try:
-            return self._ray.ray_module().get(ref)
-        except self._lost as exc:
-            raise WorkerLost(str(exc)) from exc
-
-    def call(self, method: str, *args: Any) -> Callable[[], Any]:
-        ref = self.actor.call.remote(method, args)
-        return lambda: self._wait(ref)
-
-    def restart(self) -> None:
-        self._start()
-
-    def close(self) -> None:
-        self._ray.release(self.actor)
-
-
-def make_worker(backend: str) -> Worker:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return {"process": ProcessWorker, "ray": RayWorker, "inline": InlineWorker}[backend]()
+def host_worker(backend: str) -> Worker:
+    """A worker holding a fresh `ShardHost`: in this process, a worker process or a Ray actor."""
+    return make_worker(backend, ShardHost)
