@@ -22,10 +22,15 @@ from ._patches import Sampler
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT
 from ._tasks import Task
-from .evaluation._certify import certify, load_policy, publish_skill, verify_certificate
-from .evaluation._evaluate import evaluate
-from .evaluation._ray import use_ray
-from .evaluation._reproduce import reproduce
+from .evaluation import (
+    certify,
+    evaluate,
+    load_policy,
+    publish_skill,
+    reproduce,
+    use_ray,
+    verify_certificate,
+)
 from .transfer._datasets_cli import encoder_dataset_command  # noqa: F401 - entry point sim.cli:encoder_dataset_command
 from .world._world_cli import world_group  # noqa: F401 - entry point sim.cli:world_group
 

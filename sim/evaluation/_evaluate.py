@@ -17,7 +17,7 @@ from .._snapshot import Snapshot, check_start
 from .._stats import SPRT, mcnemar_p
 from .._tasks import Task
 from ._evaluation_record import Evaluation
-from ._executors import pool
+from ._executors import make_pool
 from ._rollout import BranchOutcome, PolicyCaller, run_wave
 
 DEFAULT_WAVE = 64
@@ -247,8 +247,8 @@ def _executor(
     if backend == "process" and workers == 1:
         yield None
         return
-    with pool(backend, workers, WaveWorker, setup) as run:
-        yield lambda indices: run("wave", indices)
+    with make_pool(backend, workers, WaveWorker, setup) as pool:
+        yield lambda indices: pool.map("wave", indices)
 
 
 class WaveWorker:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
-import contextlib
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -165,29 +164,63 @@ def make_worker(backend: str, factory: Callable[[], Any]) -> Worker:
 # ---- pools: `workers` copies of one object, a method mapped over items ----
 
 
-@contextlib.contextmanager
-def pool(
-    backend: str, workers: int, factory: Callable[..., Any], args: tuple
-) -> Iterator[Callable[[str, list], Iterable]]:
-    """`workers` objects `factory(*args)`, in worker processes ("process") or Ray actors ("ray");
-    the function yielded calls a method of theirs on each item, results in item order."""
-    if backend == "ray":
+class Pool(abc.ABC):
+    """`workers` objects `factory(*args)`, each built once where it runs; `map` calls a method of
+    theirs on each item, results in item order. A context manager: leaving it frees the workers."""
+
+    @abc.abstractmethod
+    def map(self, method: str, items: list) -> Iterable: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ProcessPool(Pool):
+    """Worker processes from the preloaded forkserver."""
+
+    def __init__(self, workers: int, factory: Callable[..., Any], args: tuple) -> None:
+        self._processes = process_pool(workers, _hold, (factory, args))
+
+    def map(self, method: str, items: list) -> Iterable:
+        return self._processes.map(_call_one, [method] * len(items), items)
+
+    def close(self) -> None:
+        self._processes.shutdown()
+
+
+class RayPool(Pool):
+    """Ray actors from the session's pool, given back when closed."""
+
+    def __init__(self, workers: int, factory: Callable[..., Any], args: tuple) -> None:
         ray = _ray.ray_module()
         from ray.util import ActorPool
 
-        actors = [_ray.acquire() for _ in range(workers)]
+        self._actors = [_ray.acquire() for _ in range(workers)]
         try:
-            ray.get([a.build.remote(factory, args) for a in actors])
-            actor_pool = ActorPool(actors)
-            yield lambda method, items: actor_pool.map(
-                lambda actor, item: actor.call.remote(method, (item,)), items
-            )
-        finally:
-            for actor in actors:
-                _ray.release(actor)
-        return
-    with process_pool(workers, _hold, (factory, args)) as processes:
-        yield lambda method, items: processes.map(_call_one, [method] * len(items), items)
+            ray.get([a.build.remote(factory, args) for a in self._actors])
+        except BaseException:
+            self.close()
+            raise
+        self._pool = ActorPool(self._actors)
+
+    def map(self, method: str, items: list) -> Iterable:
+        return self._pool.map(lambda actor, item: actor.call.remote(method, (item,)), items)
+
+    def close(self) -> None:
+        for actor in self._actors:
+            _ray.release(actor)
+
+
+def make_pool(backend: str, workers: int, factory: Callable[..., Any], args: tuple) -> Pool:
+    if backend not in ("process", "ray"):
+        raise ValueError(f"a pool's backend is 'process' or 'ray', got {backend!r}")
+    return (RayPool if backend == "ray" else ProcessPool)(workers, factory, args)
 
 
 _HELD: Any = None  # in a worker process: the object it holds
