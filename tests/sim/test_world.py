@@ -1,4 +1,6 @@
-"""The canonical world: durable logs, exact reopening and replay, real worker processes killed mid-run."""
+"""The canonical world: input refused, corrupt or foreign history, failed commits, coordinators killed
+mid-run. What every backend must do alike (reopen, replay, evaluate, lose a worker) is in
+test_world_backends."""
 
 import contextlib
 import hashlib
