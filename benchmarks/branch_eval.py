@@ -32,7 +32,8 @@ import mujoco
 import numpy as np
 
 import sim
-from sim._rollout import branch_patch
+import sim.evaluation
+from sim.evaluation import branch_patch
 
 BRANCHES = 256
 TASK = "arm_reach"
@@ -46,7 +47,7 @@ def _rss_kb(key: str) -> int:
     raise RuntimeError(f"{key} not in /proc/self/status")
 
 
-def library_rate(task: sim.Task, skill: sim.Skill, sampler: sim.Sampler, threads: int) -> float:
+def library_rate(task: sim.Task, skill: sim.Policy, sampler: sim.Sampler, threads: int) -> float:
     start = time.perf_counter()
     result = sim.evaluate(
         task,
@@ -136,7 +137,7 @@ def memory_growth_mb(kind: str) -> float:
 
 def sprt_figures(seeds: int) -> dict:
     test = sim.SPRT(0.85, 0.95, 0.05, 0.05)
-    fixed = sim.fixed_sample_size(test.p0, test.p1, test.alpha, test.beta)
+    fixed = sim.evaluation.fixed_sample_size(test.p0, test.p1, test.alpha, test.beta)
     simulated, decisions = [], []
     for name in ("arm_reach", "walker_forward"):
         task = sim.load_task(name)

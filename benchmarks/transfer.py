@@ -3,7 +3,7 @@
     python benchmarks/transfer.py [--quick] [--dataset FILE] [--save FILE] [--workers N] [--plot FILE]
 
 1. A transfer dataset: procedural arms and legged bodies plus the shipped arm and walker; every body's
-   native skill evaluated on every body of its kind (`sim.transfer_dataset`, 16 branches per cell), or
+   native skill evaluated on every body of its kind (`sim.transfer.transfer_dataset`, 16 branches per cell), or
    a dataset file made the same way (`simnet encoder dataset`).
 2. A quarter of the bodies are held out (`TransferDataset.split(0.25, seed=0)`, by fingerprint hash):
    the learned encoder is trained from scratch on the transfers among the other bodies only.
@@ -24,6 +24,7 @@ import time
 import torch
 
 import sim
+import sim.transfer
 from knowledge import FeatureEncoder, TransferDataset, evaluate_encoder, train_encoder
 from knowledge._encoder_cli import _panel
 from knowledge._plot import scatter_png
@@ -49,8 +50,11 @@ def main() -> None:
         data = TransferDataset.load(args.dataset)
     else:
         arms, legged = (24, 16) if args.quick else (64, 40)
-        data = sim.transfer_dataset(
-            sim.robot_population(arms, legged), branches=16, workers=args.workers, progress=False
+        data = sim.transfer.transfer_dataset(
+            sim.transfer.robot_population(arms, legged),
+            branches=16,
+            workers=args.workers,
+            progress=False,
         )
         if args.save:
             data.save(args.save)

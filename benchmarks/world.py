@@ -51,10 +51,10 @@ from pathlib import Path
 import numpy as np
 
 import sim
-from sim._engine import Engine
-from sim._segments import Event
-from sim._world_input import mutate_event
-from sim._worldstore import Checkpoint
+from sim import Event
+from sim.world._engine import Engine
+from sim.world._world_input import mutate_event
+from sim.world._worldstore import Checkpoint, WorldStore
 
 REGION = """<mujoco model="cell"><option timestep="0.005"/>
   <worldbody><geom name="floor" type="plane" size="200 200 0.1"/></worldbody></mujoco>"""
@@ -211,16 +211,16 @@ def main() -> None:
                 log_ms.append((time.perf_counter() - start) * 1e3)
                 branch.snapshot()
                 fork_ms.append((time.perf_counter() - start) * 1e3)
-            store = world._store
-            sizes = [
-                len(c.state) + len(json.dumps(c.patch))
-                for c in store.checkpoints("cell", "", 0, ticks)
-            ]
             replays = [world.replay("cell", 0, ticks)]
             replays += [
                 world.replay("cell", s, min(ticks, s + 5 * EVERY))
                 for s in rng.sample(range(ticks), 5)
             ]
+        store = WorldStore(path, create=False)  # the world is closed: its store, read directly
+        sizes = [
+            len(c.state) + len(json.dumps(c.patch)) for c in store.checkpoints("cell", "", 0, ticks)
+        ]
+        store.close()
         checked = sum(len(r.checked) for r in replays)
         exact = checked - sum(len(r.mismatched) for r in replays)
     # evaluation throughput: worker processes against Ray actors, both warm

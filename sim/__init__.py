@@ -1,10 +1,10 @@
 """sim: the embedded MuJoCo simulator that validates skills before anything activates them.
 
-A task (scene, initial-state distribution, observation, reward, success) is data; so is a skill
-(an MLP architecture spec plus safetensors weights). `evaluate` rolls a policy out closed loop in N
-branches of the task's template, each differing only by its patch (E = T + Δ), and returns
-per-branch outcomes and confidence bounds; `to_record()` gives the deterministic JSON a validator
-signs, and `reproduce` re-runs a record to check it.
+A task (scene, initial-state distribution, observation, reward, success) is data; so is a skill's
+`Policy` (an MLP architecture spec plus safetensors weights). `evaluate` rolls a policy out closed
+loop in N branches of the task's template, each differing only by its patch (E = T + Δ), and
+returns per-branch outcomes and confidence bounds; `to_record()` gives the deterministic JSON a
+validator signs, and `reproduce` re-runs a record to check it.
 
     import sim
 
@@ -25,47 +25,34 @@ forked at any recorded tick, replayed exactly, and evaluated from:
     branch = world.fork("cell", at=1000)               # never changes the canonical world
     world.replay("cell", 0, 2000).exact                # True: re-executed bit for bit
 
+The package is layered: the vocabulary (templates, patches, tasks, policies, snapshots, shipped
+assets) at the top of `sim`; `sim.evaluation` (rollouts, executors, records, certificates, and the
+statistics and distillation helpers); `sim.world` (the persistent world, its store and shard hosts);
+`sim.transfer` (procedural bodies and transfer datasets, for research). This module re-exports what
+a user of the library needs.
+
 Evaluations with `workers > 1` and worlds with worker processes start processes: call them under
 `if __name__ == "__main__":`.
 """
 
-from ._bodies import (
-    Robot,
-    Slot,
-    procedural_arm,
-    procedural_legged,
-    robot_population,
-    shipped_robots,
-)
-from ._branches import Branch, Replay
-from ._certify import (
-    Verification,
-    certify,
-    load_policy,
-    publish_skill,
-    randomized,
-    verify_certificate,
-)
-from ._distill import distill, fit_mlp
-from ._entities import Entity
 from ._errors import (
     BackendError,
     CorruptCheckpointError,
     CorruptLogError,
     CorruptWorldError,
     EntryPointError,
+    EvaluationRecordError,
     HistoryError,
     IncompatibleTemplateError,
     MutationError,
     PolicyCallError,
     PolicyOutputError,
+    PolicyPayloadError,
     PolicyRunError,
-    RecordError,
+    PolicySpecError,
     ReplayTemplateError,
     SamplerSpecError,
     SimError,
-    SkillPayloadError,
-    SkillSpecError,
     SpecError,
     TaskDefinitionError,
     TemplateError,
@@ -75,108 +62,97 @@ from ._errors import (
     WorldError,
     WorldLockedError,
 )
-from ._evaluate import Comparison, Evaluation, compare, evaluate
+from ._mlp import MLP, EntryPointRef, MLPSpec, Policy
 from ._patches import Mutation, Patch, Sampler, SamplerTerm
-from ._policies import MLP, EntryPointRef, MLPSpec, Skill
-from ._ray import use_ray
-from ._record import Reproduction, check_record, record_hash, reproduce
-from ._rollout import BranchOutcome, branch_patch
-from ._segments import Event
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._snapshot import Snapshot
-from ._stats import (
-    SPRT,
-    clopper_pearson_interval,
-    clopper_pearson_lower,
-    fixed_sample_size,
-    wilson_lower,
-)
 from ._tasks import Task
 from ._templates import Template
-from ._transfer import NativeSkill, native_skill, retarget, transfer_dataset
-from ._world import Intervention, Migration, World
+from .evaluation import (
+    SPRT,
+    BranchOutcome,
+    Comparison,
+    Evaluation,
+    Reproduction,
+    Verification,
+    certify,
+    check_record,
+    compare,
+    evaluate,
+    load_policy,
+    publish_skill,
+    randomized,
+    record_hash,
+    reproduce,
+    use_ray,
+    verify_certificate,
+)
+from .world import Branch, Entity, Event, Intervention, Migration, Replay, World
 
 __all__ = [
+    "MLP",
+    "SPRT",
+    "BackendError",
+    "Branch",
     "BranchOutcome",
     "Comparison",
-    "Verification",
-    "certify",
-    "load_policy",
-    "publish_skill",
-    "randomized",
-    "verify_certificate",
+    "CorruptCheckpointError",
+    "CorruptLogError",
+    "CorruptWorldError",
+    "Entity",
     "EntryPointError",
     "EntryPointRef",
     "Evaluation",
+    "EvaluationRecordError",
+    "Event",
+    "HistoryError",
     "IncompatibleTemplateError",
-    "MLP",
+    "Intervention",
     "MLPSpec",
+    "Migration",
     "Mutation",
     "MutationError",
     "Patch",
+    "Policy",
     "PolicyCallError",
     "PolicyOutputError",
+    "PolicyPayloadError",
     "PolicyRunError",
-    "RecordError",
+    "PolicySpecError",
+    "Replay",
+    "ReplayTemplateError",
     "Reproduction",
-    "SPRT",
     "Sampler",
     "SamplerSpecError",
     "SamplerTerm",
     "SimError",
-    "Skill",
-    "SkillPayloadError",
-    "SkillSpecError",
+    "Snapshot",
     "SpecError",
     "Task",
     "TaskDefinitionError",
     "Template",
     "TemplateError",
-    "branch_patch",
-    "check_record",
-    "clopper_pearson_interval",
-    "clopper_pearson_lower",
-    "compare",
-    "distill",
-    "evaluate",
-    "fit_mlp",
-    "fixed_sample_size",
-    "load_sampler",
-    "load_skill",
-    "load_task",
-    "record_hash",
-    "reproduce",
-    "shipped_skills",
-    "shipped_tasks",
-    "wilson_lower",
-    "BackendError",
-    "Branch",
-    "CorruptCheckpointError",
-    "CorruptLogError",
-    "CorruptWorldError",
-    "Entity",
-    "Event",
-    "HistoryError",
-    "Intervention",
-    "Migration",
-    "Replay",
-    "ReplayTemplateError",
-    "Snapshot",
     "UnknownEntityError",
     "UnknownShardError",
+    "Verification",
     "WorkerLostError",
     "World",
     "WorldError",
     "WorldLockedError",
+    "certify",
+    "check_record",
+    "compare",
+    "evaluate",
+    "load_policy",
+    "load_sampler",
+    "load_skill",
+    "load_task",
+    "publish_skill",
+    "randomized",
+    "record_hash",
+    "reproduce",
+    "shipped_skills",
+    "shipped_tasks",
     "use_ray",
-    "NativeSkill",
-    "Robot",
-    "Slot",
-    "native_skill",
-    "procedural_arm",
-    "procedural_legged",
-    "retarget",
-    "robot_population",
-    "shipped_robots",
-    "transfer_dataset",
+    "verify_certificate",
 ]

@@ -1,8 +1,37 @@
-"""The simulator's errors: each says which branch, field or tensor was wrong and what to do."""
+"""The simulator's errors: each says which branch, field or tensor was wrong and what to do.
+
+SimnetError (knowledge)
+└── SimError
+    ├── TemplateError
+    │   └── IncompatibleTemplateError
+    │       └── ReplayTemplateError (also a WorldError)
+    ├── MutationError (ValueError)
+    ├── SpecError (ValueError)
+    │   ├── SamplerSpecError
+    │   ├── TaskDefinitionError
+    │   └── PolicySpecError
+    ├── PolicyPayloadError
+    ├── EntryPointError
+    ├── PolicyRunError
+    │   ├── PolicyCallError
+    │   └── PolicyOutputError
+    ├── EvaluationRecordError (ValueError)
+    ├── BackendError
+    └── WorldError
+        ├── WorldLockedError
+        ├── HistoryError (ValueError)
+        ├── UnknownShardError (LookupError)
+        ├── UnknownEntityError (LookupError)
+        ├── CorruptWorldError
+        │   ├── CorruptLogError
+        │   └── CorruptCheckpointError
+        ├── ReplayTemplateError (also an IncompatibleTemplateError)
+        └── WorkerLostError
+"""
 
 from __future__ import annotations
 
-from knowledge._errors import SimnetError
+from knowledge import SimnetError
 
 
 def _rebuild(cls: type, args: tuple, state: dict) -> SimError:
@@ -63,14 +92,14 @@ class TaskDefinitionError(SpecError):
         super().__init__("task", field, detail)
 
 
-class SkillSpecError(SpecError):
+class PolicySpecError(SpecError):
     """A skill's architecture spec is malformed."""
 
     def __init__(self, field: str, detail: str) -> None:
         super().__init__("skill", field, detail)
 
 
-class SkillPayloadError(SimError):
+class PolicyPayloadError(SimError):
     """A skill's weights blob is not safetensors, or its tensors do not match the architecture spec."""
 
 
@@ -97,7 +126,7 @@ class PolicyOutputError(PolicyRunError):
     """The policy returned the wrong shape, a non-numeric array, or NaN/inf for a live branch."""
 
 
-class RecordError(SimError, ValueError):
+class EvaluationRecordError(SimError, ValueError):
     """An evaluation record is malformed, or its hashes do not match its contents (tampered)."""
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from ._mlp import Policy
 from ._patches import Sampler
-from ._policies import Skill
 from ._tasks import Task
 
 _ASSETS = resources.files("sim") / "assets"
@@ -38,8 +38,8 @@ def shipped_skills() -> list[str]:
     )
 
 
-def load_skill(name: str) -> Skill:
-    """A shipped skill by name, e.g. "arm_reach_good" or "walker_forward_degraded"."""
+def load_skill(name: str) -> Policy:
+    """The policy of a shipped skill, by name ("arm_reach_good", "walker_forward_degraded")."""
     path = _ASSETS / "skills" / f"{name}.json"
     if not path.is_file():
         raise KeyError(f"no shipped skill {name!r}; shipped: {shipped_skills()}")
@@ -47,7 +47,7 @@ def load_skill(name: str) -> Skill:
         resources.as_file(path) as spec,
         resources.as_file(path.with_suffix(".safetensors")) as weights,
     ):
-        return Skill.load(spec, weights)
+        return Policy.load(spec, weights)
 
 
 def load_sampler(task: str, seed: int = 0) -> Sampler:

@@ -18,7 +18,7 @@ import numpy as np
 from mujoco import batch as mjbatch
 
 from ._canon import sha256_hex
-from ._errors import IncompatibleTemplateError, RecordError
+from ._errors import EvaluationRecordError, IncompatibleTemplateError
 from ._patches import Patch, Sampler, SamplerTerm, apply_model_patches
 from ._tasks import Task
 from ._templates import Template, cached_template, split_target
@@ -86,7 +86,7 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], scene: str) -> Snapshot:
-        """A snapshot from `to_json` and the scene it was taken on; RecordError if they disagree."""
+        """A snapshot from `to_json` and the scene it was taken on; EvaluationRecordError if they disagree."""
         try:
             template = cached_template(scene)
             snapshot = cls(
@@ -101,13 +101,15 @@ class Snapshot:
                 np.array(data["state"], dtype=np.float64),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise RecordError(f"record field 'start' is malformed: {exc}") from exc
+            raise EvaluationRecordError(f"record field 'start' is malformed: {exc}") from exc
         if data["template"].get("source_hash") != template.source_hash:
-            raise RecordError(
+            raise EvaluationRecordError(
                 "record field 'start.template.source_hash' does not match the task's scene"
             )
         if snapshot.state_sha256 != data.get("state_sha256"):
-            raise RecordError("record field 'start.state_sha256' does not match its state")
+            raise EvaluationRecordError(
+                "record field 'start.state_sha256' does not match its state"
+            )
         return snapshot
 
     def task(self, task: Task, entity: str | None = None) -> Task:

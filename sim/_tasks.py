@@ -20,8 +20,8 @@ from mujoco import batch as mjbatch
 
 from ._canon import content_hash, is_number
 from ._errors import TaskDefinitionError, TemplateError
+from ._mlp import EntryPointRef
 from ._patches import Patch, SamplerTerm, expand_targets, sample_terms
-from ._policies import EntryPointRef
 from ._templates import Template, cached_template
 
 FORMAT = "simnet.task/1"

@@ -17,24 +17,29 @@ import click
 import knowledge
 from knowledge import SiteHome
 
-from ._certify import certify, load_policy, publish_skill, verify_certificate
-from ._evaluate import evaluate
+from ._mlp import Policy
 from ._patches import Sampler
-from ._policies import Skill
-from ._ray import use_ray
-from ._record import reproduce
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._stats import SPRT
 from ._tasks import Task
-from ._transfer_cli import encoder_dataset_command  # noqa: F401 - entry point sim.cli:encoder_dataset_command
-from ._world_cli import world_group  # noqa: F401 - entry point sim.cli:world_group
+from .evaluation import (
+    certify,
+    evaluate,
+    load_policy,
+    publish_skill,
+    reproduce,
+    use_ray,
+    verify_certificate,
+)
+from .transfer._datasets_cli import encoder_dataset_command  # noqa: F401 - simnet encoder dataset
+from .world._world_cli import world_group  # noqa: F401 - simnet world
 
 
-def _skill(name: str) -> Skill:
+def _skill(name: str) -> Policy:
     if name in shipped_skills():
         return load_skill(name)
     if Path(name).is_file():
-        return Skill.load(name)
+        return Policy.load(name)
     home = click.get_current_context().find_object(SiteHome)
     if home is not None and home.store.exists():
         with home.open_readonly() as kb:

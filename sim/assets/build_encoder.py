@@ -15,7 +15,7 @@ from importlib import resources
 import torch
 
 from knowledge import TransferDataset, train_encoder
-from sim import robot_population, transfer_dataset
+from sim.transfer import robot_population, transfer_dataset
 
 WEIGHTS = resources.files("knowledge") / "assets" / "transfer-attention.safetensors"
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from sim import MLPSpec, Skill, distill, load_sampler, load_task
+from sim import MLPSpec, Policy, load_sampler, load_task
+from sim.evaluation import distill
 
 SKILLS = Path(__file__).resolve().parent / "skills"
 # the walker's gait: ctrl_j = amplitude_j * sin(2 pi t / 0.5 + phase_j) + offset_j
@@ -26,12 +27,12 @@ OFFSET = np.array([0.13, -0.04, -0.31, -0.16])
 ARM_STEP = 0.15  # largest joint-target change per control step
 
 
-def walker_skill(scale: float, note: str) -> Skill:
+def walker_skill(scale: float, note: str) -> Policy:
     spec = MLPSpec(obs_dim=11, act_dim=4, hidden=(), activation="tanh", output_activation=None)
     weight = np.zeros((4, 11))
     weight[:, 0] = scale * AMPLITUDE * np.cos(PHASE)  # coefficient of sin(wt)
     weight[:, 1] = scale * AMPLITUDE * np.sin(PHASE)  # coefficient of cos(wt)
-    return Skill.from_tensors(
+    return Policy.from_tensors(
         spec,
         {
             "layers.0.weight": weight,
@@ -65,7 +66,7 @@ def arm_expert(model: mujoco.MjModel, gain: float = 0.3, damping: float = 0.05):
     return act
 
 
-def arm_degraded(model: mujoco.MjModel, gain: float = 2.0) -> Skill:
+def arm_degraded(model: mujoco.MjModel, gain: float = 2.0) -> Policy:
     """Jacobian transpose frozen at the home pose, overdriven: right near home, wrong further out."""
     data = mujoco.MjData(model)
     mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
@@ -75,7 +76,7 @@ def arm_degraded(model: mujoco.MjModel, gain: float = 2.0) -> Skill:
     weight = np.zeros((7, 17))
     weight[:, 14:17] = gain * jac.T / ARM_STEP
     spec = MLPSpec(obs_dim=17, act_dim=7, hidden=(), activation="tanh", output_activation="tanh")
-    return Skill.from_tensors(
+    return Policy.from_tensors(
         spec,
         {
             "layers.0.weight": weight,
@@ -107,7 +108,7 @@ def main() -> None:
         act_bound=ARM_STEP,
         epochs=3000,
     )
-    Skill(
+    Policy(
         good.spec,
         good.weights,
         {

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import sim
-from sim._worldstore import Checkpoint, Log, WorldStore
+from sim.world._worldstore import Checkpoint, Log, WorldStore
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +76,57 @@ def world_entities() -> list[sim.Entity]:
         sim.Entity("walker1", walker, "west"),
         sim.Entity("crate", CRATE, "east", (0.0, 1.0, 0.0)),
     ]
+
+
+JOINTS = ("hhip", "hknee", "fhip", "fknee")
+
+
+def gait_at(tick):
+    """The walker's controls at a tick: a function of the tick only, so any run can repeat them."""
+    return [
+        sim.Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),))
+        for i, j in enumerate(JOINTS)
+    ]
+
+
+def drive_world(world, ticks, every=20):
+    for _ in range(ticks // every):
+        tick = world.head("west")
+        world.apply("west", gait_at(tick), provenance=f"gait@{tick}")
+        world.advance(every)
+
+
+@pytest.fixture(scope="session")
+def gait():
+    """`gait(tick)`: the walker's controls at a tick."""
+    return gait_at
+
+
+@pytest.fixture(scope="session")
+def drive():
+    """`drive(world, ticks, every=20)`: walk shard "west" for `ticks`, an event every `every`."""
+    return drive_world
+
+
+@pytest.fixture
+def make_world(tmp_path, region, world_entities):
+    """`make_world(name, backend, every)`: a two-shard world in tmp_path, closed after the test."""
+    made = []
+
+    def make(name="w", backend="process", every=100):
+        world = sim.World.create(
+            tmp_path / f"{name}.db",
+            {"west": region, "east": region},
+            world_entities,
+            checkpoint_every=every,
+            backend=backend,
+        )
+        made.append(world)
+        return world
+
+    yield make
+    for world in made:
+        world.close()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim import Robot
+import sim.transfer
+from sim.transfer import Robot
 
 SEEDS = st.integers(0, 2**31 - 1)
 
@@ -33,7 +34,7 @@ def check(robot: Robot) -> mujoco.MjModel:
 @settings(max_examples=30)
 @given(seed=SEEDS)
 def test_arms_are_valid_for_every_seed(seed):
-    robot = sim.procedural_arm(seed)
+    robot = sim.transfer.procedural_arm(seed)
     model = check(robot)
     assert robot.kind == "arm" and robot.tasks == ("reach",)
     assert 3 <= model.njnt <= 7 and all(model.jnt_type == mujoco.mjtJoint.mjJNT_HINGE)
@@ -48,13 +49,13 @@ def test_arms_are_valid_for_every_seed(seed):
     mujoco.mj_step(model, data, nstep=250)
     assert np.linalg.norm(data.site("ee").xpos - home) < 0.01 * robot.size
     assert not data.warning.number.any()
-    assert robot.scene == sim.procedural_arm(seed).scene
+    assert robot.scene == sim.transfer.procedural_arm(seed).scene
 
 
 @settings(max_examples=30)
 @given(seed=SEEDS)
 def test_legged_bodies_are_valid_for_every_seed(seed):
-    robot = sim.procedural_legged(seed)
+    robot = sim.transfer.procedural_legged(seed)
     model = check(robot)
     legs = len({s.limb for s in robot.slots})
     assert robot.kind == "legged" and robot.tasks == ("posture",) and 2 <= legs <= 6
@@ -72,11 +73,11 @@ def test_legged_bodies_are_valid_for_every_seed(seed):
             np.linalg.norm(data.site(end).xpos - data.site(f"home_{end}").xpos) < 0.05 * robot.size
         )
     assert not data.warning.number.any()
-    assert robot.scene == sim.procedural_legged(seed).scene
+    assert robot.scene == sim.transfer.procedural_legged(seed).scene
 
 
 def test_the_shipped_scenes_are_robots_too():
-    arm7, walker = sim.shipped_robots()
+    arm7, walker = sim.transfer.shipped_robots()
     for robot in (arm7, walker):
         check(robot)
     assert (
@@ -88,7 +89,7 @@ def test_the_shipped_scenes_are_robots_too():
 
 
 def test_a_population_has_distinct_names_and_tasks_are_per_kind():
-    population = sim.robot_population(3, 2, seed=10)
+    population = sim.transfer.robot_population(3, 2, seed=10)
     assert [r.name for r in population] == [
         "arm-10",
         "arm-11",

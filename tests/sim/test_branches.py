@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim import Intervention, Mutation, _branches
-from sim._entities import named_state
-from sim._worldstore import WorldStore
+from sim import Intervention, Mutation
+from sim.world import _branches
+from sim.world._entities import named_state
+from sim.world._worldstore import WorldStore
 
 SHARDS = ("west", "east")
 
@@ -274,7 +275,7 @@ def test_migration_happens_exactly_once_under_faults(world, monkeypatch, fault):
 
 CRASH = """
 import os, signal, sys, sim
-from sim import _branches
+from sim.world import _branches
 if __name__ == "__main__":
     real = _branches.commit_migration
     def crash(*args):
@@ -315,7 +316,7 @@ def test_numpy_ticks_and_a_branch_deleted_in_a_batch_leave_a_world_that_opens(wo
         doomed.apply(_mutation("ctrl", 0.1))
         doomed.delete()
     world.close()
-    reopened = sim.World.open(world._store.path, backend="inline")
+    reopened = sim.World.open(world.path, backend="inline")
     assert [b.id for b in reopened.branches()] == [replay.branch.id] and len(
         reopened.events("west")
     ) == 7

@@ -64,7 +64,7 @@ def test_missing_or_corrupt_weights_are_specific_errors(tmp_path, published, sit
     record = dict(good.policy)
     record["architecture"] = {**record["architecture"], "hidden": [8]}
     wrong = site.skills.publish("wrong-spec", "reach", policy=record, blobs=good.blobs)
-    with pytest.raises(sim.SkillPayloadError):
+    with pytest.raises(sim.PolicyPayloadError):
         sim.load_policy(site, wrong.id)
     other.close()
 
@@ -112,7 +112,7 @@ def test_a_lying_validator_does_not_reproduce(site, published, short_arm):
     """A validator signs a record of the degraded skill's outcomes under the good skill: it re-runs false."""
     good, bad = published
     bad_run = run(site, bad.id, short_arm).to_record()
-    with pytest.raises(sim.RecordError, match="not skill"):
+    with pytest.raises(sim.EvaluationRecordError, match="not skill"):
         sim.certify(
             site, good.id, bad_run
         )  # certify itself refuses an evaluation of another policy

@@ -1,7 +1,8 @@
 import numpy as np
 import torch
 
-from sim import distill, evaluate, fit_mlp, load_sampler
+from sim import evaluate, load_sampler
+from sim.evaluation import distill, fit_mlp
 
 
 def test_fit_mlp_recovers_an_affine_map():

@@ -1,11 +1,9 @@
 import numpy as np
 import pytest
 
-from sim import Mutation, Patch, ReplayTemplateError, Template
-from sim._engine import Engine, load_template
-from sim._entities import compose
-from sim._segments import Event
-from sim._world import _initial_checkpoint
+from sim import Event, Mutation, Patch, ReplayTemplateError, Template
+from sim.world._engine import Engine, initial_checkpoint, load_template
+from sim.world._entities import compose
 
 
 @pytest.fixture
@@ -37,7 +35,7 @@ def _events():
 
 
 def _fresh(template, every=50):
-    return Engine.restore(_initial_checkpoint(template), template.xml, every)
+    return Engine.restore(initial_checkpoint(template), template.xml, every)
 
 
 def test_the_same_events_give_the_same_state_however_the_steps_are_split(template):
@@ -123,7 +121,7 @@ def test_an_entity_leaves_and_comes_back_with_its_state(region, world_entities, 
 def test_history_does_not_replay_on_a_template_that_compiles_differently(template):
     with pytest.raises(ReplayTemplateError, match="another MuJoCo build"):
         load_template(template.xml, "0" * 64)
-    checkpoint = _initial_checkpoint(template)
+    checkpoint = initial_checkpoint(template)
     with pytest.raises(ReplayTemplateError):
         Engine.restore(
             checkpoint.__class__(**{**checkpoint.to_json(), "model_hash": "f" * 64}),

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from sim import Entity, Mutation, Patch, Template, TemplateError
-from sim._entities import compose, entity_of, entity_patch, moved_row, named_state
+from sim.world._entities import compose, entity_of, entity_patch, moved_row, named_state
 
 _INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 

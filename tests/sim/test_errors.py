@@ -9,12 +9,12 @@ def test_every_sim_error_is_a_simnet_error():
         "MutationError",
         "SamplerSpecError",
         "TaskDefinitionError",
-        "SkillSpecError",
-        "SkillPayloadError",
+        "PolicySpecError",
+        "PolicyPayloadError",
         "EntryPointError",
         "PolicyCallError",
         "PolicyOutputError",
-        "RecordError",
+        "EvaluationRecordError",
     ):
         assert issubclass(getattr(sim, name), sim.SimError)
     assert issubclass(sim.SimError, SimnetError)
@@ -36,7 +36,7 @@ def test_errors_survive_pickling_with_their_attributes():
         sim.MutationError("body/a/mass", "must stay > 0", branch=7),
         sim.SamplerSpecError("terms[0].low", "must be a number"),
         sim.PolicyCallError("the policy raised", (3, 4), 2),
-        sim.RecordError("tampered"),
+        sim.EvaluationRecordError("tampered"),
     ):
         copy = pickle.loads(pickle.dumps(error))
         assert (

@@ -5,15 +5,15 @@ from sim import (
     SPRT,
     MLPSpec,
     MutationError,
+    Policy,
     PolicyOutputError,
     Sampler,
-    Skill,
     compare,
     evaluate,
-    fixed_sample_size,
     load_sampler,
     load_skill,
 )
+from sim.evaluation import fixed_sample_size
 
 
 @pytest.mark.parametrize("task_name", ["arm_reach", "walker_forward"])
@@ -173,13 +173,13 @@ def test_errors_raised_in_workers_arrive_whole(short_walker, short_arm):
     tensors["act_scale"] = np.full(7, 1e308)  # finite weights, infinite actions
     with pytest.raises(PolicyOutputError) as info:
         evaluate(
-            short_arm, Skill.from_tensors(spec, tensors), branches=4, workers=2, progress=False
+            short_arm, Policy.from_tensors(spec, tensors), branches=4, workers=2, progress=False
         )
     assert info.value.branches == (0, 1, 2, 3) and info.value.step == 0
 
 
 def test_workers_need_a_policy_that_can_travel(short_walker):
-    with pytest.raises(ValueError, match="a Skill\\) or an EntryPointRef"):
+    with pytest.raises(ValueError, match="a Policy\\) or an EntryPointRef"):
         evaluate(
             short_walker, lambda obs: np.zeros((len(obs), 4)), branches=4, workers=2, progress=False
         )

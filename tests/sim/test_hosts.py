@@ -1,13 +1,11 @@
-import os
-import signal
+"""Shard hosts: a shard's engines by key, in whatever process they are in."""
 
 import pytest
 
-from sim import Mutation, Template
-from sim._entities import compose
-from sim._hosts import InlineWorker, ProcessWorker, ShardHost, WorkerLost, make_worker
-from sim._segments import Event
-from sim._world import _initial_checkpoint
+from sim import Event, Mutation, Template
+from sim.world._engine import initial_checkpoint
+from sim.world._entities import compose
+from sim.world._hosts import ShardHost
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +14,7 @@ def template(region, world_entities):
 
 
 def _load_args(template):
-    return (_initial_checkpoint(template).to_json(), template.xml, 50, 0, [])
+    return (initial_checkpoint(template).to_json(), template.xml, 50, 0, [])
 
 
 def _ctrl(seq, tick, value):
@@ -43,42 +41,3 @@ def test_a_host_keeps_engines_apart_and_reports_what_it_crossed(template):
     assert again["state"] == host.state("") and again["checkpoints"] == report["checkpoints"]
     host.drop("b")
     assert set(host.engines) == {""}
-
-
-def test_a_worker_process_runs_the_host_and_its_death_is_reported(template):
-    worker = make_worker("process")
-    assert isinstance(worker, ProcessWorker) and worker.pid != os.getpid()
-    worker.call("load", "", *_load_args(template))()
-    assert worker.call("advance", "", 60, [_ctrl(1, 0, 0.5)])()["tick"] == 60
-    pid = worker.pid
-    os.kill(pid, signal.SIGKILL)
-    with pytest.raises(WorkerLost):
-        worker.call("state", "")()
-    worker.restart()
-    assert worker.pid != pid
-    with pytest.raises(
-        KeyError
-    ):  # a new process: its engines are gone until the world reloads them
-        worker.call("state", "")()
-    worker.close()
-
-
-def test_an_inline_calls_error_is_raised_on_wait_not_on_issue(template):
-    worker = InlineWorker()
-    failed = worker.call("advance", "", 10, [])  # no engine loaded yet
-    loaded = worker.call("load", "", *_load_args(template))
-    with pytest.raises(KeyError):
-        failed()
-    assert loaded()["tick"] == 0 and worker.call("advance", "", 10, [])()["tick"] == 10
-
-
-def test_inline_and_process_workers_compute_the_same_bits(template):
-    results = []
-    for worker in (InlineWorker(), make_worker("process")):
-        worker.call("load", "", *_load_args(template))()
-        worker.call("advance", "", 200, [_ctrl(1, 0, 0.3), _ctrl(2, 77, -0.6)])()
-        results.append(worker.call("state", "")())
-        worker.close()
-    assert results[0] == results[1]
-    with pytest.raises(ValueError, match="backend must be one of"):
-        make_worker("threads")

@@ -9,7 +9,8 @@ from mujoco import batch as mjbatch
 
 from sim import Mutation, MutationError, Patch, Sampler, SamplerSpecError, SamplerTerm, load_sampler
 from sim._patches import apply_model_patches, apply_state_patches, patches_digest
-from sim._rollout import PolicyCaller, branch_patch, run_wave
+from sim.evaluation import branch_patch
+from sim.evaluation._rollout import PolicyCaller, run_wave
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 targets = st.sampled_from(

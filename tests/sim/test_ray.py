@@ -1,4 +1,5 @@
-"""The Ray backend on a real local Ray (2 CPUs, one session for all tests): same outcomes, same worlds."""
+"""The Ray backend for evaluations on a real local Ray (2 CPUs, one session for all tests): the same
+outcomes as worker processes. Worlds on Ray actors are in test_world_backends."""
 
 import sys
 
@@ -6,7 +7,6 @@ import numpy as np
 import pytest
 
 import sim
-from sim import Mutation
 
 
 def test_ray_actors_run_the_same_evaluation_as_worker_processes(ray_session, short_walker):
@@ -31,63 +31,6 @@ def test_ray_actors_run_the_same_evaluation_as_worker_processes(ray_session, sho
             backend="ray",
             progress=False,
         )
-
-
-def test_a_world_on_ray_actors_is_the_same_world_and_survives_a_killed_actor(
-    ray_session, tmp_path, region, world_entities, kill_when_busy
-):
-    worlds = {
-        b: sim.World.create(
-            tmp_path / f"{b}.db",
-            {"west": region, "east": region},
-            world_entities,
-            checkpoint_every=500,
-            backend=b,
-        )
-        for b in ("ray", "process")
-    }
-    try:
-        for world in worlds.values():
-            with world.batch():
-                for tick in range(0, 60000, 25):
-                    world.apply(
-                        "west",
-                        Mutation("actuator/walker1/hhip/ctrl", "set", (0.5 * np.sin(0.01 * tick),)),
-                        at=tick,
-                    )
-        remote = worlds["ray"]
-        pid = remote.worker_pid("west")
-        killer = kill_when_busy(pid)
-        for world in worlds.values():
-            world.advance(60000)
-        killer.join()
-        for shard in ("west", "east"):
-            assert remote.snapshot(shard).same_state(worlds["process"].snapshot(shard))
-        assert remote.recoveries == 1 and remote.worker_pid("west") != pid
-        assert [e.to_json() for e in remote.events("west")] == [
-            e.to_json() for e in worlds["process"].events("west")
-        ]
-        assert remote.replay("west", 0, 60000).exact
-        task, skill = (
-            sim.load_task("walker_forward").replace(horizon=20),
-            sim.load_skill("walker_forward_good"),
-        )
-        runs = [
-            w.evaluate(
-                "west",
-                task,
-                skill,
-                branches=8,
-                wave=4,
-                entity="walker1",
-                sampler=sim.load_sampler("walker_forward", seed=2),
-            )
-            for w in worlds.values()
-        ]
-        assert runs[0].outcomes == runs[1].outcomes and runs[0].start.same_state(runs[1].start)
-    finally:
-        for world in worlds.values():
-            world.close()
 
 
 def test_without_the_extra_the_ray_backend_says_how_to_get_it(monkeypatch, short_walker):

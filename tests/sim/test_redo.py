@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import CorruptLogError, WorldError
-from sim._redo import RedoFile
+from sim.world._redo import RedoFile
 
 records = st.lists(
     st.fixed_dictionaries({"rows": st.lists(st.text(max_size=40), max_size=4)}),

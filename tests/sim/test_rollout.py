@@ -11,7 +11,8 @@ from sim import (
     load_sampler,
     load_skill,
 )
-from sim._rollout import PolicyCaller, branch_patch, run_wave
+from sim.evaluation import branch_patch
+from sim.evaluation._rollout import PolicyCaller, run_wave
 
 
 def _zeros(act_dim):

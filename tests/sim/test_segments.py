@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import CorruptLogError
-from sim._segments import SEGMENT_EVENTS, Event, check, decode, rows, select
+from sim import CorruptLogError, Event
+from sim.world._segments import SEGMENT_EVENTS, check, decode, rows, select
 
 
 def checksum(*fields):  # as the store's: over the fields' lengths and the fields

@@ -42,9 +42,9 @@ def test_a_snapshot_is_exact_data(walked):
     assert again.same_state(snap) and again.to_json() == snap.to_json()
     tampered = copy.deepcopy(snap.to_json())
     tampered["state"][3] += 1e-12
-    with pytest.raises(sim.RecordError, match="state_sha256"):
+    with pytest.raises(sim.EvaluationRecordError, match="state_sha256"):
         sim.Snapshot.from_json(tampered, snap.template.xml)
-    with pytest.raises(sim.RecordError, match="source_hash"):
+    with pytest.raises(sim.EvaluationRecordError, match="source_hash"):
         sim.Snapshot.from_json(snap.to_json(), sim.load_task("walker_forward").definition["scene"])
 
 
@@ -83,7 +83,7 @@ def test_evaluations_start_from_the_snapshot_and_reproduce(walked):
     assert [o.total_reward for o in fresh.outcomes] != [o.total_reward for o in result.outcomes]
     tampered = copy.deepcopy(record)
     tampered["start"]["state"][2] = 0.0
-    with pytest.raises(sim.RecordError, match="state_sha256"):
+    with pytest.raises(sim.EvaluationRecordError, match="state_sha256"):
         sim.reproduce(tampered, skill)
     with pytest.raises(sim.IncompatibleTemplateError, match="snapshot.task"):
         sim.evaluate(sim.load_task("walker_forward"), skill, branches=2, start=snap, progress=False)

@@ -3,14 +3,14 @@ import math
 import pytest
 
 from knowledge._policy import normal_quantile
-from sim import (
+from sim._stats import betainc, binom_sf, mcnemar_p
+from sim.evaluation import (
     SPRT,
     clopper_pearson_interval,
     clopper_pearson_lower,
     fixed_sample_size,
     wilson_lower,
 )
-from sim._stats import betainc, binom_sf, mcnemar_p
 
 
 def test_known_lower_bounds_for_64_of_64():

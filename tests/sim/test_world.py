@@ -1,4 +1,6 @@
-"""The canonical world: durable logs, exact reopening and replay, real worker processes killed mid-run."""
+"""The canonical world: input refused, corrupt or foreign history, failed commits, coordinators killed
+mid-run. What every backend must do alike (reopen, replay, evaluate, lose a worker) is in
+test_world_backends."""
 
 import contextlib
 import hashlib
@@ -14,44 +16,7 @@ import pytest
 
 import sim
 from sim import Mutation
-from sim._worldstore import WorldStore
-
-JOINTS = ("hhip", "hknee", "fhip", "fknee")
-
-
-def gait(tick):
-    """The walker's controls at a tick: a function of the tick only, so any run can repeat them."""
-    return [
-        Mutation(f"actuator/walker1/{j}/ctrl", "set", (0.5 * np.sin(0.02 * tick + i),))
-        for i, j in enumerate(JOINTS)
-    ]
-
-
-def drive(world, ticks, every=20):
-    for _ in range(ticks // every):
-        tick = world.head("west")
-        world.apply("west", gait(tick), provenance=f"gait@{tick}")
-        world.advance(every)
-
-
-@pytest.fixture
-def make(tmp_path, region, world_entities):
-    made = []
-
-    def make(name="w", backend="process", every=100):
-        world = sim.World.create(
-            tmp_path / f"{name}.db",
-            {"west": region, "east": region},
-            world_entities,
-            checkpoint_every=every,
-            backend=backend,
-        )
-        made.append(world)
-        return world
-
-    yield make
-    for world in made:
-        world.close()
+from sim.world._worldstore import WorldStore
 
 
 def _same(a, b):
@@ -62,53 +27,8 @@ def _events(world, shard="west"):
     return [e.to_json() for e in world.events(shard)]
 
 
-def test_every_mutation_is_logged_and_a_reopened_world_resumes_exactly(make, tmp_path):
-    world, reference = make("w"), make("ref", backend="inline")
-    for w in (world, reference):
-        w.apply(
-            "east",
-            Mutation("joint/crate/~joint0/qvel", "set", (1.0, 0, 0, 0, 0, 0)),
-            provenance="push",
-        )
-        drive(w, 300)
-    event = world.events("west")[0]
-    assert (event.seq, event.tick, event.entity, event.kind, event.provenance) == (
-        1,
-        0,
-        "walker1",
-        "mutate",
-        "gait@0",
-    )
-    assert world.events("east")[0].entity == "crate"
-    world.close()
-    world = sim.World.open(tmp_path / "w.db")
-    assert world.head("west") == 300 and _same(world, reference)
-    for w in (world, reference):
-        drive(w, 200)
-    assert _same(world, reference) and _events(world) == _events(reference)
-    status = world.status()
-    assert status["shards"]["west"]["checkpoints"] == 6 and status["shards"]["west"]["events"] == 25
-    assert (
-        status["shards"]["east"]["entities"] == ["crate"]
-        and world.worker_pid("west") != os.getpid()
-    )
-    world.close()
-
-
-def test_replay_is_bit_exact_against_the_original_run(make):
-    world = make(every=50)
-    seen = {}
-    for _ in range(8):
-        seen[world.head("west")] = world.snapshot("west")  # on arrival: before this tick's events
-        drive(world, 40)
-    for start, stop in ((0, 280), (40, 160), (120, 120), (130, 240)):
-        replay = world.replay("west", start, stop)
-        assert replay.exact and replay.snapshot.same_state(seen[stop])
-    assert world.replay("west", 0, 320).checked == (50, 100, 150, 200, 250, 300)
-
-
-def test_bad_input_is_refused_before_anything_is_logged(make):
-    world = make(backend="inline")
+def test_bad_input_is_refused_before_anything_is_logged(make_world, drive, gait):
+    world = make_world(backend="inline")
     drive(world, 100)
     with pytest.raises(sim.HistoryError, match="fork at 50 to change the past"):
         world.apply("west", gait(50), at=50)
@@ -178,8 +98,8 @@ def test_bad_input_is_refused_before_anything_is_logged(make):
     )
 
 
-def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path):
-    world = make("w", backend="inline")
+def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make_world, tmp_path, drive):
+    world = make_world("w", backend="inline")
     drive(world, 240)
     world.close()
 
@@ -209,8 +129,10 @@ def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make, tmp_path
     assert logs == corrupt[0] and checkpoints == corrupt[2] and len(segments) == len(corrupt[1])
 
 
-def test_a_shard_that_fails_to_start_an_advance_does_not_cost_the_others_theirs(make, tmp_path):
-    world = make("w", backend="inline")
+def test_a_shard_that_fails_to_start_an_advance_does_not_cost_the_others_theirs(
+    make_world, tmp_path, gait
+):
+    world = make_world("w", backend="inline")
     world.apply("west", gait(15), at=15)
     world.apply("west", gait(16), at=16)
     world.close()
@@ -238,8 +160,8 @@ def test_a_shard_that_fails_to_start_an_advance_does_not_cost_the_others_theirs(
         ] == [25]
 
 
-def test_history_from_another_build_is_not_replayed(make, tmp_path):
-    world = make("w", backend="inline")
+def test_history_from_another_build_is_not_replayed(make_world, tmp_path, drive):
+    world = make_world("w", backend="inline")
     drive(world, 120)
     world.close()
     store = WorldStore(
@@ -271,31 +193,10 @@ def test_history_from_another_build_is_not_replayed(make, tmp_path):
         sim.World.open(tmp_path / "w.db")
 
 
-def test_a_shard_worker_killed_mid_run_is_rebuilt_with_no_lost_or_duplicated_events(
-    make, kill_when_busy
-):
-    world, reference = make("w", every=500), make("ref", backend="inline", every=500)
-    for w in (world, reference):
-        with w.batch():
-            for tick in range(
-                0, 80000, 20
-            ):  # scheduled ahead: one long advance, killed in the middle
-                w.apply("west", gait(tick), provenance=f"gait@{tick}", at=tick)
-    pid = world.worker_pid("west")
-    killer = kill_when_busy(pid)
-    world.advance(80000)
-    killer.join()
-    reference.advance(80000)
-    assert world.recoveries == 1 and world.worker_pid("west") != pid
-    assert world.head("west") == 80000 and _same(world, reference)
-    assert _events(world) == _events(reference) and len(_events(world)) == 4000
-    assert world.replay("west", 0, 80000).checked == tuple(range(500, 80001, 500))
-
-
 CHILD = """
 import sys, sim
 sys.path.insert(0, {tests!r})
-from test_world import drive, gait
+from conftest import gait_at as gait
 if __name__ == "__main__":
     world = sim.World.open({path!r}, backend="process")
     with open({workers!r}, "w") as out:
@@ -325,8 +226,8 @@ def _alive(pid):
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["one commit per event", "group commits"])
-def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batched):
-    world = make("w")
+def test_a_killed_coordinator_loses_nothing_it_acknowledged(make_world, tmp_path, batched, drive):
+    world = make_world("w")
     drive(world, 100)
     world.close()
     script = tmp_path / "child.py"
@@ -359,7 +260,7 @@ def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batc
     world = sim.World.open(tmp_path / "w.db")
     logged = {int(e.provenance.split("@")[1]) for e in world.events("west")}
     assert set(acked) <= logged and world.head("west") >= acked[-1]
-    reference = make("ref", backend="inline")
+    reference = make_world("ref", backend="inline")
     for event in world.events("west"):
         reference.apply(
             "west",
@@ -369,47 +270,6 @@ def test_a_killed_coordinator_loses_nothing_it_acknowledged(make, tmp_path, batc
         )
     reference.advance(world.head("west"))
     assert _same(world, reference)
-
-
-def test_evaluations_run_inside_the_shard_worker_from_its_state(make):
-    world = make()
-    drive(world, 60)
-    task, skill = (
-        sim.load_task("walker_forward").replace(horizon=25),
-        sim.load_skill("walker_forward_good"),
-    )
-    sampler = sim.load_sampler("walker_forward", seed=9)
-    inside = world.evaluate(
-        "west", task, skill, branches=8, wave=4, sampler=sampler, entity="walker1"
-    )
-    snap = world.snapshot("west")
-    here = sim.evaluate(
-        snap.task(task, "walker1"),
-        skill,
-        branches=8,
-        wave=4,
-        sampler=snap.sampler(sampler, "walker1"),
-        start=snap,
-        progress=False,
-    )
-    assert inside.to_record() == here.to_record() and inside.start.tick == 60
-    with pytest.raises(sim.UnknownEntityError):
-        world.evaluate("west", task, skill, branches=2, entity="walker9")
-    with pytest.raises(sim.UnknownEntityError, match="in shard 'east', not 'west'"):
-        world.evaluate("west", task, skill, branches=2, entity="crate")
-    for branches in ("2", True, 0):
-        with pytest.raises(ValueError, match="branches must be a positive integer"):
-            world.evaluate("west", task, skill, branches=branches)
-    for kwargs, error in (
-        ({"threads": "a"}, "threads must be"),
-        ({"confidence": "x"}, "confidence must be"),
-        ({"sampler": {}}, "sampler must be a sim.Sampler"),
-        ({"sprt": {}}, "sprt must be a sim.SPRT"),
-    ):
-        with pytest.raises(ValueError, match=error):
-            world.evaluate("west", task, skill, branches=2, **kwargs)
-    with pytest.raises(ValueError, match="task must be a sim.Task"):
-        world.evaluate("west", None, skill, branches=2)
 
 
 def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_not_touched(
@@ -445,8 +305,8 @@ def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_
     assert other.read_bytes() == before and not (tmp_path / "other.db-wal").exists()
 
 
-def test_a_batch_that_rolls_back_takes_its_migration_with_it(make):
-    world = make(backend="inline")
+def test_a_batch_that_rolls_back_takes_its_migration_with_it(make_world):
+    world = make_world(backend="inline")
     with pytest.raises(sim.MutationError), world.batch():
         world.migrate("crate", "west")
         world.apply("west", Mutation("actuator/walker1/hhip/ctrl", "clamp", (1.0,)))
@@ -460,10 +320,10 @@ def test_a_batch_that_rolls_back_takes_its_migration_with_it(make):
     )
 
 
-def test_an_advance_whose_commit_fails_leaves_no_event_applied_twice(make, monkeypatch):
+def test_an_advance_whose_commit_fails_leaves_no_event_applied_twice(make_world, monkeypatch):
     world, reference = (
-        make("w", backend="inline", every=15),
-        make("ref", backend="inline", every=15),
+        make_world("w", backend="inline", every=15),
+        make_world("ref", backend="inline", every=15),
     )
     push = Mutation(
         "joint/crate/~joint0/qvel", "add", (0.5, 0, 0, 0, 0, 0)
@@ -477,7 +337,7 @@ def test_an_advance_whose_commit_fails_leaves_no_event_applied_twice(make, monke
     ):  # a fault: the disk refuses the advance's commit, after the engine applied the event at 20
         raise sim.WorldError("disk full (injected)")
 
-    monkeypatch.setattr(world._store._redo, "append", full)
+    monkeypatch.setattr(world._shards.store._redo, "append", full)
     with pytest.raises(sim.WorldError, match="injected"):
         world.advance(10, ["east"])
     monkeypatch.undo()

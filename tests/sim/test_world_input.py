@@ -9,13 +9,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim import Mutation
-from sim._engine import Engine
-from sim._entities import compose
-from sim._segments import Event
+from sim import Event, Mutation
 from sim._templates import cached_template
-from sim._world import _initial_checkpoint
-from sim._world_input import check_text, check_tick, mutate_event
+from sim.world._engine import Engine, initial_checkpoint
+from sim.world._entities import compose
+from sim.world._world_input import check_text, check_tick, mutate_event
 
 TARGETS = [
     "actuator/walker1/hhip/ctrl",
@@ -64,7 +62,7 @@ def test_an_event_it_accepts_is_stored_and_applied_again_from_its_bytes(
     stored = orjson.loads(
         orjson.dumps(logged, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
     )
-    engine = Engine.restore(_initial_checkpoint(template), template.xml, 1000)
+    engine = Engine.restore(initial_checkpoint(template), template.xml, 1000)
     engine.advance(1, [Event(1, *stored)], lambda checkpoint: None)  # raises nothing
     assert engine.tick == 1 and all(math.isfinite(v) for v in engine.row)
 

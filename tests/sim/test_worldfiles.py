@@ -12,8 +12,8 @@ import time
 import pytest
 
 from sim import CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
-from sim._redo import RedoFile
-from sim._worldstore import Checkpoint, WorldStore
+from sim.world._redo import RedoFile
+from sim.world._worldstore import Checkpoint, WorldStore
 
 
 def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):
@@ -113,7 +113,7 @@ def _segments(path):
 
 
 def test_a_twins_commits_wait_in_the_redo_file_until_folded(store, monkeypatch):
-    monkeypatch.setattr("sim._worldfiles.FOLD_BYTES", 1000)
+    monkeypatch.setattr("sim.world._worldfiles.FOLD_BYTES", 1000)
     before = _segments(store.path)
     for tick in (20, 30):  # small commits: into the redo file, one record each
         with store.transaction():
@@ -269,7 +269,7 @@ def test_a_leftover_redo_file_stops_a_create_and_a_failed_create_leaves_no_file(
     def unopenable(path, *args, **kwargs):  # a fault after the SQLite file was made
         raise WorldError(f"{path} cannot be opened (injected)")
 
-    monkeypatch.setattr("sim._worldfiles.RedoFile", unopenable)
+    monkeypatch.setattr("sim.world._worldfiles.RedoFile", unopenable)
     with pytest.raises(WorldError, match="x.db-redo cannot be opened"):
         WorldStore(tmp_path / "x.db", create=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.db-redo"]
@@ -346,9 +346,9 @@ def test_an_empty_leftover_redo_file_does_not_stop_a_create(tmp_path):
 
 STORE_CHILD = """
 import sys
-import sim._worldfiles
-from sim._worldstore import WorldStore
-sim._worldfiles.FOLD_BYTES = 2000  # folds every few commits, so kills land in folds too
+import sim.world._worldfiles
+from sim.world._worldstore import WorldStore
+sim.world._worldfiles.FOLD_BYTES = 2000  # folds every few commits, so kills land in folds too
 store = WorldStore({path!r}, create=False)
 tick = store.last_event("west", "")[1] + 1
 while True:

@@ -1,6 +1,5 @@
-"""Evaluation records: deterministic JSON with everything needed to re-run an evaluation, and
-`reproduce`, which re-runs one and says whether it matches (exactly on the same platform, within
-the binomial confidence interval elsewhere).
+"""Evaluations and their records: the result of `evaluate`, and the deterministic JSON with
+everything needed to re-run it (`sim.reproduce` re-runs one and says whether it matches).
 
 A record (format "simnet.sim.evaluation/1") is a JSON object with exactly these keys:
 
@@ -46,15 +45,13 @@ import mujoco
 import numpy as np
 import torch
 
-from ._canon import canonical_json, content_hash, is_number
-from ._errors import RecordError, SimError
-from ._evaluate import Evaluation, evaluate
-from ._patches import Sampler
-from ._policies import describe_policy
-from ._rollout import BranchOutcome
-from ._snapshot import Snapshot
-from ._stats import SPRT, clopper_pearson_interval, clopper_pearson_lower, wilson_lower
-from ._tasks import Task
+from .._canon import canonical_json, content_hash, is_number
+from .._errors import EvaluationRecordError
+from .._patches import Sampler, patches_digest
+from .._snapshot import Snapshot
+from .._stats import SPRT, clopper_pearson_lower, wilson_lower
+from .._tasks import Task
+from ._rollout import BranchOutcome, branch_patches
 
 FORMAT = "simnet.sim.evaluation/1"
 FORMAT_FROM_WORLD = "simnet.sim.evaluation/2"
@@ -116,6 +113,55 @@ def _cpu_features() -> list[str]:
     return [f for f in _SIMD if f in flags]
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """The outcome of `evaluate`: per-branch outcomes in branch order, and what produced them."""
+
+    task: Task
+    policy: dict
+    sampler: Sampler
+    branches: int  # requested (the SPRT truncation point when sequential)
+    wave: int
+    outcomes: tuple[BranchOutcome, ...]
+    confidence: float = 0.95
+    sprt: SPRT | None = None
+    decision: str | None = None  # SPRT: "accept", "reject" or "undecided"
+    decided_at: int | None = None  # SPRT: how many outcomes (in branch order) the decision used
+    start: Snapshot | None = None  # the world snapshot every branch started from, if not a reset
+
+    @property
+    def n(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def successes(self) -> int:
+        return sum(o.success for o in self.outcomes)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.n
+
+    @property
+    def mean_return(self) -> float:
+        return math.fsum(o.total_reward for o in self.outcomes) / self.n
+
+    @property
+    def wilson_lower(self) -> float:
+        return wilson_lower(self.successes, self.n, self.confidence)
+
+    @property
+    def clopper_pearson_lower(self) -> float:
+        return clopper_pearson_lower(self.successes, self.n, self.confidence)
+
+    @property
+    def patches_digest(self) -> str:
+        return patches_digest(branch_patches(self.task, self.sampler, 0, self.n))
+
+    def to_record(self) -> dict:
+        """A deterministic, JSON-safe record of this evaluation: the body of a certificate."""
+        return evaluation_record(self)
+
+
 def evaluation_record(ev: Evaluation) -> dict:
     outcomes = ev.outcomes
     record = {
@@ -173,18 +219,6 @@ def record_hash(record: dict) -> str:
     return content_hash(record)
 
 
-@dataclass(frozen=True)
-class Reproduction:
-    """The verdict of `reproduce`: `matches` is what a verifier acts on; `detail` says why."""
-
-    matches: bool
-    exact: bool
-    same_platform: bool
-    mismatched_branches: tuple[int, ...]
-    detail: str
-    rerun: Evaluation
-
-
 def outcomes_of(record: dict) -> tuple[BranchOutcome, ...]:
     """The per-branch outcomes a record holds, checked for shape and consistency."""
     check_record(record)
@@ -198,11 +232,11 @@ def outcomes_of(record: dict) -> tuple[BranchOutcome, ...]:
 
 
 def check_record(record: Any) -> None:
-    """Structure, self-consistency and content hashes; raises RecordError on the first problem."""
+    """Structure, self-consistency and content hashes; raises EvaluationRecordError on the first problem."""
 
     def need(ok: bool, field: str, detail: str) -> None:
         if not ok:
-            raise RecordError(f"record field {field!r}: {detail}")
+            raise EvaluationRecordError(f"record field {field!r}: {detail}")
 
     need(isinstance(record, dict), "", "a record is a JSON object")
     need(
@@ -274,86 +308,3 @@ def check_record(record: Any) -> None:
             key.endswith("_lower") and is_number(summary[key]) and abs(summary[key] - value) <= 1e-9
         )
         need(summary[key] == value or close, f"summary.{key}", "does not follow from the outcomes")
-
-
-def reproduce(
-    record: dict,
-    policy: Any,
-    *,
-    threads: int = 0,
-    workers: int = 1,
-    interval: float = 0.99,
-    progress: bool | None = None,
-) -> Reproduction:
-    """Re-run a recorded evaluation with `policy` and compare.
-
-    On the same platform (equal environment and compiled-model hash) every branch outcome must match
-    bit for bit; elsewhere the re-run success rate must lie in the recorded result's two-sided
-    `interval` Clopper–Pearson interval. A record that is malformed, tampered with, or names
-    another policy than `policy` raises RecordError; one that does not reproduce returns
-    matches=False. (A plain callable cannot be identified: the caller vouches for it.)
-    """
-    recorded = outcomes_of(record)
-    try:
-        task = Task(record["task"]["definition"])
-        sampler = Sampler.from_json(record["sampler"])
-        sprt = None if record["sequential"] is None else SPRT.from_json(record["sequential"])
-        start = (
-            Snapshot.from_json(record["start"], task.definition["scene"])
-            if "start" in record
-            else None
-        )
-    except (SimError, KeyError, TypeError, ValueError) as exc:
-        raise RecordError(f"record cannot be re-run: {exc}") from exc
-    if task.template.source_hash != record["template"].get("source_hash"):
-        raise RecordError("record field 'template.source_hash' does not match the task's scene")
-    described = describe_policy(policy)
-    if record["policy"].get("kind") != "callable" and described != record["policy"]:
-        raise RecordError(
-            f"record field 'policy': names {record['policy']}, the policy given is {described}"
-        )
-    layout = record["layout"]
-    rerun = evaluate(
-        task,
-        policy,
-        branches=layout["branches"],
-        sampler=sampler,
-        wave=layout["wave"],
-        threads=threads,
-        workers=workers,
-        sprt=sprt,
-        confidence=record["summary"]["confidence"],
-        progress=progress,
-        start=start,
-    )
-    # equal versions, CPU vector features and compiled model: the patch draws and every outcome must
-    # then be bit-identical
-    same_platform = (
-        record["environment"] == environment()
-        and record["template"].get("model_hash") == task.template.model_hash
-    )
-    pairs = list(zip(recorded, rerun.outcomes, strict=True))
-    mismatched = tuple(a.branch for a, b in pairs if a != b)
-    exact = (
-        not mismatched
-        and len(recorded) == len(rerun.outcomes)
-        and rerun.patches_digest == record["patches_digest"]
-    )
-    if same_platform:
-        if exact:
-            detail = "all branch outcomes match"
-        elif rerun.patches_digest != record["patches_digest"]:
-            detail = "the recorded sampler spec draws other patches than the record claims"
-        else:
-            detail = (
-                f"{len(mismatched)} of {len(recorded)} branch outcomes differ on the same platform"
-            )
-        return Reproduction(exact, exact, True, mismatched, detail, rerun)
-    successes = sum(o.success for o in recorded)
-    low, high = clopper_pearson_interval(successes, len(recorded), interval)
-    inside = low <= rerun.success_rate <= high
-    detail = (
-        f"re-run rate {rerun.success_rate:.4f} {'inside' if inside else 'outside'} the recorded "
-        f"{interval:.0%} interval [{low:.4f}, {high:.4f}] (another platform)"
-    )
-    return Reproduction(inside, exact, False, mismatched, detail, rerun)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from ._canon import finite_floats
-from ._errors import TemplateError
-from ._patches import Patch
-from ._templates import split_target
+from .._canon import finite_floats
+from .._errors import TemplateError
+from .._patches import Patch
+from .._templates import split_target
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SCENERY = (

@@ -11,10 +11,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from .._mlp import MLP, MLPSpec, Policy
+from .._patches import Sampler
+from .._tasks import Task
 from ._evaluate import evaluate
-from ._patches import Sampler
-from ._policies import MLP, MLPSpec, Skill
-from ._tasks import Task
 
 Controller = Callable[[np.ndarray], np.ndarray]
 
@@ -43,7 +43,7 @@ def fit_mlp(
     act_bound: float | None = None,
     epochs: int = 2000,
     seed: int = 0,
-) -> Skill:
+) -> Policy:
     """Least-squares fit of an MLP skill; `act_bound` adds a tanh output scaled to ±act_bound."""
     generator = torch.Generator().manual_seed(seed)
     spec = MLPSpec(
@@ -87,7 +87,7 @@ def fit_mlp(
         loss.backward()
         optimizer.step()
         schedule.step()
-    return Skill.from_tensors(spec, {k: v.detach() for k, v in model.state_dict().items()})
+    return Policy.from_tensors(spec, {k: v.detach() for k, v in model.state_dict().items()})
 
 
 def distill(
@@ -101,7 +101,7 @@ def distill(
     act_bound: float | None = None,
     epochs: int = 2000,
     seed: int = 0,
-) -> Skill:
+) -> Policy:
     """Fit an MLP skill that imitates `expert` on `task` by DAgger; returns the last student."""
     if iterations < 1:
         raise ValueError(f"distill needs at least one iteration, got {iterations}")

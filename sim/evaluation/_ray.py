@@ -1,19 +1,19 @@
-"""The optional Ray backend: the same shard hosts and wave workers, as Ray actors.
+"""The optional Ray backend: a pool of generic actors for the executors.
 
 An actor imports torch and MuJoCo once (seconds), so actors are kept in a pool for the life of the
-Ray session and reused across worlds and evaluations; one that dies is dropped. Calls ship whole
-units of work, an `advance` of a shard or a wave of branches, never one control step.
+Ray session and reused across worlds and evaluations; one that dies is dropped. An actor holds one
+object (a shard host, a wave worker) built from a factory it is sent, and runs its methods: calls
+ship whole units of work, an `advance` of a shard or a wave of branches, never one control step.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from ._errors import BackendError
+from .._errors import BackendError
 
 _LOCK = threading.Lock()
 _IDLE: list[Any] = []
@@ -45,36 +45,28 @@ def use_ray(address: str | None = None, **init: Any) -> None:
         ) from exc
 
 
-class SimActor:
-    """One Ray actor: a shard host and a wave worker, whichever it is asked to be."""
+class Actor:
+    """One Ray actor: it holds whatever object it was last asked to build and runs its methods."""
 
     def __init__(self) -> None:
-        from ._hosts import ShardHost
-
-        self.host = ShardHost()
+        self.held: Any = None
 
     def pid(self) -> int:
         return os.getpid()
 
+    def build(self, factory: Callable[..., Any], args: tuple) -> None:
+        self.held = factory(*args)
+
     def call(self, method: str, args: tuple) -> Any:
-        return getattr(self.host, method)(*args)
+        return getattr(self.held, method)(*args)
 
     def clear(self) -> None:
-        self.host.engines.clear()
-
-    def setup_waves(self, setup: tuple) -> None:
-        from ._evaluate import worker_setup
-
-        worker_setup(*setup)
-
-    def wave(self, index: int) -> Any:
-        from ._evaluate import worker_wave
-
-        return worker_wave(index)
+        self.held = None
 
 
 def acquire() -> Any:
-    """An idle actor of the pool, or a new one (Ray places it; it reserves no CPU, as a process would not)."""
+    """An idle actor of the pool, or a new one (Ray places it; it reserves no CPU, as a process
+    would not)."""
     global _ACTOR_CLASS, _SESSION
     ray = ray_module()
     use_ray()
@@ -83,14 +75,14 @@ def acquire() -> Any:
         session = f"{context.get_node_id()}/{context.get_job_id()}"
         if session != _SESSION:  # a new Ray session: the pooled actors belonged to the old one
             _IDLE.clear()
-            _ACTOR_CLASS, _SESSION = ray.remote(num_cpus=0, max_restarts=0)(SimActor), session
+            _ACTOR_CLASS, _SESSION = ray.remote(num_cpus=0, max_restarts=0)(Actor), session
         if _IDLE:
             return _IDLE.pop()
     return _ACTOR_CLASS.options(scheduling_strategy="SPREAD").remote()
 
 
 def release(actor: Any) -> None:
-    """Give an actor back to the pool, its engines dropped; a dead one is dropped instead."""
+    """Give an actor back to the pool, its object dropped; a dead one is dropped instead."""
     ray = ray_module()
     try:
         ray.get(actor.clear.remote())
@@ -103,19 +95,3 @@ def release(actor: Any) -> None:
 def lost_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that mean an actor died during a call."""
     return (ray_module().exceptions.RayActorError,)
-
-
-@contextlib.contextmanager
-def wave_runner(setup: tuple, workers: int) -> Iterator[Callable[[list[int]], Iterable]]:
-    """`workers` actors set up for one evaluation; the function runs a round of waves on them."""
-    ray = ray_module()
-    from ray.util import ActorPool
-
-    actors = [acquire() for _ in range(workers)]
-    try:
-        ray.get([a.setup_waves.remote(setup) for a in actors])
-        pool = ActorPool(actors)
-        yield lambda indices: pool.map(lambda actor, i: actor.wave.remote(i), indices)
-    finally:
-        for actor in actors:
-            release(actor)

@@ -13,29 +13,48 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from .._errors import HistoryError, UnknownEntityError, WorldError
+from .._patches import Mutation, Patch
+from .._snapshot import Snapshot
+from .._templates import Template, cached_template
+from ..evaluation._evaluation_record import Evaluation
 from ._entities import Entity, compose
-from ._errors import HistoryError, UnknownEntityError, WorldError
-from ._evaluate import Evaluation
-from ._patches import Mutation, Patch
 from ._segments import Event
-from ._snapshot import Snapshot
-from ._templates import Template, cached_template
+from ._shards import Shards
 from ._world_input import as_int, check_steps, check_text, check_tick, mutate_event
 from ._worldstore import CANONICAL, Checkpoint, Log
 
-if TYPE_CHECKING:
-    from ._world import Intervention, Migration, World
+
+@dataclass(frozen=True)
+class Intervention:
+    """A counterfactual change for `World.replay`: `mutation` at tick `at`."""
+
+    at: int
+    mutation: Mutation
+    provenance: str = "intervention"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A committed handoff: `entity` left `source` (event `left`) and entered `target` (event `entered`)."""
+
+    id: str
+    entity: str
+    source: str
+    target: str
+    left: Event
+    entered: Event
 
 
 class Branch:
     """A fork of one shard: it starts as the shard was at `base_tick` and lives on its own log."""
 
-    def __init__(self, world: World, shard: str, branch_id: str) -> None:
-        self.world = world
+    def __init__(self, shards: Shards, shard: str, branch_id: str) -> None:
+        self._shards = shards
         self.shard = shard
         self.id = branch_id
 
@@ -44,19 +63,18 @@ class Branch:
 
     @property
     def base_tick(self) -> int:
-        with (
-            self.world._lock
-        ):  # a read may fold the redo file in: not in the middle of another thread's batch
-            return self.world._log(self.shard, self.id).base_tick
+        # a read may fold the redo file in: not in the middle of another thread's batch
+        with self._shards.lock:
+            return self._shards.log(self.shard, self.id).base_tick
 
     @property
     def head(self) -> int:
-        return self.world.head(self.shard, self.id)
+        return self._shards.head(self.shard, self.id)
 
     @property
     def label(self) -> str:
-        with self.world._lock:
-            return self.world._log(self.shard, self.id).label
+        with self._shards.lock:
+            return self._shards.log(self.shard, self.id).label
 
     def apply(
         self,
@@ -66,46 +84,28 @@ class Branch:
         at: int | None = None,
     ) -> Event:
         """Log an event on this branch only (at its head by default), as `World.apply`."""
-        return self.world._apply(self.shard, self.id, mutations, provenance, at)
+        return self._shards.apply(self.shard, self.id, mutations, provenance, at)
 
     def advance(self, steps: int) -> int:
         """Step the branch; returns its new head."""
         steps = check_steps(steps)
-        with self.world._lock:
-            self.world._wait_all(
-                [
-                    (
-                        self.shard,
-                        self.world._call(
-                            self.shard,
-                            self.id,
-                            "advance",
-                            self.world._flush_args(self.shard, self.id, steps),
-                        ),
-                    )
-                ]
-            )
+        with self._shards.lock:
+            self._shards.wait_all([(self.shard, self._shards.advance(self.shard, self.id, steps))])
             return self.head
 
     def snapshot(self) -> Snapshot:
-        return self.world._snapshot(self.shard, self.id)
+        return self._shards.snapshot(self.shard, self.id)
 
     def events(self, *, first_tick: int = 0, last_tick: int | None = None) -> list[Event]:
-        return self.world.events(self.shard, self.id, first_tick=first_tick, last_tick=last_tick)
+        return self._shards.events(self.shard, self.id, first_tick, last_tick)
 
     def evaluate(self, task: Any, policy: Any, **options: Any) -> Evaluation:
         """`World.evaluate` from this branch's current state, inside the shard's worker."""
-        return self.world.evaluate(self.shard, task, policy, branch=self.id, **options)
+        return self._shards.evaluate(self.shard, task, policy, branch=self.id, **options)
 
     def delete(self) -> None:
         """Drop the branch: its engine, its log and its checkpoints. The canonical world is untouched."""
-        world = self.world
-        with world._lock:
-            world._log(self.shard, self.id)
-            world._unload(self.shard, self.id)
-            with world._store.transaction():
-                world._store.delete_log(self.shard, self.id)
-            world._current.pop((self.shard, self.id), None)
+        self._shards.delete(self.shard, self.id)
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,10 @@ class Replay:
         return self.branch is None and not self.mismatched
 
 
-def fork(world: World, shard: str, at: int, label: str) -> Branch:
+def fork(shards: Shards, shard: str, at: int, label: str) -> Branch:
     check_text("label", label)
-    with world._lock:
-        log = world._log(shard, CANONICAL)
+    with shards.lock:
+        log = shards.log(shard, CANONICAL)
         tick = as_int(at)
         if tick is None or not log.base_tick <= tick <= log.head:
             raise HistoryError(
@@ -139,18 +139,16 @@ def fork(world: World, shard: str, at: int, label: str) -> Branch:
             )
         at = tick
         branch_id = uuid.uuid4().hex[:16]
-        with world._store.transaction():
-            world._store.add_log(Log(shard, branch_id, at, at, label))
-        return Branch(world, shard, branch_id)
+        with shards.store.transaction():
+            shards.store.add_log(Log(shard, branch_id, at, at, label))
+        return Branch(shards, shard, branch_id)
 
 
 def replay(
-    world: World, shard: str, start: int, stop: int, interventions: Sequence[Intervention]
+    shards: Shards, shard: str, start: int, stop: int, interventions: Sequence[Intervention]
 ) -> Replay:
-    from ._world import Intervention
-
-    with world._lock:
-        log = world._log(shard, CANONICAL)
+    with shards.lock:
+        log = shards.log(shard, CANONICAL)
         first, last = as_int(start), as_int(stop)
         if first is None or last is None or not log.base_tick <= first <= last <= log.head:
             raise HistoryError(
@@ -158,10 +156,10 @@ def replay(
                 f"cannot replay {start!r}..{stop!r}"
             )
         start, stop = first, last
-        store = world._store
+        store = shards.store
         interventions = tuple(interventions)
         if interventions:
-            template = _template_at(world, shard, start)
+            template = _template_at(shards, shard, start)
             added = []
             for iv in interventions:
                 if not isinstance(iv, Intervention):
@@ -187,7 +185,7 @@ def replay(
             rows.sort(key=lambda row: row[0])  # stable: at one tick, the recorded events come first
             with store.transaction():  # the branch and its events, or neither
                 branch = fork(
-                    world,
+                    shards,
                     shard,
                     start,
                     f"replay {start}..{stop} with {len(interventions)} intervention(s)",
@@ -195,13 +193,13 @@ def replay(
                 store.append(shard, branch.id, rows)
             branch.advance(stop - start)
             snapshot = branch.snapshot()
-            world._unload(shard, branch.id)
+            shards.unload(shard, branch.id)
             return Replay(shard, start, stop, snapshot, branch, (), ())
         checkpoint = store.checkpoint(shard, CANONICAL, start)
         events = store.events(shard, CANONICAL, first_tick=checkpoint.tick, last_tick=stop - 1)
         xml, _ = store.template(checkpoint.template)
-        args = (checkpoint.to_json(), xml, world.checkpoint_every, stop, world._wire(events))
-        report = world._call(shard, "", "replay", lambda: args, load=False)()
+        args = (checkpoint.to_json(), xml, shards.checkpoint_every, stop, shards.wire(events))
+        report = shards.call(shard, "", "replay", lambda: args, load=False)()
         recorded = {
             c.tick: c for c in store.checkpoints(shard, CANONICAL, checkpoint.tick + 1, stop)
         }
@@ -210,8 +208,8 @@ def replay(
         mismatched = tuple(c.tick for c in crossed if c.tick in recorded and c != recorded[c.tick])
         state = report["state"]
         snapshot = Snapshot(
-            world.name,
-            world.id,
+            shards.name,
+            shards.id,
             shard,
             None,
             stop,
@@ -223,9 +221,9 @@ def replay(
         return Replay(shard, start, stop, snapshot, None, checked, mismatched)
 
 
-def _template_at(world: World, shard: str, tick: int) -> Template:
+def _template_at(shards: Shards, shard: str, tick: int) -> Template:
     """The canonical template of `shard` on arrival at `tick`."""
-    store = world._store
+    store = shards.store
     checkpoint = store.checkpoint(shard, CANONICAL, tick)
     switches = [
         e
@@ -236,93 +234,89 @@ def _template_at(world: World, shard: str, tick: int) -> Template:
     return cached_template(store.template(source)[0])
 
 
-def prune(world: World, before: int, shards: Sequence[str] | None) -> dict[str, int]:
+def prune(shards: Shards, before: int, names: Sequence[str] | None) -> dict[str, int]:
     tick = as_int(before)
     if tick is None or tick < 0:
         raise ValueError(f"before must be a non-negative tick, got {before!r}")
     before = tick
-    with world._lock:
-        targets = list(shards) if shards is not None else world.shards
+    with shards.lock:
+        targets = list(names) if names is not None else shards.names
         starts = {}
         for shard in targets:
-            log = world._log(shard, CANONICAL)
+            log = shards.log(shard, CANONICAL)
             # a checkpoint at the base always exists: the first one, or the one the last pruning kept
-            starts[shard] = world._store.checkpoint(
+            starts[shard] = shards.store.checkpoint(
                 shard, CANONICAL, min(max(before, log.base_tick), log.head)
             ).tick
-            older = [b.branch for b in world._store.logs(shard) if b.base_tick < starts[shard]]
+            older = [b.branch for b in shards.store.logs(shard) if b.base_tick < starts[shard]]
             if older:
                 raise HistoryError(
                     f"shard {shard!r}: branches {older} fork before tick {starts[shard]}; "
                     "delete them before pruning there"
                 )
-        with world._store.transaction():
+        with shards.store.transaction():
             for shard, start in starts.items():
-                if start > world._log(shard, CANONICAL).base_tick:
-                    world._store.prune(shard, CANONICAL, start)
+                if start > shards.log(shard, CANONICAL).base_tick:
+                    shards.store.prune(shard, CANONICAL, start)
         return starts
 
 
 # ---- migration: read, commit (the one atomic step), deliver ----
 
 
-def migrate(world: World, entity: str, to: str, provenance: str) -> Migration:
+def migrate(shards: Shards, entity: str, to: str, provenance: str) -> Migration:
     check_text("provenance", provenance)
-    with world._lock:
-        found = world._entities.get(entity) if isinstance(entity, str) else None
+    with shards.lock:
+        found = shards.entities.get(entity) if isinstance(entity, str) else None
         if found is None:
             raise UnknownEntityError(
-                f"world {world.name!r} has no entity {entity!r}; entities are "
-                f"{sorted(world._entities)}"
+                f"world {shards.name!r} has no entity {entity!r}; entities are "
+                f"{sorted(shards.entities)}"
             )
-        world._log(to, CANONICAL)
+        shards.log(to, CANONICAL)
         if found.shard == to:
             raise WorldError(f"entity {entity!r} is already in shard {to!r}")
         source = found.shard
         for shard in (source, to):
-            head = world.head(shard)
-            _, last = world._store.last_event(shard, CANONICAL)
+            head = shards.head(shard, CANONICAL)
+            _, last = shards.store.last_event(shard, CANONICAL)
             if last > head:
                 raise HistoryError(
                     f"shard {shard!r} has events scheduled up to tick {last}, past its head {head}: "
                     "advance past them before migrating"
                 )
-        handoff = read_handoff(world, source, entity)
+        handoff = read_handoff(shards, source, entity)
         moved = replace(found, shard=to)
-        others = [e for e in world._entities.values() if e.name != entity]
+        others = [e for e in shards.entities.values() if e.name != entity]
         templates = (
             cached_template(
-                compose(world._scenes[source], [e for e in others if e.shard == source])
+                compose(shards.scenes[source], [e for e in others if e.shard == source])
             ),
             cached_template(
-                compose(world._scenes[to], [e for e in others if e.shard == to] + [moved])
+                compose(shards.scenes[to], [e for e in others if e.shard == to] + [moved])
             ),
         )
-        migration = commit_migration(world, moved, source, templates, handoff, provenance)
-        world._entities[entity] = moved
-        deliver(world, (source, to))
+        migration = commit_migration(shards, moved, source, templates, handoff, provenance)
+        shards.entities[entity] = moved
+        deliver(shards, (source, to))
         return migration
 
 
-def read_handoff(world: World, shard: str, entity: str) -> dict:
+def read_handoff(shards: Shards, shard: str, entity: str) -> dict:
     """The entity's state at the shard's head, every event logged so far applied (reads only)."""
-    world._wait_all(
-        [(shard, world._call(shard, CANONICAL, "advance", world._flush_args(shard, CANONICAL, 0)))]
-    )
-    return world._call(shard, CANONICAL, "entity_state", lambda: (entity,))()
+    shards.wait_all([(shard, shards.advance(shard, CANONICAL, 0))])
+    return shards.call(shard, CANONICAL, "entity_state", lambda: (entity,))()
 
 
 def commit_migration(
-    world: World,
+    shards: Shards,
     moved: Entity,
     source: str,
     templates: tuple[Template, Template],
     handoff: dict,
     provenance: str,
 ) -> Migration:
-    from ._world import Migration
-
-    store, ident = world._store, uuid.uuid4().hex[:16]
+    store, ident = shards.store, uuid.uuid4().hex[:16]
     leaving, entering = templates
     with store.transaction():
         for template in templates:
@@ -333,7 +327,7 @@ def commit_migration(
             CANONICAL,
             [
                 (
-                    world.head(source),
+                    shards.head(source, CANONICAL),
                     moved.name,
                     "leave",
                     {**common, "template": leaving.source_hash, "model_hash": leaving.model_hash},
@@ -346,7 +340,7 @@ def commit_migration(
             CANONICAL,
             [
                 (
-                    world.head(moved.shard),
+                    shards.head(moved.shard, CANONICAL),
                     moved.name,
                     "enter",
                     {
@@ -372,16 +366,11 @@ def commit_migration(
                 "entered": entered.seq,
             }
         )
-    world._current[source, CANONICAL] = leaving.source_hash
-    world._current[moved.shard, CANONICAL] = entering.source_hash
+    shards.switched(source, CANONICAL, leaving.source_hash)
+    shards.switched(moved.shard, CANONICAL, entering.source_hash)
     return Migration(ident, moved.name, source, moved.shard, left, entered)
 
 
-def deliver(world: World, shards: Sequence[str]) -> None:
+def deliver(shards: Shards, names: Sequence[str]) -> None:
     """Apply committed events at the shards' heads now (they would be at their next call anyway)."""
-    world._wait_all(
-        [
-            (s, world._call(s, CANONICAL, "advance", world._flush_args(s, CANONICAL, 0)))
-            for s in shards
-        ]
-    )
+    shards.wait_all([(s, shards.advance(s, CANONICAL, 0)) for s in names])

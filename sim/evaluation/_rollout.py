@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from mujoco import batch as mjbatch
 
-from ._errors import IncompatibleTemplateError, PolicyCallError, PolicyOutputError
-from ._patches import Patch, Sampler, apply_model_patches, apply_state_patches
-from ._policies import EntryPointRef, Skill
-from ._snapshot import Snapshot, apply_stepwise
-from ._tasks import Runtime, Task
+from .._errors import IncompatibleTemplateError, PolicyCallError, PolicyOutputError
+from .._mlp import EntryPointRef, Policy
+from .._patches import Patch, Sampler, apply_model_patches, apply_state_patches
+from .._snapshot import Snapshot, apply_stepwise
+from .._tasks import Runtime, Task
 
 _UNSTABLE = {
     int(getattr(mujoco.mjtWarning, f"mjWARN_{w}")): w
@@ -48,7 +48,7 @@ class PolicyCaller:
     def __init__(self, policy: object, task: Task) -> None:
         if isinstance(policy, EntryPointRef):
             policy = policy.load()(task)
-        if isinstance(policy, Skill):
+        if isinstance(policy, Policy):
             policy = policy.module()
         spec = getattr(policy, "spec", None)
         if spec is not None and (spec.obs_dim, spec.act_dim) != (task.obs_dim, task.act_dim):

@@ -1,6 +1,7 @@
-"""Skills are data, never code: an MLP architecture spec plus safetensors weights, checked against
-each other before any tensor is used. Python policies come only from locally installed, versioned
-entry points, which a record may name but never carry.
+"""Policies are data, never code: a `Policy` is an MLP architecture spec plus safetensors weights,
+checked against each other before any tensor is used (what a knowledge-base skill carries). Python
+policies come only from locally installed, versioned entry points, which a record may name but never
+carry.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import safetensors.torch
 import torch
 
 from ._canon import canonical_json, content_hash, sha256_hex
-from ._errors import EntryPointError, SkillPayloadError, SkillSpecError
+from ._errors import EntryPointError, PolicyPayloadError, PolicySpecError
 
 MLP_FORMAT = "simnet.mlp/1"
 ACTIVATIONS: dict[str, Callable[[], torch.nn.Module]] = {
@@ -63,7 +64,7 @@ class MLPSpec:
     def from_json(cls, data: Any) -> MLPSpec:
         def need(ok: bool, key: str, detail: str) -> None:
             if not ok:
-                raise SkillSpecError(key, detail)
+                raise PolicySpecError(key, detail)
 
         need(isinstance(data, dict), "", "an architecture spec is a JSON object")
         need(data.get("format") == MLP_FORMAT, "format", f"must be {MLP_FORMAT!r}")
@@ -150,8 +151,9 @@ class MLP(torch.nn.Module):
 
 
 @dataclass(frozen=True)
-class Skill:
-    """A replicable policy: an architecture spec and a safetensors weights blob, content-addressed.
+class Policy:
+    """A replicable MLP policy, the payload of a skill: an architecture spec and a safetensors weights
+    blob, content-addressed.
 
     Constructing one checks the blob against the spec (names, dtypes, shapes, finiteness);
     `weights_sha256` is the blob's address, `hash` the skill's (spec and weights together).
@@ -167,7 +169,7 @@ class Skill:
     @classmethod
     def from_tensors(
         cls, spec: MLPSpec, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None
-    ) -> Skill:
+    ) -> Policy:
         dtype = _DTYPES[spec.dtype][0]
         prepared = {
             k: torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v)
@@ -180,7 +182,7 @@ class Skill:
         return cls(spec, blob, dict(metadata or {}))
 
     @classmethod
-    def load(cls, spec_path: str | Path, weights_path: str | Path | None = None) -> Skill:
+    def load(cls, spec_path: str | Path, weights_path: str | Path | None = None) -> Policy:
         """Read `name.json` (the spec and optional metadata) and `name.safetensors` beside it."""
         spec_path = Path(spec_path)
         doc = json.loads(spec_path.read_text())
@@ -192,7 +194,7 @@ class Skill:
         )
         recorded = doc.get("weights_sha256")
         if recorded is not None and recorded != skill.weights_sha256:
-            raise SkillPayloadError(
+            raise PolicyPayloadError(
                 f"{weights_path}: sha256 {skill.weights_sha256} does not match "
                 f"the recorded {recorded}"
             )
@@ -233,7 +235,7 @@ class Skill:
     def _tensors(self) -> dict[str, torch.Tensor]:
         blob = self.weights
         if not isinstance(blob, bytes) or len(blob) > MAX_WEIGHTS_BYTES:
-            raise SkillPayloadError(
+            raise PolicyPayloadError(
                 f"weights must be at most {MAX_WEIGHTS_BYTES} bytes of safetensors"
             )
         header = _safetensors_header(blob)
@@ -241,7 +243,7 @@ class Skill:
         found = {k for k in header if k != "__metadata__"}
         if found != set(expected):
             missing, unexpected = sorted(set(expected) - found), sorted(found - set(expected))
-            raise SkillPayloadError(
+            raise PolicyPayloadError(
                 f"weights do not match the architecture: missing {missing}, unexpected {unexpected}"
             )
         tag = _DTYPES[self.spec.dtype][1]
@@ -252,36 +254,38 @@ class Skill:
                 or info.get("dtype") != tag
                 or tuple(info.get("shape", ())) != shape
             ):
-                raise SkillPayloadError(
+                raise PolicyPayloadError(
                     f"tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
                     f"the architecture needs {tag} {list(shape)}"
                 )
         try:
             tensors = safetensors.torch.load(blob)
         except Exception as exc:  # safetensors raises its own SafetensorError on corrupt data
-            raise SkillPayloadError(f"weights are not valid safetensors: {exc}") from exc
+            raise PolicyPayloadError(f"weights are not valid safetensors: {exc}") from exc
         for name, tensor in tensors.items():
             if not torch.isfinite(tensor).all():
-                raise SkillPayloadError(f"tensor {name!r} holds NaN or inf")
+                raise PolicyPayloadError(f"tensor {name!r} holds NaN or inf")
         if not (tensors["obs_std"] > 0).all():
-            raise SkillPayloadError("tensor 'obs_std' must be > 0 everywhere")
+            raise PolicyPayloadError("tensor 'obs_std' must be > 0 everywhere")
         return tensors
 
 
 def _safetensors_header(blob: bytes) -> dict:
     if len(blob) < 8:
-        raise SkillPayloadError(
+        raise PolicyPayloadError(
             "weights are not safetensors: shorter than the 8-byte header length"
         )
     (size,) = struct.unpack("<Q", blob[:8])
     if size > len(blob) - 8 or size > 100 * 2**20:
-        raise SkillPayloadError("weights are not safetensors: header length exceeds the blob")
+        raise PolicyPayloadError("weights are not safetensors: header length exceeds the blob")
     try:
         header = json.loads(blob[8 : 8 + size])
     except ValueError as exc:
-        raise SkillPayloadError(f"weights are not safetensors: header is not JSON ({exc})") from exc
+        raise PolicyPayloadError(
+            f"weights are not safetensors: header is not JSON ({exc})"
+        ) from exc
     if not isinstance(header, dict):
-        raise SkillPayloadError("weights are not safetensors: header is not an object")
+        raise PolicyPayloadError("weights are not safetensors: header is not an object")
     return header
 
 
@@ -327,7 +331,7 @@ class EntryPointRef:
 
 def describe_policy(policy: Any) -> dict:
     """A JSON description of a policy for the record: a hash where the policy is data."""
-    if isinstance(policy, Skill):
+    if isinstance(policy, Policy):
         return policy.describe()
     if isinstance(policy, EntryPointRef):
         return policy.to_json()
@@ -347,6 +351,25 @@ def describe_policy(policy: Any) -> dict:
         }
     name = getattr(policy, "__qualname__", type(policy).__qualname__)
     return {"kind": "callable", "class": f"{getattr(policy, '__module__', '?')}.{name}"}
+
+
+def policy_payload(policy: Any) -> tuple:
+    """A policy as data a worker can rebuild: only MLP policies and entry points can be shipped."""
+    if isinstance(policy, Policy):
+        return ("skill", policy.spec.to_json(), policy.weights)
+    if isinstance(policy, EntryPointRef):
+        return ("entry_point", policy.to_json())
+    raise ValueError(
+        "workers > 1 and other backends need the policy as data (a Policy) or an EntryPointRef, "
+        f"not {type(policy).__name__}: only those can be shipped to a worker"
+    )
+
+
+def policy_from_payload(payload: tuple) -> Any:
+    if payload[0] == "skill":
+        return Policy(MLPSpec.from_json(payload[1]), payload[2])
+    data = payload[1]
+    return EntryPointRef(data["name"], data["distribution"], data["version"], data["group"])
 
 
 def _state_digest(module: torch.nn.Module) -> str:

@@ -26,9 +26,9 @@ from typing import NamedTuple
 
 import orjson
 
+from .._canon import canonical_json, sha256_hex
+from .._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError
 from . import _segments as segments
-from ._canon import canonical_json, sha256_hex
-from ._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError
 from ._segments import Event
 from ._worldfiles import WorldFiles
 

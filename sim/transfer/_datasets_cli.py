@@ -8,7 +8,7 @@ import time
 import click
 
 from ._bodies import robot_population
-from ._transfer import transfer_dataset
+from ._datasets import transfer_dataset
 
 
 @click.command("dataset")

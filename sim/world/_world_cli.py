@@ -15,9 +15,9 @@ import click
 
 from knowledge import SiteHome
 
+from .._errors import SimError
+from ..evaluation._executors import BACKENDS
 from ._entities import Entity, check_name
-from ._errors import SimError
-from ._hosts import BACKENDS
 from ._world import World
 from ._world_input import check_text
 

@@ -3,7 +3,7 @@
 A simulator skill travels as data: `publish_skill` stores its safetensors weights as a blob and puts
 its architecture spec in the skill record's ``policy`` field (``{"kind": "mlp", "architecture": ...,
 "weights": <blob sha256>, "skill_hash": ...}``); `load_policy` turns a record back into a checked
-`sim.Skill`. `certify` signs an evaluation of a knowledge-base skill as a certificate (the evaluation
+`sim.Policy`. `certify` signs an evaluation of a knowledge-base skill as a certificate (the evaluation
 record rides along, so any site can re-run it); `verify_certificate` does that re-run.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 import knowledge
 from knowledge import Certificate, KnowledgeBase
 
-from ._errors import RecordError, SkillSpecError
-from ._evaluate import Evaluation
-from ._policies import EntryPointRef, MLPSpec, Skill
-from ._record import Reproduction, check_record, reproduce
+from .._errors import EvaluationRecordError, PolicySpecError
+from .._mlp import EntryPointRef, MLPSpec, Policy
+from ._evaluation_record import Evaluation, check_record
+from ._reproduce import Reproduction, reproduce
 
 # What a sampler or initial-state term randomizes, in the vocabulary of activation policies.
 _KINDS = {
@@ -53,7 +53,7 @@ def randomized(record: Mapping[str, Any]) -> list[str]:
 
 def publish_skill(
     kb: KnowledgeBase,
-    skill: Skill,
+    skill: Policy,
     name: str,
     task: str,
     *,
@@ -86,23 +86,25 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
     """The runnable policy of a knowledge-base skill: weights checked against their hash and the spec.
 
     BlobError if the weights are not here yet (fetch them: `federation.sync_with(..., blobs=[...])`),
-    SkillSpecError / SkillPayloadError if the record's policy is not a valid skill, EntryPointError if it
+    PolicySpecError / PolicyPayloadError if the record's policy is not a valid skill, EntryPointError if it
     names a local entry point that is not installed at the recorded version.
     """
     policy = kb.skills.get(skill_id).policy
     if not isinstance(policy, dict):
-        raise SkillSpecError("policy", f"skill {skill_id[:16]}… carries no policy")
+        raise PolicySpecError("policy", f"skill {skill_id[:16]}… carries no policy")
     if policy.get("kind") == "mlp":
-        skill = Skill(
+        skill = Policy(
             MLPSpec.from_json(policy.get("architecture")), kb.blobs.get(str(policy.get("weights")))
         )
         if policy.get("skill_hash") not in (None, skill.hash):
-            raise SkillSpecError("policy.skill_hash", "does not match the architecture and weights")
+            raise PolicySpecError(
+                "policy.skill_hash", "does not match the architecture and weights"
+            )
         return skill
     if policy.get("kind") == "entry_point":
         fields = {k: policy[k] for k in ("group", "name", "distribution", "version") if k in policy}
         return EntryPointRef(**fields).load()
-    raise SkillSpecError("policy.kind", f"{policy.get('kind')!r} is not 'mlp' or 'entry_point'")
+    raise PolicySpecError("policy.kind", f"{policy.get('kind')!r} is not 'mlp' or 'entry_point'")
 
 
 def certify(
@@ -117,7 +119,7 @@ def certify(
     policy = kb.skills.get(skill_id).policy or {}
     expected = policy.get("skill_hash") if policy.get("kind") == "mlp" else None
     if expected is not None and record["policy"].get("skill_hash") != expected:
-        raise RecordError(
+        raise EvaluationRecordError(
             f"the evaluation ran policy {str(record['policy'].get('skill_hash'))[:16]}…, "
             f"not skill {skill_id[:16]}…'s {expected[:16]}…"
         )
@@ -170,6 +172,6 @@ def verify_certificate(
             threads=threads,
             progress=False,
         )
-    except RecordError as exc:
+    except EvaluationRecordError as exc:
         return Verification(False, f"the evaluation record is inconsistent: {exc}")
     return Verification(reproduction.matches, reproduction.detail, reproduction)

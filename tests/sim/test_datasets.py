@@ -10,36 +10,38 @@ import pytest
 from click.testing import CliRunner
 
 import sim
+import sim.transfer
 from knowledge import TransferDataset
-from sim._transfer import observation_slots, posture_skill, reach_skill, sampler
 from sim.cli import encoder_dataset_command
+from sim.transfer._datasets import observation_slots, posture_skill, reach_skill, sampler
 
 ARMS = {
-    n: next(r for s in range(100) if len((r := sim.procedural_arm(s)).joints) == n) for n in (3, 7)
+    n: next(r for s in range(100) if len((r := sim.transfer.procedural_arm(s)).joints) == n)
+    for n in (3, 7)
 }
-ARM7, WALKER = sim.shipped_robots()
-SIX = next(r for s in range(100) if len((r := sim.procedural_legged(s)).joints) == 12)
+ARM7, WALKER = sim.transfer.shipped_robots()
+SIX = next(r for s in range(100) if len((r := sim.transfer.procedural_legged(s)).joints) == 12)
 
 
-def weights(skill: sim.Skill) -> np.ndarray:
+def weights(skill: sim.Policy) -> np.ndarray:
     return skill.module().layers[0].weight.detach().numpy()
 
 
 def test_a_skill_is_unchanged_between_bodies_with_one_interface():
     skill = reach_skill(ARMS[7])
-    assert sim.retarget(skill, ARMS[7], ARM7, "reach") is skill
+    assert sim.transfer.retarget(skill, ARMS[7], ARM7, "reach") is skill
 
 
 def test_an_arm_skill_drives_a_smaller_arm_joint_by_joint_from_the_base():
     skill = reach_skill(ARMS[7])
-    small = sim.retarget(skill, ARMS[7], ARMS[3], "reach")
+    small = sim.transfer.retarget(skill, ARMS[7], ARMS[3], "reach")
     task = ARMS[3].task("reach")
     assert (small.spec.obs_dim, small.spec.act_dim) == (task.obs_dim, task.act_dim)
     assert np.array_equal(
         weights(small)[:, -3:], weights(skill)[:3, -3:]
     )  # goal offset -> first three joints
     assert not weights(small)[:, :-3].any()
-    large = sim.retarget(small, ARMS[3], ARMS[7], "reach")
+    large = sim.transfer.retarget(small, ARMS[3], ARMS[7], "reach")
     assert np.array_equal(weights(large)[:3, -3:], weights(small)[:, -3:])
     assert not weights(large)[3:].any()  # joints the skill does not know are commanded to 0 (home)
     assert sim.evaluate(task, small, branches=4, progress=False).n == 4
@@ -47,7 +49,7 @@ def test_an_arm_skill_drives_a_smaller_arm_joint_by_joint_from_the_base():
 
 def test_legs_are_matched_front_to_back():
     posture = posture_skill(SIX)
-    on_walker = sim.retarget(posture, SIX, WALKER, "posture")
+    on_walker = sim.transfer.retarget(posture, SIX, WALKER, "posture")
     six, two = weights(posture), weights(on_walker)
     # walker actuators: hind hip, hind knee, fore hip, fore knee; the six legs run front (0) to back (5)
     assert np.array_equal(two[[2, 3], -6:], six[[0, 1], -6:]) and np.array_equal(
@@ -55,21 +57,21 @@ def test_legs_are_matched_front_to_back():
     )
     assert len(observation_slots(WALKER, "posture")) == two.shape[1]
     with pytest.raises(ValueError, match="posture"):
-        sim.retarget(posture, SIX, ARM7, "posture")
+        sim.transfer.retarget(posture, SIX, ARM7, "posture")
 
 
 def test_native_skills_work_on_their_own_bodies():
     for robot in (ARMS[3], ARMS[7]):
         result = sim.evaluate(
             robot.task("reach"),
-            sim.native_skill(robot, "reach").skill,
+            sim.transfer.native_skill(robot, "reach").skill,
             branches=16,
             sampler=sampler("reach", 5),
             progress=False,
         )
         assert result.success_rate >= 0.8
     for robot in (SIX, WALKER):
-        skill = sim.native_skill(robot, "posture").skill
+        skill = sim.transfer.native_skill(robot, "posture").skill
         result = sim.evaluate(
             robot.task("posture"), skill, branches=16, sampler=sampler("posture", 5), progress=False
         )
@@ -96,7 +98,7 @@ def test_a_posture_skill_fails_where_the_gear_differs():
         actuator.gainprm[0] /= 4
         actuator.biasprm[1:3] = actuator.biasprm[1:3] / 4
         actuator.ctrlrange = actuator.ctrlrange * 2
-    geared = sim.Robot(
+    geared = sim.transfer.Robot(
         "geared-walker",
         "legged",
         spec.to_xml(),
@@ -113,16 +115,21 @@ def test_a_posture_skill_fails_where_the_gear_differs():
     assert sim.evaluate(task, posture_skill(geared), **branches).success_rate >= 0.8
     assert (
         sim.evaluate(
-            task, sim.retarget(posture_skill(WALKER), WALKER, geared, "posture"), **branches
+            task,
+            sim.transfer.retarget(posture_skill(WALKER), WALKER, geared, "posture"),
+            **branches,
         ).success_rate
         <= 0.25
     )
 
 
 def test_the_dataset_is_the_same_with_any_number_of_workers(tmp_path):
-    robots = [sim.procedural_arm(s) for s in range(3)] + [WALKER, sim.procedural_legged(0)]
-    one = sim.transfer_dataset(robots, branches=4, workers=1, seed=2, progress=False)
-    two = sim.transfer_dataset(robots, branches=4, workers=2, seed=2, progress=False)
+    robots = [sim.transfer.procedural_arm(s) for s in range(3)] + [
+        WALKER,
+        sim.transfer.procedural_legged(0),
+    ]
+    one = sim.transfer.transfer_dataset(robots, branches=4, workers=1, seed=2, progress=False)
+    two = sim.transfer.transfer_dataset(robots, branches=4, workers=2, seed=2, progress=False)
     assert one.transfers == two.transfers and one.names == two.names
     assert len(one.transfers) == 3 * 3 + 2 * 2 and one.tasks == ("posture", "reach")
     assert all(t.trials == 4 for t in one.transfers)
@@ -132,7 +139,7 @@ def test_the_dataset_is_the_same_with_any_number_of_workers(tmp_path):
         r.name for r in robots
     ]
     with pytest.raises(ValueError, match="distinct"):
-        sim.transfer_dataset(robots + robots[:1], branches=1)
+        sim.transfer.transfer_dataset(robots + robots[:1], branches=1)
 
 
 def test_the_dataset_command_writes_a_file(tmp_path):

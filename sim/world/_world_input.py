@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._canon import finite_floats
+from .._canon import finite_floats
+from .._errors import HistoryError, MutationError
+from .._patches import OPS, Mutation
+from .._templates import Template
 from ._entities import entity_of
-from ._errors import HistoryError, MutationError
-from ._patches import OPS, Mutation
-from ._templates import Template
 
 MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
 MAX_AHEAD = 1_000_000  # ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)

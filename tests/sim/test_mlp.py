@@ -12,13 +12,13 @@ from sim import (
     EntryPointRef,
     IncompatibleTemplateError,
     MLPSpec,
-    Skill,
-    SkillPayloadError,
-    SkillSpecError,
+    Policy,
+    PolicyPayloadError,
+    PolicySpecError,
     evaluate,
     load_skill,
 )
-from sim._policies import describe_policy
+from sim._mlp import describe_policy
 
 
 def _tensors(spec, rng):
@@ -34,9 +34,9 @@ def test_skill_round_trip_and_forward_matches_numpy(tmp_path):
     rng = np.random.default_rng(0)
     spec = MLPSpec(5, 3, (8, 4), "tanh", "tanh", "float64")
     tensors = _tensors(spec, rng)
-    skill = Skill.from_tensors(spec, tensors, {"task": "demo"})
+    skill = Policy.from_tensors(spec, tensors, {"task": "demo"})
     skill.save(tmp_path / "demo.json")
-    loaded = Skill.load(tmp_path / "demo.json")
+    loaded = Policy.load(tmp_path / "demo.json")
     assert loaded.hash == skill.hash and loaded.weights == skill.weights
     assert loaded.metadata == {"task": "demo"}
     obs = rng.normal(size=(6, 5))
@@ -49,7 +49,7 @@ def test_skill_round_trip_and_forward_matches_numpy(tmp_path):
         got = loaded.module()(torch.from_numpy(obs)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     # the same spec and tensors give the same blob, so the same address
-    assert Skill.from_tensors(spec, tensors).weights_sha256 == skill.weights_sha256
+    assert Policy.from_tensors(spec, tensors).weights_sha256 == skill.weights_sha256
 
 
 def test_a_tampered_sidecar_hash_is_refused(tmp_path):
@@ -58,8 +58,8 @@ def test_a_tampered_sidecar_hash_is_refused(tmp_path):
     doc = json.loads((tmp_path / "w.json").read_text())
     doc["weights_sha256"] = "0" * 64
     (tmp_path / "w.json").write_text(json.dumps(doc))
-    with pytest.raises(SkillPayloadError, match="does not match"):
-        Skill.load(tmp_path / "w.json")
+    with pytest.raises(PolicyPayloadError, match="does not match"):
+        Policy.load(tmp_path / "w.json")
 
 
 def _header_blob(header: dict, payload: bytes = b"") -> bytes:
@@ -84,27 +84,27 @@ def test_payloads_that_do_not_match_the_spec(mangle, message):
     spec = MLPSpec(3, 2, (4,))
     tensors = _tensors(spec, np.random.default_rng(1))
     mangle(tensors)
-    with pytest.raises(SkillPayloadError, match=message):
-        Skill.from_tensors(spec, tensors)
+    with pytest.raises(PolicyPayloadError, match=message):
+        Policy.from_tensors(spec, tensors)
 
 
 def test_dtype_and_garbage_payloads():
     spec = MLPSpec(3, 2, ())
-    good = Skill.from_tensors(spec, _tensors(spec, np.random.default_rng(2)))
-    with pytest.raises(SkillPayloadError, match="F32"):
-        Skill(MLPSpec(3, 2, (), dtype="float32"), good.weights)
-    with pytest.raises(SkillPayloadError, match="shorter"):
-        Skill(spec, b"abc")
-    with pytest.raises(SkillPayloadError, match="exceeds"):
-        Skill(spec, struct.pack("<Q", 10**6) + b"{}")
-    with pytest.raises(SkillPayloadError, match="not JSON"):
-        Skill(spec, struct.pack("<Q", 4) + b"{{{{")
+    good = Policy.from_tensors(spec, _tensors(spec, np.random.default_rng(2)))
+    with pytest.raises(PolicyPayloadError, match="F32"):
+        Policy(MLPSpec(3, 2, (), dtype="float32"), good.weights)
+    with pytest.raises(PolicyPayloadError, match="shorter"):
+        Policy(spec, b"abc")
+    with pytest.raises(PolicyPayloadError, match="exceeds"):
+        Policy(spec, struct.pack("<Q", 10**6) + b"{}")
+    with pytest.raises(PolicyPayloadError, match="not JSON"):
+        Policy(spec, struct.pack("<Q", 4) + b"{{{{")
     header = {
         name: {"dtype": "F64", "shape": list(shape), "data_offsets": [0, 10**9]}
         for name, shape in spec.tensor_shapes().items()
     }
-    with pytest.raises(SkillPayloadError, match="not valid safetensors"):
-        Skill(spec, _header_blob(header, b"\0" * 16))
+    with pytest.raises(PolicyPayloadError, match="not valid safetensors"):
+        Policy(spec, _header_blob(header, b"\0" * 16))
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_dtype_and_garbage_payloads():
 def test_malformed_architecture_specs_name_the_field(edit, field):
     data = MLPSpec(3, 2).to_json()
     edit(data)
-    with pytest.raises(SkillSpecError) as info:
+    with pytest.raises(PolicySpecError) as info:
         MLPSpec.from_json(data)
     assert info.value.field == field
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from knowledge import Embodiment
 
-from ._tasks import Task
+from .._tasks import Task
 
 Kind = Literal["arm", "legged"]
 TASKS: dict[str, tuple[str, ...]] = {"arm": ("reach",), "legged": ("posture",)}

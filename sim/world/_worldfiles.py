@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._errors import CorruptWorldError, WorldError, WorldLockedError
+from .._errors import CorruptWorldError, WorldError, WorldLockedError
 from ._redo import FOLD_BYTES, RedoFile
 
 _logger = logging.getLogger(__name__)

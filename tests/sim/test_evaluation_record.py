@@ -6,7 +6,7 @@ import pytest
 
 from sim import (
     SPRT,
-    RecordError,
+    EvaluationRecordError,
     check_record,
     evaluate,
     load_sampler,
@@ -15,7 +15,7 @@ from sim import (
     reproduce,
 )
 from sim._canon import canonical_json
-from sim._record import _summary, environment, outcomes_of
+from sim.evaluation._evaluation_record import _summary, environment, outcomes_of
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +122,9 @@ def test_tampered_records_are_refused(recorded, tamper, message):
     skill, _, record = recorded
     bad = copy.deepcopy(record)
     tamper(bad)
-    with pytest.raises(RecordError, match=message):
+    with pytest.raises(EvaluationRecordError, match=message):
         check_record(bad)
-    with pytest.raises(RecordError):
+    with pytest.raises(EvaluationRecordError):
         reproduce(bad, skill, progress=False)
 
 
@@ -144,11 +144,11 @@ def test_tampered_inputs_do_not_reproduce_or_are_refused(recorded):
     widened = copy.deepcopy(record)
     widened["sampler"]["terms"][0]["high"] = 3.0
     assert not reproduce(widened, skill, progress=False).matches
-    with pytest.raises(RecordError, match="record field 'policy'"):
+    with pytest.raises(EvaluationRecordError, match="record field 'policy'"):
         reproduce(record, load_skill("walker_forward_degraded"), progress=False)
     wrong_scene = copy.deepcopy(record)
     wrong_scene["template"]["source_hash"] = "0" * 64
-    with pytest.raises(RecordError, match="source_hash"):
+    with pytest.raises(EvaluationRecordError, match="source_hash"):
         reproduce(wrong_scene, skill, progress=False)
 
 

@@ -35,11 +35,12 @@ from tqdm.auto import tqdm
 
 from knowledge import TransferDataset
 
+from .._mlp import MLPSpec, Policy
+from .._patches import Sampler
+from ..evaluation._evaluate import evaluate
+from ..evaluation._evaluation_record import environment
+from ..evaluation._executors import process_pool
 from ._bodies import POSTURE_RANGE, Robot, Slot
-from ._evaluate import evaluate, process_pool
-from ._patches import Sampler
-from ._policies import MLPSpec, Skill
-from ._record import environment
 
 _LEGGED = [
     {"target": "geom/*/friction", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
@@ -69,7 +70,7 @@ class NativeSkill:
 
     robot: Robot
     family: str
-    skill: Skill
+    skill: Policy
 
 
 def observation_slots(robot: Robot, family: str) -> list[tuple[str, Slot | int]]:
@@ -95,7 +96,7 @@ def _match(wanted: tuple[str, Slot | int], offered: Sequence[tuple[str, Slot | i
     return min(same, key=lambda i: (abs(offered[i][1].limb - slot.limb), i)) if same else None  # type: ignore[union-attr]
 
 
-def retarget(skill: Skill, source: Robot, target: Robot, family: str) -> Skill:
+def retarget(skill: Policy, source: Robot, target: Robot, family: str) -> Policy:
     """`skill`, made for `source`, rewired to `target`'s observation and actuators through their slots.
 
     Inputs the source does not have read nothing (zero weight); actuators with no counterpart command
@@ -139,13 +140,13 @@ def retarget(skill: Skill, source: Robot, target: Robot, family: str) -> Skill:
         skill.spec.output_activation,
         skill.spec.dtype,
     )
-    return Skill.from_tensors(spec, tensors, {**skill.metadata, "retargeted_to": target.name})
+    return Policy.from_tensors(spec, tensors, {**skill.metadata, "retargeted_to": target.name})
 
 
-def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Skill:
+def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Policy:
     act_dim, obs_dim = weight.shape
     spec = MLPSpec(obs_dim, act_dim, (), "tanh", None)
-    return Skill.from_tensors(
+    return Policy.from_tensors(
         spec,
         {
             "layers.0.weight": weight,
@@ -159,7 +160,7 @@ def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Skill:
     )
 
 
-def reach_skill(robot: Robot, samples: int = 200) -> Skill:
+def reach_skill(robot: Robot, samples: int = 200) -> Policy:
     """Fit the linear inverse-kinematics map of an arm over its task's goal box (see the module doc)."""
     task = robot.task("reach")
     model = task.template.model
@@ -230,7 +231,7 @@ def _legs(robot: Robot) -> list[tuple[int, int]]:
     return [(k, knees[s.limb]) for k, s in enumerate(robot.slots) if s.joint == 0]
 
 
-def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Skill:
+def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Policy:
     """Fit the linear map from goal heights to joint angles of a legged body (see the module doc).
 
     Each sampled goal is solved by `_leg_pose`, then corrected on the body's own model by Broyden's

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import math
-import multiprocessing
-import os
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,65 +11,16 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ._patches import Sampler, patches_digest
-from ._policies import EntryPointRef, MLPSpec, Skill, describe_policy
-from ._rollout import BranchOutcome, PolicyCaller, branch_patches, run_wave
-from ._snapshot import Snapshot, check_start
-from ._stats import SPRT, clopper_pearson_lower, mcnemar_p, wilson_lower
-from ._tasks import Task
+from .._mlp import describe_policy, policy_from_payload, policy_payload
+from .._patches import Sampler
+from .._snapshot import Snapshot, check_start
+from .._stats import SPRT, mcnemar_p
+from .._tasks import Task
+from ._evaluation_record import Evaluation
+from ._executors import make_pool
+from ._rollout import BranchOutcome, PolicyCaller, run_wave
 
 DEFAULT_WAVE = 64
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """The outcome of `evaluate`: per-branch outcomes in branch order, and what produced them."""
-
-    task: Task
-    policy: dict
-    sampler: Sampler
-    branches: int  # requested (the SPRT truncation point when sequential)
-    wave: int
-    outcomes: tuple[BranchOutcome, ...]
-    confidence: float = 0.95
-    sprt: SPRT | None = None
-    decision: str | None = None  # SPRT: "accept", "reject" or "undecided"
-    decided_at: int | None = None  # SPRT: how many outcomes (in branch order) the decision used
-    start: Snapshot | None = None  # the world snapshot every branch started from, if not a reset
-
-    @property
-    def n(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def successes(self) -> int:
-        return sum(o.success for o in self.outcomes)
-
-    @property
-    def success_rate(self) -> float:
-        return self.successes / self.n
-
-    @property
-    def mean_return(self) -> float:
-        return math.fsum(o.total_reward for o in self.outcomes) / self.n
-
-    @property
-    def wilson_lower(self) -> float:
-        return wilson_lower(self.successes, self.n, self.confidence)
-
-    @property
-    def clopper_pearson_lower(self) -> float:
-        return clopper_pearson_lower(self.successes, self.n, self.confidence)
-
-    @property
-    def patches_digest(self) -> str:
-        return patches_digest(branch_patches(self.task, self.sampler, 0, self.n))
-
-    def to_record(self) -> dict:
-        """A deterministic, JSON-safe record of this evaluation: the body of a certificate."""
-        from ._record import evaluation_record
-
-        return evaluation_record(self)
 
 
 @dataclass(frozen=True)
@@ -157,7 +104,7 @@ def evaluate(
 ) -> Evaluation:
     """Roll `policy` out closed loop in `branches` branches of `task` under `sampler`'s patches.
 
-    `policy` is a Skill, an EntryPointRef, a torch module or a callable mapping a (wave, obs_dim)
+    `policy` is a Policy, an EntryPointRef, a torch module or a callable mapping a (wave, obs_dim)
     float64 array to (wave, act_dim) actions. Branches run in waves of `wave` (default 64) on
     `threads` physics threads (0: all CPUs), in `workers` processes, or with backend="ray" in
     `workers` Ray actors (each runs whole waves); none of these change the outcomes. With `sprt`,
@@ -289,26 +236,7 @@ def _single_threaded_torch() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-# ---- workers (processes or Ray actors): each holds the task, template and policy once, runs whole waves ----
-
-
-def policy_payload(policy: Any) -> tuple:
-    """A policy as data a worker can rebuild: only skills and entry points can be shipped."""
-    if isinstance(policy, Skill):
-        return ("skill", policy.spec.to_json(), policy.weights)
-    if isinstance(policy, EntryPointRef):
-        return ("entry_point", policy.to_json())
-    raise ValueError(
-        "workers > 1 and other backends need the policy as data (a Skill) or an EntryPointRef, "
-        f"not {type(policy).__name__}: only those can be shipped to a worker"
-    )
-
-
-def policy_from_payload(payload: tuple) -> Any:
-    if payload[0] == "skill":
-        return Skill(MLPSpec.from_json(payload[1]), payload[2])
-    data = payload[1]
-    return EntryPointRef(data["name"], data["distribution"], data["version"], data["group"])
+# ---- workers (processes or Ray actors): each holds the task and policy once, runs whole waves ----
 
 
 @contextlib.contextmanager
@@ -316,90 +244,41 @@ def _executor(
     setup: tuple, workers: int, backend: str
 ) -> Iterator[Callable[[list[int]], Iterable] | None]:
     """None (run here), or a function running a round of waves in workers, results in wave order."""
-    if backend == "ray":
-        from ._ray import wave_runner
-
-        with wave_runner(setup, workers) as run:
-            yield run
-        return
-    if workers == 1:
+    if backend == "process" and workers == 1:
         yield None
         return
-    with process_pool(workers, worker_setup, setup) as pool:
-        yield lambda indices: pool.map(worker_wave, indices)
+    with make_pool(backend, workers, WaveWorker, setup) as pool:
+        yield lambda indices: pool.map("wave", indices)
 
 
-_WORKER: dict[str, Any] = {}
+class WaveWorker:
+    """What a worker process (or actor) holds for one evaluation: it runs waves of its branches."""
 
+    def __init__(
+        self,
+        task_json: dict,
+        payload: tuple,
+        sampler_json: dict,
+        wave: int,
+        branches: int,
+        threads: int,
+        start: dict | None,
+    ) -> None:
+        torch.set_num_threads(1)
+        self.task = Task(task_json)
+        self.caller = PolicyCaller(policy_from_payload(payload), self.task)
+        self.sampler = Sampler.from_json(sampler_json)
+        self.size, self.branches, self.threads = wave, branches, threads
+        self.start = Snapshot.from_json(start, self.task.definition["scene"]) if start else None
 
-def worker_setup(
-    task_json: dict,
-    payload: tuple,
-    sampler_json: dict,
-    wave: int,
-    branches: int,
-    threads: int,
-    start: dict | None,
-) -> None:
-    """Make this process (or actor) a wave worker for one evaluation."""
-    torch.set_num_threads(1)
-    task = Task(task_json)
-    _WORKER.update(
-        task=task,
-        caller=PolicyCaller(policy_from_payload(payload), task),
-        sampler=Sampler.from_json(sampler_json),
-        wave=wave,
-        branches=branches,
-        threads=threads,
-        start=Snapshot.from_json(start, task.definition["scene"]) if start else None,
-    )
-
-
-def worker_wave(index: int) -> list[BranchOutcome]:
-    w = _WORKER
-    return run_wave(
-        w["task"],
-        w["caller"],
-        w["sampler"],
-        index,
-        w["wave"],
-        w["branches"],
-        w["threads"],
-        start=w["start"],
-    )
-
-
-def process_pool(
-    workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = ()
-) -> concurrent.futures.ProcessPoolExecutor:
-    """Worker processes (forked from the preloaded forkserver where there is one) that exit when this process
-    dies. (A pool's workers otherwise wait on its queue forever once their parent is killed, each holding
-    torch and MuJoCo.)"""
-    return concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=_context(), initializer=_start_worker, initargs=(initializer, initargs)
-    )
-
-
-def _start_worker(initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        threading.Thread(
-            target=_exit_with, args=(parent,), name="exit with parent", daemon=True
-        ).start()
-    if initializer is not None:
-        initializer(*initargs)
-
-
-def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
-    parent.join()  # returns when the parent process has exited, however it ended
-    os._exit(1)
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    """forkserver with `sim` preloaded: workers fork from a clean, single-threaded process that has
-    imported torch and mujoco once, instead of each paying for those imports (spawn)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["sim"])
-    return context
+    def wave(self, index: int) -> list[BranchOutcome]:
+        return run_wave(
+            self.task,
+            self.caller,
+            self.sampler,
+            index,
+            self.size,
+            self.branches,
+            self.threads,
+            start=self.start,
+        )

@@ -12,18 +12,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+import mujoco
 import numpy as np
 from mujoco import batch as mjbatch
 
+from .._errors import MutationError, ReplayTemplateError, WorldError
+from .._patches import Mutation, Patch, apply_model_patches, apply_state_patches
+from .._snapshot import apply_stepwise
+from .._templates import Template, cached_template
 from ._entities import entity_patch, moved_row, named_state
-from ._errors import MutationError, ReplayTemplateError, WorldError
-from ._patches import Mutation, Patch, apply_model_patches, apply_state_patches
 from ._segments import Event
-from ._snapshot import apply_stepwise
-from ._templates import Template, cached_template
 from ._worldstore import Checkpoint
 
 log = logging.getLogger(__name__)
+_INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
 def load_template(xml: str, model_hash: str) -> Template:
@@ -157,3 +159,11 @@ class Engine:
             "state": named_state(self.template.model, self.row, prefix),
             "patch": mine.to_json(),
         }
+
+
+def initial_checkpoint(template: Template) -> Checkpoint:
+    """Tick 0 of a new shard: the template's state at rest, no model patch."""
+    data = mujoco.MjData(template.model)
+    row = np.empty(mujoco.mj_stateSize(template.model, _INTEGRATION))
+    mujoco.mj_getState(template.model, data, row, _INTEGRATION)
+    return Checkpoint(0, template.source_hash, template.model_hash, [], row.tobytes())

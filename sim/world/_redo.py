@@ -30,7 +30,7 @@ from pathlib import Path
 
 import orjson
 
-from ._errors import CorruptLogError, WorldError
+from .._errors import CorruptLogError, WorldError
 
 _logger = logging.getLogger(__name__)
 FOLD_BYTES = (

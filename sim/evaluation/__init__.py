@@ -1,0 +1,56 @@
+"""Evaluation: closed-loop rollouts of a policy over randomized branches, the executors that run
+waves of branches (here, in worker processes, in Ray actors), the deterministic record of an
+evaluation and its reproduction, certificates, and distillation.
+
+The everyday names are re-exported by `sim`; the statistics helpers, `branch_patch`, `distill` and
+`fit_mlp` are research tools and live here only.
+"""
+
+from .._stats import (
+    SPRT,
+    clopper_pearson_interval,
+    clopper_pearson_lower,
+    fixed_sample_size,
+    wilson_lower,
+)
+from ._certify import (
+    Verification,
+    certify,
+    load_policy,
+    publish_skill,
+    randomized,
+    verify_certificate,
+)
+from ._distill import distill, fit_mlp
+from ._evaluate import Comparison, compare, evaluate
+from ._evaluation_record import Evaluation, check_record, record_hash
+from ._ray import use_ray
+from ._reproduce import Reproduction, reproduce
+from ._rollout import BranchOutcome, branch_patch
+
+__all__ = [
+    "SPRT",
+    "BranchOutcome",
+    "Comparison",
+    "Evaluation",
+    "Reproduction",
+    "Verification",
+    "branch_patch",
+    "certify",
+    "check_record",
+    "clopper_pearson_interval",
+    "clopper_pearson_lower",
+    "compare",
+    "distill",
+    "evaluate",
+    "fit_mlp",
+    "fixed_sample_size",
+    "load_policy",
+    "publish_skill",
+    "randomized",
+    "record_hash",
+    "reproduce",
+    "use_ray",
+    "verify_certificate",
+    "wilson_lower",
+]
