@@ -25,6 +25,7 @@ import asyncio
 import json
 import math
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,10 +65,10 @@ class Link(httpx.AsyncBaseTransport):
         if net.rng.random() < net.loss:
             raise httpx.ConnectError("dropped", request=request)
         response = await net.apps[host].handle_async_request(request)
-        body = await response.aread()
-        net.bytes += len(request.content) + len(body)
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])  # as sent: gzipped
+        net.bytes += len(request.content) + len(raw)
         return httpx.Response(
-            response.status_code, headers=response.headers, content=body, request=request
+            response.status_code, headers=response.headers, content=raw, request=request
         )
 
 
@@ -135,13 +136,14 @@ class Fleet:
         return sum(1 for kb in self.kbs if predicate(kb)) / len(self.kbs)
 
 
-def until(fleet: Fleet, done, limit: int = 200) -> int:
-    """Rounds run until `done()` holds."""
+def until(fleet: Fleet, done, what: str, limit: int = 200) -> int:
+    """Rounds run until `done()` holds (progress on stderr)."""
     start = fleet.rounds
     while not done():
         if fleet.rounds - start >= limit:
-            raise SystemExit(f"not done within {limit} rounds")
+            raise SystemExit(f"{what}: not done within {limit} rounds")
         fleet.round()
+        print(f"round {fleet.rounds}: {what}", file=sys.stderr, flush=True)
     return fleet.rounds - start
 
 
@@ -153,15 +155,21 @@ def run(count: int, loss: float, partition: int, seed: int) -> dict:
             started = time.perf_counter()
             writers = rng.sample(range(count), max(3, count // 100))
             skills = [fleet.kbs[w].skills.publish(f"skill-of-s{w}", "pick").id for w in writers]
-            converge = until(fleet, fleet.converged)
+            converge = until(fleet, fleet.converged, "convergence")
 
             skill = skills[0]
             fleet.kbs[writers[1]].certificates.add(skill, branches=256, successes=256)
-            half = until(fleet, lambda: fleet.share(lambda kb: kb.is_active(skill)) >= 0.5)
-            full = half + until(fleet, lambda: fleet.share(lambda kb: kb.is_active(skill)) == 1)
+            half = until(
+                fleet, lambda: fleet.share(lambda kb: kb.is_active(skill)) >= 0.5, "half active"
+            )
+            full = half + until(
+                fleet, lambda: fleet.share(lambda kb: kb.is_active(skill)) == 1, "all active"
+            )
 
             fleet.kbs[writers[0]].revoke(skill, "falls over")
-            revocation = until(fleet, lambda: fleet.share(lambda kb: kb.is_revoked(skill)) == 1)
+            revocation = until(
+                fleet, lambda: fleet.share(lambda kb: kb.is_revoked(skill)) == 1, "revoked"
+            )
 
             heal = None
             if partition:
@@ -171,7 +179,7 @@ def run(count: int, loss: float, partition: int, seed: int) -> dict:
                 for _ in range(partition):
                     fleet.round()
                 fleet.network.side = None
-                heal = until(fleet, fleet.converged)
+                heal = until(fleet, fleet.converged, "healed")
             seconds = time.perf_counter() - started
         finally:
             fleet.close()
