@@ -18,8 +18,8 @@ import click
 
 import knowledge
 
-from ._encoder_cli import load_encoder, report_command, train_command
 from ._errors import SimnetError
+from .embodiment._cli import load_encoder, report_command, train_command
 
 STORE_FILE = "site.db"
 KEY_FILE = "site.key"

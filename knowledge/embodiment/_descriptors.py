@@ -8,8 +8,6 @@ body, not the file.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import xml.etree.ElementTree as ET
@@ -22,7 +20,8 @@ from typing import Any, Literal
 import mujoco
 import numpy as np
 
-from ._errors import EmbodimentError
+from .._canonical import canonical_json, content_hash
+from .._errors import EmbodimentError
 
 FORMAT = 1
 """Version of the `to_dict` layout; `from_dict` refuses other versions rather than guess."""
@@ -97,7 +96,9 @@ class Actuator:
 
 
 @dataclass(frozen=True, slots=True)
-class Site:
+class EmbodimentSite:
+    """An MJCF site: a named point fixed on a body (a tool tip, a sensor mount)."""
+
     name: str
     body: int
     pos: Vec3
@@ -121,7 +122,7 @@ class Embodiment:
     bodies: tuple[Body, ...] = field(repr=False)
     joints: tuple[Joint, ...] = field(repr=False)
     actuators: tuple[Actuator, ...] = field(repr=False)
-    sites: tuple[Site, ...] = field(repr=False)
+    sites: tuple[EmbodimentSite, ...] = field(repr=False)
     sensors: tuple[Sensor, ...] = field(repr=False)
 
     @classmethod
@@ -184,10 +185,7 @@ class Embodiment:
             key: [_plain(item, names=False) for item in getattr(self, key)] for key in _PARTS
         }
         physical["format"] = FORMAT
-        text = json.dumps(
-            physical, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-        )
-        return hashlib.sha256(text.encode()).hexdigest()
+        return content_hash(physical)
 
     @cached_property
     def dof(self) -> int:
@@ -236,7 +234,7 @@ _PARTS: dict[str, type] = {
     "bodies": Body,
     "joints": Joint,
     "actuators": Actuator,
-    "sites": Site,
+    "sites": EmbodimentSite,
     "sensors": Sensor,
 }
 _DERIVED = ("dof", "mass", "reach", "end_effectors", "fingerprint")
@@ -349,7 +347,7 @@ def _describe(m: mujoco.MjModel) -> Embodiment:
         for a in range(m.nu)
     ]
     sites = [
-        Site(name(m.name_siteadr[s]), int(m.site_bodyid[s]) - 1, _vec(m.site_pos[s]))
+        EmbodimentSite(name(m.name_siteadr[s]), int(m.site_bodyid[s]) - 1, _vec(m.site_pos[s]))
         for s in range(m.nsite)
     ]
     sensors = [
@@ -494,10 +492,12 @@ def _canonical(
         (children[body.parent] if body.parent >= 0 else roots).append(i)
     digest = [""] * n
     for i in reversed(range(n)):
-        content = [local[i][0], local[i][1], *(sorted(map(_json, part)) for part in local[i][2:])]
-        digest[i] = hashlib.sha256(
-            _json([content, sorted(digest[c] for c in children[i])]).encode()
-        ).hexdigest()
+        content = [
+            local[i][0],
+            local[i][1],
+            *(sorted(canonical_json(x).decode() for x in part) for part in local[i][2:]),
+        ]
+        digest[i] = content_hash([content, sorted(digest[c] for c in children[i])])
 
     def rank(i: int) -> tuple[str, str, int]:
         return digest[i], bodies[i].name, i
@@ -523,7 +523,7 @@ def _canonical(
 
     def by_content(item: Any) -> tuple[Any, ...]:
         ref = item.target if isinstance(item, Actuator) else item.body
-        return ref, _json(_plain(item, names=False, refs=False)), item.name
+        return ref, canonical_json(_plain(item, names=False, refs=False)), item.name
 
     return Embodiment(
         name=name,
@@ -586,12 +586,6 @@ def _plain(value: Any, *, names: bool = True, refs: bool = True) -> Any:
     return value
 
 
-def _json(value: Any) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
-
-
 # -- checking plain data -----------------------------------------------------------------------------
 
 _SCHEMA: dict[type, dict[str, Any]] = {
@@ -622,7 +616,7 @@ _SCHEMA: dict[type, dict[str, Any]] = {
         ctrl_range="range",
         force_range="range",
     ),
-    Site: dict(name="text", body="int", pos=3),
+    EmbodimentSite: dict(name="text", body="int", pos=3),
     Sensor: dict(name="text", type="text", dim="int", body="int"),
 }
 
