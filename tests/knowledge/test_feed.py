@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from pycrdt import Doc, Map, merge_updates
 
 import knowledge
+from knowledge import Identity
 from knowledge._envelope import ZERO_HASH
 from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed, client_id_for, is_immutable
-from knowledge._identity import Identity
 from knowledge._yjs import MalformedUpdate, parse_update
 
 AUTHOR = Identity.from_seed(b"\x01" * 32).public_key

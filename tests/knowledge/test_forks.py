@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import knowledge
-from knowledge import Identity, NotAuthorizedError, TrustPolicy
-from knowledge._envelope import Kind, decode, seal
+from knowledge import Identity, Kind, NotAuthorizedError, TrustPolicy
+from knowledge._envelope import decode, seal
 
 
 def open_site(identity=None, *, trust=(), path=":memory:", policy=None):

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from pycrdt import Doc, Map, merge_updates
 
 import knowledge
-from knowledge import HybridClock, Identity, Limits, Rejection, TrustPolicy
+from knowledge import Envelope, HybridClock, Identity, Kind, Limits, Rejection, TrustPolicy
 from knowledge._clock import pack
-from knowledge._envelope import HEADER_BYTES, SIGNING_CONTEXT, Envelope, Kind, decode, seal
+from knowledge._envelope import HEADER_BYTES, SIGNING_CONTEXT, decode, seal
 from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed, client_id_for
 from knowledge._identity import SIGNATURE_BYTES
 from knowledge._records import content_id, record_text
