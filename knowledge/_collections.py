@@ -115,12 +115,7 @@ class Skills:
         """The k skills whose scope holds the bodies nearest to `embodiment` (an Embodiment, an MJCF or URDF
         path, or MJCF text), nearest first, filtered by task family, activation here and total certified
         branches. Withdrawn skills and skills without a valid scope descriptor are never found."""
-        if self._retrieval is None:
-            from .embodiment._retrieval import Retrieval
-
-            self._retrieval = Retrieval(self._replica)
-            self._replica.on_close.append(self._retrieval.flush)
-        return self._retrieval.query(
+        return self._engine().query(
             embodiment,
             task=task,
             k=k,
@@ -128,6 +123,16 @@ class Skills:
             min_certified_branches=min_certified_branches,
             encoder=encoder,
         )
+
+    def _engine(self) -> Retrieval:
+        """The retrieval engine, made on the first query: MuJoCo and FAISS are imported then."""
+        from .embodiment._retrieval import Retrieval
+
+        with self._replica.lock:
+            if self._retrieval is None:
+                self._retrieval = Retrieval(self._replica)
+                self._replica.on_close.append(self._retrieval.flush)
+            return self._retrieval
 
     def withdraw(self, skill_id: str, reason: str = "") -> None:
         """Remove a skill this site published from the library (revocation is the fleet-wide switch)."""

@@ -10,9 +10,10 @@ Importing this package loads MuJoCo and FAISS; `import knowledge` does not, and 
 names import it on first use too.
 """
 
-from ._descriptors import Actuator, Body, Embodiment, EmbodimentSite, Joint, Sensor
+from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
 from ._index import Hit, Selection, SkillIndex, recall_at_k
+from ._parts import Actuator, Body, EmbodimentSite, Joint, Sensor
 from ._transfer_data import (
     BodyScore,
     EncoderReport,
