@@ -120,42 +120,45 @@ class KnowledgeBase:
         The record pins the kept prefix by the hash of the device's envelope `last_seq`, so no other
         history the device signs can displace it: this site must hold that envelope.
         """
-        self._replica.require(None)
+        replica = self._replica
+        replica.require(None)
         last_seq = int(last_seq)
         if not 0 <= last_seq <= MAX_INT:
             raise RecordError(f"last_seq must be an integer in [0, {MAX_INT}], not {last_seq}")
         record = {"v": 1, "hlc": self.now(), "last_seq": last_seq, "reason": reason}
         if last_seq > 0:
-            with self._replica.lock:
-                pinned = self._replica.hash_at(device, last_seq)
+            with replica.lock:
+                pinned = replica.hash_at(device, last_seq)
                 if pinned is None:
-                    held = self._replica.feeds[device].seq if device in self._replica.feeds else 0
+                    held = replica.feeds[device].seq if device in replica.feeds else 0
                     raise RecordError(
                         f"this site does not hold envelope {last_seq} of key {key_id(device)} (it holds up to {held}); "
                         "sync first, or revoke at a seq held here"
                     )
             record["last_hash"] = pinned.hex()
-        self._replica.put_record(RecordType.KEY_REVOKE, device.hex(), record)
+        replica.put_record(RecordType.KEY_REVOKE, device.hex(), record)
 
     def revoke(self, skill_id: str, reason: str = "") -> None:
         """Turn a skill off fleet-wide, for every site that trusts this writer to revoke. Irreversible."""
-        identity = self._replica.require(Role.REVOKE)
+        replica = self._replica
+        identity = replica.require(Role.REVOKE)
         key = make_key(RecordType.REVOKE, skill_id)
-        with self._replica.lock:
-            own = self._replica.feeds.get(identity.public_key)
+        with replica.lock:
+            own = replica.feeds.get(identity.public_key)
             if (own is not None and own.get(key) is not None) or (
-                self._replica.pending and key in self._replica.pending
+                replica.pending and key in replica.pending
             ):
                 return  # already revoked by this writer; revocations are never rewritten
-            self._replica.put_record(
+            replica.put_record(
                 RecordType.REVOKE, skill_id, {"v": 1, "hlc": self.now(), "reason": reason}
             )
 
     def checkpoint(self) -> Envelope:
         """Sign the merged state of this site's own feed, so newcomers need not replay its history."""
-        identity = self._replica.require_identity()
-        with self._replica.lock:
-            feed = self._replica.feeds.get(identity.public_key)
+        replica = self._replica
+        identity = replica.require_identity()
+        with replica.lock:
+            feed = replica.feeds.get(identity.public_key)
             if feed is None or feed.seq == 0:
                 raise StoreError("nothing to checkpoint: this site has not written anything yet")
             env = seal(identity, Kind.CHECKPOINT, feed.seq, feed.head, feed.hlc, feed.state())
@@ -164,8 +167,8 @@ class KnowledgeBase:
                     f"this feed's checkpoint would be {len(env.raw)} bytes, over the "
                     f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: they would refuse it"
                 )
-            with self._replica.store.transaction():
-                self._replica.store.put_checkpoint(identity.public_key, env.seq, env.raw)
+            with replica.store.transaction():
+                replica.store.put_checkpoint(identity.public_key, env.seq, env.raw)
             return env
 
     def set_policy(self, policy: TrustPolicy) -> None:
@@ -187,13 +190,14 @@ class KnowledgeBase:
     # --- replication surface ------------------------------------------------------------------------
     def heads(self) -> dict[str, Head]:
         """Per author: the newest seq and envelope hash held here (what a peer compares against)."""
-        with self._replica.lock:
+        replica = self._replica
+        with replica.lock:
             heads = {
                 a.hex(): Head(f.seq, f.head.hex())
-                for a, f in sorted(self._replica.feeds.items())
+                for a, f in sorted(replica.feeds.items())
                 if f.seq
             }
-            for author, fork in self._replica.banned.items():
+            for author, fork in replica.banned.items():
                 head = heads.get(author.hex(), Head(0, ZERO_HASH.hex()))
                 heads[author.hex()] = Head(head.seq, head.hash, equivocated_at=fork)
             return dict(sorted(heads.items()))
@@ -210,11 +214,12 @@ class KnowledgeBase:
         Heads carry hashes: where the peer's head names a seq held here under another hash, the feed has
         forked, and the peer gets this site's envelope at that seq first, so it finds the fork too.
         """
-        with self._replica.lock:
+        replica = self._replica
+        with replica.lock:
             out: list[bytes] = []
-            roots = set(self._replica.authority.roots())
+            roots = set(replica.authority.roots())
             for author in sorted(
-                set(self._replica.feeds) | set(self._replica.banned),
+                set(replica.feeds) | set(replica.banned),
                 key=lambda a: (a not in roots, a),
             ):
                 if len(out) >= limit:
@@ -224,26 +229,24 @@ class KnowledgeBase:
                 their = heads.get(author.hex(), 0)
                 their_seq = their.seq if isinstance(their, Head) else int(their)
                 knows = isinstance(their, Head) and their.equivocated_at is not None
-                if author in self._replica.banned and (
-                    not knows or their_seq >= self._replica.banned[author]
-                ):
-                    out += self._replica.evidence(
+                if author in replica.banned and (not knows or their_seq >= replica.banned[author]):
+                    out += replica.evidence(
                         author
                     )  # the peer does not know of this fork (it holds past it)
-                feed = self._replica.feeds.get(author)
+                feed = replica.feeds.get(author)
                 if feed is None:
                     continue
                 if isinstance(their, Head) and their.hash and 0 < their_seq <= feed.seq:
-                    ours = self._replica.hash_at(author, their_seq)
+                    ours = replica.hash_at(author, their_seq)
                     if ours is not None and ours.hex() != their.hash:
                         out.append(
-                            self._replica.store.envelope(author, their_seq)
-                            or self._replica.store.checkpoint(author)[1]
+                            replica.store.envelope(author, their_seq)
+                            or replica.store.checkpoint(author)[1]
                         )  # type: ignore[index]
                 if their_seq >= feed.seq:
                     continue
-                checkpoint = self._replica.store.checkpoint(author)
-                has_next = self._replica.store.envelope_hash(author, their_seq + 1) is not None
+                checkpoint = replica.store.checkpoint(author)
+                has_next = replica.store.envelope_hash(author, their_seq + 1) is not None
                 if (
                     checkpoint is not None
                     and their_seq < checkpoint[0]
@@ -251,9 +254,7 @@ class KnowledgeBase:
                 ):
                     out.append(checkpoint[1])
                     their_seq = checkpoint[0]
-                out += self._replica.store.envelopes(
-                    author, after=their_seq, limit=limit - len(out)
-                )
+                out += replica.store.envelopes(author, after=their_seq, limit=limit - len(out))
             return out[: max(limit, 0)]
 
     def learn_site_heads(self, heads: Mapping[str, Head | int]) -> None:
@@ -262,18 +263,19 @@ class KnowledgeBase:
         would fork its feed otherwise), and no device writes while its site holds more of its feed than its
         store, or another history of it. Only the site's heads count: any other peer could claim a head.
         The federation client calls this when it syncs with the device's site."""
+        replica = self._replica
         if self.identity is None or self.policy.device_of is None:
             return
-        with self._replica.lock:
+        with replica.lock:
             their = heads.get(self.identity.public_key_hex, 0)
             seq = their.seq if isinstance(their, Head) else int(their)
-            own = self._replica.feeds.get(self.identity.public_key)
+            own = replica.feeds.get(self.identity.public_key)
             fork = None
             if isinstance(their, Head) and their.hash and 0 < seq <= (own.seq if own else 0):
-                ours = self._replica.hash_at(self.identity.public_key, seq)
+                ours = replica.hash_at(self.identity.public_key, seq)
                 fork = seq if ours is not None and ours.hex() != their.hash else None
-            self._replica.note_own_feed(floor=seq, fork=fork)
-            self._replica.mark_own_known()
+            replica.note_own_feed(floor=seq, fork=fork)
+            replica.mark_own_known()
 
     def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
         """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""
@@ -291,13 +293,12 @@ class KnowledgeBase:
     def can_read(self, key: bytes) -> bool:
         """Whether `key` holds a current grant here: a trusted root, or a device delegated at least one role
         whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs) needs one."""
-        with self._replica.lock:
+        replica = self._replica
+        with replica.lock:
             return any(
                 g.roles
-                and (
-                    g.root or (g.last_seq is None and g.admits(0, self._replica.clock.last) is None)
-                )
-                for g in self._replica.authority.grants(key)
+                and (g.root or (g.last_seq is None and g.admits(0, replica.clock.last) is None))
+                for g in replica.authority.grants(key)
             )
 
     def ingest(self, envelopes: Iterable[bytes]) -> IngestReport:
@@ -326,8 +327,9 @@ class KnowledgeBase:
     # --- introspection ------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Every view as plain data: equal snapshots mean equal knowledge (what convergence tests compare)."""
-        with self._replica.lock:
-            views = self._replica.views
+        replica = self._replica
+        with replica.lock:
+            views = replica.views
             skills = {}
             for skill_id in sorted(str(i) for i in views.indexes(RecordType.SKILL)):
                 skills[skill_id] = {
@@ -358,5 +360,5 @@ class KnowledgeBase:
                 "cells": cells,
                 "counters": counters,
                 "revoked": sorted(str(i) for i in views.indexes(RecordType.REVOKE)),
-                "equivocators": sorted(a.hex() for a in self._replica.banned),
+                "equivocators": sorted(a.hex() for a in replica.banned),
             }
