@@ -28,9 +28,7 @@ import faiss
 import gymnasium
 import numpy as np
 
-from knowledge._embodiment import Embodiment
-from knowledge._encoders import FeatureEncoder
-from knowledge._index import SkillIndex, recall_at_k
+from knowledge.embodiment import Embodiment, FeatureEncoder, SkillIndex, recall_at_k
 
 ROOT = Path(__file__).resolve().parent.parent
 ROBOTS = ROOT / "tests" / "assets" / "robots"

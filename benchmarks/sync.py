@@ -91,7 +91,7 @@ class Site:
                     postconditions=["object held"],
                 )
             return sum(
-                len(knowledge._records.canonical_json(_record(kb, s.id)).encode())
+                len(knowledge.canonical_json(_record(kb, s.id)))
                 for s in kb.skills.list()
                 if s.id not in before
             )
@@ -134,7 +134,7 @@ class Site:
 
 
 def _record(kb: knowledge.KnowledgeBase, skill_id: str) -> dict:
-    return json.loads(kb._feeds[kb.identity.public_key].get(f"skill/{skill_id}"))
+    return json.loads(kb._replica.feeds[kb.identity.public_key].get(f"skill/{skill_id}"))
 
 
 def bulk_pull(root: Path, records: int) -> dict:

@@ -26,8 +26,8 @@ import torch
 import sim
 import sim.transfer
 from knowledge import FeatureEncoder, TransferDataset, evaluate_encoder, train_encoder
-from knowledge._encoder_cli import _panel
-from knowledge._plot import scatter_png
+from knowledge.embodiment._cli import _panel
+from knowledge.embodiment._plot import scatter_png
 
 
 def main() -> None:

@@ -1,21 +1,39 @@
 """simnet's replicated knowledge base: signed per-writer CRDT feeds, typed views, a durable store.
 
-import knowledge
-kb = knowledge.open("site.db", knowledge.Identity.generate())
-skill = kb.skills.publish("pick-mug", "pick", embodiments=[knowledge.Embodiment.from_mjcf("arm.xml").to_dict()])
-kb.skills.query("new_arm.urdf", task="pick", k=5)
-kb.maps["floor1"].observe((12, 7), {"label": "shelf"}, confidence=0.8)
-kb.counters.record(skill.id, success=True)
-other.ingest(kb.envelopes_since(other.heads()))
+    import knowledge
+    kb = knowledge.open("site.db", knowledge.Identity.generate())
+    arm = knowledge.Embodiment.from_mjcf("arm.xml")
+    skill = kb.skills.publish("pick-mug", "pick", embodiments=[arm.to_dict()])
+    kb.skills.query("new_arm.urdf", task="pick", k=5)
+    kb.maps["floor1"].observe((12, 7), {"label": "shelf"}, confidence=0.8)
+    kb.counters.record(skill.id, success=True)
+    other.ingest(kb.envelopes_since(other.heads()))
+
+The embodiment side (robot descriptors, encoders, the skill index: `knowledge.embodiment`) needs
+MuJoCo, FAISS and, for the learned encoder, torch. `import knowledge` loads none of them: the names
+below that come from it import it on first use, and so does the first `kb.skills.query`.
 """
 
+from typing import TYPE_CHECKING
+
+from ._binomial import (
+    SPRT,
+    betainc,
+    binom_sf,
+    clopper_pearson_interval,
+    clopper_pearson_lower,
+    fixed_sample_size,
+    mcnemar_p,
+    normal_quantile,
+    wilson_lower_bound,
+)
+from ._canonical import canonical_json, content_hash, sha256_hex
 from ._clock import HybridClock
 from ._collections import Blobs, Certificates, Counters, Maps, SemanticMap, Skills
-from ._embodiment import Actuator, Body, Embodiment, Joint, Sensor, Site
-from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
 from ._envelope import Envelope, Kind
 from ._errors import (
     BlobError,
+    CanonicalJSONError,
     ClockSkewError,
     EmbodimentError,
     EnvelopeError,
@@ -30,8 +48,7 @@ from ._errors import (
 )
 from ._home import SiteHome
 from ._identity import Identity, key_id, parse_public_key
-from ._index import Hit, Selection, SkillIndex
-from ._kb import KnowledgeBase, Limits, open
+from ._kb import KnowledgeBase, open
 from ._models import (
     Activation,
     Certificate,
@@ -45,27 +62,75 @@ from ._models import (
     Rejection,
     Skill,
 )
-from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy, wilson_lower_bound
+from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy
 from ._records import Role
-from ._transfer import (
-    BodyScore,
-    EncoderReport,
-    Transfer,
-    TransferDataError,
-    TransferDataset,
-    evaluate_encoder,
-)
+from ._replica import Limits
 
-_LEARNED = ("EncoderWeightsError", "LearnedEncoder", "train_encoder")
+if TYPE_CHECKING:
+    from .embodiment import (
+        Actuator,
+        Body,
+        BodyScore,
+        EmbeddingSpace,
+        Embodiment,
+        EmbodimentSite,
+        Encoder,
+        EncoderReport,
+        EncoderWeightsError,
+        FeatureEncoder,
+        Hit,
+        Joint,
+        LearnedEncoder,
+        Selection,
+        Sensor,
+        SkillIndex,
+        Transfer,
+        TransferDataError,
+        TransferDataset,
+        evaluate_encoder,
+        train_encoder,
+    )
+
+_EMBODIMENT = {
+    "Actuator": "._parts",
+    "Body": "._parts",
+    "BodyScore": "._transfer_data",
+    "EmbeddingSpace": "._encoders",
+    "Embodiment": "._descriptors",
+    "EmbodimentSite": "._parts",
+    "Encoder": "._encoders",
+    "EncoderReport": "._transfer_data",
+    "EncoderWeightsError": "._learned",
+    "FeatureEncoder": "._encoders",
+    "Hit": "._index",
+    "Joint": "._parts",
+    "LearnedEncoder": "._learned",
+    "Selection": "._index",
+    "Sensor": "._parts",
+    "SkillIndex": "._index",
+    "Transfer": "._transfer_data",
+    "TransferDataError": "._transfer_data",
+    "TransferDataset": "._transfer_data",
+    "evaluate_encoder": "._transfer_data",
+    "train_encoder": "._learned",
+}
+"""Names from `knowledge.embodiment`, by the module that defines them: imported on first use."""
 
 
 def __getattr__(name: str) -> object:
-    """The learned encoder needs torch: it is imported on first use, so `import knowledge` stays light."""
-    if name in _LEARNED:
-        from . import _learned
+    """A name of the embodiment side: import its module now (MuJoCo, FAISS, torch load here)."""
+    module = _EMBODIMENT.get(name)
+    if module is None:
+        raise AttributeError(f"module 'knowledge' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(_learned, name)
-    raise AttributeError(f"module 'knowledge' has no attribute {name!r}")
+    value = getattr(import_module(module, "knowledge.embodiment"), name)
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [
@@ -75,6 +140,8 @@ __all__ = [
     "BlobError",
     "Blobs",
     "Body",
+    "BodyScore",
+    "CanonicalJSONError",
     "Certificate",
     "CertificateSummary",
     "Certificates",
@@ -84,7 +151,10 @@ __all__ = [
     "EmbeddingSpace",
     "Embodiment",
     "EmbodimentError",
+    "EmbodimentSite",
     "Encoder",
+    "EncoderReport",
+    "EncoderWeightsError",
     "Envelope",
     "EnvelopeError",
     "FeatureEncoder",
@@ -97,6 +167,7 @@ __all__ = [
     "Joint",
     "Kind",
     "KnowledgeBase",
+    "LearnedEncoder",
     "Limits",
     "Maps",
     "NotAuthorizedError",
@@ -107,29 +178,37 @@ __all__ = [
     "RecordIssue",
     "Rejection",
     "Role",
+    "SPRT",
     "Selection",
     "SemanticMap",
     "Sensor",
     "SimnetError",
     "SiteHome",
-    "Site",
     "Skill",
     "SkillIndex",
     "Skills",
     "StoreError",
     "StoreLockedError",
-    "TrustPolicy",
-    "TrustedRoot",
-    "UnknownSkillError",
-    "key_id",
-    "open",
-    "parse_public_key",
-    "wilson_lower_bound",
-    "BodyScore",
-    "EncoderReport",
     "Transfer",
     "TransferDataError",
     "TransferDataset",
+    "TrustPolicy",
+    "TrustedRoot",
+    "UnknownSkillError",
+    "betainc",
+    "binom_sf",
+    "canonical_json",
+    "clopper_pearson_interval",
+    "clopper_pearson_lower",
+    "content_hash",
     "evaluate_encoder",
-    *_LEARNED,
+    "fixed_sample_size",
+    "key_id",
+    "mcnemar_p",
+    "normal_quantile",
+    "open",
+    "parse_public_key",
+    "sha256_hex",
+    "train_encoder",
+    "wilson_lower_bound",
 ]

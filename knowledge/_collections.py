@@ -1,4 +1,4 @@
-"""The typed collections a KnowledgeBase exposes: kb.skills, kb.maps[name], kb.counters, kb.certificates, kb.blobs."""
+"""The typed collections a KnowledgeBase exposes: replica.skills, replica.maps[name], replica.counters, replica.certificates, replica.blobs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._encoders import Encoder
+from ._canonical import content_hash
 from ._errors import BlobError, RecordError, UnknownSkillError
 from ._models import Certificate, Counts, Observation, QueryResult, Skill
 from ._records import (
@@ -14,25 +14,24 @@ from ._records import (
     MAX_INT,
     RecordType,
     Role,
-    canonical_json,
     cell_key,
     check_map_name,
     check_skill_id,
-    content_id,
     make_key,
 )
-from ._retrieval import EmbodimentInput, Retrieval
+from ._replica import Replica
 
 if TYPE_CHECKING:
-    from ._kb import KnowledgeBase
+    from .embodiment._encoders import Encoder
+    from .embodiment._retrieval import EmbodimentInput, Retrieval
 
 
 class Skills:
     """The skill library: immutable, content-addressed records, withdrawable by their own site."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self._kb = kb
-        self._retrieval = Retrieval(kb)
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
+        self._retrieval: Retrieval | None = None  # the embodiment side loads on the first query
 
     def publish(
         self,
@@ -52,8 +51,8 @@ class Skills:
 
         `embodiments` is the scope: `Embodiment.to_dict()` of each body the skill is for (what `query` reads).
         """
-        kb = self._kb
-        identity = kb._require(Role.PUBLISH)
+        replica = self._replica
+        identity = replica.require(Role.PUBLISH)
         record = {
             "v": 1,
             "name": name,
@@ -67,38 +66,38 @@ class Skills:
             "blobs": list(blobs),
             "meta": dict(meta) if meta is not None else None,
             "author": identity.public_key_hex,
-            "hlc": kb.now(),
+            "hlc": replica.now(),
         }
-        skill_id = content_id(canonical_json(record))
-        kb._put_record(RecordType.SKILL, skill_id, record)
+        skill_id = content_hash(record)
+        replica.put_record(RecordType.SKILL, skill_id, record)
         return Skill.from_record(skill_id, record)
 
     def get(self, skill_id: str) -> Skill:
         """The skill with this id (withdrawn and revoked ones too); UnknownSkillError if none."""
-        with self._kb._lock:
-            record = self._kb._views.skill(skill_id)
+        with self._replica.lock:
+            record = self._replica.views.skill(skill_id)
         if record is None:
             raise UnknownSkillError(f"no skill {skill_id!r} in this knowledge base")
         return Skill.from_record(skill_id, record)
 
     def __contains__(self, skill_id: object) -> bool:
-        with self._kb._lock:
-            return isinstance(skill_id, str) and self._kb._views.skill(skill_id) is not None
+        with self._replica.lock:
+            return isinstance(skill_id, str) and self._replica.views.skill(skill_id) is not None
 
     def list(
         self, *, task: str | None = None, active_only: bool = False, include_withdrawn: bool = False
     ) -> list[Skill]:
         """Skills in id order, filtered by task family, activation under this site's policy, withdrawal."""
-        kb = self._kb
-        with kb._lock:
+        replica = self._replica
+        with replica.lock:
             out = []
-            for skill_id in sorted(str(i) for i in kb._views.indexes(RecordType.SKILL)):
-                record = kb._views.skill(skill_id)
+            for skill_id in sorted(str(i) for i in replica.views.indexes(RecordType.SKILL)):
+                record = replica.views.skill(skill_id)
                 if record is None or (task is not None and record["task"] != task):
                     continue
-                if not include_withdrawn and kb._views.withdrawn(skill_id):
+                if not include_withdrawn and replica.views.withdrawn(skill_id):
                     continue
-                if active_only and not kb.is_active(skill_id):
+                if active_only and not replica.activation(skill_id).active:
                     continue
                 out.append(Skill.from_record(skill_id, record))
             return out
@@ -116,7 +115,7 @@ class Skills:
         """The k skills whose scope holds the bodies nearest to `embodiment` (an Embodiment, an MJCF or URDF
         path, or MJCF text), nearest first, filtered by task family, activation here and total certified
         branches. Withdrawn skills and skills without a valid scope descriptor are never found."""
-        return self._retrieval.query(
+        return self._engine().query(
             embodiment,
             task=task,
             k=k,
@@ -125,27 +124,39 @@ class Skills:
             encoder=encoder,
         )
 
+    def _engine(self) -> Retrieval:
+        """The retrieval engine, made on the first query: MuJoCo and FAISS are imported then."""
+        from .embodiment._retrieval import Retrieval
+
+        with self._replica.lock:
+            if self._retrieval is None:
+                self._retrieval = Retrieval(self._replica)
+                self._replica.on_close.append(self._retrieval.flush)
+            return self._retrieval
+
     def withdraw(self, skill_id: str, reason: str = "") -> None:
         """Remove a skill this site published from the library (revocation is the fleet-wide switch)."""
-        kb = self._kb
-        kb._require(Role.PUBLISH)
+        replica = self._replica
+        replica.require(Role.PUBLISH)
         self.get(skill_id)  # an unknown id raises here
-        with kb._lock:
-            ours = kb._views.skill_sites(skill_id) & kb._authority.sites(
-                kb.identity.public_key, Role.PUBLISH
+        with replica.lock:
+            ours = replica.views.skill_sites(skill_id) & replica.authority.sites(
+                replica.identity.public_key, Role.PUBLISH
             )  # type: ignore[union-attr]
         if not ours:
             raise RecordError(
                 f"skill {skill_id[:16]}… was published by another site; revoke it instead"
             )
-        kb._put_record(RecordType.WITHDRAW, skill_id, {"v": 1, "hlc": kb.now(), "reason": reason})
+        replica.put_record(
+            RecordType.WITHDRAW, skill_id, {"v": 1, "hlc": replica.now(), "reason": reason}
+        )
 
 
 class SemanticMap:
     """One named semantic map: per cell, the observation with the highest (confidence, hlc, author)."""
 
-    def __init__(self, kb: KnowledgeBase, name: str) -> None:
-        self._kb = kb
+    def __init__(self, replica: Replica, name: str) -> None:
+        self._replica = replica
         self.name = check_map_name(name)
 
     def observe(self, cell: str | tuple[int, ...], value: Any, confidence: float) -> None:
@@ -159,23 +170,23 @@ class SemanticMap:
     def _put(
         self, cell: str | tuple[int, ...], value: Any, confidence: float, *, deleted: bool
     ) -> None:
-        kb = self._kb
-        kb._require(Role.PUBLISH)
+        replica = self._replica
+        replica.require(Role.PUBLISH)
         key = cell_key(cell)
         record = {
             "v": 1,
-            "hlc": kb.now(),
+            "hlc": replica.now(),
             "value": value,
             "confidence": confidence,
             "deleted": deleted,
         }
-        kb._put_record(RecordType.CELL, self.name, record, key)
+        replica.put_record(RecordType.CELL, self.name, record, key)
 
     def get(self, cell: str | tuple[int, ...]) -> Observation | None:
         """The winning observation of a cell (a tombstone shows as deleted=True), or None if never seen."""
         key = cell_key(cell)
-        with self._kb._lock:
-            best = self._kb._views.cell(self.name, key)
+        with self._replica.lock:
+            best = self._replica.views.cell(self.name, key)
         if best is None:
             return None
         author, rec = best
@@ -190,8 +201,8 @@ class SemanticMap:
         )
 
     def cells(self, *, include_deleted: bool = False) -> dict[str, Observation]:
-        with self._kb._lock:
-            names = self._kb._views.cells(self.name)
+        with self._replica.lock:
+            names = self._replica.views.cells(self.name)
         out = {}
         for cell in names:
             obs = self.get(cell)
@@ -201,24 +212,24 @@ class SemanticMap:
 
 
 class Maps:
-    """kb.maps[name] gives a SemanticMap; iterating gives the names of maps that hold cells."""
+    """replica.maps[name] gives a SemanticMap; iterating gives the names of maps that hold cells."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self._kb = kb
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
 
     def __getitem__(self, name: str) -> SemanticMap:
-        return SemanticMap(self._kb, name)
+        return SemanticMap(self._replica, name)
 
     def names(self) -> list[str]:
-        with self._kb._lock:
-            return self._kb._views.map_names()
+        with self._replica.lock:
+            return self._replica.views.map_names()
 
 
 class Counters:
     """PN-counters of uses, successes and failures per skill and site."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self._kb = kb
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
 
     def record(self, skill_id: str, *, success: bool | None = None, uses: int = 1) -> None:
         """Count `uses` runs of a skill here; with `success`, also count them as successes or failures."""
@@ -227,14 +238,14 @@ class Counters:
 
     def adjust(self, skill_id: str, delta: Counts) -> None:
         """Add a (possibly negative) correction to this writer's counts."""
-        kb = self._kb
+        replica = self._replica
         check_skill_id(skill_id)
-        kb._require(Role.PUBLISH)
-        own = kb.identity.public_key  # type: ignore[union-attr]
+        replica.require(Role.PUBLISH)
+        own = replica.identity.public_key  # type: ignore[union-attr]
         key = make_key(RecordType.COUNTER, skill_id)
-        with kb._lock:
-            pending = kb._pending.get(key) if kb._pending is not None else None
-            feed = kb._feeds.get(own)
+        with replica.lock:
+            pending = replica.pending.get(key) if replica.pending is not None else None
+            feed = replica.feeds.get(own)
             current = pending or (feed.get(key) if feed is not None else None)
             rec = _parse_counter(current)
             for field in COUNTER_FIELDS:
@@ -242,16 +253,18 @@ class Counters:
                 rec["p" if change > 0 else "n"][field] += abs(change)
                 if rec["p"][field] > MAX_INT or rec["n"][field] > MAX_INT:
                     raise RecordError(f"counter {field} of {skill_id[:16]}… would exceed 2**53 - 1")
-            rec["hlc"] = kb.now()
-            kb._put_record(RecordType.COUNTER, skill_id, rec)
+            rec["hlc"] = replica.now()
+            replica.put_record(RecordType.COUNTER, skill_id, rec)
 
     def get(self, skill_id: str) -> Counts:
         """The fleet-wide totals this site knows of."""
         return sum(self.per_site(skill_id).values(), Counts())
 
     def per_site(self, skill_id: str) -> dict[str, Counts]:
-        with self._kb._lock:
-            return {site.hex(): c for site, c in sorted(self._kb._views.counts(skill_id).items())}
+        with self._replica.lock:
+            return {
+                site.hex(): c for site, c in sorted(self._replica.views.counts(skill_id).items())
+            }
 
 
 def _parse_counter(text: str | None) -> dict[str, Any]:
@@ -270,8 +283,8 @@ def _parse_counter(text: str | None) -> dict[str, Any]:
 class Certificates:
     """Signed evaluation records naming the skill they certify (grow-only)."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self._kb = kb
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
 
     def add(
         self,
@@ -284,59 +297,59 @@ class Certificates:
         evaluation: Mapping[str, Any] | None = None,
     ) -> Certificate:
         """Certify a skill with an evaluation's outcome; `evaluation` holds what is needed to re-run it."""
-        kb = self._kb
-        identity = kb._require(Role.VALIDATE)
+        replica = self._replica
+        identity = replica.require(Role.VALIDATE)
         check_skill_id(skill_id)
         record = {
             "v": 1,
             "skill": skill_id,
             "validator": identity.public_key_hex,
-            "hlc": kb.now(),
+            "hlc": replica.now(),
             "branches": branches,
             "successes": successes,
             "confidence": confidence,
             "randomized": sorted(set(randomized)),
             "evaluation": dict(evaluation) if evaluation is not None else None,
         }
-        cert_id = content_id(canonical_json(record))
-        kb._put_record(RecordType.CERT, cert_id, record)
+        cert_id = content_hash(record)
+        replica.put_record(RecordType.CERT, cert_id, record)
         return Certificate.from_record(cert_id, record)
 
     def for_skill(self, skill_id: str) -> list[Certificate]:
-        with self._kb._lock:
+        with self._replica.lock:
             return [
-                Certificate.from_record(c, r) for c, r in self._kb._views.certificates(skill_id)
+                Certificate.from_record(c, r) for c, r in self._replica.views.certificates(skill_id)
             ]
 
 
 class Blobs:
     """Content-addressed large payloads (policy weights, meshes): stored once, verified on every read."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self._kb = kb
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
 
     def put(self, data: bytes, *, expected: str | None = None) -> str:
         """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to it."""
         data = bytes(data)
-        if len(data) > self._kb.limits.max_blob_bytes:
+        if len(data) > self._replica.limits.max_blob_bytes:
             raise BlobError(
-                f"blob of {len(data)} bytes exceeds the limit of {self._kb.limits.max_blob_bytes}"
+                f"blob of {len(data)} bytes exceeds the limit of {self._replica.limits.max_blob_bytes}"
             )
         digest = hashlib.sha256(data).digest()
         if expected is not None and digest.hex() != expected:
             raise BlobError(
                 f"blob bytes hash to {digest.hex()[:16]}…, not the expected {expected[:16]}…"
             )
-        kb = self._kb
-        kb._require_identity()
-        with kb._lock, kb._store.transaction():
-            kb._store.put_blob(digest, data)
+        replica = self._replica
+        replica.require_identity()
+        with replica.lock, replica.store.transaction():
+            replica.store.put_blob(digest, data)
         return digest.hex()
 
     def get(self, blob_hash: str) -> bytes:
         check_skill_id(blob_hash, "blob hash")
-        with self._kb._lock:
-            data = self._kb._store.blob(bytes.fromhex(blob_hash))
+        with self._replica.lock:
+            data = self._replica.store.blob(bytes.fromhex(blob_hash))
         if data is None:
             raise BlobError(f"blob {blob_hash[:16]}… is not stored here")
         if hashlib.sha256(data).hexdigest() != blob_hash:
@@ -346,21 +359,21 @@ class Blobs:
     def size(self, blob_hash: str) -> int | None:
         """A stored blob's length in bytes, without reading it; None if it is not stored here."""
         check_skill_id(blob_hash, "blob hash")
-        with self._kb._lock:
-            return self._kb._store.blob_size(bytes.fromhex(blob_hash))
+        with self._replica.lock:
+            return self._replica.store.blob_size(bytes.fromhex(blob_hash))
 
     def part(self, blob_hash: str, index: int) -> bytes | None:
         """Part `index` (0, 1, ...) of a stored blob, so that a server streams it instead of holding it whole;
         None past its last part. Unverified: the reader hashes the parts (as `get` does the whole)."""
         check_skill_id(blob_hash, "blob hash")
-        with self._kb._lock:
-            return self._kb._store.blob_part(bytes.fromhex(blob_hash), index)
+        with self._replica.lock:
+            return self._replica.store.blob_part(bytes.fromhex(blob_hash), index)
 
     def __contains__(self, blob_hash: object) -> bool:
         if not isinstance(blob_hash, str):
             return False
-        with self._kb._lock:
-            return self._kb._store.has_blob(bytes.fromhex(blob_hash))
+        with self._replica.lock:
+            return self._replica.store.has_blob(bytes.fromhex(blob_hash))
 
     def missing(self, hashes: Iterable[str]) -> list[str]:
         """Of `hashes`, those not stored here (what to fetch from a peer)."""

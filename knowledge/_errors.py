@@ -1,4 +1,23 @@
-"""One exception hierarchy for the whole library: catch `SimnetError` to catch everything we raise."""
+"""One exception hierarchy for the whole library: catch `SimnetError` to catch everything we raise.
+
+SimnetError
+├── IdentityError            a key file is missing, unreadable, of the wrong kind or too open
+├── ClockSkewError           a remote timestamp is too far ahead of our clock
+├── EnvelopeError            an envelope fails decoding or a check (`reason` says which)
+├── RecordError              a record fails its schema check (also a ValueError)
+│   └── CanonicalJSONError   a value has no canonical JSON form
+├── NotAuthorizedError       the writer lacks the role an operation needs
+├── StoreError               the durable store cannot be opened or written
+│   └── StoreLockedError     another process has the store open for writing
+├── BlobError                a blob is missing, too large, or does not match its hash
+├── PolicyError              a trust or activation policy file is malformed
+├── UnknownSkillError        no skill with that id is known (also a KeyError)
+└── EmbodimentError          a robot description cannot be read or described
+
+Errors of the embodiment side (`knowledge.embodiment`) also derive from SimnetError:
+TransferDataError (a transfer dataset is unusable) and EncoderWeightsError (a learned encoder's weights
+cannot be loaded).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +45,10 @@ class EnvelopeError(SimnetError):
 
 class RecordError(SimnetError, ValueError):
     """A record (skill, map observation, counter, certificate, ...) fails its schema check."""
+
+
+class CanonicalJSONError(RecordError):
+    """A value has no canonical JSON form: NaN or an infinity, a lone surrogate, a type JSON lacks."""
 
 
 class NotAuthorizedError(SimnetError):

@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from ._envelope import Envelope, Kind, decode
 from ._errors import ClockSkewError, EnvelopeError
 from ._feed import Feed
 from ._models import IngestReport, RecordIssue, Rejection
 from ._records import TRUST_PREFIXES, record_limits
+from ._replica import Replica, note_written
 from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
-
-if TYPE_CHECKING:
-    from ._kb import KnowledgeBase
 
 log = logging.getLogger("knowledge")
 
@@ -36,8 +32,8 @@ class UpdateRejected(Exception):
 
 
 class Ingestion:
-    def __init__(self, kb: KnowledgeBase, *, careful: bool) -> None:
-        self.kb = kb
+    def __init__(self, replica: Replica, *, careful: bool) -> None:
+        self.replica = replica
         self.careful = careful
         self.report = IngestReport()
         self.trust_dirty = False
@@ -52,22 +48,22 @@ class Ingestion:
         self.rows: list[tuple[bytes, int, bytes, bytes]] = []  # accepted envelopes not yet inserted
 
     def run(self, envelopes: list[bytes]) -> IngestReport:
-        kb, report = self.kb, self.report
+        replica, report = self.replica, self.report
         decoded: list[tuple[int, Envelope]] = []
         for index, raw in enumerate(envelopes):
             try:
                 limit = (
-                    kb.limits.max_checkpoint_bytes
+                    replica.limits.max_checkpoint_bytes
                     if _is_checkpoint(raw)
-                    else kb.limits.max_envelope_bytes
+                    else replica.limits.max_envelope_bytes
                 )
                 decoded.append((index, decode(raw, max_bytes=limit)))
             except EnvelopeError as exc:
                 report.rejected.append(Rejection(index, exc.reason, exc.detail))
         # What a rolled-back call must restore besides the feeds: what it learnt of forks, in memory.
-        before = (dict(kb._banned), kb._own_floor, kb._own_fork, set(kb._consistent_checkpoints))
+        before = replica.fork_memory()
         roots = set(
-            kb._authority.roots()
+            replica.authority.roots()
         )  # roots first: their delegations admit the devices after them
         decoded.sort(
             key=lambda item: (
@@ -78,7 +74,7 @@ class Ingestion:
             )
         )
         try:
-            with kb._store.transaction():
+            with replica.store.transaction():
                 pending = decoded
                 while pending:
                     retry = [(i, e, r) for i, e in pending if (r := self._one(i, e)) is not None]
@@ -92,18 +88,18 @@ class Ingestion:
                 for (
                     author
                 ) in self.restamp:  # as a reopen would see them: keys stamped by the checkpoint
-                    kb._replay(kb._feeds[author])
-                    kb._views.reset_author(author, kb._feeds[author].items())
+                    replica.replay(replica.feeds[author])
+                    replica.views.reset_author(author, replica.feeds[author].items())
                 if self.trust_dirty:
-                    kb._refresh_trust()
+                    replica.refresh_trust()
         except BaseException as exc:
             if not isinstance(exc, UpdateRejected):
                 log.exception("ingest failed; restoring the feeds it touched from the store")
-            kb._banned, kb._own_floor, kb._own_fork, kb._consistent_checkpoints = before
+            replica.restore_fork_memory(before)
             for author in self.touched:  # the transaction rolled back: so must the in-memory feeds
-                if author in kb._feeds:
-                    kb._replay(kb._feeds[author])
-            kb._refresh_trust()
+                if author in replica.feeds:
+                    replica.replay(replica.feeds[author])
+            replica.refresh_trust()
             raise
         report.rejected.sort(key=lambda r: r.index)
         return report
@@ -117,12 +113,12 @@ class Ingestion:
         self._note(feed, env, changes)
 
     def _note(self, feed: Feed, env: Envelope, changes: dict[str, str | None]) -> None:
-        note_written(self.kb._written.setdefault(feed.author, {}), changes, env)
+        note_written(self.replica.written.setdefault(feed.author, {}), changes, env)
         self.current_changes.update(changes)
 
     def _store_rows(self) -> None:
         if self.rows:
-            self.kb._store.add_envelopes(self.rows)
+            self.replica.store.add_envelopes(self.rows)
             self.rows = []
 
     def _end_run(self) -> None:
@@ -139,40 +135,39 @@ class Ingestion:
                 self._fold(feed, changes)
 
     def _fold(self, feed: Feed, changes: dict[str, str | None]) -> None:
-        kb = self.kb
-        kb._views.update(feed.author, changes, self.report.record_issues)
-        if kb._authority.is_root(feed.author) and any(
+        replica = self.replica
+        replica.views.update(feed.author, changes, self.report.record_issues)
+        if replica.authority.is_root(feed.author) and any(
             k.startswith(TRUST_PREFIXES) for k in changes
         ):
             self._regrant()  # a delegation changed: later envelopes in this batch are judged by the new grants
 
     def _regrant(self) -> None:
-        kb = self.kb
-        kb._authority = kb._make_authority()
-        kb._views.authority = kb._authority
+        self.replica.regrant()
         self.trust_dirty = True
 
     def _one(self, index: int, env: Envelope) -> Rejection | None:
-        kb, report, author = self.kb, self.report, env.author
+        replica, report, author = self.replica, self.report, env.author
 
         def reject(reason: str, detail: str) -> Rejection:
             return Rejection(index, reason, detail, author.hex(), env.seq)
 
         if self.current is not None and self.current.author != author:
             self._end_run()
-        pins = kb._authority.pins(author)
+        pins = replica.authority.pins(author)
         if (
-            author in kb._banned
-            and kb._authority.admits(author, env.seq, env.hlc) == "equivocating_author"
+            author in replica.banned
+            and replica.authority.admits(author, env.seq, env.hlc) == "equivocating_author"
         ):
             return reject(
-                "equivocating_author", f"writer equivocated at seq {kb._banned[author]}; refused"
+                "equivocating_author",
+                f"writer equivocated at seq {replica.banned[author]}; refused",
             )
-        feed = kb._feeds.get(author)
+        feed = replica.feeds.get(author)
         have = feed.seq if feed else 0
         if env.seq <= have:
             self._store_rows()  # the lookup below must see this batch's envelopes too
-            stored = kb._hash_at(author, env.seq)
+            stored = replica.hash_at(author, env.seq)
             if not env.is_checkpoint and stored == env.hash:
                 report.duplicates += 1  # the very bytes held here: no need to verify again
                 return None
@@ -182,14 +177,14 @@ class Ingestion:
                 report.duplicates += 1  # covered by a checkpoint held here
                 return None
             if env.is_checkpoint:
-                if env.hash in kb._consistent_checkpoints:
+                if env.hash in replica.consistent_checkpoints:
                     report.duplicates += (
                         1  # this very checkpoint was checked against the history here
                     )
                     return None
                 conflict = self._checkpoint_conflict(env, stored)
                 if conflict is None:
-                    kb._consistent_checkpoints.add(env.hash)
+                    replica.consistent_checkpoints.add(env.hash)
                     report.duplicates += 1
                     return None
                 self._end_run()
@@ -199,7 +194,7 @@ class Ingestion:
             self._equivocation(env, pins)
             return None
         # Cheap refusals first: nothing is verified or stored for them.
-        refusal = kb._authority.admits(
+        refusal = replica.authority.admits(
             author,
             env.seq,
             env.hlc,
@@ -236,9 +231,9 @@ class Ingestion:
                 )
         if env.kind is Kind.UPDATE and env.seq > have + 1:
             if (
-                author == kb._own_key and env.signature_valid()
+                author == replica.own_key and env.signature_valid()
             ):  # proof that our key wrote beyond this store
-                kb._note_own_feed(floor=env.seq)
+                replica.note_own_feed(floor=env.seq)
             return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
         if not env.signature_valid():
             return reject("bad_signature", "signature does not verify for this author")
@@ -250,7 +245,7 @@ class Ingestion:
         if env.hlc <= feed.hlc:
             return reject("clock_regressed", "timestamp is not after the author's previous one")
         try:
-            kb._clock.check(env.hlc)
+            replica.clock.check(env.hlc)
             parsed = parse_update(env.update)
         except ClockSkewError as exc:
             return reject("clock_skew", str(exc))
@@ -272,7 +267,7 @@ class Ingestion:
             lost = feed.lacks_held(env.update)
             if lost is not None:  # signed envelopes and a signed checkpoint that disagree: a fork
                 self._end_run()
-                first = kb._store.envelope(author, have) or kb._store.checkpoint(author)[1]  # type: ignore[index]
+                first = replica.store.envelope(author, have) or replica.store.checkpoint(author)[1]  # type: ignore[index]
                 self._record_fork(
                     author, env.seq, first, env.raw
                 )  # nothing held is cut: the fork lies ahead
@@ -292,24 +287,24 @@ class Ingestion:
                     exc
                 )  # pycrdt raises ValueError, or a Rust panic (a BaseException)
                 self._end_run()  # what this run changed before stays (a delegation may need a trust refresh)
-                self.kb._replay(feed)
-                self.kb._views.reset_author(feed.author, feed.items())
+                self.replica.replay(feed)
+                self.replica.views.reset_author(feed.author, feed.items())
                 self.current, self.current_changes = None, {}
                 return reject("malformed_update", f"pycrdt refused the update: {exc}")
             self._note(feed, env, changes)
         else:
             feed.queue(env.update)
             self._apply(feed, env)
-        kb._clock.advance(env.hlc)
+        replica.clock.advance(env.hlc)
         if env.is_checkpoint:
-            kb._store.put_checkpoint(author, env.seq, env.raw)
+            replica.store.put_checkpoint(author, env.seq, env.raw)
             feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
             if have:
                 self.restamp.add(author)
         else:
             self.rows.append((author, env.seq, env.hash, env.raw))
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
-        kb._feeds[author] = feed
+        replica.feeds[author] = feed
         report.accepted.append((author.hex(), env.seq))
         if any(seq == env.seq for seq, _pinned in pins):
             self.trust_dirty = (
@@ -323,8 +318,8 @@ class Ingestion:
 
     def _cut(self, author: bytes, keep: int) -> None:
         """Drop `author`'s envelopes after `keep` and rebuild its feed (grants may change with it)."""
-        self.kb._store.delete_after(author, keep)
-        self.kb._replay(self.kb._feeds[author])
+        self.replica.store.delete_after(author, keep)
+        self.replica.replay(self.replica.feeds[author])
         self.touched.add(author)
         self.trust_dirty = True
 
@@ -336,17 +331,17 @@ class Ingestion:
         """
         if stored != env.prev:
             return f"checkpoint names another envelope {env.seq} than the one held here"
-        kb, author = self.kb, env.author
+        replica, author = self.replica, env.author
         self._store_rows()
         held, after = Feed(author), 0
-        checkpoint = kb._store.checkpoint(author)
+        checkpoint = replica.store.checkpoint(author)
         if checkpoint is not None:
             if checkpoint[0] > env.seq:
                 return None  # this site holds no history below its own checkpoint to compare with
-            held.replay(decode(checkpoint[1], max_bytes=kb.limits.max_checkpoint_bytes).update)
+            held.replay(decode(checkpoint[1], max_bytes=replica.limits.max_checkpoint_bytes).update)
             after = checkpoint[0]
-        for raw in kb._store.envelopes(author, after=after, limit=env.seq - after):
-            held.replay(decode(raw, max_bytes=kb.limits.max_envelope_bytes).update)
+        for raw in replica.store.envelopes(author, after=after, limit=env.seq - after):
+            held.replay(decode(raw, max_bytes=replica.limits.max_envelope_bytes).update)
         held.apply_queued()
         claimed = Feed(author)
         try:
@@ -373,9 +368,9 @@ class Ingestion:
         A revoked writer whose kept prefix is pinned is not cut where this site holds the pinned history
         (the fork cannot displace it), nor refused: what it still lacks of that history may arrive.
         """
-        kb, author = self.kb, env.author
-        held = kb._store.checkpoint(author)
-        first = kb._store.envelope(author, env.seq) or (
+        replica, author = self.replica, env.author
+        held = replica.store.checkpoint(author)
+        first = replica.store.envelope(author, env.seq) or (
             held[1] if held and held[0] == env.seq else None
         )
         assert first is not None
@@ -383,10 +378,10 @@ class Ingestion:
         if report:
             self.report.equivocations.append((author.hex(), env.seq))
         self._record_fork(author, env.seq, first, env.raw)
-        if author == kb._own_key:
+        if author == replica.own_key:
             return  # our own feed is never cut: our writes stop instead
         if pins and all(
-            kb._hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq
+            replica.hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq
         ):
             return  # the pinned history is held here: the other branch is evidence, nothing more
         self._cut(author, env.seq - 1)
@@ -394,23 +389,12 @@ class Ingestion:
     def _record_fork(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:
         """Keep two signed, conflicting pieces of `author`'s feed as evidence; refuse the author from `seq`
         on (judging later envelopes in this batch knowing of it); stop our own writes if it is our key."""
-        kb = self.kb
-        kb._store.add_equivocation(author, seq, first, second)
-        kb._banned[author] = min(kb._banned.get(author, seq), seq)
-        if author == kb._own_key:
-            kb._note_own_feed(fork=seq)
+        replica = self.replica
+        replica.store.add_equivocation(author, seq, first, second)
+        replica.banned[author] = min(replica.banned.get(author, seq), seq)
+        if author == replica.own_key:
+            replica.note_own_feed(fork=seq)
         self._regrant()
-
-
-def note_written(
-    written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope
-) -> None:
-    """Record that `env` last wrote each changed key (a deleted key is no longer written by anyone)."""
-    for key, text in changes.items():
-        if text is None:
-            written.pop(key, None)
-        else:
-            written[key] = (env.seq, env.hlc)
 
 
 def reraise_interrupts(exc: BaseException) -> None:

@@ -23,7 +23,6 @@ that root's delegation gives it. Nothing another site writes can make a site's o
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -199,67 +198,3 @@ def _roles(values: Any) -> frozenset[Role]:
         return frozenset(Role(v) for v in values)
     except ValueError as exc:
         raise PolicyError(f"{exc}; roles are {[r.value for r in Role]}") from None
-
-
-def wilson_lower_bound(successes: int, trials: int, confidence: float) -> float:
-    """One-sided Wilson score lower bound on a binomial success rate."""
-    if trials <= 0 or successes <= 0:
-        return 0.0
-    z = normal_quantile(confidence)
-    p = successes / trials
-    denom = 1 + z * z / trials
-    centre = p + z * z / (2 * trials)
-    margin = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
-    return max(0.0, (centre - margin) / denom)
-
-
-def normal_quantile(p: float) -> float:
-    """Φ⁻¹(p): Acklam's rational approximation refined by one Halley step (full double precision)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"normal_quantile needs 0 < p < 1, got {p}")
-    a = (
-        -3.969683028665376e01,
-        2.209460984245205e02,
-        -2.759285104469687e02,
-        1.383577518672690e02,
-        -3.066479806614716e01,
-        2.506628277459239e00,
-    )
-    b = (
-        -5.447609879822406e01,
-        1.615858368580409e02,
-        -1.556989798598866e02,
-        6.680131188771972e01,
-        -1.328068155288572e01,
-    )
-    c = (
-        -7.784894002430293e-03,
-        -3.223964580411365e-01,
-        -2.400758277161838e00,
-        -2.549732539343734e00,
-        4.374664141464968e00,
-        2.938163982698783e00,
-    )
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
-    low = 0.02425
-    if p < low:
-        q = math.sqrt(-2 * math.log(p))
-        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
-        )
-    elif p <= 1 - low:
-        q = p - 0.5
-        r = q * q
-        x = (
-            (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
-            * q
-            / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
-        )
-    else:
-        q = math.sqrt(-2 * math.log(1 - p))
-        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
-        )
-    e = 0.5 * math.erfc(-x / math.sqrt(2)) - p
-    u = e * math.sqrt(2 * math.pi) * math.exp(x * x / 2)
-    return x - u / (1 + x * u / 2)

@@ -10,7 +10,6 @@ higher schema version ``v``, are kept and forwarded but skipped by the views (mi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ._canonical import canonical_json, sha256_hex
 from ._errors import RecordError
 
 SCHEMA_VERSION = 1
@@ -80,18 +80,14 @@ IMMUTABLE_PREFIXES = tuple(
 )
 
 
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no spaces, no NaN/Infinity."""
-    try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-    except (TypeError, ValueError) as exc:
-        raise RecordError(f"value is not JSON-serializable: {exc}") from None
+def record_text(record: Any) -> str:
+    """A record as the string a feed stores: its canonical JSON (CanonicalJSONError if none)."""
+    return canonical_json(record).decode()
 
 
 def content_id(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The id of an immutable record: the SHA-256 of its text's exact UTF-8 bytes."""
+    return sha256_hex(text.encode())
 
 
 def cell_key(cell: str | tuple[int, ...] | list[int]) -> str:

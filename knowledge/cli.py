@@ -90,11 +90,11 @@ ENCODER_COMMANDS: dict[str, tuple[str, str]] = {
         "matrix.",
     ),
     "report": (
-        "knowledge._encoder_cli:report_command",
+        "knowledge.embodiment._cli:report_command",
         "Per target body: Spearman of -distance with measured success, recall@5 of working skills.",
     ),
     "train": (
-        "knowledge._encoder_cli:train_command",
+        "knowledge.embodiment._cli:train_command",
         "Train encoder weights on measured transfers; use them with `skills query --encoder FILE`.",
     ),
 }
@@ -284,7 +284,7 @@ def skills_query(
     if (mjcf is None) == (urdf is None):
         raise click.UsageError("give exactly one of --mjcf or --urdf")
     body = knowledge.Embodiment.from_mjcf(mjcf) if mjcf else knowledge.Embodiment.from_urdf(urdf)  # type: ignore[arg-type]
-    from ._encoder_cli import load_encoder  # the embodiment side loads only for a query
+    from .embodiment._cli import load_encoder  # the embodiment side loads only for a query
 
     encoder = load_encoder(encoder_spec)
     with home.open_readonly() as kb:

@@ -18,8 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge._embodiment import Embodiment
-from knowledge._errors import EmbodimentError
+from knowledge import Embodiment, EmbodimentError
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
 GYM = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets"

@@ -14,14 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge._embodiment import Embodiment
-from knowledge._encoders import (
-    FEATURES,
-    EmbeddingSpace,
-    Encoder,
-    FeatureEncoder,
-    morphology_features,
-)
+from knowledge import EmbeddingSpace, Embodiment, Encoder, FeatureEncoder
+from knowledge.embodiment._encoders import FEATURES, morphology_features
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
 GYM = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets"

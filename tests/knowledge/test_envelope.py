@@ -9,19 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge import EnvelopeError
+from knowledge import Envelope, EnvelopeError, Identity, Kind
 from knowledge._envelope import (
     HEADER_BYTES,
     MIN_BYTES,
     SIGNING_CONTEXT,
     VERSION,
     ZERO_HASH,
-    Envelope,
-    Kind,
     decode,
     seal,
 )
-from knowledge._identity import SIGNATURE_BYTES, Identity, verify
+from knowledge._identity import SIGNATURE_BYTES, verify
 
 IDENTITY = Identity.from_seed(b"\x11" * 32)
 OTHER = Identity.from_seed(b"\x22" * 32)

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from pycrdt import Doc, Map, merge_updates
 
 import knowledge
+from knowledge import Identity
 from knowledge._envelope import ZERO_HASH
 from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed, client_id_for, is_immutable
-from knowledge._identity import Identity
 from knowledge._yjs import MalformedUpdate, parse_update
 
 AUTHOR = Identity.from_seed(b"\x01" * 32).public_key
@@ -539,13 +539,13 @@ def test_the_next_clock_is_rebuilt_on_reopening(tmp_path):
     kb.checkpoint()
     kb.maps["floor1"].observe((1, 2), {"label": "shelf"}, confidence=0.7)
     kb.maps["floor1"].observe((1, 2), {"label": "table"}, confidence=0.9)
-    feed = kb._feeds[identity.public_key]
+    feed = kb._replica.feeds[identity.public_key]
     held = feed.next_clock
     assert held == _state_clock(feed)
     kb.close()
     kb = knowledge.open(tmp_path / "site.db", identity)
     try:
-        feed = kb._feeds[identity.public_key]
+        feed = kb._replica.feeds[identity.public_key]
         assert feed.next_clock == held == _state_clock(feed)
     finally:
         kb.close()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import knowledge
-from knowledge import Identity, NotAuthorizedError, TrustPolicy
-from knowledge._envelope import Kind, decode, seal
+from knowledge import Identity, Kind, NotAuthorizedError, TrustPolicy
+from knowledge._envelope import decode, seal
 
 
 def open_site(identity=None, *, trust=(), path=":memory:", policy=None):
@@ -89,14 +89,14 @@ def test_a_checkpoint_whose_state_is_not_its_history_is_an_equivocation(tmp_path
     forger = open_site(key)  # the writer's key in a second store: its feed, then some other state
     forger.ingest(writer.envelopes_since({}))
     forger.maps["m"].observe((1, 1), "not a mug", confidence=0.5)
-    other_state = forger._feeds[key.public_key].state()
+    other_state = forger._replica.feeds[key.public_key].state()
     head = writer.heads()[key.public_key_hex]
     forged = seal(
         key,
         Kind.CHECKPOINT,
         head.seq,
         bytes.fromhex(head.hash),
-        writer._feeds[key.public_key].hlc,
+        writer._replica.feeds[key.public_key].hlc,
         other_state,
     )
     report = honest.ingest([forged.raw])

@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from knowledge import IdentityError
-from knowledge._identity import Identity, key_id, parse_public_key, verify
+from knowledge import Identity, IdentityError, key_id, parse_public_key
+from knowledge._identity import verify
 
 
 def _mode(path) -> int:

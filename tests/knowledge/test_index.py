@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from knowledge._encoders import EmbeddingSpace
-from knowledge._index import Hit, SkillIndex, recall_at_k
+from knowledge import EmbeddingSpace, Hit, SkillIndex
+from knowledge.embodiment import recall_at_k
 
 
 def brute_force(vectors: dict[str, np.ndarray], query: np.ndarray, metric: str) -> dict[str, float]:
@@ -293,7 +293,7 @@ def test_save_and_load(tmp_path, caplog):
         SkillIndex.load(path, EmbeddingSpace("test", "2", 8)) is None
     )  # the encoder changed: rebuild
     path.write_bytes(path.read_bytes()[:-100])
-    with caplog.at_level(logging.WARNING, logger="knowledge._index"):
+    with caplog.at_level(logging.WARNING, logger="knowledge.embodiment._index"):
         assert SkillIndex.load(path, index.space) is None
     assert "damaged" in caplog.text
     path.write_bytes(b"not an index")

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from pycrdt import Doc, Map, merge_updates
 
 import knowledge
-from knowledge import HybridClock, Identity, Limits, Rejection, TrustPolicy
+from knowledge import Envelope, HybridClock, Identity, Kind, Limits, Rejection, TrustPolicy
 from knowledge._clock import pack
-from knowledge._envelope import HEADER_BYTES, SIGNING_CONTEXT, Envelope, Kind, decode, seal
+from knowledge._envelope import HEADER_BYTES, SIGNING_CONTEXT, decode, seal
 from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed, client_id_for
 from knowledge._identity import SIGNATURE_BYTES
-from knowledge._records import canonical_json, content_id
+from knowledge._records import content_id, record_text
 
 REASONS = {
     # decoding
@@ -421,7 +421,7 @@ def test_forged_client_id(setup):
     writer, receiver = setup
     victim = Identity.generate().public_key
     _doc, records = _foreign_doc(victim)
-    records["cell/floor1/1,2"] = canonical_json(
+    records["cell/floor1/1,2"] = record_text(
         {"v": 1, "hlc": 1, "value": "forged", "confidence": 1.0}
     )
     forged = writer.forge(_doc.get_update())
@@ -433,9 +433,9 @@ def test_forged_client_id_in_an_incremental_update(setup):
     """The foreign structs start past clock 0 (a later transaction of the foreign Doc)."""
     writer, receiver = setup
     doc, records = _foreign_doc(Identity.generate().public_key)
-    records["cell/floor1/9,9"] = canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 0.1})
+    records["cell/floor1/9,9"] = record_text({"v": 1, "hlc": 1, "value": 1, "confidence": 0.1})
     state_vector = doc.get_state()
-    records["cell/floor1/1,2"] = canonical_json(
+    records["cell/floor1/1,2"] = record_text(
         {"v": 1, "hlc": 2, "value": "forged", "confidence": 1.0}
     )
     forged = writer.forge(doc.get_update(state_vector))
@@ -445,10 +445,10 @@ def test_forged_client_id_in_an_incremental_update(setup):
 def test_forged_client_id_mixed_with_own_structs(setup):
     writer, receiver = setup
     own = writer.next_update(
-        {"cell/floor1/3,3": canonical_json({"v": 1, "hlc": 5, "value": 1, "confidence": 0.5})}
+        {"cell/floor1/3,3": record_text({"v": 1, "hlc": 5, "value": 1, "confidence": 0.5})}
     )
     doc, records = _foreign_doc(Identity.generate().public_key)
-    records["cell/floor1/4,4"] = canonical_json({"v": 1, "hlc": 5, "value": 2, "confidence": 0.5})
+    records["cell/floor1/4,4"] = record_text({"v": 1, "hlc": 5, "value": 2, "confidence": 0.5})
     forged = writer.forge(merge_updates(own, doc.get_update()))
     assert_refused(receiver, [forged], "foreign_client_id")
     accept_all(receiver, [writer.forge(own)])  # the writer's own update alone is fine
@@ -502,9 +502,7 @@ def test_signed_update_that_modifies_an_immutable_record(certified, target, acti
         target
     ]
     text = (
-        None
-        if action == "delete"
-        else canonical_json({"v": 1, "hlc": 1, "reason": "changed my mind"})
+        None if action == "delete" else record_text({"v": 1, "hlc": 1, "reason": "changed my mind"})
     )
     (rejection,) = assert_refused(
         receiver, [writer.forge(writer.next_update({key: text}))], "modifies_immutable_record"
@@ -520,7 +518,7 @@ def test_a_writer_never_commits_a_rewrite_of_its_immutable_records(certified, ta
     writer, receiver, skill, cert = certified
     key = f"cert/{cert.id}" if target == "cert" else f"revoke/{skill.id}"
     with pytest.raises(knowledge.SimnetError):
-        writer.kb._write({key: None})
+        writer.kb._replica.write({key: None})
     assert writer.kb.is_revoked(skill.id) and len(writer.kb.certificates.for_skill(skill.id)) == 1
     writer.kb.skills.publish("after", "t")
     accept_all(receiver, writer.envelopes())
@@ -544,7 +542,7 @@ def test_origin_less_reinsert_of_an_immutable_key_does_not_replace_it(certified)
     immutable = doc.get(IMMUTABLE_MAP, type=Map)
     immutable[f"cert/{cert.id}"] = "garbage"
     immutable[f"skill/{skill.id}"] = "garbage"
-    immutable[f"revoke/{skill.id}"] = canonical_json({"v": 1, "hlc": 1, "reason": "rewritten"})
+    immutable[f"revoke/{skill.id}"] = record_text({"v": 1, "hlc": 1, "reason": "rewritten"})
     forged = writer.forge(doc.get_update(state_vector))
     snapshot = receiver.snapshot()
     report = receiver.ingest([forged])
@@ -576,7 +574,7 @@ def test_misplaced_record_is_reported_and_not_shown(setup):
     doc.apply(writer.replica.state())
     before = doc.doc.get_state()
     skill_id = receiver.skills.list()[0].id
-    doc.doc.get(RECORDS_MAP, type=Map)[f"revoke/{skill_id}"] = canonical_json(
+    doc.doc.get(RECORDS_MAP, type=Map)[f"revoke/{skill_id}"] = record_text(
         {"v": 1, "hlc": 1, "reason": "x"}
     )
     forged = writer.forge(doc.doc.get_update(before))
@@ -630,7 +628,7 @@ def test_duplicated_envelopes(setup):
 def test_broken_chain(setup):
     writer, receiver = setup
     update = writer.next_update(
-        {"cell/floor1/5,5": canonical_json({"v": 1, "hlc": 9, "value": 0, "confidence": 1})}
+        {"cell/floor1/5,5": record_text({"v": 1, "hlc": 9, "value": 0, "confidence": 1})}
     )
     assert_refused(receiver, [writer.forge(update, prev=b"\x42" * 32)], "broken_chain")
 
@@ -638,7 +636,7 @@ def test_broken_chain(setup):
 def test_clock_regressed(setup):
     writer, receiver = setup
     update = writer.next_update(
-        {"cell/floor1/5,5": canonical_json({"v": 1, "hlc": 9, "value": 0, "confidence": 1})}
+        {"cell/floor1/5,5": record_text({"v": 1, "hlc": 9, "value": 0, "confidence": 1})}
     )
     assert_refused(receiver, [writer.forge(update, hlc=writer.last.hlc)], "clock_regressed")
     assert_refused(receiver, [writer.forge(update, hlc=1)], "clock_regressed")
@@ -697,8 +695,8 @@ SKILL_REC = {"v": 1, "name": "n", "task": "t", "hlc": 1}
 
 
 def _bad_records(author_hex: str) -> dict[str, tuple[str, str, str]]:
-    good_skill = canonical_json({**SKILL_REC, "author": author_hex})
-    other_author = canonical_json({**SKILL_REC, "author": "cd" * 32})
+    good_skill = record_text({**SKILL_REC, "author": author_hex})
+    other_author = record_text({**SKILL_REC, "author": "cd" * 32})
     return {
         "skill-id-not-hash": ("skill/" + "ab" * 32, good_skill, "invalid_record"),
         "skill-author-mismatch": (
@@ -708,12 +706,12 @@ def _bad_records(author_hex: str) -> dict[str, tuple[str, str, str]]:
         ),
         "cell-confidence": (
             "cell/floor1/7,7",
-            canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 1.5}),
+            record_text({"v": 1, "hlc": 1, "value": 1, "confidence": 1.5}),
             "invalid_record",
         ),
         "counter-negative": (
             "counter/" + "ab" * 32,
-            canonical_json(
+            record_text(
                 {
                     "v": 1,
                     "hlc": 1,
@@ -726,7 +724,7 @@ def _bad_records(author_hex: str) -> dict[str, tuple[str, str, str]]:
         "cert-successes": (
             "cert/"
             + content_id(
-                c := canonical_json(
+                c := record_text(
                     {
                         "v": 1,
                         "hlc": 1,
@@ -745,15 +743,15 @@ def _bad_records(author_hex: str) -> dict[str, tuple[str, str, str]]:
         "json-array": ("withdraw/" + "ab" * 32, "[1,2,3]", "invalid_record"),
         "delegate-unknown-role": (
             "delegate/" + "ef" * 32,
-            canonical_json({"v": 1, "hlc": 1, "roles": ["admin"]}),
+            record_text({"v": 1, "hlc": 1, "roles": ["admin"]}),
             "invalid_record",
         ),
         "bad-key": (
             "cell/bad map name/1",
-            canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 0.5}),
+            record_text({"v": 1, "hlc": 1, "value": 1, "confidence": 0.5}),
             "invalid_key",
         ),
-        "no-version": ("revoke/" + "ab" * 32, canonical_json({"hlc": 1}), "invalid_record"),
+        "no-version": ("revoke/" + "ab" * 32, record_text({"hlc": 1}), "invalid_record"),
     }
 
 
@@ -761,7 +759,7 @@ def _bad_records(author_hex: str) -> dict[str, tuple[str, str, str]]:
 def test_record_failing_schema_checks(setup, case):
     writer, receiver = setup
     key, text, reason = _bad_records(writer.identity.public_key_hex)[case]
-    writer.kb._write({key: text})  # straight into the feed, past the API's own checks
+    writer.kb._replica.write({key: text})  # straight into the feed, past the API's own checks
     (raw,) = writer.envelopes()
     snapshot = receiver.snapshot()
     report = receiver.ingest([raw])
@@ -779,10 +777,8 @@ def test_record_failing_schema_checks(setup, case):
 
 def test_newer_schema_record_is_kept_and_forwarded(setup):
     writer, receiver = setup
-    future = canonical_json(
-        {"v": 2, "hlc": 1, "value": {"mesh": "..."}, "confidence": 0.9, "lod": 3}
-    )
-    writer.kb._write({"cell/floor1/8,8": future, "hologram/abc": '{"v":1}'})
+    future = record_text({"v": 2, "hlc": 1, "value": {"mesh": "..."}, "confidence": 0.9, "lod": 3})
+    writer.kb._replica.write({"cell/floor1/8,8": future, "hologram/abc": '{"v":1}'})
     (raw,) = writer.envelopes()
     snapshot = receiver.snapshot()
     report = accept_all(receiver, [raw])

@@ -28,8 +28,14 @@ from knowledge import (
     evaluate_encoder,
     train_encoder,
 )
-from knowledge._learned import BODY_FEATURES, DEFAULT_CONFIG, FORMAT, JOINT_FEATURES, body_tokens
-from knowledge._retrieval import index_path
+from knowledge.embodiment._learned import (
+    BODY_FEATURES,
+    DEFAULT_CONFIG,
+    FORMAT,
+    JOINT_FEATURES,
+    body_tokens,
+)
+from knowledge.embodiment._retrieval import index_path
 
 ASSETS = Path(__file__).parent.parent / "assets"
 ROBOTS = ASSETS / "robots"

@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 
-from knowledge._plot import _H, _W, COLORS, Panel, scatter_png
+from knowledge.embodiment._plot import _H, _W, COLORS, Panel, scatter_png
 
 
 def read_png(path) -> np.ndarray:

@@ -1,21 +1,17 @@
-"""Unit tests for knowledge._policy: the trust and activation policy (TOML) and the Wilson bound."""
+"""Unit tests for knowledge._policy: the trust and activation policy (TOML)."""
 
 from __future__ import annotations
 
-import math
 import re
 import textwrap
-from statistics import NormalDist
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import knowledge._policy as policy_module
-from knowledge import PolicyError
+from knowledge import ActivationPolicy, PolicyError, Role, TrustedRoot, TrustPolicy
 from knowledge._clock import DEFAULT_MAX_OFFSET_MS
-from knowledge._policy import ActivationPolicy, TrustedRoot, TrustPolicy, wilson_lower_bound
-from knowledge._records import Role
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(100, 132))
@@ -303,74 +299,3 @@ def test_with_root_rejects_unknown_roles():
 def test_with_root_survives_toml():
     policy = TrustPolicy().with_root(KEY_A, ["publish"], name="a").with_root(KEY_B)
     assert TrustPolicy.from_toml(policy.to_toml()) == policy
-
-
-# --- Wilson lower bound -------------------------------------------------------------------------
-
-
-def _reference_wilson(successes: int, trials: int, confidence: float) -> float:
-    z = NormalDist().inv_cdf(confidence)
-    p = successes / trials
-    n = trials
-    centre = p + z * z / (2 * n)
-    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, (centre - margin) / (1 + z * z / n))
-
-
-def test_wilson_known_value_64_of_64():
-    assert wilson_lower_bound(64, 64, 0.95) == pytest.approx(0.9594, abs=1e-4)
-
-
-def test_wilson_known_values():
-    # 95% one-sided: z = 1.6449
-    assert wilson_lower_bound(8, 10, 0.95) == pytest.approx(0.5408, abs=1e-4)
-    assert wilson_lower_bound(50, 100, 0.95) == pytest.approx(0.4188, abs=1e-4)
-    # 97.5% one-sided is the lower end of the textbook two-sided 95% Wilson interval:
-    # 7/10 -> [0.3968, 0.8922], 8/10 -> [0.4902, 0.9433]
-    assert wilson_lower_bound(7, 10, 0.975) == pytest.approx(0.3968, abs=1e-4)
-    assert wilson_lower_bound(8, 10, 0.975) == pytest.approx(0.4902, abs=1e-4)
-
-
-@pytest.mark.parametrize("trials", [1, 2, 10, 35, 64, 1000])
-@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.95, 0.99, 0.999])
-def test_wilson_zero_successes_is_zero(trials, confidence):
-    assert wilson_lower_bound(0, trials, confidence) == pytest.approx(0.0, abs=1e-12)
-    assert wilson_lower_bound(0, trials, confidence) >= 0.0
-
-
-@pytest.mark.parametrize("trials", [0, -1])
-def test_wilson_no_trials_is_zero(trials):
-    assert wilson_lower_bound(0, trials, 0.95) == 0.0
-
-
-@settings(max_examples=200)
-@given(st.integers(1, 2000), st.data(), st.floats(0.5, 0.9999))
-def test_wilson_monotone_in_successes_and_below_the_rate(trials, data, confidence):
-    s = data.draw(st.integers(0, trials - 1))
-    low = wilson_lower_bound(s, trials, confidence)
-    high = wilson_lower_bound(s + 1, trials, confidence)
-    assert 0.0 <= low <= high <= 1.0
-    assert low <= s / trials + 1e-12
-    assert high <= (s + 1) / trials + 1e-12
-
-
-@settings(max_examples=200)
-@given(st.integers(1, 2000), st.data(), st.floats(0.5, 0.9999))
-def test_wilson_matches_a_reference_implementation(trials, data, confidence):
-    s = data.draw(st.integers(0, trials))
-    assert wilson_lower_bound(s, trials, confidence) == pytest.approx(
-        _reference_wilson(s, trials, confidence), abs=1e-9
-    )
-
-
-@settings(max_examples=100)
-@given(st.integers(1, 500), st.data())
-def test_wilson_higher_confidence_is_more_conservative(trials, data):
-    s = data.draw(st.integers(0, trials))
-    strict, usual, loose = (wilson_lower_bound(s, trials, c) for c in (0.99, 0.95, 0.8))
-    assert strict <= usual + 1e-12 and usual <= loose + 1e-12
-
-
-def test_wilson_grows_with_more_evidence_at_the_same_rate():
-    bounds = [wilson_lower_bound(n, n, 0.95) for n in (8, 16, 32, 64, 128)]
-    assert bounds == sorted(bounds) and bounds[0] < bounds[-1] < 1.0

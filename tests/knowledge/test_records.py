@@ -19,7 +19,6 @@ from knowledge._records import (
     ParsedKey,
     RecordType,
     Role,
-    canonical_json,
     cell_key,
     check_map_name,
     check_record,
@@ -27,6 +26,7 @@ from knowledge._records import (
     content_id,
     make_key,
     parse_key,
+    record_text,
 )
 
 AUTHOR = "ab" * 32
@@ -120,7 +120,7 @@ BUILDERS = {
 
 def keyed(rtype: RecordType, rec, *, text: str | None = None) -> tuple[ParsedKey, str]:
     """The parsed key and JSON text of a record; content-addressed types get their true id."""
-    text = canonical_json(rec) if text is None else text
+    text = record_text(rec) if text is None else text
     if rtype in (RecordType.SKILL, RecordType.CERT):
         key = make_key(rtype, content_id(text))
     elif rtype is RecordType.CELL:
@@ -245,13 +245,11 @@ def test_record_value_must_be_a_string(value):
 def test_non_standard_json_numbers_are_refused(literal):
     """NaN/Infinity are not JSON (RFC 8259). Python's json.loads accepts them; the record check must not,
     or a view holds a NaN (NaN != NaN: two sites with the same envelopes no longer compare equal, and
-    canonical_json refuses to re-encode the record)."""
+    record_text refuses to re-encode the record)."""
     text = '{"confidence":0.5,"deleted":false,"hlc":1,"v":1,"value":%s}' % literal
     with pytest.raises(RecordError):
         check(RecordType.CELL, text=text)
-    skill_text = canonical_json(skill_record(meta={"x": 1})).replace(
-        '{"x":1}', '{"x":%s}' % literal
-    )
+    skill_text = record_text(skill_record(meta={"x": 1})).replace('{"x":1}', '{"x":%s}' % literal)
     with pytest.raises(RecordError):
         check(RecordType.SKILL, text=skill_text)
 
@@ -264,20 +262,20 @@ def test_oversized_record():
 
 
 def test_record_just_under_the_limit_is_fine():
-    base = canonical_json(reason_record(pad=""))
+    base = record_text(reason_record(pad=""))
     pad = "x" * (MAX_RECORD_BYTES - len(base))
-    text = canonical_json(reason_record(pad=pad))
+    text = record_text(reason_record(pad=pad))
     assert len(text.encode()) == MAX_RECORD_BYTES
     assert check(RecordType.REVOKE, text=text)["pad"] == pad
 
 
 def test_oversized_record_is_measured_in_bytes():
     """MAX_RECORD_BYTES is a byte limit: a record of multi-byte characters over it is refused too."""
-    base = canonical_json(reason_record(pad=""))
+    base = record_text(reason_record(pad=""))
     pad = "é" * (
         (MAX_RECORD_BYTES - len(base)) // 2 + 16
     )  # fewer characters than the limit, more bytes
-    text = canonical_json(reason_record(pad=pad))
+    text = record_text(reason_record(pad=pad))
     assert len(text) < MAX_RECORD_BYTES < len(text.encode())
     with pytest.raises(RecordError):
         check(RecordType.REVOKE, text=text)
@@ -287,7 +285,7 @@ def test_oversized_record_is_measured_in_bytes():
 
 
 def test_skill_id_must_be_the_hash_of_the_record():
-    text = canonical_json(skill_record())
+    text = record_text(skill_record())
     wrong = parse_key(make_key(RecordType.SKILL, SKILL_ID))
     with pytest.raises(RecordError) as info:
         check_record(wrong, text, AUTHOR)
@@ -297,7 +295,7 @@ def test_skill_id_must_be_the_hash_of_the_record():
 def test_skill_id_covers_exact_bytes_not_the_parsed_value():
     """Same JSON value, different text (spacing): the id is of the exact text, so it must not match."""
     rec = skill_record()
-    canonical = canonical_json(rec)
+    canonical = record_text(rec)
     spaced = json.dumps(rec, sort_keys=True)
     assert json.loads(spaced) == json.loads(canonical) and spaced != canonical
     with pytest.raises(RecordError):
@@ -380,7 +378,7 @@ def test_skill_null_policy_and_meta_are_fine():
 
 
 def test_cert_id_must_be_the_hash_of_the_record():
-    text = canonical_json(cert_record())
+    text = record_text(cert_record())
     with pytest.raises(RecordError):
         check_record(parse_key(make_key(RecordType.CERT, SKILL_ID)), text, AUTHOR)
 
@@ -718,8 +716,8 @@ def _reorder(value, rng: random.Random):
 @settings(max_examples=200)
 @given(JSON, st.integers(0, 2**32))
 def test_canonical_json_is_stable_under_key_reordering(value, seed):
-    text = canonical_json(value)
-    again = canonical_json(_reorder(value, random.Random(seed)))
+    text = record_text(value)
+    again = record_text(_reorder(value, random.Random(seed)))
     assert again == text
     assert content_id(again) == content_id(text)
 
@@ -727,23 +725,23 @@ def test_canonical_json_is_stable_under_key_reordering(value, seed):
 @settings(max_examples=200)
 @given(JSON)
 def test_canonical_json_is_deterministic_and_parses_back(value):
-    text = canonical_json(value)
-    assert canonical_json(value) == text
-    assert canonical_json(json.loads(text)) == text
+    text = record_text(value)
+    assert record_text(value) == text
+    assert record_text(json.loads(text)) == text
     assert json.loads(text) == value
 
 
 @settings(max_examples=100)
 @given(st.dictionaries(st.text(max_size=10), st.integers(), min_size=1, max_size=10))
 def test_canonical_json_has_sorted_keys_and_no_spaces(value):
-    text = canonical_json(value)
+    text = record_text(value)
     assert list(json.loads(text)) == sorted(value)
     assert text == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def test_canonical_json_keeps_unicode_and_is_compact():
-    assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
-    assert canonical_json([1, {"z": None, "y": True}]) == '[1,{"y":true,"z":null}]'
+    assert record_text({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+    assert record_text([1, {"z": None, "y": True}]) == '[1,{"y":true,"z":null}]'
 
 
 @pytest.mark.parametrize(
@@ -751,7 +749,7 @@ def test_canonical_json_keeps_unicode_and_is_compact():
 )
 def test_canonical_json_refuses_non_json(value):
     with pytest.raises(RecordError):
-        canonical_json(value)
+        record_text(value)
 
 
 def test_content_id_is_sha256_of_utf8():
@@ -769,6 +767,6 @@ def test_content_id_distinguishes_texts(a, b):
 @given(st.integers(0, 2**32))
 def test_skill_record_id_stable_under_reordering(seed):
     rec = skill_record()
-    text = canonical_json(_reorder(rec, random.Random(seed)))
-    parsed = parse_key(make_key(RecordType.SKILL, content_id(canonical_json(rec))))
+    text = record_text(_reorder(rec, random.Random(seed)))
+    parsed = parse_key(make_key(RecordType.SKILL, content_id(record_text(rec))))
     assert check_record(parsed, text, AUTHOR) == rec

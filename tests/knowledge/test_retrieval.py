@@ -24,7 +24,7 @@ from knowledge import (
     Identity,
     TrustPolicy,
 )
-from knowledge._retrieval import index_path
+from knowledge.embodiment._retrieval import index_path
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
 FILES = [
@@ -120,7 +120,7 @@ class Warnings(logging.Handler):
 
 
 WARNINGS = Warnings()
-logging.getLogger("knowledge._retrieval").addHandler(WARNINGS)
+logging.getLogger("knowledge.embodiment._retrieval").addHandler(WARNINGS)
 
 
 def check(kb, body: Embodiment, *, task=None, k=10, active_only=True, min_branches=0) -> list:
@@ -292,9 +292,9 @@ def test_a_change_the_views_log_missed_never_leaks(kb, monkeypatch, caplog):
     skill = kb.skills.publish("s", "pick", embodiments=[SCOPES[0]])
     certify(kb, skill.id, strong=True)
     assert [r.skill.id for r in kb.skills.query(BASE[0])] == [skill.id]
-    monkeypatch.setattr(kb._views, "skill_changes", lambda since: (set(), since))
+    monkeypatch.setattr(kb._replica.views, "skill_changes", lambda since: (set(), since))
     kb.revoke(skill.id)
-    with caplog.at_level(logging.WARNING, "knowledge._retrieval"):
+    with caplog.at_level(logging.WARNING, "knowledge.embodiment._retrieval"):
         assert kb.skills.query(BASE[0]) == []
     assert "filters were stale" in caplog.text
 

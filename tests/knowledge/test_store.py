@@ -69,8 +69,8 @@ def test_store_file_is_in_wal_mode_with_synchronous_full(tmp_path):
     kb = knowledge.open(path, Identity.generate())
     try:
         kb.skills.publish("a", "t")
-        assert kb._store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-        assert kb._store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert kb._replica.store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert kb._replica.store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         with plain_connection(
             path
         ) as other:  # WAL is a property of the file, seen by any connection

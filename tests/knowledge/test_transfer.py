@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 import knowledge
-from knowledge import Embodiment, Encoder, FeatureEncoder, TransferDataError, TransferDataset
-from knowledge._transfer import evaluate_encoder, spearman
+from knowledge import (
+    Embodiment,
+    Encoder,
+    FeatureEncoder,
+    TransferDataError,
+    TransferDataset,
+    evaluate_encoder,
+)
+from knowledge.embodiment._transfer_data import spearman
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
 ARM7 = Embodiment.from_mjcf(ROBOTS / "arm7.xml")

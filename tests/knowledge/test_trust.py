@@ -20,8 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import knowledge
-from knowledge import Identity, Role, TrustPolicy
-from knowledge._policy import TrustedRoot
+from knowledge import Identity, Role, TrustedRoot, TrustPolicy
 from knowledge._records import ALL_ROLES
 from knowledge._trust import Authority, Grant
 

@@ -8,10 +8,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge._identity import Identity
-from knowledge._models import Counts, RecordIssue
-from knowledge._policy import TrustedRoot, TrustPolicy
-from knowledge._records import ALL_ROLES, RecordType, Role, canonical_json, content_id, make_key
+from knowledge import Counts, Identity, RecordIssue, Role, TrustedRoot, TrustPolicy
+from knowledge._records import ALL_ROLES, RecordType, content_id, make_key, record_text
 from knowledge._trust import Authority
 from knowledge._views import Views
 
@@ -33,12 +31,12 @@ SKILL_ID = "5e" * 32
 
 def delegate(device: bytes, roles=("publish",), expires=None) -> dict[str, str]:
     rec = {"v": 1, "hlc": 1, "roles": sorted(roles), "expires": expires}
-    return {make_key(RecordType.DELEGATE, device.hex()): canonical_json(rec)}
+    return {make_key(RecordType.DELEGATE, device.hex()): record_text(rec)}
 
 
 def skill(author: bytes, name: str = "pick-mug", hlc: int = 1) -> tuple[str, dict[str, str]]:
     rec = {"v": 1, "name": name, "task": "pick", "author": author.hex(), "hlc": hlc}
-    text = canonical_json(rec)
+    text = record_text(rec)
     sid = content_id(text)
     return sid, {make_key(RecordType.SKILL, sid): text}
 
@@ -57,7 +55,7 @@ def cert(
         "randomized": [],
         "evaluation": None,
     }
-    text = canonical_json(rec)
+    text = record_text(rec)
     cid = content_id(text)
     return cid, {make_key(RecordType.CERT, cid): text}
 
@@ -66,7 +64,7 @@ def cell(
     map_name: str, name: str, confidence: float, hlc: int, value=None, deleted: bool = False
 ) -> dict[str, str]:
     rec = {"v": 1, "hlc": hlc, "value": value, "confidence": confidence, "deleted": deleted}
-    return {make_key(RecordType.CELL, map_name, name): canonical_json(rec)}
+    return {make_key(RecordType.CELL, map_name, name): record_text(rec)}
 
 
 def counter(skill_id: str, p=(0, 0, 0), n=(0, 0, 0), hlc: int = 1) -> dict[str, str]:
@@ -77,20 +75,18 @@ def counter(skill_id: str, p=(0, 0, 0), n=(0, 0, 0), hlc: int = 1) -> dict[str, 
         "p": dict(zip(fields, p, strict=True)),
         "n": dict(zip(fields, n, strict=True)),
     }
-    return {make_key(RecordType.COUNTER, skill_id): canonical_json(rec)}
+    return {make_key(RecordType.COUNTER, skill_id): record_text(rec)}
 
 
 def withdraw(skill_id: str) -> dict[str, str]:
     return {
-        make_key(RecordType.WITHDRAW, skill_id): canonical_json({"v": 1, "hlc": 2, "reason": "old"})
+        make_key(RecordType.WITHDRAW, skill_id): record_text({"v": 1, "hlc": 2, "reason": "old"})
     }
 
 
 def revoke(skill_id: str) -> dict[str, str]:
     return {
-        make_key(RecordType.REVOKE, skill_id): canonical_json(
-            {"v": 1, "hlc": 2, "reason": "unsafe"}
-        )
+        make_key(RecordType.REVOKE, skill_id): record_text({"v": 1, "hlc": 2, "reason": "unsafe"})
     }
 
 
@@ -433,7 +429,7 @@ def test_records_of_a_device_appear_once_its_delegation_arrives():
 
 def test_key_revocations_are_collected_per_root():
     site = fleet()
-    rec = canonical_json({"v": 1, "hlc": 3, "last_seq": 4, "reason": "lost"})
+    rec = record_text({"v": 1, "hlc": 3, "last_seq": 4, "reason": "lost"})
     site.write(RA, {make_key(RecordType.KEY_REVOKE, D1.hex()): rec})
     delegations, revocations = site.views.delegation_records()
     assert revocations == {RA: {D1: {"v": 1, "hlc": 3, "last_seq": 4, "reason": "lost"}}}
@@ -463,7 +459,7 @@ def test_unknown_record_types_are_skipped_with_an_issue():
 
 def test_newer_schema_versions_are_skipped_with_an_issue():
     site = fleet()
-    future = canonical_json(
+    future = record_text(
         {"v": 2, "hlc": 1, "value": {"shape": "new"}, "confidence": 0.9, "quality": "hd"}
     )
     issues = site.write(
@@ -477,14 +473,14 @@ def test_newer_schema_versions_are_skipped_with_an_issue():
 def test_a_newer_schema_record_replaces_the_authors_older_one():
     site = fleet()
     site.write(D1, cell("m", "c", 0.5, 1, "v1 value"))
-    future = canonical_json({"v": 3, "hlc": 2})
+    future = record_text({"v": 3, "hlc": 2})
     site.write(D1, {make_key(RecordType.CELL, "m", "c"): future})
     assert site.views.cell("m", "c") is None  # the author's current record is one we cannot read
 
 
 def test_invalid_keys_and_records_are_skipped_with_an_issue():
     site = fleet()
-    bad_cell = canonical_json({"v": 1, "hlc": 1, "value": 1, "confidence": 7})
+    bad_cell = record_text({"v": 1, "hlc": 1, "value": 1, "confidence": 7})
     issues = site.write(
         D1, {"skill/not-a-hash": "{}", "cell/m/c": bad_cell, "counter/" + SKILL_ID: "[]"}
     )

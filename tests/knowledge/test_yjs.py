@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pycrdt import Doc, Map
 
+from knowledge import Identity
 from knowledge._feed import IMMUTABLE_MAP, RECORDS_MAP, Feed
-from knowledge._identity import Identity
 from knowledge._yjs import MAX_CLOCK, MalformedUpdate, _uint, parse_update
 
 AUTHOR = Identity.from_seed(b"\x03" * 32).public_key

@@ -24,7 +24,7 @@ from knowledge import Role, TrustPolicy
 from knowledge._clock import pack
 from knowledge._envelope import Envelope, Kind, decode, seal
 from knowledge._feed import Feed
-from knowledge._records import canonical_json
+from knowledge._records import record_text
 
 HOUR_MS = 3_600_000
 CELL = "cell/kitchen/1,1"
@@ -39,7 +39,7 @@ def now_hlc(ahead_ms: int = 0) -> int:
 
 
 def cell_record(value, confidence: float, hlc: int) -> str:
-    return canonical_json(
+    return record_text(
         {"v": 1, "hlc": hlc, "value": value, "confidence": confidence, "deleted": False}
     )
 
@@ -189,7 +189,7 @@ def test_any_record_of_the_update_claiming_a_later_time_refuses_the_whole_envelo
     t = d.now()
     changes = {
         "cell/kitchen/2,2": cell_record("beside", 0.5, t),
-        key: canonical_json({"v": 1, "hlc": 2**64 - 1}),
+        key: record_text({"v": 1, "hlc": 2**64 - 1}),
     }
     if key.startswith("cell/"):
         changes[key] = cell_record("forged", 1.0, 2**64 - 1)

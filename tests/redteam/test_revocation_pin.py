@@ -32,7 +32,7 @@ from knowledge import Identity, Role, TrustPolicy
 from knowledge._clock import pack
 from knowledge._envelope import ZERO_HASH, Envelope, Kind, decode, seal
 from knowledge._feed import Feed
-from knowledge._records import canonical_json
+from knowledge._records import record_text
 
 MAX_ROUNDS = 12
 
@@ -47,7 +47,7 @@ def now_hlc() -> int:
 
 def cell(map_name: str, name: str, value, confidence: float, hlc: int) -> dict[str, str]:
     record = {"v": 1, "hlc": hlc, "value": value, "confidence": confidence, "deleted": False}
-    return {f"cell/{map_name}/{name}": canonical_json(record)}
+    return {f"cell/{map_name}/{name}": record_text(record)}
 
 
 class Forger:

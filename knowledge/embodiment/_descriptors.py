@@ -2,115 +2,35 @@
 
 A descriptor says what a body *is* (kinematic tree, joints, actuators, masses, sensors), not how its file
 is written: MuJoCo compiles the MJCF or URDF first, so defaults, includes, angle units and `fromto`
-shorthands are resolved, and the parts are put in a canonical order so that the fingerprint names the
-body, not the file.
+shorthands are resolved (`_mjcf`), and the parts (`_parts`) are put in a canonical order so that the
+fingerprint names the body, not the file.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import mujoco
-import numpy as np
-
-from ._errors import EmbodimentError
+from .._canonical import canonical_json, content_hash
+from .._errors import EmbodimentError
+from ._mjcf import read_mjcf, read_urdf
+from ._parts import (
+    ACTUATOR_KINDS,
+    JOINT_DOF,
+    Actuator,
+    Body,
+    EmbodimentSite,
+    Joint,
+    Sensor,
+)
 
 FORMAT = 1
 """Version of the `to_dict` layout; `from_dict` refuses other versions rather than guess."""
-
-JointType = Literal["free", "ball", "slide", "hinge"]
-Range = tuple[float, float]
-Vec3 = tuple[float, float, float]
-
-_JOINT_DOF = {"free": 6, "ball": 3, "slide": 1, "hinge": 1}
-_JOINT_TRANSMISSIONS = frozenset({"joint", "jointinparent", "tendon"})
-ACTUATOR_KINDS = ("motor", "position", "velocity", "muscle", "other")
 _MAX_PARTS = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class Body:
-    """A rigid body. `parent` indexes `Embodiment.bodies`; -1 is the world."""
-
-    name: str
-    parent: int
-    pos: Vec3
-    """Frame offset from the parent; zero for bodies on the world, whose placement is not their shape."""
-    quat: tuple[float, float, float, float]
-    mass: float
-    com: Vec3
-    inertia: tuple[float, float, float, float, float, float]
-    """Ixx Iyy Izz Ixy Ixz Iyz about the centre of mass, in body axes (unique, unlike principal axes)."""
-    extent: float
-    """Distance from the body origin to the farthest geom surface or site: the tip of a leaf link."""
-
-    @property
-    def link_length(self) -> float:
-        return math.hypot(*self.pos)
-
-
-@dataclass(frozen=True, slots=True)
-class Joint:
-    """A joint of `bodies[body]`; joints of one body keep their file order, which is kinematic."""
-
-    name: str
-    body: int
-    type: JointType
-    axis: Vec3
-    range: Range | None
-    """Radians (hinge, ball) or metres (slide); None when unlimited."""
-    damping: float
-    armature: float
-    frictionloss: float
-    force_range: Range | None
-    """Limit on actuator force at this joint (URDF `effort`); None when unlimited."""
-
-
-@dataclass(frozen=True, slots=True)
-class Actuator:
-    """An actuator. `target` holds joint indices for joint and tendon transmissions, else body indices."""
-
-    name: str
-    transmission: str
-    target: tuple[int, ...]
-    kind: str
-    """motor, position, velocity, muscle or other, read from the gain and bias types."""
-    gear: tuple[float, float, float, float, float, float]
-    gain: float
-    bias: Vec3
-    ctrl_range: Range | None
-    force_range: Range | None
-
-    @property
-    def moves_joints(self) -> bool:
-        """Whether `target` holds joint indices (joint and tendon transmissions) rather than body indices."""
-        return self.transmission in _JOINT_TRANSMISSIONS
-
-
-@dataclass(frozen=True, slots=True)
-class Site:
-    name: str
-    body: int
-    pos: Vec3
-
-
-@dataclass(frozen=True, slots=True)
-class Sensor:
-    """A sensor, attached to the body that carries the object it reads (-1: the world or a tendon)."""
-
-    name: str
-    type: str
-    dim: int
-    body: int
 
 
 @dataclass(frozen=True)
@@ -121,24 +41,18 @@ class Embodiment:
     bodies: tuple[Body, ...] = field(repr=False)
     joints: tuple[Joint, ...] = field(repr=False)
     actuators: tuple[Actuator, ...] = field(repr=False)
-    sites: tuple[Site, ...] = field(repr=False)
+    sites: tuple[EmbodimentSite, ...] = field(repr=False)
     sensors: tuple[Sensor, ...] = field(repr=False)
 
     @classmethod
     def from_mjcf(cls, source: str | os.PathLike[str]) -> Embodiment:
         """Describe an MJCF file, or MJCF text (a string starting with `<`; includes resolve from the cwd)."""
-        if isinstance(source, str) and source.lstrip().startswith("<"):
-            return _compile(
-                "<MJCF text>", source.encode(), "mujoco", mujoco.MjModel.from_xml_string, source
-            )
-        path = Path(source)
-        return _compile(str(path), _read(path), "mujoco", mujoco.MjModel.from_xml_path, str(path))
+        return _canonical(*read_mjcf(source))
 
     @classmethod
     def from_urdf(cls, path: str | os.PathLike[str]) -> Embodiment:
         """Describe a URDF file. MuJoCo fuses links on fixed joints into their parent (the base into the world)."""
-        path = Path(path)
-        return _compile(str(path), _read(path), "robot", mujoco.MjModel.from_xml_path, str(path))
+        return _canonical(*read_urdf(path))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Embodiment:
@@ -184,14 +98,11 @@ class Embodiment:
             key: [_plain(item, names=False) for item in getattr(self, key)] for key in _PARTS
         }
         physical["format"] = FORMAT
-        text = json.dumps(
-            physical, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-        )
-        return hashlib.sha256(text.encode()).hexdigest()
+        return content_hash(physical)
 
     @cached_property
     def dof(self) -> int:
-        return sum(_JOINT_DOF[joint.type] for joint in self.joints)
+        return sum(JOINT_DOF[joint.type] for joint in self.joints)
 
     @cached_property
     def mass(self) -> float:
@@ -236,208 +147,11 @@ _PARTS: dict[str, type] = {
     "bodies": Body,
     "joints": Joint,
     "actuators": Actuator,
-    "sites": Site,
+    "sites": EmbodimentSite,
     "sensors": Sensor,
 }
 _DERIVED = ("dof", "mass", "reach", "end_effectors", "fingerprint")
 _REFS = frozenset({"parent", "body", "target"})
-
-
-# -- reading files -----------------------------------------------------------------------------------
-
-
-def _read(path: Path) -> bytes:
-    if not path.exists():
-        raise EmbodimentError(f"{path}: no such file")
-    if not path.is_file():
-        raise EmbodimentError(f"{path}: not a regular file")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise EmbodimentError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
-
-
-def _compile(
-    label: str, text: bytes, root: str, compile_: Callable[[str], mujoco.MjModel], arg: str
-) -> Embodiment:
-    """Check the XML and its root element ourselves (clearer messages), then let MuJoCo compile it."""
-    try:
-        tag = ET.fromstring(text).tag
-    except ET.ParseError as exc:
-        raise EmbodimentError(f"{label}: XML syntax error: {exc}") from exc
-    if tag != root:
-        hint = {
-            "robot": "; it is URDF: use Embodiment.from_urdf",
-            "mujoco": "; it is MJCF: use Embodiment.from_mjcf",
-        }
-        raise EmbodimentError(
-            f"{label}: the root element is <{tag}>, not <{root}>{hint.get(tag, '')}"
-        )
-    try:
-        model = compile_(arg)
-    except ValueError as exc:
-        problem = " ".join(str(exc).split())
-        if b"package://" in text:
-            problem += (
-                "; the file names meshes by package:// URIs, which MuJoCo cannot resolve:"
-                " rewrite them as paths relative to the file"
-            )
-        raise EmbodimentError(f"{label}: MuJoCo cannot compile it: {problem}") from exc
-    if model.njnt == 0:
-        raise EmbodimentError(f"{label}: the model has no joints, so there is no robot to describe")
-    return _describe(model)
-
-
-# -- reading the compiled model ----------------------------------------------------------------------
-
-
-def _enum(value: Any, enum: Any, prefix: str) -> Any:
-    return enum(int(value)).name.removeprefix(prefix).lower()
-
-
-def _describe(m: mujoco.MjModel) -> Embodiment:
-    """Read the compiled arrays. Model body b becomes descriptor body b - 1 (the world becomes -1)."""
-
-    def name(adr: int) -> str:
-        return m.names[adr : m.names.index(b"\0", adr)].decode()
-
-    def bounds(limited: Any, values: np.ndarray) -> Range | None:
-        return (float(values[0]), float(values[1])) if limited else None
-
-    extent = np.zeros(m.nbody)
-    np.maximum.at(extent, m.geom_bodyid, np.linalg.norm(m.geom_pos, axis=1) + m.geom_rbound)
-    np.maximum.at(extent, m.site_bodyid, np.linalg.norm(m.site_pos, axis=1))
-    bodies = [
-        Body(
-            name(m.name_bodyadr[b]),
-            int(m.body_parentid[b]) - 1,
-            (0.0, 0.0, 0.0) if m.body_parentid[b] == 0 else _vec(m.body_pos[b]),
-            _vec(m.body_quat[b]),
-            float(m.body_mass[b]),
-            _vec(m.body_ipos[b]),
-            _inertia(m, b),
-            float(extent[b]),
-        )
-        for b in range(1, m.nbody)
-    ]
-    joints = [
-        Joint(
-            name(m.name_jntadr[j]),
-            int(m.jnt_bodyid[j]) - 1,
-            _enum(m.jnt_type[j], mujoco.mjtJoint, "mjJNT_"),
-            _vec(m.jnt_axis[j]),
-            bounds(m.jnt_limited[j], m.jnt_range[j]),
-            float(m.dof_damping[m.jnt_dofadr[j]]),
-            float(m.dof_armature[m.jnt_dofadr[j]]),
-            float(m.dof_frictionloss[m.jnt_dofadr[j]]),
-            bounds(m.jnt_actfrclimited[j], m.jnt_actfrcrange[j]),
-        )
-        for j in range(m.njnt)
-    ]
-    actuators = [
-        Actuator(
-            name(m.name_actuatoradr[a]),
-            _enum(m.actuator_trntype[a], mujoco.mjtTrn, "mjTRN_"),
-            _actuator_target(m, a),
-            _actuator_kind(m, a),
-            _vec(m.actuator_gear[a]),
-            float(m.actuator_gainprm[a, 0]),
-            _vec(m.actuator_biasprm[a, :3]),
-            bounds(m.actuator_ctrllimited[a], m.actuator_ctrlrange[a]),
-            bounds(m.actuator_forcelimited[a], m.actuator_forcerange[a]),
-        )
-        for a in range(m.nu)
-    ]
-    sites = [
-        Site(name(m.name_siteadr[s]), int(m.site_bodyid[s]) - 1, _vec(m.site_pos[s]))
-        for s in range(m.nsite)
-    ]
-    sensors = [
-        Sensor(
-            name(m.name_sensoradr[s]),
-            _enum(m.sensor_type[s], mujoco.mjtSensor, "mjSENS_"),
-            int(m.sensor_dim[s]),
-            _sensor_body(m, s) - 1,
-        )
-        for s in range(m.nsensor)
-    ]
-    return _canonical(name(0), bodies, joints, actuators, sites, sensors)
-
-
-def _inertia(m: mujoco.MjModel, b: int) -> Any:
-    """The inertia tensor in body axes: unique, where principal axes are not (equal moments, signs)."""
-    rot = np.zeros(9)
-    mujoco.mju_quat2Mat(rot, m.body_iquat[b])
-    rot = rot.reshape(3, 3)
-    tensor = rot @ np.diag(m.body_inertia[b]) @ rot.T
-    tensor[np.abs(tensor) < 1e-9 * max(float(np.abs(np.diag(tensor)).max()), 1e-300)] = (
-        0.0  # rotation noise
-    )
-    return _vec(
-        [tensor[0, 0], tensor[1, 1], tensor[2, 2], tensor[0, 1], tensor[0, 2], tensor[1, 2]]
-    )
-
-
-def _actuator_target(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
-    """Joints (or, for site and body transmissions, bodies) that actuator `a` moves, in descriptor indices."""
-    trn, obj = int(m.actuator_trntype[a]), int(m.actuator_trnid[a, 0])
-    if trn in (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT):
-        return (obj,)
-    if trn == mujoco.mjtTrn.mjTRN_TENDON:
-        wraps = range(m.tendon_adr[obj], m.tendon_adr[obj] + m.tendon_num[obj])
-        return tuple(
-            sorted(
-                {
-                    int(m.wrap_objid[w])
-                    for w in wraps
-                    if m.wrap_type[w] == mujoco.mjtWrap.mjWRAP_JOINT
-                }
-            )
-        )
-    if trn in (mujoco.mjtTrn.mjTRN_SITE, mujoco.mjtTrn.mjTRN_SLIDERCRANK):
-        return (int(m.site_bodyid[obj]) - 1,)
-    if trn == mujoco.mjtTrn.mjTRN_BODY:
-        return (obj - 1,)
-    return ()
-
-
-def _actuator_kind(m: mujoco.MjModel, a: int) -> str:
-    """What the control signal means, from MuJoCo's gain and bias: force, target position or velocity."""
-    gain_type, bias_type = m.actuator_gaintype[a], m.actuator_biastype[a]
-    gain, bias = m.actuator_gainprm[a, 0], m.actuator_biasprm[a]
-    if gain_type == mujoco.mjtGain.mjGAIN_MUSCLE:
-        return "muscle"
-    if gain_type != mujoco.mjtGain.mjGAIN_FIXED:
-        return "other"
-    if bias_type == mujoco.mjtBias.mjBIAS_NONE:
-        return "motor"
-    if bias_type == mujoco.mjtBias.mjBIAS_AFFINE and gain != 0 and bias[0] == 0:
-        if bias[1] == -gain:
-            return "position"
-        if bias[1] == 0 and bias[2] == -gain:
-            return "velocity"
-    return "other"
-
-
-def _sensor_body(m: mujoco.MjModel, s: int) -> int:
-    """Model body that carries the object sensor `s` reads (0, the world, when none does)."""
-    kind, obj = int(m.sensor_objtype[s]), int(m.sensor_objid[s])
-    if kind in (mujoco.mjtObj.mjOBJ_BODY, mujoco.mjtObj.mjOBJ_XBODY):
-        return obj
-    owners = {
-        int(mujoco.mjtObj.mjOBJ_JOINT): m.jnt_bodyid,
-        int(mujoco.mjtObj.mjOBJ_SITE): m.site_bodyid,
-        int(mujoco.mjtObj.mjOBJ_GEOM): m.geom_bodyid,
-        int(mujoco.mjtObj.mjOBJ_CAMERA): m.cam_bodyid,
-    }
-    if kind in owners:
-        return int(owners[kind][obj])
-    if (
-        kind == mujoco.mjtObj.mjOBJ_ACTUATOR
-        and m.actuator_trntype[obj] == mujoco.mjtTrn.mjTRN_JOINT
-    ):
-        return int(m.jnt_bodyid[m.actuator_trnid[obj, 0]])
-    return 0
 
 
 # -- canonical order ---------------------------------------------------------------------------------
@@ -494,10 +208,12 @@ def _canonical(
         (children[body.parent] if body.parent >= 0 else roots).append(i)
     digest = [""] * n
     for i in reversed(range(n)):
-        content = [local[i][0], local[i][1], *(sorted(map(_json, part)) for part in local[i][2:])]
-        digest[i] = hashlib.sha256(
-            _json([content, sorted(digest[c] for c in children[i])]).encode()
-        ).hexdigest()
+        content = [
+            local[i][0],
+            local[i][1],
+            *(sorted(canonical_json(x).decode() for x in part) for part in local[i][2:]),
+        ]
+        digest[i] = content_hash([content, sorted(digest[c] for c in children[i])])
 
     def rank(i: int) -> tuple[str, str, int]:
         return digest[i], bodies[i].name, i
@@ -523,7 +239,7 @@ def _canonical(
 
     def by_content(item: Any) -> tuple[Any, ...]:
         ref = item.target if isinstance(item, Actuator) else item.body
-        return ref, _json(_plain(item, names=False, refs=False)), item.name
+        return ref, canonical_json(_plain(item, names=False, refs=False)), item.name
 
     return Embodiment(
         name=name,
@@ -547,11 +263,6 @@ def _num(x: float) -> float:
     if not math.isfinite(x):
         raise EmbodimentError(f"embodiment: non-finite number {x}")
     return 0.0 if abs(x) < 1e-12 else float(f"{x:.6g}") + 0.0
-
-
-def _vec(values: Any) -> Any:
-    """A tuple of Python floats (of whatever length the field has)."""
-    return tuple(float(v) for v in values)
 
 
 def _round(value: Any) -> Any:
@@ -586,12 +297,6 @@ def _plain(value: Any, *, names: bool = True, refs: bool = True) -> Any:
     return value
 
 
-def _json(value: Any) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
-
-
 # -- checking plain data -----------------------------------------------------------------------------
 
 _SCHEMA: dict[type, dict[str, Any]] = {
@@ -603,7 +308,7 @@ _SCHEMA: dict[type, dict[str, Any]] = {
     Joint: dict(
         name="text",
         body="int",
-        type=tuple(_JOINT_DOF),
+        type=tuple(JOINT_DOF),
         axis=3,
         range="range",
         damping="num",
@@ -622,7 +327,7 @@ _SCHEMA: dict[type, dict[str, Any]] = {
         ctrl_range="range",
         force_range="range",
     ),
-    Site: dict(name="text", body="int", pos=3),
+    EmbodimentSite: dict(name="text", body="int", pos=3),
     Sensor: dict(name="text", type="text", dim="int", body="int"),
 }
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from ._embodiment import Actuator, Embodiment
+from ._descriptors import Actuator, Embodiment
 
 Metric = Literal["l2", "cosine"]
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._encoders import Encoder, FeatureEncoder
 from ._plot import Panel, scatter_png
-from ._transfer import EncoderReport, TransferDataset, distances, evaluate_encoder
+from ._transfer_data import EncoderReport, TransferDataset, distances, evaluate_encoder
 
 
 def load_encoder(spec: str) -> Encoder:

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._embodiment import Embodiment
+from .._errors import EmbodimentError, SimnetError
+from ._descriptors import Embodiment
 from ._encoders import Encoder
-from ._errors import EmbodimentError, SimnetError
 
 if TYPE_CHECKING:
-    from ._kb import KnowledgeBase
+    from .._kb import KnowledgeBase
 
 log = logging.getLogger(__name__)
 

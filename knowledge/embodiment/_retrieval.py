@@ -15,7 +15,6 @@ saved index is brought up to date by comparing skill ids, without encoding again
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -28,17 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._embodiment import Embodiment
+from .._binomial import wilson_lower_bound
+from .._canonical import canonical_json
+from .._errors import EmbodimentError
+from .._models import CertificateSummary, QueryResult, Skill
+from .._records import RecordType
+from .._store import MEMORY
+from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
-from ._errors import EmbodimentError
 from ._index import Selection, SkillIndex
-from ._models import CertificateSummary, QueryResult, Skill
-from ._policy import wilson_lower_bound
-from ._records import RecordType
-from ._store import MEMORY
 
 if TYPE_CHECKING:
-    from ._kb import KnowledgeBase
+    from .._replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ def _passes(state: _State, key: Filter) -> bool:
 class Retrieval:
     """The engine behind `kb.skills.query`: one `_Library` per embedding space that queries have used."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self._kb = kb
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
         self._libraries: dict[EmbeddingSpace, _Library] = {}
 
     def query(
@@ -104,15 +104,15 @@ class Retrieval:
         filters: list[Filter] = [("active", None)] if active_only else []
         filters += [("task", task)] if task is not None else []
         filters += [("branches", min_certified_branches)] if min_certified_branches else []
-        with self._kb._lock:
+        with self._replica.lock:
             library = self._libraries.get(encoder.space)
             if library is None:
-                library = self._libraries[encoder.space] = _Library(self._kb, encoder)
+                library = self._libraries[encoder.space] = _Library(self._replica, encoder)
             return library.query(vector, k, filters)
 
     def flush(self) -> None:
         """Save every index with unsaved changes (on close), so the next open need not re-encode."""
-        with self._kb._lock:
+        with self._replica.lock:
             for library in self._libraries.values():
                 library.save()
 
@@ -142,11 +142,11 @@ def index_path(store_path: str, encoder: Encoder) -> Path | None:
     return Path(f"{store_path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', encoder.name)}.index")
 
 
-def certificate_summary(kb: KnowledgeBase, skill_id: str) -> CertificateSummary:
+def certificate_summary(replica: Replica, skill_id: str) -> CertificateSummary:
     """Count, total branches and best Wilson lower bound (at the policy's confidence) of a skill's
     certificates, as the views show them (from writers trusted to validate). Call with the lock held."""
-    confidence = kb.policy.activation.confidence
-    certificates = [record for _id, record in kb._views.certificates(skill_id)]
+    confidence = replica.policy.activation.confidence
+    certificates = [record for _id, record in replica.views.certificates(skill_id)]
     return CertificateSummary(
         count=len(certificates),
         branches=sum(c["branches"] for c in certificates),
@@ -158,12 +158,12 @@ def certificate_summary(kb: KnowledgeBase, skill_id: str) -> CertificateSummary:
 
 
 class _Library:
-    """One encoder's index of one knowledge base's skills, with standing filters. Call with the lock held."""
+    """One encoder's index of one replica's skills, with standing filters. Call with the lock held."""
 
-    def __init__(self, kb: KnowledgeBase, encoder: Encoder) -> None:
-        self._kb = kb
+    def __init__(self, replica: Replica, encoder: Encoder) -> None:
+        self._replica = replica
         self._encoder = encoder
-        self._path = index_path(kb._store.path, encoder)
+        self._path = index_path(replica.store.path, encoder)
         loaded = SkillIndex.load(self._path, encoder.space) if self._path is not None else None
         self._index = loaded or SkillIndex(encoder.space)
         self._skills: dict[str, _State] = {}
@@ -187,7 +187,7 @@ class _Library:
     # -- following the skill library -----------------------------------------------------------------
 
     def _sync(self) -> None:
-        changed, position = self._kb._views.skill_changes(self._position)
+        changed, position = self._replica.views.skill_changes(self._position)
         if changed is None:
             self._resync()
         else:
@@ -209,7 +209,7 @@ class _Library:
 
     def _resync(self) -> None:
         """Compare the index with every present skill: drop what left, add what is missing, refilter."""
-        views = self._kb._views
+        views = self._replica.views
         self._position = views.skill_changes(_START)[1]
         held: dict[str, list[str]] = defaultdict(list)
         for entry in self._index.ids():
@@ -230,7 +230,7 @@ class _Library:
         return state is not None and not state.entries
 
     def _apply(self, changed: set[str]) -> None:
-        views = self._kb._views
+        views = self._replica.views
         added = []
         for skill_id in changed:
             if views.skill(skill_id) is None or views.withdrawn(skill_id):
@@ -250,10 +250,10 @@ class _Library:
             self._refilter(entries, state)
 
     def _state(self, skill_id: str, entries: tuple[str, ...]) -> _State:
-        record = self._kb._views.skill(skill_id)
+        record = self._replica.views.skill(skill_id)
         assert record is not None
-        branches = sum(c["branches"] for _id, c in self._kb._views.certificates(skill_id))
-        return _State(record["task"], entries, self._kb.activation(skill_id).active, branches)
+        branches = sum(c["branches"] for _id, c in self._replica.views.certificates(skill_id))
+        return _State(record["task"], entries, self._replica.activation(skill_id).active, branches)
 
     def _refilter(self, entries: Iterable[str], state: _State | None) -> None:
         for key, selection in self._filters.items():
@@ -263,7 +263,7 @@ class _Library:
 
     def _add(self, skill_ids: list[str]) -> dict[str, tuple[str, ...]]:
         """Encode the scopes of new skills (each distinct descriptor once) and add them; their entry names."""
-        views = self._kb._views
+        views = self._replica.views
         if len(self._bodies) > _MAX_BODIES:
             self._bodies.clear()
         scopes = {s: views.skill(s).get("embodiments", []) for s in skill_ids}  # type: ignore[union-attr]
@@ -332,19 +332,19 @@ class _Library:
         return [self._result(s, d, p) for s, (d, p) in list(nearest.items())[:k]]
 
     def _result(self, skill_id: str, distance: float, position: int) -> QueryResult:
-        record = self._kb._views.skill(skill_id)
+        record = self._replica.views.skill(skill_id)
         assert record is not None
         return QueryResult(
             distance=distance,
             skill=Skill.from_record(skill_id, record),
-            activation=self._kb.activation(skill_id),
-            certificates=certificate_summary(self._kb, skill_id),
+            activation=self._replica.activation(skill_id),
+            certificates=certificate_summary(self._replica, skill_id),
             scope=position,
         )
 
     def _admits(self, result: QueryResult, filters: list[Filter]) -> bool:
         """Whether a result passes the filters by its fresh state (never by the cached one)."""
-        if self._kb._views.withdrawn(result.skill.id):
+        if self._replica.views.withdrawn(result.skill.id):
             return False
         state = _State(
             result.skill.task, (), result.activation.active, result.certificates.branches
@@ -353,5 +353,4 @@ class _Library:
 
 
 def _descriptor_key(scope: Any) -> bytes:
-    text = json.dumps(scope, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).digest()
+    return hashlib.sha256(canonical_json(scope)).digest()

@@ -33,10 +33,10 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from ._embodiment import Embodiment
+from .._errors import SimnetError
+from ._descriptors import Embodiment
 from ._encoders import Encoder
-from ._errors import SimnetError
-from ._transfer import TransferDataError, TransferDataset
+from ._transfer_data import TransferDataError, TransferDataset
 
 FORMAT = "simnet.encoder/2"
 """/2: joint tokens carry the lever to their chain's end and its Jacobian column (/1 files are refused)."""

@@ -1,0 +1,487 @@
+"""A replica: one site's feeds, store, views and grants, and the operations on them that the
+knowledge base's parts share.
+
+`KnowledgeBase` composes one Replica and hands it to the collections (`kb.skills`, `kb.maps`, ...),
+to retrieval and to ingest, so that none of them reaches into another's internals. It owns the
+re-entrant lock that serializes access to the feeds and the store; local writes become signed
+envelopes of this site's own feed here (`write`, `batch`, `put_record`), feeds are rebuilt from the
+store (`replay`) and grants recomputed from the trust records (`refresh_trust`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._binomial import wilson_lower_bound
+from ._clock import HybridClock
+from ._envelope import Envelope, Kind, decode, seal
+from ._errors import NotAuthorizedError, RecordError, StoreError
+from ._feed import Feed
+from ._identity import Identity, key_id
+from ._models import Activation, RecordIssue
+from ._policy import TrustPolicy
+from ._records import (
+    TRUST_PREFIXES,
+    RecordType,
+    Role,
+    check_record,
+    make_key,
+    parse_key,
+    record_text,
+)
+from ._store import Store
+from ._trust import Authority
+from ._views import Views
+
+log = logging.getLogger("knowledge")
+_OWN_KNOWN = "own_feed_known"  # store meta: a device's store has seen its site's heads once
+_OWN_FLOOR = "own_feed_floor"  # store meta: the newest seq of our own feed known to exist elsewhere
+_OWN_FORK = "own_feed_fork"  # store meta: a seq at which another envelope of our own feed exists
+
+ForkMemory = tuple[dict[bytes, int], int, int | None, set[bytes]]
+"""(banned authors, own feed floor, own feed fork, checkpoints checked consistent)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard limits on what this knowledge base accepts."""
+
+    max_envelope_bytes: int = 1 << 20
+    max_checkpoint_bytes: int = 64 << 20
+    max_blob_bytes: int = 256 << 20
+
+
+def note_written(
+    written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope
+) -> None:
+    """Record that `env` last wrote each changed key (a deleted key is written by no one)."""
+    for key, text in changes.items():
+        if text is None:
+            written.pop(key, None)
+        else:
+            written[key] = (env.seq, env.hlc)
+
+
+class Replica:
+    """One site's replicated state; `lock` (re-entrant) serializes access to it across threads."""
+
+    def __init__(
+        self,
+        store: Store,
+        identity: Identity | None,
+        policy: TrustPolicy | None,
+        limits: Limits,
+        clock: HybridClock | None,
+    ) -> None:
+        self.store = store
+        self.identity = identity
+        self.limits = limits
+        self.lock = threading.RLock()
+        self.pending: dict[str, str | None] | None = None
+        # Our own feed as others hold it: writes wait until this store holds all of it, and stop for
+        # good if a peer holds another history of it (see require).
+        self._bind_identity()
+        # This store's writer key; a read-only open trusts the data exactly as its writer does.
+        self.own_key = identity.public_key if identity is not None else store.get_meta("identity")
+        self.policy = self._load_policy(policy)
+        self.clock = clock or HybridClock(self.policy.max_clock_offset_ms)
+        self.feeds: dict[bytes, Feed] = {}
+        self.banned: dict[bytes, int] = {}  # author -> the seq of its first fork found here
+        for author, seq, _a, _b in store.equivocations():
+            self.banned.setdefault(author, seq)  # rows come ordered by seq
+        # a seq at which another history of our own feed exists
+        self.own_fork = self.banned.get(self.own_key) if self.own_key else None
+        self.own_floor = int(store.get_meta(_OWN_FLOOR) or b"0")
+        if self.own_fork is None and store.get_meta(_OWN_FORK) is not None:
+            self.own_fork = int(store.get_meta(_OWN_FORK))  # type: ignore[arg-type]
+        # checkpoints checked against the history held here
+        self.consistent_checkpoints: set[bytes] = set()
+        self.authority = Authority(self.policy, self.own_key, {}, {})
+        # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge
+        # records by it.
+        self.written: dict[bytes, dict[str, tuple[int, int]]] = {}
+        self.views = Views(self.authority, self.written)
+        for author in store.authors():
+            self.feeds[author] = self.replay(Feed(author))
+            self.clock.advance(self.feeds[author].hlc)
+        self.refresh_trust()
+        # A device's store that holds nothing of its own feed may belong to a re-flashed robot whose
+        # key wrote before: it writes only once its site's heads have shown how far that feed goes.
+        own = self.feeds.get(self.own_key) if self.own_key else None
+        self.own_known = (
+            self.policy.device_of is None
+            or own is not None
+            or store.get_meta(_OWN_KNOWN) is not None
+        )
+        self.on_close: list[Callable[[], None]] = []  # run under the lock before the store closes
+
+    # --- opening ---------------------------------------------------------------------------------
+
+    def _bind_identity(self) -> None:
+        if self.identity is None or self.store.readonly:
+            return
+        bound = self.store.get_meta("identity")
+        if bound is None:
+            with self.store.transaction():
+                self.store.set_meta("identity", self.identity.public_key)
+        elif bound != self.identity.public_key:
+            raise StoreError(
+                f"{self.store.path} belongs to key {key_id(bound)}, not {self.identity.key_id}; "
+                "a store has exactly one writer identity"
+            )
+
+    def _load_policy(self, policy: TrustPolicy | None) -> TrustPolicy:
+        if policy is None:
+            stored = self.store.get_meta("policy")
+            return (
+                TrustPolicy()
+                if stored is None
+                else TrustPolicy.from_toml(stored.decode(), source="stored policy")
+            )
+        if not self.store.readonly:
+            with self.store.transaction():
+                self.store.set_meta("policy", policy.to_toml().encode())
+        return policy
+
+    def replay(self, feed: Feed) -> Feed:
+        """Rebuild one feed from the store: its checkpoint, then its envelopes (verified when they
+        came), noting which envelope last wrote each key. Callers refresh the views from the feed
+        afterwards.
+
+        Where the envelopes up to the checkpoint are held too (a writer's own feed), they are
+        replayed instead, so each key keeps the envelope that wrote it (a checkpoint stamps all of
+        them with its seq).
+        """
+        author = feed.author
+        feed.reset()
+        written = self.written[author] = {}
+        checkpoint = self.store.checkpoint(author)
+        if checkpoint is not None and None not in (
+            self.store.envelope_hash(author, 1),
+            self.store.envelope_hash(author, checkpoint[0]),
+        ):
+            checkpoint = None
+        if checkpoint is not None:
+            env = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
+            feed.replay(env.update)
+            feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
+            note_written(written, feed.apply_queued(), env)
+        for raw in self.store.envelopes(author, after=feed.seq):
+            env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
+            if env.seq != feed.seq + 1 or env.prev != feed.head:
+                raise StoreError(
+                    f"store {self.store.path} is corrupt: "
+                    f"feed {author.hex()[:16]} breaks at {env.seq}"
+                )
+            feed.replay(env.update)
+            feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+            note_written(written, feed.apply_queued(), env)
+        return feed
+
+    def make_authority(self) -> Authority:
+        """Grants as the policy, the roots' delegation records, the pins' envelopes and the forks
+        held here say."""
+        return Authority(
+            self.policy,
+            self.own_key,
+            *self.views.delegation_records(),
+            held=self.hash_at,
+            forks=self.banned,
+        )
+
+    def regrant(self) -> None:
+        """Judge what follows by the grants the records and forks held now give (views included)."""
+        self.authority = self.make_authority()
+        self.views.authority = self.authority
+
+    def refresh_trust(self) -> None:
+        """Recompute grants from the roots' delegation records, cut feeds beyond their grants,
+        rebuild views.
+
+        Delegation records count only in root feeds, and root status comes from the policy alone,
+        so this settles after at most a few rounds; a cut can void or revive a pin, so grants are
+        computed again after one.
+        """
+        authority = self.make_authority()
+        while True:
+            self.views.rebuild(authority, ((a, f.items()) for a, f in self.feeds.items()))
+            settled = self.make_authority()
+            if settled == authority:
+                self.authority = authority
+                if self.store.readonly or not self._enforce_grants():
+                    return
+                settled = self.make_authority()
+            authority = settled
+
+    def _enforce_grants(self) -> bool:
+        """Drop envelopes beyond every grant a writer holds (key revocations, expiries) and rebuild
+        its feed.
+
+        Seq and HLC grow along a feed, so a feed lies inside its grants iff its head does. A feed
+        that no grant covers from its start (its only pin names another envelope than the one held)
+        is dropped whole, and peers send the kept history.
+        """
+        cut = False
+        authority = self.authority
+        for author, feed in list(self.feeds.items()):
+            if author == self.own_key or not authority.knows(author) or authority.is_root(author):
+                # our own feed is never cut: rewriting it would equivocate (writes stop instead)
+                continue
+            why = authority.admits(author, feed.seq, feed.hlc)
+            if author in self.banned or why not in ("revoked_writer", "delegation_expired"):
+                # a forked feed was cut at its fork already; a grant without roles hides, never cuts
+                continue
+            keep = 0
+            checkpoint = self.store.checkpoint(author)
+            if checkpoint is not None:
+                cp = decode(checkpoint[1], max_bytes=self.limits.max_checkpoint_bytes)
+                keep = cp.seq if authority.admits(author, cp.seq, cp.hlc, cp.prev) is None else 0
+            for raw in self.store.envelopes(author, after=keep):
+                env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
+                if authority.admits(author, env.seq, env.hlc, env.hash) is not None:
+                    break
+                keep = env.seq
+            log.info("cutting feed %s after seq %d: %s", author.hex()[:16], keep, why)
+            with self.store.transaction():
+                self.store.delete_after(author, keep)
+            self.replay(feed)
+            cut = True
+        return cut
+
+    def hash_at(self, author: bytes, seq: int) -> bytes | None:
+        """The hash of `author`'s envelope `seq` held here (a checkpoint at `seq` names it too)."""
+        found = self.store.envelope_hash(author, seq)
+        if found is None:
+            head = self.store.checkpoint_head(author)  # its header only: a checkpoint can be 64 MiB
+            if head is not None and head[0] == seq:
+                found = head[1]
+        return found
+
+    def close(self) -> None:
+        """Run the `on_close` hooks (they save derived state: skill indexes); close the store."""
+        with self.lock:
+            if self.store.is_open:
+                for hook in self.on_close:
+                    hook()
+            self.store.close()
+
+    # --- local writes ----------------------------------------------------------------------------
+
+    def require(self, role: Role | None) -> Identity:
+        """The identity to write with, if it holds `role` here (None: a site root's rights) and
+        writing would not fork its feed; NotAuthorizedError otherwise."""
+        if self.identity is None:
+            raise NotAuthorizedError("this knowledge base was opened read-only (no identity)")
+        own = self.identity.public_key
+        feed = self.feeds.get(own)
+        seq = feed.seq + 1 if feed else 1
+        self._check_own_feed(seq)
+        if not self.authority.has_role(own, role):
+            needed = role.value if role else "site root"
+            hint = (
+                " (no delegation from its site has arrived yet: sync first)"
+                if not self.authority.knows(own)
+                else ""
+            )
+            raise NotAuthorizedError(
+                f"key {self.identity.key_id} lacks the {needed} role at this site{hint}"
+            )
+        refusal = self.authority.admits(own, seq, self.clock.last)
+        if refusal is not None or not self.authority.has_role(own, role, seq, self.clock.last):
+            raise NotAuthorizedError(
+                f"key {self.identity.key_id} can no longer write: {refusal or 'revoked_writer'}"
+            )
+        return self.identity
+
+    def _check_own_feed(self, seq: int) -> None:
+        """NotAuthorizedError if writing envelope `seq` of our own feed would fork it."""
+        key_id = self.identity.key_id  # type: ignore[union-attr]
+        if self.own_fork is not None:
+            raise NotAuthorizedError(
+                f"another envelope {self.own_fork} of key {key_id}'s feed exists: "
+                "the key has two histories, and writing more would fork it further; retire this key"
+            )
+        if seq <= self.own_floor:
+            raise NotAuthorizedError(
+                f"key {key_id} has written up to seq {self.own_floor} "
+                f"but this store holds only up to {seq - 1}: sync with its site to learn the feed "
+                "back before writing (writing now would fork it)"
+            )
+        if not self.own_known:
+            raise NotAuthorizedError(
+                f"this device's store holds nothing of key {key_id}'s feed yet: "
+                "sync with its site first, so that a key that wrote before (a re-flashed robot) "
+                "learns its feed back instead of forking it"
+            )
+
+    def now(self) -> int:
+        """A fresh hybrid-logical-clock timestamp from this site's clock."""
+        return self.clock.now()
+
+    def write(self, changes: dict[str, str | None]) -> None:
+        with self.lock:
+            if self.pending is not None:
+                self.pending.update(changes)
+            else:
+                self._commit_local(changes)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group several writes into one envelope, committed (durably) when the block exits."""
+        with self.lock:
+            if self.pending is not None:
+                yield
+                return
+            self.pending = {}
+            try:
+                yield
+                changes = self.pending
+            finally:
+                self.pending = None
+            if changes:
+                self._commit_local(changes)
+
+    def _commit_local(self, changes: dict[str, str | None]) -> Envelope | None:
+        identity = self.require_identity()
+        own = identity.public_key
+        feed = self.feeds.get(own) or Feed(own)
+        self._check_own_feed(
+            feed.seq + 1
+        )  # again, under the lock: a sync may have shown more of our feed
+        try:
+            update, applied = feed.write(changes)
+        except BaseException:
+            self.replay(
+                feed
+            )  # undo (pycrdt may have panicked half-way): peers would refuse this envelope
+            raise
+        if not applied:
+            return None
+        env = seal(identity, Kind.UPDATE, feed.seq + 1, feed.head, self.clock.now(), update)
+        refusal = self.authority.admits(own, env.seq, env.hlc, env.hash)
+        if refusal is not None:  # e.g. the delegation expired by this envelope's own time
+            self.replay(feed)
+            raise NotAuthorizedError(f"key {identity.key_id} can no longer write: {refusal}")
+        if len(env.raw) > self.limits.max_envelope_bytes:
+            self.replay(feed)  # undo: peers would refuse an envelope this large
+            raise RecordError(
+                f"this write makes a {len(env.raw)}-byte envelope, "
+                f"over the {self.limits.max_envelope_bytes}-byte limit peers accept; "
+                "put large payloads in blobs or split the batch"
+            )
+        try:
+            with self.store.transaction():
+                self.store.add_envelope(own, env.seq, env.hash, env.raw)
+        except BaseException:
+            self.replay(
+                feed
+            )  # the Doc holds a change the store does not: restore it from the store
+            raise
+        self.feeds[own] = feed
+        feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+        note_written(self.written.setdefault(own, {}), applied, env)
+        issues: list[RecordIssue] = []
+        self.views.update(own, applied, issues)
+        if issues:
+            log.warning("local records skipped by the views: %s", issues)
+        if any(k.startswith(TRUST_PREFIXES) for k in applied):
+            self.refresh_trust()
+        return env
+
+    def put_record(
+        self, rtype: RecordType, name: str, record: dict[str, Any], cell: str | None = None
+    ) -> str:
+        """Check a record as every receiver will (RecordError says what is wrong), then write it."""
+        text = record_text(record)
+        key = make_key(rtype, name, cell)
+        parsed = parse_key(key)
+        assert parsed is not None
+        check_record(parsed, text, self.require_identity().public_key_hex)
+        self.write({key: text})
+        return text
+
+    def require_identity(self) -> Identity:
+        if self.identity is None:
+            raise NotAuthorizedError("this knowledge base was opened read-only (no identity)")
+        return self.identity
+
+    def set_policy(self, policy: TrustPolicy) -> None:
+        """Replace the trust and activation policy; views are recomputed under it."""
+        with self.lock:
+            self.policy = self._load_policy(policy)
+            self.clock.max_offset_ms = policy.max_clock_offset_ms
+            self.refresh_trust()
+
+    def activation(self, skill_id: str) -> Activation:
+        """Whether `skill_id` is active here, from revocations, certificates and the policy."""
+        with self.lock:
+            policy = self.policy.activation
+            reasons: list[str] = []
+            if self.views.skill(skill_id) is None:
+                return Activation(skill_id, False, ("unknown skill",))
+            if self.views.withdrawn(skill_id):
+                reasons.append("withdrawn by its site")
+            if self.views.revocations(skill_id):
+                reasons.append("revoked")
+            sites: set[bytes] = set()
+            for cert_id, cert in self.views.certificates(skill_id):
+                vouching = self.views.cert_sites(cert_id, bytes.fromhex(cert["validator"]))
+                if policy.validators:
+                    vouching &= policy.validators
+                if not vouching:
+                    continue
+                lcb = wilson_lower_bound(cert["successes"], cert["branches"], policy.confidence)
+                if (
+                    cert["branches"] >= policy.min_branches
+                    and lcb >= policy.min_lower_bound
+                    and policy.required_randomization <= set(cert.get("randomized", ()))
+                ):
+                    sites |= vouching
+            if len(sites) < policy.min_validators:
+                reasons.append(
+                    f"{len(sites)} of {policy.min_validators} required validator sites certify it"
+                )
+            qualifying = tuple(sorted(s.hex() for s in sites))
+            return Activation(skill_id, not reasons, tuple(reasons) or ("active",), qualifying)
+
+    # --- our own feed as the site knows it -------------------------------------------------------
+
+    def note_own_feed(self, *, floor: int = 0, fork: int | None = None) -> None:
+        """Remember, durably, that our own feed goes at least to `floor` elsewhere, or forked at
+        `fork`."""
+        with self.lock:
+            changed = floor > self.own_floor or (fork is not None and self.own_fork is None)
+            self.own_floor = max(self.own_floor, floor)
+            self.own_fork = self.own_fork if fork is None or self.own_fork is not None else fork
+            if changed and not self.store.readonly:
+                with self.store.transaction():
+                    self.store.set_meta(_OWN_FLOOR, str(self.own_floor).encode())
+                    if self.own_fork is not None:
+                        self.store.set_meta(_OWN_FORK, str(self.own_fork).encode())
+
+    def mark_own_known(self) -> None:
+        """Remember, durably, that this device's site has told it how far its own feed goes."""
+        if not self.own_known and not self.store.readonly:
+            with self.store.transaction():
+                self.store.set_meta(_OWN_KNOWN, b"1")
+            self.own_known = True
+
+    def fork_memory(self) -> ForkMemory:
+        """What this site knows of forks, in memory: an ingest that rolls back restores it."""
+        return dict(self.banned), self.own_floor, self.own_fork, set(self.consistent_checkpoints)
+
+    def restore_fork_memory(self, saved: ForkMemory) -> None:
+        self.banned, self.own_floor, self.own_fork, self.consistent_checkpoints = saved
+
+    def evidence(self, author: bytes) -> list[bytes]:
+        return [
+            raw
+            for a, _s, first, second in self.store.equivocations()
+            if a == author
+            for raw in (first, second)
+        ]
