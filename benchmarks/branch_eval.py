@@ -31,6 +31,7 @@ import time
 import mujoco
 import numpy as np
 
+import knowledge.stats
 import sim
 import sim.evaluation
 from sim.evaluation import branch_patch
@@ -137,7 +138,7 @@ def memory_growth_mb(kind: str) -> float:
 
 def sprt_figures(seeds: int) -> dict:
     test = sim.SPRT(0.85, 0.95, 0.05, 0.05)
-    fixed = sim.evaluation.fixed_sample_size(test.p0, test.p1, test.alpha, test.beta)
+    fixed = knowledge.stats.fixed_sample_size(test.p0, test.p1, test.alpha, test.beta)
     simulated, decisions = [], []
     for name in ("arm_reach", "walker_forward"):
         task = sim.load_task(name)

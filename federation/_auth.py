@@ -39,8 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from knowledge import Identity
-from knowledge._identity import verify
+from knowledge import Identity, verify_signature
 
 from ._errors import AuthError, FederationError
 
@@ -190,7 +189,7 @@ class RequestVerifier:
     def check(self, claim: Claim, method: str, target: str, body: bytes) -> None:
         """The signature over the request as received."""
         message = signed_message(method, target, body, claim.ts, claim.nonce, self.audience)
-        if not verify(claim.key, claim.sig, message):
+        if not verify_signature(claim.key, claim.sig, message):
             raise AuthError(
                 "request signature does not verify (wrong key, altered request, or meant for another site)"
             )

@@ -16,17 +16,6 @@ below that come from it import it on first use, and so does the first `kb.skills
 
 from typing import TYPE_CHECKING
 
-from ._binomial import (
-    SPRT,
-    betainc,
-    binom_sf,
-    clopper_pearson_interval,
-    clopper_pearson_lower,
-    fixed_sample_size,
-    mcnemar_p,
-    normal_quantile,
-    wilson_lower_bound,
-)
 from ._canonical import canonical_json, content_hash, sha256_hex
 from ._clock import HybridClock
 from ._collections import Blobs, Certificates, Counters, Maps, SemanticMap, Skills
@@ -47,7 +36,7 @@ from ._errors import (
     UnknownSkillError,
 )
 from ._home import SiteHome
-from ._identity import Identity, key_id, parse_public_key
+from ._identity import Identity, key_id, parse_public_key, verify_signature
 from ._kb import KnowledgeBase, open
 from ._models import (
     Activation,
@@ -65,6 +54,7 @@ from ._models import (
 from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy
 from ._records import Role
 from ._replica import Limits
+from .stats import wilson_lower_bound
 
 if TYPE_CHECKING:
     from .embodiment import (
@@ -178,7 +168,6 @@ __all__ = [
     "RecordIssue",
     "Rejection",
     "Role",
-    "SPRT",
     "Selection",
     "SemanticMap",
     "Sensor",
@@ -195,20 +184,14 @@ __all__ = [
     "TrustPolicy",
     "TrustedRoot",
     "UnknownSkillError",
-    "betainc",
-    "binom_sf",
     "canonical_json",
-    "clopper_pearson_interval",
-    "clopper_pearson_lower",
     "content_hash",
     "evaluate_encoder",
-    "fixed_sample_size",
     "key_id",
-    "mcnemar_p",
-    "normal_quantile",
     "open",
     "parse_public_key",
     "sha256_hex",
     "train_encoder",
+    "verify_signature",
     "wilson_lower_bound",
 ]

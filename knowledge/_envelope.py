@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ._errors import EnvelopeError
-from ._identity import PUBLIC_KEY_BYTES, SIGNATURE_BYTES, Identity, verify
+from ._identity import PUBLIC_KEY_BYTES, SIGNATURE_BYTES, Identity, verify_signature
 
 VERSION = 1
 SIGNING_CONTEXT = b"simnet\x00"
@@ -63,7 +63,9 @@ class Envelope:
         return self.kind is Kind.CHECKPOINT
 
     def signature_valid(self) -> bool:
-        return verify(self.author, self.signature, SIGNING_CONTEXT + self.raw[:-SIGNATURE_BYTES])
+        return verify_signature(
+            self.author, self.signature, SIGNING_CONTEXT + self.raw[:-SIGNATURE_BYTES]
+        )
 
 
 def seal(

@@ -41,7 +41,7 @@ def _public_key_object(public_key: bytes) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(public_key)
 
 
-def verify(public_key: bytes, signature: bytes, message: bytes) -> bool:
+def verify_signature(public_key: bytes, signature: bytes, message: bytes) -> bool:
     """True iff `signature` is a valid Ed25519 signature of `message` by `public_key`."""
     try:
         _public_key_object(public_key).verify(signature, message)

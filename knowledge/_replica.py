@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._binomial import wilson_lower_bound
 from ._clock import HybridClock
 from ._envelope import Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, RecordError, StoreError
@@ -37,6 +36,7 @@ from ._records import (
 from ._store import Store
 from ._trust import Authority
 from ._views import Views
+from .stats import wilson_lower_bound
 
 log = logging.getLogger("knowledge")
 _OWN_KNOWN = "own_feed_known"  # store meta: a device's store has seen its site's heads once

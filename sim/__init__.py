@@ -35,6 +35,8 @@ Evaluations with `workers > 1` and worlds with worker processes start processes:
 `if __name__ == "__main__":`.
 """
 
+from knowledge.stats import SPRT  # what evaluate(sprt=...) takes
+
 from ._errors import (
     BackendError,
     CorruptCheckpointError,
@@ -69,7 +71,6 @@ from ._snapshot import Snapshot
 from ._tasks import Task
 from ._templates import Template
 from .evaluation import (
-    SPRT,
     BranchOutcome,
     Comparison,
     Evaluation,
@@ -90,8 +91,6 @@ from .evaluation import (
 from .world import Branch, Entity, Event, Intervention, Migration, Replay, World
 
 __all__ = [
-    "MLP",
-    "SPRT",
     "BackendError",
     "Branch",
     "BranchOutcome",
@@ -108,6 +107,7 @@ __all__ = [
     "HistoryError",
     "IncompatibleTemplateError",
     "Intervention",
+    "MLP",
     "MLPSpec",
     "Migration",
     "Mutation",
@@ -122,6 +122,7 @@ __all__ = [
     "Replay",
     "ReplayTemplateError",
     "Reproduction",
+    "SPRT",
     "Sampler",
     "SamplerSpecError",
     "SamplerTerm",

@@ -20,7 +20,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from ._canon import canonical_json, content_hash, sha256_hex
+from knowledge import canonical_json, content_hash, sha256_hex
+
 from ._errors import EntryPointError, PolicyPayloadError, PolicySpecError
 
 MLP_FORMAT = "simnet.mlp/1"

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 from mujoco import batch as mjbatch
 
-from ._canon import content_hash, is_number
+from knowledge import content_hash
+
 from ._errors import MutationError, SamplerSpecError, SpecError
+from ._numbers import is_number
 from ._templates import Slot, Template, split_target
 
 OPS = ("set", "add", "scale")

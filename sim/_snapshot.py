@@ -17,7 +17,8 @@ import mujoco
 import numpy as np
 from mujoco import batch as mjbatch
 
-from ._canon import sha256_hex
+from knowledge import sha256_hex
+
 from ._errors import EvaluationRecordError, IncompatibleTemplateError
 from ._patches import Patch, Sampler, SamplerTerm, apply_model_patches
 from ._tasks import Task

@@ -18,9 +18,11 @@ import mujoco
 import numpy as np
 from mujoco import batch as mjbatch
 
-from ._canon import content_hash, is_number
+from knowledge import content_hash
+
 from ._errors import TaskDefinitionError, TemplateError
 from ._mlp import EntryPointRef
+from ._numbers import is_number
 from ._patches import Patch, SamplerTerm, expand_targets, sample_terms
 from ._templates import Template, cached_template
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from ._canon import sha256_hex
+from knowledge import sha256_hex
+
 from ._errors import MutationError, TemplateError
 
 # (kind, attr) -> (field, values per object, column offset in a row, value domain)

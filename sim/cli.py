@@ -16,11 +16,11 @@ import click
 
 import knowledge
 from knowledge import SiteHome
+from knowledge.stats import SPRT
 
 from ._mlp import Policy
 from ._patches import Sampler
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
-from ._stats import SPRT
 from ._tasks import Task
 from .evaluation import (
     certify,
@@ -231,7 +231,12 @@ def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool)
 )
 @click.pass_obj
 def publish_command(
-    home: SiteHome, skill: str, name: str, task_family: str, description: str, bodies: tuple[str, ...]
+    home: SiteHome,
+    skill: str,
+    name: str,
+    task_family: str,
+    description: str,
+    bodies: tuple[str, ...],
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     policy = _skill(skill)
@@ -254,7 +259,13 @@ def publish_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
 @click.pass_obj
 def certify_command(
-    home: SiteHome, skill_id: str, task_name: str, branches: int, seed: int, workers: int, as_json: bool
+    home: SiteHome,
+    skill_id: str,
+    task_name: str,
+    branches: int,
+    seed: int,
+    workers: int,
+    as_json: bool,
 ) -> None:
     """Evaluate a skill of this site's library in randomized branches and sign the result as a certificate.
 

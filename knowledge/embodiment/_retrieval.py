@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._binomial import wilson_lower_bound
 from .._canonical import canonical_json
 from .._errors import EmbodimentError
 from .._models import CertificateSummary, QueryResult, Skill
 from .._records import RecordType
 from .._store import MEMORY
+from ..stats import wilson_lower_bound
 from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
 from ._index import Selection, SkillIndex

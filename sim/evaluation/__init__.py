@@ -2,17 +2,11 @@
 waves of branches (here, in worker processes, in Ray actors), the deterministic record of an
 evaluation and its reproduction, certificates, and distillation.
 
-The everyday names are re-exported by `sim`; the statistics helpers, `branch_patch`, `distill` and
-`fit_mlp` are research tools and live here only.
+The everyday names are re-exported by `sim`; `branch_patch`, `distill` and `fit_mlp` are research
+tools and live here only. The statistics (bounds, SPRT, sample sizes) are `knowledge.stats`: activation
+recomputes the same bounds.
 """
 
-from .._stats import (
-    SPRT,
-    clopper_pearson_interval,
-    clopper_pearson_lower,
-    fixed_sample_size,
-    wilson_lower,
-)
 from ._certify import (
     Verification,
     certify,
@@ -29,7 +23,6 @@ from ._reproduce import Reproduction, reproduce
 from ._rollout import BranchOutcome, branch_patch
 
 __all__ = [
-    "SPRT",
     "BranchOutcome",
     "Comparison",
     "Evaluation",
@@ -38,13 +31,10 @@ __all__ = [
     "branch_patch",
     "certify",
     "check_record",
-    "clopper_pearson_interval",
-    "clopper_pearson_lower",
     "compare",
     "distill",
     "evaluate",
     "fit_mlp",
-    "fixed_sample_size",
     "load_policy",
     "publish_skill",
     "randomized",
@@ -52,5 +42,4 @@ __all__ = [
     "reproduce",
     "use_ray",
     "verify_certificate",
-    "wilson_lower",
 ]

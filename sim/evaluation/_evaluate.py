@@ -11,10 +11,11 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from knowledge.stats import SPRT, mcnemar_p
+
 from .._mlp import describe_policy, policy_from_payload, policy_payload
 from .._patches import Sampler
 from .._snapshot import Snapshot, check_start
-from .._stats import SPRT, mcnemar_p
 from .._tasks import Task
 from ._evaluation_record import Evaluation
 from ._executors import make_pool

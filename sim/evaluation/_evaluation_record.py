@@ -45,11 +45,13 @@ import mujoco
 import numpy as np
 import torch
 
-from .._canon import canonical_json, content_hash, is_number
+from knowledge import canonical_json, content_hash
+from knowledge.stats import SPRT, clopper_pearson_lower, wilson_lower_bound
+
 from .._errors import EvaluationRecordError
+from .._numbers import is_number
 from .._patches import Sampler, patches_digest
 from .._snapshot import Snapshot
-from .._stats import SPRT, clopper_pearson_lower, wilson_lower
 from .._tasks import Task
 from ._rollout import BranchOutcome, branch_patches
 
@@ -147,7 +149,7 @@ class Evaluation:
 
     @property
     def wilson_lower(self) -> float:
-        return wilson_lower(self.successes, self.n, self.confidence)
+        return wilson_lower_bound(self.successes, self.n, self.confidence)
 
     @property
     def clopper_pearson_lower(self) -> float:
@@ -209,7 +211,7 @@ def _summary(successes: int, n: int, mean_return: float, confidence: float) -> d
         "success_rate": successes / n,
         "mean_return": mean_return,
         "confidence": confidence,
-        "wilson_lower": wilson_lower(successes, n, confidence),
+        "wilson_lower": wilson_lower_bound(successes, n, confidence),
         "clopper_pearson_lower": clopper_pearson_lower(successes, n, confidence),
     }
 

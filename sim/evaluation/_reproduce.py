@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from knowledge.stats import SPRT, clopper_pearson_interval
+
 from .._errors import EvaluationRecordError, SimError
 from .._mlp import describe_policy
 from .._patches import Sampler
 from .._snapshot import Snapshot
-from .._stats import SPRT, clopper_pearson_interval
 from .._tasks import Task
 from ._evaluate import evaluate
 from ._evaluation_record import Evaluation, environment, outcomes_of

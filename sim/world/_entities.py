@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from .._canon import finite_floats
 from .._errors import TemplateError
+from .._numbers import finite_floats
 from .._patches import Patch
 from .._templates import split_target
 

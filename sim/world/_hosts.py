@@ -12,10 +12,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from knowledge.stats import SPRT
+
 from .._mlp import policy_from_payload
 from .._patches import Sampler
 from .._snapshot import Snapshot
-from .._stats import SPRT
 from .._tasks import Task
 from ..evaluation._evaluate import evaluate
 from ..evaluation._executors import Worker, make_worker

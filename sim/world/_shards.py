@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .._canon import is_number
+from knowledge.stats import SPRT
+
 from .._errors import (
     HistoryError,
     MutationError,
@@ -27,9 +28,9 @@ from .._errors import (
     WorldError,
 )
 from .._mlp import describe_policy, policy_payload
+from .._numbers import is_number
 from .._patches import Mutation, Patch, Sampler
 from .._snapshot import Snapshot, check_start, on_template
-from .._stats import SPRT
 from .._tasks import Task
 from .._templates import Template, cached_template
 from ..evaluation._evaluation_record import Evaluation

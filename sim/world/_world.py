@@ -14,10 +14,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from knowledge.stats import SPRT
+
 from .._errors import UnknownShardError
 from .._patches import Mutation, Sampler
 from .._snapshot import Snapshot
-from .._stats import SPRT
 from .._tasks import Task
 from .._templates import cached_template
 from ..evaluation._evaluation_record import Evaluation

@@ -109,7 +109,11 @@ def world_group() -> None:
 )
 @click.pass_obj
 def create_command(
-    home: SiteHome, name: str, shards: tuple[str, ...], entities: tuple[str, ...], checkpoint_every: int
+    home: SiteHome,
+    name: str,
+    shards: tuple[str, ...],
+    entities: tuple[str, ...],
+    checkpoint_every: int,
 ) -> None:
     """Create world NAME in this site's directory."""
     scenes = {}

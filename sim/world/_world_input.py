@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._canon import finite_floats
 from .._errors import HistoryError, MutationError
+from .._numbers import finite_floats
 from .._patches import OPS, Mutation
 from .._templates import Template
 from ._entities import entity_of

@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import orjson
 
-from .._canon import canonical_json, sha256_hex
+from knowledge import canonical_json, sha256_hex
+
 from .._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError
 from . import _segments as segments
 from ._segments import Event

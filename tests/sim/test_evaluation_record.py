@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from knowledge import canonical_json
 from sim import (
     SPRT,
     EvaluationRecordError,
@@ -14,7 +15,6 @@ from sim import (
     record_hash,
     reproduce,
 )
-from sim._canon import canonical_json
 from sim.evaluation._evaluation_record import _summary, environment, outcomes_of
 
 

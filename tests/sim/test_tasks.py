@@ -3,8 +3,8 @@ import copy
 import numpy as np
 import pytest
 
+from knowledge import content_hash
 from sim import Task, TaskDefinitionError, evaluate, load_task
-from sim._canon import content_hash
 
 
 def test_shipped_tasks_are_content_addressed(arm, walker):

@@ -1,5 +1,5 @@
 """Binomial statistics for certifying success rates: confidence bounds, SPRT, fixed-N sizes,
-McNemar.
+McNemar (a public module: `from knowledge.stats import SPRT`).
 
 Activation (a certificate's Wilson bound) and the simulator's evaluations compute with these same
 functions, so the bound an evaluation reports is the bound every site's activation recomputes.
@@ -11,6 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+__all__ = [
+    "SPRT",
+    "betainc",
+    "binom_sf",
+    "clopper_pearson_interval",
+    "clopper_pearson_lower",
+    "fixed_sample_size",
+    "mcnemar_p",
+    "normal_quantile",
+    "wilson_lower_bound",
+]
 
 
 def _betacf(a: float, b: float, x: float) -> float:

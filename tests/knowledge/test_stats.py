@@ -1,4 +1,4 @@
-"""Unit tests for knowledge._binomial: Wilson and Clopper-Pearson bounds, the binomial tail, the
+"""Unit tests for knowledge.stats: Wilson and Clopper-Pearson bounds, the binomial tail, the
 normal quantile, SPRT, fixed-N sample sizes and McNemar's test."""
 
 from __future__ import annotations

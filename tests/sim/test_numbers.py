@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim._canon import canonical_json, content_hash, finite_floats, is_number
+from knowledge import canonical_json, content_hash
+from sim._numbers import finite_floats, is_number
 
 
 def test_canonical_json_sorts_keys_and_drops_whitespace():

@@ -1,0 +1,149 @@
+"""The architecture, held by tests: arrows point one way, no import cycles, no reaching into another
+package's private modules, and the light packages stay light.
+
+    federation ──► knowledge ◄── sim
+
+Imports are read from the source (every `import`, at module level, inside functions and under
+TYPE_CHECKING alike), so a cycle that only bites at run time in one code path still fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PACKAGES = ("knowledge", "sim", "federation")
+MAY_IMPORT = {"knowledge": set(), "sim": {"knowledge"}, "federation": {"knowledge"}}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The modules of ours that `name` imports (a name imported from a package counts as its
+    submodule when one exists by that name)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            targets = [
+                f"{module}.{alias.name}" if f"{module}.{alias.name}" in MODULES else module
+                for alias in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(GRAPH[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(GRAPH):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _top(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def test_there_is_no_import_cycle():
+    assert _cycles() == []
+
+
+def test_arrows_point_one_way():
+    wrong = sorted(
+        (name, target)
+        for name, targets in GRAPH.items()
+        for target in targets
+        if _top(target) != _top(name) and _top(target) not in MAY_IMPORT[_top(name)]
+    )
+    assert wrong == []
+
+
+def test_no_package_imports_another_packages_private_modules():
+    private = sorted(
+        (name, target)
+        for name, targets in GRAPH.items()
+        for target in targets
+        if _top(target) != _top(name) and any(p.startswith("_") for p in target.split(".")[1:])
+    )
+    assert private == []
+
+
+@pytest.mark.parametrize("package", ["knowledge", "federation"])
+def test_the_core_packages_load_no_simulator_index_or_torch(package):
+    """A robot that syncs and queries its store never pays for MuJoCo, FAISS or torch."""
+    code = (
+        f"import sys, {package}; "
+        "print(sorted(m for m in ('mujoco', 'faiss', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_graph_sees_the_imports_it_judges():
+    """The checks above are only as good as the graph: it must hold the known arrows."""
+    assert "knowledge" in GRAPH["federation._auth"]
+    assert "knowledge._kb" in GRAPH["knowledge._home"]
+    assert "sim.world._shards" in GRAPH["sim.world._world"]
