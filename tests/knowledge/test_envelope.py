@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from knowledge import Envelope, EnvelopeError, Identity, Kind
+from knowledge import verify_signature as verify
 from knowledge._envelope import (
     HEADER_BYTES,
     MIN_BYTES,
@@ -19,7 +20,7 @@ from knowledge._envelope import (
     decode,
     seal,
 )
-from knowledge._identity import SIGNATURE_BYTES, verify
+from knowledge._identity import SIGNATURE_BYTES
 
 IDENTITY = Identity.from_seed(b"\x11" * 32)
 OTHER = Identity.from_seed(b"\x22" * 32)

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from knowledge import Identity, IdentityError, key_id, parse_public_key
-from knowledge._identity import verify
+from knowledge import verify_signature as verify
 
 
 def _mode(path) -> int:
