@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge import (
+from knowledge.stats import (
     SPRT,
     betainc,
     binom_sf,
