@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from knowledge.stats import fixed_sample_size
 from sim import (
     SPRT,
     MLPSpec,
@@ -13,7 +14,6 @@ from sim import (
     load_sampler,
     load_skill,
 )
-from sim.evaluation import fixed_sample_size
 
 
 @pytest.mark.parametrize("task_name", ["arm_reach", "walker_forward"])
