@@ -158,4 +158,4 @@ def test_training_from_an_empty_site_says_why(tmp_path):
     result = CliRunner().invoke(
         main, ["--home", str(tmp_path), "encoder", "train", "--out", str(tmp_path / "w")]
     )
-    assert result.exit_code != 0 and "no transfers" in str(result.exception)
+    assert result.exit_code == 1 and "Error: no transfers" in result.output  # one line, no trace
