@@ -78,7 +78,8 @@ class Site:
         (self.home / "trust.toml").write_text(policy.to_toml())
 
     def publish(self, count: int) -> int:
-        """Write `count` skill records into the site's own store (before serving); returns payload bytes."""
+        """Write `count` skill records into the site's own store (before serving); returns payload
+        bytes."""
         with knowledge.open(self.home / "site.db", self.key, policy=self.home / "trust.toml") as kb:
             before = {s.id for s in kb.skills.list()}
             for i in range(count):

@@ -1,10 +1,10 @@
 """Evaluate → certify → active: only the skill that earns it activates.
 
 A site publishes two shipped arm-reaching skills, a working controller and a degraded one, as data
-(safetensors weights in a blob, the MLP's architecture in the record). A validator site receives them,
-rolls each out in 128 branches of the task with randomized masses, damping, gains, gravity and target
-poses, and signs the statistics as certificates. Back at the first site, its activation policy lets
-only the good skill through; any site can re-run a certificate to check it.
+(safetensors weights in a blob, the MLP's architecture in the record). A validator site receives
+them, rolls each out in 128 branches of the task with randomized masses, damping, gains, gravity and
+target poses, and signs the statistics as certificates. Back at the first site, its activation
+policy lets only the good skill through; any site can re-run a certificate to check it.
 
     python examples/certify_and_activate.py
 """

@@ -1,9 +1,9 @@
 """A fleet of three sites on this machine: publish at one, watch gossip carry it, certify, revoke.
 
 Each site is a real `simnet serve` process on a loopback port with its own key, store and policy. A
-robot delegated by site A publishes a skill; gossip brings it to B and C; a validator delegated by site
-B certifies it, so it becomes active under A's policy; A revokes it and the revocation reaches every
-site. Everything is shut down at the end.
+robot delegated by site A publishes a skill; gossip brings it to B and C; a validator delegated by
+site B certifies it, so it becomes active under A's policy; A revokes it and the revocation reaches
+every site. Everything is shut down at the end.
 
     python examples/fleet_demo.py
 """

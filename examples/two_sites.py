@@ -1,8 +1,10 @@
-"""Two sites share what their robots learn, in one process: publish, observe, count, certify, revoke.
+"""Two sites share what their robots learn, in one process: publish, observe, count, certify,
+revoke.
 
-Site A's root key delegates a robot; the robot publishes a skill and maps a room while "offline"; the
-sites exchange signed envelopes (what federation puts on the wire) and converge. A validator at site B
-certifies the skill, which becomes active at site A; a revocation then turns it off everywhere.
+Site A's root key delegates a robot; the robot publishes a skill and maps a room while "offline";
+the sites exchange signed envelopes (what federation puts on the wire) and converge. A validator at
+site B certifies the skill, which becomes active at site A; a revocation then turns it off
+everywhere.
 
     python examples/two_sites.py
 """
@@ -89,7 +91,8 @@ def main() -> None:
         )
         print(f"active at site A before any certificate: {site_a.is_active(skill.id)}")
 
-        # Site B's validator evaluates the skill (the simulator would produce these numbers) and certifies it.
+        # Site B's validator evaluates the skill (the simulator would produce these numbers) and
+        # certifies it.
         site_b.certificates.add(
             skill.id,
             branches=128,

@@ -1,10 +1,12 @@
-"""A site's persistent twin: log, reopen, fork before a slip, replay exactly, ask "what if", certify from it.
+"""A site's persistent twin: log, reopen, fork before a slip, replay exactly, ask "what if", certify
+from it.
 
-A world of two shards (cells of a site) holds a walking robot and a crate. An operator's setpoints are
-logged as the walker runs; the world is closed and reopened where it stopped; a branch is forked before a
-moment of interest and pushed; the recorded history replays bit for bit; a counterfactual replay makes the
-walker heavier; the walker migrates to the other cell; the walking skill is certified from the world's
-own state, so the certificate says where and when it was evaluated; and old history is pruned.
+A world of two shards (cells of a site) holds a walking robot and a crate. An operator's setpoints
+are logged as the walker runs; the world is closed and reopened where it stopped; a branch is forked
+before a moment of interest and pushed; the recorded history replays bit for bit; a counterfactual
+replay makes the walker heavier; the walker migrates to the other cell; the walking skill is
+certified from the world's own state, so the certificate says where and when it was evaluated; and
+old history is pruned.
 
     python examples/world_twin.py
 """
@@ -34,7 +36,8 @@ def setpoints(tick: int) -> list[Mutation]:
 
 
 def walker_x(snapshot: sim.Snapshot) -> float:
-    """The walker's forward position: its root slide joint in the snapshot's state row (time comes first)."""
+    """The walker's forward position: its root slide joint in the snapshot's state row (time comes
+    first)."""
     return float(snapshot.state[1 + snapshot.template.model.joint("walker1/rootx").qposadr[0]])
 
 

@@ -23,8 +23,8 @@ max_queued_syncs = 256  # requests waiting for a turn; beyond it (or after queue
 queue_timeout_s = 10.0  # how long a request waits for its turn
 timeout_s = 30.0        # to receive a request's body (and each read of the answer to our own requests)
 sync_deadline_s = 120.0 # one whole sync round with a peer (gossip, admin sync, `simnet sync`): a peer
-                        # still answering then, however slowly its bytes trickle, is abandoned and the
-                        # round counts as failed (backoff); other peers' rounds go on meanwhile
+                        # still answering then, however slowly its bytes trickle, is abandoned and
+                        # the round counts as failed (backoff); other peers' rounds go on meanwhile
 header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this; and a
                         # client that stops taking in our answer for this long is disconnected
 max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
@@ -106,8 +106,9 @@ class TlsConfig:
         return self.cert is not None
 
     def client_context(self) -> ssl.SSLContext:
-        """How this site verifies the servers it calls: the system's anchors, plus `ca`, plus its own
-        certificate (so its CLI can call its own server when that certificate is self-signed)."""
+        """How this site verifies the servers it calls: the system's anchors, plus `ca`, plus its
+        own certificate (so its CLI can call its own server when that certificate is
+        self-signed)."""
         context = ssl.create_default_context()
         for anchors in (self.ca, self.cert):
             if anchors is not None:

@@ -300,7 +300,8 @@ def status(home: SiteHome, as_json: bool) -> None:
 def _write(
     home: SiteHome, admin_path: str, body: dict, local: Callable[[knowledge.KnowledgeBase], None]
 ) -> None:
-    """Make a write as this site: through the running server if there is one, else on the store itself."""
+    """Make a write as this site: through the running server if there is one, else on the store
+    itself."""
     url = running_server(home.path)
     if url is not None:
         _admin(home, url, admin_path, body)
@@ -314,7 +315,8 @@ def _write(
 @click.option("--reason", default="", help="Why (recorded with the revocation).")
 @click.pass_obj
 def revoke(home: SiteHome, skill_id: str, reason: str) -> None:
-    """Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of un-revoking)."""
+    """Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of
+    un-revoking)."""
     with home.open_readonly() as kb:
         skill = skill_by_prefix(kb, skill_id)
     _write(

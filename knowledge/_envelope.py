@@ -89,7 +89,8 @@ def seal(
 
 
 def decode(raw: bytes, *, max_bytes: int) -> Envelope:
-    """Parse an envelope's structure (not its signature): EnvelopeError with a reason on any defect."""
+    """Parse an envelope's structure (not its signature): EnvelopeError with a reason on any
+    defect."""
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise EnvelopeError("malformed", f"expected bytes, got {type(raw).__name__}")
     raw = bytes(raw)

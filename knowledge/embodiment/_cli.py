@@ -1,7 +1,8 @@
-"""`simnet encoder ...`: retrain the learned embodiment encoder and judge it against the feature encoder.
+"""`simnet encoder ...`: retrain the learned embodiment encoder and judge it against the feature
+encoder.
 
-The simulator adds `simnet encoder dataset` (generating a dataset needs MuJoCo rollouts; see sim.cli).
-torch is imported only by the commands that need the learned encoder.
+The simulator adds `simnet encoder dataset` (generating a dataset needs MuJoCo rollouts; see
+sim.cli). torch is imported only by the commands that need the learned encoder.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A dependency-free scatter plot written as PNG (numpy and zlib): enough for the encoder report.
 
-Panels side by side, each with axes, five labelled ticks per axis, a title and dots coloured by group.
-Text uses a 3x5 pixel font (upper case, digits, a little punctuation) drawn at twice its size.
+Panels side by side, each with axes, five labelled ticks per axis, a title and dots coloured by
+group. Text uses a 3x5 pixel font (upper case, digits, a little punctuation) drawn at twice its
+size.
 """
 
 from __future__ import annotations

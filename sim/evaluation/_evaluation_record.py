@@ -234,7 +234,8 @@ def outcomes_of(record: dict) -> tuple[BranchOutcome, ...]:
 
 
 def check_record(record: Any) -> None:
-    """Structure, self-consistency and content hashes; raises EvaluationRecordError on the first problem."""
+    """Structure, self-consistency and content hashes; raises EvaluationRecordError on the first
+    problem."""
 
     def need(ok: bool, field: str, detail: str) -> None:
         if not ok:

@@ -1,4 +1,5 @@
-"""`simnet world ...`: persistent worlds of a site, stored beside its knowledge base (<home>/worlds/NAME.db).
+"""`simnet world ...`: persistent worlds of a site, stored beside its knowledge base
+(<home>/worlds/NAME.db).
 
 The commands run shards in the CLI's own process by default (`--backend inline`): they are short,
 and a worker process or Ray actor would only add start-up time.
@@ -41,7 +42,8 @@ def _utf8(ctx: click.Context, param: click.Parameter, text: str) -> str:
 
 @contextlib.contextmanager
 def _opened(home: SiteHome, name: str, backend: str = "inline") -> Iterator[World]:
-    """World NAME, open for the block; a SimError in it (opening included) is the command's error message."""
+    """World NAME, open for the block; a SimError in it (opening included) is the command's error
+    message."""
     path = world_path(home, name)
     if not path.exists():
         raise click.ClickException(
@@ -151,7 +153,8 @@ def create_command(
 @_json
 @click.pass_obj
 def status_command(home: SiteHome, name: str | None, backend: str, as_json: bool) -> None:
-    """Shards (tick, time, entities, events, checkpoints) and branches of world NAME; without NAME, the worlds here."""
+    """Shards (tick, time, entities, events, checkpoints) and branches of world NAME; without NAME,
+    the worlds here."""
     if name is None:
         names = sorted(p.stem for p in (home.path / WORLDS_DIR).glob("*.db"))
         click.echo(json.dumps(names) if as_json else "\n".join(names) or "no worlds")
@@ -218,7 +221,8 @@ def fork_command(home: SiteHome, name: str, shard: str, tick: int, label: str) -
 def replay_command(
     home: SiteHome, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool
 ) -> None:
-    """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they differ."""
+    """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they
+    differ."""
     with _opened(home, name, backend) as world:
         result = world.replay(shard, start, stop)
     data = {
@@ -254,7 +258,8 @@ def replay_command(
 @click.option("--shard", "shards", multiple=True, help="Only these shards (default: all).")
 @click.pass_obj
 def prune_command(home: SiteHome, name: str, tick: int, shards: tuple[str, ...]) -> None:
-    """Retention: drop each shard's events and checkpoints before a tick; forks and replays start there after."""
+    """Retention: drop each shard's events and checkpoints before a tick; forks and replays start
+    there after."""
     with _opened(home, name) as world:
         starts = world.prune(tick, list(shards) or None)
     click.echo(", ".join(f"{s}: history from tick {t}" for s, t in starts.items()))

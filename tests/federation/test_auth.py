@@ -1,4 +1,5 @@
-"""federation._auth: requests signed by SimnetAuth, checked by RequestVerifier (real Ed25519 keys)."""
+"""federation._auth: requests signed by SimnetAuth, checked by RequestVerifier (real Ed25519
+keys)."""
 
 from __future__ import annotations
 
@@ -391,7 +392,7 @@ def test_verifier_is_thread_safe_under_concurrent_replays(caller, server):
     assert results.count(True) == 1  # exactly one of 64 simultaneous copies gets through
 
 
-# --- the replay log on disk (a server's verifier has a path: <home>/replay.db) ------------------------
+# --- the replay log on disk (a server's verifier has a path: <home>/replay.db) --------------------
 
 
 def rows(path) -> list[tuple[str, str, int]]:

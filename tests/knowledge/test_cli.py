@@ -1,4 +1,5 @@
-"""The knowledge commands of `simnet` (skills list/show/query), run through click on a real store."""
+"""The knowledge commands of `simnet` (skills list/show/query), run through click on a real
+store."""
 
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def test_missing_store_is_a_clear_error(tmp_path):
     + [(ENCODER_COMMANDS, name) for name in ENCODER_COMMANDS],
 )
 def test_every_command_in_the_table_loads_and_its_summary_is_its_own(table, name):
-    """`simnet --help` prints the table's summaries: they must say what the commands themselves say."""
+    """`simnet --help` prints the table's summaries: they must say what the commands themselves
+    say."""
     group = main if table is COMMANDS else main.get_command(click.Context(main), "encoder")
     command = group.get_command(click.Context(group), name)
     assert isinstance(command, click.Command)

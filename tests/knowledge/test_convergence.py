@@ -1,9 +1,9 @@
 """Property: replicas that end up holding the same envelopes show the same knowledge.
 
-3-8 writers (site roots and delegated devices) make random operations on every view; replicas receive
-their envelopes in random order, in random chunks, duplicated, partitioned from each other, some joining
-late (bootstrapping from a checkpoint); after a final anti-entropy exchange every replica and every
-writer is identical, including derived activation under the shared policy.
+3-8 writers (site roots and delegated devices) make random operations on every view; replicas
+receive their envelopes in random order, in random chunks, duplicated, partitioned from each other,
+some joining late (bootstrapping from a checkpoint); after a final anti-entropy exchange every
+replica and every writer is identical, including derived activation under the shared policy.
 """
 
 from __future__ import annotations

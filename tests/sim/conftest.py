@@ -141,7 +141,8 @@ def ray_session():
 
 @pytest.fixture
 def kill_when_busy():
-    """SIGKILL a process once it has used `cpu` seconds more than now: mid-computation, not between calls."""
+    """SIGKILL a process once it has used `cpu` seconds more than now: mid-computation, not between
+    calls."""
     import os
     import signal
     import threading

@@ -1,5 +1,5 @@
-"""The canonical world: input refused, corrupt or foreign history, failed commits, coordinators killed
-mid-run. What every backend must do alike (reopen, replay, evaluate, lose a worker) is in
+"""The canonical world: input refused, corrupt or foreign history, failed commits, coordinators
+killed mid-run. What every backend must do alike (reopen, replay, evaluate, lose a worker) is in
 test_world_backends."""
 
 import contextlib
