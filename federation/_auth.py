@@ -47,7 +47,8 @@ from ._errors import AuthError, FederationError
 SCHEME = "Simnet"
 DEFAULT_WINDOW_MS = 30_000
 _HEADER = re.compile(
-    r"Simnet key=(?P<key>[0-9a-f]{64}), ts=(?P<ts>[0-9]{1,16}), nonce=(?P<nonce>[0-9a-f]{32}), sig=(?P<sig>[0-9a-f]{128})"
+    r"Simnet key=(?P<key>[0-9a-f]{64}), ts=(?P<ts>[0-9]{1,16}), "
+    r"nonce=(?P<nonce>[0-9a-f]{32}), sig=(?P<sig>[0-9a-f]{128})"
 )
 _PRUNE_EVERY = 1000  # expired rows are deleted from disk after this many have expired in memory
 
@@ -81,7 +82,8 @@ class SimnetAuth(httpx.Auth):
             signed_message(request.method, target, request.content, ts, nonce, self.audience)
         )
         request.headers["Authorization"] = (
-            f"{SCHEME} key={self.identity.public_key_hex}, ts={ts}, nonce={nonce}, sig={signature.hex()}"
+            f"{SCHEME} key={self.identity.public_key_hex}, ts={ts}, "
+            f"nonce={nonce}, sig={signature.hex()}"
         )
         yield request
 
@@ -166,12 +168,14 @@ class RequestVerifier:
         yet)."""
         if not header:
             raise AuthError(
-                "request is not signed: send an 'Authorization: Simnet key=…, ts=…, nonce=…, sig=…' header"
+                "request is not signed: "
+                "send an 'Authorization: Simnet key=…, ts=…, nonce=…, sig=…' header"
             )
         match = _HEADER.fullmatch(header.strip())
         if match is None:
             raise AuthError(
-                "Authorization header is not of the form 'Simnet key=<hex64>, ts=<ms>, nonce=<hex32>, sig=<hex128>'"
+                "Authorization header is not of the form "
+                "'Simnet key=<hex64>, ts=<ms>, nonce=<hex32>, sig=<hex128>'"
             )
         claim = Claim(
             bytes.fromhex(match["key"]),
@@ -182,7 +186,8 @@ class RequestVerifier:
         now = self._clock()
         if abs(now - claim.ts) > self.window_ms:
             raise AuthError(
-                f"request timestamp is {abs(now - claim.ts)} ms from this site's clock (window {self.window_ms} ms)"
+                f"request timestamp is {abs(now - claim.ts)} ms from this site's clock "
+                f"(window {self.window_ms} ms)"
             )
         with self._lock:
             if claim.id in self._seen:
@@ -194,7 +199,8 @@ class RequestVerifier:
         message = signed_message(method, target, body, claim.ts, claim.nonce, self.audience)
         if not verify_signature(claim.key, claim.sig, message):
             raise AuthError(
-                "request signature does not verify (wrong key, altered request, or meant for another site)"
+                "request signature does not verify "
+                "(wrong key, altered request, or meant for another site)"
             )
 
     def remember(self, claim: Claim) -> None:

@@ -91,7 +91,8 @@ def _check(response: httpx.Response) -> httpx.Response:
         except (ValueError, AttributeError):
             code, detail = None, response.text[:200]
         raise PeerError(
-            f"{response.request.method} {response.request.url.path}: {response.status_code} {code}: {detail}",
+            f"{response.request.method} {response.request.url.path}: "
+            f"{response.status_code} {code}: {detail}",
             response.status_code,
             code,
         )
@@ -146,7 +147,8 @@ def exchange(
         if not ingested.accepted and (
             not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS
         ):
-            break  # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
+            # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
+            break
         refused_here.update(dict.fromkeys(newly_refused, HELD_EVERYTHING))
 
     # Push: what their heads lack, page by page, until they hold everything we hold. Feeds they
@@ -336,8 +338,8 @@ class _Deadline:
 
     def error(self) -> PeerError:
         return PeerError(
-            f"the sync round with {self.url} did not finish within its deadline of {self.seconds:g} s "
-            "(the peer answers too slowly); abandoned",
+            f"the sync round with {self.url} did not finish within its deadline "
+            f"of {self.seconds:g} s (the peer answers too slowly); abandoned",
             code="deadline",
         )
 

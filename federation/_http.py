@@ -109,7 +109,8 @@ class GuardedH11Protocol(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self.idle_since = time.monotonic()
-        self._watch()  # idle again, kept alive by uvicorn's timer until the next byte: no deadline yet
+        # idle again, kept alive by uvicorn's timer until the next byte: no deadline yet
+        self._watch()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop()
@@ -138,7 +139,8 @@ class GuardedH11Protocol(H11Protocol):
             "dropped a connection whose client took in none of its answer for %.1f s",
             self.send_timeout,
         )
-        self.transport.abort()  # not close(): that would wait for the full buffer to drain, i.e. for ever
+        # not close(): that would wait for the full buffer to drain, i.e. for ever
+        self.transport.abort()
 
     def _watch(self) -> None:
         """Arm the header deadline while waiting for headers; disarm it while the app has the

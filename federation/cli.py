@@ -144,7 +144,8 @@ def peer_add(home: SiteHome, name: str, url: str, key: str | None, trust: str) -
         policy = TrustPolicy.load(config.policy_path).with_root(public_key, roles, name=name)
         config.policy_path.write_text(policy.to_toml())
         click.echo(
-            f"trusting {name} for {', '.join(r.value for r in roles)} (takes effect when the store is reopened)"
+            f"trusting {name} for {', '.join(r.value for r in roles)} "
+            "(takes effect when the store is reopened)"
         )
     click.echo(f"peer {name} added: {url}")
 

@@ -344,7 +344,8 @@ class Blobs:
         data = bytes(data)
         if len(data) > self._replica.limits.max_blob_bytes:
             raise BlobError(
-                f"blob of {len(data)} bytes exceeds the limit of {self._replica.limits.max_blob_bytes}"
+                f"blob of {len(data)} bytes exceeds the limit of "
+                f"{self._replica.limits.max_blob_bytes}"
             )
         digest = hashlib.sha256(data).digest()
         if expected is not None and digest.hex() != expected:

@@ -61,7 +61,8 @@ class Feed:
         self._frozen: list[
             int
         ] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
-        self.next_clock = 0  # clock units of the author's client held (or queued) here: where its next update starts
+        # clock units of the author's client held (or queued) here: where its next update starts
+        self.next_clock = 0
         self._changes: dict[str, str | None] = {}
         self.misplaced: list[str] = []  # keys written to the wrong root map: never shown
         self.map_names: set[str] = (
@@ -128,7 +129,10 @@ class Feed:
                 return f"an item points at clock {clock}, which the author's feed would not hold"
         for client, clock, length in parsed.deletes:
             if client == own and clock + length > end:
-                return f"deletes clocks up to {clock + length - 1}, past the {end} the author's feed would hold"
+                return (
+                    f"deletes clocks up to {clock + length - 1}, "
+                    f"past the {end} the author's feed would hold"
+                )
         return None
 
     def _in_frozen(self, start: int, end: int) -> bool:

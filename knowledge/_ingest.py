@@ -142,7 +142,8 @@ class Ingestion:
         if replica.authority.is_root(feed.author) and any(
             k.startswith(TRUST_PREFIXES) for k in changes
         ):
-            self._regrant()  # a delegation changed: later envelopes in this batch are judged by the new grants
+            # a delegation changed: later envelopes in this batch are judged by the new grants
+            self._regrant()
 
     def _regrant(self) -> None:
         self.replica.regrant()
@@ -211,7 +212,8 @@ class Ingestion:
             pinned = " (a key revocation takes the kept history only as the envelopes it pins)"
             return reject(
                 refusal,
-                f"no grant the writer holds covers {'checkpoint' if env.is_checkpoint else 'envelope'} "
+                "no grant the writer holds covers "
+                f"{'checkpoint' if env.is_checkpoint else 'envelope'} "
                 f"{env.seq}{pinned if refusal == 'revoked_writer' else ''}",
             )
         for seq, pinned in pins:
@@ -288,7 +290,8 @@ class Ingestion:
                 reraise_interrupts(
                     exc
                 )  # pycrdt raises ValueError, or a Rust panic (a BaseException)
-                self._end_run()  # what this run changed before stays (a delegation may need a trust refresh)
+                # what this run changed before stays (a delegation may need a trust refresh)
+                self._end_run()
                 self.replica.replay(feed)
                 self.replica.views.reset_author(feed.author, feed.items())
                 self.current, self.current_changes = None, {}
@@ -353,7 +356,10 @@ class Ingestion:
             )  # read as strictly as any envelope before pycrdt sees it
             odd = claimed.foreign_structure(parsed)
             if parsed.clients() - {claimed.client_id} or odd is not None:
-                return f"checkpoint's update is no state of this author's feed: {odd or 'foreign client ids'}"
+                return (
+                    "checkpoint's update is no state of this author's feed: "
+                    f"{odd or 'foreign client ids'}"
+                )
             claimed.replay(env.update)
             claimed.apply_queued()
         except BaseException as exc:

@@ -136,8 +136,8 @@ class KnowledgeBase:
                 if pinned is None:
                     held = replica.feeds[device].seq if device in replica.feeds else 0
                     raise RecordError(
-                        f"this site does not hold envelope {last_seq} of key {key_id(device)} (it holds up to {held}); "
-                        "sync first, or revoke at a seq held here"
+                        f"this site does not hold envelope {last_seq} of key {key_id(device)} "
+                        f"(it holds up to {held}); sync first, or revoke at a seq held here"
                     )
             record["last_hash"] = pinned.hex()
         replica.put_record(RecordType.KEY_REVOKE, device.hex(), record)
@@ -171,7 +171,8 @@ class KnowledgeBase:
             if len(env.raw) > self.limits.max_checkpoint_bytes:
                 raise StoreError(
                     f"this feed's checkpoint would be {len(env.raw)} bytes, over the "
-                    f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: they would refuse it"
+                    f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: "
+                    "they would refuse it"
                 )
             with replica.store.transaction():
                 replica.store.put_checkpoint(identity.public_key, env.seq, env.raw)

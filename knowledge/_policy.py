@@ -1,7 +1,8 @@
 """A site's trust and activation policy, read from TOML.
 
     max_clock_offset_ms = 5000          # remote timestamps further ahead are rejected
-    device_of = "<64 hex digits>"       # only on a device (a robot): the root of the site it writes for
+    device_of = "<64 hex digits>"       # only on a device (a robot): the root of the site it
+                                        # writes for
 
     [[roots]]                           # site roots whose writers we accept, and for what
     name = "site-b"
@@ -14,7 +15,8 @@
     confidence = 0.95                   # ... at this one-sided confidence level
     required_randomization = ["mass", "friction"]
     min_validators = 1                  # k: distinct validator sites whose certificates qualify
-    validators = []                     # n: roots whose certificates count (empty: every validate root)
+    validators = []                     # n: roots whose certificates count
+                                        # (empty: every validate root)
 
 A knowledge base trusts its own identity as a site root with every role, unless `device_of` names
 the site root it belongs to: then that root is trusted with every role, and this key writes only

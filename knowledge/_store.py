@@ -89,8 +89,9 @@ class Store:
             self._lock_file.close()
             self._lock_file = None
             raise StoreLockedError(
-                f"{self.path} is already open for writing by another process; only one process may write "
-                "as an identity (a second writer would equivocate). Open it read-only or stop the other one."
+                f"{self.path} is already open for writing by another process; "
+                "only one process may write as an identity (a second writer would equivocate). "
+                "Open it read-only or stop the other one."
             ) from None
 
     @property

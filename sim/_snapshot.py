@@ -166,8 +166,9 @@ def check_start(task: Task, snapshot: Snapshot) -> None:
     layout."""
     if task.template.source_hash != snapshot.template.source_hash:
         raise IncompatibleTemplateError(
-            f"task {task.name!r} runs on scene {task.template.source_hash[:12]}, the snapshot of shard "
-            f"{snapshot.shard!r} on template {snapshot.template.source_hash[:12]}: use snapshot.task(task, entity)"
+            f"task {task.name!r} runs on scene {task.template.source_hash[:12]}, "
+            f"the snapshot of shard {snapshot.shard!r} on template "
+            f"{snapshot.template.source_hash[:12]}: use snapshot.task(task, entity)"
         )
     size = mujoco.mj_stateSize(task.template.model, _INTEGRATION)
     if size != len(snapshot.state):

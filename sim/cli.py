@@ -132,7 +132,10 @@ def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
     type=click.Choice(["process", "ray"]),
     default="process",
     show_default=True,
-    help="Run the waves in worker processes or in Ray actors (--workers of them); outcomes do not depend on it.",
+    help=(
+        "Run the waves in worker processes or in Ray actors (--workers of them); "
+        "outcomes do not depend on it."
+    ),
 )
 @click.option(
     "--ray-address",
@@ -178,7 +181,8 @@ def evaluate_command(
         return
     lines = [
         f"{task.name}: {result.successes}/{result.n} succeeded ({result.success_rate:.3f})",
-        f"lower bound at {result.confidence:.0%}: Clopper-Pearson {result.clopper_pearson_lower:.4f}, "
+        f"lower bound at {result.confidence:.0%}: "
+        f"Clopper-Pearson {result.clopper_pearson_lower:.4f}, "
         f"Wilson {result.wilson_lower:.4f}",
         f"mean return {result.mean_return:.4f}",
     ]

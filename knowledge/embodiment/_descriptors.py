@@ -66,7 +66,8 @@ class Embodiment:
             raise EmbodimentError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if data.get("format") != FORMAT:
             raise EmbodimentError(
-                f"{where}: format {data.get('format')!r} is not {FORMAT}, the one this library reads"
+                f"{where}: format {data.get('format')!r} is not {FORMAT}, "
+                "the one this library reads"
             )
         unknown = set(data) - {"format", "name", *_PARTS, *_DERIVED}
         if unknown:
@@ -148,7 +149,10 @@ class Embodiment:
         return moving
 
     def __repr__(self) -> str:
-        return f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, fingerprint={self.fingerprint[:12]!r})"
+        return (
+            f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, "
+            f"fingerprint={self.fingerprint[:12]!r})"
+        )
 
 
 _PARTS: dict[str, type] = {

@@ -135,7 +135,8 @@ def as_embodiment(embodiment: EmbodimentInput) -> Embodiment:
             else Embodiment.from_mjcf(path)
         )
     raise EmbodimentError(
-        f"a query's embodiment is an Embodiment, a path to MJCF or URDF, or MJCF text; got {type(embodiment).__name__}"
+        "a query's embodiment is an Embodiment, a path to MJCF or URDF, or MJCF text; "
+        f"got {type(embodiment).__name__}"
     )
 
 

@@ -40,7 +40,9 @@ def main() -> None:
         data.subset(train),
         meta={
             "dataset": "sim.robot_population(64, 40), 16 branches per transfer, seed 0",
-            "held_out": "TransferDataset.split(0.25, seed=0): the bodies benchmarks/transfer.py reports on",
+            "held_out": (
+                "TransferDataset.split(0.25, seed=0): the bodies benchmarks/transfer.py reports on"
+            ),
         },
     )
     with resources.as_file(WEIGHTS) as path:

@@ -53,8 +53,8 @@ class PolicyCaller:
         spec = getattr(policy, "spec", None)
         if spec is not None and (spec.obs_dim, spec.act_dim) != (task.obs_dim, task.act_dim):
             raise IncompatibleTemplateError(
-                f"the skill maps {spec.obs_dim} observations to {spec.act_dim} actions; task {task.name!r} "
-                f"gives {task.obs_dim} and drives {task.act_dim}"
+                f"the skill maps {spec.obs_dim} observations to {spec.act_dim} actions; "
+                f"task {task.name!r} gives {task.obs_dim} and drives {task.act_dim}"
             )
         self.policy = policy
         self.torch = isinstance(policy, torch.nn.Module)

@@ -156,8 +156,10 @@ def _arm_scene(
     for k in range(n):
         pos = 0.1 * reach / 0.9 if k == 0 else lengths[k - 1]
         chain.append(
-            f'<body name="link{k + 1}" pos="0 0 {pos:.6g}" quat="{_f(_quat(axes[k], home[k]))}" gravcomp="1">'
-            f'<joint name="j{k + 1}" axis="{_f(_AXES[axes[k]])}" range="{-widths[k]:.6g} {widths[k]:.6g}" '
+            f'<body name="link{k + 1}" pos="0 0 {pos:.6g}" '
+            f'quat="{_f(_quat(axes[k], home[k]))}" gravcomp="1">'
+            f'<joint name="j{k + 1}" axis="{_f(_AXES[axes[k]])}" '
+            f'range="{-widths[k]:.6g} {widths[k]:.6g}" '
             f'damping="{damping[k]:.6g}" armature="{armature[k]:.6g}"/>'
             f'<geom fromto="0 0 0 0 0 {lengths[k]:.6g}" size="{radius * (1 - 0.4 * k / n):.6g}" '
             f'mass="{density * lengths[k]:.6g}"/>'
@@ -170,6 +172,7 @@ def _arm_scene(
         f'ctrlrange="{-widths[k] * gear:.6g} {widths[k] * gear:.6g}"/>'
         for k in range(n)
     )
+    base = f"{0.07 * reach / 0.9:.6g}"
     robot = f"""<mujoco model="arm-{seed}">
   <compiler angle="radian" autolimits="true"/>
   <option timestep="0.004" integrator="implicitfast"/>
@@ -177,7 +180,7 @@ def _arm_scene(
   <worldbody>
     <light pos="0 0 2"/>
     <geom name="floor" type="plane" size="2 2 0.1" contype="1" conaffinity="1"/>
-    <body name="base" pos="0 0 0.05"><geom type="cylinder" size="{0.07 * reach / 0.9:.6g} 0.05" mass="3"/>
+    <body name="base" pos="0 0 0.05"><geom type="cylinder" size="{base} 0.05" mass="3"/>
       {"".join(chain)}{"".join(closing)}
     </body>
     MARKERS
@@ -190,7 +193,8 @@ def _arm_scene(
     tool = _f(data.site("ee").xpos)
     markers = (
         f'<site name="home" pos="{tool}" size="0.01" rgba="1 1 1 0.3"/>'
-        f'<body name="target" pos="{tool}"><site name="target" size="0.025" rgba="0 1 0 0.6"/></body>'
+        f'<body name="target" pos="{tool}">'
+        '<site name="target" size="0.025" rgba="0 1 0 0.6"/></body>'
     )
     return robot.replace("MARKERS", markers)
 
@@ -226,10 +230,13 @@ def procedural_legged(seed: int) -> Robot:
     for i in range(legs):
         x, y = torso / 2 - i * torso / (legs - 1), 0.06 * (1 if i % 2 == 0 else -1)
         parts.append(
-            f'<body name="thigh{i}" pos="{x:.6g} {y:.6g} 0"><joint name="hip{i}" axis="0 1 0" range="{-hip:.6g} {hip:.6g}"/>'
+            f'<body name="thigh{i}" pos="{x:.6g} {y:.6g} 0">'
+            f'<joint name="hip{i}" axis="0 1 0" range="{-hip:.6g} {hip:.6g}"/>'
             f'<geom fromto="0 0 0 0 0 {-thigh:.6g}" mass="{leg_mass:.6g}"/>'
-            f'<body name="shin{i}" pos="0 0 {-thigh:.6g}"><joint name="knee{i}" axis="0 1 0" range="{-knee:.6g} 0.3"/>'
-            f'<geom name="foot{i}" fromto="0 0 0 0 0 {-shin:.6g}" mass="{0.7 * leg_mass:.6g}"/></body></body>'
+            f'<body name="shin{i}" pos="0 0 {-thigh:.6g}">'
+            f'<joint name="knee{i}" axis="0 1 0" range="{-knee:.6g} 0.3"/>'
+            f'<geom name="foot{i}" fromto="0 0 0 0 0 {-shin:.6g}" mass="{0.7 * leg_mass:.6g}"/>'
+            "</body></body>"
         )
         joints += [f"hip{i}", f"knee{i}"]
         slots += [Slot(i / (legs - 1), 0), Slot(i / (legs - 1), 1)]
@@ -240,6 +247,7 @@ def procedural_legged(seed: int) -> Robot:
         f'ctrlrange="{low * gear:.6g} {high * gear:.6g}"/>'
         for j, (low, high) in zip(joints, ranges, strict=True)
     )
+    ends = f"{-torso / 2:.6g} 0 0 {torso / 2:.6g} 0 0"
     scene = f"""<mujoco model="legged-{seed}">
   <compiler angle="radian" autolimits="true"/>
   <option timestep="0.005"/>
@@ -254,7 +262,7 @@ def procedural_legged(seed: int) -> Robot:
       <joint name="rootx" type="slide" axis="1 0 0" damping="0" armature="0"/>
       <joint name="rootz" type="slide" axis="0 0 1" damping="0" armature="0"/>
       <joint name="rooty" type="hinge" axis="0 1 0" damping="0" armature="0"/>
-      <geom name="torso" fromto="{-torso / 2:.6g} 0 0 {torso / 2:.6g} 0 0" size="0.045" mass="{torso_mass:.6g}"/>
+      <geom name="torso" fromto="{ends}" size="0.045" mass="{torso_mass:.6g}"/>
       {"".join(parts)}
     </body>
   </worldbody>

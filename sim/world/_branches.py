@@ -285,8 +285,8 @@ def migrate(shards: Shards, entity: str, to: str, provenance: str) -> Migration:
             _, last = shards.store.last_event(shard, CANONICAL)
             if last > head:
                 raise HistoryError(
-                    f"shard {shard!r} has events scheduled up to tick {last}, past its head {head}: "
-                    "advance past them before migrating"
+                    f"shard {shard!r} has events scheduled up to tick {last}, "
+                    f"past its head {head}: advance past them before migrating"
                 )
         handoff = read_handoff(shards, source, entity)
         moved = replace(found, shard=to)

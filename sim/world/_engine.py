@@ -35,8 +35,9 @@ def load_template(xml: str, model_hash: str) -> Template:
     template = cached_template(xml)
     if template.model_hash != model_hash:
         raise ReplayTemplateError(
-            f"template {template.source_hash[:12]} was recorded as compiled model {model_hash[:12]}, it compiles "
-            f"to {template.model_hash[:12]} here (another MuJoCo build?): its history cannot replay exactly"
+            f"template {template.source_hash[:12]} was recorded as compiled model "
+            f"{model_hash[:12]}, it compiles to {template.model_hash[:12]} here "
+            "(another MuJoCo build?): its history cannot replay exactly"
         )
     return template
 

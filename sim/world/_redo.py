@@ -111,8 +111,8 @@ class RedoFile:
             if hashlib.sha256(self._salt + payload).digest() != digest:
                 if at + _HEADER.size + length == len(data):  # the last record: see above
                     _logger.warning(
-                        "%s: the last commit (byte %d) fails its checksum and is cut off, as a torn "
-                        "write (a power loss while it was written)",
+                        "%s: the last commit (byte %d) fails its checksum and is cut off, "
+                        "as a torn write (a power loss while it was written)",
                         self.path,
                         at,
                     )
@@ -185,8 +185,9 @@ class RedoFile:
             except OSError:
                 self.close()
                 raise WorldError(
-                    f"{self.path}: the commit could not be written ({exc}), nor taken back; the file is "
-                    f"closed, and the commit may be found when the world is opened again"
+                    f"{self.path}: the commit could not be written ({exc}), nor taken back; "
+                    "the file is closed, and the commit may be found "
+                    "when the world is opened again"
                 ) from None
             self.size, self.last = start, number - 1
             if isinstance(exc, OSError):

@@ -17,7 +17,8 @@ import orjson
 from .._errors import CorruptLogError
 
 SEGMENT_EVENTS = 256  # events per segment at most: what a read of one tick decodes
-COLUMNS = "first_seq, last_seq, first_tick, last_tick, head, events, checksum"  # what `check` and `decode` read
+# what `check` and `decode` read
+COLUMNS = "first_seq, last_seq, first_tick, last_tick, head, events, checksum"
 Checksum = Callable[..., str]
 
 

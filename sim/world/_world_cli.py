@@ -165,7 +165,8 @@ def status_command(home: SiteHome, name: str | None, backend: str, as_json: bool
         click.echo(json.dumps(status, indent=1))
         return
     lines = [
-        f"world {status['name']} ({status['id']}), checkpoints every {status['checkpoint_every']} ticks"
+        f"world {status['name']} ({status['id']}), "
+        f"checkpoints every {status['checkpoint_every']} ticks"
     ]
     for shard, s in status["shards"].items():
         kept = f" (history from tick {s['history_from']})" if s["history_from"] else ""
@@ -175,7 +176,8 @@ def status_command(home: SiteHome, name: str | None, backend: str, as_json: bool
         )
     for b in status["branches"]:
         lines.append(
-            f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, at {b['head']}  {b['label']}"
+            f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, "
+            f"at {b['head']}  {b['label']}"
         )
     click.echo("\n".join(lines))
 
@@ -239,7 +241,8 @@ def replay_command(
     else:
         verdict = "exact" if result.exact else f"DIFFERS at ticks {list(result.mismatched)}"
         click.echo(
-            f"replayed {shard} {start}..{stop}: {verdict} ({len(result.checked)} checkpoints compared); "
+            f"replayed {shard} {start}..{stop}: {verdict} "
+            f"({len(result.checked)} checkpoints compared); "
             f"state {data['state_sha256'][:16]}"
         )
     if not result.exact:

@@ -17,7 +17,8 @@ from .._templates import Template
 from ._entities import entity_of
 
 MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
-MAX_AHEAD = 1_000_000  # ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
+# ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
+MAX_AHEAD = 1_000_000
 
 
 def as_int(value: object) -> int | None:

@@ -46,20 +46,25 @@ _FOLDED = (
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL,
+    model_hash TEXT NOT NULL, checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL,
     checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL, checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base_tick INTEGER NOT NULL,
-    head INTEGER NOT NULL, label TEXT NOT NULL, anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL,
-    anchor TEXT NOT NULL, tip TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
-CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, head INTEGER NOT NULL,
-    events TEXT NOT NULL, checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
-CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL, tick INTEGER NOT NULL,
-    template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL, state BLOB NOT NULL,
-    checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL,
+    checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL,
+    base_tick INTEGER NOT NULL, head INTEGER NOT NULL, label TEXT NOT NULL,
+    anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL, anchor TEXT NOT NULL,
+    tip TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
+CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL,
+    first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL,
+    last_tick INTEGER NOT NULL, head INTEGER NOT NULL, events TEXT NOT NULL,
+    checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
+CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL,
+    tick INTEGER NOT NULL, template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL,
+    state BLOB NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL,
+    checksum TEXT NOT NULL);
 """
 
 
@@ -221,7 +226,8 @@ class WorldFiles(abc.ABC):
             yield
             if self._failure is not None:
                 raise WorldError(
-                    f"{self.path}: nothing of this commit was kept: it failed earlier ({self._failure})"
+                    f"{self.path}: nothing of this commit was kept: "
+                    f"it failed earlier ({self._failure})"
                 )
             if self._in_sqlite:
                 if not self._db.in_transaction:  # SQLite ended it after an error the caller caught
@@ -285,7 +291,8 @@ class WorldFiles(abc.ABC):
             return
         if self._failure is not None:
             raise WorldError(
-                f"{self.path}: this commit already failed ({self._failure}); nothing of it will be kept"
+                f"{self.path}: this commit already failed ({self._failure}); "
+                "nothing of it will be kept"
             )
         with self._writing():
             if not self._in_sqlite:

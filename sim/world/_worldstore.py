@@ -358,18 +358,20 @@ class WorldStore(WorldFiles):
             # SQLite
             if type(tick) is not int or not 0 <= tick <= _SQLITE_INT_MAX:
                 raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int in 0..2**63-1"
+                    f"log {shard}/{branch or 'canonical'}: "
+                    f"tick {tick!r} is not an int in 0..2**63-1"
                 )
             if tick < last_tick:
                 raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}"
+                    f"log {shard}/{branch or 'canonical'}: "
+                    f"event at tick {tick} after tick {last_tick}"
                 )
             try:  # encoded now, so that an event that cannot be stored is refused here, alone
                 encoded.append(orjson.dumps(event, option=_ORJSON))
             except orjson.JSONEncodeError as exc:
                 raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: the event at tick {tick} cannot be stored: "
-                    f"{exc}"
+                    f"log {shard}/{branch or 'canonical'}: "
+                    f"the event at tick {tick} cannot be stored: {exc}"
                 ) from None
             seq += 1
             out.append(Event(seq, *event))
@@ -393,7 +395,8 @@ class WorldStore(WorldFiles):
         # the first segment that goes past the tick holds the answer if it starts at or before it;
         # else the segment before it ends with the answer
         past = self._rows(
-            "SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
+            "SELECT first_seq, first_tick FROM segments "
+            "WHERE shard = ? AND branch = ? AND last_tick > ? "
             "ORDER BY last_tick, first_seq LIMIT 1",
             (shard, branch, until_tick),
             log=(shard, branch),
@@ -403,7 +406,8 @@ class WorldStore(WorldFiles):
                 -1
             ].seq
         before = self._rows(
-            f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
+            "SELECT last_seq FROM segments "
+            f"WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
             (shard, branch, until_tick),
             log=(shard, branch),
         )
@@ -438,7 +442,8 @@ class WorldStore(WorldFiles):
         ) as cursor:
             for row in cursor:
                 if last_tick is not None and row[2] > last_tick:
-                    break  # segments start later and later: no need to read on to the end of the log
+                    # segments start later and later: no need to read on to the end of the log
+                    break
                 rows.append(row)
         if not rows:
             return []
@@ -484,8 +489,8 @@ class WorldStore(WorldFiles):
 
     def checkpoint(self, shard: str, branch: str, at_or_before: int) -> Checkpoint | None:
         rows = self._rows(
-            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-            "AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1",
+            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints "
+            "WHERE shard = ? AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1",
             (shard, branch, at_or_before),
             log=(shard, branch),
         )
@@ -493,8 +498,8 @@ class WorldStore(WorldFiles):
 
     def checkpoints(self, shard: str, branch: str, first: int, last: int) -> list[Checkpoint]:
         rows = self._rows(
-            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-            "AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick",
+            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints "
+            "WHERE shard = ? AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick",
             (shard, branch, first, last),
             log=(shard, branch),
         )
