@@ -55,7 +55,10 @@ def header(
     """An Authorization header built by hand (any timestamp, nonce, or a key it does not own)."""
     nonce = nonce or os.urandom(16).hex()
     sig = identity.sign(signed_message(method, target, body, ts, nonce, audience))
-    return f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, nonce={nonce}, sig={sig.hex()}"
+    return (
+        f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, "
+        f"nonce={nonce}, sig={sig.hex()}"
+    )
 
 
 def parts(request: httpx.Request) -> tuple[str, str, bytes, str]:

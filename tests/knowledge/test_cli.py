@@ -105,7 +105,8 @@ def test_help_imports_no_other_package():
     """Listing the commands costs no import of the simulator, the server or the heavy libraries."""
     code = (
         "import sys\nfrom click.testing import CliRunner\nfrom knowledge.cli import main\n"
-        "result = CliRunner().invoke(main, ['--help'])\nassert result.exit_code == 0, result.output\n"
+        "result = CliRunner().invoke(main, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
         "print(sorted(m for m in ('sim', 'federation', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -84,7 +84,8 @@ def _apply(writers, skills, operation) -> None:
             elif kind == "withdraw" and skill in w.skills:
                 w.skills.withdraw(skill)
     except (knowledge.NotAuthorizedError, knowledge.RecordError, knowledge.StoreError):
-        pass  # a device without the role, another site's skill, nothing to checkpoint: refused, no change
+        # a device without the role, another site's skill, nothing to checkpoint: refused, no change
+        pass
 
 
 @settings(max_examples=EXAMPLES)
@@ -165,7 +166,8 @@ def test_replicas_converge(n_roots, n_devices, operations, n_replicas, seed):
 
         expected = replicas[0].snapshot()
         event(
-            f"skills={min(len(expected['skills']), 5)} cells={min(len(expected['cells']), 3)} active={sum(s['active'] for s in expected['skills'].values())}"
+            f"skills={min(len(expected['skills']), 5)} cells={min(len(expected['cells']), 3)} "
+            f"active={sum(s['active'] for s in expected['skills'].values())}"
         )
         for kb in [*replicas[1:], late, *writers]:
             assert kb.snapshot() == expected

@@ -462,7 +462,8 @@ BAD_URDFS = {
         "package:// URIs",
     ),
     "no_inertia.urdf": (
-        '<robot name="r"><link name="a"/><link name="b"/><joint name="j" type="revolute"><parent link="a"/>'
+        '<robot name="r"><link name="a"/><link name="b"/>'
+        '<joint name="j" type="revolute"><parent link="a"/>'
         '<child link="b"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>',
         "MuJoCo cannot compile it",
     ),

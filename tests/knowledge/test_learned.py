@@ -88,12 +88,16 @@ def test_one_token_per_moving_joint(body):
     )
 
 
-BENT_ARM = """<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" axis="0 0 1"/>
+_BENT_ARM_ACTUATORS = (
+    '<actuator><position joint="j1" gear="2" kp="10"/>'
+    '<position joint="j2" gear="2" kp="10"/></actuator>'
+)
+BENT_ARM = f"""<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" axis="0 0 1"/>
   <geom type="capsule" fromto="0 0 0 0 0 0.3" size="0.02"/>
   <body name="b" pos="0 0 0.3" quat="0.9 0 0.43 0"><joint name="j2" axis="0 1 0"/>
     <geom type="capsule" fromto="0 0 0 0 0 0.25" size="0.02"/><site name="tool" pos="0 0 0.2"/>
   </body></body></worldbody>
-  <actuator><position joint="j1" gear="2" kp="10"/><position joint="j2" gear="2" kp="10"/></actuator></mujoco>"""
+  {_BENT_ARM_ACTUATORS}</mujoco>"""
 
 
 def test_a_joint_token_holds_how_its_joint_moves_the_tool_per_unit_of_command():

@@ -60,7 +60,8 @@ def http(
     status: int, body: bytes, content_type: str = "application/json", extra: str = ""
 ) -> bytes:
     return (
-        f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n{extra}\r\n"
+        f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\n"
+        f"content-length: {len(body)}\r\n{extra}\r\n"
     ).encode() + body
 
 

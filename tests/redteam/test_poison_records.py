@@ -421,13 +421,19 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         import importlib.util
         spec = importlib.util.spec_from_file_location("poison", {__file__!r})
-        poison = importlib.util.module_from_spec(spec); sys.modules["poison"] = poison; spec.loader.exec_module(poison)
+        poison = importlib.util.module_from_spec(spec)
+        sys.modules["poison"] = poison
+        spec.loader.exec_module(poison)
         w = poison.make_world()
         kb = w.receiver()
         raw = w.forger.envelope("cell/lobby/1,1", '"\\\\' * 80_000)
         started = time.perf_counter()
         report = kb.ingest([raw])
-        print(round(time.perf_counter() - started, 3), report.reasons(), [i.reason[:40] for i in report.record_issues])
+        print(
+            round(time.perf_counter() - started, 3),
+            report.reasons(),
+            [i.reason[:40] for i in report.record_issues],
+        )
     """)
     try:
         done = subprocess.run(
@@ -435,8 +441,8 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
         )
     except subprocess.TimeoutExpired:
         pytest.fail(
-            "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s, child start "
-            "included (about 140 s here): "
+            "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s, "
+            "child start included (about 140 s here): "
             "record_limits' string regex backtracks from every quote to the end of the text"
         )
     assert done.returncode == 0, done.stderr[-2000:]

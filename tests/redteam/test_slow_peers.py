@@ -75,7 +75,8 @@ async def drip_peer(body_port: int, headers_port: int, lifetime: float) -> None:
                     )
                 else:
                     writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-simnet-envelopes\r\nx-drip: "
+                        b"HTTP/1.1 200 OK\r\n"
+                        b"content-type: application/x-simnet-envelopes\r\nx-drip: "
                     )
                 print(f"dripping {mode} {path}", flush=True)
                 for _ in range(MAX_DRIPS):
@@ -208,7 +209,8 @@ def test_a_dripping_peer_costs_only_its_own_rounds(live, drip):
     assert DEADLINE - 0.1 <= drip_sync <= 2 * DEADLINE + 3, drip_sync
     assert honest_sync < 3, honest_sync
     print(
-        f"\nconverged in {converged:.2f} s; admin sync: honest {honest_sync:.2f} s, dripping {drip_sync:.2f} s"
+        f"\nconverged in {converged:.2f} s; "
+        f"admin sync: honest {honest_sync:.2f} s, dripping {drip_sync:.2f} s"
     )
 
     def states() -> dict[str, dict]:

@@ -223,7 +223,8 @@ class PreparedSite:
     """
 
     site: SiteProcess
-    peer: Identity  # a site root the site trusts for every role (not the site itself: no admin rights)
+    # a site root the site trusts for every role (not the site itself: no admin rights)
+    peer: Identity
     device: knowledge.KnowledgeBase  # a robot delegated by the site
     blob: str
     blob_data: bytes

@@ -105,7 +105,8 @@ def sent(
 def check(fuzz, response: httpx.Response, before) -> None:
     ps, signed, _ = fuzz
     event(
-        f"{response.status_code} {response.json().get('error', '') if response.status_code >= 400 else ''}"
+        f"{response.status_code} "
+        f"{response.json().get('error', '') if response.status_code >= 400 else ''}"
         if response.headers.get("content-type", "").startswith("application/json")
         else str(response.status_code)
     )

@@ -59,7 +59,10 @@ def authorization(
     ts = now_ms() if ts is None else ts
     nonce = nonce or os.urandom(16).hex()
     sig = identity.sign(signed_message(method, target, body, ts, nonce, audience))
-    return f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, nonce={nonce}, sig={sig.hex()}"
+    return (
+        f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, "
+        f"nonce={nonce}, sig={sig.hex()}"
+    )
 
 
 def call(
