@@ -196,7 +196,10 @@ def main() -> None:
         "rss_growth_mb": round(growth, 2),
         "naive_rss_growth_mb": round(naive, 2),
         "memory_ratio": round(growth / naive, 3),
-        "policy": f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, one batched call per control step",
+        "policy": (
+            f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, "
+            "one batched call per control step"
+        ),
         **sprt_figures(seeds),
     }
     line["sprt_savings"] = round(line["sprt_savings"], 3)

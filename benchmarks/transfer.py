@@ -1,7 +1,8 @@
 """Does distance predict transfer? The learned encoder against the feature encoder, on held-out
 bodies.
 
-    python benchmarks/transfer.py [--quick] [--dataset FILE] [--save FILE] [--workers N] [--plot FILE]
+    python benchmarks/transfer.py [--quick] [--dataset FILE] [--save FILE] [--workers N]
+                                  [--plot FILE]
 
 1. A transfer dataset: procedural arms and legged bodies plus the shipped arm and walker; every
    body's native skill evaluated on every body of its kind (`sim.transfer.transfer_dataset`, 16

@@ -71,14 +71,16 @@ def main() -> None:
             cert = sim.certify(validator, skill.id, result)
             print(
                 f"validator: {skill.name:16} {result.successes:3}/{result.n} succeeded, "
-                f"Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)}"
+                f"Wilson lower bound {result.wilson_lower:.3f}; "
+                f"randomized {', '.join(cert.randomized)}"
             )
 
         site.ingest(validator.envelopes_since(site.heads()))
         for skill in skills.values():
             activation_state = site.activation(skill.id)
             print(
-                f"site: {skill.name:16} active={activation_state.active}  ({'; '.join(activation_state.reasons)})"
+                f"site: {skill.name:16} active={activation_state.active}  "
+                f"({'; '.join(activation_state.reasons)})"
             )
 
         (cert,) = site.certificates.for_skill(skills["good"].id)

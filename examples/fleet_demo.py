@@ -141,7 +141,8 @@ def run_fleet(homes: dict[str, Path], ports: dict[str, int], keys: dict[str, byt
         robot_kb.counters.record(skill.id, success=ok)
     report = sync_with(robot_kb, url["site-a"], keys["site-a"])
     print(
-        f"robot {robot.key_id} published {skill.name} ({skill.id[:12]}…) and pushed {report.pushed} envelopes to site-a"
+        f"robot {robot.key_id} published {skill.name} ({skill.id[:12]}…) "
+        f"and pushed {report.pushed} envelopes to site-a"
     )
 
     wait_for(
@@ -184,7 +185,8 @@ def run_fleet(homes: dict[str, Path], ports: dict[str, int], keys: dict[str, byt
     for name, home in homes.items():
         s = site_status(home)
         print(
-            f"  {name}: skills {s['skills']}, active {s['active_skills']}, certificates {s['certificates']}, "
+            f"  {name}: skills {s['skills']}, active {s['active_skills']}, "
+            f"certificates {s['certificates']}, "
             f"revocations {s['revocations']}, writers {s['writers']}"
         )
     print(simnet(homes["site-c"], "skills", "list").rstrip())

@@ -87,7 +87,8 @@ def main() -> None:
         print(f"sync: {moved} signed envelopes moved robot -> site A -> site B")
         print(
             f"site B sees skill: {skill.id in site_b.skills}, "
-            f"mug at {site_b.maps['kitchen'].get((2, 1)).cell}, counts {site_b.counters.get(skill.id)}"
+            f"mug at {site_b.maps['kitchen'].get((2, 1)).cell}, "
+            f"counts {site_b.counters.get(skill.id)}"
         )
         print(f"active at site A before any certificate: {site_a.is_active(skill.id)}")
 
@@ -108,7 +109,8 @@ def main() -> None:
         sync(site_a, robot_kb)
         print(
             f"site A revoked it; active at A: {site_a.is_active(skill.id)}, "
-            f"revoked at B: {site_b.is_revoked(skill.id)}, revoked on the robot: {robot_kb.is_revoked(skill.id)}"
+            f"revoked at B: {site_b.is_revoked(skill.id)}, "
+            f"revoked on the robot: {robot_kb.is_revoked(skill.id)}"
         )
 
         converged = site_a.snapshot() == site_b.snapshot() == robot_kb.snapshot()

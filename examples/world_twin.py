@@ -57,7 +57,8 @@ def main() -> None:
             before = world.snapshot("west")
         with sim.World.open(path) as world:
             print(
-                f"reopened at tick {world.head('west')}, same state: {world.snapshot('west').same_state(before)}"
+                f"reopened at tick {world.head('west')}, "
+                f"same state: {world.snapshot('west').same_state(before)}"
             )
             branch = world.fork("west", at=1200)
             branch.apply(
@@ -82,7 +83,8 @@ def main() -> None:
             )
             print(
                 f"counterfactual: a heavier walker ends at x={walker_x(heavier.snapshot):.3f}, "
-                f"the recorded one at x={walker_x(replay.snapshot):.3f} (branch {heavier.branch.id})"
+                f"the recorded one at x={walker_x(replay.snapshot):.3f} "
+                f"(branch {heavier.branch.id})"
             )
             world.migrate("walker1", "east", provenance="walked into the east cell")
             print(f"entities: {world.entities()}")
@@ -101,8 +103,9 @@ def main() -> None:
             cert = sim.certify(kb, skill.id, result)
             start = cert.evaluation["start"]
             print(
-                f"certified {cert.successes}/{cert.branches} from world {start['world']['name']} shard "
-                f"{start['shard']} at t={start['time']:.2f}s; verifies: {sim.verify_certificate(kb, cert).valid}"
+                f"certified {cert.successes}/{cert.branches} from world "
+                f"{start['world']['name']} shard {start['shard']} at t={start['time']:.2f}s; "
+                f"verifies: {sim.verify_certificate(kb, cert).valid}"
             )
             kb.close()
 
