@@ -4,8 +4,8 @@
     python3 dev.py demo     run the main example
     python3 dev.py test     run the whole test suite (extra arguments go to pytest)
 
-Needs only Python 3.11+. It installs `uv` into `.cache/bootstrap` if `uv` is not on PATH, then
-`uv sync` builds `.venv` from the committed lock file, so every run uses the same dependency versions.
+Needs only Python 3.11+. It installs `uv` into `.cache/bootstrap` if `uv` is not on PATH, then `uv
+sync` builds `.venv` from the committed lock file, so every run uses the same dependency versions.
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ def library_rate(task: sim.Task, skill: sim.Policy, sampler: sim.Sampler, thread
 
 def raw_rate(task: sim.Task, steps: int, moving: bool) -> float:
     """mj_step/s of a plain single-thread loop on the template. `moving` sweeps the joint targets
-    every control period, as a reaching policy does (a moving arm costs ~10% more per step than
-    one holding its pose); the targets are precomputed, so the loop does only what the raw loop does."""
+    every control period, as a reaching policy does (a moving arm costs ~10% more per step than one
+    holding its pose); the targets are precomputed, so the loop does only what the raw loop does."""
     model = task.template.model
     data = mujoco.MjData(model)
     mujoco.mj_resetDataKeyframe(model, data, task.keyframe)
@@ -196,7 +196,10 @@ def main() -> None:
         "rss_growth_mb": round(growth, 2),
         "naive_rss_growth_mb": round(naive, 2),
         "memory_ratio": round(growth / naive, 3),
-        "policy": f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, one batched call per control step",
+        "policy": (
+            f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, "
+            "one batched call per control step"
+        ),
         **sprt_figures(seeds),
     }
     line["sprt_savings"] = round(line["sprt_savings"], 3)

@@ -1,8 +1,8 @@
 """Ingest throughput of a fresh knowledge base (durable store included) against its raw baselines.
 
-A stream of single-record envelopes from several writers is ingested in pages, as sync delivers them.
-In the same run, on the same envelopes: the raw Ed25519 verify rate of `cryptography` and the raw
-`pycrdt` apply rate of their updates. Prints one JSON line; figures are medians over repeats.
+A stream of single-record envelopes from several writers is ingested in pages, as sync delivers
+them. In the same run, on the same envelopes: the raw Ed25519 verify rate of `cryptography` and the
+raw `pycrdt` apply rate of their updates. Prints one JSON line; figures are medians over repeats.
 
     python benchmarks/replication.py [--quick] [--envelopes N] [--writers W] [--page P]
 """

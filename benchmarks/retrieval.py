@@ -1,17 +1,18 @@
 """Query latency of the skill index's filtered search against raw FAISS search, and its recall.
 
 Skills are scoped to perturbed variants of real bodies (the project's test robots and gymnasium's
-MuJoCo models: masses, link lengths, ranges, gains and damping scaled, sensors dropped), encoded by the
-default feature encoder; each skill adds a little jitter to its scope's vector. Queries are other,
-unseen variants. The library path is `SkillIndex.search(query, 10, allowed=selection)` with a standing
-selection for "active skills of one task family" (about a quarter of the skills); the baseline is an
-unfiltered single-query FAISS search on the same vectors in the same structure (a plain flat index when
-the library is exact, the library's own trained IVF otherwise), timed interleaved with the library (which
-of the two goes first alternates, since the second finds the first's lists in cache), both on one thread.
-Recall@10 is measured against exact search over the allowed skills (tie-aware).
+MuJoCo models: masses, link lengths, ranges, gains and damping scaled, sensors dropped), encoded by
+the default feature encoder; each skill adds a little jitter to its scope's vector. Queries are
+other, unseen variants. The library path is `SkillIndex.search(query, 10, allowed=selection)` with a
+standing selection for "active skills of one task family" (about a quarter of the skills); the
+baseline is an unfiltered single-query FAISS search on the same vectors in the same structure (a
+plain flat index when the library is exact, the library's own trained IVF otherwise), timed
+interleaved with the library (which of the two goes first alternates, since the second finds the
+first's lists in cache), both on one thread. Recall@10 is measured against exact search over the
+allowed skills (tie-aware).
 
-Prints one JSON line. Top-level figures are for the largest size run (1,000,000 skills, or 100,000 with
---quick); "runs" holds the figures of every size.
+Prints one JSON line. Top-level figures are for the largest size run (1,000,000 skills, or 100,000
+with --quick); "runs" holds the figures of every size.
 
     python benchmarks/retrieval.py [--quick] [--queries N] [--variants N]
 """
@@ -87,7 +88,8 @@ def variant(e: Embodiment, rng: np.random.Generator) -> Embodiment:
 def workload(
     skills: int, variants: int, queries: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Skill vectors, their task family (0-3) and active flag folded into one int, and query vectors."""
+    """Skill vectors, their task family (0-3) and active flag folded into one int, and query
+    vectors."""
     rng = np.random.default_rng(seed)
     base = bodies()
     encoder = FeatureEncoder()

@@ -1,14 +1,15 @@
 """Sync over real HTTP between `simnet serve` processes on loopback.
 
-(a) One site holds K new records (default 10,000 skill records, one per envelope, as robots publish
-    them); a fresh site pulls them: wall time, records/s, and bytes on the wire (compressed bodies, as
-    sent) against the raw size of the records' JSON payloads.
-(b) M sites (default 16), each holding records of its own, in push-pull gossip rounds: in every round
-    each site syncs with one peer chosen at random, all at once; rounds until every site holds
-    everything, against the goal ceil(log2 M) + 2.
+(a) One site holds K new records (default 10,000 skill records, one per envelope, as robots
+    publish them); a fresh site pulls them: wall time, records/s, and bytes on the wire
+    (compressed bodies, as sent) against the raw size of the records' JSON payloads.
+(b) M sites (default 16), each holding records of its own, in push-pull gossip rounds: in every
+    round each site syncs with one peer chosen at random, all at once; rounds until every site
+    holds everything, against the goal ceil(log2 M) + 2.
 (c) P peers (default 64) sync with one busy `simnet serve` site at once, each pulling what is new
-    there (20 records, a gossip round's increment) and pushing 3 of its own: the fraction of rounds that succeed (goal: all), round time p50/p99
-    against one uncontended round (goal: p99 under 2 s), and /v1/health's p99 latency while it lasts.
+    there (20 records, a gossip round's increment) and pushing 3 of its own: the fraction of
+    rounds that succeed (goal: all), round time p50/p99 against one uncontended round (goal: p99
+    under 2 s), and /v1/health's p99 latency while it lasts.
 
 Prints one JSON line.   python benchmarks/sync.py [--quick] [--records K] [--sites M] [--peers P]
 """
@@ -78,7 +79,8 @@ class Site:
         (self.home / "trust.toml").write_text(policy.to_toml())
 
     def publish(self, count: int) -> int:
-        """Write `count` skill records into the site's own store (before serving); returns payload bytes."""
+        """Write `count` skill records into the site's own store (before serving); returns payload
+        bytes."""
         with knowledge.open(self.home / "site.db", self.key, policy=self.home / "trust.toml") as kb:
             before = {s.id for s in kb.skills.list()}
             for i in range(count):

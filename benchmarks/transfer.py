@@ -1,16 +1,18 @@
-"""Does distance predict transfer? The learned encoder against the feature encoder, on held-out bodies.
+"""Does distance predict transfer? The learned encoder against the feature encoder, on held-out
+bodies.
 
-    python benchmarks/transfer.py [--quick] [--dataset FILE] [--save FILE] [--workers N] [--plot FILE]
+    python benchmarks/transfer.py [--quick] [--dataset FILE] [--save FILE] [--workers N]
+                                  [--plot FILE]
 
-1. A transfer dataset: procedural arms and legged bodies plus the shipped arm and walker; every body's
-   native skill evaluated on every body of its kind (`sim.transfer.transfer_dataset`, 16 branches per cell), or
-   a dataset file made the same way (`simnet encoder dataset`).
-2. A quarter of the bodies are held out (`TransferDataset.split(0.25, seed=0)`, by fingerprint hash):
-   the learned encoder is trained from scratch on the transfers among the other bodies only.
-3. For every held-out body and its task family: Spearman correlation between -distance and the measured
-   success of every other body's skill on it, and recall@5 of the skills that succeed in at least 80%
-   of branches; means over held-out bodies, for the learned encoder and for the feature encoder (the
-   baseline), overall and per task family.
+1. A transfer dataset: procedural arms and legged bodies plus the shipped arm and walker; every
+   body's native skill evaluated on every body of its kind (`sim.transfer.transfer_dataset`, 16
+   branches per cell), or a dataset file made the same way (`simnet encoder dataset`).
+2. A quarter of the bodies are held out (`TransferDataset.split(0.25, seed=0)`, by fingerprint
+   hash): the learned encoder is trained from scratch on the transfers among the other bodies only.
+3. For every held-out body and its task family: Spearman correlation between -distance and the
+   measured success of every other body's skill on it, and recall@5 of the skills that succeed in at
+   least 80% of branches; means over held-out bodies, for the learned encoder and for the feature
+   encoder (the baseline), overall and per task family.
 
 Prints one JSON line.
 """

@@ -1,39 +1,44 @@
-"""Persistent worlds: what persistence costs, how fast a fork is, how big a checkpoint is, whether replays are
-exact, and how much evaluation throughput the Ray backend keeps; each against its baseline in the same run.
+"""Persistent worlds: what persistence costs, how fast a fork is, how big a checkpoint is, whether
+replays are exact, and how much evaluation throughput the Ray backend keeps; each against its
+baseline in the same run.
 
     python benchmarks/world.py [--quick]
 
-- persistence_overhead: one shard (the shipped walker and a crate on a floor) stepping with its event log
-  and checkpoints on, against the same stepping with logging and checkpoints off; a setpoint event for the
-  walker's four joints every 20 ticks (10 Hz of virtual time), checkpoints every 1000 ticks, in windows of
-  one second of virtual time: the window's events and the advance over it are one commit (`World.batch`).
-  With persistence off, each setpoint is still checked against the shard's template and shaped into the
-  event the engine applies (`mutate_event`, what `World.apply` does before it logs), and the same engine
-  steps. Everything else `World.apply`, `World.advance` and the commit do counts as persistence: the
-  store, checksums, checkpoints, and the world's bookkeeping. Both run in this process (backend
-  "inline"). Runs alternate; the figure is the median over rounds of (with / without - 1), which load
-  drifting between rounds does not bias. persistence_overhead_1hz: the same with a setpoint every 200
-  ticks. persistence_overhead_vs_prebuilt: against the engine fed events built before timing (nothing
-  checked or shaped while it runs), the stricter figure. persistence_overhead_long_run: the 10 Hz figure
-  in one world that keeps running, stretch after stretch, each against the checked stepping from the
-  stretch's starting state; the other runs last about a second in a new world each, so they leave out
-  what a long-lived store adds (its redo file folded into the SQLite file every 4 MiB, about every 900
-  commits here; its WAL copied into the database file every 5 s, beside the writer; a growing file).
-  event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints included.
+- persistence_overhead: one shard (the shipped walker and a crate on a floor) stepping with its
+  event log and checkpoints on, against the same stepping with logging and checkpoints off; a
+  setpoint event for the walker's four joints every 20 ticks (10 Hz of virtual time), checkpoints
+  every 1000 ticks, in windows of one second of virtual time: the window's events and the advance
+  over it are one commit (`World.batch`). With persistence off, each setpoint is still checked
+  against the shard's template and shaped into the event the engine applies (`mutate_event`, what
+  `World.apply` does before it logs), and the same engine steps. Everything else `World.apply`,
+  `World.advance` and the commit do counts as persistence: the store, checksums, checkpoints, and
+  the world's bookkeeping. Both run in this process (backend "inline"). Runs alternate; the figure
+  is the median over rounds of (with / without - 1), which load drifting between rounds does not
+  bias. persistence_overhead_1hz: the same with a setpoint every 200 ticks.
+  persistence_overhead_vs_prebuilt: against the engine fed events built before timing (nothing
+  checked or shaped while it runs), the stricter figure. persistence_overhead_long_run: the 10 Hz
+  figure in one world that keeps running, stretch after stretch, each against the checked stepping
+  from the stretch's starting state; the other runs last about a second in a new world each, so they
+  leave out what a long-lived store adds (its redo file folded into the SQLite file every 4 MiB,
+  about every 900 commits here; its WAL copied into the database file every 5 s, beside the writer;
+  a growing file). event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints
+  included.
 - fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
   process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the
   fork alone (a checkpoint reference and a new log).
-- checkpoint_bytes: a stored checkpoint's state row and model patch (median over the run's checkpoints).
-- replay_exact_rate: of the recorded checkpoints that replays crossed (one from tick 0 over the whole run,
-  others from random ticks), the fraction reproduced bit for bit.
-- ray_throughput_retention: the walker task's closed-loop evaluation on 2 workers, physics steps/s with
-  Ray actors over steps/s with worker processes, each as `evaluate` runs it (worker processes are forked
-  per call from the preloaded forkserver; Ray actors are pooled for the session), both warm, alternating;
-  the median over pairs of Ray / processes. With few branches the per-call fork weighs on the processes; use the full run's figure.
+- checkpoint_bytes: a stored checkpoint's state row and model patch (median over the run's
+  checkpoints).
+- replay_exact_rate: of the recorded checkpoints that replays crossed (one from tick 0 over the
+  whole run, others from random ticks), the fraction reproduced bit for bit.
+- ray_throughput_retention: the walker task's closed-loop evaluation on 2 workers, physics steps/s
+  with Ray actors over steps/s with worker processes, each as `evaluate` runs it (worker processes
+  are forked per call from the preloaded forkserver; Ray actors are pooled for the session), both
+  warm, alternating; the median over pairs of Ray / processes. With few branches the per-call fork
+  weighs on the processes; use the full run's figure.
 
-Before measuring, the benchmark freezes the garbage collector's view of the heap after imports and setup
-(`gc.freeze()`, as long-running services do), so that collections of torch's and MuJoCo's import-time
-objects do not land at random in either measurement. Prints one JSON line.
+Before measuring, the benchmark freezes the garbage collector's view of the heap after imports and
+setup (`gc.freeze()`, as long-running services do), so that collections of torch's and MuJoCo's
+import-time objects do not land at random in either measurement. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -101,9 +106,9 @@ def persistent(twin: sim.World, ticks: int, period: int) -> float:
 def volatile(
     snap: sim.Snapshot, ticks: int, period: int, prebuilt: bool
 ) -> tuple[float, np.ndarray]:
-    """The same stepping from the same state with nothing logged and no checkpoints: the same setpoints
-    checked and shaped into events as the engine goes (or, `prebuilt`, before it starts), applied by the
-    same engine."""
+    """The same stepping from the same state with nothing logged and no checkpoints: the same
+    setpoints checked and shaped into events as the engine goes (or, `prebuilt`, before it starts),
+    applied by the same engine."""
     first, template = snap.tick, snap.template
     setpoints = {tick: gait(tick) for tick in range(first, first + ticks, period)}
     state = Checkpoint(
@@ -132,10 +137,10 @@ def volatile(
 def overhead(
     tmp: Path, ticks: int, period: int, repeats: int
 ) -> tuple[float, float, float, float, Path]:
-    """Rounds of runs, with persistence, then without (checked as it goes, then prebuilt): the medians over
-    rounds of (with / without - 1) against each, the median seconds with and without (checked), and the
-    last persistent world. A round's ratio is robust to load that drifts between rounds; a ratio of
-    medians is not."""
+    """Rounds of runs, with persistence, then without (checked as it goes, then prebuilt): the
+    medians over rounds of (with / without - 1) against each, the median seconds with and without
+    (checked), and the last persistent world. A round's ratio is robust to load that drifts between
+    rounds; a ratio of medians is not."""
     on, off, prebuilt = [], [], []
     for rep in range(repeats):
         path = tmp / f"w{period}-{rep}.db"

@@ -1,10 +1,10 @@
 """Evaluate → certify → active: only the skill that earns it activates.
 
 A site publishes two shipped arm-reaching skills, a working controller and a degraded one, as data
-(safetensors weights in a blob, the MLP's architecture in the record). A validator site receives them,
-rolls each out in 128 branches of the task with randomized masses, damping, gains, gravity and target
-poses, and signs the statistics as certificates. Back at the first site, its activation policy lets
-only the good skill through; any site can re-run a certificate to check it.
+(safetensors weights in a blob, the MLP's architecture in the record). A validator site receives
+them, rolls each out in 128 branches of the task with randomized masses, damping, gains, gravity and
+target poses, and signs the statistics as certificates. Back at the first site, its activation
+policy lets only the good skill through; any site can re-run a certificate to check it.
 
     python examples/certify_and_activate.py
 """
@@ -71,14 +71,16 @@ def main() -> None:
             cert = sim.certify(validator, skill.id, result)
             print(
                 f"validator: {skill.name:16} {result.successes:3}/{result.n} succeeded, "
-                f"Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)}"
+                f"Wilson lower bound {result.wilson_lower:.3f}; "
+                f"randomized {', '.join(cert.randomized)}"
             )
 
         site.ingest(validator.envelopes_since(site.heads()))
         for skill in skills.values():
             activation_state = site.activation(skill.id)
             print(
-                f"site: {skill.name:16} active={activation_state.active}  ({'; '.join(activation_state.reasons)})"
+                f"site: {skill.name:16} active={activation_state.active}  "
+                f"({'; '.join(activation_state.reasons)})"
             )
 
         (cert,) = site.certificates.for_skill(skills["good"].id)

@@ -1,9 +1,9 @@
 """A fleet of three sites on this machine: publish at one, watch gossip carry it, certify, revoke.
 
 Each site is a real `simnet serve` process on a loopback port with its own key, store and policy. A
-robot delegated by site A publishes a skill; gossip brings it to B and C; a validator delegated by site
-B certifies it, so it becomes active under A's policy; A revokes it and the revocation reaches every
-site. Everything is shut down at the end.
+robot delegated by site A publishes a skill; gossip brings it to B and C; a validator delegated by
+site B certifies it, so it becomes active under A's policy; A revokes it and the revocation reaches
+every site. Everything is shut down at the end.
 
     python examples/fleet_demo.py
 """
@@ -141,7 +141,8 @@ def run_fleet(homes: dict[str, Path], ports: dict[str, int], keys: dict[str, byt
         robot_kb.counters.record(skill.id, success=ok)
     report = sync_with(robot_kb, url["site-a"], keys["site-a"])
     print(
-        f"robot {robot.key_id} published {skill.name} ({skill.id[:12]}…) and pushed {report.pushed} envelopes to site-a"
+        f"robot {robot.key_id} published {skill.name} ({skill.id[:12]}…) "
+        f"and pushed {report.pushed} envelopes to site-a"
     )
 
     wait_for(
@@ -184,7 +185,8 @@ def run_fleet(homes: dict[str, Path], ports: dict[str, int], keys: dict[str, byt
     for name, home in homes.items():
         s = site_status(home)
         print(
-            f"  {name}: skills {s['skills']}, active {s['active_skills']}, certificates {s['certificates']}, "
+            f"  {name}: skills {s['skills']}, active {s['active_skills']}, "
+            f"certificates {s['certificates']}, "
             f"revocations {s['revocations']}, writers {s['writers']}"
         )
     print(simnet(homes["site-c"], "skills", "list").rstrip())

@@ -45,7 +45,8 @@ def table(results: list[QueryResult]) -> str:
         scope = r.skill.embodiments[r.scope]["name"]
         c = r.certificates
         rows.append(
-            f"{rank:>2}  {r.distance:8.3f}  {r.skill.name:<20} {r.skill.task:<11} {scope:<17} {c.count:>5} "
+            f"{rank:>2}  {r.distance:8.3f}  {r.skill.name:<20} {r.skill.task:<11} "
+            f"{scope:<17} {c.count:>5} "
             f"{c.branches:>8} {c.best_lower_bound:8.3f}  {state(r)}"
         )
     return "\n".join(rows)
@@ -86,7 +87,8 @@ def main() -> None:
             new_robot = ROBOTS / "arm6.urdf"
             print(f"new robot: {Embodiment.from_urdf(new_robot)}")
             print(
-                "distance: Euclidean, between weighted morphology features (the default FeatureEncoder)\n"
+                "distance: Euclidean, between weighted morphology features "
+                "(the default FeatureEncoder)\n"
             )
             print("every skill, nearest body first (active_only=False):")
             print(table(kb.skills.query(new_robot, active_only=False)))
@@ -94,7 +96,8 @@ def main() -> None:
             print(table(kb.skills.query(new_robot, task="pick")))
             saved = sorted(p.name for p in Path(tmp).glob("*.index"))
             print(
-                f"\nthe index is saved beside the store as {saved[0]} and reused when the site reopens"
+                f"\nthe index is saved beside the store as {saved[0]} "
+                "and reused when the site reopens"
             )
 
 

@@ -1,8 +1,10 @@
-"""Two sites share what their robots learn, in one process: publish, observe, count, certify, revoke.
+"""Two sites share what their robots learn, in one process: publish, observe, count, certify,
+revoke.
 
-Site A's root key delegates a robot; the robot publishes a skill and maps a room while "offline"; the
-sites exchange signed envelopes (what federation puts on the wire) and converge. A validator at site B
-certifies the skill, which becomes active at site A; a revocation then turns it off everywhere.
+Site A's root key delegates a robot; the robot publishes a skill and maps a room while "offline";
+the sites exchange signed envelopes (what federation puts on the wire) and converge. A validator at
+site B certifies the skill, which becomes active at site A; a revocation then turns it off
+everywhere.
 
     python examples/two_sites.py
 """
@@ -85,11 +87,13 @@ def main() -> None:
         print(f"sync: {moved} signed envelopes moved robot -> site A -> site B")
         print(
             f"site B sees skill: {skill.id in site_b.skills}, "
-            f"mug at {site_b.maps['kitchen'].get((2, 1)).cell}, counts {site_b.counters.get(skill.id)}"
+            f"mug at {site_b.maps['kitchen'].get((2, 1)).cell}, "
+            f"counts {site_b.counters.get(skill.id)}"
         )
         print(f"active at site A before any certificate: {site_a.is_active(skill.id)}")
 
-        # Site B's validator evaluates the skill (the simulator would produce these numbers) and certifies it.
+        # Site B's validator evaluates the skill (the simulator would produce these numbers) and
+        # certifies it.
         site_b.certificates.add(
             skill.id,
             branches=128,
@@ -105,7 +109,8 @@ def main() -> None:
         sync(site_a, robot_kb)
         print(
             f"site A revoked it; active at A: {site_a.is_active(skill.id)}, "
-            f"revoked at B: {site_b.is_revoked(skill.id)}, revoked on the robot: {robot_kb.is_revoked(skill.id)}"
+            f"revoked at B: {site_b.is_revoked(skill.id)}, "
+            f"revoked on the robot: {robot_kb.is_revoked(skill.id)}"
         )
 
         converged = site_a.snapshot() == site_b.snapshot() == robot_kb.snapshot()

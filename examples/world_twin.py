@@ -1,10 +1,12 @@
-"""A site's persistent twin: log, reopen, fork before a slip, replay exactly, ask "what if", certify from it.
+"""A site's persistent twin: log, reopen, fork before a slip, replay exactly, ask "what if", certify
+from it.
 
-A world of two shards (cells of a site) holds a walking robot and a crate. An operator's setpoints are
-logged as the walker runs; the world is closed and reopened where it stopped; a branch is forked before a
-moment of interest and pushed; the recorded history replays bit for bit; a counterfactual replay makes the
-walker heavier; the walker migrates to the other cell; the walking skill is certified from the world's
-own state, so the certificate says where and when it was evaluated; and old history is pruned.
+A world of two shards (cells of a site) holds a walking robot and a crate. An operator's setpoints
+are logged as the walker runs; the world is closed and reopened where it stopped; a branch is forked
+before a moment of interest and pushed; the recorded history replays bit for bit; a counterfactual
+replay makes the walker heavier; the walker migrates to the other cell; the walking skill is
+certified from the world's own state, so the certificate says where and when it was evaluated; and
+old history is pruned.
 
     python examples/world_twin.py
 """
@@ -34,7 +36,8 @@ def setpoints(tick: int) -> list[Mutation]:
 
 
 def walker_x(snapshot: sim.Snapshot) -> float:
-    """The walker's forward position: its root slide joint in the snapshot's state row (time comes first)."""
+    """The walker's forward position: its root slide joint in the snapshot's state row (time comes
+    first)."""
     return float(snapshot.state[1 + snapshot.template.model.joint("walker1/rootx").qposadr[0]])
 
 
@@ -54,7 +57,8 @@ def main() -> None:
             before = world.snapshot("west")
         with sim.World.open(path) as world:
             print(
-                f"reopened at tick {world.head('west')}, same state: {world.snapshot('west').same_state(before)}"
+                f"reopened at tick {world.head('west')}, "
+                f"same state: {world.snapshot('west').same_state(before)}"
             )
             branch = world.fork("west", at=1200)
             branch.apply(
@@ -79,7 +83,8 @@ def main() -> None:
             )
             print(
                 f"counterfactual: a heavier walker ends at x={walker_x(heavier.snapshot):.3f}, "
-                f"the recorded one at x={walker_x(replay.snapshot):.3f} (branch {heavier.branch.id})"
+                f"the recorded one at x={walker_x(replay.snapshot):.3f} "
+                f"(branch {heavier.branch.id})"
             )
             world.migrate("walker1", "east", provenance="walked into the east cell")
             print(f"entities: {world.entities()}")
@@ -98,8 +103,9 @@ def main() -> None:
             cert = sim.certify(kb, skill.id, result)
             start = cert.evaluation["start"]
             print(
-                f"certified {cert.successes}/{cert.branches} from world {start['world']['name']} shard "
-                f"{start['shard']} at t={start['time']:.2f}s; verifies: {sim.verify_certificate(kb, cert).valid}"
+                f"certified {cert.successes}/{cert.branches} from world "
+                f"{start['world']['name']} shard {start['shard']} at t={start['time']:.2f}s; "
+                f"verifies: {sim.verify_certificate(kb, cert).valid}"
             )
             kb.close()
 

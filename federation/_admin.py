@@ -91,7 +91,8 @@ async def admin_revoke_key(request: Request, site: Site, body: bytes, caller: by
         or last_seq < 0
     ):
         raise WireError(
-            "body must be a JSON object with 'device' (64 hex digits) and 'last_seq' (an integer >= 0)"
+            "body must be a JSON object with 'device' (64 hex digits) "
+            "and 'last_seq' (an integer >= 0)"
         )
     device = bytes.fromhex(check_hex64(data["device"], "device key"))
     await run_in_threadpool(site.kb.revoke_key, device, last_seq, str(data.get("reason", "")))

@@ -3,25 +3,26 @@
     Authorization: Simnet key=<64 hex>, ts=<unix ms>, nonce=<32 hex>, sig=<128 hex>
 
 The signature covers, one per line: ``simnet-request-v1``, the method, the path with its query, the
-SHA-256 of the body (hex), the timestamp, the nonce, and the *audience* — the public key of the site the
-request is meant for — so a captured request is useless against any other site or after the window.
+SHA-256 of the body (hex), the timestamp, the nonce, and the *audience* — the public key of the site
+the request is meant for — so a captured request is useless against any other site or after the
+window.
 
-**No signed request is accepted twice**, not even across a restart. A request is accepted only if its
-timestamp is within `window_ms` of this site's clock and its (key, nonce) has not been accepted before.
-Every accepted (key, nonce) is remembered until the site's clock passes acceptance time + 2 windows
-(by then the timestamp, at most one window ahead of the clock, is stale); the memory is a dict, and —
-when the verifier has a `path` (a server's does: <home>/replay.db) — also a SQLite table, written and
-fsync'd before the request is handled and read back at startup. So after a restart, crash or power
-loss, a captured request is either stale or its nonce is on disk. Cost: one small synced insert per
-accepted request (~0.5 ms), rows pruned as they expire. Client clocks may be off by up to the window
-either way: the expiry depends on this site's clock only. (A *server* clock that steps back by more
-than a window after expired rows were pruned could reopen the window of an old request; keep it NTP
-slewed, not stepped.)
+**No signed request is accepted twice**, not even across a restart. A request is accepted only if
+its timestamp is within `window_ms` of this site's clock and its (key, nonce) has not been accepted
+before. Every accepted (key, nonce) is remembered until the site's clock passes acceptance time + 2
+windows (by then the timestamp, at most one window ahead of the clock, is stale); the memory is a
+dict, and — when the verifier has a `path` (a server's does: <home>/replay.db) — also a SQLite
+table, written and fsync'd before the request is handled and read back at startup. So after a
+restart, crash or power loss, a captured request is either stale or its nonce is on disk. Cost: one
+small synced insert per accepted request (~0.5 ms), rows pruned as they expire. Client clocks may be
+off by up to the window either way: the expiry depends on this site's clock only. (A *server* clock
+that steps back by more than a window after expired rows were pruned could reopen the window of an
+old request; keep it NTP slewed, not stepped.)
 
-A server checks in two steps so that nothing is read before the caller is known: `claim(header)` (the
-header's form, the time window, and that the nonce is unused) before the body, then after the body
-`check(claim, ...)` (the signature over the body's hash) and `remember(claim)` (the atomic, durable
-record of the nonce). `verify` does all three.
+A server checks in two steps so that nothing is read before the caller is known: `claim(header)`
+(the header's form, the time window, and that the nonce is unused) before the body, then after the
+body `check(claim, ...)` (the signature over the body's hash) and `remember(claim)` (the atomic,
+durable record of the nonce). `verify` does all three.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from ._errors import AuthError, FederationError
 SCHEME = "Simnet"
 DEFAULT_WINDOW_MS = 30_000
 _HEADER = re.compile(
-    r"Simnet key=(?P<key>[0-9a-f]{64}), ts=(?P<ts>[0-9]{1,16}), nonce=(?P<nonce>[0-9a-f]{32}), sig=(?P<sig>[0-9a-f]{128})"
+    r"Simnet key=(?P<key>[0-9a-f]{64}), ts=(?P<ts>[0-9]{1,16}), "
+    r"nonce=(?P<nonce>[0-9a-f]{32}), sig=(?P<sig>[0-9a-f]{128})"
 )
 _PRUNE_EVERY = 1000  # expired rows are deleted from disk after this many have expired in memory
 
@@ -80,7 +82,8 @@ class SimnetAuth(httpx.Auth):
             signed_message(request.method, target, request.content, ts, nonce, self.audience)
         )
         request.headers["Authorization"] = (
-            f"{SCHEME} key={self.identity.public_key_hex}, ts={ts}, nonce={nonce}, sig={signature.hex()}"
+            f"{SCHEME} key={self.identity.public_key_hex}, ts={ts}, "
+            f"nonce={nonce}, sig={signature.hex()}"
         )
         yield request
 
@@ -100,7 +103,8 @@ class Claim:
 
 
 class RequestVerifier:
-    """Checks signed requests addressed to `audience`; remembers accepted nonces (on disk with `path`)."""
+    """Checks signed requests addressed to `audience`; remembers accepted nonces (on disk with
+    `path`)."""
 
     def __init__(
         self,
@@ -160,15 +164,18 @@ class RequestVerifier:
         return claim.key
 
     def claim(self, header: str | None) -> Claim:
-        """The header's form, its time window, and that its nonce is unused (cheap: no signature yet)."""
+        """The header's form, its time window, and that its nonce is unused (cheap: no signature
+        yet)."""
         if not header:
             raise AuthError(
-                "request is not signed: send an 'Authorization: Simnet key=…, ts=…, nonce=…, sig=…' header"
+                "request is not signed: "
+                "send an 'Authorization: Simnet key=…, ts=…, nonce=…, sig=…' header"
             )
         match = _HEADER.fullmatch(header.strip())
         if match is None:
             raise AuthError(
-                "Authorization header is not of the form 'Simnet key=<hex64>, ts=<ms>, nonce=<hex32>, sig=<hex128>'"
+                "Authorization header is not of the form "
+                "'Simnet key=<hex64>, ts=<ms>, nonce=<hex32>, sig=<hex128>'"
             )
         claim = Claim(
             bytes.fromhex(match["key"]),
@@ -179,7 +186,8 @@ class RequestVerifier:
         now = self._clock()
         if abs(now - claim.ts) > self.window_ms:
             raise AuthError(
-                f"request timestamp is {abs(now - claim.ts)} ms from this site's clock (window {self.window_ms} ms)"
+                f"request timestamp is {abs(now - claim.ts)} ms from this site's clock "
+                f"(window {self.window_ms} ms)"
             )
         with self._lock:
             if claim.id in self._seen:
@@ -191,11 +199,13 @@ class RequestVerifier:
         message = signed_message(method, target, body, claim.ts, claim.nonce, self.audience)
         if not verify_signature(claim.key, claim.sig, message):
             raise AuthError(
-                "request signature does not verify (wrong key, altered request, or meant for another site)"
+                "request signature does not verify "
+                "(wrong key, altered request, or meant for another site)"
             )
 
     def remember(self, claim: Claim) -> None:
-        """Record the nonce as used — atomically (one of two simultaneous copies wins) and durably."""
+        """Record the nonce as used — atomically (one of two simultaneous copies wins) and
+        durably."""
         now = self._clock()
         with self._lock:
             while self._seen and next(iter(self._seen.values())) < now:

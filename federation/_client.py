@@ -1,14 +1,16 @@
-"""One anti-entropy round with a peer, over HTTP: pull what we lack, push what they lack, fetch blobs.
+"""One anti-entropy round with a peer, over HTTP: pull what we lack, push what they lack, fetch
+blobs.
 
 The round is written once, as a generator that yields `Call`s (requests to make) and receives
-`httpx.Response`s (no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or `async_sync_with`
-(`httpx.AsyncClient`, with the knowledge-base work run in a worker thread).
+`httpx.Response`s (no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or
+`async_sync_with` (`httpx.AsyncClient`, with the knowledge-base work run in a worker thread).
 
-httpx's `timeout` bounds each network operation (connect, one read, one write), not an answer: a peer that
-sends one byte per read-timeout keeps a read going for ever. So both drivers also hold the whole round to a
-`deadline` (seconds of wall time; default `DEADLINE_FACTOR` * timeout): past it the round stops with a
-`PeerError` (code "deadline"). `async_sync_with` runs the round inside a cancel scope; `sync_with` checks the
-deadline between chunks and shuts the round's sockets down when it passes, so a blocked read or write ends too.
+httpx's `timeout` bounds each network operation (connect, one read, one write), not an answer: a
+peer that sends one byte per read-timeout keeps a read going for ever. So both drivers also hold the
+whole round to a `deadline` (seconds of wall time; default `DEADLINE_FACTOR` * timeout): past it the
+round stops with a `PeerError` (code "deadline"). `async_sync_with` runs the round inside a cancel
+scope; `sync_with` checks the deadline between chunks and shuts the round's sockets down when it
+passes, so a blocked read or write ends too.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def _check(response: httpx.Response) -> httpx.Response:
         except (ValueError, AttributeError):
             code, detail = None, response.text[:200]
         raise PeerError(
-            f"{response.request.method} {response.request.url.path}: {response.status_code} {code}: {detail}",
+            f"{response.request.method} {response.request.url.path}: "
+            f"{response.status_code} {code}: {detail}",
             response.status_code,
             code,
         )
@@ -105,10 +108,11 @@ def exchange(
     withhold: Container[bytes] = (),
     peer_key: bytes | None = None,
 ) -> Exchange:
-    """The round as a sans-I/O generator (see module docstring). Feeds of the authors in `withhold` are
-    never pushed (read rules: a peer without read rights to a private map must not be sent it). A device
-    syncing with its own site (`peer_key` is its policy's `device_of`) takes the site's heads as the word
-    on how far its own feed goes, after pulling: see `KnowledgeBase.learn_site_heads`."""
+    """The round as a sans-I/O generator (see module docstring). Feeds of the authors in `withhold`
+    are never pushed (read rules: a peer without read rights to a private map must not be sent it).
+    A device syncing with its own site (`peer_key` is its policy's `device_of`) takes the site's
+    heads as the word on how far its own feed goes, after pulling: see
+    `KnowledgeBase.learn_site_heads`."""
     report = SyncReport(peer=base_url)
     started = time.perf_counter()
     limit = kb.limits.max_checkpoint_bytes
@@ -119,9 +123,9 @@ def exchange(
         report.bytes_received += response.extensions.get(WIRE_BYTES, response.num_bytes_downloaded)
         return response
 
-    # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us. Feeds we
-    # refuse (untrusted writers, say) are claimed as held for the rest of the round, so that a page full
-    # of them cannot hide the feeds behind them.
+    # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us. Feeds
+    # we refuse (untrusted writers, say) are claimed as held for the rest of the round, so that a
+    # page full of them cannot hide the feeds behind them.
     refused_here: dict[str, int] = {}
     for _ in range(MAX_PAGES):
         heads = kb.heads()
@@ -143,11 +147,12 @@ def exchange(
         if not ingested.accepted and (
             not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS
         ):
-            break  # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
+            # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
+            break
         refused_here.update(dict.fromkeys(newly_refused, HELD_EVERYTHING))
 
-    # Push: what their heads lack, page by page, until they hold everything we hold. Feeds they refuse
-    # are left out for the rest of the round, for the same reason.
+    # Push: what their heads lack, page by page, until they hold everything we hold. Feeds they
+    # refuse are left out for the rest of the round, for the same reason.
     refused_there: set[bytes] = set()
     response = yield from send(Call("GET", f"{base_url}{API}/heads"))
     theirs = _peer_heads(parse_json(response.content))
@@ -198,7 +203,8 @@ def exchange(
 
 
 class _Body:
-    """An answer's body, read as it arrives (decoded, so a compressed bomb hits the cap too), up to a cap."""
+    """An answer's body, read as it arrives (decoded, so a compressed bomb hits the cap too), up to
+    a cap."""
 
     def __init__(self, call: Call, cap: int) -> None:
         self.call, self.cap, self.data = call, cap, bytearray()
@@ -253,7 +259,8 @@ def _push_answer(answer: object, sent: int) -> tuple[int, list[int]]:
 
 
 def _peer_heads(answer: object) -> dict[str, Head | int]:
-    """A peer's heads answer as `envelopes_since` reads it (authors it knows forked carry equivocated_at)."""
+    """A peer's heads answer as `envelopes_since` reads it (authors it knows forked carry
+    equivocated_at)."""
     if not isinstance(answer, dict):
         raise PeerError("the peer's heads answer is not a JSON object")
     try:
@@ -272,7 +279,8 @@ def _peer_heads(answer: object) -> dict[str, Head | int]:
 
 
 def _answer_cap(kb: KnowledgeBase) -> int:
-    """The largest answer a round reads: a blob, or a page of envelopes (64 MiB), whichever is larger."""
+    """The largest answer a round reads: a blob, or a page of envelopes (64 MiB), whichever is
+    larger."""
     return max(kb.limits.max_blob_bytes, 64 << 20)
 
 
@@ -293,8 +301,9 @@ def _client_kwargs(
 
 def retry_after(response: httpx.Response, attempt: int, remaining: float) -> float | None:
     """Seconds to wait before asking again, if the peer said it is busy (503, 429) and the round has
-    time left and retries; else None (the answer stands). Honours Retry-After (in seconds), otherwise
-    backs off exponentially from `RETRY_BASE_S`; either way with jitter, so waiting clients spread."""
+    time left and retries; else None (the answer stands). Honours Retry-After (in seconds),
+    otherwise backs off exponentially from `RETRY_BASE_S`; either way with jitter, so waiting
+    clients spread."""
     if response.status_code not in (429, 503) or attempt >= MAX_RETRIES:
         return None
     try:
@@ -329,8 +338,8 @@ class _Deadline:
 
     def error(self) -> PeerError:
         return PeerError(
-            f"the sync round with {self.url} did not finish within its deadline of {self.seconds:g} s "
-            "(the peer answers too slowly); abandoned",
+            f"the sync round with {self.url} did not finish within its deadline "
+            f"of {self.seconds:g} s (the peer answers too slowly); abandoned",
             code="deadline",
         )
 
@@ -340,9 +349,9 @@ class _Deadline:
 
 
 class _Watchdog:
-    """Shuts down every socket a blocking round opened once its deadline passes, so that a read or write
-    blocked in the kernel returns (it fails, and the round with it). Sockets are learnt from httpcore's
-    `trace` extension as they connect."""
+    """Shuts down every socket a blocking round opened once its deadline passes, so that a read or
+    write blocked in the kernel returns (it fails, and the round with it). Sockets are learnt from
+    httpcore's `trace` extension as they connect."""
 
     def __init__(self, deadline: _Deadline) -> None:
         self.deadline = deadline
@@ -402,9 +411,10 @@ def sync_with(
 ) -> SyncReport:
     """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking).
 
-    `timeout` bounds each network operation; `deadline` (default `DEADLINE_FACTOR` * timeout) the whole
-    round: past it, a `PeerError` with code "deadline" (see the module docstring). `verify` checks an
-    https:// peer's certificate (an `ssl.SSLContext` with the fleet's anchors; True: the system's)."""
+    `timeout` bounds each network operation; `deadline` (default `DEADLINE_FACTOR` * timeout) the
+    whole round: past it, a `PeerError` with code "deadline" (see the module docstring). `verify`
+    checks an https:// peer's certificate (an `ssl.SSLContext` with the fleet's anchors; True: the
+    system's)."""
     url = url.rstrip("/")
     limit = _Deadline(url, _deadline_s(deadline, timeout))
     rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold, peer_key=peer_key)
@@ -421,7 +431,8 @@ def sync_with(
                 limit.check()
                 for attempt in range(MAX_RETRIES + 1):
                     try:
-                        # No single operation may outlast the deadline (the watchdog is the backstop).
+                        # No single operation may outlast the deadline (the watchdog is the
+                        # backstop).
                         with client.stream(
                             step.method,
                             step.url,
@@ -462,10 +473,11 @@ async def async_sync_with(
     transport: httpx.AsyncBaseTransport | None = None,
     verify: ssl.SSLContext | bool = True,
 ) -> SyncReport:
-    """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker thread.
+    """`sync_with` for asyncio: network I/O on the event loop, knowledge-base work in a worker
+    thread.
 
-    The whole round runs in a cancel scope that expires at the deadline (a knowledge-base step already
-    running in its thread finishes first: those are bounded by the page size)."""
+    The whole round runs in a cancel scope that expires at the deadline (a knowledge-base step
+    already running in its thread finishes first: those are bounded by the page size)."""
     url = url.rstrip("/")
     limit = _Deadline(url, _deadline_s(deadline, timeout))
     rounds = exchange(kb, url, page=page, blobs=list(blobs), withhold=withhold, peer_key=peer_key)

@@ -18,15 +18,19 @@ max_backoff_s = 120.0   # a failing peer is retried after interval * 2**failures
 [limits]
 max_body_bytes = 16777216
 max_page = 1000         # envelopes per request and per answer
-max_concurrent_syncs = 8 # pages read or applied at once; further requests wait their turn in a queue
-max_queued_syncs = 256  # requests waiting for a turn; beyond it (or after queue_timeout_s) 503 + Retry-After
+max_concurrent_syncs = 8 # pages read or applied at once; further requests wait their turn
+                        # in a queue
+max_queued_syncs = 256  # requests waiting for a turn; beyond it (or after queue_timeout_s)
+                        # 503 + Retry-After
 queue_timeout_s = 10.0  # how long a request waits for its turn
-timeout_s = 30.0        # to receive a request's body (and each read of the answer to our own requests)
-sync_deadline_s = 120.0 # one whole sync round with a peer (gossip, admin sync, `simnet sync`): a peer
-                        # still answering then, however slowly its bytes trickle, is abandoned and the
-                        # round counts as failed (backoff); other peers' rounds go on meanwhile
-header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this; and a
-                        # client that stops taking in our answer for this long is disconnected
+timeout_s = 30.0        # to receive a request's body (and each read of the answer to our own
+                        # requests)
+sync_deadline_s = 120.0 # one whole sync round with a peer (gossip, admin sync, `simnet sync`): a
+                        # peer still answering then, however slowly its bytes trickle, is abandoned
+                        # and the round counts as failed (backoff); other peers' rounds go on
+                        # meanwhile
+header_timeout_s = 10.0 # a connection's next request line and headers must arrive within this; and
+                        # a client that stops taking in our answer for this long is disconnected
 max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
                         # process may open few files: see federation._http)
 
@@ -106,8 +110,9 @@ class TlsConfig:
         return self.cert is not None
 
     def client_context(self) -> ssl.SSLContext:
-        """How this site verifies the servers it calls: the system's anchors, plus `ca`, plus its own
-        certificate (so its CLI can call its own server when that certificate is self-signed)."""
+        """How this site verifies the servers it calls: the system's anchors, plus `ca`, plus its
+        own certificate (so its CLI can call its own server when that certificate is
+        self-signed)."""
         context = ssl.create_default_context()
         for anchors in (self.ca, self.cert):
             if anchors is not None:
@@ -218,7 +223,8 @@ class SiteConfig:
         )
         if config.gossip.jitter > 1:
             raise ConfigError(
-                f"[gossip] jitter is a fraction of the interval, at most 1, not {config.gossip.jitter}"
+                "[gossip] jitter is a fraction of the interval, at most 1, "
+                f"not {config.gossip.jitter}"
             )
         for name in ("max_page", "max_concurrent_syncs", "max_body_bytes", "max_connections"):
             if getattr(config.limits, name) < 1:

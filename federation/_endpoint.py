@@ -179,7 +179,10 @@ async def _authenticate(request: Request, site: Site, role: str) -> tuple[bytes,
 def _no_grant(site: Site, key: bytes) -> str:
     """Why `key` may not read or push here, and what it would need."""
     who, roles = f"key {key.hex()[:16]}…", site.kb.roles_of(key)
-    need = "reading and pushing need a current grant: a trusted site root, or a device delegated at least one role"
+    need = (
+        "reading and pushing need a current grant: "
+        "a trusted site root, or a device delegated at least one role"
+    )
     if roles is None:
         return f"{who} is not trusted by this site's policy; {need}"
     if not roles:

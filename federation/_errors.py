@@ -46,7 +46,8 @@ class PeerError(FederationError):
 
 
 class BusyError(FederationError):
-    """Every sync slot is taken and the queue is full, or the wait for a turn ran out (answered 503)."""
+    """Every sync slot is taken and the queue is full, or the wait for a turn ran out (answered
+    503)."""
 
     def __init__(self, message: str, retry_after: int = 1) -> None:
         super().__init__(message)

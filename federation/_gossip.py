@@ -7,8 +7,9 @@ interval * 2**failures (capped), and a partitioned site catches up on its first 
 The peer list is re-read from simnet.toml every round, so `simnet peer add` needs no restart.
 
 Each round runs as its own task, at most one per peer and `MAX_ROUNDS` at once, and is held to
-`[limits] sync_deadline_s`: a peer that answers slowly (or trickles bytes for ever) costs its own round,
-which fails at the deadline and backs off, while the scheduler goes on starting rounds with the others.
+`[limits] sync_deadline_s`: a peer that answers slowly (or trickles bytes for ever) costs its own
+round, which fails at the deadline and backs off, while the scheduler goes on starting rounds with
+the others.
 """
 
 from __future__ import annotations
@@ -145,8 +146,9 @@ class Gossip:
             log.debug("gossip round failed", exc_info=exc)
 
     async def sync_now(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Sync with one named peer, or with every peer (several at once), now (ignoring backoff); one
-        result per peer, in the order of the peer list. A round already running with a peer is waited for."""
+        """Sync with one named peer, or with every peer (several at once), now (ignoring backoff);
+        one result per peer, in the order of the peer list. A round already running with a peer is
+        waited for."""
         peers = await self._peers()
         if name is not None:
             peers = [p for p in peers if name in (p.name, p.url)]

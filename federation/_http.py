@@ -1,26 +1,29 @@
-"""The connection layer under the app: a deadline for request headers, a cap on connections, quiet logs.
+"""The connection layer under the app: a deadline for request headers, a cap on connections, quiet
+logs.
 
-uvicorn (0.54, h11) arms no timer while it waits for a request's headers: its keep-alive timer runs only
-between a response and the next byte. A connection that sends half a request line and stops lives for
-ever, and a few hundred of them exhaust the process's file descriptors — whereupon asyncio's accept loop
-logs a traceback per attempt, thousands a second. (`limit_concurrency` does not help: it answers 503 to
-new *requests* while too many connections are open, so idle connections lock honest callers out.)
+uvicorn (0.54, h11) arms no timer while it waits for a request's headers: its keep-alive timer runs
+only between a response and the next byte. A connection that sends half a request line and stops
+lives for ever, and a few hundred of them exhaust the process's file descriptors — whereupon
+asyncio's accept loop logs a traceback per attempt, thousands a second. (`limit_concurrency` does
+not help: it answers 503 to new *requests* while too many connections are open, so idle connections
+lock honest callers out.)
 
 `guarded_protocol(header_timeout, max_connections)` is uvicorn's H11Protocol with three additions:
 
-- **Header deadline.** While no request is being handled — a new connection, or a kept-alive one from
-  its first byte after a response — the request line and headers must arrive within `header_timeout`
-  seconds of that moment (not of the last byte: trickling does not extend it), or the connection is
-  closed. The bytes of a body the app refused without reading count as waiting too. Once the headers
-  are in, the app bounds the body (`[limits] timeout_s`).
+- **Header deadline.** While no request is being handled — a new connection, or a kept-alive one
+  from its first byte after a response — the request line and headers must arrive within
+  `header_timeout` seconds of that moment (not of the last byte: trickling does not extend it), or
+  the connection is closed. The bytes of a body the app refused without reading count as waiting
+  too. Once the headers are in, the app bounds the body (`[limits] timeout_s`).
 - **Connection cap.** At most `max_connections` connections; one more closes the connection that has
   been idle (waiting for headers, or kept alive) longest, or, if every connection is busy, itself.
-- **Send deadline.** An answer is written as the client takes it in: when the socket's buffer is full,
-  uvicorn holds the app's next send (so an app that streams, like the blob endpoint, holds one part per
-  connection). If the client then takes in nothing for `send_timeout` seconds (by default the header
-  deadline) — the buffer does not drain to its low-water mark — the connection is dropped, buffer and all,
-  and the app's answer sees a disconnect. A stalled reader holds neither memory nor a connection slot for
-  long; an honest slow one needs only to read ~48 KiB per `send_timeout`.
+- **Send deadline.** An answer is written as the client takes it in: when the socket's buffer is
+  full, uvicorn holds the app's next send (so an app that streams, like the blob endpoint, holds one
+  part per connection). If the client then takes in nothing for `send_timeout` seconds (by default
+  the header deadline) — the buffer does not drain to its low-water mark — the connection is
+  dropped, buffer and all, and the app's answer sees a disconnect. A stalled reader holds neither
+  memory nor a connection slot for long; an honest slow one needs only to read ~48 KiB per
+  `send_timeout`.
 
 `connection_cap(limit)` lowers the cap to what the process's open-file limit leaves room for, and
 `RateLimited` is a logging filter: the first record of a kind goes through, then at most one per
@@ -47,8 +50,8 @@ RESERVED_FILES = 64  # for the stores, logs, blobs and outgoing connections of t
 
 
 def connection_cap(limit: int) -> int:
-    """`limit`, lowered so that the connections, those in flight and a reserve fit the open-file limit
-    (raised first to the hard limit, as far as 65536)."""
+    """`limit`, lowered so that the connections, those in flight and a reserve fit the open-file
+    limit (raised first to the hard limit, as far as 65536)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = 1 << 16 if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
     if soft != resource.RLIM_INFINITY and soft < want:
@@ -106,7 +109,8 @@ class GuardedH11Protocol(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self.idle_since = time.monotonic()
-        self._watch()  # idle again, kept alive by uvicorn's timer until the next byte: no deadline yet
+        # idle again, kept alive by uvicorn's timer until the next byte: no deadline yet
+        self._watch()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop()
@@ -114,7 +118,8 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
-        """The transport's buffer is full (the client is not reading fast enough): arm the send deadline."""
+        """The transport's buffer is full (the client is not reading fast enough): arm the send
+        deadline."""
         super().pause_writing()
         if self.stall is None and not self.transport.is_closing():
             self.stall = self.loop.call_later(self.send_timeout, self._stalled)
@@ -134,10 +139,12 @@ class GuardedH11Protocol(H11Protocol):
             "dropped a connection whose client took in none of its answer for %.1f s",
             self.send_timeout,
         )
-        self.transport.abort()  # not close(): that would wait for the full buffer to drain, i.e. for ever
+        # not close(): that would wait for the full buffer to drain, i.e. for ever
+        self.transport.abort()
 
     def _watch(self) -> None:
-        """Arm the header deadline while waiting for headers; disarm it while the app has the request."""
+        """Arm the header deadline while waiting for headers; disarm it while the app has the
+        request."""
         if self.transport.is_closing() or not self.idle:
             self._stop()
         elif self.deadline is None and self.timeout_keep_alive_task is None:
@@ -161,8 +168,8 @@ class GuardedH11Protocol(H11Protocol):
 def guarded_protocol(
     header_timeout: float, max_connections: int, send_timeout: float | None = None
 ) -> type[GuardedH11Protocol]:
-    """A GuardedH11Protocol class with these limits (uvicorn's `Config(http=...)` takes a class); the send
-    deadline is the header deadline unless given."""
+    """A GuardedH11Protocol class with these limits (uvicorn's `Config(http=...)` takes a class);
+    the send deadline is the header deadline unless given."""
     return type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),
@@ -175,9 +182,9 @@ def guarded_protocol(
 
 
 class RateLimited(logging.Filter):
-    """Per kind of record (logger, level, message template, and its first argument if a string, such as a
-    peer's name): the first passes, then one per `interval` seconds, which says how many were held back;
-    repeats lose their traceback (kept: the exception's one-line summary)."""
+    """Per kind of record (logger, level, message template, and its first argument if a string, such
+    as a peer's name): the first passes, then one per `interval` seconds, which says how many were
+    held back; repeats lose their traceback (kept: the exception's one-line summary)."""
 
     MAX_KINDS = 1000
 

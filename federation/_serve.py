@@ -108,8 +108,8 @@ def serve(
 
 def _listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket. Created with IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on
-    connections accepted from such a socket, and without it every kept-alive request waits ~40 ms for a
-    delayed ACK."""
+    connections accepted from such a socket, and without it every kept-alive request waits ~40 ms
+    for a delayed ACK."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:

@@ -89,11 +89,20 @@ async def metrics(request: Request, site: Site, body: bytes) -> Response:
 async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
     summary: Pull. Send your heads, get the envelopes you lack (one page).
-    requestBody: {content: {application/json: {example: {"heads": {"<author hex>": 12}, "hashes": {"<author hex>": "<hash of envelope 12>"}, "limit": 1000}}}}
+    requestBody:
+      content:
+        application/json:
+          example:
+            {"heads": {"<author hex>": 12}, "hashes": {"<author hex>": "<hash of envelope 12>"},
+             "limit": 1000}
     responses:
-      "200": {description: 'A page (application/x-simnet-envelopes). Call again with new heads until empty.'}
+      "200":
+        description: >-
+          A page (application/x-simnet-envelopes). Call again with new heads until empty.
       "400": {description: Malformed JSON or heads.}
-      "503": {description: No turn for a sync within the queue's limits; retry after Retry-After seconds.}
+      "503":
+        description: >-
+          No turn for a sync within the queue's limits; retry after Retry-After seconds.
     """
     request_json = parse_json(body)
     if not isinstance(request_json, dict):
@@ -152,7 +161,10 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
     summary: Push. Send a page of envelopes; each is checked and applied or refused with a reason.
     requestBody: {content: {application/x-simnet-envelopes: {}}}
     responses:
-      "200": {description: '{"accepted": n, "duplicates": n, "rejected": [{"index", "reason", "detail"}], "heads": {...}}'}
+      "200":
+        description: >-
+          {"accepted": n, "duplicates": n, "rejected": [{"index", "reason", "detail"}],
+          "heads": {...}}
       "400": {description: Malformed page.}
       "413": {description: Too many or too large envelopes.}
     """
@@ -239,8 +251,8 @@ class BlobResponse(StreamingResponse):
                 break
         if sent != self.size or digest.hexdigest() != self.blob_hash:
             log.error(
-                "stored blob %s… is corrupt (%d bytes, %d expected, or a hash mismatch): its answer was cut "
-                "short",
+                "stored blob %s… is corrupt (%d bytes, %d expected, or a hash mismatch): "
+                "its answer was cut short",
                 self.blob_hash[:16],
                 sent,
                 self.size,

@@ -42,7 +42,8 @@ class Site:
     async def sync_turn(self) -> AsyncIterator[None]:
         """A slot to read or apply a page in. Requests wait their turn first come, first served
         (asyncio's semaphore wakes waiters in order), up to `max_queued_syncs` waiting and
-        `queue_timeout_s` each; beyond either, BusyError (503 with Retry-After) instead of a pile-up."""
+        `queue_timeout_s` each; beyond either, BusyError (503 with Retry-After) instead of a
+        pile-up."""
         limits = self.config.limits
         if self.syncs.locked() and self.queued >= limits.max_queued_syncs:
             raise BusyError("too many syncs in progress; retry later")

@@ -1,9 +1,9 @@
 """What travels between sites besides HTTP itself: pages of envelopes and maps of heads.
 
-A **page** is the body of `application/x-simnet-envelopes`: the 4 bytes ``SNP1``, a 4-byte big-endian
-count, then per envelope a 4-byte big-endian length and the envelope's bytes (docs/PROTOCOL.md). Binary,
-not base64-in-JSON: envelopes are mostly signatures and Yjs bytes, and the point of anti-entropy is to
-send little.
+A **page** is the body of `application/x-simnet-envelopes`: the 4 bytes ``SNP1``, a 4-byte
+big-endian count, then per envelope a 4-byte big-endian length and the envelope's bytes
+(docs/PROTOCOL.md). Binary, not base64-in-JSON: envelopes are mostly signatures and Yjs bytes, and
+the point of anti-entropy is to send little.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def encode_page(envelopes: Iterable[bytes]) -> bytes:
 
 
 def decode_page(body: bytes, *, max_count: int, max_envelope_bytes: int) -> list[bytes]:
-    """Split a page into envelopes (unverified); WireError with a precise message if it is malformed."""
+    """Split a page into envelopes (unverified); WireError with a precise message if it is
+    malformed."""
     if len(body) < 8 or body[:4] != _MAGIC:
         raise WireError("body is not an envelope page (expected the SNP1 magic and a count)")
     (count,) = _U32.unpack_from(body, 4)
@@ -88,7 +89,8 @@ def parse_heads(value: Any, *, max_authors: int) -> dict[str, int]:
 
 
 def with_hashes(heads: dict[str, int], hashes: Any) -> dict[str, Head]:
-    """Heads with the envelope hashes a peer sent beside them ({author: hex}, optional for older peers).
+    """Heads with the envelope hashes a peer sent beside them ({author: hex}, optional for older
+    peers).
 
     Hashes let two sites with equal seqs see that they hold different envelopes there (a fork).
     """

@@ -144,7 +144,8 @@ def peer_add(home: SiteHome, name: str, url: str, key: str | None, trust: str) -
         policy = TrustPolicy.load(config.policy_path).with_root(public_key, roles, name=name)
         config.policy_path.write_text(policy.to_toml())
         click.echo(
-            f"trusting {name} for {', '.join(r.value for r in roles)} (takes effect when the store is reopened)"
+            f"trusting {name} for {', '.join(r.value for r in roles)} "
+            "(takes effect when the store is reopened)"
         )
     click.echo(f"peer {name} added: {url}")
 
@@ -300,7 +301,8 @@ def status(home: SiteHome, as_json: bool) -> None:
 def _write(
     home: SiteHome, admin_path: str, body: dict, local: Callable[[knowledge.KnowledgeBase], None]
 ) -> None:
-    """Make a write as this site: through the running server if there is one, else on the store itself."""
+    """Make a write as this site: through the running server if there is one, else on the store
+    itself."""
     url = running_server(home.path)
     if url is not None:
         _admin(home, url, admin_path, body)
@@ -314,7 +316,8 @@ def _write(
 @click.option("--reason", default="", help="Why (recorded with the revocation).")
 @click.pass_obj
 def revoke(home: SiteHome, skill_id: str, reason: str) -> None:
-    """Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of un-revoking)."""
+    """Revoke a skill fleet-wide (irreversible; publish a corrected skill instead of
+    un-revoking)."""
     with home.open_readonly() as kb:
         skill = skill_by_prefix(kb, skill_id)
     _write(

@@ -1,7 +1,8 @@
 """Hybrid logical clocks (Kulkarni et al. 2014) with a bound on accepted forward drift.
 
-A timestamp is one unsigned 64-bit integer: milliseconds since the Unix epoch in the high 48 bits and a
-logical counter in the low 16 bits, so timestamps compare as plain integers and encode in 8 bytes.
+A timestamp is one unsigned 64-bit integer: milliseconds since the Unix epoch in the high 48 bits
+and a logical counter in the low 16 bits, so timestamps compare as plain integers and encode in 8
+bytes.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ def _system_ms() -> int:
 
 
 class HybridClock:
-    """One writer's clock: monotone, close to physical time, and never dragged ahead by a remote clock.
+    """One writer's clock: monotone, close to physical time, and never dragged ahead by a remote
+    clock.
 
-    `max_offset_ms` plays the role of CockroachDB's max clock offset: a remote timestamp more than that far
-    ahead of our physical clock is rejected, not adopted, so one bad clock cannot push the fleet's time.
+    `max_offset_ms` plays the role of CockroachDB's max clock offset: a remote timestamp more than
+    that far ahead of our physical clock is rejected, not adopted, so one bad clock cannot push the
+    fleet's time.
     """
 
     def __init__(
@@ -62,7 +65,8 @@ class HybridClock:
             return self._last
 
     def check(self, remote: int) -> None:
-        """Raise ClockSkewError if `remote` is further ahead of physical time than the accepted offset."""
+        """Raise ClockSkewError if `remote` is further ahead of physical time than the accepted
+        offset."""
         physical = self._physical_ms()
         ahead = wall_ms(remote) - physical
         if ahead > self.max_offset_ms:

@@ -1,4 +1,5 @@
-"""The typed collections a KnowledgeBase exposes: replica.skills, replica.maps[name], replica.counters, replica.certificates, replica.blobs."""
+"""The typed collections a KnowledgeBase exposes: replica.skills, replica.maps[name],
+replica.counters, replica.certificates, replica.blobs."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ class Skills:
     ) -> Skill:
         """Publish a skill; returns it with its id (the SHA-256 of its record). Durable on return.
 
-        `embodiments` is the scope: `Embodiment.to_dict()` of each body the skill is for (what `query` reads).
+        `embodiments` is the scope: `Embodiment.to_dict()` of each body the skill is for (what
+        `query` reads).
         """
         replica = self._replica
         identity = replica.require(Role.PUBLISH)
@@ -87,7 +89,8 @@ class Skills:
     def list(
         self, *, task: str | None = None, active_only: bool = False, include_withdrawn: bool = False
     ) -> list[Skill]:
-        """Skills in id order, filtered by task family, activation under this site's policy, withdrawal."""
+        """Skills in id order, filtered by task family, activation under this site's policy,
+        withdrawal."""
         replica = self._replica
         with replica.lock:
             out = []
@@ -112,9 +115,10 @@ class Skills:
         min_certified_branches: int = 0,
         encoder: Encoder | None = None,
     ) -> list[QueryResult]:
-        """The k skills whose scope holds the bodies nearest to `embodiment` (an Embodiment, an MJCF or URDF
-        path, or MJCF text), nearest first, filtered by task family, activation here and total certified
-        branches. Withdrawn skills and skills without a valid scope descriptor are never found."""
+        """The k skills whose scope holds the bodies nearest to `embodiment` (an Embodiment, an MJCF
+        or URDF path, or MJCF text), nearest first, filtered by task family, activation here and
+        total certified branches. Withdrawn skills and skills without a valid scope descriptor are
+        never found."""
         return self._engine().query(
             embodiment,
             task=task,
@@ -135,7 +139,8 @@ class Skills:
             return self._retrieval
 
     def withdraw(self, skill_id: str, reason: str = "") -> None:
-        """Remove a skill this site published from the library (revocation is the fleet-wide switch)."""
+        """Remove a skill this site published from the library (revocation is the fleet-wide
+        switch)."""
         replica = self._replica
         replica.require(Role.PUBLISH)
         self.get(skill_id)  # an unknown id raises here
@@ -153,7 +158,8 @@ class Skills:
 
 
 class SemanticMap:
-    """One named semantic map: per cell, the observation with the highest (confidence, hlc, author)."""
+    """One named semantic map: per cell, the observation with the highest (confidence, hlc,
+    author)."""
 
     def __init__(self, replica: Replica, name: str) -> None:
         self._replica = replica
@@ -183,7 +189,8 @@ class SemanticMap:
         replica.put_record(RecordType.CELL, self.name, record, key)
 
     def get(self, cell: str | tuple[int, ...]) -> Observation | None:
-        """The winning observation of a cell (a tombstone shows as deleted=True), or None if never seen."""
+        """The winning observation of a cell (a tombstone shows as deleted=True), or None if never
+        seen."""
         key = cell_key(cell)
         with self._replica.lock:
             best = self._replica.views.cell(self.name, key)
@@ -232,7 +239,8 @@ class Counters:
         self._replica = replica
 
     def record(self, skill_id: str, *, success: bool | None = None, uses: int = 1) -> None:
-        """Count `uses` runs of a skill here; with `success`, also count them as successes or failures."""
+        """Count `uses` runs of a skill here; with `success`, also count them as successes or
+        failures."""
         delta = Counts(uses, uses if success is True else 0, uses if success is False else 0)
         self.adjust(skill_id, delta)
 
@@ -296,7 +304,8 @@ class Certificates:
         randomized: Iterable[str] = (),
         evaluation: Mapping[str, Any] | None = None,
     ) -> Certificate:
-        """Certify a skill with an evaluation's outcome; `evaluation` holds what is needed to re-run it."""
+        """Certify a skill with an evaluation's outcome; `evaluation` holds what is needed to re-run
+        it."""
         replica = self._replica
         identity = replica.require(Role.VALIDATE)
         check_skill_id(skill_id)
@@ -323,17 +332,20 @@ class Certificates:
 
 
 class Blobs:
-    """Content-addressed large payloads (policy weights, meshes): stored once, verified on every read."""
+    """Content-addressed large payloads (policy weights, meshes): stored once, verified on every
+    read."""
 
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
 
     def put(self, data: bytes, *, expected: str | None = None) -> str:
-        """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to it."""
+        """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to
+        it."""
         data = bytes(data)
         if len(data) > self._replica.limits.max_blob_bytes:
             raise BlobError(
-                f"blob of {len(data)} bytes exceeds the limit of {self._replica.limits.max_blob_bytes}"
+                f"blob of {len(data)} bytes exceeds the limit of "
+                f"{self._replica.limits.max_blob_bytes}"
             )
         digest = hashlib.sha256(data).digest()
         if expected is not None and digest.hex() != expected:
@@ -363,8 +375,9 @@ class Blobs:
             return self._replica.store.blob_size(bytes.fromhex(blob_hash))
 
     def part(self, blob_hash: str, index: int) -> bytes | None:
-        """Part `index` (0, 1, ...) of a stored blob, so that a server streams it instead of holding it whole;
-        None past its last part. Unverified: the reader hashes the parts (as `get` does the whole)."""
+        """Part `index` (0, 1, ...) of a stored blob, so that a server streams it instead of holding
+        it whole; None past its last part. Unverified: the reader hashes the parts (as `get` does
+        the whole)."""
         check_skill_id(blob_hash, "blob hash")
         with self._replica.lock:
             return self._replica.store.blob_part(bytes.fromhex(blob_hash), index)

@@ -7,11 +7,12 @@ Wire format, version 1 (all integers big-endian; specified in docs/PROTOCOL.md):
     1       1     kind       1 = update envelope, 2 = checkpoint
     2       32    author     Ed25519 public key of the writer
     34      8     seq        position in the author's feed, starting at 1
-    42      32    prev       envelope: SHA-256 of the author's envelope seq-1 (32 zero bytes at seq 1)
-                             checkpoint: SHA-256 of the author's envelope `seq`, the head it summarizes
+    42      32    prev       envelope: SHA-256 of the author's envelope seq-1 (seq 1: 32 zero bytes)
+                             checkpoint: SHA-256 of the author's envelope `seq`, the summarized head
     74      8     hlc        hybrid logical clock timestamp (48-bit ms, 16-bit logical)
     82      4     length     byte length n of the Yjs update
-    86      n     update     Yjs v1 update (envelope: one transaction; checkpoint: merged state up to seq)
+    86      n     update     Yjs v1 update (envelope: one transaction;
+                             checkpoint: merged state up to seq)
     86+n    64    signature  Ed25519 over b"simnet\\x00" + bytes [0, 86+n)
 
 The hash of an envelope (what `prev` points to) is SHA-256 over all its bytes, signature included.
@@ -89,7 +90,8 @@ def seal(
 
 
 def decode(raw: bytes, *, max_bytes: int) -> Envelope:
-    """Parse an envelope's structure (not its signature): EnvelopeError with a reason on any defect."""
+    """Parse an envelope's structure (not its signature): EnvelopeError with a reason on any
+    defect."""
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise EnvelopeError("malformed", f"expected bytes, got {type(raw).__name__}")
     raw = bytes(raw)
@@ -109,7 +111,8 @@ def decode(raw: bytes, *, max_bytes: int) -> Envelope:
     if len(raw) != HEADER_BYTES + length + SIGNATURE_BYTES:
         raise EnvelopeError(
             "truncated" if len(raw) < HEADER_BYTES + length + SIGNATURE_BYTES else "malformed",
-            f"update length field says {length} bytes but the envelope holds {len(raw) - MIN_BYTES}",
+            f"update length field says {length} bytes "
+            f"but the envelope holds {len(raw) - MIN_BYTES}",
         )
     if not 1 <= seq <= MAX_SEQ:
         raise EnvelopeError("malformed", f"seq must lie in [1, 2**63 - 1], not {seq}")

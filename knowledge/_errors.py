@@ -15,8 +15,8 @@ SimnetError
 └── EmbodimentError          a robot description cannot be read or described
 
 Errors of the embodiment side (`knowledge.embodiment`) also derive from SimnetError:
-TransferDataError (a transfer dataset is unusable) and EncoderWeightsError (a learned encoder's weights
-cannot be loaded).
+TransferDataError (a transfer dataset is unusable) and EncoderWeightsError (a learned encoder's
+weights cannot be loaded).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class IdentityError(SimnetError):
 
 
 class ClockSkewError(SimnetError):
-    """A remote hybrid-logical-clock timestamp is further ahead of our clock than the accepted offset."""
+    """A remote hybrid-logical-clock timestamp is further ahead of our clock than the accepted
+    offset."""
 
 
 class EnvelopeError(SimnetError):
@@ -48,7 +49,8 @@ class RecordError(SimnetError, ValueError):
 
 
 class CanonicalJSONError(RecordError):
-    """A value has no canonical JSON form: NaN or an infinity, a lone surrogate, a type JSON lacks."""
+    """A value has no canonical JSON form: NaN or an infinity, a lone surrogate, a type JSON
+    lacks."""
 
 
 class NotAuthorizedError(SimnetError):
@@ -76,4 +78,5 @@ class UnknownSkillError(SimnetError, KeyError):
 
 
 class EmbodimentError(SimnetError):
-    """A robot description (MJCF or URDF) cannot be read, compiled or described; names the file and the problem."""
+    """A robot description (MJCF or URDF) cannot be read, compiled or described; names the file and
+    the problem."""

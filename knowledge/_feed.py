@@ -1,14 +1,16 @@
-"""One writer's feed as held at this site: its pycrdt Doc, its head, and what the last change touched.
+"""One writer's feed as held at this site: its pycrdt Doc, its head, and what the last change
+touched.
 
 A feed's Doc has two root maps. ``immutable`` holds the records that are written once and never
 replaced or removed (skills, certificates, revocations); ``records`` holds everything else. The feed
 tracks the Yjs clock ranges of its immutable items, so an update that would replace or delete one is
 recognized from its bytes (`check`) and refused before it reaches pycrdt.
 
-It also tracks the author's next Yjs clock, and takes only updates that continue it exactly and point
-at nothing beyond it (`foreign_structure`): yrs integrates a struct past a gap behind a hole, holds back
-an item whose origin it lacks, and keeps a delete of clocks it lacks to apply to whatever arrives there
-later — so otherwise what an update changes would depend on what came before and after it.
+It also tracks the author's next Yjs clock, and takes only updates that continue it exactly and
+point at nothing beyond it (`foreign_structure`): yrs integrates a struct past a gap behind a hole,
+holds back an item whose origin it lacks, and keeps a delete of clocks it lacks to apply to whatever
+arrives there later — so otherwise what an update changes would depend on what came before and after
+it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ RECORDS_MAP = "records"
 
 
 def client_id_for(author: bytes) -> int:
-    """The Yjs client id of a writer: 53 bits of a hash of its key (Yjs ids must stay below 2**53)."""
+    """The Yjs client id of a writer: 53 bits of a hash of its key (Yjs ids must stay below
+    2**53)."""
     return (
         int.from_bytes(hashlib.sha256(b"simnet-client-id\x00" + author).digest()[:8], "big") >> 11
     )
@@ -58,7 +61,8 @@ class Feed:
         self._frozen: list[
             int
         ] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
-        self.next_clock = 0  # clock units of the author's client held (or queued) here: where its next update starts
+        # clock units of the author's client held (or queued) here: where its next update starts
+        self.next_clock = 0
         self._changes: dict[str, str | None] = {}
         self.misplaced: list[str] = []  # keys written to the wrong root map: never shown
         self.map_names: set[str] = (
@@ -89,15 +93,15 @@ class Feed:
         changes, self._changes = self._changes, {}
         return changes
 
-    # --- structure and immutable ranges -------------------------------------------------------------
+    # --- structure and immutable ranges -----------------------------------------------------------
     def foreign_structure(self, parsed: ParsedUpdate) -> str | None:
         """Why this update cannot belong to this feed as it stands, or None.
 
-        Feeds are two root maps of JSON strings; other content (text, XML, formats, nested types) is not
-        ours, and refusing it keeps odd inputs away from the Yjs core. The author's structs must start at
-        its next clock, and its items and deletes point only at clocks the feed will then hold. A full
-        state (a checkpoint: structs from clock 0) may also reach a feed that holds part of it already:
-        yrs skips the part it holds.
+        Feeds are two root maps of JSON strings; other content (text, XML, formats, nested types) is
+        not ours, and refusing it keeps odd inputs away from the Yjs core. The author's structs must
+        start at its next clock, and its items and deletes point only at clocks the feed will then
+        hold. A full state (a checkpoint: structs from clock 0) may also reach a feed that holds
+        part of it already: yrs skips the part it holds.
         """
         if _SKIP in parsed.contents:
             return "a Skip struct leaves a gap in the author's clocks"
@@ -125,7 +129,10 @@ class Feed:
                 return f"an item points at clock {clock}, which the author's feed would not hold"
         for client, clock, length in parsed.deletes:
             if client == own and clock + length > end:
-                return f"deletes clocks up to {clock + length - 1}, past the {end} the author's feed would hold"
+                return (
+                    f"deletes clocks up to {clock + length - 1}, "
+                    f"past the {end} the author's feed would hold"
+                )
         return None
 
     def _in_frozen(self, start: int, end: int) -> bool:
@@ -137,11 +144,11 @@ class Feed:
         Immutable items are only ever inserted fresh into the immutable root; any origin, parent or
         delete that points at one (already held, or new in this very update) means a rewrite.
 
-        A full state reaching a feed that holds part of it is integrated from the feed's next clock: yrs
-        skips what it holds, and the struct that crosses that clock continues from the item just before
-        it, as if it named that item as its origin (in its root, under that item's key: so the part of an
-        immutable-root insert past the clock is a fresh immutable item too). Passing advances the feed's
-        next clock.
+        A full state reaching a feed that holds part of it is integrated from the feed's next clock:
+        yrs skips what it holds, and the struct that crosses that clock continues from the item just
+        before it, as if it named that item as its origin (in its root, under that item's key: so
+        the part of an immutable-root insert past the clock is a fresh immutable item too). Passing
+        advances the feed's next clock.
         """
         own, held = self.client_id, self.next_clock
         fresh = [
@@ -177,13 +184,14 @@ class Feed:
         return None
 
     def lacks_held(self, state: bytes) -> str | None:
-        """Why a full state (a checkpoint) reaching past what this feed holds does not continue it, or None.
+        """Why a full state (a checkpoint) reaching past what this feed holds does not continue it,
+        or None.
 
-        Live, yrs skips the part of a full state a feed holds; but a stored checkpoint is where the feed
-        restarts from, so it must be the held state plus what follows: the held state with the part of
-        the checkpoint beyond it must encode exactly as the checkpoint does (Yjs names items by client
-        and clock, so other content at a held clock shows only this way). The state has passed the
-        structural checks.
+        Live, yrs skips the part of a full state a feed holds; but a stored checkpoint is where the
+        feed restarts from, so it must be the held state plus what follows: the held state with the
+        part of the checkpoint beyond it must encode exactly as the checkpoint does (Yjs names items
+        by client and clock, so other content at a held clock shows only this way). The state has
+        passed the structural checks.
         """
         claimed, rebuilt = Doc(), Doc()
         try:
@@ -213,23 +221,27 @@ class Feed:
                     merged.append([lo, hi])
             self._frozen = [x for pair in merged for x in pair]
 
-    # --- applying and writing -----------------------------------------------------------------------
+    # --- applying and writing ---------------------------------------------------------------------
     def apply(self, update: bytes) -> dict[str, str | None]:
-        """Apply an update that passed the checks; return {key: new JSON text, or None if deleted}."""
+        """Apply an update that passed the checks; return {key: new JSON text, or None if
+        deleted}."""
         self.doc.apply_update(update)
         return self._drain()
 
     def replay(self, update: bytes) -> None:
-        """Queue an update from this site's own store (checked when it arrived); `apply_queued` applies."""
+        """Queue an update from this site's own store (checked when it arrived); `apply_queued`
+        applies."""
         self.check(parse_update(update))
         self.queue(update)
 
     def queue(self, update: bytes) -> None:
-        """Queue an update that passed the checks; `apply_queued` applies the queue in one transaction."""
+        """Queue an update that passed the checks; `apply_queued` applies the queue in one
+        transaction."""
         self._queued.append(update)
 
     def apply_queued(self) -> dict[str, str | None]:
-        """Apply queued updates in one Doc transaction: one change event for the lot, not one each."""
+        """Apply queued updates in one Doc transaction: one change event for the lot, not one
+        each."""
         queued, self._queued = self._queued, []
         with self.doc.transaction():
             for update in queued:
@@ -239,8 +251,8 @@ class Feed:
     def write(self, changes: dict[str, str | None]) -> tuple[bytes, dict[str, str | None]]:
         """Make `changes` in one local transaction; return its Yjs update and the keys it changed.
 
-        RecordError if peers would refuse the update (it rewrites an immutable record); the Doc then holds
-        the change already, and the caller must restore the feed from its store.
+        RecordError if peers would refuse the update (it rewrites an immutable record); the Doc then
+        holds the change already, and the caller must restore the feed from its store.
         """
         self._last_update = b""
         with self.doc.transaction():
@@ -274,6 +286,7 @@ class Feed:
 
 
 def _overlaps(ranges: list[int], start: int, end: int) -> bool:
-    """Whether [start, end) meets one of the sorted, disjoint [lo, hi) ranges flattened in `ranges` (log time)."""
+    """Whether [start, end) meets one of the sorted, disjoint [lo, hi) ranges flattened in `ranges`
+    (log time)."""
     i = bisect.bisect_right(ranges, start)
     return i % 2 == 1 or (i < len(ranges) and ranges[i] < end)

@@ -1,4 +1,5 @@
-"""Ed25519 identities: every writer (robot, site server, validator) is a key pair; its public key is its identity."""
+"""Ed25519 identities: every writer (robot, site server, validator) is a key pair; its public key is
+its identity."""
 
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ SIGNATURE_BYTES = 64
 
 
 def key_id(public_key: bytes) -> str:
-    """A short printable id for a public key (16 hex digits of its SHA-256): for humans, not for checks."""
+    """A short printable id for a public key (16 hex digits of its SHA-256): for humans, not for
+    checks."""
     return hashlib.sha256(public_key).hexdigest()[:16]
 
 
 def parse_public_key(text: str) -> bytes:
-    """The 32 raw bytes of a public key written as 64 hex digits (the form used in policies and on the CLI)."""
+    """The 32 raw bytes of a public key written as 64 hex digits (the form used in policies and on
+    the CLI)."""
     try:
         raw = bytes.fromhex(text.strip())
     except ValueError:

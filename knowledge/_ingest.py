@@ -1,11 +1,11 @@
 """One `ingest` call: check every envelope, store the good ones, fold them into the feeds and views.
 
 Checks run envelope by envelope and cost what they must (verification dominates); every check, "does
-not rewrite an immutable record" included, reads the envelope's own bytes, so outcomes do not depend on
-how envelopes are batched. Each update is applied in its own Doc transaction, so the site knows which
-envelope last wrote each key (records are judged by that envelope's grant); the views fold one author's
-consecutive envelopes once. If pycrdt refuses a signed update anyway, the whole call is redone in
-careful mode, rolling back and isolating the update.
+not rewrite an immutable record" included, reads the envelope's own bytes, so outcomes do not depend
+on how envelopes are batched. Each update is applied in its own Doc transaction, so the site knows
+which envelope last wrote each key (records are judged by that envelope's grant); the views fold one
+author's consecutive envelopes once. If pycrdt refuses a signed update anyway, the whole call is
+redone in careful mode, rolling back and isolating the update.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ class Ingestion:
         self.restamp: set[bytes] = (
             set()
         )  # feeds a checkpoint jumped ahead of: rebuilt from the store at the end
-        # The current run of one author's envelopes: their updates are queued as they pass the checks,
-        # applied in one transaction, and the keys they changed folded into the views once, when it ends.
+        # The current run of one author's envelopes: their updates are queued as they pass the
+        # checks, applied in one transaction, and the keys they changed folded into the views once,
+        # when it ends.
         self.current: Feed | None = None
         self.current_changes: dict[str, str | None] = {}
         self.rows: list[tuple[bytes, int, bytes, bytes]] = []  # accepted envelopes not yet inserted
@@ -60,7 +61,8 @@ class Ingestion:
                 decoded.append((index, decode(raw, max_bytes=limit)))
             except EnvelopeError as exc:
                 report.rejected.append(Rejection(index, exc.reason, exc.detail))
-        # What a rolled-back call must restore besides the feeds: what it learnt of forks, in memory.
+        # What a rolled-back call must restore besides the feeds: what it learnt of forks, in
+        # memory.
         before = replica.fork_memory()
         roots = set(
             replica.authority.roots()
@@ -140,7 +142,8 @@ class Ingestion:
         if replica.authority.is_root(feed.author) and any(
             k.startswith(TRUST_PREFIXES) for k in changes
         ):
-            self._regrant()  # a delegation changed: later envelopes in this batch are judged by the new grants
+            # a delegation changed: later envelopes in this batch are judged by the new grants
+            self._regrant()
 
     def _regrant(self) -> None:
         self.replica.regrant()
@@ -209,7 +212,8 @@ class Ingestion:
             pinned = " (a key revocation takes the kept history only as the envelopes it pins)"
             return reject(
                 refusal,
-                f"no grant the writer holds covers {'checkpoint' if env.is_checkpoint else 'envelope'} "
+                "no grant the writer holds covers "
+                f"{'checkpoint' if env.is_checkpoint else 'envelope'} "
                 f"{env.seq}{pinned if refusal == 'revoked_writer' else ''}",
             )
         for seq, pinned in pins:
@@ -286,7 +290,8 @@ class Ingestion:
                 reraise_interrupts(
                     exc
                 )  # pycrdt raises ValueError, or a Rust panic (a BaseException)
-                self._end_run()  # what this run changed before stays (a delegation may need a trust refresh)
+                # what this run changed before stays (a delegation may need a trust refresh)
+                self._end_run()
                 self.replica.replay(feed)
                 self.replica.views.reset_author(feed.author, feed.items())
                 self.current, self.current_changes = None, {}
@@ -317,7 +322,8 @@ class Ingestion:
         self._cut(feed.author, 0)
 
     def _cut(self, author: bytes, keep: int) -> None:
-        """Drop `author`'s envelopes after `keep` and rebuild its feed (grants may change with it)."""
+        """Drop `author`'s envelopes after `keep` and rebuild its feed (grants may change with
+        it)."""
         self.replica.store.delete_after(author, keep)
         self.replica.replay(self.replica.feeds[author])
         self.touched.add(author)
@@ -326,8 +332,8 @@ class Ingestion:
     def _checkpoint_conflict(self, env: Envelope, stored: bytes) -> str | None:
         """Why a checkpoint at a seq held here is not the author's own history, or None if it is.
 
-        Its `prev` must name the envelope held at its seq, and its state must be exactly the state the
-        envelopes held here reach at that seq (Yjs encodes equal documents to equal bytes).
+        Its `prev` must name the envelope held at its seq, and its state must be exactly the state
+        the envelopes held here reach at that seq (Yjs encodes equal documents to equal bytes).
         """
         if stored != env.prev:
             return f"checkpoint names another envelope {env.seq} than the one held here"
@@ -350,7 +356,10 @@ class Ingestion:
             )  # read as strictly as any envelope before pycrdt sees it
             odd = claimed.foreign_structure(parsed)
             if parsed.clients() - {claimed.client_id} or odd is not None:
-                return f"checkpoint's update is no state of this author's feed: {odd or 'foreign client ids'}"
+                return (
+                    "checkpoint's update is no state of this author's feed: "
+                    f"{odd or 'foreign client ids'}"
+                )
             claimed.replay(env.update)
             claimed.apply_queued()
         except BaseException as exc:
@@ -363,10 +372,12 @@ class Ingestion:
     def _equivocation(
         self, env: Envelope, pins: list[tuple[int, bytes]], *, report: bool = True
     ) -> None:
-        """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse the author.
+        """Two valid envelopes, same author and seq: keep both, cut the feed before the fork, refuse
+        the author.
 
-        A revoked writer whose kept prefix is pinned is not cut where this site holds the pinned history
-        (the fork cannot displace it), nor refused: what it still lacks of that history may arrive.
+        A revoked writer whose kept prefix is pinned is not cut where this site holds the pinned
+        history (the fork cannot displace it), nor refused: what it still lacks of that history may
+        arrive.
         """
         replica, author = self.replica, env.author
         held = replica.store.checkpoint(author)
@@ -387,8 +398,9 @@ class Ingestion:
         self._cut(author, env.seq - 1)
 
     def _record_fork(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:
-        """Keep two signed, conflicting pieces of `author`'s feed as evidence; refuse the author from `seq`
-        on (judging later envelopes in this batch knowing of it); stop our own writes if it is our key."""
+        """Keep two signed, conflicting pieces of `author`'s feed as evidence; refuse the author
+        from `seq` on (judging later envelopes in this batch knowing of it); stop our own writes if
+        it is our key."""
         replica = self.replica
         replica.store.add_equivocation(author, seq, first, second)
         replica.banned[author] = min(replica.banned.get(author, seq), seq)
@@ -398,16 +410,19 @@ class Ingestion:
 
 
 def reraise_interrupts(exc: BaseException) -> None:
-    """Let Ctrl-C and interpreter exit through; everything else from pycrdt is the update's fault."""
+    """Let Ctrl-C and interpreter exit through; everything else from pycrdt is the update's
+    fault."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
         raise exc
 
 
 def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:
-    """(reason, detail) if a record the update writes is beyond every record's limits, or claims a time
-    later than its envelope's (which would win its map cell for ever); None if every record is fine.
+    """(reason, detail) if a record the update writes is beyond every record's limits, or claims a
+    time later than its envelope's (which would win its map cell for ever); None if every record is
+    fine.
 
-    Records of types this version does not know are held to the same rules, so nothing deep is parsed.
+    Records of types this version does not know are held to the same rules, so nothing deep is
+    parsed.
     """
     for text in parsed.strings:
         refusal = record_limits(text)

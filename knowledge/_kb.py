@@ -1,9 +1,10 @@
 """The knowledge base: one site's feeds, store and views, and the replication surface.
 
-`open()` returns a KnowledgeBase. Local writes become signed envelopes in this site's own feed; remote
-envelopes enter through `ingest`, which checks everything before a byte reaches pycrdt. The public API is
-safe to call from several threads: one re-entrant lock serializes access to the feeds and the store.
-The state itself, and what the collections and ingest share of it, is a `Replica` (see `_replica`).
+`open()` returns a KnowledgeBase. Local writes become signed envelopes in this site's own feed;
+remote envelopes enter through `ingest`, which checks everything before a byte reaches pycrdt. The
+public API is safe to call from several threads: one re-entrant lock serializes access to the feeds
+and the store. The state itself, and what the collections and ingest share of it, is a `Replica`
+(see `_replica`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ def open(  # noqa: A001 - mirrors the builtin on purpose: knowledge.open(path, i
 ) -> KnowledgeBase:
     """Open (creating if needed) the knowledge base at `path`, writing as `identity`.
 
-    Without an identity the store is opened read-only. `policy` (a TrustPolicy or a TOML path) replaces the
-    stored policy; without one the stored policy is used, or an empty one (trust only yourself).
-    Use ":memory:" for a throwaway knowledge base (tests, experiments): nothing is durable.
+    Without an identity the store is opened read-only. `policy` (a TrustPolicy or a TOML path)
+    replaces the stored policy; without one the stored policy is used, or an empty one (trust only
+    yourself). Use ":memory:" for a throwaway knowledge base (tests, experiments): nothing is
+    durable.
     """
     if isinstance(policy, (str, os.PathLike)):
         policy = TrustPolicy.load(policy)
@@ -89,7 +91,7 @@ class KnowledgeBase:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- local writes -------------------------------------------------------------------------------
+    # --- local writes -----------------------------------------------------------------------------
 
     def now(self) -> int:
         """A fresh hybrid-logical-clock timestamp from this site's clock."""
@@ -104,7 +106,8 @@ class KnowledgeBase:
     def delegate(
         self, device: bytes, roles: Iterable[Role | str], *, expires: int | None = None
     ) -> None:
-        """As a site root: let `device` write for this site with `roles` (until HLC `expires`, if given)."""
+        """As a site root: let `device` write for this site with `roles` (until HLC `expires`, if
+        given)."""
         self._replica.require(None)
         record = {
             "v": 1,
@@ -115,7 +118,8 @@ class KnowledgeBase:
         self._replica.put_record(RecordType.DELEGATE, device.hex(), record)
 
     def revoke_key(self, device: bytes, last_seq: int, reason: str = "") -> None:
-        """As a site root: accept `device`'s feed only up to `last_seq` (never "after time T": clocks lie).
+        """As a site root: accept `device`'s feed only up to `last_seq` (never "after time T":
+        clocks lie).
 
         The record pins the kept prefix by the hash of the device's envelope `last_seq`, so no other
         history the device signs can displace it: this site must hold that envelope.
@@ -132,14 +136,15 @@ class KnowledgeBase:
                 if pinned is None:
                     held = replica.feeds[device].seq if device in replica.feeds else 0
                     raise RecordError(
-                        f"this site does not hold envelope {last_seq} of key {key_id(device)} (it holds up to {held}); "
-                        "sync first, or revoke at a seq held here"
+                        f"this site does not hold envelope {last_seq} of key {key_id(device)} "
+                        f"(it holds up to {held}); sync first, or revoke at a seq held here"
                     )
             record["last_hash"] = pinned.hex()
         replica.put_record(RecordType.KEY_REVOKE, device.hex(), record)
 
     def revoke(self, skill_id: str, reason: str = "") -> None:
-        """Turn a skill off fleet-wide, for every site that trusts this writer to revoke. Irreversible."""
+        """Turn a skill off fleet-wide, for every site that trusts this writer to revoke.
+        Irreversible."""
         replica = self._replica
         identity = replica.require(Role.REVOKE)
         key = make_key(RecordType.REVOKE, skill_id)
@@ -154,7 +159,8 @@ class KnowledgeBase:
             )
 
     def checkpoint(self) -> Envelope:
-        """Sign the merged state of this site's own feed, so newcomers need not replay its history."""
+        """Sign the merged state of this site's own feed, so newcomers need not replay its
+        history."""
         replica = self._replica
         identity = replica.require_identity()
         with replica.lock:
@@ -165,7 +171,8 @@ class KnowledgeBase:
             if len(env.raw) > self.limits.max_checkpoint_bytes:
                 raise StoreError(
                     f"this feed's checkpoint would be {len(env.raw)} bytes, over the "
-                    f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: they would refuse it"
+                    f"{self.limits.max_checkpoint_bytes}-byte limit peers accept: "
+                    "they would refuse it"
                 )
             with replica.store.transaction():
                 replica.store.put_checkpoint(identity.public_key, env.seq, env.raw)
@@ -175,19 +182,20 @@ class KnowledgeBase:
         """Replace the trust and activation policy; views are recomputed under it."""
         self._replica.set_policy(policy)
 
-    # --- activation ---------------------------------------------------------------------------------
+    # --- activation -------------------------------------------------------------------------------
     def is_revoked(self, skill_id: str) -> bool:
         with self._replica.lock:
             return bool(self._replica.views.revocations(skill_id))
 
     def activation(self, skill_id: str) -> Activation:
-        """Whether `skill_id` is active here, derived from revocations, certificates and the policy."""
+        """Whether `skill_id` is active here, derived from revocations, certificates and the
+        policy."""
         return self._replica.activation(skill_id)
 
     def is_active(self, skill_id: str) -> bool:
         return self.activation(skill_id).active
 
-    # --- replication surface ------------------------------------------------------------------------
+    # --- replication surface ----------------------------------------------------------------------
     def heads(self) -> dict[str, Head]:
         """Per author: the newest seq and envelope hash held here (what a peer compares against)."""
         replica = self._replica
@@ -205,14 +213,16 @@ class KnowledgeBase:
     def envelopes_since(
         self, heads: Mapping[str, Head | int], limit: int = 1000, *, exclude: Container[bytes] = ()
     ) -> list[bytes]:
-        """Envelopes a peer with `heads` lacks, at most `limit`, trust roots first, each feed in order.
+        """Envelopes a peer with `heads` lacks, at most `limit`, trust roots first, each feed in
+        order.
 
-        A peer that has nothing of a feed, or is behind the earliest envelope kept here, gets the feed's
-        checkpoint first. Call again with the peer's new heads until the answer is empty. Feeds of the
-        authors in `exclude` are left out (read rules: see `authors_writing`).
+        A peer that has nothing of a feed, or is behind the earliest envelope kept here, gets the
+        feed's checkpoint first. Call again with the peer's new heads until the answer is empty.
+        Feeds of the authors in `exclude` are left out (read rules: see `authors_writing`).
 
-        Heads carry hashes: where the peer's head names a seq held here under another hash, the feed has
-        forked, and the peer gets this site's envelope at that seq first, so it finds the fork too.
+        Heads carry hashes: where the peer's head names a seq held here under another hash, the feed
+        has forked, and the peer gets this site's envelope at that seq first, so it finds the fork
+        too.
         """
         replica = self._replica
         with replica.lock:
@@ -258,11 +268,12 @@ class KnowledgeBase:
             return out[: max(limit, 0)]
 
     def learn_site_heads(self, heads: Mapping[str, Head | int]) -> None:
-        """As a device (`device_of` in the policy): take these heads, from the device's own site, as the
-        word on how far its own feed goes. A device's empty store writes only after this (a re-flashed robot
-        would fork its feed otherwise), and no device writes while its site holds more of its feed than its
-        store, or another history of it. Only the site's heads count: any other peer could claim a head.
-        The federation client calls this when it syncs with the device's site."""
+        """As a device (`device_of` in the policy): take these heads, from the device's own site, as
+        the word on how far its own feed goes. A device's empty store writes only after this (a
+        re-flashed robot would fork its feed otherwise), and no device writes while its site holds
+        more of its feed than its store, or another history of it. Only the site's heads count: any
+        other peer could claim a head. The federation client calls this when it syncs with the
+        device's site."""
         replica = self._replica
         if self.identity is None or self.policy.device_of is None:
             return
@@ -286,13 +297,15 @@ class KnowledgeBase:
             }
 
     def roles_of(self, key: bytes) -> frozenset[Role] | None:
-        """The roles this site grants `key` (a site root's or a delegated device's), or None if unknown."""
+        """The roles this site grants `key` (a site root's or a delegated device's), or None if
+        unknown."""
         with self._replica.lock:
             return self._replica.authority.roles(key)
 
     def can_read(self, key: bytes) -> bool:
-        """Whether `key` holds a current grant here: a trusted root, or a device delegated at least one role
-        whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs) needs one."""
+        """Whether `key` holds a current grant here: a trusted root, or a device delegated at least
+        one role whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs)
+        needs one."""
         replica = self._replica
         with replica.lock:
             return any(
@@ -302,13 +315,14 @@ class KnowledgeBase:
             )
 
     def ingest(self, envelopes: Iterable[bytes]) -> IngestReport:
-        """Check and apply envelopes from peers; durable when this returns. Never raises on bad input.
+        """Check and apply envelopes from peers; durable when this returns. Never raises on bad
+        input.
 
         Each envelope is accepted, a duplicate, or rejected with a reason (see `Rejection.reason`).
-        Checks, in the order docs/PROTOCOL.md lists them: size, structure, equivocating author, a seq
-        already held (duplicate, fork, checkpoint against the history held), grants and pins, continuity,
-        signature, chain, clock, the Yjs update read as yrs reads it, client ids, feed structure, record
-        limits and times, immutable records. Only then does a byte reach pycrdt.
+        Checks, in the order docs/PROTOCOL.md lists them: size, structure, equivocating author, a
+        seq already held (duplicate, fork, checkpoint against the history held), grants and pins,
+        continuity, signature, chain, clock, the Yjs update read as yrs reads it, client ids, feed
+        structure, record limits and times, immutable records. Only then does a byte reach pycrdt.
         """
         envelopes = list(envelopes)
         with self._replica.lock:
@@ -316,17 +330,20 @@ class KnowledgeBase:
             try:
                 return Ingestion(self._replica, careful=False).run(envelopes)
             except UpdateRejected:
-                # A signed update that pycrdt refuses: redo the batch one update at a time to isolate it.
+                # A signed update that pycrdt refuses: redo the batch one update at a time to
+                # isolate it.
                 return Ingestion(self._replica, careful=True).run(envelopes)
 
     def equivocations(self) -> list[tuple[str, int]]:
-        """(author, seq) of every equivocation detected here; those writers' data stops at seq - 1."""
+        """(author, seq) of every equivocation detected here; those writers' data stops at seq -
+        1."""
         with self._replica.lock:
             return [(a.hex(), s) for a, s, _f, _b in self._replica.store.equivocations()]
 
-    # --- introspection ------------------------------------------------------------------------------
+    # --- introspection ----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """Every view as plain data: equal snapshots mean equal knowledge (what convergence tests compare)."""
+        """Every view as plain data: equal snapshots mean equal knowledge (what convergence tests
+        compare)."""
         replica = self._replica
         with replica.lock:
             views = replica.views

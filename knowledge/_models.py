@@ -99,7 +99,8 @@ class Certificate:
 
 @dataclass(frozen=True, slots=True)
 class Activation:
-    """Whether a skill is active under this site's policy, and why (derived on every call, never stored)."""
+    """Whether a skill is active under this site's policy, and why (derived on every call, never
+    stored)."""
 
     skill: str
     active: bool
@@ -131,8 +132,8 @@ class QueryResult:
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """The newest envelope this site holds from one author; `equivocated_at` if the author forked there
-    (its feed then stops at the seq before, and this site already holds the evidence)."""
+    """The newest envelope this site holds from one author; `equivocated_at` if the author forked
+    there (its feed then stops at the seq before, and this site already holds the evidence)."""
 
     seq: int
     hash: str
@@ -141,7 +142,8 @@ class Head:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """One envelope `ingest` refused: its position in the input, its author and seq if decodable, and why."""
+    """One envelope `ingest` refused: its position in the input, its author and seq if decodable,
+    and why."""
 
     index: int
     reason: str
@@ -152,7 +154,8 @@ class Rejection:
 
 @dataclass(frozen=True, slots=True)
 class RecordIssue:
-    """A record inside an accepted envelope that the views skip: invalid, unauthorized or from a newer schema."""
+    """A record inside an accepted envelope that the views skip: invalid, unauthorized or from a
+    newer schema."""
 
     author: str
     key: str
@@ -161,7 +164,8 @@ class RecordIssue:
 
 @dataclass
 class IngestReport:
-    """What `ingest` did: every input envelope is accepted, a duplicate, or rejected with a reason."""
+    """What `ingest` did: every input envelope is accepted, a duplicate, or rejected with a
+    reason."""
 
     accepted: list[tuple[str, int]] = field(default_factory=list)
     duplicates: int = 0

@@ -1,7 +1,8 @@
 """A site's trust and activation policy, read from TOML.
 
     max_clock_offset_ms = 5000          # remote timestamps further ahead are rejected
-    device_of = "<64 hex digits>"       # only on a device (a robot): the root of the site it writes for
+    device_of = "<64 hex digits>"       # only on a device (a robot): the root of the site it
+                                        # writes for
 
     [[roots]]                           # site roots whose writers we accept, and for what
     name = "site-b"
@@ -14,11 +15,13 @@
     confidence = 0.95                   # ... at this one-sided confidence level
     required_randomization = ["mass", "friction"]
     min_validators = 1                  # k: distinct validator sites whose certificates qualify
-    validators = []                     # n: roots whose certificates count (empty: every validate root)
+    validators = []                     # n: roots whose certificates count
+                                        # (empty: every validate root)
 
-A knowledge base trusts its own identity as a site root with every role, unless `device_of` names the site
-root it belongs to: then that root is trusted with every role, and this key writes only with the roles
-that root's delegation gives it. Nothing another site writes can make a site's own key a device.
+A knowledge base trusts its own identity as a site root with every role, unless `device_of` names
+the site root it belongs to: then that root is trusted with every role, and this key writes only
+with the roles that root's delegation gives it. Nothing another site writes can make a site's own
+key a device.
 """
 
 from __future__ import annotations
@@ -144,15 +147,17 @@ class TrustPolicy:
         )
 
     def with_root(self, key: bytes, roles=frozenset(Role), name: str = "") -> TrustPolicy:
-        """A copy that also trusts `key` as a site root for `roles` (replacing an earlier entry for it)."""
+        """A copy that also trusts `key` as a site root for `roles` (replacing an earlier entry for
+        it)."""
         others = tuple(r for r in self.roots if r.key != key)
         return replace(
             self, roots=(*others, TrustedRoot(key, frozenset(Role(r) for r in roles), name))
         )
 
     def for_device_of(self, site_root: bytes) -> TrustPolicy:
-        """A copy for a device (a robot) of the site whose root key is `site_root`: that root is trusted with
-        every role, and this knowledge base's key writes with the roles that root delegates it."""
+        """A copy for a device (a robot) of the site whose root key is `site_root`: that root is
+        trusted with every role, and this knowledge base's key writes with the roles that root
+        delegates it."""
         return replace(self.with_root(site_root), device_of=site_root)
 
 

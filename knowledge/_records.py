@@ -1,11 +1,11 @@
 """Record types stored in a feed, their keys and their schema checks.
 
-Every feed's pycrdt Doc holds two root Maps (``immutable`` and ``records``: see `_feed`), from key to a
-JSON string. The key's first
-segment names the record type (``skill/<id>``, ``cell/<map>/<cell>``, ...). Immutable records (skills,
-certificates) are content-addressed: their id is the SHA-256 of the exact UTF-8 bytes of their JSON
-string, so a verifier never has to re-canonicalize. Types this version does not know, and records with a
-higher schema version ``v``, are kept and forwarded but skipped by the views (mixed-version fleets).
+Every feed's pycrdt Doc holds two root Maps (``immutable`` and ``records``: see `_feed`), from key
+to a JSON string. The key's first segment names the record type (``skill/<id>``,
+``cell/<map>/<cell>``, ...). Immutable records (skills, certificates) are content-addressed: their
+id is the SHA-256 of the exact UTF-8 bytes of their JSON string, so a verifier never has to
+re-canonicalize. Types this version does not know, and records with a higher schema version ``v``,
+are kept and forwarded but skipped by the views (mixed-version fleets).
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ class ParsedKey:
 
 
 def parse_key(key: str) -> ParsedKey | None:
-    """Split a records-map key; None for a type this version does not know (skipped, not an error)."""
+    """Split a records-map key; None for a type this version does not know (skipped, not an
+    error)."""
     head, _, rest = key.partition("/")
     try:
         rtype = RecordType(head)
@@ -149,7 +150,7 @@ def make_key(rtype: RecordType, name: str, cell: str | None = None) -> str:
     return f"{rtype.value}/{name}" if cell is None else f"{rtype.value}/{name}/{cell}"
 
 
-# --- field checks -----------------------------------------------------------------------------------
+# --- field checks ---------------------------------------------------------------------------------
 
 
 def _obj(value: Any, what: str) -> dict[str, Any]:
@@ -228,7 +229,8 @@ def record_limits(text: str) -> str | None:
 
 
 def load_record(text: str) -> dict[str, Any]:
-    """Parse a record's JSON object within the limits every record obeys; RecordError says what is wrong."""
+    """Parse a record's JSON object within the limits every record obeys; RecordError says what is
+    wrong."""
     if not isinstance(text, str):
         raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
     refusal = record_limits(text)

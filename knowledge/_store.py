@@ -1,12 +1,14 @@
 """The durable store: one SQLite file per site in WAL mode with synchronous commits.
 
 It holds envelopes, checkpoints, blobs, equivocation evidence and small metadata. Everything else
-(views, indexes) is derived and rebuilt from it. A write is acknowledged only after `commit` returns.
+(views, indexes) is derived and rebuilt from it. A write is acknowledged only after `commit`
+returns.
 
-Blobs are stored in parts of `BLOB_PART` bytes (table `blob_parts`), so that one can be read a part at a
-time (`blob_size`, `blob_part`) without loading it whole: SQLite reads a column value whole, and its
-incremental blob I/O needs a rowid table. Stores written before kept each blob in one row (table `blobs`);
-a writer moves those into parts when it opens the store, and reads fall back to them meanwhile.
+Blobs are stored in parts of `BLOB_PART` bytes (table `blob_parts`), so that one can be read a part
+at a time (`blob_size`, `blob_part`) without loading it whole: SQLite reads a column value whole,
+and its incremental blob I/O needs a rowid table. Stores written before kept each blob in one row
+(table `blobs`); a writer moves those into parts when it opens the store, and reads fall back to
+them meanwhile.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITH
 
 
 class Store:
-    """SQLite access for one knowledge base. Callers serialize access (the KnowledgeBase holds a lock)."""
+    """SQLite access for one knowledge base. Callers serialize access (the KnowledgeBase holds a
+    lock)."""
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = str(path)
@@ -86,8 +89,9 @@ class Store:
             self._lock_file.close()
             self._lock_file = None
             raise StoreLockedError(
-                f"{self.path} is already open for writing by another process; only one process may write "
-                "as an identity (a second writer would equivocate). Open it read-only or stop the other one."
+                f"{self.path} is already open for writing by another process; "
+                "only one process may write as an identity (a second writer would equivocate). "
+                "Open it read-only or stop the other one."
             ) from None
 
     @property
@@ -175,7 +179,8 @@ class Store:
         return None if row is None else (row[0], bytes(row[1]))
 
     def checkpoint_head(self, author: bytes) -> tuple[int, bytes] | None:
-        """(seq, prev) of an author's checkpoint: the head it summarizes, read from its header alone."""
+        """(seq, prev) of an author's checkpoint: the head it summarizes, read from its header
+        alone."""
         row = self._db.execute(
             f"SELECT seq, substr(body, {PREV_OFFSET + 1}, 32) FROM checkpoints WHERE author=?",
             (author,),
@@ -232,8 +237,8 @@ class Store:
         return None if row is None else row[0]
 
     def blob_part(self, hash_: bytes, index: int) -> bytes | None:
-        """Part `index` (0, 1, ...) of a blob: at most BLOB_PART bytes; None past its last part or if the
-        blob is not stored. Concatenated in order, the parts are the blob."""
+        """Part `index` (0, 1, ...) of a blob: at most BLOB_PART bytes; None past its last part or
+        if the blob is not stored. Concatenated in order, the parts are the blob."""
         row = self._db.execute(
             "SELECT data FROM blob_parts WHERE hash=? AND part=?", (hash_, index)
         ).fetchone()

@@ -2,14 +2,15 @@
 
 Grants belong to whoever made them. A root's delegation records count only for the keys it names and
 only with the roles the policy trusts that root for; grants from different roots are independent and
-only ever add, so no record from one root can reduce or change a right another root granted. A root's
-own rights come from the policy alone: a delegation naming a root (this site's own key included) is
-ignored.
+only ever add, so no record from one root can reduce or change a right another root granted. A
+root's own rights come from the policy alone: a delegation naming a root (this site's own key
+included) is ignored.
 
-A key revocation pins the kept prefix by the hash of its `last_seq` envelope, for its own grant: that
-grant admits only that envelope at `last_seq`, no checkpoint up to it (a checkpoint's state cannot be
-chained to the pin), and nothing at all where the site holds another envelope there. A writer that
-forked its feed is covered from the fork on only by grants that pin its history, up to their pins.
+A key revocation pins the kept prefix by the hash of its `last_seq` envelope, for its own grant:
+that grant admits only that envelope at `last_seq`, no checkpoint up to it (a checkpoint's state
+cannot be chained to the pin), and nothing at all where the site holds another envelope there. A
+writer that forked its feed is covered from the fork on only by grants that pin its history, up to
+their pins.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class Grant:
     ) -> str | None:
         """None if an envelope at (seq, hlc) falls inside this grant, else the rejection reason.
 
-        `fork`: the seq at which the writer forked its feed, if it did; `hash`: the envelope's hash (a
-        checkpoint's `prev`), checked against a pin at `last_seq`.
+        `fork`: the seq at which the writer forked its feed, if it did; `hash`: the envelope's hash
+        (a checkpoint's `prev`), checked against a pin at `last_seq`.
         """
         if not self.roles:
             return "unauthorized"
@@ -63,12 +64,13 @@ class Grant:
 
 
 class Authority:
-    """Resolves writers to their grants. Rebuilt whenever the policy or a root's delegation records change.
+    """Resolves writers to their grants. Rebuilt whenever the policy or a root's delegation records
+    change.
 
-    `delegations[root][device]` and `key_revocations[root][device]` are the parsed records currently in
-    each root's feed. A key delegated by several roots holds one grant from each; an envelope is admitted
-    if any of them admits it, and a record counts for every grant that admits its envelope with the role
-    the record needs.
+    `delegations[root][device]` and `key_revocations[root][device]` are the parsed records currently
+    in each root's feed. A key delegated by several roots holds one grant from each; an envelope is
+    admitted if any of them admits it, and a record counts for every grant that admits its envelope
+    with the role the record needs.
     """
 
     def __init__(
@@ -81,8 +83,8 @@ class Authority:
         held: Callable[[bytes, int], bytes | None] | None = None,
         forks: Mapping[bytes, int] | None = None,
     ) -> None:
-        """`held(author, seq)`: the hash of the envelope held at seq, if any (a pin it contradicts voids
-        the pinning grant); `forks`: author -> the seq of its first fork found here."""
+        """`held(author, seq)`: the hash of the envelope held at seq, if any (a pin it contradicts
+        voids the pinning grant); `forks`: author -> the seq of its first fork found here."""
         self._forks = dict(forks or {})
         roots: dict[bytes, frozenset[Role]] = {
             r.key: frozenset(r.roles) for r in policy.roots if r.roles
@@ -147,8 +149,8 @@ class Authority:
         *,
         checkpoint: bool = False,
     ) -> str | None:
-        """None if some grant admits an envelope of `author` at (seq, hlc) (with this hash, if given),
-        else the reason none does."""
+        """None if some grant admits an envelope of `author` at (seq, hlc) (with this hash, if
+        given), else the reason none does."""
         grants = self._grants.get(author)
         if not grants:
             return "unknown_writer"
@@ -173,8 +175,9 @@ class Authority:
     def sites(
         self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0
     ) -> frozenset[bytes]:
-        """The sites that vouch for a record of `author` needing `role` (None: only a root may write it),
-        written in the envelope at (seq, hlc); without a seq, every grant with the role counts."""
+        """The sites that vouch for a record of `author` needing `role` (None: only a root may write
+        it), written in the envelope at (seq, hlc); without a seq, every grant with the role
+        counts."""
         fork = self._forks.get(author)
         return frozenset(
             g.site
@@ -186,7 +189,8 @@ class Authority:
     def has_role(
         self, author: bytes, role: Role | None, seq: int | None = None, hlc: int = 0
     ) -> bool:
-        """True if `author` may write records needing `role` (None: records only a trusted root may write)."""
+        """True if `author` may write records needing `role` (None: records only a trusted root may
+        write)."""
         return bool(self.sites(author, role, seq, hlc))
 
     def roles(self, author: bytes) -> frozenset[Role] | None:
@@ -199,6 +203,7 @@ _REASON_ORDER = ["equivocating_author", "revoked_writer", "delegation_expired", 
 
 
 def _pinned_hash(revocation: dict[str, Any]) -> bytes | None:
-    """The hash a key revocation pins at its last_seq; None for last_seq 0 or an older, unpinned record."""
+    """The hash a key revocation pins at its last_seq; None for last_seq 0 or an older, unpinned
+    record."""
     value = revocation.get("last_hash")
     return bytes.fromhex(value) if isinstance(value, str) else None

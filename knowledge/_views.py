@@ -3,16 +3,18 @@
 Each author's feed holds at most one current record per key. The views keep, for every key, the
 current record of each author allowed to write it, and merge across authors on read:
 
-- skills: the union of published records minus those withdrawn by a writer of a site that vouches for the
-  publisher (every publish is a fresh element whose id covers author and time, so observed-remove reduces
-  to this);
-- semantic-map cells: the record with the highest (confidence, hlc, author key), tombstones included;
+- skills: the union of published records minus those withdrawn by a writer of a site that vouches
+  for the publisher (every publish is a fresh element whose id covers author and time, so
+  observed-remove reduces to this);
+- semantic-map cells: the record with the highest (confidence, hlc, author key), tombstones
+  included;
 - counters: per author a PN pair of grow-only counts; the value is the sum of P minus the sum of N;
 - certificates and revocations: grow-only unions (a revoked skill stays revoked).
 
 A record counts if a grant admits the envelope that last wrote it with the role the record needs
-(`written` maps each author's keys to that envelope's (seq, hlc)); the sites of those grants vouch for it.
-The merge is a pure function of the feeds, so two sites holding the same envelopes show the same views.
+(`written` maps each author's keys to that envelope's (seq, hlc)); the sites of those grants vouch
+for it. The merge is a pure function of the feeds, so two sites holding the same envelopes show the
+same views.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class Views:
     def rebuild(
         self, authority: Authority, feeds: Iterable[tuple[bytes, Iterable[tuple[str, str]]]]
     ) -> None:
-        """Recompute everything (after a trust change); issues found again are not reported twice."""
+        """Recompute everything (after a trust change); issues found again are not reported
+        twice."""
         self.authority = authority
         self._clear()
         for author, items in feeds:
@@ -83,7 +86,8 @@ class Views:
     def update(
         self, author: bytes, changes: dict[str, str | None], issues: list[RecordIssue]
     ) -> None:
-        """Fold one author's changed keys into the views; skipped records are appended to `issues`."""
+        """Fold one author's changed keys into the views; skipped records are appended to
+        `issues`."""
         author_hex = author.hex()
         written = self.written.get(author, {})
         for key, text in changes.items():
@@ -139,7 +143,8 @@ class Views:
                 self._certs_by_skill[record["skill"]].add(parsed.name)
 
     def reset_author(self, author: bytes, items: Iterable[tuple[str, str]]) -> None:
-        """Replace everything the views hold from `author` by `items` (after its feed was restored)."""
+        """Replace everything the views hold from `author` by `items` (after its feed was
+        restored)."""
         self.generation += 1  # too coarse to log skill by skill: derived indexes start over
         self._skill_log.clear()
         for rtype, bucket in self._entries.items():
@@ -175,7 +180,7 @@ class Views:
             if not by_author:
                 del bucket[index]
 
-    # --- reads --------------------------------------------------------------------------------------
+    # --- reads ------------------------------------------------------------------------------------
     def indexes(self, rtype: RecordType) -> list[Index]:
         return list(self._entries[rtype])
 
@@ -196,7 +201,8 @@ class Views:
         return self._sites[(RecordType.SKILL, skill_id, bytes.fromhex(record["author"]))]
 
     def cert_sites(self, cert_id: str, validator: bytes) -> frozenset[bytes]:
-        """The sites whose grants admit the envelope that wrote this certificate with the validate role."""
+        """The sites whose grants admit the envelope that wrote this certificate with the validate
+        role."""
         return self._sites.get((RecordType.CERT, cert_id, validator), frozenset())
 
     def revocations(self, skill_id: str) -> dict[bytes, dict[str, Any]]:
@@ -229,8 +235,8 @@ class Views:
         return sorted(m for m in self._cells_by_map if self.cells(m))
 
     def counts(self, skill_id: str) -> dict[bytes, Counts]:
-        """Per site: the PN-counter values recorded for a skill by that site's writers (a writer that two
-        sites vouch for with the publish role is filed under the smaller site key)."""
+        """Per site: the PN-counter values recorded for a skill by that site's writers (a writer
+        that two sites vouch for with the publish role is filed under the smaller site key)."""
         per_site: dict[bytes, Counts] = {}
         for author, rec in self._entries[RecordType.COUNTER].get(skill_id, {}).items():
             site = min(self._sites[(RecordType.COUNTER, skill_id, author)])
@@ -241,7 +247,8 @@ class Views:
     def delegation_records(
         self,
     ) -> tuple[dict[bytes, dict[bytes, dict]], dict[bytes, dict[bytes, dict]]]:
-        """{root: {device: record}} for delegations and for key revocations, as the views hold them."""
+        """{root: {device: record}} for delegations and for key revocations, as the views hold
+        them."""
         result: tuple[dict[bytes, dict[bytes, dict]], dict[bytes, dict[bytes, dict]]] = ({}, {})
         for out, rtype in zip(result, (RecordType.DELEGATE, RecordType.KEY_REVOKE), strict=True):
             for device, by_root in self._entries[rtype].items():

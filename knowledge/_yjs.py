@@ -1,18 +1,20 @@
-"""A structural reader for Yjs v1 updates: which client ids an update writes, references and deletes.
+"""A structural reader for Yjs v1 updates: which client ids an update writes, references and
+deletes.
 
-`pycrdt.get_state(update)` is not enough for this: it reports the state an update reaches when applied
-to an empty document, so an incremental update (whose structs start past clock 0) shows no clients at
-all, a forged one included. This reader walks the update's bytes as the Yjs v1 format lays them out
-(struct groups per client, then the delete set) without applying anything, and fails on any structure
-it cannot account for — so it doubles as a strict pre-check before a byte reaches pycrdt.
+`pycrdt.get_state(update)` is not enough for this: it reports the state an update reaches when
+applied to an empty document, so an incremental update (whose structs start past clock 0) shows no
+clients at all, a forged one included. This reader walks the update's bytes as the Yjs v1 format
+lays them out (struct groups per client, then the delete set) without applying anything, and fails
+on any structure it cannot account for — so it doubles as a strict pre-check before a byte reaches
+pycrdt.
 
 It reads every field as yrs (the Yjs core inside pycrdt) does, and refuses any value yrs would read
-differently from the plain number in the bytes. yrs keeps clocks, lengths and counts as u32, reading a
-wider var-uint with its high bits dropped or wrapped onto low ones (a clock of 2**32 is clock 0; a
-6-byte var-uint ORs its last byte in at bit 3), and adds them without overflow checks (a struct group
-at clock 2**32 - 1 made it panic and take the process down); it keeps the low 53 bits of a client id.
-A reader taking these numbers at face value would let a signed update aim at clocks it never named.
-Measured with yrs 0.28 (pycrdt 0.14).
+differently from the plain number in the bytes. yrs keeps clocks, lengths and counts as u32, reading
+a wider var-uint with its high bits dropped or wrapped onto low ones (a clock of 2**32 is clock 0; a
+6-byte var-uint ORs its last byte in at bit 3), and adds them without overflow checks (a struct
+group at clock 2**32 - 1 made it panic and take the process down); it keeps the low 53 bits of a
+client id. A reader taking these numbers at face value would let a signed update aim at clocks it
+never named. Measured with yrs 0.28 (pycrdt 0.14).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ _GC, _DELETED, _JSON, _BINARY, _STRING, _EMBED, _FORMAT, _TYPE, _ANY, _DOC, _SKI
     10,
 )
 # Nested type refs yrs and Yjs read alike: array, map, text, XML element (followed by its name), XML
-# fragment, XML text, subdocument, undefined. (An XML hook's name and a weak link's ids only Yjs reads.)
+# fragment, XML text, subdocument, undefined. (An XML hook's name and a weak link's ids only Yjs
+# reads.)
 _TYPE_REFS, _XML_ELEMENT = frozenset({0, 1, 2, 3, 4, 6, 9, 15}), 3
-# What a map of JSON strings ever holds: values (Any), deleted items, and their garbage-collected forms.
+# What a map of JSON strings ever holds: values (Any), deleted items, and their garbage-collected
+# forms.
 MAP_CONTENTS = frozenset({_GC, _DELETED, _ANY})
 MAX_CLOCK = 2**32 - 1  # yrs holds clocks, and clock + length, in a u32
 MAX_CLIENT = 2**53 - 1  # yrs keeps the low 53 bits of a client id
@@ -51,12 +55,12 @@ class MalformedUpdate(ValueError):
 class ParsedUpdate:
     """What a Yjs v1 update touches, read from its bytes alone.
 
-    `writes`: clients whose structs it carries. `groups`: (client, first clock, total length) of each
-    client's struct group. `structs`: (client, clock, length) of every struct. `references`: (client,
-    clock) ids its items point at (left and right origins, parent items). `deletes`: (client, clock,
-    length) ranges it deletes. `root_inserts`: (root name, client, clock, length) of items placed
-    directly in a root type with no origins, i.e. map entries written for the first time. `strings`:
-    every string value in its Any content (a simnet record each, for map values).
+    `writes`: clients whose structs it carries. `groups`: (client, first clock, total length) of
+    each client's struct group. `structs`: (client, clock, length) of every struct. `references`:
+    (client, clock) ids its items point at (left and right origins, parent items). `deletes`:
+    (client, clock, length) ranges it deletes. `root_inserts`: (root name, client, clock, length) of
+    items placed directly in a root type with no origins, i.e. map entries written for the first
+    time. `strings`: every string value in its Any content (a simnet record each, for map values).
     """
 
     writes: set[int] = field(default_factory=set)
@@ -77,7 +81,8 @@ class ParsedUpdate:
 
 
 def _uint(data: bytes, pos: int) -> tuple[int, int]:
-    """A lib0 var-uint at `pos`, at face value; returns (value, next position). Fast path for one byte."""
+    """A lib0 var-uint at `pos`, at face value; returns (value, next position). Fast path for one
+    byte."""
     try:
         byte = data[pos]
         if byte < 0x80:
@@ -97,7 +102,8 @@ def _uint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _u32(data: bytes, pos: int, what: str) -> tuple[int, int]:
-    """A var-uint yrs reads as u32: refused if it does not fit, as yrs would read other bits than written."""
+    """A var-uint yrs reads as u32: refused if it does not fit, as yrs would read other bits than
+    written."""
     value, end = _uint(data, pos)
     if value > MAX_CLOCK:
         raise MalformedUpdate(
@@ -182,8 +188,8 @@ def _any(data: bytes, pos: int, found: ParsedUpdate, depth: int = 0) -> int:
 
 
 def parse_update(update: bytes) -> ParsedUpdate:
-    """Walk a Yjs v1 update; MalformedUpdate if it is not one, down to its last byte, or if yrs would
-    read any of it differently."""
+    """Walk a Yjs v1 update; MalformedUpdate if it is not one, down to its last byte, or if yrs
+    would read any of it differently."""
     data = bytes(update)
     found = ParsedUpdate()
     if not data:
@@ -229,7 +235,8 @@ def parse_update(update: bytes) -> ParsedUpdate:
 
 
 def _id(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate) -> int:
-    """An id an item points at; one of its own client's must come before it (else yrs holds the item)."""
+    """An id an item points at; one of its own client's must come before it (else yrs holds the
+    item)."""
     at = pos
     ref_client, pos = _client(data, pos)
     ref_clock, pos = _u32(data, pos, "clock")

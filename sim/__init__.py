@@ -19,8 +19,10 @@ A `World` is a site's persistent digital twin, split into shards that run in wor
 Ray actors): every mutation is logged, checkpoints are taken as it runs, and it can be reopened,
 forked at any recorded tick, replayed exactly, and evaluated from:
 
-    world = sim.World.create("site.world", {"cell": scene_xml}, [sim.Entity("walker1", walker_xml, "cell")])
-    world.apply("cell", sim.Mutation("actuator/walker1/hhip/ctrl", "set", (0.3,)), provenance="operator")
+    world = sim.World.create("site.world", {"cell": scene_xml},
+                             [sim.Entity("walker1", walker_xml, "cell")])
+    world.apply("cell", sim.Mutation("actuator/walker1/hhip/ctrl", "set", (0.3,)),
+                provenance="operator")
     world.advance(2000)
     branch = world.fork("cell", at=1000)               # never changes the canonical world
     world.replay("cell", 0, 2000).exact                # True: re-executed bit for bit

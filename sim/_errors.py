@@ -59,7 +59,8 @@ class IncompatibleTemplateError(TemplateError):
 
 
 class MutationError(SimError, ValueError):
-    """A mutation names no field of the template, or its op or value cannot apply; names the branch."""
+    """A mutation names no field of the template, or its op or value cannot apply; names the
+    branch."""
 
     def __init__(self, target: str, detail: str, branch: int | None = None) -> None:
         where = f"branch {branch}: " if branch is not None else ""
@@ -70,7 +71,8 @@ class MutationError(SimError, ValueError):
 
 
 class SpecError(SimError, ValueError):
-    """A declarative definition (sampler, task, skill architecture) is malformed; `field` is its path."""
+    """A declarative definition (sampler, task, skill architecture) is malformed; `field` is its
+    path."""
 
     def __init__(self, kind: str, field: str, detail: str) -> None:
         super().__init__(f"{kind} field {field!r}: {detail}")
@@ -100,15 +102,18 @@ class PolicySpecError(SpecError):
 
 
 class PolicyPayloadError(SimError):
-    """A skill's weights blob is not safetensors, or its tensors do not match the architecture spec."""
+    """A skill's weights blob is not safetensors, or its tensors do not match the architecture
+    spec."""
 
 
 class EntryPointError(SimError):
-    """A record names a Python entry point that is not installed here, or not at the recorded version."""
+    """A record names a Python entry point that is not installed here, or not at the recorded
+    version."""
 
 
 class PolicyRunError(SimError):
-    """The policy failed during an evaluation; the run yields no result. Names the branches and step."""
+    """The policy failed during an evaluation; the run yields no result. Names the branches and
+    step."""
 
     def __init__(self, detail: str, branches: tuple[int, ...], step: int) -> None:
         shown = ", ".join(map(str, branches[:5])) + (", ..." if len(branches) > 5 else "")
@@ -131,7 +136,8 @@ class EvaluationRecordError(SimError, ValueError):
 
 
 class BackendError(SimError):
-    """A backend cannot run: the Ray extra is not installed (pip install simnet[ray]) or no cluster answers."""
+    """A backend cannot run: the Ray extra is not installed (pip install simnet[ray]) or no cluster
+    answers."""
 
 
 class WorldError(SimError):
@@ -143,7 +149,8 @@ class WorldLockedError(WorldError):
 
 
 class HistoryError(WorldError, ValueError):
-    """A tick outside the recorded history: forking or replaying beyond a shard's head, or writing into its past."""
+    """A tick outside the recorded history: forking or replaying beyond a shard's head, or writing
+    into its past."""
 
 
 class UnknownShardError(WorldError, LookupError):
@@ -155,7 +162,8 @@ class UnknownEntityError(WorldError, LookupError):
 
 
 class CorruptWorldError(WorldError):
-    """Stored world data fails its checksum; nothing was built from it. Restore the file from a backup."""
+    """Stored world data fails its checksum; nothing was built from it. Restore the file from a
+    backup."""
 
 
 class CorruptLogError(CorruptWorldError):
@@ -167,8 +175,8 @@ class CorruptCheckpointError(CorruptWorldError):
 
 
 class ReplayTemplateError(IncompatibleTemplateError, WorldError):
-    """History recorded on one template would be replayed on another (another scene, or another MuJoCo
-    build compiling it differently): the replay could not be exact, so it does not run."""
+    """History recorded on one template would be replayed on another (another scene, or another
+    MuJoCo build compiling it differently): the replay could not be exact, so it does not run."""
 
 
 class WorkerLostError(WorldError):

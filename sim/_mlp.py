@@ -153,8 +153,8 @@ class MLP(torch.nn.Module):
 
 @dataclass(frozen=True)
 class Policy:
-    """A replicable MLP policy, the payload of a skill: an architecture spec and a safetensors weights
-    blob, content-addressed.
+    """A replicable MLP policy, the payload of a skill: an architecture spec and a safetensors
+    weights blob, content-addressed.
 
     Constructing one checks the blob against the spec (names, dtypes, shapes, finiteness);
     `weights_sha256` is the blob's address, `hash` the skill's (spec and weights together).

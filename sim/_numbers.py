@@ -10,7 +10,8 @@ from typing import Any
 
 
 def canonical_json(value: Any) -> bytes:
-    """UTF-8 JSON with sorted keys and no whitespace; floats in shortest round-trip form; NaN refused."""
+    """UTF-8 JSON with sorted keys and no whitespace; floats in shortest round-trip form; NaN
+    refused."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode()
@@ -26,7 +27,8 @@ def content_hash(value: Any) -> str:
 
 
 def finite_floats(values: Any) -> list[float] | None:
-    """A caller's sequence of real numbers (numpy's too; not bools, not text) as finite floats, else None."""
+    """A caller's sequence of real numbers (numpy's too; not bools, not text) as finite floats, else
+    None."""
     if isinstance(values, (str, bytes)):
         return None
     try:

@@ -77,7 +77,8 @@ class Patch:
 
 
 def patches_digest(patches: Iterable[Patch]) -> str:
-    """One hash over a sequence of patches: recorded so a replay can show it sampled the same ones."""
+    """One hash over a sequence of patches: recorded so a replay can show it sampled the same
+    ones."""
     return content_hash([p.to_json() for p in patches])
 
 
@@ -183,14 +184,16 @@ class Sampler:
     def sample_many(
         self, template: Template, first: int, count: int, stream: str = "dynamics"
     ) -> list[Patch]:
-        """The patches of branches first .. first+count-1, drawn together (the same as one by one)."""
+        """The patches of branches first .. first+count-1, drawn together (the same as one by
+        one)."""
         return sample_terms(self.terms, template, self.seed, first, count, stream)
 
 
 def expand_targets(
     term: SamplerTerm, template: Template, where: str, error: type[SpecError] = SamplerSpecError
 ) -> tuple[str, ...]:
-    """The concrete targets a term's pattern matches, in template id order, checked against the term."""
+    """The concrete targets a term's pattern matches, in template id order, checked against the
+    term."""
     targets = _matching(term.target, template)
     if not targets:
         kind = term.target.split("/")[0]
@@ -235,7 +238,8 @@ def _uniforms(
 ) -> np.ndarray:
     """U[0, 1) draws for branches first .. first+count-1, `width` each: Philox4x64 (a counter-based
     generator whose raw stream is fixed) keyed by SHA-256 of where the draws are used, with branch b
-    owning counters [b * blocks, (b + 1) * blocks). Any branch's draws are computed without the others'."""
+    owning counters [b * blocks, (b + 1) * blocks). Any branch's draws are computed without the
+    others'."""
     digest = hashlib.sha256(f"simnet.sampler/2|{seed}|{stream}|{term}|{target}".encode()).digest()
     key = np.frombuffer(digest[:16], dtype=">u8").astype(np.uint64)
     blocks = -(-width // 4)
@@ -283,7 +287,8 @@ def sample_terms(
 def _checked(
     slot: Slot, target: str, op: str, old: np.ndarray, value: np.ndarray, branches: np.ndarray
 ) -> np.ndarray:
-    """New values for a group of simulations, (n, size), or a MutationError naming the first bad branch."""
+    """New values for a group of simulations, (n, size), or a MutationError naming the first bad
+    branch."""
 
     def fail(rows: np.ndarray, detail: str) -> MutationError:
         return MutationError(target, detail, int(branches[np.flatnonzero(rows)[0]]))
@@ -354,8 +359,8 @@ def apply_model_patches(
     patches: Sequence[Patch | None],
     branches: Sequence[int],
 ) -> None:
-    """Write each simulation's model mutations into expanded fields, then recompute derived constants
-    (mj_setConst) for exactly the simulations whose patches touched fields it reads."""
+    """Write each simulation's model mutations into expanded fields, then recompute derived
+    constants (mj_setConst) for exactly the simulations whose patches touched fields it reads."""
     ids = np.asarray(branches)
     needs_setconst = np.zeros(batch.nsim, bool)
     for slot, target, op, sims, values in _groups(template, patches, branches, state=False):

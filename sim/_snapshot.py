@@ -68,7 +68,8 @@ class Snapshot:
         )
 
     def to_json(self) -> dict:
-        """Where an evaluation started, exactly: the body of a record's "start" (the scene is the task's)."""
+        """Where an evaluation started, exactly: the body of a record's "start" (the scene is the
+        task's)."""
         return {
             "world": {"name": self.world, "id": self.world_id},
             "shard": self.shard,
@@ -87,7 +88,8 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], scene: str) -> Snapshot:
-        """A snapshot from `to_json` and the scene it was taken on; EvaluationRecordError if they disagree."""
+        """A snapshot from `to_json` and the scene it was taken on; EvaluationRecordError if they
+        disagree."""
         try:
             template = cached_template(scene)
             snapshot = cls(
@@ -114,8 +116,8 @@ class Snapshot:
         return snapshot
 
     def task(self, task: Task, entity: str | None = None) -> Task:
-        """`task` played from this snapshot: its scene becomes the shard's template and, with `entity`,
-        the objects it names become that entity's ("torso" -> "walker1/torso")."""
+        """`task` played from this snapshot: its scene becomes the shard's template and, with
+        `entity`, the objects it names become that entity's ("torso" -> "walker1/torso")."""
         return on_template(task, self.template, entity)
 
     @staticmethod
@@ -153,17 +155,20 @@ def apply_stepwise(
     batch: mjbatch.Batch, template: Template, patch: Patch, branches: Sequence[int]
 ) -> None:
     """A shard's model patch on the first len(branches) simulations, one mutation at a time as the
-    shard applied it (each with its derived constants), so that the model is the shard's bit for bit."""
+    shard applied it (each with its derived constants), so that the model is the shard's bit for
+    bit."""
     for mutation in patch.mutations:
         apply_model_patches(batch, template, [Patch((mutation,))] * len(branches), branches)
 
 
 def check_start(task: Task, snapshot: Snapshot) -> None:
-    """IncompatibleTemplateError unless `task` runs on the snapshot's template, with its state layout."""
+    """IncompatibleTemplateError unless `task` runs on the snapshot's template, with its state
+    layout."""
     if task.template.source_hash != snapshot.template.source_hash:
         raise IncompatibleTemplateError(
-            f"task {task.name!r} runs on scene {task.template.source_hash[:12]}, the snapshot of shard "
-            f"{snapshot.shard!r} on template {snapshot.template.source_hash[:12]}: use snapshot.task(task, entity)"
+            f"task {task.name!r} runs on scene {task.template.source_hash[:12]}, "
+            f"the snapshot of shard {snapshot.shard!r} on template "
+            f"{snapshot.template.source_hash[:12]}: use snapshot.task(task, entity)"
         )
     size = mujoco.mj_stateSize(task.template.model, _INTEGRATION)
     if size != len(snapshot.state):

@@ -287,7 +287,8 @@ def _require(ok: bool, field: str, detail: str) -> None:
 
 
 class Runtime:
-    """A task's terms compiled against one batch: observations, quantities and conditions as arrays."""
+    """A task's terms compiled against one batch: observations, quantities and conditions as
+    arrays."""
 
     def __init__(self, task: Task, batch: mjbatch.Batch) -> None:
         self.task = task

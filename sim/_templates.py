@@ -1,7 +1,8 @@
 """Templates: a compiled scene shared read-only by every branch, and the mutable slots it offers.
 
 A mutation target is "kind/name/attr" (or "option/gravity"); a name may itself hold "/" (an entity's
-prefix in a world, "walker1/torso"). Resolving a target against a template gives a `Slot`: which per-simulation field of `mujoco.batch.Batch` it writes, where, and how many values.
+prefix in a world, "walker1/torso"). Resolving a target against a template gives a `Slot`: which
+per-simulation field of `mujoco.batch.Batch` it writes, where, and how many values.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ _FREE, _BALL = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
 
 @dataclass(frozen=True)
 class Slot:
-    """Where a target's values live: `field` of the batch, flat `start` and `size` within a simulation."""
+    """Where a target's values live: `field` of the batch, flat `start` and `size` within a
+    simulation."""
 
     target: str
     field: str  # a Batch model field ("body_mass", "opt.gravity") or state field ("qpos", "qvel")
@@ -183,7 +185,8 @@ _CACHE_LOCK = threading.Lock()
 
 
 def cached_template(xml: str) -> Template:
-    """One Template per distinct scene text in this process: memory grows with templates, not tasks."""
+    """One Template per distinct scene text in this process: memory grows with templates, not
+    tasks."""
     key = sha256_hex(xml.encode())
     with _CACHE_LOCK:
         found = _CACHE.get(key)

@@ -1,10 +1,10 @@
 """The simulator commands of `simnet`: evaluate, reproduce, publish, certify, verify, world.
 
 Mounted into the `simnet` group through the ``simnet.commands`` entry-point group (one entry per
-command, in pyproject.toml), so that neither `knowledge` nor `federation` imports `sim`. A skill is a
-shipped name ("arm_reach_good"), a file (a ``.json`` sidecar beside its ``.safetensors``) or, where a
-site's store is at hand (--home), the id (or an id prefix) of a skill in it; a task is a shipped name
-or a task definition file.
+command, in pyproject.toml), so that neither `knowledge` nor `federation` imports `sim`. A skill is
+a shipped name ("arm_reach_good"), a file (a ``.json`` sidecar beside its ``.safetensors``) or,
+where a site's store is at hand (--home), the id (or an id prefix) of a skill in it; a task is a
+shipped name or a task definition file.
 """
 
 from __future__ import annotations
@@ -132,7 +132,10 @@ def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
     type=click.Choice(["process", "ray"]),
     default="process",
     show_default=True,
-    help="Run the waves in worker processes or in Ray actors (--workers of them); outcomes do not depend on it.",
+    help=(
+        "Run the waves in worker processes or in Ray actors (--workers of them); "
+        "outcomes do not depend on it."
+    ),
 )
 @click.option(
     "--ray-address",
@@ -178,7 +181,8 @@ def evaluate_command(
         return
     lines = [
         f"{task.name}: {result.successes}/{result.n} succeeded ({result.success_rate:.3f})",
-        f"lower bound at {result.confidence:.0%}: Clopper-Pearson {result.clopper_pearson_lower:.4f}, "
+        f"lower bound at {result.confidence:.0%}: "
+        f"Clopper-Pearson {result.clopper_pearson_lower:.4f}, "
         f"Wilson {result.wilson_lower:.4f}",
         f"mean return {result.mean_return:.4f}",
     ]
@@ -267,7 +271,8 @@ def certify_command(
     workers: int,
     as_json: bool,
 ) -> None:
-    """Evaluate a skill of this site's library in randomized branches and sign the result as a certificate.
+    """Evaluate a skill of this site's library in randomized branches and sign the result as a
+    certificate.
 
     The site's key needs the validate role; while `simnet serve` holds the store, run this from a
     validator's own home (a key the site delegated with `simnet device add KEY --roles validate`).
@@ -311,7 +316,8 @@ def certify_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @click.pass_obj
 def verify_command(home: SiteHome, certificate_id: str, workers: int, as_json: bool) -> None:
-    """Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not reproduce."""
+    """Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not
+    reproduce."""
     with home.open_readonly() as kb:
         found = [
             c

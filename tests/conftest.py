@@ -30,7 +30,8 @@ def identity() -> knowledge.Identity:
 
 @pytest.fixture
 def open_kb(tmp_path):
-    """open_kb(name, identity=None, policy=None) -> KnowledgeBase on a real file; all closed at teardown."""
+    """open_kb(name, identity=None, policy=None) -> KnowledgeBase on a real file; all closed at
+    teardown."""
     opened = []
 
     def _open(name: str = "site", identity: knowledge.Identity | None = None, **kwargs):

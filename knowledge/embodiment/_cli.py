@@ -1,7 +1,8 @@
-"""`simnet encoder ...`: retrain the learned embodiment encoder and judge it against the feature encoder.
+"""`simnet encoder ...`: retrain the learned embodiment encoder and judge it against the feature
+encoder.
 
-The simulator adds `simnet encoder dataset` (generating a dataset needs MuJoCo rollouts; see sim.cli).
-torch is imported only by the commands that need the learned encoder.
+The simulator adds `simnet encoder dataset` (generating a dataset needs MuJoCo rollouts; see
+sim.cli). torch is imported only by the commands that need the learned encoder.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from ._transfer_data import EncoderReport, TransferDataset, distances, evaluate_
 
 
 def load_encoder(spec: str) -> Encoder:
-    """ "features", "learned" (the shipped weights) or a weights file written by `simnet encoder train`."""
+    """ "features", "learned" (the shipped weights) or a weights file written by
+    `simnet encoder train`."""
     if spec == "features":
         return FeatureEncoder()
     from ._learned import LearnedEncoder
@@ -57,7 +59,9 @@ def _dataset(obj: Any, files: tuple[str, ...]) -> TransferDataset:
     "files",
     multiple=True,
     type=click.Path(exists=True, dir_okay=False),
-    help="A transfer dataset file (repeatable). Without one: the certificates of the site (--home).",
+    help=(
+        "A transfer dataset file (repeatable). Without one: the certificates of the site (--home)."
+    ),
 )
 @click.option(
     "--out",
@@ -119,12 +123,14 @@ def train_command(
         click.echo(json.dumps(result))
         return
     click.echo(
-        f"wrote {out}: {learned!r}, trained on {result['bodies']} bodies, {result['transfers']} transfers"
+        f"wrote {out}: {learned!r}, trained on {result['bodies']} bodies, "
+        f"{result['transfers']} transfers"
     )
     if heldout:
         click.echo(
             f"held out {len(heldout)} bodies: Spearman learned {result['spearman_learned']:.3f}, "
-            f"features {result['spearman_features']:.3f}; recall@5 learned {result['recall_at_5_learned']:.3f}, "
+            f"features {result['spearman_features']:.3f}; "
+            f"recall@5 learned {result['recall_at_5_learned']:.3f}, "
             f"features {result['recall_at_5_features']:.3f}"
         )
 
@@ -135,7 +141,9 @@ def train_command(
     "files",
     multiple=True,
     type=click.Path(exists=True, dir_okay=False),
-    help="A transfer dataset file (repeatable). Without one: the certificates of the site (--home).",
+    help=(
+        "A transfer dataset file (repeatable). Without one: the certificates of the site (--home)."
+    ),
 )
 @click.option(
     "--encoder",
@@ -195,7 +203,8 @@ def report_command(
         )
         for s in report.scores:
             click.echo(
-                f"  {s.body[:28]:28} {s.task[:10]:10} Spearman {s.spearman:6.3f}  recall@5 {s.recall_at_k:5.2f}"
+                f"  {s.body[:28]:28} {s.task[:10]:10} Spearman {s.spearman:6.3f}  "
+                f"recall@5 {s.recall_at_k:5.2f}"
                 f"  ({s.skills} skills)"
             )
 

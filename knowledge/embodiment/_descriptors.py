@@ -1,9 +1,9 @@
 """Robot bodies described from their MuJoCo-compiled models.
 
-A descriptor says what a body *is* (kinematic tree, joints, actuators, masses, sensors), not how its file
-is written: MuJoCo compiles the MJCF or URDF first, so defaults, includes, angle units and `fromto`
-shorthands are resolved (`_mjcf`), and the parts (`_parts`) are put in a canonical order so that the
-fingerprint names the body, not the file.
+A descriptor says what a body *is* (kinematic tree, joints, actuators, masses, sensors), not how its
+file is written: MuJoCo compiles the MJCF or URDF first, so defaults, includes, angle units and
+`fromto` shorthands are resolved (`_mjcf`), and the parts (`_parts`) are put in a canonical order so
+that the fingerprint names the body, not the file.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ _MAX_PARTS = 4096
 
 @dataclass(frozen=True)
 class Embodiment:
-    """The descriptor of a robot body, in canonical order. Build it with `from_mjcf`, `from_urdf` or `from_dict`."""
+    """The descriptor of a robot body, in canonical order. Build it with `from_mjcf`, `from_urdf` or
+    `from_dict`."""
 
     name: str
     bodies: tuple[Body, ...] = field(repr=False)
@@ -46,23 +47,27 @@ class Embodiment:
 
     @classmethod
     def from_mjcf(cls, source: str | os.PathLike[str]) -> Embodiment:
-        """Describe an MJCF file, or MJCF text (a string starting with `<`; includes resolve from the cwd)."""
+        """Describe an MJCF file, or MJCF text (a string starting with `<`; includes resolve from
+        the cwd)."""
         return _canonical(*read_mjcf(source))
 
     @classmethod
     def from_urdf(cls, path: str | os.PathLike[str]) -> Embodiment:
-        """Describe a URDF file. MuJoCo fuses links on fixed joints into their parent (the base into the world)."""
+        """Describe a URDF file. MuJoCo fuses links on fixed joints into their parent (the base into
+        the world)."""
         return _canonical(*read_urdf(path))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Embodiment:
-        """Read a descriptor from `to_dict` output (for example from a peer's record), checking every field."""
+        """Read a descriptor from `to_dict` output (for example from a peer's record), checking
+        every field."""
         where = "embodiment descriptor"
         if not isinstance(data, Mapping):
             raise EmbodimentError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if data.get("format") != FORMAT:
             raise EmbodimentError(
-                f"{where}: format {data.get('format')!r} is not {FORMAT}, the one this library reads"
+                f"{where}: format {data.get('format')!r} is not {FORMAT}, "
+                "the one this library reads"
             )
         unknown = set(data) - {"format", "name", *_PARTS, *_DERIVED}
         if unknown:
@@ -78,9 +83,11 @@ class Embodiment:
         return embodiment
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe, canonical form; totals and the fingerprint are included for readers and checked on reading.
+        """JSON-safe, canonical form; totals and the fingerprint are included for readers and
+        checked on reading.
 
-        Canonicalized again first, so an Embodiment edited by hand (dataclasses.replace) round-trips too.
+        Canonicalized again first, so an Embodiment edited by hand (dataclasses.replace) round-trips
+        too.
         """
         canon = _canonical(self.name, **{key: getattr(self, key) for key in _PARTS})
         data: dict[str, Any] = {"format": FORMAT, "name": canon.name}
@@ -90,7 +97,8 @@ class Embodiment:
 
     @cached_property
     def fingerprint(self) -> str:
-        """Hex SHA-256 of the compact, key-sorted JSON of `to_dict()` without names, totals and fingerprint.
+        """Hex SHA-256 of the compact, key-sorted JSON of `to_dict()` without names, totals and
+        fingerprint.
 
         Names are labels, so renaming a joint keeps the fingerprint; any physical change alters it.
         """
@@ -121,7 +129,8 @@ class Embodiment:
 
     @cached_property
     def reach(self) -> float:
-        """Longest path from a base (a body on the world) through link offsets to the tip of a moving body."""
+        """Longest path from a base (a body on the world) through link offsets to the tip of a
+        moving body."""
         path = [0.0] * len(self.bodies)
         for i, body in enumerate(self.bodies):
             if body.parent >= 0:
@@ -140,7 +149,10 @@ class Embodiment:
         return moving
 
     def __repr__(self) -> str:
-        return f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, fingerprint={self.fingerprint[:12]!r})"
+        return (
+            f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, "
+            f"fingerprint={self.fingerprint[:12]!r})"
+        )
 
 
 _PARTS: dict[str, type] = {
@@ -154,7 +166,7 @@ _DERIVED = ("dof", "mass", "reach", "end_effectors", "fingerprint")
 _REFS = frozenset({"parent", "body", "target"})
 
 
-# -- canonical order ---------------------------------------------------------------------------------
+# -- canonical order -------------------------------------------------------------------------------
 
 
 def _canonical(
@@ -162,8 +174,9 @@ def _canonical(
 ) -> Embodiment:
     """Round every number, check every index, and order the parts so that sibling order cannot show.
 
-    Each body's subtree gets a hash of its own content (joints, sites, sensors and actuators attached to it,
-    names left out) and of its children's hashes; siblings are visited in hash order, names breaking ties.
+    Each body's subtree gets a hash of its own content (joints, sites, sensors and actuators
+    attached to it, names left out) and of its children's hashes; siblings are visited in hash
+    order, names breaking ties.
     """
     bodies, joints, actuators, sites, sensors = (
         [_rounded(item) for item in part] for part in (bodies, joints, actuators, sites, sensors)
@@ -254,7 +267,7 @@ def _canonical(
     )
 
 
-# -- numbers and plain data --------------------------------------------------------------------------
+# -- numbers and plain data ------------------------------------------------------------------------
 
 
 def _num(x: float) -> float:
@@ -297,7 +310,7 @@ def _plain(value: Any, *, names: bool = True, refs: bool = True) -> Any:
     return value
 
 
-# -- checking plain data -----------------------------------------------------------------------------
+# -- checking plain data ---------------------------------------------------------------------------
 
 _SCHEMA: dict[type, dict[str, Any]] = {
     # field kinds: "text", "int", "num", N (a list of N numbers), "range" (two numbers or null),

@@ -1,9 +1,9 @@
 """Embodiment encoders: ψ(embodiment) -> a vector, where nearby vectors mean skills likely transfer.
 
-Vectors from different encoders, or from two versions of one encoder, live in different spaces and must
-never be compared; `EmbeddingSpace` names the space so that an index can refuse (or rebuild for) the wrong
-one. A learned encoder (torch, trained on transfer outcomes) is another `Encoder` subclass with its own
-name and version; it overrides `encode_many` to batch.
+Vectors from different encoders, or from two versions of one encoder, live in different spaces and
+must never be compared; `EmbeddingSpace` names the space so that an index can refuse (or rebuild
+for) the wrong one. A learned encoder (torch, trained on transfer outcomes) is another `Encoder`
+subclass with its own name and version; it overrides `encode_many` to batch.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class EmbeddingSpace:
     version: str
     dim: int
     metric: Metric = "l2"
-    """l2: Euclidean distance; cosine: 1 - cosine similarity (inner product of normalized vectors)."""
+    """l2: Euclidean distance; cosine: 1 - cosine similarity (inner product of normalized
+    vectors)."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.version:
@@ -100,8 +101,9 @@ _SENSOR_GROUPS = {
 }
 
 FEATURES: tuple[tuple[str, float], ...] = (
-    # Structure weighs most: a policy rarely survives a change of structure, while control often absorbs
-    # differences of scale, and dynamics and sensors matter least for whether a skill can transfer at all.
+    # Structure weighs most: a policy rarely survives a change of structure, while control often
+    # absorbs differences of scale, and dynamics and sensors matter least for whether a skill can
+    # transfer at all.
     ("floating_base", 3.0),
     ("dof", 3.0),
     ("end_effectors", 2.0),
@@ -131,8 +133,9 @@ FEATURES: tuple[tuple[str, float], ...] = (
     ("ctrl_limited_fraction", 0.5),
     *((f"{group}_sensors", 0.5) for group in _SENSOR_GROUPS),
 )
-"""Feature names and weights, in vector order. Any change to a feature or a weight moves every vector:
-bump `FeatureEncoder.version` with it, so that saved indexes are rebuilt rather than mixed."""
+"""Feature names and weights, in vector order. Any change to a feature or a weight moves every
+vector: bump `FeatureEncoder.version` with it, so that saved indexes are rebuilt rather than
+mixed."""
 
 
 def _fraction(count: int, total: int) -> float:
@@ -218,14 +221,16 @@ def _limit(bounds: tuple[float, float] | None) -> float:
 
 
 def _strength(a: Actuator) -> float:
-    """Peak force or torque an actuator can apply: its force limit, else gear times the largest control."""
+    """Peak force or torque an actuator can apply: its force limit, else gear times the largest
+    control."""
     if a.force_range:
         return _limit(a.force_range)
     return abs(a.gear[0]) * _limit(a.ctrl_range) if a.kind == "motor" else 0.0
 
 
 class FeatureEncoder(Encoder):
-    """The transparent default: `morphology_features` times the `FEATURES` weights, compared by L2 distance."""
+    """The transparent default: `morphology_features` times the `FEATURES` weights, compared by L2
+    distance."""
 
     name = "morphology-features"
     version = "1"

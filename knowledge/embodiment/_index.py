@@ -1,12 +1,14 @@
-"""Nearest-neighbour search over skill embeddings on FAISS, kept in step with a changing set of skills.
+"""Nearest-neighbour search over skill embeddings on FAISS, kept in step with a changing set of
+skills.
 
-The index knows skills only by string id and vector. It is exact (`IndexIDMap2` over a flat index) up to
-`approximate_above` vectors, and IVF beyond, because IVF, unlike HNSW, removes vectors in place and keeps
-its recall under filters. Every skill id gets an id number (int64) that is never reused, so a `Selection`
-(a bitmap of allowed numbers) stays valid while skills come and go.
+The index knows skills only by string id and vector. It is exact (`IndexIDMap2` over a flat index)
+up to `approximate_above` vectors, and IVF beyond, because IVF, unlike HNSW, removes vectors in
+place and keeps its recall under filters. Every skill id gets an id number (int64) that is never
+reused, so a `Selection` (a bitmap of allowed numbers) stays valid while skills come and go.
 
-A saved index is a cache tagged with its `EmbeddingSpace`: `SkillIndex.load` gives None when the file is
-missing, stale (another encoder or version) or damaged, and the caller rebuilds it from its skills.
+A saved index is a cache tagged with its `EmbeddingSpace`: `SkillIndex.load` gives None when the
+file is missing, stale (another encoder or version) or damaged, and the caller rebuilds it from its
+skills.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ from ._encoders import EmbeddingSpace
 log = logging.getLogger(__name__)
 
 APPROXIMATE_ABOVE = 200_000
-"""Default size above which the index turns approximate: a flat scan of 200k x 32-d takes ~0.5 ms on one core."""
+"""Default size above which the index turns approximate: a flat scan of 200k x 32-d takes ~0.5 ms on
+one core."""
 TARGET_RECALL = 0.99
 """Recall@10 that the IVF probe count is calibrated to reach, on queries between stored vectors."""
 _MAGIC = b"SIMNETIX"
 _FORMAT = 1
 _OVERFETCH_LIMIT = 1024
-"""Most candidates fetched unfiltered for a filtered search; sparser filters go to FAISS's own selector."""
+"""Most candidates fetched unfiltered for a filtered search; sparser filters go to FAISS's own
+selector."""
 
 IndexKind = Literal["exact", "ivf"]
 
@@ -52,9 +56,10 @@ class Hit(NamedTuple):
 class Selection:
     """The skill ids a search may return, held as a bitmap over the index's id numbers.
 
-    Build one with `SkillIndex.select` for each standing filter (active skills, one task family, ...)
-    and keep it up to date with `add`/`discard`: a search then filters at no per-query Python cost.
-    Ids that the index does not hold yet may be selected; they become searchable when they are added.
+    Build one with `SkillIndex.select` for each standing filter (active skills, one task family,
+    ...) and keep it up to date with `add`/`discard`: a search then filters at no per-query Python
+    cost. Ids that the index does not hold yet may be selected; they become searchable when they are
+    added.
     """
 
     def __init__(self, index: SkillIndex, bits: np.ndarray) -> None:
@@ -153,7 +158,7 @@ class SkillIndex:
         self._trained_on = 0
         self._recall = 1.0
 
-    # -- state ---------------------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------------------------------
 
     @property
     def kind(self) -> IndexKind:
@@ -183,10 +188,11 @@ class SkillIndex:
             bits[numbers] = True
             return Selection(self, bits)
 
-    # -- changes -------------------------------------------------------------------------------------
+    # -- changes -----------------------------------------------------------------------------------
 
     def add(self, skill_ids: Sequence[str], vectors: ArrayLike) -> None:
-        """Add skills with their vectors (shape (n, dim)); a skill already held gets its new vector."""
+        """Add skills with their vectors (shape (n, dim)); a skill already held gets its new
+        vector."""
         ids = list(skill_ids)
         matrix = self._matrix(vectors)
         if len(ids) != len(matrix):
@@ -221,7 +227,8 @@ class SkillIndex:
             return len(held)
 
     def rebuild(self) -> None:
-        """Rebuild from the held vectors: choose exact or IVF by size, retrain and recalibrate IVF."""
+        """Rebuild from the held vectors: choose exact or IVF by size, retrain and recalibrate
+        IVF."""
         with self._lock:
             numbers = np.flatnonzero(self._live).astype(np.int64)
             vectors = self._faiss.reconstruct_batch(numbers)
@@ -237,17 +244,19 @@ class SkillIndex:
                 self._faiss.add_with_ids(vectors, numbers)
 
     def _restructure(self) -> None:
-        """Switch to IVF above the threshold, back to exact below half of it, retrain IVF after doubling."""
+        """Switch to IVF above the threshold, back to exact below half of it, retrain IVF after
+        doubling."""
         if self.kind == "exact":
             if self._count > self.approximate_above:
                 self.rebuild()
         elif self._count < self.approximate_above // 2 or self._count > 2 * self._trained_on:
             self.rebuild()
 
-    # -- search --------------------------------------------------------------------------------------
+    # -- search ------------------------------------------------------------------------------------
 
     def search(self, query: ArrayLike, k: int = 10, *, allowed: Allowed | None = None) -> list[Hit]:
-        """The `k` nearest skills to one vector, nearest first, among `allowed` skills when given."""
+        """The `k` nearest skills to one vector, nearest first, among `allowed` skills when
+        given."""
         matrix = self._matrix(np.asarray(query, np.float32).reshape(1, -1))
         with self._lock:
             threads = faiss.omp_get_max_threads()
@@ -263,7 +272,8 @@ class SkillIndex:
     def search_many(
         self, queries: ArrayLike, k: int = 10, *, allowed: Allowed | None = None
     ) -> list[list[Hit]]:
-        """`search` for each row of `queries` (shape (n, dim)), with FAISS threads across queries."""
+        """`search` for each row of `queries` (shape (n, dim)), with FAISS threads across
+        queries."""
         matrix = self._matrix(queries)
         with self._lock:
             distances, numbers = self._search(matrix, k, allowed)
@@ -296,9 +306,9 @@ class SkillIndex:
     def _search_selection(
         self, queries: np.ndarray, k: int, selection: Selection
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Over-fetch unfiltered and keep allowed ids when the selection is dense (FAISS's own selector
-        slows a flat scan ~2-3x); query with the selector for rows that come back short, and for sparse
-        selections. On an exact index both paths give the exact answer."""
+        """Over-fetch unfiltered and keep allowed ids when the selection is dense (FAISS's own
+        selector slows a flat scan ~2-3x); query with the selector for rows that come back short,
+        and for sparse selections. On an exact index both paths give the exact answer."""
         fraction = min(1.0, len(selection) / self._count) if len(selection) else 0.0
         out_d, out_n = _nothing(len(queries), k)
         if fraction == 0.0:
@@ -339,8 +349,8 @@ class SkillIndex:
         numbers: np.ndarray,
         selector: faiss.IDSelector | None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """IVF rows that came back with fewer than k skills may have probed too few lists: probe them all,
-        so a search returns k skills whenever k (allowed) skills are held."""
+        """IVF rows that came back with fewer than k skills may have probed too few lists: probe
+        them all, so a search returns k skills whenever k (allowed) skills are held."""
         short = np.flatnonzero((numbers < 0).any(axis=1))
         if self.kind == "exact" or not len(short) or self._nprobe >= self._faiss.nlist:
             return distances, numbers
@@ -353,8 +363,9 @@ class SkillIndex:
     def _search_predicate(
         self, queries: np.ndarray, k: int, allowed: Callable[[str], bool]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Test the predicate on candidates nearest first, fetching four times more until k pass; if the
-        whole index is fetched without k passing, fall back to a selection of every passing skill."""
+        """Test the predicate on candidates nearest first, fetching four times more until k pass; if
+        the whole index is fetched without k passing, fall back to a selection of every passing
+        skill."""
         verdicts: dict[int, bool] = {}
 
         def passes(number: int) -> bool:
@@ -392,7 +403,7 @@ class SkillIndex:
             for n, d in zip(numbers[found].tolist(), values.tolist(), strict=True)
         ]
 
-    # -- persistence ---------------------------------------------------------------------------------
+    # -- persistence -------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index to `path` atomically, tagged with its embedding space."""
@@ -425,8 +436,9 @@ class SkillIndex:
         *,
         approximate_above: int = APPROXIMATE_ABOVE,
     ) -> SkillIndex | None:
-        """The index saved at `path`, or None when it is missing, from another embedding space (the encoder
-        changed) or unreadable: the index is a cache, so the caller then rebuilds it from the skills."""
+        """The index saved at `path`, or None when it is missing, from another embedding space (the
+        encoder changed) or unreadable: the index is a cache, so the caller then rebuilds it from
+        the skills."""
         try:
             data = Path(path).read_bytes()
         except FileNotFoundError:
@@ -472,7 +484,7 @@ class SkillIndex:
             log.warning("skill index %s is damaged (%s); rebuild it", path, exc)
             return None
 
-    # -- internals -----------------------------------------------------------------------------------
+    # -- internals ---------------------------------------------------------------------------------
 
     def _number(self, skill_id: str) -> int:
         number = self._numbers.get(skill_id)
@@ -505,7 +517,8 @@ class SkillIndex:
         return faiss.index_factory(self.space.dim, "IDMap2,Flat", self._metric())
 
     def _build_ivf(self, numbers: np.ndarray, vectors: np.ndarray) -> None:
-        """Train IVF with about 4 sqrt(n) lists, then find the fewest probes that reach `TARGET_RECALL`."""
+        """Train IVF with about 4 sqrt(n) lists, then find the fewest probes that reach
+        `TARGET_RECALL`."""
         n = len(numbers)
         nlist = max(
             1, min(int(4 * math.sqrt(n)), n // 39)
@@ -518,7 +531,8 @@ class SkillIndex:
         index.train(vectors[rng.choice(n, min(n, 64 * nlist), replace=False)])
         index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by id
         index.add_with_ids(vectors, numbers)
-        # calibration queries: points on segments between stored vectors, where new bodies tend to fall
+        # calibration queries: points on segments between stored vectors, where new bodies tend to
+        # fall
         starts, ends = vectors[rng.integers(n, size=200)], vectors[rng.integers(n, size=200)]
         queries = self._matrix(starts + rng.random((200, 1), np.float32) * (ends - starts))
         k = min(10, n)
@@ -548,8 +562,9 @@ def _nothing(rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def recall_at_k(found: np.ndarray, truth: np.ndarray, metric: Literal["l2", "cosine"]) -> float:
-    """Tie-aware recall: the share of returned distances (rows of FAISS output) no worse than the k-th
-    true distance. Many skills share one embodiment, so equal vectors are common and ids would under-count."""
+    """Tie-aware recall: the share of returned distances (rows of FAISS output) no worse than the
+    k-th true distance. Many skills share one embodiment, so equal vectors are common and ids would
+    under-count."""
     if truth.size == 0:
         return 1.0
     kth = truth[:, -1:]

@@ -1,16 +1,18 @@
-"""The learned embodiment encoder: attention over joint tokens, trained so that distance ranks transfer.
+"""The learned embodiment encoder: attention over joint tokens, trained so that distance ranks
+transfer.
 
 A body becomes a set of tokens, one per moving joint (type, axis, where it sits at the home pose,
 the link and subtree it moves, where that subtree's chain ends and how the joint moves that end per
-unit of actuator command, limits, dynamics, the actuator that drives it) plus one token for the whole
-body (mass, reach, dof, feet). A small transformer with no positional encoding attends over
+unit of actuator command, limits, dynamics, the actuator that drives it) plus one token for the
+whole body (mass, reach, dof, feet). A small transformer with no positional encoding attends over
 the set and pools it into a vector, so the vector cannot depend on the order joints are listed in;
 what the kinematic tree makes different (a shoulder and a wrist) differs in the tokens themselves.
 
 Training (`train_encoder`) uses measured transfers: for every target body, the skills of the other
 bodies are ranked by their success there, and a pairwise logistic loss asks the distances to rank
 them the same way (RankNet, weighted by the difference in success and more where the better one
-succeeds), plus the same across targets so that one distance means about one success rate everywhere.
+succeeds), plus the same across targets so that one distance means about one success rate
+everywhere.
 
 The weights are a safetensors file with the network's configuration in its metadata; the version is
 a hash of both, so retrained weights are a new embedding space and get their own index.
@@ -39,7 +41,8 @@ from ._encoders import Encoder
 from ._transfer_data import TransferDataError, TransferDataset
 
 FORMAT = "simnet.encoder/2"
-"""/2: joint tokens carry the lever to their chain's end and its Jacobian column (/1 files are refused)."""
+"""/2: joint tokens carry the lever to their chain's end and its Jacobian column (/1 files are
+refused)."""
 SHIPPED = "transfer-attention.safetensors"
 _TYPES = ("hinge", "slide", "ball")
 _KINDS = ("motor", "position", "velocity")
@@ -152,9 +155,9 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
-    """Per body, the farthest point its subtree reaches at the home pose: a site (a tool), or where there
-    is none, a leaf link's tip along the link. Where its joint moves the chain's end, so that a joint's
-    token holds its Jacobian."""
+    """Per body, the farthest point its subtree reaches at the home pose: a site (a tool), or where
+    there is none, a leaf link's tip along the link. Where its joint moves the chain's end, so that
+    a joint's token holds its Jacobian."""
     sites = [(s.body, pos[s.body] + rot[s.body] @ np.array(s.pos)) for s in e.sites]
     parents = {b.parent for b in e.bodies}
     tips = [
@@ -231,10 +234,12 @@ class _Network(nn.Module):
 
 
 class LearnedEncoder(Encoder):
-    """Transfer-trained embodiment encoder ("transfer-attention"); Euclidean distance ranks likely transfer.
+    """Transfer-trained embodiment encoder ("transfer-attention"); Euclidean distance ranks likely
+    transfer.
 
-    `LearnedEncoder()` loads the weights shipped in the package (no network); pass a weights file (or its
-    bytes) written by `save` or `simnet encoder train` to use retrained ones. `version` names the weights.
+    `LearnedEncoder()` loads the weights shipped in the package (no network); pass a weights file
+    (or its bytes) written by `save` or `simnet encoder train` to use retrained ones. `version`
+    names the weights.
     """
 
     name = "transfer-attention"
@@ -253,7 +258,8 @@ class LearnedEncoder(Encoder):
     def untrained(
         cls, bodies: Sequence[Embodiment], *, seed: int = 0, **config: int
     ) -> LearnedEncoder:
-        """A randomly initialized network (seeded), its inputs normalized over `bodies`: where training starts."""
+        """A randomly initialized network (seeded), its inputs normalized over `bodies`: where
+        training starts."""
         config = {**DEFAULT_CONFIG, **config}
         with torch.random.fork_rng():  # seeded, without touching the caller's random state
             torch.manual_seed(seed)
@@ -319,7 +325,8 @@ def _read(blob: bytes) -> tuple[_Network, dict, dict]:
 
 
 def _version(config: dict, network: _Network) -> str:
-    """1-<hash of configuration and tensors>: equal weights, equal space, whatever the file's byte layout."""
+    """1-<hash of configuration and tensors>: equal weights, equal space, whatever the file's byte
+    layout."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
     for name, tensor in sorted(network.state_dict().items()):
         digest.update(name.encode())
@@ -327,12 +334,12 @@ def _version(config: dict, network: _Network) -> str:
     return f"1-{digest.hexdigest()[:16]}"
 
 
-# -- training ----------------------------------------------------------------------------------------
+# -- training --------------------------------------------------------------------------------------
 
 
 def _pairs(dataset: TransferDataset, margin: float) -> tuple[torch.Tensor, ...]:
-    """Measured transfers between distinct bodies as (source, target, rate) columns, and for each target
-    and task the (better, worse) pairs of them whose rates differ by more than `margin`."""
+    """Measured transfers between distinct bodies as (source, target, rate) columns, and for each
+    target and task the (better, worse) pairs of them whose rates differ by more than `margin`."""
     measured = [t for t in dataset.transfers if t.source != t.target]
     if not measured:
         raise TransferDataError("no transfers between distinct bodies to train on")
@@ -370,8 +377,8 @@ def train_encoder(
     """Train on every transfer in `dataset` (full batch, Adam); returns a new encoder.
 
     The loss is scale-free (distances over their mean), so the space does not grow to win it. A pair
-    whose better skill succeeds (rate at least `good`, the report's threshold) weighs 1 + `favour` times
-    as much: retrieval is judged by whether the skills that work come first.
+    whose better skill succeeds (rate at least `good`, the report's threshold) weighs 1 + `favour`
+    times as much: retrieval is judged by whether the skills that work come first.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")

@@ -1,7 +1,8 @@
 """A dependency-free scatter plot written as PNG (numpy and zlib): enough for the encoder report.
 
-Panels side by side, each with axes, five labelled ticks per axis, a title and dots coloured by group.
-Text uses a 3x5 pixel font (upper case, digits, a little punctuation) drawn at twice its size.
+Panels side by side, each with axes, five labelled ticks per axis, a title and dots coloured by
+group. Text uses a 3x5 pixel font (upper case, digits, a little punctuation) drawn at twice its
+size.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ import numpy as np
 _FONT = dict(
     zip(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:=()/,+<>_ ",
-        "25755 65656 34443 65556 74647 74644 34553 55755 72227 11152 55655 44447 57755 65555 25552 65644 25563 "
-        "65655 34216 72222 55557 55552 55775 55255 55222 71247 75557 26227 61247 61216 55711 74616 34757 71222 "
-        "75757 75716 00002 00700 02020 07070 12221 42224 11244 00024 02720 12421 42124 00007 00000".split(),
+        "25755 65656 34443 65556 74647 74644 34553 "
+        "55755 72227 11152 55655 44447 57755 65555 "
+        "25552 65644 25563 65655 34216 72222 55557 "
+        "55552 55775 55255 55222 71247 75557 26227 "
+        "61247 61216 55711 74616 34757 71222 75757 "
+        "75716 00002 00700 02020 07070 12221 42224 "
+        "11244 00024 02720 12421 42124 00007 00000".split(),
         strict=True,
     )
 )

@@ -1,15 +1,16 @@
 """Skills found by embodiment: a FAISS index that follows a knowledge base's skill library.
 
-The scope convention: each entry of a skill record's `embodiments` list is an `Embodiment.to_dict()`.
-Entries that are not valid descriptors (an older `{"fingerprint": ...}` tag, a peer's malformed data)
-are skipped, and a skill with no valid entry cannot be found by embodiment.
+The scope convention: each entry of a skill record's `embodiments` list is an
+`Embodiment.to_dict()`. Entries that are not valid descriptors (an older `{"fingerprint": ...}` tag,
+a peer's malformed data) are skipped, and a skill with no valid entry cannot be found by embodiment.
 
-The index holds one vector per skill and distinct scope body, named "<skill id>/<position in the list>";
-a query ranks a skill by its nearest body. Withdrawn skills leave the index. Revoked and inactive ones
-stay, so that `active_only=False` can show them with their state, and standing `Selection`s (active
-skills, a task family, a certificate strength) filter inside the search. Skill records are immutable,
-so the index's contents depend only on which skills are present and on the encoder: after a reopen, a
-saved index is brought up to date by comparing skill ids, without encoding again what it holds.
+The index holds one vector per skill and distinct scope body, named "<skill id>/<position in the
+list>"; a query ranks a skill by its nearest body. Withdrawn skills leave the index. Revoked and
+inactive ones stay, so that `active_only=False` can show them with their state, and standing
+`Selection`s (active skills, a task family, a certificate strength) filter inside the search. Skill
+records are immutable, so the index's contents depend only on which skills are present and on the
+encoder: after a reopen, a saved index is brought up to date by comparing skill ids, without
+encoding again what it holds.
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ EmbodimentInput = Embodiment | str | os.PathLike[str]
 """An `Embodiment`, a path to an MJCF or URDF file (URDF by its `.urdf` suffix), or MJCF text."""
 
 SAVE_FRACTION = 0.01
-"""Save the index once the vectors added or removed since the last save reach this share of it: a reopen
-then encodes at most that many bodies again, and a busy site does not rewrite a large file on every query."""
+"""Save the index once the vectors added or removed since the last save reach this share of it: a
+reopen then encodes at most that many bodies again, and a busy site does not rewrite a large file on
+every query."""
 _MAX_FILTERS = 32
-"""Standing selections kept (LRU): task families and certificate strengths come from queries and peers."""
+"""Standing selections kept (LRU): task families and certificate strengths come from queries and
+peers."""
 _MAX_BODIES = 65_536
 """Distinct scope descriptors whose vectors are cached: skills of one fleet share a few bodies."""
 _START = (-1, 0)
@@ -79,7 +82,8 @@ def _passes(state: _State, key: Filter) -> bool:
 
 
 class Retrieval:
-    """The engine behind `kb.skills.query`: one `_Library` per embedding space that queries have used."""
+    """The engine behind `kb.skills.query`: one `_Library` per embedding space that queries have
+    used."""
 
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
@@ -131,12 +135,14 @@ def as_embodiment(embodiment: EmbodimentInput) -> Embodiment:
             else Embodiment.from_mjcf(path)
         )
     raise EmbodimentError(
-        f"a query's embodiment is an Embodiment, a path to MJCF or URDF, or MJCF text; got {type(embodiment).__name__}"
+        "a query's embodiment is an Embodiment, a path to MJCF or URDF, or MJCF text; "
+        f"got {type(embodiment).__name__}"
     )
 
 
 def index_path(store_path: str, encoder: Encoder) -> Path | None:
-    """Where an encoder's index of a store is saved: beside it, named by the encoder; None in memory."""
+    """Where an encoder's index of a store is saved: beside it, named by the encoder; None in
+    memory."""
     if store_path == MEMORY:
         return None
     return Path(f"{store_path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', encoder.name)}.index")
@@ -144,7 +150,8 @@ def index_path(store_path: str, encoder: Encoder) -> Path | None:
 
 def certificate_summary(replica: Replica, skill_id: str) -> CertificateSummary:
     """Count, total branches and best Wilson lower bound (at the policy's confidence) of a skill's
-    certificates, as the views show them (from writers trusted to validate). Call with the lock held."""
+    certificates, as the views show them (from writers trusted to validate). Call with the lock
+    held."""
     confidence = replica.policy.activation.confidence
     certificates = [record for _id, record in replica.views.certificates(skill_id)]
     return CertificateSummary(
@@ -158,7 +165,8 @@ def certificate_summary(replica: Replica, skill_id: str) -> CertificateSummary:
 
 
 class _Library:
-    """One encoder's index of one replica's skills, with standing filters. Call with the lock held."""
+    """One encoder's index of one replica's skills, with standing filters. Call with the lock
+    held."""
 
     def __init__(self, replica: Replica, encoder: Encoder) -> None:
         self._replica = replica
@@ -184,7 +192,7 @@ class _Library:
             results = self._search(vector, k, filters)
         return results
 
-    # -- following the skill library -----------------------------------------------------------------
+    # -- following the skill library ---------------------------------------------------------------
 
     def _sync(self) -> None:
         changed, position = self._replica.views.skill_changes(self._position)
@@ -208,7 +216,8 @@ class _Library:
         self._unsaved = 0
 
     def _resync(self) -> None:
-        """Compare the index with every present skill: drop what left, add what is missing, refilter."""
+        """Compare the index with every present skill: drop what left, add what is missing,
+        refilter."""
         views = self._replica.views
         self._position = views.skill_changes(_START)[1]
         held: dict[str, list[str]] = defaultdict(list)
@@ -225,7 +234,8 @@ class _Library:
         self._filters.clear()
 
     def _has_no_scope(self, skill_id: str) -> bool:
-        """Known to have no valid scope entry (the entries of every other known skill are in the index)."""
+        """Known to have no valid scope entry (the entries of every other known skill are in the
+        index)."""
         state = self._skills.get(skill_id)
         return state is not None and not state.entries
 
@@ -262,7 +272,8 @@ class _Library:
                 selection.add(entry) if keep else selection.discard(entry)
 
     def _add(self, skill_ids: list[str]) -> dict[str, tuple[str, ...]]:
-        """Encode the scopes of new skills (each distinct descriptor once) and add them; their entry names."""
+        """Encode the scopes of new skills (each distinct descriptor once) and add them; their entry
+        names."""
         views = self._replica.views
         if len(self._bodies) > _MAX_BODIES:
             self._bodies.clear()
@@ -299,7 +310,7 @@ class _Library:
             self._unsaved += len(names)
         return out
 
-    # -- searching -----------------------------------------------------------------------------------
+    # -- searching ---------------------------------------------------------------------------------
 
     def _selection(self, key: Filter) -> Selection:
         selection = self._filters.pop(key, None)

@@ -1,8 +1,8 @@
 """Transfer outcomes: how often a skill made for one body succeeded on another.
 
 This is what a learned encoder trains on and is judged by. It comes either from a dataset file (the
-simulator's `simnet encoder dataset` writes one) or from a knowledge base, where every certificate is
-such a measurement: its skill's `embodiments` scope names the source bodies, and the task in its
+simulator's `simnet encoder dataset` writes one) or from a knowledge base, where every certificate
+is such a measurement: its skill's `embodiments` scope names the source bodies, and the task in its
 evaluation record carries the scene of the body it ran on.
 """
 
@@ -66,7 +66,8 @@ class TransferDataset:
         outcomes: Iterable[tuple[Embodiment, Embodiment, str, int, int]],
         meta: Mapping[str, Any] | None = None,
     ) -> TransferDataset:
-        """(source, target, task, successes, trials) tuples; repeated pairs of one task are summed."""
+        """(source, target, task, successes, trials) tuples; repeated pairs of one task are
+        summed."""
         index: dict[str, int] = {}
         bodies: list[Embodiment] = []
         totals: dict[tuple[int, int, str], list[int]] = {}
@@ -91,8 +92,8 @@ class TransferDataset:
     def from_knowledge_base(cls, kb: KnowledgeBase) -> TransferDataset:
         """Every certificate the views show (from trusted validators) as measured transfers.
 
-        Certificates whose record carries no scene MuJoCo can compile here, and scope entries that are
-        not descriptors, are skipped (logged at debug level).
+        Certificates whose record carries no scene MuJoCo can compile here, and scope entries that
+        are not descriptors, are skipped (logged at debug level).
         """
         outcomes = []
         targets: dict[str, Embodiment | None] = {}
@@ -139,8 +140,8 @@ class TransferDataset:
         return TransferDataset(tuple(self.bodies[i] for i in keep), transfers, self.meta)
 
     def split(self, fraction: float, *, seed: int = 0) -> tuple[list[int], list[int]]:
-        """(training, held-out) body indices: a body is held out by a hash of its fingerprint and `seed`,
-        so a body stays on its side however the dataset around it grows."""
+        """(training, held-out) body indices: a body is held out by a hash of its fingerprint and
+        `seed`, so a body stays on its side however the dataset around it grows."""
         if not 0.0 <= fraction < 1.0:
             raise ValueError(f"the held-out fraction must be in [0, 1), got {fraction}")
         held = [
@@ -217,7 +218,7 @@ def _record_body(record: Any, seen: dict[str, Embodiment | None]) -> Embodiment 
     return seen[scene]
 
 
-# -- judging an encoder ------------------------------------------------------------------------------
+# -- judging an encoder ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +228,11 @@ class BodyScore:
     body: str
     task: str
     spearman: float
-    """Rank correlation of -distance with measured success over the other bodies' skills (NaN if all tie)."""
+    """Rank correlation of -distance with measured success over the other bodies' skills (NaN if all
+    tie)."""
     recall_at_k: float
-    """Of the skills that succeed at least `threshold` here, the share in the k nearest (of at most k)."""
+    """Of the skills that succeed at least `threshold` here, the share in the k nearest (of at most
+    k)."""
     skills: int
 
 
@@ -294,8 +297,9 @@ def evaluate_encoder(
     k: int = 5,
     threshold: float = 0.8,
 ) -> EncoderReport:
-    """Score an encoder on `targets` (default: every body): for each target and task family, rank the skills
-    of every other body measured on it by distance, and compare with their measured success."""
+    """Score an encoder on `targets` (default: every body): for each target and task family, rank
+    the skills of every other body measured on it by distance, and compare with their measured
+    success."""
     table = distances(dataset, encoder)
     scores = []
     for task in dataset.tasks:
@@ -323,7 +327,8 @@ def evaluate_encoder(
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation (ties share their mean rank); NaN when either side is constant."""
+    """Spearman's rank correlation (ties share their mean rank); NaN when either side is
+    constant."""
     ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
     if ra.std() == 0 or rb.std() == 0:
         return math.nan

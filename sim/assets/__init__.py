@@ -1,1 +1,2 @@
-"""Package data: scenes (MJCF), task definitions, samplers and skills; and the script that rebuilds the skills."""
+"""Package data: scenes (MJCF), task definitions, samplers and skills; and the script that rebuilds
+the skills."""

@@ -2,9 +2,9 @@
 
     python -m sim.assets.build_encoder [--dataset FILE] [--workers 2]
 
-Makes the default transfer dataset (as `simnet encoder dataset` does with its defaults) unless given one,
-holds out a quarter of the bodies exactly as benchmarks/transfer.py does, and trains on the rest: the
-bodies the benchmark reports on are never seen by the shipped weights either.
+Makes the default transfer dataset (as `simnet encoder dataset` does with its defaults) unless given
+one, holds out a quarter of the bodies exactly as benchmarks/transfer.py does, and trains on the
+rest: the bodies the benchmark reports on are never seen by the shipped weights either.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def main() -> None:
         data.subset(train),
         meta={
             "dataset": "sim.robot_population(64, 40), 16 branches per transfer, seed 0",
-            "held_out": "TransferDataset.split(0.25, seed=0): the bodies benchmarks/transfer.py reports on",
+            "held_out": (
+                "TransferDataset.split(0.25, seed=0): the bodies benchmarks/transfer.py reports on"
+            ),
         },
     )
     with resources.as_file(WEIGHTS) as path:

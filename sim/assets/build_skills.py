@@ -67,7 +67,8 @@ def arm_expert(model: mujoco.MjModel, gain: float = 0.3, damping: float = 0.05):
 
 
 def arm_degraded(model: mujoco.MjModel, gain: float = 2.0) -> Policy:
-    """Jacobian transpose frozen at the home pose, overdriven: right near home, wrong further out."""
+    """Jacobian transpose frozen at the home pose, overdriven: right near home, wrong further
+    out."""
     data = mujoco.MjData(model)
     mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
     mujoco.mj_forward(model, data)

@@ -3,8 +3,8 @@ waves of branches (here, in worker processes, in Ray actors), the deterministic 
 evaluation and its reproduction, certificates, and distillation.
 
 The everyday names are re-exported by `sim`; `branch_patch`, `distill` and `fit_mlp` are research
-tools and live here only. The statistics (bounds, SPRT, sample sizes) are `knowledge.stats`: activation
-recomputes the same bounds.
+tools and live here only. The statistics (bounds, SPRT, sample sizes) are `knowledge.stats`:
+activation recomputes the same bounds.
 """
 
 from ._certify import (

@@ -1,10 +1,11 @@
-"""From evaluation to activation: skills as knowledge-base records, evaluations as signed certificates.
+"""From evaluation to activation: skills as knowledge-base records, evaluations as signed
+certificates.
 
 A simulator skill travels as data: `publish_skill` stores its safetensors weights as a blob and puts
 its architecture spec in the skill record's ``policy`` field (``{"kind": "mlp", "architecture": ...,
 "weights": <blob sha256>, "skill_hash": ...}``); `load_policy` turns a record back into a checked
-`sim.Policy`. `certify` signs an evaluation of a knowledge-base skill as a certificate (the evaluation
-record rides along, so any site can re-run it); `verify_certificate` does that re-run.
+`sim.Policy`. `certify` signs an evaluation of a knowledge-base skill as a certificate (the
+evaluation record rides along, so any site can re-run it); `verify_certificate` does that re-run.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ _KINDS = {
 
 
 def randomized(record: Mapping[str, Any]) -> list[str]:
-    """The kinds of randomization an evaluation record used: dynamics (its sampler) and initial state (its task)."""
+    """The kinds of randomization an evaluation record used: dynamics (its sampler) and initial
+    state (its task)."""
     terms = list(record["sampler"].get("terms", [])) + list(
         record["task"]["definition"].get("init", [])
     )
@@ -62,7 +64,8 @@ def publish_skill(
     parents: Iterable[str] = (),
     meta: Mapping[str, Any] | None = None,
 ) -> knowledge.Skill:
-    """Publish a simulator skill: weights as a content-addressed blob, the architecture in the record."""
+    """Publish a simulator skill: weights as a content-addressed blob, the architecture in the
+    record."""
     weights = kb.blobs.put(skill.weights)
     policy = {
         "kind": "mlp",
@@ -83,11 +86,13 @@ def publish_skill(
 
 
 def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
-    """The runnable policy of a knowledge-base skill: weights checked against their hash and the spec.
+    """The runnable policy of a knowledge-base skill: weights checked against their hash and the
+    spec.
 
-    BlobError if the weights are not here yet (fetch them: `federation.sync_with(..., blobs=[...])`),
-    PolicySpecError / PolicyPayloadError if the record's policy is not a valid skill, EntryPointError if it
-    names a local entry point that is not installed at the recorded version.
+    BlobError if the weights are not here yet (fetch them: `federation.sync_with(...,
+    blobs=[...])`), PolicySpecError / PolicyPayloadError if the record's policy is not a valid
+    skill, EntryPointError if it names a local entry point that is not installed at the recorded
+    version.
     """
     policy = kb.skills.get(skill_id).policy
     if not isinstance(policy, dict):
@@ -110,9 +115,11 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
 def certify(
     kb: KnowledgeBase, skill_id: str, evaluation: Evaluation | Mapping[str, Any]
 ) -> Certificate:
-    """Sign an evaluation of `skill_id` as a certificate in `kb` (the writer needs the validate role).
+    """Sign an evaluation of `skill_id` as a certificate in `kb` (the writer needs the validate
+    role).
 
-    The evaluation must be of that skill's own policy; a failed run never reaches here (evaluate raises).
+    The evaluation must be of that skill's own policy; a failed run never reaches here (evaluate
+    raises).
     """
     record = evaluation.to_record() if isinstance(evaluation, Evaluation) else dict(evaluation)
     check_record(record)
@@ -136,7 +143,8 @@ def certify(
 
 @dataclass(frozen=True)
 class Verification:
-    """The verdict on a certificate: `valid` if it is consistent and its evaluation re-runs to match."""
+    """The verdict on a certificate: `valid` if it is consistent and its evaluation re-runs to
+    match."""
 
     valid: bool
     detail: str
@@ -147,7 +155,8 @@ def verify_certificate(
     kb: KnowledgeBase, certificate: Certificate, *, workers: int = 1, threads: int = 0
 ) -> Verification:
     """Re-run a certificate's evaluation here: identical outcomes on the same platform, within the
-    binomial interval elsewhere. A tampered or non-reproducing certificate comes back valid=False."""
+    binomial interval elsewhere. A tampered or non-reproducing certificate comes back
+    valid=False."""
     record = certificate.evaluation
     if not isinstance(record, dict):
         return Verification(False, "the certificate carries no evaluation record to re-run")

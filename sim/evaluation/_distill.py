@@ -1,4 +1,5 @@
-"""Distillation: turn a local controller (code, which never travels) into a skill (data, which does).
+"""Distillation: turn a local controller (code, which never travels) into a skill (data, which
+does).
 
 DAgger (Ross et al. 2011): roll out the current student on the task's own randomized branches, label
 every visited observation with the expert's action, refit an MLP on everything gathered so far.

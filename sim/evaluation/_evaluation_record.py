@@ -3,14 +3,17 @@ everything needed to re-run it (`sim.reproduce` re-runs one and says whether it 
 
 A record (format "simnet.sim.evaluation/1") is a JSON object with exactly these keys:
 
-    task            {hash, name, embodiment, definition}: hash = sha256(canonical JSON of definition)
+    task            {hash, name, embodiment, definition}:
+                    hash = sha256(canonical JSON of definition)
     template        {source_hash: sha256 of the scene MJCF, model_hash: sha256 of the compiled MJB}
     policy          {kind: "mlp", skill_hash, architecture, weights_sha256}
                     | {kind: "entry_point", group, name, distribution, version}
-                    | {kind: "torch", class, state_sha256[, architecture]} | {kind: "callable", class}
+                    | {kind: "torch", class, state_sha256[, architecture]}
+                    | {kind: "callable", class}
     sampler         {seed, terms: [...]}: the dynamics randomization (the task holds its init terms)
     patches_digest  sha256 over the patches of the simulated branches, in branch order
-    layout          {branches (requested), wave, order}: the batch layout of physics and policy calls
+    layout          {branches (requested), wave, order}: the batch layout of physics and
+                    policy calls
     settings        {policy_threads, mjtNum}
     sequential      null | {p0, p1, alpha, beta, decision, decided_at}
     outcomes        parallel lists over simulated branches 0..n-1: branch, success (0/1),
@@ -234,7 +237,8 @@ def outcomes_of(record: dict) -> tuple[BranchOutcome, ...]:
 
 
 def check_record(record: Any) -> None:
-    """Structure, self-consistency and content hashes; raises EvaluationRecordError on the first problem."""
+    """Structure, self-consistency and content hashes; raises EvaluationRecordError on the first
+    problem."""
 
     def need(ok: bool, field: str, detail: str) -> None:
         if not ok:

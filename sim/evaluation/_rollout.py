@@ -53,8 +53,8 @@ class PolicyCaller:
         spec = getattr(policy, "spec", None)
         if spec is not None and (spec.obs_dim, spec.act_dim) != (task.obs_dim, task.act_dim):
             raise IncompatibleTemplateError(
-                f"the skill maps {spec.obs_dim} observations to {spec.act_dim} actions; task {task.name!r} "
-                f"gives {task.obs_dim} and drives {task.act_dim}"
+                f"the skill maps {spec.obs_dim} observations to {spec.act_dim} actions; "
+                f"task {task.name!r} gives {task.obs_dim} and drives {task.act_dim}"
             )
         self.policy = policy
         self.torch = isinstance(policy, torch.nn.Module)
@@ -70,7 +70,8 @@ class PolicyCaller:
 
 
 def branch_patches(task: Task, sampler: Sampler, first: int, count: int) -> list[Patch]:
-    """What makes each branch differ from the template: its dynamics draws, then its initial state."""
+    """What makes each branch differ from the template: its dynamics draws, then its initial
+    state."""
     dynamics = sampler.sample_many(task.template, first, count)
     return [
         d + i for d, i in zip(dynamics, task.init_patches(sampler.seed, first, count), strict=True)
@@ -93,8 +94,9 @@ def run_wave(
     patches: Sequence[Patch] | None = None,
     start: Snapshot | None = None,
 ) -> list[BranchOutcome]:
-    """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order. With `start`,
-    every branch begins at that world snapshot (its model patch, then its state) instead of a reset."""
+    """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order. With
+    `start`, every branch begins at that world snapshot (its model patch, then its state) instead of
+    a reset."""
     ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
     n = len(ids)
     template = task.template

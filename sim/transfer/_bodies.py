@@ -1,11 +1,12 @@
-"""Robot bodies for transfer experiments: procedural arms and legged bodies from a seed, and real models.
+"""Robot bodies for transfer experiments: procedural arms and legged bodies from a seed, and real
+models.
 
-A `Robot` is a scene (the body plus what its task needs: a floor; a home marker and a goal for an arm;
-markers at the torso's ends, where they start and where they should go, for a legged body) and the
-body's skill interface: its actuated joints, each placed by a `Slot` (which limb, how far out along
-it). Skills move between bodies through slots, never through names or file order, so that a posture
-for a four-legged body drives a six-legged one by matching legs front to back, and an arm skill drives
-another arm joint by joint from the base.
+A `Robot` is a scene (the body plus what its task needs: a floor; a home marker and a goal for an
+arm; markers at the torso's ends, where they start and where they should go, for a legged body) and
+the body's skill interface: its actuated joints, each placed by a `Slot` (which limb, how far out
+along it). Skills move between bodies through slots, never through names or file order, so that a
+posture for a four-legged body drives a six-legged one by matching legs front to back, and an arm
+skill drives another arm joint by joint from the base.
 
 Arms follow one of three kinematic patterns (articulated, anthropomorphic, with a roll joint), with
 3-7 hinge joints, the home posture built into the link frames (qpos 0 is home), gravity compensation
@@ -34,7 +35,8 @@ Kind = Literal["arm", "legged"]
 TASKS: dict[str, tuple[str, ...]] = {"arm": ("reach",), "legged": ("posture",)}
 """The task families each kind of body has."""
 _AXES = {"z": (0.0, 0.0, 1.0), "y": (0.0, 1.0, 0.0), "x": (1.0, 0.0, 0.0)}
-# kinematic patterns of arms: joint axes from the base, nominal link proportions, home bends (radians)
+# kinematic patterns of arms: joint axes from the base, nominal link proportions, home bends
+# (radians)
 _ARM_PATTERNS = (
     ("zyyyzyz", (1.0, 1.2, 1.0, 0.6, 0.5, 0.4, 0.3), (0.0, 0.5, 1.2, 0.8, 0.0, 0.6, 0.0)),
     ("zyzyzyz", (1.0, 1.0, 0.9, 0.9, 0.6, 0.4, 0.3), (0.0, 0.5, 0.0, 1.4, 0.0, 0.9, 0.0)),
@@ -44,7 +46,8 @@ _ARM_PATTERNS = (
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """Where an actuated joint sits: `limb` along the body (0 front or base .. 1 back), `joint` outward."""
+    """Where an actuated joint sits: `limb` along the body (0 front or base .. 1 back), `joint`
+    outward."""
 
     limb: float
     joint: int
@@ -52,7 +55,8 @@ class Slot:
 
 @dataclass(frozen=True)
 class Robot:
-    """A body in its family's scene, with the interface its skills use (actuator k drives `joints[k]`)."""
+    """A body in its family's scene, with the interface its skills use (actuator k drives
+    `joints[k]`)."""
 
     name: str
     kind: Kind
@@ -94,7 +98,8 @@ def _quat(axis: str, angle: float) -> np.ndarray:
 
 
 def procedural_arm(seed: int) -> Robot:
-    """A procedural arm: pattern, dof (3-7), reach, proportions, home bends, masses, limits, gear."""
+    """A procedural arm: pattern, dof (3-7), reach, proportions, home bends, masses, limits,
+    gear."""
     rng = np.random.default_rng([seed, 1])
     pattern, nominal, bends = _ARM_PATTERNS[int(rng.integers(len(_ARM_PATTERNS)))]
     n = int(
@@ -151,8 +156,10 @@ def _arm_scene(
     for k in range(n):
         pos = 0.1 * reach / 0.9 if k == 0 else lengths[k - 1]
         chain.append(
-            f'<body name="link{k + 1}" pos="0 0 {pos:.6g}" quat="{_f(_quat(axes[k], home[k]))}" gravcomp="1">'
-            f'<joint name="j{k + 1}" axis="{_f(_AXES[axes[k]])}" range="{-widths[k]:.6g} {widths[k]:.6g}" '
+            f'<body name="link{k + 1}" pos="0 0 {pos:.6g}" '
+            f'quat="{_f(_quat(axes[k], home[k]))}" gravcomp="1">'
+            f'<joint name="j{k + 1}" axis="{_f(_AXES[axes[k]])}" '
+            f'range="{-widths[k]:.6g} {widths[k]:.6g}" '
             f'damping="{damping[k]:.6g}" armature="{armature[k]:.6g}"/>'
             f'<geom fromto="0 0 0 0 0 {lengths[k]:.6g}" size="{radius * (1 - 0.4 * k / n):.6g}" '
             f'mass="{density * lengths[k]:.6g}"/>'
@@ -165,6 +172,7 @@ def _arm_scene(
         f'ctrlrange="{-widths[k] * gear:.6g} {widths[k] * gear:.6g}"/>'
         for k in range(n)
     )
+    base = f"{0.07 * reach / 0.9:.6g}"
     robot = f"""<mujoco model="arm-{seed}">
   <compiler angle="radian" autolimits="true"/>
   <option timestep="0.004" integrator="implicitfast"/>
@@ -172,7 +180,7 @@ def _arm_scene(
   <worldbody>
     <light pos="0 0 2"/>
     <geom name="floor" type="plane" size="2 2 0.1" contype="1" conaffinity="1"/>
-    <body name="base" pos="0 0 0.05"><geom type="cylinder" size="{0.07 * reach / 0.9:.6g} 0.05" mass="3"/>
+    <body name="base" pos="0 0 0.05"><geom type="cylinder" size="{base} 0.05" mass="3"/>
       {"".join(chain)}{"".join(closing)}
     </body>
     MARKERS
@@ -185,7 +193,8 @@ def _arm_scene(
     tool = _f(data.site("ee").xpos)
     markers = (
         f'<site name="home" pos="{tool}" size="0.01" rgba="1 1 1 0.3"/>'
-        f'<body name="target" pos="{tool}"><site name="target" size="0.025" rgba="0 1 0 0.6"/></body>'
+        f'<body name="target" pos="{tool}">'
+        '<site name="target" size="0.025" rgba="0 1 0 0.6"/></body>'
     )
     return robot.replace("MARKERS", markers)
 
@@ -202,7 +211,8 @@ def _conditioning(scene: str) -> float:
 
 
 def procedural_legged(seed: int) -> Robot:
-    """A procedural planar legged body: 2-6 legs spread along a torso; leg, torso, mass, gain and gear vary."""
+    """A procedural planar legged body: 2-6 legs spread along a torso; leg, torso, mass, gain and
+    gear vary."""
     rng = np.random.default_rng([seed, 2])
     legs = int(rng.integers(2, 7))
     leg = float(np.exp(rng.uniform(math.log(0.25), math.log(0.45))))  # thigh plus shin
@@ -220,10 +230,13 @@ def procedural_legged(seed: int) -> Robot:
     for i in range(legs):
         x, y = torso / 2 - i * torso / (legs - 1), 0.06 * (1 if i % 2 == 0 else -1)
         parts.append(
-            f'<body name="thigh{i}" pos="{x:.6g} {y:.6g} 0"><joint name="hip{i}" axis="0 1 0" range="{-hip:.6g} {hip:.6g}"/>'
+            f'<body name="thigh{i}" pos="{x:.6g} {y:.6g} 0">'
+            f'<joint name="hip{i}" axis="0 1 0" range="{-hip:.6g} {hip:.6g}"/>'
             f'<geom fromto="0 0 0 0 0 {-thigh:.6g}" mass="{leg_mass:.6g}"/>'
-            f'<body name="shin{i}" pos="0 0 {-thigh:.6g}"><joint name="knee{i}" axis="0 1 0" range="{-knee:.6g} 0.3"/>'
-            f'<geom name="foot{i}" fromto="0 0 0 0 0 {-shin:.6g}" mass="{0.7 * leg_mass:.6g}"/></body></body>'
+            f'<body name="shin{i}" pos="0 0 {-thigh:.6g}">'
+            f'<joint name="knee{i}" axis="0 1 0" range="{-knee:.6g} 0.3"/>'
+            f'<geom name="foot{i}" fromto="0 0 0 0 0 {-shin:.6g}" mass="{0.7 * leg_mass:.6g}"/>'
+            "</body></body>"
         )
         joints += [f"hip{i}", f"knee{i}"]
         slots += [Slot(i / (legs - 1), 0), Slot(i / (legs - 1), 1)]
@@ -234,6 +247,7 @@ def procedural_legged(seed: int) -> Robot:
         f'ctrlrange="{low * gear:.6g} {high * gear:.6g}"/>'
         for j, (low, high) in zip(joints, ranges, strict=True)
     )
+    ends = f"{-torso / 2:.6g} 0 0 {torso / 2:.6g} 0 0"
     scene = f"""<mujoco model="legged-{seed}">
   <compiler angle="radian" autolimits="true"/>
   <option timestep="0.005"/>
@@ -248,7 +262,7 @@ def procedural_legged(seed: int) -> Robot:
       <joint name="rootx" type="slide" axis="1 0 0" damping="0" armature="0"/>
       <joint name="rootz" type="slide" axis="0 0 1" damping="0" armature="0"/>
       <joint name="rooty" type="hinge" axis="0 1 0" damping="0" armature="0"/>
-      <geom name="torso" fromto="{-torso / 2:.6g} 0 0 {torso / 2:.6g} 0 0" size="0.045" mass="{torso_mass:.6g}"/>
+      <geom name="torso" fromto="{ends}" size="0.045" mass="{torso_mass:.6g}"/>
       {"".join(parts)}
     </body>
   </worldbody>
@@ -269,7 +283,8 @@ def procedural_legged(seed: int) -> Robot:
 
 
 def shipped_robots() -> list[Robot]:
-    """The project's real task scenes as robots: the 7-dof arm (reach, from its home keyframe) and the walker."""
+    """The project's real task scenes as robots: the 7-dof arm (reach, from its home keyframe) and
+    the walker."""
     scenes = resources.files("sim") / "assets" / "scenes"
     spec = mujoco.MjSpec.from_string((scenes / "arm7.xml").read_text())
     model = spec.compile()
@@ -306,8 +321,8 @@ def shipped_robots() -> list[Robot]:
 
 
 def _posture_markers(scene: str) -> str:
-    """The legged scene plus what its posture task reads: sites at the torso's ends, where they are at
-    the start ("home_*", fixed) and where they should go ("goal_*", bodies the task moves)."""
+    """The legged scene plus what its posture task reads: sites at the torso's ends, where they are
+    at the start ("home_*", fixed) and where they should go ("goal_*", bodies the task moves)."""
     spec = mujoco.MjSpec.from_string(scene)
     model = spec.compile()
     half, height = float(model.geom("torso").size[1]), float(model.body("torso").pos[2])
@@ -333,7 +348,8 @@ def _arm_reach(model: mujoco.MjModel) -> float:
 
 
 def robot_population(arms: int, legged: int, *, seed: int = 0, shipped: bool = True) -> list[Robot]:
-    """`arms` procedural arms and `legged` legged bodies (seeds from `seed` on), plus the shipped robots."""
+    """`arms` procedural arms and `legged` legged bodies (seeds from `seed` on), plus the shipped
+    robots."""
     population = [procedural_arm(seed + i) for i in range(arms)] + [
         procedural_legged(seed + i) for i in range(legged)
     ]
@@ -345,9 +361,11 @@ _BOX = (0.12, 0.12, 0.1)
 REACH_TOLERANCE = 0.05
 """A reach succeeds when the tool ends within this fraction of the arm's reach from the goal."""
 POSTURE_RANGE = (-0.15, -0.03)
-"""Goal heights of the torso's ends, each drawn in this range from where it starts, in leg lengths."""
+"""Goal heights of the torso's ends, each drawn in this range from where it starts, in leg
+lengths."""
 POSTURE_TOLERANCE = 0.05
-"""A posture succeeds when both ends of the torso end within this fraction of the leg length of their goals."""
+"""A posture succeeds when both ends of the torso end within this fraction of the leg length of
+their goals."""
 
 
 def _reach_task(robot: Robot) -> Task:

@@ -1,4 +1,5 @@
-"""The transfer dataset: skills made for source bodies, evaluated by branch evaluation on target bodies.
+"""The transfer dataset: skills made for source bodies, evaluated by branch evaluation on target
+bodies.
 
 Each body gets a native skill per task family, computed on that body alone and expressed as
 data (a linear `MLPSpec`, hidden=()):
@@ -6,15 +7,16 @@ data (a linear `MLPSpec`, hidden=()):
 - reach (arms): an open-loop inverse-kinematics map. Goals are sampled in the task's box around the
   home tool position and solved by damped least squares on the body's own model; a linear map from
   goal offset to joint angles is fitted to the solutions (least squares). It moves the joints once,
-  with no feedback on the tool: on another arm it works as far as that arm's kinematics and gear agree.
+  with no feedback on the tool: on another arm it works as far as that arm's kinematics and gear
+  agree.
 - posture (legged): an open-loop map from the goal heights of the torso's two ends to joint angles.
   Goals are sampled in the task's range; each is solved by the body's own leg geometry (torso pitch
-  and height from the goal, then two-link inverse kinematics per leg, feet staying where they stand),
-  then corrected on the body's own model: the pose is held with its actuators until it settles, and
-  what it missed (sag under gravity, feet slipping) corrects the aim it is solved for by Broyden's
-  method, the best of five tries kept. A linear map from goal to angles is fitted to the corrected
-  solutions (least squares). On another body it works as far as that body's legs (lengths, knee
-  direction, limits), gear, stiffness and masses agree.
+  and height from the goal, then two-link inverse kinematics per leg, feet staying where they
+  stand), then corrected on the body's own model: the pose is held with its actuators until it
+  settles, and what it missed (sag under gravity, feet slipping) corrects the aim it is solved for
+  by Broyden's method, the best of five tries kept. A linear map from goal to angles is fitted to
+  the corrected solutions (least squares). On another body it works as far as that body's legs
+  (lengths, knee direction, limits), gear, stiffness and masses agree.
 
 A skill drives another body of its kind through `retarget` (slots matched: same joint index, nearest
 limb). Every cell of a success matrix is one `evaluate` of the retargeted skill on the target's task
@@ -97,10 +99,11 @@ def _match(wanted: tuple[str, Slot | int], offered: Sequence[tuple[str, Slot | i
 
 
 def retarget(skill: Policy, source: Robot, target: Robot, family: str) -> Policy:
-    """`skill`, made for `source`, rewired to `target`'s observation and actuators through their slots.
+    """`skill`, made for `source`, rewired to `target`'s observation and actuators through their
+    slots.
 
-    Inputs the source does not have read nothing (zero weight); actuators with no counterpart command
-    zero. Between bodies with the same interface this returns the skill unchanged.
+    Inputs the source does not have read nothing (zero weight); actuators with no counterpart
+    command zero. Between bodies with the same interface this returns the skill unchanged.
     """
     if family not in source.tasks or family not in target.tasks:
         raise ValueError(f"a {family} skill needs two bodies with {family} tasks")
@@ -161,7 +164,8 @@ def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Policy:
 
 
 def reach_skill(robot: Robot, samples: int = 200) -> Policy:
-    """Fit the linear inverse-kinematics map of an arm over its task's goal box (see the module doc)."""
+    """Fit the linear inverse-kinematics map of an arm over its task's goal box (see the module
+    doc)."""
     task = robot.task("reach")
     model = task.template.model
     data = mujoco.MjData(model)
@@ -194,9 +198,10 @@ def reach_skill(robot: Robot, samples: int = 200) -> Policy:
 
 
 def _leg_pose(model: mujoco.MjModel, robot: Robot, aim: np.ndarray) -> np.ndarray:
-    """Joint angles that put the torso's ends `aim[:2]` (front, back) above where they start and the torso
-    `aim[2]` ahead of where it starts, every foot staying where it stands: the torso's pitch and height
-    from the aim, then each leg's own two-link inverse kinematics, its knee bent the way its range allows."""
+    """Joint angles that put the torso's ends `aim[:2]` (front, back) above where they start and the
+    torso `aim[2]` ahead of where it starts, every foot staying where it stands: the torso's pitch
+    and height from the aim, then each leg's own two-link inverse kinematics, its knee bent the way
+    its range allows."""
     front, back = model.site("front").pos[0], model.site("back").pos[0]
     pitch = math.asin(float(np.clip((aim[1] - aim[0]) / (front - back), -1, 1)))
     centre = model.body("torso").pos[2] + aim[0] + front * math.sin(pitch)
@@ -235,9 +240,9 @@ def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Poli
     """Fit the linear map from goal heights to joint angles of a legged body (see the module doc).
 
     Each sampled goal is solved by `_leg_pose`, then corrected on the body's own model by Broyden's
-    method: the pose is held with the body's actuators until it settles, and what it missed (height of
-    each end, the torso's drift forward) moves the aim it is solved for; the best aim found is kept. So
-    the skill offsets its own sag under gravity and the slip of its feet.
+    method: the pose is held with the body's actuators until it settles, and what it missed (height
+    of each end, the torso's drift forward) moves the aim it is solved for; the best aim found is
+    kept. So the skill offsets its own sag under gravity and the slip of its feet.
     """
     task = robot.task("posture")
     model = task.template.model
@@ -248,7 +253,8 @@ def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Poli
     steps = task.definition["horizon"] * task.definition["control_substeps"]
 
     def settle(aim: np.ndarray) -> np.ndarray:
-        """Where the pose solved for `aim` takes the torso: (front height, back height, forward drift)."""
+        """Where the pose solved for `aim` takes the torso: (front height, back height, forward
+        drift)."""
         mujoco.mj_resetData(model, data)
         data.ctrl[:] = gear * _leg_pose(model, robot, aim)
         mujoco.mj_step(model, data, nstep=steps)
@@ -338,7 +344,8 @@ def transfer_dataset(
     seed: int = 0,
     progress: bool | None = None,
 ) -> TransferDataset:
-    """Make every body's native skills, then evaluate each on every body with that task (itself included).
+    """Make every body's native skills, then evaluate each on every body with that task (itself
+    included).
 
     Worker processes need the caller under `if __name__ == "__main__":` (as `evaluate` does).
     """

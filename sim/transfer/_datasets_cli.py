@@ -1,4 +1,5 @@
-"""`simnet encoder dataset`: generate a transfer dataset in the simulator (the encoder group lives in knowledge)."""
+"""`simnet encoder dataset`: generate a transfer dataset in the simulator (the encoder group lives
+in knowledge)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def encoder_dataset_command(
     workers: int,
     as_json: bool,
 ) -> None:
-    """Make every body's native skills and evaluate each on every body of its kind: a success matrix."""
+    """Make every body's native skills and evaluate each on every body of its kind: a success
+    matrix."""
     robots = robot_population(arms, legged, seed=seed, shipped=shipped)
     if not robots:
         raise click.UsageError("no bodies: give --arms or --legged, or keep --shipped")

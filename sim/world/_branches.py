@@ -40,7 +40,8 @@ class Intervention:
 
 @dataclass(frozen=True)
 class Migration:
-    """A committed handoff: `entity` left `source` (event `left`) and entered `target` (event `entered`)."""
+    """A committed handoff: `entity` left `source` (event `left`) and entered `target` (event
+    `entered`)."""
 
     id: str
     entity: str
@@ -104,7 +105,8 @@ class Branch:
         return self._shards.evaluate(self.shard, task, policy, branch=self.id, **options)
 
     def delete(self) -> None:
-        """Drop the branch: its engine, its log and its checkpoints. The canonical world is untouched."""
+        """Drop the branch: its engine, its log and its checkpoints. The canonical world is
+        untouched."""
         self._shards.delete(self.shard, self.id)
 
 
@@ -244,7 +246,8 @@ def prune(shards: Shards, before: int, names: Sequence[str] | None) -> dict[str,
         starts = {}
         for shard in targets:
             log = shards.log(shard, CANONICAL)
-            # a checkpoint at the base always exists: the first one, or the one the last pruning kept
+            # a checkpoint at the base always exists: the first one, or the one the last pruning
+            # kept
             starts[shard] = shards.store.checkpoint(
                 shard, CANONICAL, min(max(before, log.base_tick), log.head)
             ).tick
@@ -282,8 +285,8 @@ def migrate(shards: Shards, entity: str, to: str, provenance: str) -> Migration:
             _, last = shards.store.last_event(shard, CANONICAL)
             if last > head:
                 raise HistoryError(
-                    f"shard {shard!r} has events scheduled up to tick {last}, past its head {head}: "
-                    "advance past them before migrating"
+                    f"shard {shard!r} has events scheduled up to tick {last}, "
+                    f"past its head {head}: advance past them before migrating"
                 )
         handoff = read_handoff(shards, source, entity)
         moved = replace(found, shard=to)

@@ -1,4 +1,5 @@
-"""A shard's simulation: the deterministic core that the canonical world, branches and replays share.
+"""A shard's simulation: the deterministic core that the canonical world, branches and replays
+share.
 
 An engine holds a template, its model patch and one mjSTATE_INTEGRATION row, stepped by a
 one-simulation `mujoco.batch.Batch`. Applying a log is a pure function of where it starts: the same
@@ -29,12 +30,14 @@ _INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
 def load_template(xml: str, model_hash: str) -> Template:
-    """The template a history was recorded on, or ReplayTemplateError if it compiles differently here."""
+    """The template a history was recorded on, or ReplayTemplateError if it compiles differently
+    here."""
     template = cached_template(xml)
     if template.model_hash != model_hash:
         raise ReplayTemplateError(
-            f"template {template.source_hash[:12]} was recorded as compiled model {model_hash[:12]}, it compiles "
-            f"to {template.model_hash[:12]} here (another MuJoCo build?): its history cannot replay exactly"
+            f"template {template.source_hash[:12]} was recorded as compiled model "
+            f"{model_hash[:12]}, it compiles to {template.model_hash[:12]} here "
+            "(another MuJoCo build?): its history cannot replay exactly"
         )
     return template
 
@@ -84,8 +87,8 @@ class Engine:
     def advance(
         self, to: int, events: Sequence[Event], on_checkpoint: Callable[[Checkpoint], None]
     ) -> None:
-        """Apply `events` (template switches carry their MJCF in `change["xml"]`) at their ticks and step to
-        tick `to`, handing over a checkpoint on arrival at every multiple of `every`."""
+        """Apply `events` (template switches carry their MJCF in `change["xml"]`) at their ticks and
+        step to tick `to`, handing over a checkpoint on arrival at every multiple of `every`."""
         for event in events:
             if not self.tick <= event.tick <= to:
                 raise WorldError(
@@ -124,8 +127,9 @@ class Engine:
             raise WorldError(f"event {event.seq}: unknown kind {kind!r}")
 
     def _mutate(self, mutations: list[Mutation], seq: int) -> None:
-        """Apply an event's mutations, all or none: one that cannot apply here (its values would leave the
-        field's domain, its entity has left) rejects the event, the same way on every replay."""
+        """Apply an event's mutations, all or none: one that cannot apply here (its values would
+        leave the field's domain, its entity has left) rejects the event, the same way on every
+        replay."""
         row, patch = self.row, self.patch
         try:
             for mutation in mutations:
@@ -143,7 +147,8 @@ class Engine:
             and not slot.quaternion
             and len(mutation.value) in (1, slot.size)
         ):
-            # the common case, controls: a plain write into the state row (what the general path computes)
+            # the common case, controls: a plain write into the state row (what the general path
+            # computes)
             self.batch.bind(slot.field)[0, slot.start : slot.start + slot.size] = mutation.value
         elif slot.state:
             apply_state_patches(self.batch, self.template, [Patch((mutation,))], [0])
@@ -152,7 +157,8 @@ class Engine:
             self.patch = self.patch + Patch((mutation,))
 
     def entity_state(self, entity: str) -> dict:
-        """What an entity takes along when it leaves: the state of its elements and its mutations."""
+        """What an entity takes along when it leaves: the state of its elements and its
+        mutations."""
         prefix = f"{entity}/"
         mine, _ = entity_patch(self.patch, entity)
         return {

@@ -77,7 +77,8 @@ class Entity:
 
 
 def compose(scene: str, entities: Iterable[Entity]) -> str:
-    """The MJCF text of `scene` with `entities` attached, in name order; TemplateError if it fails."""
+    """The MJCF text of `scene` with `entities` attached, in name order; TemplateError if it
+    fails."""
     spec = _parse("the scene", scene)
     for entity in sorted(entities, key=lambda e: e.name):
         child = _parse(f"entity {entity.name!r}", entity.mjcf)
@@ -95,8 +96,8 @@ def compose(scene: str, entities: Iterable[Entity]) -> str:
 
 
 def _parse(what: str, mjcf: str) -> mujoco.MjSpec:
-    """The spec of `mjcf`; TemplateError if it does not parse or names asset files: a world stores MJCF
-    text only, so a relative file would not be found when the world opens elsewhere."""
+    """The spec of `mjcf`; TemplateError if it does not parse or names asset files: a world stores
+    MJCF text only, so a relative file would not be found when the world opens elsewhere."""
     try:
         mjcf.encode()  # a lone surrogate: text that UTF-8 cannot store (nor MuJoCo read)
         spec = mujoco.MjSpec.from_string(mjcf)
@@ -119,8 +120,8 @@ def _parse(what: str, mjcf: str) -> mujoco.MjSpec:
 
 
 def _strip_scenery(child: mujoco.MjSpec, parent: mujoco.MjSpec) -> None:
-    """Keep the bodies only; name unnamed joints, actuators and bodies so their state can move by name;
-    take the parent's options so that attaching raises no conflict."""
+    """Keep the bodies only; name unnamed joints, actuators and bodies so their state can move by
+    name; take the parent's options so that attaching raises no conflict."""
     for kind in _SCENERY:
         for element in child.worldbody.find_all(kind):
             if element.parent.name == "world":
@@ -142,7 +143,8 @@ def _strip_scenery(child: mujoco.MjSpec, parent: mujoco.MjSpec) -> None:
 
 @functools.lru_cache(maxsize=4096)  # called for every mutation a world logs
 def entity_of(target: str) -> str:
-    """The entity a mutation target addresses ("joint/walker1/hhip/qpos" -> "walker1"), or "" for the shard."""
+    """The entity a mutation target addresses ("joint/walker1/hhip/qpos" -> "walker1"), or "" for
+    the shard."""
     parts = split_target(target)
     return parts[1].split("/", 1)[0] if parts and "/" in parts[1] else ""
 
@@ -158,8 +160,8 @@ def entity_patch(patch: Patch, entity: str) -> tuple[Patch, Patch]:
 
 
 def named_state(model: mujoco.MjModel, row: np.ndarray, prefix: str = "") -> dict:
-    """The state of the named joints, actuators, bodies and equalities (those under `prefix`), from a
-    mjSTATE_INTEGRATION row, as JSON-safe lists."""
+    """The state of the named joints, actuators, bodies and equalities (those under `prefix`), from
+    a mjSTATE_INTEGRATION row, as JSON-safe lists."""
     data = _data(model, row)
     out: dict[str, dict] = {"joint": {}, "actuator": {}, "body": {}, "equality": {}}
     for name, qpos, dofs in _joints(model, prefix):
@@ -192,7 +194,8 @@ def moved_row(
     entering: Mapping[str, Mapping] | None = None,
 ) -> np.ndarray:
     """A state row for `new`: everything `old` and `new` share, by name, keeps its state (time too);
-    `entering` (a `named_state`) supplies the rest; what neither has starts at the model's defaults."""
+    `entering` (a `named_state`) supplies the rest; what neither has starts at the model's
+    defaults."""
     data = mujoco.MjData(new)
     before = _data(old, row)
     data.time = before.time

@@ -1,21 +1,23 @@
 """A world's redo file: the commits of a running twin, one record each, written with one `write()`.
 
 A twin commits about once a second: the window's events, the head it advanced to, the checkpoints it
-crossed. As an SQLite transaction that is ~25 µs of locking and WAL frames; as a record appended to this
-file, ~1 µs. The store folds the records into its SQLite file in one transaction now and then (when the
-file reaches `FOLD_BYTES`, before anything else is written or read from the tables they touch, and on
-close); the SQLite file remembers the number of the last record folded (`folded`), so a record is folded
-exactly once even if the process dies between the fold's commit and the file's truncation.
+crossed. As an SQLite transaction that is ~25 µs of locking and WAL frames; as a record appended to
+this file, ~1 µs. The store folds the records into its SQLite file in one transaction now and then
+(when the file reaches `FOLD_BYTES`, before anything else is written or read from the tables they
+touch, and on close); the SQLite file remembers the number of the last record folded (`folded`), so
+a record is folded exactly once even if the process dies between the fold's commit and the file's
+truncation.
 
 A record is a header (its payload's length, a CRC-32 of the world id and that length, and a SHA-256
-over the world id and the payload) and the payload (its number and the rows to insert, as JSON). It is
-durable against a killed process once `append` returns (it is in the kernel's page cache), and against
-power loss too if the world was created with `fsync`. A record the file ends inside, with a sound header
-or with too few bytes left for one, was being written when its writer died: it was never acknowledged,
-and is cut off; so is a tail of zero bytes (blocks a power loss allocated but never wrote), and a last
-record whose payload fails its checksum (a power loss that kept its length, not all its bytes; as SQLite
-ends its WAL at a bad last frame; logged). Anything else that fails a check (a header, a record with
-more after it, a number out of sequence) is corruption: an error, and the file is left as it is.
+over the world id and the payload) and the payload (its number and the rows to insert, as JSON). It
+is durable against a killed process once `append` returns (it is in the kernel's page cache), and
+against power loss too if the world was created with `fsync`. A record the file ends inside, with a
+sound header or with too few bytes left for one, was being written when its writer died: it was
+never acknowledged, and is cut off; so is a tail of zero bytes (blocks a power loss allocated but
+never wrote), and a last record whose payload fails its checksum (a power loss that kept its length,
+not all its bytes; as SQLite ends its WAL at a bad last frame; logged). Anything else that fails a
+check (a header, a record with more after it, a number out of sequence) is corruption: an error, and
+the file is left as it is.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ _HEADER = struct.Struct(
 class RedoFile:
     """The redo file beside a world's SQLite file; one writer (the store holds the world's lock).
 
-    `folded` is the number of the last record in the SQLite file, as the SQLite file says; `last` the
-    number of the last record written or folded; `unfolded` whether the file may hold records after `folded`."""
+    `folded` is the number of the last record in the SQLite file, as the SQLite file says; `last`
+    the number of the last record written or folded; `unfolded` whether the file may hold records
+    after `folded`."""
 
     def __init__(self, path: Path, world_id: str, *, fsync: bool, folded: int) -> None:
         self.path = path
@@ -68,9 +71,9 @@ class RedoFile:
         except OSError as exc:
             raise WorldError(f"{path} cannot be opened ({exc})") from None
         self.unfolded = self.size > 0
-        # the payloads of the records after `folded`, if this process wrote them all (None: the file holds others):
-        # a fold takes them from here, its own bytes, instead of reading and checking the file again (bytes, which
-        # the garbage collector does not walk)
+        # the payloads of the records after `folded`, if this process wrote them all (None: the file
+        # holds others): a fold takes them from here, its own bytes, instead of reading and checking
+        # the file again (bytes, which the garbage collector does not walk)
         self._kept: list[bytes] | None = None if self.unfolded else []
 
     def close(self) -> None:
@@ -79,8 +82,8 @@ class RedoFile:
             self._fd = -1
 
     def unfolded_records(self) -> list[dict]:
-        """The records after `folded`, checked, in order (their numbers run on from it); a torn tail (its writer
-        died) is cut off the file."""
+        """The records after `folded`, checked, in order (their numbers run on from it); a torn tail
+        (its writer died) is cut off the file."""
         if (
             self._kept is not None and len(self._kept) == self.last - self.folded
         ):  # none lost track of
@@ -108,8 +111,8 @@ class RedoFile:
             if hashlib.sha256(self._salt + payload).digest() != digest:
                 if at + _HEADER.size + length == len(data):  # the last record: see above
                     _logger.warning(
-                        "%s: the last commit (byte %d) fails its checksum and is cut off, as a torn "
-                        "write (a power loss while it was written)",
+                        "%s: the last commit (byte %d) fails its checksum and is cut off, "
+                        "as a torn write (a power loss while it was written)",
                         self.path,
                         at,
                     )
@@ -150,8 +153,9 @@ class RedoFile:
         self.size = at
 
     def append(self, rows: dict) -> None:
-        """Write the next record; when this returns it is durable. If it fails (a full disk, an interrupt), the
-        file is as it was, or closed if it cannot be put back (nothing is written after a torn record)."""
+        """Write the next record; when this returns it is durable. If it fails (a full disk, an
+        interrupt), the file is as it was, or closed if it cannot be put back (nothing is written
+        after a torn record)."""
         try:
             payload = orjson.dumps({"n": self.last + 1, **rows})
         except TypeError as exc:  # orjson.JSONEncodeError
@@ -181,8 +185,9 @@ class RedoFile:
             except OSError:
                 self.close()
                 raise WorldError(
-                    f"{self.path}: the commit could not be written ({exc}), nor taken back; the file is "
-                    f"closed, and the commit may be found when the world is opened again"
+                    f"{self.path}: the commit could not be written ({exc}), nor taken back; "
+                    "the file is closed, and the commit may be found "
+                    "when the world is opened again"
                 ) from None
             self.size, self.last = start, number - 1
             if isinstance(exc, OSError):
@@ -194,8 +199,8 @@ class RedoFile:
             self._kept.append(payload)
 
     def folded_to(self, last: int) -> None:
-        """The SQLite file now holds every record up to `last`: empty the file (if that fails, the next fold
-        skips what is folded)."""
+        """The SQLite file now holds every record up to `last`: empty the file (if that fails, the
+        next fold skips what is folded)."""
         self.folded = self.last = last
         self.unfolded = False
         self._kept = []

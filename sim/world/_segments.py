@@ -2,9 +2,9 @@
 
 A segment holds the events one commit appended to one log (at most `SEGMENT_EVENTS`): each event's
 encoded JSON, joined into one JSON array, under one checksum that also covers the previous segment's
-checksum, so a changed, dropped or reordered segment breaks the chain. It also carries the log's head
-as its rows were taken (under the checksum; the log's own row holds the current head). The store
-supplies the checksum function (salted with the world id) and the rows.
+checksum, so a changed, dropped or reordered segment breaks the chain. It also carries the log's
+head as its rows were taken (under the checksum; the log's own row holds the current head). The
+store supplies the checksum function (salted with the world id) and the rows.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import orjson
 from .._errors import CorruptLogError
 
 SEGMENT_EVENTS = 256  # events per segment at most: what a read of one tick decodes
-COLUMNS = "first_seq, last_seq, first_tick, last_tick, head, events, checksum"  # what `check` and `decode` read
+# what `check` and `decode` read
+COLUMNS = "first_seq, last_seq, first_tick, last_tick, head, events, checksum"
 Checksum = Callable[..., str]
 
 
@@ -51,8 +52,8 @@ def rows(
     head: int,
     prev: str,
 ) -> tuple[list[tuple], str]:
-    """The table rows of events appended to a log (with their encodings), chained from checksum `prev`; and
-    the last row's checksum."""
+    """The table rows of events appended to a log (with their encodings), chained from checksum
+    `prev`; and the last row's checksum."""
     out = []
     for start in range(0, len(events), SEGMENT_EVENTS):
         chunk = events[start : start + SEGMENT_EVENTS]
@@ -73,7 +74,8 @@ def check(
     expected_seq: int,
     prev: str,
 ) -> str:
-    """Check a segment (its `COLUMNS`) against the seq it must start at and the checksum before it; its checksum."""
+    """Check a segment (its `COLUMNS`) against the seq it must start at and the checksum before it;
+    its checksum."""
     first_seq, last_seq, first_tick, last_tick, head, text, stored = row
     if first_seq != expected_seq:
         raise CorruptLogError(f"{where} lacks events {expected_seq}..{first_seq - 1}")

@@ -1,4 +1,5 @@
-"""Persistent, sharded worlds: a site's digital twin that remembers, forks cheaply and replays exactly.
+"""Persistent, sharded worlds: a site's digital twin that remembers, forks cheaply and replays
+exactly.
 
 `World` is the public face: creating and opening a world's store, and the operations on it. What
 they run on, the store and the shards' workers, is a `Shards` (see `_shards`); a world reopened
@@ -66,9 +67,10 @@ class World:
         backend: str = "process",
         fsync: bool = False,
     ) -> World:
-        """A new world at `path` (an SQLite file; `<path>-redo` beside it holds recent commits): `shards`
-        maps shard names to scene MJCF, each entity starts in its `shard`. Checkpoints every
-        `checkpoint_every` ticks; `fsync` makes every commit survive power loss, not only a killed process."""
+        """A new world at `path` (an SQLite file; `<path>-redo` beside it holds recent commits):
+        `shards` maps shard names to scene MJCF, each entity starts in its `shard`. Checkpoints
+        every `checkpoint_every` ticks; `fsync` makes every commit survive power loss, not only a
+        killed process."""
         if not isinstance(shards, Mapping) or not shards:
             raise ValueError(
                 "a world needs at least one shard: a mapping of shard names to scene MJCF"
@@ -122,7 +124,8 @@ class World:
 
     @classmethod
     def open(cls, path: str | Path, *, backend: str = "process") -> World:
-        """Reopen a world: every shard resumes exactly where it stopped (last checkpoint plus log)."""
+        """Reopen a world: every shard resumes exactly where it stopped (last checkpoint plus
+        log)."""
         return cls(WorldStore(path, create=False), backend)
 
     def close(self) -> None:
@@ -215,15 +218,17 @@ class World:
         provenance: str = "api",
         at: int | None = None,
     ) -> Event:
-        """Log one event of `shard`: `mutations` applied together (all or none) at tick `at` (default: its
-        head; never before its head or its last event). It is durable when this returns (or when the
-        enclosing `batch()` ends) and takes effect as the shard reaches `at`."""
+        """Log one event of `shard`: `mutations` applied together (all or none) at tick `at`
+        (default: its head; never before its head or its last event). It is durable when this
+        returns (or when the enclosing `batch()` ends) and takes effect as the shard reaches
+        `at`."""
         return self._shards.apply(shard, CANONICAL, mutations, provenance, at)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Group commit: what the block logs (events, advances, forks) becomes durable together when it
-        ends, or none of it if it raises. For streams of small events: one commit instead of one each."""
+        """Group commit: what the block logs (events, advances, forks) becomes durable together when
+        it ends, or none of it if it raises. For streams of small events: one commit instead of one
+        each."""
         with self._shards.lock:
             try:
                 with self._shards.store.transaction():
@@ -233,7 +238,8 @@ class World:
                 raise
 
     def advance(self, steps: int, shards: Sequence[str] | None = None) -> dict[str, int]:
-        """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the heads."""
+        """Step every shard (or `shards`) `steps` ticks, in parallel across workers; returns the
+        heads."""
         steps = check_steps(steps)
         with self._shards.lock:
             # each once
@@ -248,8 +254,9 @@ class World:
         return self._shards.snapshot(shard, CANONICAL)
 
     def fork(self, shard: str, at: int, *, label: str = "") -> Branch:
-        """A branch of `shard` from tick `at` (the state on arrival at `at`, before that tick's events):
-        a checkpoint reference plus a log of its own. Nothing done to it touches the canonical world."""
+        """A branch of `shard` from tick `at` (the state on arrival at `at`, before that tick's
+        events): a checkpoint reference plus a log of its own. Nothing done to it touches the
+        canonical world."""
         return _branches.fork(self._shards, shard, at, label)
 
     def branch(self, branch_id: str) -> Branch:
@@ -271,9 +278,10 @@ class World:
         return _branches.replay(self._shards, shard, start, stop, interventions)
 
     def prune(self, before: int, shards: Sequence[str] | None = None) -> dict[str, int]:
-        """Retention: forget each shard's canonical history before its last checkpoint at or before tick
-        `before` (events, checkpoints); forks and replays start there from then on. Returns the ticks the
-        shards' histories now start at. Refused (HistoryError) while a branch forks from earlier: delete it."""
+        """Retention: forget each shard's canonical history before its last checkpoint at or before
+        tick `before` (events, checkpoints); forks and replays start there from then on. Returns the
+        ticks the shards' histories now start at. Refused (HistoryError) while a branch forks from
+        earlier: delete it."""
         return _branches.prune(self._shards, before, shards)
 
     def migrate(self, entity: str, to: str, *, provenance: str = "migration") -> Migration:
@@ -295,9 +303,11 @@ class World:
         confidence: float = 0.95,
         branch: str = CANONICAL,
     ) -> Evaluation:
-        """Evaluate `policy` from the shard's current state (or a branch's), inside the shard's worker.
+        """Evaluate `policy` from the shard's current state (or a branch's), inside the shard's
+        worker.
 
-        With `entity`, `task` and `sampler` name that entity's objects ("torso" -> "walker1/torso")."""
+        With `entity`, `task` and `sampler` name that entity's objects ("torso" ->
+        "walker1/torso")."""
         return self._shards.evaluate(
             shard,
             task,

@@ -1,4 +1,5 @@
-"""`simnet world ...`: persistent worlds of a site, stored beside its knowledge base (<home>/worlds/NAME.db).
+"""`simnet world ...`: persistent worlds of a site, stored beside its knowledge base
+(<home>/worlds/NAME.db).
 
 The commands run shards in the CLI's own process by default (`--backend inline`): they are short,
 and a worker process or Ray actor would only add start-up time.
@@ -41,7 +42,8 @@ def _utf8(ctx: click.Context, param: click.Parameter, text: str) -> str:
 
 @contextlib.contextmanager
 def _opened(home: SiteHome, name: str, backend: str = "inline") -> Iterator[World]:
-    """World NAME, open for the block; a SimError in it (opening included) is the command's error message."""
+    """World NAME, open for the block; a SimError in it (opening included) is the command's error
+    message."""
     path = world_path(home, name)
     if not path.exists():
         raise click.ClickException(
@@ -151,7 +153,8 @@ def create_command(
 @_json
 @click.pass_obj
 def status_command(home: SiteHome, name: str | None, backend: str, as_json: bool) -> None:
-    """Shards (tick, time, entities, events, checkpoints) and branches of world NAME; without NAME, the worlds here."""
+    """Shards (tick, time, entities, events, checkpoints) and branches of world NAME; without NAME,
+    the worlds here."""
     if name is None:
         names = sorted(p.stem for p in (home.path / WORLDS_DIR).glob("*.db"))
         click.echo(json.dumps(names) if as_json else "\n".join(names) or "no worlds")
@@ -162,7 +165,8 @@ def status_command(home: SiteHome, name: str | None, backend: str, as_json: bool
         click.echo(json.dumps(status, indent=1))
         return
     lines = [
-        f"world {status['name']} ({status['id']}), checkpoints every {status['checkpoint_every']} ticks"
+        f"world {status['name']} ({status['id']}), "
+        f"checkpoints every {status['checkpoint_every']} ticks"
     ]
     for shard, s in status["shards"].items():
         kept = f" (history from tick {s['history_from']})" if s["history_from"] else ""
@@ -172,7 +176,8 @@ def status_command(home: SiteHome, name: str | None, backend: str, as_json: bool
         )
     for b in status["branches"]:
         lines.append(
-            f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, at {b['head']}  {b['label']}"
+            f"  branch {b['id']} of {b['shard']} from tick {b['base_tick']}, "
+            f"at {b['head']}  {b['label']}"
         )
     click.echo("\n".join(lines))
 
@@ -218,7 +223,8 @@ def fork_command(home: SiteHome, name: str, shard: str, tick: int, label: str) -
 def replay_command(
     home: SiteHome, name: str, shard: str, start: int, stop: int, backend: str, as_json: bool
 ) -> None:
-    """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they differ."""
+    """Re-execute SHARD from START to STOP and compare with the recorded checkpoints; exit 1 if they
+    differ."""
     with _opened(home, name, backend) as world:
         result = world.replay(shard, start, stop)
     data = {
@@ -235,7 +241,8 @@ def replay_command(
     else:
         verdict = "exact" if result.exact else f"DIFFERS at ticks {list(result.mismatched)}"
         click.echo(
-            f"replayed {shard} {start}..{stop}: {verdict} ({len(result.checked)} checkpoints compared); "
+            f"replayed {shard} {start}..{stop}: {verdict} "
+            f"({len(result.checked)} checkpoints compared); "
             f"state {data['state_sha256'][:16]}"
         )
     if not result.exact:
@@ -254,7 +261,8 @@ def replay_command(
 @click.option("--shard", "shards", multiple=True, help="Only these shards (default: all).")
 @click.pass_obj
 def prune_command(home: SiteHome, name: str, tick: int, shards: tuple[str, ...]) -> None:
-    """Retention: drop each shard's events and checkpoints before a tick; forks and replays start there after."""
+    """Retention: drop each shard's events and checkpoints before a tick; forks and replays start
+    there after."""
     with _opened(home, name) as world:
         starts = world.prune(tick, list(shards) or None)
     click.echo(", ".join(f"{s}: history from tick {t}" for s, t in starts.items()))

@@ -1,7 +1,7 @@
-"""What a world accepts from its callers, checked before anything is logged: a log is replayed for as long
-as the world lives, so an event that cannot apply, or a tick that is not one, would fail every replay or
-hold its shard back. (What can only be known when an event applies, a mass scaled below zero, say, is
-rejected by the engine, the same way on every replay.)"""
+"""What a world accepts from its callers, checked before anything is logged: a log is replayed for
+as long as the world lives, so an event that cannot apply, or a tick that is not one, would fail
+every replay or hold its shard back. (What can only be known when an event applies, a mass scaled
+below zero, say, is rejected by the engine, the same way on every replay.)"""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from .._templates import Template
 from ._entities import entity_of
 
 MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still room to add to
-MAX_AHEAD = 1_000_000  # ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
+# ticks an event may be scheduled past its shard's head (a typo must not hold a shard back)
+MAX_AHEAD = 1_000_000
 
 
 def as_int(value: object) -> int | None:
-    """An integer given by a caller (numpy's too) as an int; None for anything else, bools included."""
+    """An integer given by a caller (numpy's too) as an int; None for anything else, bools
+    included."""
     if isinstance(value, bool):
         return None
     try:
@@ -31,8 +33,8 @@ def as_int(value: object) -> int | None:
 
 
 def check_tick(name: str, tick: object) -> int:
-    """A tick given by a caller, as an int in 0..MAX_TICK, or HistoryError. (A float tick, once logged,
-    would fail every advance of its shard.)"""
+    """A tick given by a caller, as an int in 0..MAX_TICK, or HistoryError. (A float tick, once
+    logged, would fail every advance of its shard.)"""
     value = as_int(tick)
     if value is None or not 0 <= value <= MAX_TICK:
         raise HistoryError(f"{name} must be an integer tick in 0..{MAX_TICK}, got {tick!r}")
@@ -63,8 +65,8 @@ def check_steps(steps: object) -> int:
 def mutate_event(
     template: Template, tick: int, mutations: Sequence[Mutation], provenance: str
 ) -> tuple:
-    """A "mutate" event as the store appends it, each mutation checked against `template` first; its entity
-    is the one all its mutations address, if any."""
+    """A "mutate" event as the store appends it, each mutation checked against `template` first; its
+    entity is the one all its mutations address, if any."""
     changes, entities = [], set()
     for mutation in mutations:
         changes.append(check_mutation(template, mutation))
@@ -79,8 +81,9 @@ def mutate_event(
 
 
 def check_mutation(template: Template, mutation: Mutation) -> dict:
-    """What can be checked before a mutation is logged (its target, op, width, and a `set`'s values);
-    returns it as the log holds it. Nothing that fails here may reach a log: it would fail every replay."""
+    """What can be checked before a mutation is logged (its target, op, width, and a `set`'s
+    values); returns it as the log holds it. Nothing that fails here may reach a log: it would fail
+    every replay."""
     if not isinstance(mutation, Mutation) or not isinstance(mutation.target, str):
         raise MutationError(
             str(mutation)[:60], "an event's mutations are sim.Mutation objects with a str target"

@@ -1,17 +1,19 @@
-"""A world's files and their transactions: one SQLite file (WAL, every row under a SHA-256 checksum), a
-redo file beside it (`_redo`) for the commits of a running twin, and a lock: one process at a time.
+"""A world's files and their transactions: one SQLite file (WAL, every row under a SHA-256
+checksum), a redo file beside it (`_redo`) for the commits of a running twin, and a lock: one
+process at a time.
 
-Logging is on the path of every setpoint a twin receives, so a commit must be cheap. What a transaction
-appends, the heads it moves and the checkpoints it adds wait in memory (in the store on top, `_worldstore`)
-until it ends; then they become rows (segments, heads, checkpoints). A transaction that wrote nothing
-else, a twin's usual commit, writes those rows as one record of the redo file, one `write()`; they reach
-the SQLite tables when the redo file is folded in (at `FOLD_BYTES`, on close, on open after a crash). Any
-other transaction commits through SQLite: it begins there as soon as it writes another table, or reads a
-log whose rows are in the redo file or in memory, after folding the redo file in and writing the rows so
-far. So every read sees all that was committed and all that its own transaction wrote, and a running
-twin's reads (its own recent events, other logs) leave its commits in the redo file. A transaction in
-which a write to the files failed commits nothing, even if its caller caught the error. Commits are
-durable against a killed process; with `fsync` also against power loss.
+Logging is on the path of every setpoint a twin receives, so a commit must be cheap. What a
+transaction appends, the heads it moves and the checkpoints it adds wait in memory (in the store on
+top, `_worldstore`) until it ends; then they become rows (segments, heads, checkpoints). A
+transaction that wrote nothing else, a twin's usual commit, writes those rows as one record of the
+redo file, one `write()`; they reach the SQLite tables when the redo file is folded in (at
+`FOLD_BYTES`, on close, on open after a crash). Any other transaction commits through SQLite: it
+begins there as soon as it writes another table, or reads a log whose rows are in the redo file or
+in memory, after folding the redo file in and writing the rows so far. So every read sees all that
+was committed and all that its own transaction wrote, and a running twin's reads (its own recent
+events, other logs) leave its commits in the redo file. A transaction in which a write to the files
+failed commits nothing, even if its caller caught the error. Commits are durable against a killed
+process; with `fsync` also against power loss.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from .._errors import CorruptWorldError, WorldError, WorldLockedError
 from ._redo import FOLD_BYTES, RedoFile
 
 _logger = logging.getLogger(__name__)
-# /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file; /4 no newest-segment checksum
+# /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file; /4 no
+# newest-segment checksum
 FORMAT = "simnet.world/5"
 _JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
 _FOLDED = (
@@ -43,20 +46,25 @@ _FOLDED = (
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL, model_hash TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS templates (hash TEXT PRIMARY KEY, xml TEXT NOT NULL,
+    model_hash TEXT NOT NULL, checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL,
     checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, scene TEXT NOT NULL, checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL, base_tick INTEGER NOT NULL,
-    head INTEGER NOT NULL, label TEXT NOT NULL, anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL,
-    anchor TEXT NOT NULL, tip TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
-CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL, first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL, last_tick INTEGER NOT NULL, head INTEGER NOT NULL,
-    events TEXT NOT NULL, checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
-CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL, tick INTEGER NOT NULL,
-    template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL, state BLOB NOT NULL,
-    checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL, checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entities (name TEXT PRIMARY KEY, data TEXT NOT NULL,
+    checksum TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS logs (shard TEXT NOT NULL, branch TEXT NOT NULL,
+    base_tick INTEGER NOT NULL, head INTEGER NOT NULL, label TEXT NOT NULL,
+    anchor_seq INTEGER NOT NULL, anchor_tick INTEGER NOT NULL, anchor TEXT NOT NULL,
+    tip TEXT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch));
+CREATE TABLE IF NOT EXISTS segments (shard TEXT NOT NULL, branch TEXT NOT NULL,
+    first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, first_tick INTEGER NOT NULL,
+    last_tick INTEGER NOT NULL, head INTEGER NOT NULL, events TEXT NOT NULL,
+    checksum TEXT NOT NULL, UNIQUE (shard, branch, last_tick, first_seq));
+CREATE TABLE IF NOT EXISTS checkpoints (shard TEXT NOT NULL, branch TEXT NOT NULL,
+    tick INTEGER NOT NULL, template TEXT NOT NULL, model_hash TEXT NOT NULL, patch TEXT NOT NULL,
+    state BLOB NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (shard, branch, tick)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL,
+    checksum TEXT NOT NULL);
 """
 
 
@@ -69,7 +77,8 @@ class WorldFiles(abc.ABC):
         self._in_redo: set[tuple[str, str]] = (
             set()
         )  # logs with rows in the redo file's unfolded records
-        # the transaction under way: whether it began in SQLite, the record its fold reached, its first failure
+        # the transaction under way: whether it began in SQLite, the record its fold reached, its
+        # first failure
         self._in_transaction, self._in_sqlite, self._folding, self._failure = (
             False,
             False,
@@ -187,7 +196,8 @@ class WorldFiles(abc.ABC):
             Path(f"{self.path}{leftover}").unlink(missing_ok=True)
 
     def _checkpoint_wal(self) -> None:
-        """Copy committed pages from the WAL into the database every few seconds, on a connection of its own."""
+        """Copy committed pages from the WAL into the database every few seconds, on a connection of
+        its own."""
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             while not self._stop.wait(_WAL_CHECKPOINT_S):
@@ -197,8 +207,9 @@ class WorldFiles(abc.ABC):
             db.close()
 
     def transaction(self) -> contextlib.AbstractContextManager:
-        """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of events). A
-        transaction in which a write to the files failed commits nothing, even if the caller caught the error."""
+        """All or nothing: the outermost one commits (inner ones join it, at no cost: a batch of
+        events). A transaction in which a write to the files failed commits nothing, even if the
+        caller caught the error."""
         return _JOINED if self._in_transaction else self._transaction()
 
     @contextlib.contextmanager
@@ -215,7 +226,8 @@ class WorldFiles(abc.ABC):
             yield
             if self._failure is not None:
                 raise WorldError(
-                    f"{self.path}: nothing of this commit was kept: it failed earlier ({self._failure})"
+                    f"{self.path}: nothing of this commit was kept: "
+                    f"it failed earlier ({self._failure})"
                 )
             if self._in_sqlite:
                 if not self._db.in_transaction:  # SQLite ended it after an error the caller caught
@@ -269,16 +281,18 @@ class WorldFiles(abc.ABC):
         return exc
 
     def _sql_mode(self) -> None:
-        """Make this transaction commit through SQLite (it writes another table, or reads a log the redo file or
-        memory holds rows of): begin it there, fold the redo file in, and write the rows this transaction made so
-        far. Outside a transaction: fold. A failure here fails the whole transaction."""
+        """Make this transaction commit through SQLite (it writes another table, or reads a log the
+        redo file or memory holds rows of): begin it there, fold the redo file in, and write the
+        rows this transaction made so far. Outside a transaction: fold. A failure here fails the
+        whole transaction."""
         if not self._in_transaction:
             if self._redo is not None and self._redo.unfolded:
                 self.fold()
             return
         if self._failure is not None:
             raise WorldError(
-                f"{self.path}: this commit already failed ({self._failure}); nothing of it will be kept"
+                f"{self.path}: this commit already failed ({self._failure}); "
+                "nothing of it will be kept"
             )
         with self._writing():
             if not self._in_sqlite:
@@ -290,8 +304,8 @@ class WorldFiles(abc.ABC):
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """Around a write to the files: an SQLite error becomes the store's, and a failure fails the transaction
-        it is in, even if the caller catches it."""
+        """Around a write to the files: an SQLite error becomes the store's, and a failure fails the
+        transaction it is in, even if the caller catches it."""
         try:
             yield
         except BaseException as exc:
@@ -303,8 +317,10 @@ class WorldFiles(abc.ABC):
             raise mapped from None
 
     def _fold(self) -> None:
-        """Insert the redo file's unfolded records and record the last one's number (as of this transaction)."""
-        # as the SQLite file says: an interrupt between a fold's commit and `folded_to` leaves the redo file behind
+        """Insert the redo file's unfolded records and record the last one's number (as of this
+        transaction)."""
+        # as the SQLite file says: an interrupt between a fold's commit and `folded_to` leaves the
+        # redo file behind
         self._redo.folded = max(self._redo.folded, self.meta(_FOLDED))
         records = self._redo.unfolded_records()
         for record in records:
@@ -338,7 +354,8 @@ class WorldFiles(abc.ABC):
             )
 
     def _checksum(self, table: str, *fields: str | int | bytes) -> str:
-        """SHA-256 over the world id and the fields (text as UTF-8), after their lengths (unambiguous, and cheap)."""
+        """SHA-256 over the world id and the fields (text as UTF-8), after their lengths
+        (unambiguous, and cheap)."""
         parts = [
             field if isinstance(field, bytes) else str(field).encode()
             for field in (table, self.id, *fields)
@@ -355,9 +372,10 @@ class WorldFiles(abc.ABC):
     def _cursor(
         self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None
     ) -> Iterator[tuple]:
-        """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that was committed
-        and all that this transaction wrote: if the redo file or this transaction holds rows of that log, they are
-        written into the tables first (and the transaction commits through SQLite)."""
+        """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that
+        was committed and all that this transaction wrote: if the redo file or this transaction
+        holds rows of that log, they are written into the tables first (and the transaction commits
+        through SQLite)."""
         if log in self._in_redo or self._holds_pending(log):
             self._sql_mode()
         try:
@@ -366,8 +384,9 @@ class WorldFiles(abc.ABC):
             raise CorruptWorldError(f"{self.path}: {exc}") from None
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> None:
-        """A write to a table the redo file does not carry (inside a `transaction()`, so that the writes of one
-        change commit together): this transaction commits through SQLite. A write that fails fails it."""
+        """A write to a table the redo file does not carry (inside a `transaction()`, so that the
+        writes of one change commit together): this transaction commits through SQLite. A write that
+        fails fails it."""
         assert self._in_transaction, "a write outside a transaction"
         self._sql_mode()
         with self._writing():
@@ -401,7 +420,8 @@ class WorldFiles(abc.ABC):
 
     @abc.abstractmethod
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
-        """The rows this transaction made since they were last taken: segments, heads, checkpoints."""
+        """The rows this transaction made since they were last taken: segments, heads,
+        checkpoints."""
 
     @abc.abstractmethod
     def _holds_pending(self, log: tuple[str, str] | None) -> bool:

@@ -1,18 +1,20 @@
 """A world's durable store: shards, entities, templates, event logs, checkpoints, branches and
-migrations, as rows of its files (`_worldfiles`: SQLite, a redo file, transactions), every row under a
-SHA-256 checksum. This process is the only writer, so what it has read or written stays true until a
-rollback: the store remembers logs' extents, chains and recent events instead of reading them again.
+migrations, as rows of its files (`_worldfiles`: SQLite, a redo file, transactions), every row under
+a SHA-256 checksum. This process is the only writer, so what it has read or written stays true until
+a rollback: the store remembers logs' extents, chains and recent events instead of reading them
+again.
 
-Each log (a shard's canonical one, or a branch's) is append-only, stored as segments (`_segments`): the
-events one commit appended in one row under one checksum, which also covers the previous segment's
-checksum. Ticks never decrease along a log. The log's own row holds its head (the tick its engine has
-reached) and its tip (the checksum of its newest segment), under the row's checksum; every commit that
-moves either rewrites the row (in the redo file, where that costs a few µs). So a changed, dropped or
-reordered segment is found before anything is built from it, the newest one too.
+Each log (a shard's canonical one, or a branch's) is append-only, stored as segments (`_segments`):
+the events one commit appended in one row under one checksum, which also covers the previous
+segment's checksum. Ticks never decrease along a log. The log's own row holds its head (the tick its
+engine has reached) and its tip (the checksum of its newest segment), under the row's checksum;
+every commit that moves either rewrites the row (in the redo file, where that costs a few µs). So a
+changed, dropped or reordered segment is found before anything is built from it, the newest one too.
 
 Logging is on the path of every setpoint a twin receives, so an event costs little until its commit:
-an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the checksum covers the stored
-text) and waits in memory, as do moved heads and new checkpoints, until the transaction takes their rows.
+an appended event is encoded (orjson, sorted keys; nothing re-encodes it, the checksum covers the
+stored text) and waits in memory, as do moved heads and new checkpoints, until the transaction takes
+their rows.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from ._segments import Event
 from ._worldfiles import WorldFiles
 
 CANONICAL = ""  # the branch key of a shard's canonical log
-# Events per log at least kept in memory after this process appended them: the engine's next advance takes
-# them from here; older ones are read back from their segments. Not more: each cached event is a dozen objects
-# the garbage collector walks again and again (with 4096, a tenth of what logging costs).
+# Events per log at least kept in memory after this process appended them: the engine's next advance
+# takes them from here; older ones are read back from their segments. Not more: each cached event is
+# a dozen objects the garbage collector walks again and again (with 4096, a tenth of what logging
+# costs).
 _RECENT = 256
-# Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both grow along a
-# log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID row would overflow.)
+# Segments are kept in log order by their one index, (shard, branch, last_tick, first_seq): both
+# grow along a log. (A rowid table: a segment of a few kB stays in one page, where a WITHOUT ROWID
+# row would overflow.)
 _LAST = "ORDER BY last_tick DESC, first_seq DESC LIMIT 1"
 _SQLITE_INT_MAX = 2**63 - 1  # ticks and heads are SQLite integers
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -47,7 +51,8 @@ _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A shard's state on arrival at `tick`, before that tick's events: template, patch, state row."""
+    """A shard's state on arrival at `tick`, before that tick's events: template, patch, state
+    row."""
 
     tick: int
     template: str  # source hash
@@ -69,9 +74,9 @@ class Log(
     NamedTuple
 ):  # a tuple: its row and checksum are rewritten at every commit that advances it
     """A log's extent: its history runs from `base_tick` (a fork's tick, or where pruning left the
-    canonical log) to `head`; events up to `anchor_seq` (tick `anchor_tick`) were pruned, and `anchor`
-    is the checksum of their last segment, which the first remaining segment chains from; `tip` is the
-    checksum of its newest segment (its anchor while it has none)."""
+    canonical log) to `head`; events up to `anchor_seq` (tick `anchor_tick`) were pruned, and
+    `anchor` is the checksum of their last segment, which the first remaining segment chains from;
+    `tip` is the checksum of its newest segment (its anchor while it has none)."""
 
     shard: str
     branch: str
@@ -109,8 +114,8 @@ class WorldStore(WorldFiles):
         )  # which may fold the redo file in: after the above
 
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
-        """The rows of what this transaction appended, advanced and checkpointed since they were last taken:
-        segments, their logs' heads and tips, checkpoints."""
+        """The rows of what this transaction appended, advanced and checkpointed since they were
+        last taken: segments, their logs' heads and tips, checkpoints."""
         new = []
         for key, events in self._pending.items():  # their logs loaded by `append`
             log = self._logs[key]
@@ -219,7 +224,8 @@ class WorldStore(WorldFiles):
         return (*log, self._checksum("log", *log))
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
-        """Move a log's head (inside a `transaction()`); its row is written when the transaction commits."""
+        """Move a log's head (inside a `transaction()`); its row is written when the transaction
+        commits."""
         assert self._in_transaction, "set_head outside a transaction"
         if type(head) is not int or not 0 <= head <= _SQLITE_INT_MAX:
             raise WorldError(
@@ -229,8 +235,9 @@ class WorldStore(WorldFiles):
         self._unsaved.add((shard, branch))
 
     def prune(self, shard: str, branch: str, tick: int) -> None:
-        """Forget a log's history before `tick` (one of its checkpoints): its earlier checkpoints and the
-        segments that end before it; the log's base moves to `tick` and its anchor to the last one dropped."""
+        """Forget a log's history before `tick` (one of its checkpoints): its earlier checkpoints
+        and the segments that end before it; the log's base moves to `tick` and its anchor to the
+        last one dropped."""
         self._sql_mode()
         log = self.log(shard, branch)
         last = self._rows(
@@ -336,8 +343,9 @@ class WorldStore(WorldFiles):
     def append(
         self, shard: str, branch: str, events: Sequence[tuple[int, str, str, dict, str]]
     ) -> list[Event]:
-        """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks must not go
-        back. They are written when the transaction commits, or before a read of their log's segments."""
+        """Append (tick, entity, kind, change, provenance) events inside a `transaction()`; ticks
+        must not go back. They are written when the transaction commits, or before a read of their
+        log's segments."""
         assert self._in_transaction, "append outside a transaction"
         if not events:
             return []
@@ -346,21 +354,24 @@ class WorldStore(WorldFiles):
         out, encoded = [], []
         for event in events:
             tick = event[0]
-            # anything else (a numpy integer) would not read back as it was checksummed, nor fit in SQLite
+            # anything else (a numpy integer) would not read back as it was checksummed, nor fit in
+            # SQLite
             if type(tick) is not int or not 0 <= tick <= _SQLITE_INT_MAX:
                 raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: tick {tick!r} is not an int in 0..2**63-1"
+                    f"log {shard}/{branch or 'canonical'}: "
+                    f"tick {tick!r} is not an int in 0..2**63-1"
                 )
             if tick < last_tick:
                 raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: event at tick {tick} after tick {last_tick}"
+                    f"log {shard}/{branch or 'canonical'}: "
+                    f"event at tick {tick} after tick {last_tick}"
                 )
             try:  # encoded now, so that an event that cannot be stored is refused here, alone
                 encoded.append(orjson.dumps(event, option=_ORJSON))
             except orjson.JSONEncodeError as exc:
                 raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: the event at tick {tick} cannot be stored: "
-                    f"{exc}"
+                    f"log {shard}/{branch or 'canonical'}: "
+                    f"the event at tick {tick} cannot be stored: {exc}"
                 ) from None
             seq += 1
             out.append(Event(seq, *event))
@@ -381,10 +392,11 @@ class WorldStore(WorldFiles):
 
     def last_seq(self, shard: str, branch: str, until_tick: int) -> int:
         """The seq of a log's last event at or before a tick (0 if none)."""
-        # the first segment that goes past the tick holds the answer if it starts at or before it; else the
-        # segment before it ends with the answer
+        # the first segment that goes past the tick holds the answer if it starts at or before it;
+        # else the segment before it ends with the answer
         past = self._rows(
-            "SELECT first_seq, first_tick FROM segments WHERE shard = ? AND branch = ? AND last_tick > ? "
+            "SELECT first_seq, first_tick FROM segments "
+            "WHERE shard = ? AND branch = ? AND last_tick > ? "
             "ORDER BY last_tick, first_seq LIMIT 1",
             (shard, branch, until_tick),
             log=(shard, branch),
@@ -394,7 +406,8 @@ class WorldStore(WorldFiles):
                 -1
             ].seq
         before = self._rows(
-            f"SELECT last_seq FROM segments WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
+            "SELECT last_seq FROM segments "
+            f"WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
             (shard, branch, until_tick),
             log=(shard, branch),
         )
@@ -409,9 +422,9 @@ class WorldStore(WorldFiles):
         last_tick: int | None = None,
         after_seq: int = 0,
     ) -> list[Event]:
-        """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, from segments each
-        verified against its checksum and its predecessor's: CorruptLogError before anything is returned.
-        (What this process appended it serves from memory: those are its own bytes.)"""
+        """Events with first_tick <= tick <= last_tick and seq > after_seq, in order, from segments
+        each verified against its checksum and its predecessor's: CorruptLogError before anything is
+        returned. (What this process appended it serves from memory: those are its own bytes.)"""
         last_seq, last = self.last_event(shard, branch)
         if after_seq >= last_seq or first_tick > last:
             return []
@@ -429,7 +442,8 @@ class WorldStore(WorldFiles):
         ) as cursor:
             for row in cursor:
                 if last_tick is not None and row[2] > last_tick:
-                    break  # segments start later and later: no need to read on to the end of the log
+                    # segments start later and later: no need to read on to the end of the log
+                    break
                 rows.append(row)
         if not rows:
             return []
@@ -475,8 +489,8 @@ class WorldStore(WorldFiles):
 
     def checkpoint(self, shard: str, branch: str, at_or_before: int) -> Checkpoint | None:
         rows = self._rows(
-            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-            "AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1",
+            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints "
+            "WHERE shard = ? AND branch = ? AND tick <= ? ORDER BY tick DESC LIMIT 1",
             (shard, branch, at_or_before),
             log=(shard, branch),
         )
@@ -484,8 +498,8 @@ class WorldStore(WorldFiles):
 
     def checkpoints(self, shard: str, branch: str, first: int, last: int) -> list[Checkpoint]:
         rows = self._rows(
-            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints WHERE shard = ? "
-            "AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick",
+            "SELECT tick, template, model_hash, patch, state, checksum FROM checkpoints "
+            "WHERE shard = ? AND branch = ? AND tick >= ? AND tick <= ? ORDER BY tick",
             (shard, branch, first, last),
             log=(shard, branch),
         )

@@ -1,8 +1,8 @@
 """Fixtures for the federation unit tests: real sites (real keys, real SQLite, the real ASGI app).
 
 - `make_site(name, ...)` builds a site home (key, trust.toml, simnet.toml, store) and returns a
-  `LocalSite`: its config, knowledge base, `federation.Site` and ASGI app, plus an in-process signing
-  client (`site.client(identity)`, httpx over ASGITransport).
+  `LocalSite`: its config, knowledge base, `federation.Site` and ASGI app, plus an in-process
+  signing client (`site.client(identity)`, httpx over ASGITransport).
 - `make_device(site)` is a robot's knowledge base delegated by a site.
 - `serve_app(app)` serves an ASGI app with uvicorn on a loopback port in a thread (real HTTP).
 - `serve_process(home)` runs the real `simnet serve` for a home as a separate process.
@@ -71,7 +71,8 @@ class LocalSite:
     def client(
         self, identity: Identity | None = None, transport: httpx.AsyncBaseTransport | None = None
     ) -> httpx.AsyncClient:
-        """An in-process client for this site's app, signing as `identity` (default: the site's key)."""
+        """An in-process client for this site's app, signing as `identity` (default: the site's
+        key)."""
         return httpx.AsyncClient(
             transport=transport or httpx.ASGITransport(app=self.app),
             base_url="http://site",
@@ -124,7 +125,8 @@ def make_site(tmp_path):
 
 @pytest.fixture
 def make_device():
-    """make_device(site, roles=("publish",)) -> a robot's in-memory knowledge base delegated by `site`."""
+    """make_device(site, roles=("publish",)) -> a robot's in-memory knowledge base delegated by
+    `site`."""
     opened: list[knowledge.KnowledgeBase] = []
 
     def _make(site: LocalSite, roles=(Role.PUBLISH,)) -> knowledge.KnowledgeBase:
@@ -149,7 +151,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def serve_app():
-    """serve_app(app, port=0) -> URL: uvicorn serving `app` on loopback in a thread until teardown."""
+    """serve_app(app, port=0) -> URL: uvicorn serving `app` on loopback in a thread until
+    teardown."""
     running: list[tuple[uvicorn.Server, threading.Thread]] = []
 
     def _serve(app, port: int = 0) -> str:
@@ -221,7 +224,8 @@ class _Servers:
 
 @pytest.fixture
 def serve_process():
-    """serve_process(home) -> ServeProcess: the real `simnet serve` for `home`, stopped at teardown."""
+    """serve_process(home) -> ServeProcess: the real `simnet serve` for `home`, stopped at
+    teardown."""
     servers = _Servers()
     yield servers
     servers.close()
@@ -249,7 +253,8 @@ class CliResult:
 
 @pytest.fixture(scope="session")
 def cli():
-    """cli(home, *args) -> CliResult of the real `simnet` entry point (knowledge.cli.run), in-process.
+    """cli(home, *args) -> CliResult of the real `simnet` entry point (knowledge.cli.run),
+    in-process.
 
     An exception escaping `run()` is what a user would see as a traceback: it is recorded in
     `result.traceback` (never raised), so tests can assert there is none.
@@ -282,8 +287,8 @@ def cli():
 class Fault:
     """An httpx transport (sync or async) that passes requests through and rewrites some responses.
 
-    `rewrite(request, status, headers, body) -> (status, headers, body)` or None to keep the response.
-    `requests` records (method, path) of everything sent.
+    `rewrite(request, status, headers, body) -> (status, headers, body)` or None to keep the
+    response. `requests` records (method, path) of everything sent.
     """
 
     inner: httpx.BaseTransport | httpx.AsyncBaseTransport
@@ -334,7 +339,8 @@ class _AsyncFault(Fault, httpx.AsyncBaseTransport):
 
 @pytest.fixture
 def fault():
-    """fault(inner, rewrite=None) -> a fault-injecting transport wrapping `inner` (sync or async)."""
+    """fault(inner, rewrite=None) -> a fault-injecting transport wrapping `inner` (sync or
+    async)."""
 
     def _make(inner, rewrite=None):
         cls = _AsyncFault if isinstance(inner, httpx.AsyncBaseTransport) else _SyncFault

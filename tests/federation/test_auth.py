@@ -1,4 +1,5 @@
-"""federation._auth: requests signed by SimnetAuth, checked by RequestVerifier (real Ed25519 keys)."""
+"""federation._auth: requests signed by SimnetAuth, checked by RequestVerifier (real Ed25519
+keys)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,10 @@ def header(
     """An Authorization header built by hand (any timestamp, nonce, or a key it does not own)."""
     nonce = nonce or os.urandom(16).hex()
     sig = identity.sign(signed_message(method, target, body, ts, nonce, audience))
-    return f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, nonce={nonce}, sig={sig.hex()}"
+    return (
+        f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, "
+        f"nonce={nonce}, sig={sig.hex()}"
+    )
 
 
 def parts(request: httpx.Request) -> tuple[str, str, bytes, str]:
@@ -391,7 +395,7 @@ def test_verifier_is_thread_safe_under_concurrent_replays(caller, server):
     assert results.count(True) == 1  # exactly one of 64 simultaneous copies gets through
 
 
-# --- the replay log on disk (a server's verifier has a path: <home>/replay.db) ------------------------
+# --- the replay log on disk (a server's verifier has a path: <home>/replay.db) --------------------
 
 
 def rows(path) -> list[tuple[str, str, int]]:

@@ -58,7 +58,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, cli, module_serve_process):
-    """A site with three skills and its real `simnet serve` running, shared by this module's tests."""
+    """A site with three skills and its real `simnet serve` running, shared by this module's
+    tests."""
     home = tmp_path_factory.mktemp("served") / "s"
     ok(cli(home, "init", "--name", "s", "--listen", "127.0.0.1:0"))
     skills = publish(home, "walk", "grasp", "climb")
@@ -87,7 +88,7 @@ def signed(home, url: str, identity: Identity | None = None) -> httpx.Client:
     )
 
 
-# --- init ---------------------------------------------------------------------------------------------
+# --- init -----------------------------------------------------------------------------------------
 
 
 def test_init_creates_key_store_policy_and_config(tmp_path, cli):
@@ -115,7 +116,7 @@ def test_init_refuses_a_second_init_and_keeps_the_key(site, cli):
     assert (site / "site.key").read_bytes() == key
 
 
-# --- peers --------------------------------------------------------------------------------------------
+# --- peers ----------------------------------------------------------------------------------------
 
 
 def test_peer_add_list_remove(site, cli):
@@ -202,7 +203,7 @@ def test_peer_remove_unknown(site, cli):
     fails(cli(site, "peer", "remove", "nobody"), "no peer named 'nobody'")
 
 
-# --- status -------------------------------------------------------------------------------------------
+# --- status ---------------------------------------------------------------------------------------
 
 
 def test_status_json_without_a_server(site, cli):
@@ -260,7 +261,7 @@ def test_status_json_names_the_running_server(served, cli):
     assert served.url in ok(cli(served.home, "status")).out
 
 
-# --- skills -------------------------------------------------------------------------------------------
+# --- skills ---------------------------------------------------------------------------------------
 
 
 def test_skills_list_and_show_json(site, cli):
@@ -304,7 +305,7 @@ def test_skills_commands_without_a_site_fail_cleanly(tmp_path, cli):
     fails(cli(tmp_path / "nothing", "skills", "list"), "no knowledge base in")
 
 
-# --- revoke -------------------------------------------------------------------------------------------
+# --- revoke ---------------------------------------------------------------------------------------
 
 
 def test_revoke_without_a_server_writes_the_local_store(site, cli):
@@ -345,7 +346,7 @@ def test_revoke_with_a_server_goes_through_the_admin_endpoint(served, cli):
         assert kb.is_revoked(walk)
 
 
-# --- devices ------------------------------------------------------------------------------------------
+# --- devices --------------------------------------------------------------------------------------
 
 
 def test_device_add_and_revoke_without_a_server(site, cli):
@@ -430,7 +431,7 @@ def test_device_bad_input_fails_cleanly(site, cli, args, message):
         assert kb.heads() == heads_before
 
 
-# --- sync ---------------------------------------------------------------------------------------------
+# --- sync -----------------------------------------------------------------------------------------
 
 
 def test_sync_unknown_peer_fails_cleanly(site, cli):

@@ -1,4 +1,5 @@
-"""federation._client: one anti-entropy round, against the real ASGI app (in-process or served by uvicorn)."""
+"""federation._client: one anti-entropy round, against the real ASGI app (in-process or served by
+uvicorn)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def writer_below(key: bytes) -> knowledge.KnowledgeBase:
 
 
 async def drive(rounds, client: httpx.AsyncClient) -> tuple[SyncReport, list[tuple[str, str]]]:
-    """Run the sans-I/O round by hand: make each yielded Call with `client`, feed back the response."""
+    """Run the sans-I/O round by hand: make each yielded Call with `client`, feed back the
+    response."""
     sent = []
     step = next(rounds)
     while True:
@@ -80,7 +82,7 @@ def run(coro):
     return asyncio.run(coro)
 
 
-# --- the round --------------------------------------------------------------------------------------
+# --- the round ------------------------------------------------------------------------------------
 
 
 def test_exchange_yields_calls_and_two_knowledge_bases_converge(pair):
@@ -158,8 +160,8 @@ def test_paging_with_small_pages(pair, fault, client_page, server_page):
 
 
 def test_push_to_a_peer_that_accepts_smaller_pages(pair):
-    """Sites may configure different [limits] max_page; a round with default pages must still push everything
-    (today the peer answers 413 to the whole page and the round fails, every round)."""
+    """Sites may configure different [limits] max_page; a round with default pages must still push
+    everything (today the peer answers 413 to the whole page and the round fails, every round)."""
     a, b = pair
     b.site.config.limits = ServerLimits(max_page=3)
     mine = publish(a.kb, 10, "a")
@@ -168,7 +170,8 @@ def test_push_to_a_peer_that_accepts_smaller_pages(pair):
 
 
 def test_a_peer_that_refuses_everything_ends_the_round(pair, fault):
-    """Feeds the other side will not take are offered a bounded number of times per round, not forever."""
+    """Feeds the other side will not take are offered a bounded number of times per round, not
+    forever."""
     a, b = pair
     c, d = (
         knowledge.open(":memory:", Identity.generate()),
@@ -215,7 +218,8 @@ def test_a_peer_that_repeats_the_same_page_ends_the_round(pair, fault):
 
 
 def test_feeds_the_client_refuses_do_not_starve_the_feeds_it_trusts(pair):
-    """b serves a feed a does not trust (d's, a full page of it) before its own; a must still get b's news."""
+    """b serves a feed a does not trust (d's, a full page of it) before its own; a must still get
+    b's news."""
     a, b = pair
     d = writer_below(b.key)
     publish(d, 6, "d")
@@ -235,7 +239,8 @@ def test_feeds_the_client_refuses_do_not_starve_the_feeds_it_trusts(pair):
 
 
 def test_feeds_the_peer_refuses_do_not_starve_the_rest_of_a_push(pair):
-    """a holds a feed b does not trust (c's, a full page of it) that sorts before a's own; b must still get a's."""
+    """a holds a feed b does not trust (c's, a full page of it) that sorts before a's own; b must
+    still get a's."""
     a, b = pair
     c = writer_below(a.key)
     publish(c, 6, "c")
@@ -254,7 +259,7 @@ def test_feeds_the_peer_refuses_do_not_starve_the_rest_of_a_push(pair):
     c.close()
 
 
-# --- blobs ------------------------------------------------------------------------------------------
+# --- blobs ----------------------------------------------------------------------------------------
 
 
 def test_blob_fetch_stores_verified_bytes(pair, serve_app, fault):
@@ -334,7 +339,7 @@ def test_blob_corrupted_in_transit_is_refused_and_not_stored_async(pair, fault, 
     assert a.kb.blobs.get(blob_hash) == BLOB
 
 
-# --- failures are PeerErrors ------------------------------------------------------------------------
+# --- failures are PeerErrors ----------------------------------------------------------------------
 
 
 def test_a_read_only_knowledge_base_cannot_sync(pair):
@@ -408,7 +413,8 @@ MISBEHAVING = {
 
 @pytest.mark.parametrize("rewrite", list(MISBEHAVING.values()), ids=list(MISBEHAVING))
 def test_a_misbehaving_peer_is_a_federation_error(pair, fault, rewrite):
-    """Whatever a peer answers, the round ends with a FederationError (which gossip handles), nothing else."""
+    """Whatever a peer answers, the round ends with a FederationError (which gossip handles),
+    nothing else."""
     a, b = pair
     publish(a.kb, 2, "a")  # something to push
     publish(b.kb, 2, "b")  # something to pull
@@ -429,7 +435,8 @@ def test_wire_errors_from_a_peer_are_federation_errors():
 
 
 def test_an_answer_over_the_cap_is_refused_before_it_is_all_read(pair, monkeypatch):
-    """A peer streaming a huge (or decompression-bomb) answer is cut off at the cap, not read into memory."""
+    """A peer streaming a huge (or decompression-bomb) answer is cut off at the cap, not read into
+    memory."""
     import federation._client as client_module
 
     a, b = pair

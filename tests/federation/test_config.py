@@ -1,4 +1,5 @@
-"""federation._config: simnet.toml round trips, and every malformed file is a ConfigError naming the problem."""
+"""federation._config: simnet.toml round trips, and every malformed file is a ConfigError naming the
+problem."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""federation._gossip: the scheduler, driven with asyncio in-process against real apps on real HTTP."""
+"""federation._gossip: the scheduler, driven with asyncio in-process against real apps on real
+HTTP."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def closed_port():
 
 @pytest.fixture
 def make_site_peer(make_site, closed_port):
-    """make_site_peer(a) -> (b, port): a site b that trusts a and is trusted by it, not yet listening on port."""
+    """make_site_peer(a) -> (b, port): a site b that trusts a and is trusted by it, not yet
+    listening on port."""
 
     def _make(a, name: str = "b"):
         b = make_site(name)
@@ -336,8 +338,8 @@ def test_a_misbehaving_peer_does_not_stop_the_scheduler(make_site, serve_app):
 
 
 def trickling(app, drips: int = 200, every: float = 0.02):
-    """The real app, except that /v1/sync answers a 200 whose body trickles (one byte per `every` s, each
-    well inside the client's read timeout) until the client goes or `drips` bytes are out."""
+    """The real app, except that /v1/sync answers a 200 whose body trickles (one byte per `every` s,
+    each well inside the client's read timeout) until the client goes or `drips` bytes are out."""
 
     async def wrapped(scope, receive, send):
         if scope["type"] != "http" or scope["path"] != "/v1/sync":

@@ -1,6 +1,8 @@
-"""federation._http: the rate-limited log filter and the connection cap derived from the open-file limit.
+"""federation._http: the rate-limited log filter and the connection cap derived from the open-file
+limit.
 
-(The guarded connection protocol itself is attacked from outside in tests/redteam/test_connections.py.)
+(The guarded connection protocol itself is attacked from outside in
+tests/redteam/test_connections.py.)
 """
 
 from __future__ import annotations

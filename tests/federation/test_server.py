@@ -57,7 +57,8 @@ def test_too_many_syncs_at_once_is_503_busy(make_site):
 
 
 def signed_header(site, body: bytes, path: str = "/v1/sync") -> str:
-    """The Authorization header SimnetAuth would send for POST `path` with `body` (signed by the site itself)."""
+    """The Authorization header SimnetAuth would send for POST `path` with `body` (signed by the
+    site itself)."""
     request = httpx.Request("POST", f"http://site{path}", content=body)
     return next(SimnetAuth(site.identity, site.key).auth_flow(request)).headers["authorization"]
 
@@ -85,7 +86,8 @@ def test_a_body_that_does_not_arrive_in_time_is_408(make_site):
 
 
 def test_an_unsigned_body_is_refused_before_it_is_read(make_site):
-    """Authentication looks only at the header: an unsigned (or untrusted) caller's body is never read."""
+    """Authentication looks only at the header: an unsigned (or untrusted) caller's body is never
+    read."""
     a = make_site("a", limits=ServerLimits(timeout_s=5.0))
     sent = []
 

@@ -27,7 +27,7 @@ def refused(body: bytes, status: int, match: str, **limits) -> WireError:
     return caught.value
 
 
-# --- pages --------------------------------------------------------------------------------------------
+# --- pages ----------------------------------------------------------------------------------------
 
 
 @given(envelopes)
@@ -127,7 +127,7 @@ def test_announced_length_over_the_limit_is_413_even_if_the_bytes_are_missing():
     )
 
 
-# --- JSON -------------------------------------------------------------------------------------------
+# --- JSON -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("body", [b"", b"{", b"{'heads': {}}", b"\xff\xfe", b"nul", b'{"a": 1} x'])
@@ -142,8 +142,9 @@ def test_parse_json_accepts_json():
 
 
 def test_parse_json_refuses_deeply_nested_json_as_a_wire_error():
-    # A 16 MiB body easily holds 100,000 nested brackets; json.loads then raises RecursionError, which is
-    # not a ValueError. It must still be a clean WireError (400), not an exception that becomes a 500.
+    # A 16 MiB body easily holds 100,000 nested brackets; json.loads then raises RecursionError,
+    # which is not a ValueError. It must still be a clean WireError (400), not an exception that
+    # becomes a 500.
     with pytest.raises(WireError) as caught:
         parse_json(b"[" * 100_000 + b"]" * 100_000)
     assert caught.value.status == 400
@@ -154,7 +155,7 @@ def test_parse_json_refuses_an_integer_with_too_many_digits():
         parse_json(b"1" * 10_000)
 
 
-# --- heads ------------------------------------------------------------------------------------------
+# --- heads ----------------------------------------------------------------------------------------
 
 
 @given(

@@ -1,4 +1,5 @@
-"""Child process for the crash tests: writes or ingests forever, printing one line per acknowledged write.
+"""Child process for the crash tests: writes or ingests forever, printing one line per acknowledged
+write.
 
 python crash_child.py write  <store> <seed-hex> <start>
 python crash_child.py ingest <store> <seed-hex> <envelopes-file> <policy-file>

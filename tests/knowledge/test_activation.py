@@ -1,4 +1,5 @@
-"""Activation follows the site's policy in every combination: a property test against a reference."""
+"""Activation follows the site's policy in every combination: a property test against a
+reference."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The knowledge commands of `simnet` (skills list/show/query), run through click on a real store."""
+"""The knowledge commands of `simnet` (skills list/show/query), run through click on a real
+store."""
 
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def test_missing_store_is_a_clear_error(tmp_path):
     + [(ENCODER_COMMANDS, name) for name in ENCODER_COMMANDS],
 )
 def test_every_command_in_the_table_loads_and_its_summary_is_its_own(table, name):
-    """`simnet --help` prints the table's summaries: they must say what the commands themselves say."""
+    """`simnet --help` prints the table's summaries: they must say what the commands themselves
+    say."""
     group = main if table is COMMANDS else main.get_command(click.Context(main), "encoder")
     command = group.get_command(click.Context(group), name)
     assert isinstance(command, click.Command)
@@ -103,7 +105,8 @@ def test_help_imports_no_other_package():
     """Listing the commands costs no import of the simulator, the server or the heavy libraries."""
     code = (
         "import sys\nfrom click.testing import CliRunner\nfrom knowledge.cli import main\n"
-        "result = CliRunner().invoke(main, ['--help'])\nassert result.exit_code == 0, result.output\n"
+        "result = CliRunner().invoke(main, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
         "print(sorted(m for m in ('sim', 'federation', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

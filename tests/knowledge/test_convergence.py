@@ -1,9 +1,9 @@
 """Property: replicas that end up holding the same envelopes show the same knowledge.
 
-3-8 writers (site roots and delegated devices) make random operations on every view; replicas receive
-their envelopes in random order, in random chunks, duplicated, partitioned from each other, some joining
-late (bootstrapping from a checkpoint); after a final anti-entropy exchange every replica and every
-writer is identical, including derived activation under the shared policy.
+3-8 writers (site roots and delegated devices) make random operations on every view; replicas
+receive their envelopes in random order, in random chunks, duplicated, partitioned from each other,
+some joining late (bootstrapping from a checkpoint); after a final anti-entropy exchange every
+replica and every writer is identical, including derived activation under the shared policy.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def _apply(writers, skills, operation) -> None:
             elif kind == "withdraw" and skill in w.skills:
                 w.skills.withdraw(skill)
     except (knowledge.NotAuthorizedError, knowledge.RecordError, knowledge.StoreError):
-        pass  # a device without the role, another site's skill, nothing to checkpoint: refused, no change
+        # a device without the role, another site's skill, nothing to checkpoint: refused, no change
+        pass
 
 
 @settings(max_examples=EXAMPLES)
@@ -165,7 +166,8 @@ def test_replicas_converge(n_roots, n_devices, operations, n_replicas, seed):
 
         expected = replicas[0].snapshot()
         event(
-            f"skills={min(len(expected['skills']), 5)} cells={min(len(expected['cells']), 3)} active={sum(s['active'] for s in expected['skills'].values())}"
+            f"skills={min(len(expected['skills']), 5)} cells={min(len(expected['cells']), 3)} "
+            f"active={sum(s['active'] for s in expected['skills'].values())}"
         )
         for kb in [*replicas[1:], late, *writers]:
             assert kb.snapshot() == expected

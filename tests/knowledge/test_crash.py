@@ -1,8 +1,9 @@
 """Crash safety: a process killed with SIGKILL at random moments loses nothing it acknowledged.
 
-A child writes (or ingests) in a loop and prints a line only after each call returns; the parent kills
-it at a random instant, reopens the store, checks every acknowledged write is there and the store is
-consistent, and lets the next child continue the same feed (which must not fork: no equivocation).
+A child writes (or ingests) in a loop and prints a line only after each call returns; the parent
+kills it at a random instant, reopens the store, checks every acknowledged write is there and the
+store is consistent, and lets the next child continue the same feed (which must not fork: no
+equivocation).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Embodiment descriptors: hand-checked values for the project's robots and gymnasium's, fingerprint
-invariance (sibling order, whitespace, file name and place) and sensitivity, dict round trips, bad files."""
+invariance (sibling order, whitespace, file name and place) and sensitivity, dict round trips, bad
+files."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def radians(low, high):
     return pytest.approx((math.radians(low), math.radians(high)), rel=1e-5)
 
 
-# -- hand-checked descriptors ------------------------------------------------------------------------
+# -- hand-checked descriptors ----------------------------------------------------------------------
 
 
 def test_arm7_matches_the_file():
@@ -226,13 +227,14 @@ def test_gymnasium_models_agree_with_mujoco(path):
     assert Embodiment.from_dict(json.loads(json.dumps(described.to_dict()))) == described
 
 
-# -- fingerprints ------------------------------------------------------------------------------------
+# -- fingerprints ----------------------------------------------------------------------------------
 
 
 def rewrite(root: ET.Element, rnd: random.Random) -> None:
-    """Shuffle what a body does not depend on the order of: sibling bodies, geoms and sites (in place
-    among their slots), actuators, sensors, tendons, URDF links and joints, and attributes. (Geom order
-    changes compiled inertias in the last bits, which the descriptor's rounding absorbs.)"""
+    """Shuffle what a body does not depend on the order of: sibling bodies, geoms and sites (in
+    place among their slots), actuators, sensors, tendons, URDF links and joints, and attributes.
+    (Geom order changes compiled inertias in the last bits, which the descriptor's rounding
+    absorbs.)"""
     for parent in root.iter():
         for tags in (
             {"body"},
@@ -315,13 +317,14 @@ def test_fingerprints_tell_the_robots_apart():
         ).fingerprint
         for path in files
     }
-    # gymnasium ships walker2d twice with identical bodies (v5 changes only friction); all else differ
+    # gymnasium ships walker2d twice with identical bodies (v5 changes only friction); all else
+    # differ
     assert fingerprints.pop("walker2d_v5.xml") == fingerprints["walker2d.xml"]
     assert len(set(fingerprints.values())) == len(fingerprints)
     assert all(len(f) == 64 and int(f, 16) >= 0 for f in fingerprints.values())
 
 
-# -- plain data --------------------------------------------------------------------------------------
+# -- plain data ------------------------------------------------------------------------------------
 
 
 JOINT_TARGETS = ("joint", "jointinparent", "tendon")
@@ -425,7 +428,7 @@ def test_from_dict_rejects_damaged_descriptors(damage, message):
     assert message in str(caught.value)
 
 
-# -- bad files ---------------------------------------------------------------------------------------
+# -- bad files -------------------------------------------------------------------------------------
 
 ARM = (ROBOTS / "arm6.urdf").read_text()
 BAD_FILES = {
@@ -459,7 +462,8 @@ BAD_URDFS = {
         "package:// URIs",
     ),
     "no_inertia.urdf": (
-        '<robot name="r"><link name="a"/><link name="b"/><joint name="j" type="revolute"><parent link="a"/>'
+        '<robot name="r"><link name="a"/><link name="b"/>'
+        '<joint name="j" type="revolute"><parent link="a"/>'
         '<child link="b"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>',
         "MuJoCo cannot compile it",
     ),

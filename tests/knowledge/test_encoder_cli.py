@@ -1,4 +1,5 @@
-"""`simnet encoder train/report` and `simnet skills query --encoder`, through the real click group."""
+"""`simnet encoder train/report` and `simnet skills query --encoder`, through the real click
+group."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_train_on_a_dataset_file_and_report_on_held_out_bodies(tmp_path):
 
 
 def site_with_certificates(home: Path) -> None:
-    """A site whose certificates measured skills of four bodies on two others (hand-written records)."""
+    """A site whose certificates measured skills of four bodies on two others (hand-written
+    records)."""
     kb = knowledge.open(home / "site.db", knowledge.Identity.generate())
     sources = [Embodiment.from_urdf(ROBOTS / "arm6.urdf")] + [
         Embodiment.from_mjcf(ROBOTS / name)

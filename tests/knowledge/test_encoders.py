@@ -72,8 +72,9 @@ def test_encode_many_stacks_encode():
 
 
 def permuted(e: Embodiment, rnd: random.Random) -> Embodiment:
-    """The same body with joints, actuators, sites and sensors listed in another order (indices renumbered),
-    built directly so that canonical ordering cannot hide an order-dependent encoder."""
+    """The same body with joints, actuators, sites and sensors listed in another order (indices
+    renumbered), built directly so that canonical ordering cannot hide an order-dependent
+    encoder."""
     order = list(range(len(e.joints)))
     rnd.shuffle(order)
     new = {old: i for i, old in enumerate(order)}

@@ -258,7 +258,8 @@ def test_unsupported_version(version):
 
 
 def test_unsupported_version_even_if_signed():
-    """A future-version envelope is refused by reason, not misparsed, even when its signature is good."""
+    """A future-version envelope is refused by reason, not misparsed, even when its signature is
+    good."""
     env = _valid()
     body = bytes([2]) + env.raw[1:-SIGNATURE_BYTES]
     raw = body + IDENTITY.sign(SIGNING_CONTEXT + body)
@@ -287,7 +288,8 @@ def test_seq_zero_is_malformed():
 
 @pytest.mark.parametrize("seq", [2**63, 2**64 - 1])
 def test_seqs_beyond_signed_64_bits_are_malformed(seq):
-    """Stores keep seqs as signed 64-bit integers: a larger one would crash them (it answered HTTP 500)."""
+    """Stores keep seqs as signed 64-bit integers: a larger one would crash them (it answered HTTP
+    500)."""
     env = seal(IDENTITY, Kind.CHECKPOINT, seq, hashlib.sha256(b"prev").digest(), 1, b"")
     with pytest.raises(EnvelopeError) as info:
         decode(env.raw, max_bytes=BIG)

@@ -187,7 +187,8 @@ def test_check_accepts_fresh_inserts_and_mutable_rewrites():
 
 
 def _rewrite(writer: Feed, changes: dict[str, str | None]) -> bytes:
-    """The update a misbehaving writer would send: made on a copy of its Doc, outside Feed's own checks."""
+    """The update a misbehaving writer would send: made on a copy of its Doc, outside Feed's own
+    checks."""
     doc = Doc(client_id=writer.client_id)
     doc.apply_update(writer.state())
     before = doc.get_state()
@@ -267,8 +268,9 @@ def test_a_key_in_the_wrong_root_map_is_never_shown():
 
 
 # --- client ids carried by real feed updates (knowledge._yjs.update_clients) ---------------------
-# Ingest refuses an update that touches any client id but its author's; these are the real updates a Feed
-# produces, so none of them may be refused, and foreign ones must be seen wherever their structs start.
+# Ingest refuses an update that touches any client id but its author's; these are the real updates a
+# Feed produces, so none of them may be refused, and foreign ones must be seen wherever their
+# structs start.
 
 
 def client_ids(update: bytes) -> set[int]:
@@ -284,8 +286,8 @@ def test_client_ids_of_a_first_write():
 
 
 def test_client_ids_of_later_writes():
-    """Every update after a client's first starts at a clock > 0 (pycrdt.get_state reports nothing for
-    those); the reader must still name the client."""
+    """Every update after a client's first starts at a clock > 0 (pycrdt.get_state reports nothing
+    for those); the reader must still name the client."""
     feed = Feed(AUTHOR)
     feed.write({"a": "1"})
     for changes in ({"a": "2", "b": "x" * 500}, {f"k{i}": "v" for i in range(50)}):
@@ -375,9 +377,9 @@ def test_every_update_a_feed_writes_carries_only_its_own_client(steps):
 
 
 # --- the author's next clock: continuity and dangling ids (Feed.foreign_structure) ---------------
-# yrs integrates a struct past a gap behind a hole, holds back an item whose origin it lacks, and keeps
-# a delete of clocks it lacks for whatever arrives there later: a feed takes only updates that continue
-# its author's clock exactly and point at nothing beyond it.
+# yrs integrates a struct past a gap behind a hole, holds back an item whose origin it lacks, and
+# keeps a delete of clocks it lacks for whatever arrives there later: a feed takes only updates that
+# continue its author's clock exactly and point at nothing beyond it.
 
 
 def _var(n: int) -> bytes:
@@ -389,7 +391,8 @@ def _var(n: int) -> bytes:
 
 
 def _held(*updates: bytes) -> Feed:
-    """A replica that took `updates` as ingest does: structure checked, then immutable checks, then applied."""
+    """A replica that took `updates` as ingest does: structure checked, then immutable checks, then
+    applied."""
     replica = Feed(AUTHOR)
     for update in updates:
         parsed = parse_update(update)
@@ -446,8 +449,9 @@ def test_a_refused_immutable_rewrite_does_not_move_the_next_clock():
 
 
 def test_a_checkpoint_fits_a_fresh_feed_and_one_holding_part_of_it():
-    """A full state starts at clock 0. On a feed holding part of it, yrs skips what is held; here the
-    writer's overwritten items were merged into one deleted struct that crosses the replica's clock."""
+    """A full state starts at clock 0. On a feed holding part of it, yrs skips what is held; here
+    the writer's overwritten items were merged into one deleted struct that crosses the replica's
+    clock."""
     writer = Feed(AUTHOR)
     u1, _ = writer.write({"cell/m/1": "a"})
     writer.write({"cell/m/1": "b"})
@@ -564,8 +568,9 @@ def _state_clock(feed: Feed) -> int:
 
 
 def test_the_part_of_an_immutable_insert_past_the_next_clock_is_frozen():
-    """yrs gives the crossing part the key of the item before the clock, in the struct's own root: here a
-    record misplaced in the mutable root becomes a shown immutable record, which must stay immutable."""
+    """yrs gives the crossing part the key of the item before the clock, in the struct's own root:
+    here a record misplaced in the mutable root becomes a shown immutable record, which must stay
+    immutable."""
     forged = Doc(client_id=client_id_for(AUTHOR))
     forged.get(RECORDS_MAP, type=Map)[SKILL_KEY] = "misplaced"  # clock 0
     replica = _held(forged.get_update())
@@ -601,8 +606,9 @@ def test_the_part_of_an_immutable_insert_past_the_next_clock_is_frozen():
 
 
 def test_a_full_state_must_continue_what_the_feed_holds():
-    """Live, yrs skips the part of a full state a feed holds; but a stored checkpoint is where the feed
-    restarts from: one that lacks (or changes) an immutable record held here would drop it then."""
+    """Live, yrs skips the part of a full state a feed holds; but a stored checkpoint is where the
+    feed restarts from: one that lacks (or changes) an immutable record held here would drop it
+    then."""
     writer = Feed(AUTHOR)
     u1, _ = writer.write({SKILL_KEY: "s", REVOKE_KEY: "r"})
     replica = _held(u1)

@@ -1,5 +1,6 @@
-"""Forks are found, not hidden: heads carry hashes, checkpoints are checked against the history they claim,
-and a writer that lost its store learns its own feed back before it writes (issue 13, class 3).
+"""Forks are found, not hidden: heads carry hashes, checkpoints are checked against the history they
+claim, and a writer that lost its store learns its own feed back before it writes (issue 13, class
+3).
 
 Each test plays the forking writer with the public API, then lets honest sites exchange heads and
 envelopes exactly as the federation does (`heads` then `envelopes_since` then `ingest`).
@@ -22,7 +23,8 @@ def open_site(identity=None, *, trust=(), path=":memory:", policy=None):
 
 
 def sync(a, b):
-    """Both directions, a few rounds, as gossip does: each side sends what the other's heads lack."""
+    """Both directions, a few rounds, as gossip does: each side sends what the other's heads
+    lack."""
     for _ in range(3):
         b.ingest(a.envelopes_since(b.heads(), limit=10_000))
         a.ingest(b.envelopes_since(a.heads(), limit=10_000))
@@ -195,8 +197,9 @@ def test_a_checkpoint_ahead_of_the_held_feed_must_continue_it(tmp_path):
 
 
 def test_a_key_that_forks_at_two_seqs_leaves_every_site_at_the_earlier_fork():
-    """A site that found the later fork first learns of the earlier one from a peer's evidence: evidence
-    goes to every peer that holds past the fork, not only to peers that know of no fork at all."""
+    """A site that found the later fork first learns of the earlier one from a peer's evidence:
+    evidence goes to every peer that holds past the fork, not only to peers that know of no fork at
+    all."""
     key = Identity.generate()
     x = open_site(key)
     for i in (1, 2):

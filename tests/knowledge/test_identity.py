@@ -1,4 +1,5 @@
-"""Unit tests for knowledge._identity: Ed25519 key files, key ids, signatures, public-key parsing."""
+"""Unit tests for knowledge._identity: Ed25519 key files, key ids, signatures, public-key
+parsing."""
 
 from __future__ import annotations
 

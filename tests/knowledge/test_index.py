@@ -1,5 +1,6 @@
-"""The FAISS skill index: exact answers equal brute force, filters never leak, add/remove/rebuild/save
-sequences stay consistent (a state machine against a plain dict), IVF recall, persistence."""
+"""The FAISS skill index: exact answers equal brute force, filters never leak,
+add/remove/rebuild/save sequences stay consistent (a state machine against a plain dict), IVF
+recall, persistence."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def brute_force(vectors: dict[str, np.ndarray], query: np.ndarray, metric: str) 
 
 
 def assert_exact(hits: list[Hit], truth: dict[str, float], k: int) -> None:
-    """Exactly the brute-force answer, up to float error and to the order of equally distant skills."""
+    """Exactly the brute-force answer, up to float error and to the order of equally distant
+    skills."""
     expected = sorted(truth.values())[:k]
     assert len(hits) == len(expected)
     assert len({h.skill_id for h in hits}) == len(hits)
@@ -144,8 +146,9 @@ def test_a_selection_follows_later_changes():
 
 
 class IndexMachine(RuleBasedStateMachine):
-    """Random adds, replacements, removals, rebuilds and save/load round trips, checked against a dict.
-    The threshold is low so that the index crosses between exact and IVF (and retrains) along the way."""
+    """Random adds, replacements, removals, rebuilds and save/load round trips, checked against a
+    dict. The threshold is low so that the index crosses between exact and IVF (and retrains) along
+    the way."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -229,7 +232,8 @@ def test_replacing_a_vector_moves_the_skill():
 
 
 def clustered(n: int, seed: int) -> np.ndarray:
-    """Vectors in clusters around many centres, as skills gather around the bodies they were made for."""
+    """Vectors in clusters around many centres, as skills gather around the bodies they were made
+    for."""
     rng = np.random.default_rng(seed)
     centres = rng.random((300, 32)).astype(np.float32)
     return centres[rng.integers(0, 300, n)] + rng.normal(0, 0.05, (n, 32)).astype(np.float32)
@@ -262,7 +266,8 @@ def test_filters_find_far_skills_even_when_most_of_the_selection_is_not_held(thr
     index.add(ids, vectors)
     query = vectors[0]
     far = [ids[i] for i in np.argsort(np.linalg.norm(vectors - query, axis=1))[-12:]]
-    # half the selection is skills not held yet, so the selection looks dense but its held part is far away
+    # half the selection is skills not held yet, so the selection looks dense but its held part is
+    # far away
     allowed = index.select([*far, *(f"future-{i}" for i in range(20_000))])
     for given_as in (allowed, set(allowed), allowed.__contains__):
         hits = index.search(query, 10, allowed=given_as)

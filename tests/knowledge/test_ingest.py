@@ -1,5 +1,5 @@
-"""The ingest pipeline's own mechanics: batching never changes the outcome, and careful mode isolates
-an update pycrdt refuses (security cases are in test_ingest_security.py)."""
+"""The ingest pipeline's own mechanics: batching never changes the outcome, and careful mode
+isolates an update pycrdt refuses (security cases are in test_ingest_security.py)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Security tests of `KnowledgeBase.ingest`, through the public API.
 
-Every bad input of issue 2 has its own test. Each asserts the specific `Rejection.reason` and that the
-receiving knowledge base did not change at all (views, heads, stored envelopes, equivocations). Hypothesis
-then feeds random and mutated bytes into `ingest`: it never raises, never changes anything unless the input
-is a genuinely valid envelope, and every rejection carries a reason.
+Every bad input of issue 2 has its own test. Each asserts the specific `Rejection.reason` and that
+the receiving knowledge base did not change at all (views, heads, stored envelopes, equivocations).
+Hypothesis then feeds random and mutated bytes into `ingest`: it never raises, never changes
+anything unless the input is a genuinely valid envelope, and every rejection carries a reason.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def state(kb: knowledge.KnowledgeBase):
 
 
 def check_report(report: knowledge.IngestReport, n_inputs: int) -> None:
-    """Every input is accounted for exactly once; every rejection names a known reason and explains it."""
+    """Every input is accounted for exactly once; every rejection names a known reason and explains
+    it."""
     assert (
         len(report.accepted) + report.duplicates + len(report.rejected) + len(report.equivocations)
         == n_inputs
@@ -106,7 +107,8 @@ def accept_all(kb: knowledge.KnowledgeBase, envelopes: list[bytes]) -> knowledge
 
 
 class Writer:
-    """A trusted writer whose next envelope a test can forge by hand (any update, hlc, prev, seq)."""
+    """A trusted writer whose next envelope a test can forge by hand (any update, hlc, prev,
+    seq)."""
 
     def __init__(self, kb: knowledge.KnowledgeBase) -> None:
         self.kb = kb
@@ -118,7 +120,8 @@ class Writer:
         self.sent = 0
 
     def envelopes(self) -> list[bytes]:
-        """The writer's envelopes not yet returned, applied to the local replica as they are returned."""
+        """The writer's envelopes not yet returned, applied to the local replica as they are
+        returned."""
         raws = self.kb.envelopes_since({self.identity.public_key_hex: self.sent}, limit=10**6)
         for raw in raws:
             env = decode(raw, max_bytes=1 << 30)
@@ -299,8 +302,9 @@ def test_bad_signature_on_an_envelope_already_held_is_not_an_equivocation(setup)
 
 
 def test_forged_envelope_below_a_checkpoint_is_not_counted_as_a_duplicate(setup):
-    """A newcomer bootstrapped from a checkpoint holds no envelope bodies below it. An envelope there
-    with a bad signature must be rejected (bad_signature), not reported as a harmless duplicate."""
+    """A newcomer bootstrapped from a checkpoint holds no envelope bodies below it. An envelope
+    there with a bad signature must be rejected (bad_signature), not reported as a harmless
+    duplicate."""
     writer, receiver = setup
     held = receiver.envelopes_since({})
     newcomer = open_site(trust=[writer.identity.public_key])
@@ -455,8 +459,8 @@ def test_forged_client_id_mixed_with_own_structs(setup):
 
 
 def test_signed_but_corrupt_update_is_rejected_not_raised(setup):
-    """A signed envelope whose Yjs update is corrupt (one content-type byte changed) must be rejected with
-    a reason; pycrdt must not get to panic inside ingest."""
+    """A signed envelope whose Yjs update is corrupt (one content-type byte changed) must be
+    rejected with a reason; pycrdt must not get to panic inside ingest."""
     writer, receiver = setup
     good = writer.next_update({"skill/x": '{"a":1}', "cell/m/1,2": '{"v":1}'})
     marker = (
@@ -495,8 +499,9 @@ def certified():
 @pytest.mark.parametrize("target", ["skill", "cert", "revoke"])
 @pytest.mark.parametrize("action", ["delete", "rewrite"])
 def test_signed_update_that_modifies_an_immutable_record(certified, target, action):
-    """The writer itself signs an update that deletes or rewrites its skill, certificate or revocation
-    (un-revoking a skill, withdrawing a certificate after the fact): refused, nothing changes."""
+    """The writer itself signs an update that deletes or rewrites its skill, certificate or
+    revocation (un-revoking a skill, withdrawing a certificate after the fact): refused, nothing
+    changes."""
     writer, receiver, skill, cert = certified
     key = {"skill": f"skill/{skill.id}", "cert": f"cert/{cert.id}", "revoke": f"revoke/{skill.id}"}[
         target
@@ -512,9 +517,10 @@ def test_signed_update_that_modifies_an_immutable_record(certified, target, acti
 
 @pytest.mark.parametrize("target", ["cert", "revoke"])
 def test_a_writer_never_commits_a_rewrite_of_its_immutable_records(certified, target):
-    """Like an oversized envelope, an envelope that rewrites an immutable record is refused by every peer
-    (modifies_immutable_record) and strands every later envelope of the writer as a gap. The local
-    write path must refuse it instead of committing it (and showing a view its peers never will)."""
+    """Like an oversized envelope, an envelope that rewrites an immutable record is refused by every
+    peer (modifies_immutable_record) and strands every later envelope of the writer as a gap. The
+    local write path must refuse it instead of committing it (and showing a view its peers never
+    will)."""
     writer, receiver, skill, cert = certified
     key = f"cert/{cert.id}" if target == "cert" else f"revoke/{skill.id}"
     with pytest.raises(knowledge.SimnetError):
@@ -527,8 +533,8 @@ def test_a_writer_never_commits_a_rewrite_of_its_immutable_records(certified, ta
 
 def test_origin_less_reinsert_of_an_immutable_key_does_not_replace_it(certified):
     """A hand-made update from a Doc with the writer's client id that never saw the existing records
-    inserts the same keys afresh (no origins, so nothing points at the old items). Whatever ingest does
-    with it, the certificate, skill and revocation must stay as they are."""
+    inserts the same keys afresh (no origins, so nothing points at the old items). Whatever ingest
+    does with it, the certificate, skill and revocation must stay as they are."""
     writer, receiver, skill, cert = certified
     doc = Doc(client_id=client_id_for(writer.identity.public_key))
     pad = doc.get(RECORDS_MAP, type=Map)
@@ -568,7 +574,8 @@ def next_clock(writer: Writer) -> int:
 
 
 def test_misplaced_record_is_reported_and_not_shown(setup):
-    """A revocation written into the mutable root map (where it could later be rewritten) is never shown."""
+    """A revocation written into the mutable root map (where it could later be rewritten) is never
+    shown."""
     writer, receiver = setup
     doc = Feed(writer.identity.public_key)
     doc.apply(writer.replica.state())
@@ -674,9 +681,10 @@ def test_envelope_limit_does_not_apply_to_checkpoints_and_vice_versa(setup):
 
 
 def test_a_writer_never_commits_an_envelope_its_peers_must_refuse_as_too_large():
-    """Every record is under the record limit, but one batch of them makes an envelope over the default
-    envelope limit. If the writer commits it, every peer refuses it (too_large) and then every later
-    envelope of that writer as a gap: the feed is stuck for good. The write must be refused instead."""
+    """Every record is under the record limit, but one batch of them makes an envelope over the
+    default envelope limit. If the writer commits it, every peer refuses it (too_large) and then
+    every later envelope of that writer as a gap: the feed is stuck for good. The write must be
+    refused instead."""
     writer = open_site()
     with pytest.raises(knowledge.SimnetError):
         with writer.batch():
@@ -834,7 +842,8 @@ class Equivocation:
 
 
 def _equivocate() -> Equivocation:
-    """Two knowledge bases with the same identity write different seq-1 envelopes (a restored backup)."""
+    """Two knowledge bases with the same identity write different seq-1 envelopes (a restored
+    backup)."""
     twin = Identity.generate()
     k1, k2 = open_site(twin), open_site(twin)
     k1.skills.publish("version-a", "pick")
@@ -925,8 +934,8 @@ def test_equivocation_evidence_survives_a_reopen(tmp_path):
 
 
 def test_sync_with_a_peer_that_knows_an_equivocation_terminates():
-    """envelopes_since: "Call again with the peer's new heads until the answer is empty" must terminate
-    once the peer holds everything, evidence included."""
+    """envelopes_since: "Call again with the peer's new heads until the answer is empty" must
+    terminate once the peer holds everything, evidence included."""
     eq = _equivocate()
     k3 = open_site(trust=[eq.author.public_key])
     k3.ingest(eq.a[:1] + eq.b[:1])
@@ -994,7 +1003,8 @@ def test_fuzz_random_bytes(inputs):
 
 @st.composite
 def structured_garbage(draw):
-    """Bytes with a plausible header (right version, kind and length) so they get past the decoder."""
+    """Bytes with a plausible header (right version, kind and length) so they get past the
+    decoder."""
     wd = world()
     author = draw(
         st.sampled_from([wd.writer.public_key, Identity.from_seed(b"\x07" * 32).public_key])
@@ -1068,7 +1078,8 @@ def _flip_last_byte(raw: bytes) -> bytes:
     bad=[_flip_last_byte(world().fresh[1])], good=[world().fresh[2]], rnd=random.Random(0)
 )  # found by hypothesis
 def test_fuzz_mutated_mixed_with_valid(bad, good, rnd):
-    """Bad envelopes next to good ones in one batch: the good ones behave as alone, the bad change nothing."""
+    """Bad envelopes next to good ones in one batch: the good ones behave as alone, the bad change
+    nothing."""
     wd = world()
     inputs = bad + good
     rnd.shuffle(inputs)
@@ -1085,8 +1096,8 @@ def test_fuzz_mutated_mixed_with_valid(bad, good, rnd):
 @FUZZ
 @given(st.data())
 def test_fuzz_signed_mutated_updates(data):
-    """The writer itself signs a corrupted Yjs update: the bytes reach the Yjs checks; ingest must still
-    never raise, and a rejected envelope must change nothing."""
+    """The writer itself signs a corrupted Yjs update: the bytes reach the Yjs checks; ingest must
+    still never raise, and a rejected envelope must change nothing."""
     wd = world()
     kb = wd.receiver()
     held = [decode(r, max_bytes=1 << 30) for r in wd.held]

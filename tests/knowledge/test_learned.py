@@ -1,7 +1,9 @@
-"""The learned encoder: tokens, determinism, joint-order invariance, weights on disk, training, retrieval.
+"""The learned encoder: tokens, determinism, joint-order invariance, weights on disk, training,
+retrieval.
 
-`tests/assets/transfer_small.json.gz` is real simulator data: `simnet encoder dataset --arms 32 --walkers 0
---no-shipped` (32 procedural arms, every arm's reach skill evaluated on every arm, 16 branches each).
+`tests/assets/transfer_small.json.gz` is real simulator data: `simnet encoder dataset --arms 32
+--walkers 0 --no-shipped` (32 procedural arms, every arm's reach skill evaluated on every arm, 16
+branches each).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ shipped = LearnedEncoder()
 
 
 def permuted(e: Embodiment, rnd: random.Random) -> Embodiment:
-    """The same body with joints, actuators, sites and sensors listed in another order (indices renumbered)."""
+    """The same body with joints, actuators, sites and sensors listed in another order (indices
+    renumbered)."""
     order = list(range(len(e.joints)))
     rnd.shuffle(order)
     new = {old: i for i, old in enumerate(order)}
@@ -85,17 +88,22 @@ def test_one_token_per_moving_joint(body):
     )
 
 
-BENT_ARM = """<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" axis="0 0 1"/>
+_BENT_ARM_ACTUATORS = (
+    '<actuator><position joint="j1" gear="2" kp="10"/>'
+    '<position joint="j2" gear="2" kp="10"/></actuator>'
+)
+BENT_ARM = f"""<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" axis="0 0 1"/>
   <geom type="capsule" fromto="0 0 0 0 0 0.3" size="0.02"/>
   <body name="b" pos="0 0 0.3" quat="0.9 0 0.43 0"><joint name="j2" axis="0 1 0"/>
     <geom type="capsule" fromto="0 0 0 0 0 0.25" size="0.02"/><site name="tool" pos="0 0 0.2"/>
   </body></body></worldbody>
-  <actuator><position joint="j1" gear="2" kp="10"/><position joint="j2" gear="2" kp="10"/></actuator></mujoco>"""
+  {_BENT_ARM_ACTUATORS}</mujoco>"""
 
 
 def test_a_joint_token_holds_how_its_joint_moves_the_tool_per_unit_of_command():
-    """The lever from the joint to the chain's end (the tool site, not the longer link's tip) and the
-    tool's Jacobian column over the actuator's gear, as MuJoCo computes them at the home pose."""
+    """The lever from the joint to the chain's end (the tool site, not the longer link's tip) and
+    the tool's Jacobian column over the actuator's gear, as MuJoCo computes them at the home
+    pose."""
 
     body = Embodiment.from_mjcf(BENT_ARM)
     joints, _ = body_tokens(body)
@@ -134,7 +142,8 @@ def test_listing_order_of_joints_does_not_matter(body, seed):
 
 
 def test_where_a_joint_sits_in_the_chain_matters():
-    """Swapping two links of an arm is another body: the vector changes (it is not a bag of links)."""
+    """Swapping two links of an arm is another body: the vector changes (it is not a bag of
+    links)."""
     arm = SMALL.bodies[0]
     bodies = list(arm.bodies)
     first, second = [i for i, b in enumerate(bodies) if b.parent >= 0 and b.link_length > 0][1:3]

@@ -1,4 +1,5 @@
-"""The dependency-free PNG scatter plot: a valid file whose pixels show the points where they belong."""
+"""The dependency-free PNG scatter plot: a valid file whose pixels show the points where they
+belong."""
 
 from __future__ import annotations
 
@@ -43,14 +44,16 @@ def test_panels_side_by_side_with_points_in_their_colours(tmp_path):
     left, right = image[:, :_W].astype(int), image[:, _W:].astype(int)
 
     def tinted(panel: np.ndarray, color: tuple[int, int, int]) -> np.ndarray:
-        """Pixels moved from white towards `color` by a translucent dot (not text, which is opaque)."""
+        """Pixels moved from white towards `color` by a translucent dot (not text, which is
+        opaque)."""
         target = np.array(color)
         shift = 255 - panel
         return (shift.sum(-1) > 20) & (np.abs(panel - (255 + 0.35 * (target - 255))).max(-1) < 3)
 
     blue, orange = tinted(left, COLORS[0]), tinted(right, COLORS[1])
     assert blue.sum() >= 3 * 16 and orange.sum() >= 3 * 16 and not tinted(left, COLORS[1]).any()
-    # the point at x = 0, y = 1 sits at the top left of the plot area, x = 2, y = 0 at the bottom right
+    # the point at x = 0, y = 1 sits at the top left of the plot area, x = 2, y = 0 at the bottom
+    # right
     rows, cols = np.nonzero(blue)
     assert (
         rows.min() < _H // 4

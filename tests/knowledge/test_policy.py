@@ -19,7 +19,8 @@ ALL = frozenset(Role)
 
 
 def docstring_example(key_hex: str) -> str:
-    """The TOML example in knowledge/_policy.py's docstring, with a real key in place of the placeholder."""
+    """The TOML example in knowledge/_policy.py's docstring, with a real key in place of the
+    placeholder."""
     doc = policy_module.__doc__
     assert doc is not None
     indented = [line for line in doc.splitlines() if line.startswith("    ") or not line.strip()]
@@ -162,7 +163,8 @@ def test_bad_validator_key():
 
 
 def test_root_without_a_key():
-    """A [[roots]] entry with no key is a PolicyError naming the missing key, not a bare KeyError."""
+    """A [[roots]] entry with no key is a PolicyError naming the missing key, not a bare
+    KeyError."""
     message = _error('[[roots]]\nname = "site-b"\nroles = ["publish"]\n')
     assert "key" in message
 
@@ -190,7 +192,8 @@ def test_out_of_range_probabilities(text, field):
     ],
 )
 def test_negative_counts_are_refused(text):
-    """Bad ranges are PolicyErrors: a negative branch count, validator count or clock offset means nothing."""
+    """Bad ranges are PolicyErrors: a negative branch count, validator count or clock offset means
+    nothing."""
     field = text.split("=")[0].split("\n")[-1].strip()
     assert field in _error(text)
 
@@ -261,7 +264,8 @@ def test_to_toml_from_toml_round_trip(policy):
 @example(TrustPolicy(activation=ActivationPolicy(required_randomization=frozenset({"it's"}))))
 @example(TrustPolicy(activation=ActivationPolicy(required_randomization=frozenset({"tab\there"}))))
 def test_to_toml_round_trip_escapes_any_text(policy):
-    """Root names and randomization names are free text: to_toml must escape quotes, backslashes, controls."""
+    """Root names and randomization names are free text: to_toml must escape quotes, backslashes,
+    controls."""
     assert TrustPolicy.from_toml(policy.to_toml()) == policy
 
 

@@ -193,7 +193,8 @@ def test_newer_schema_version_is_future_version(rtype, version):
 
 @pytest.mark.parametrize("rtype", list(RecordType))
 def test_newer_schema_version_skips_the_other_checks(rtype):
-    """A v2 record may have fields this version does not know or require: FutureVersion, not RecordError."""
+    """A v2 record may have fields this version does not know or require: FutureVersion, not
+    RecordError."""
     with pytest.raises(FutureVersion):
         check(rtype, {"v": 2, "hlc": 1, "something_new": [1, 2, 3]})
 
@@ -243,9 +244,9 @@ def test_record_value_must_be_a_string(value):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_standard_json_numbers_are_refused(literal):
-    """NaN/Infinity are not JSON (RFC 8259). Python's json.loads accepts them; the record check must not,
-    or a view holds a NaN (NaN != NaN: two sites with the same envelopes no longer compare equal, and
-    record_text refuses to re-encode the record)."""
+    """NaN/Infinity are not JSON (RFC 8259). Python's json.loads accepts them; the record check must
+    not, or a view holds a NaN (NaN != NaN: two sites with the same envelopes no longer compare
+    equal, and record_text refuses to re-encode the record)."""
     text = '{"confidence":0.5,"deleted":false,"hlc":1,"v":1,"value":%s}' % literal
     with pytest.raises(RecordError):
         check(RecordType.CELL, text=text)
@@ -270,7 +271,8 @@ def test_record_just_under_the_limit_is_fine():
 
 
 def test_oversized_record_is_measured_in_bytes():
-    """MAX_RECORD_BYTES is a byte limit: a record of multi-byte characters over it is refused too."""
+    """MAX_RECORD_BYTES is a byte limit: a record of multi-byte characters over it is refused
+    too."""
     base = record_text(reason_record(pad=""))
     pad = "é" * (
         (MAX_RECORD_BYTES - len(base)) // 2 + 16
@@ -293,7 +295,8 @@ def test_skill_id_must_be_the_hash_of_the_record():
 
 
 def test_skill_id_covers_exact_bytes_not_the_parsed_value():
-    """Same JSON value, different text (spacing): the id is of the exact text, so it must not match."""
+    """Same JSON value, different text (spacing): the id is of the exact text, so it must not
+    match."""
     rec = skill_record()
     canonical = record_text(rec)
     spaced = json.dumps(rec, sort_keys=True)
@@ -619,8 +622,8 @@ def test_check_skill_id():
 
 
 def test_check_skill_id_refuses_a_trailing_newline():
-    """`$` in a Python regex also matches before a final newline: "<64 hex>\\n" must not pass as an id
-    (bytes.fromhex ignores whitespace, so "delegate/<key>\\n" would alias "delegate/<key>")."""
+    """`$` in a Python regex also matches before a final newline: "<64 hex>\\n" must not pass as an
+    id (bytes.fromhex ignores whitespace, so "delegate/<key>\\n" would alias "delegate/<key>")."""
     with pytest.raises(RecordError):
         check_skill_id(SKILL_ID + "\n")
     with pytest.raises(RecordError):

@@ -1,6 +1,7 @@
-"""kb.skills.query: the answer equals brute force over the knowledge base's own state; filters never leak
-revoked, withdrawn or inactive skills (hypothesis over publish/certify/revoke/withdraw/ingest/policy/reopen
-sequences); a saved index is reused, brought up to date, or rebuilt; bad bodies raise EmbodimentError."""
+"""kb.skills.query: the answer equals brute force over the knowledge base's own state; filters never
+leak revoked, withdrawn or inactive skills (hypothesis over
+publish/certify/revoke/withdraw/ingest/policy/reopen sequences); a saved index is reused, brought up
+to date, or rebuilt; bad bodies raise EmbodimentError."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ VECTORS = {_key(s): ENCODER.encode(Embodiment.from_dict(s)).astype(np.float64) f
 def brute_force(
     kb, body: Embodiment, *, task=None, active_only=True, min_branches=0
 ) -> list[tuple[str, float]]:
-    """Every matching skill and its distance to its nearest valid scope body, nearest first, from the public API."""
+    """Every matching skill and its distance to its nearest valid scope body, nearest first, from
+    the public API."""
     query = ENCODER.encode(body).astype(np.float64)
     out = []
     for skill in kb.skills.list():
@@ -109,7 +111,8 @@ def brute_force(
 
 
 class Warnings(logging.Handler):
-    """Warnings of the retrieval module: its last-resort resync must not be what makes answers right."""
+    """Warnings of the retrieval module: its last-resort resync must not be what makes answers
+    right."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -367,7 +370,7 @@ def test_index_is_rebuilt_when_the_encoder_changes_or_the_file_is_damaged(tmp_pa
     assert "elsewhere" not in {r.skill.name for r in results} and len(results) == 5
 
 
-# -- property: filters never leak, whatever happens in whatever order ---------------------------------
+# -- property: filters never leak, whatever happens in whatever order ------------------------------
 
 ACTIONS = st.one_of(
     st.tuples(

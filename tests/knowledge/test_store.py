@@ -1,4 +1,5 @@
-"""Unit tests for knowledge._store: the SQLite store (WAL, synchronous commits, one writer process)."""
+"""Unit tests for knowledge._store: the SQLite store (WAL, synchronous commits, one writer
+process)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Transfer datasets: merging outcomes, files, splits, harvesting certificates, and the encoder report."""
+"""Transfer datasets: merging outcomes, files, splits, harvesting certificates, and the encoder
+report."""
 
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
 """Delegation scope (issue #13, item 1): a root's grants are its own.
 
-Before the fix, a remote root that a site trusted only for one narrow role could write delegation and
-key-revocation records naming keys it does not own — the site's own root key, the site's devices — and
-strip their rights. The rules now (knowledge/_trust.py): grants from different roots are independent
-and only add; a root's delegations count only with the roles the policy trusts that root for; a
-delegation naming a root (this site's own key included) is ignored; so no record written by a writer W
-can reduce or change a right that W did not grant.
+Before the fix, a remote root that a site trusted only for one narrow role could write delegation
+and key-revocation records naming keys it does not own — the site's own root key, the site's devices
+— and strip their rights. The rules now (knowledge/_trust.py): grants from different roots are
+independent and only add; a root's delegations count only with the roles the policy trusts that root
+for; a delegation naming a root (this site's own key included) is ignored; so no record written by a
+writer W can reduce or change a right that W did not grant.
 
-The property tests drive `Authority` directly with random policies (roots with random role sets, this
-site's own key or a `device_of` site) and random delegation / key-revocation records by random roots,
-then add a random set of records authored by one writer W and compare every key's grants before and
-after. A second property test checks the same through a real KnowledgeBase: a hostile root's envelopes,
-ingested, leave every right it did not grant unchanged.
+The property tests drive `Authority` directly with random policies (roots with random role sets,
+this site's own key or a `device_of` site) and random delegation / key-revocation records by random
+roots, then add a random set of records authored by one writer W and compare every key's grants
+before and after. A second property test checks the same through a real KnowledgeBase: a hostile
+root's envelopes, ingested, leave every right it did not grant unchanged.
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def scenes(draw):
 
 
 def trusted_roots(policy: TrustPolicy, own: bytes | None) -> dict[bytes, frozenset[Role]]:
-    """The roots and their roles as the policy states them (README, "Trust"): roots listed with at least
-    one role; plus the site a device belongs to, with every role, or else this site's own key."""
+    """The roots and their roles as the policy states them (README, "Trust"): roots listed with at
+    least one role; plus the site a device belongs to, with every role, or else this site's own
+    key."""
     roots = {r.key: frozenset(r.roles) for r in policy.roots if r.roles}
     if policy.device_of is not None:
         roots.setdefault(policy.device_of, ALL_ROLES)
@@ -87,7 +88,8 @@ def trusted_roots(policy: TrustPolicy, own: bytes | None) -> dict[bytes, frozens
 
 
 def merged(base: dict, writer: bytes, added: dict) -> dict:
-    """`base` with the writer's feed also holding `added` (one current record per key: the new one)."""
+    """`base` with the writer's feed also holding `added` (one current record per key: the new
+    one)."""
     out = {author: dict(named) for author, named in base.items()}
     out.setdefault(writer, {}).update(added)
     return out
@@ -100,10 +102,11 @@ def others(grants: tuple[Grant, ...], writer: bytes) -> list[Grant]:
 @settings(max_examples=150, deadline=None)
 @given(scenes())
 def test_records_by_one_writer_never_change_rights_it_did_not_grant(scene):
-    """Attack: writer W (a root with some roles, any other root, this site's own key, or an untrusted key)
-    adds delegations and key revocations naming anything — roots, this site's key, other roots'
-    devices. Grants made by other roots never change; no root's grant changes; keys W does not delegate
-    keep exactly their grants; and whatever W grants is capped by the roles the policy trusts W for."""
+    """Attack: writer W (a root with some roles, any other root, this site's own key, or an
+    untrusted key) adds delegations and key revocations naming anything — roots, this site's key,
+    other roots' devices. Grants made by other roots never change; no root's grant changes; keys W
+    does not delegate keep exactly their grants; and whatever W grants is capped by the roles the
+    policy trusts W for."""
     policy, own, delegations, revocations, w, add_delegations, add_revocations = scene
     before = Authority(policy, own, delegations, revocations)
     after_delegations = merged(delegations, w, add_delegations)
@@ -123,7 +126,8 @@ def test_records_by_one_writer_never_change_rights_it_did_not_grant(scene):
             if not grant.root:
                 assert grant.site in roots and grant.site != key
                 assert grant.roles <= roots[grant.site], (grant, roots[grant.site])
-        # Admission only ever gains from W's grant: whatever another grant admitted is still admitted.
+        # Admission only ever gains from W's grant: whatever another grant admitted is still
+        # admitted.
         for seq, hlc in ((1, 0), (5, 2**40), (11, 2**64 - 1)):
             if any(g.admits(seq, hlc) is None for g in others(before.grants(key), w)):
                 assert after.admits(key, seq, hlc) is None
@@ -132,8 +136,8 @@ def test_records_by_one_writer_never_change_rights_it_did_not_grant(scene):
 @settings(max_examples=60, deadline=None)
 @given(scenes())
 def test_a_writer_that_is_no_trusted_root_changes_nothing(scene):
-    """Attack: the records come from a key the policy does not trust as a root (say, a device of this
-    site, or a stranger): they change no grant at all."""
+    """Attack: the records come from a key the policy does not trust as a root (say, a device of
+    this site, or a stranger): they change no grant at all."""
     policy, own, delegations, revocations, w, add_delegations, add_revocations = scene
     if w in trusted_roots(policy, own):
         return
@@ -152,8 +156,9 @@ def test_a_writer_that_is_no_trusted_root_changes_nothing(scene):
 @settings(max_examples=60, deadline=None)
 @given(scenes())
 def test_grants_from_different_roots_are_independent_and_only_add(scene):
-    """The grants of a key are the union of each delegating root's own grant: removing every record of
-    one root removes exactly its grants, and the roles a key holds are the union of what each root gives."""
+    """The grants of a key are the union of each delegating root's own grant: removing every record
+    of one root removes exactly its grants, and the roles a key holds are the union of what each
+    root gives."""
     policy, own, delegations, revocations, _w, _d, _r = scene
     full = Authority(policy, own, delegations, revocations)
     roots = trusted_roots(policy, own)
@@ -179,8 +184,8 @@ def test_grants_from_different_roots_are_independent_and_only_add(scene):
 
 
 def test_own_key_is_a_root_with_every_role_whatever_anyone_delegates():
-    """Attack in one line: a root trusted only for validate delegates this site's own key with no roles
-    and revokes it at seq 0. The site's key is still its root with every role."""
+    """Attack in one line: a root trusted only for validate delegates this site's own key with no
+    roles and revokes it at seq 0. The site's key is still its root with every role."""
     own, hostile = KEYS[0], KEYS[1]
     policy = TrustPolicy().with_root(hostile, [Role.VALIDATE])
     authority = Authority(
@@ -192,7 +197,8 @@ def test_own_key_is_a_root_with_every_role_whatever_anyone_delegates():
 
 def test_device_of_site_is_governed_by_its_site_not_by_the_device_itself():
     """On a device (`device_of`), the device's own key is no root: its rights come from its site's
-    delegation, and another trusted root's delegation of it only adds (capped by that root's roles)."""
+    delegation, and another trusted root's delegation of it only adds (capped by that root's
+    roles)."""
     site, device, other = KEYS[0], KEYS[1], KEYS[2]
     policy = TrustPolicy().with_root(other, [Role.VALIDATE]).for_device_of(site)
     authority = Authority(
@@ -215,7 +221,7 @@ def test_device_of_site_is_governed_by_its_site_not_by_the_device_itself():
     assert stripped.roles(device) == {Role.PUBLISH} and stripped.admits(device, 99, 0) is None
 
 
-# --- the same through a real KnowledgeBase --------------------------------------------------------------
+# --- the same through a real KnowledgeBase --------------------------------------------------------
 
 
 def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
@@ -255,11 +261,12 @@ def hostile_writes(draw):
 @settings(max_examples=30, deadline=None)
 @given(hostile_writes())
 def test_a_hostile_roots_ingested_records_leave_other_rights_and_views_unchanged(case):
-    """Attack, end to end: site S trusts a peer root P fully and a hostile root H for a random set of
-    roles. S delegated devices d1 (publish) and d2 (publish, validate), P delegated pd (publish). H writes
-    random delegations and key revocations (pinned at seqs it holds) naming S's key, P's key, its own,
-    S's and P's devices, a stranger — and S ingests them. S's views do not change; every key H did not
-    delegate keeps its roles at S; keys H delegated only gain (within H's roles); S's devices still write."""
+    """Attack, end to end: site S trusts a peer root P fully and a hostile root H for a random set
+    of roles. S delegated devices d1 (publish) and d2 (publish, validate), P delegated pd (publish).
+    H writes random delegations and key revocations (pinned at seqs it holds) naming S's key, P's
+    key, its own, S's and P's devices, a stranger — and S ingests them. S's views do not change;
+    every key H did not delegate keeps its roles at S; keys H delegated only gain (within H's
+    roles); S's devices still write."""
     hostile_roles, writes = case
     s_id, p_id, h_id = Identity.generate(), Identity.generate(), Identity.generate()
     devices = {

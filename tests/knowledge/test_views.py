@@ -91,7 +91,8 @@ def revoke(skill_id: str) -> dict[str, str]:
 
 
 class Site:
-    """Feeds as plain dicts, folded into Views with trust settled the way the knowledge base does it."""
+    """Feeds as plain dicts, folded into Views with trust settled the way the knowledge base does
+    it."""
 
     def __init__(self, policy: TrustPolicy = POLICY, own: bytes | None = None) -> None:
         self.policy, self.own = policy, own

@@ -1,10 +1,10 @@
 """Tests of knowledge._yjs, the Yjs v1 update reader, and of the feed checks built on it.
 
-yrs (inside pycrdt) keeps clocks and lengths as u32 and client ids as 53 bits; a field wider than that
-is read as another number (a clock of 2**32 is clock 0). The reader must refuse every such field, and
-whatever it and the Feed accept must change in a pycrdt Doc exactly the (client, clock) ranges the
-reader reported, with nothing held pending. The differential fuzz at the end checks that against
-pycrdt itself, with updates written by real Docs and hostile ones built by hand.
+yrs (inside pycrdt) keeps clocks and lengths as u32 and client ids as 53 bits; a field wider than
+that is read as another number (a clock of 2**32 is clock 0). The reader must refuse every such
+field, and whatever it and the Feed accept must change in a pycrdt Doc exactly the (client, clock)
+ranges the reader reported, with nothing held pending. The differential fuzz at the end checks that
+against pycrdt itself, with updates written by real Docs and hostile ones built by hand.
 """
 
 from __future__ import annotations
@@ -402,7 +402,8 @@ def hostile(draw, held: int):
 
 
 def _verdict(feed: Feed, data: bytes) -> tuple[str, str] | None:
-    """As ingest judges an update: (reason, detail), or None if it is accepted (and noted by the feed)."""
+    """As ingest judges an update: (reason, detail), or None if it is accepted (and noted by the
+    feed)."""
     try:
         parsed = parse_update(data)
     except MalformedUpdate as exc:

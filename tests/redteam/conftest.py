@@ -1,9 +1,10 @@
-"""Live sites for the red-team tests: real `simnet serve` processes on loopback ports, attacked from outside.
+"""Live sites for the red-team tests: real `simnet serve` processes on loopback ports, attacked from
+outside.
 
-- `live(name, limits=..., interval_s=..., nofile=...)` makes a site home (`simnet init`) and returns a
-  `Live` site, not yet started: `.start()`, `.stop(signal)`, `.url`, `.pid`, `.heads()` (asked as the
-  site's own key), `.client(identity)`, `.log_text()` and `.assert_no_traceback()`. All are stopped at
-  teardown. `module_live` is the same for module-scoped fixtures.
+- `live(name, limits=..., interval_s=..., nofile=...)` makes a site home (`simnet init`) and returns
+  a `Live` site, not yet started: `.start()`, `.stop(signal)`, `.url`, `.pid`, `.heads()` (asked as
+  the site's own key), `.client(identity)`, `.log_text()` and `.assert_no_traceback()`. All are
+  stopped at teardown. `module_live` is the same for module-scoped fixtures.
 - `signed(identity, audience, method, target, body)` builds an Authorization header by hand, and
   `assert_refused(response, status, code, *phrases)` checks a JSON refusal.
 """
@@ -61,7 +62,8 @@ def signed(
 
 
 def assert_refused(response: httpx.Response, status: int, code: str, *phrases: str) -> str:
-    """The response is `status` with {"error": code, "detail": ...} naming every phrase; returns the detail."""
+    """The response is `status` with {"error": code, "detail": ...} naming every phrase; returns the
+    detail."""
     assert response.status_code == status, (response.status_code, response.text[:300])
     body = response.json()
     assert set(body) == {"error", "detail"} and body["error"] == code, body
@@ -71,7 +73,8 @@ def assert_refused(response: httpx.Response, status: int, code: str, *phrases: s
 
 
 class Live:
-    """One site home and, while running, its `simnet serve` process (its output kept in serve-N.log)."""
+    """One site home and, while running, its `simnet serve` process (its output kept in
+    serve-N.log)."""
 
     def __init__(self, home: Path, nofile: int | None) -> None:
         self.home = home
@@ -156,7 +159,8 @@ class Live:
 
 
 class Sites:
-    """Makes site homes under `root` (`simnet init`, then the given limits and gossip); stops them at close()."""
+    """Makes site homes under `root` (`simnet init`, then the given limits and gossip); stops them
+    at close()."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -195,7 +199,8 @@ class Sites:
 
 @pytest.fixture
 def live(tmp_path):
-    """live(name, limits=None, interval_s=3600, max_backoff_s=2, nofile=None) -> a Live site, not started."""
+    """live(name, limits=None, interval_s=3600, max_backoff_s=2, nofile=None) -> a Live site, not
+    started."""
     sites = Sites(tmp_path)
     yield sites
     sites.close()

@@ -1,9 +1,10 @@
-"""Connection exhaustion (issue #13, 8), against a live `simnet serve` whose process may open 448 files.
+"""Connection exhaustion (issue #13, 8), against a live `simnet serve` whose process may open 448
+files.
 
-Half-sent headers, silent sockets, trickled headers, unsigned large bodies and malformed requests, from
-raw loopback sockets: the server closes what does not send its headers in time, never runs out of file
-descriptors, refuses unsigned bodies before reading them, keeps answering honest callers throughout,
-and logs a few rate-limited lines, no traceback.
+Half-sent headers, silent sockets, trickled headers, unsigned large bodies and malformed requests,
+from raw loopback sockets: the server closes what does not send its headers in time, never runs out
+of file descriptors, refuses unsigned bodies before reading them, keeps answering honest callers
+throughout, and logs a few rate-limited lines, no traceback.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 
 def wait_closed(socks: list[socket.socket], timeout: float) -> float:
-    """Seconds until the server closed every socket (AssertionError if some stay open past `timeout`)."""
+    """Seconds until the server closed every socket (AssertionError if some stay open past
+    `timeout`)."""
     start, open_ = time.monotonic(), set(socks)
     for sock in socks:
         sock.setblocking(False)
@@ -212,8 +214,9 @@ def peak_memory_kb(site: Live) -> int:
 
 
 def test_unsigned_large_bodies_cost_no_memory(site):
-    """Eight callers each send a 12 MB unsigned body (under max_body_bytes): the server answers 401 on
-    the headers and discards the rest as it arrives; its peak memory does not grow by the 96 MB."""
+    """Eight callers each send a 12 MB unsigned body (under max_body_bytes): the server answers 401
+    on the headers and discards the rest as it arrives; its peak memory does not grow by the 96
+    MB."""
     before, peak = site.heads(), peak_memory_kb(site)
     body = os.urandom(1 << 20) * 12
 

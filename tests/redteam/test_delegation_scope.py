@@ -1,15 +1,16 @@
 """Red team, issue #13 item 1: a narrowly trusted remote root reaching into another site's grants.
 
 Site A trusts a remote root H only to validate. Before the fix, H could write delegation and key
-revocation records naming keys it does not own and strip their rights at A: delegate A's own root key
-with no roles (A's own skills vanished from its views), delegate A's devices with no roles and revoke
-their keys (the devices got 403 and their data vanished), after which `simnet device add` answered 500.
+revocation records naming keys it does not own and strip their rights at A: delegate A's own root
+key with no roles (A's own skills vanished from its views), delegate A's devices with no roles and
+revoke their keys (the devices got 403 and their data vanished), after which `simnet device add`
+answered 500.
 
-Now a root's grants are its own: H's records count only for keys H delegates, only add, and only with
-the roles A trusts H for; a delegation naming a root is ignored. The attack is run against a live
-`simnet serve` process (H pushes its envelopes over HTTP, signed with its own key, as any trusted peer
-may) and in-process through `kb.ingest`. A's views, its devices' rights, its devices' syncing and
-`simnet device add` must all be as they were; H may only add what its own grant allows.
+Now a root's grants are its own: H's records count only for keys H delegates, only add, and only
+with the roles A trusts H for; a delegation naming a root is ignored. The attack is run against a
+live `simnet serve` process (H pushes its envelopes over HTTP, signed with its own key, as any
+trusted peer may) and in-process through `kb.ingest`. A's views, its devices' rights, its devices'
+syncing and `simnet device add` must all be as they were; H may only add what its own grant allows.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def author(raw: bytes) -> bytes:
 
 
 def simnet(home, *args: str) -> tuple[int, str, str | None]:
-    """The real `simnet` entry point (knowledge.cli.run), in-process: (exit code, output, traceback)."""
+    """The real `simnet` entry point (knowledge.cli.run), in-process: (exit code, output,
+    traceback)."""
     from knowledge.cli import run
 
     runner, argv = CliRunner(), sys.argv
@@ -61,8 +63,8 @@ def attack(
     hostile: knowledge.KnowledgeBase, site_key: bytes, devices: list[knowledge.KnowledgeBase]
 ) -> list[bytes]:
     """H's records naming what it does not own: A's root key and A's devices, with no roles, and key
-    revocations of them (A's root at 0, the devices at 0 and pinned at their envelope 1). Returns H's
-    envelopes (H holds A's feeds, so it can pin)."""
+    revocations of them (A's root at 0, the devices at 0 and pinned at their envelope 1). Returns
+    H's envelopes (H holds A's feeds, so it can pin)."""
     hostile.revoke_key(site_key, 0, reason="hostile")
     for n, device in enumerate(devices):
         hostile.revoke_key(
@@ -94,14 +96,15 @@ def counters(kb: knowledge.KnowledgeBase) -> dict:
 
 
 def smaller_key_than(key: bytes) -> Identity:
-    """A fresh identity whose public key sorts below `key` (where per-site figures would be filed)."""
+    """A fresh identity whose public key sorts below `key` (where per-site figures would be
+    filed)."""
     while True:
         identity = Identity.generate()
         if identity.public_key < key:
             return identity
 
 
-# --- over the wire: a live `simnet serve` -------------------------------------------------------------
+# --- over the wire: a live `simnet serve` ---------------------------------------------------------
 
 
 @dataclass
@@ -202,11 +205,11 @@ def test_sites_views_are_unchanged(attacked):
 
 
 def test_devices_counters_stay_filed_under_their_own_site(attacked):
-    """Attack: H (trusted only to validate, its key sorting below A's) delegates A's devices with *no*
-    roles. A files a device's counter figures under "the smallest key among the roots that delegate it"
-    — every grant counts, an empty one too — so the devices' uses and successes move from A's site to
-    H's in A's views (`kb.counters.per_site`, `kb.snapshot()["counters"]`): H changed how A accounts
-    for A's own devices. They must stay filed under A."""
+    """Attack: H (trusted only to validate, its key sorting below A's) delegates A's devices with
+    *no* roles. A files a device's counter figures under "the smallest key among the roots that
+    delegate it" — every grant counts, an empty one too — so the devices' uses and successes move
+    from A's site to H's in A's views (`kb.counters.per_site`, `kb.snapshot()["counters"]`): H
+    changed how A accounts for A's own devices. They must stay filed under A."""
     a = attacked
     with read_store(a.site) as kb:
         assert counters(kb) == a.before["counters"]
@@ -227,7 +230,8 @@ def test_site_key_and_devices_keep_their_rights(attacked):
 
 
 def test_devices_still_sync_and_write(attacked):
-    """A's devices still sync with A over HTTP (200, never 403) and their new writes land and show."""
+    """A's devices still sync with A over HTTP (200, never 403) and their new writes land and
+    show."""
     a = attacked
     for n, device in enumerate(a.devices):
         with a.site.client(device.identity) as client:
@@ -241,8 +245,8 @@ def test_devices_still_sync_and_write(attacked):
 
 
 def test_simnet_device_add_still_works(attacked):
-    """`simnet device add` (through the running server's admin endpoint) still delegates, and the new
-    device syncs and publishes."""
+    """`simnet device add` (through the running server's admin endpoint) still delegates, and the
+    new device syncs and publishes."""
     a = attacked
     device = Identity.generate()
     code, out, tb = simnet(
@@ -261,7 +265,7 @@ def test_simnet_device_add_still_works(attacked):
     a.site.assert_no_traceback()
 
 
-# --- in-process: kb.ingest ----------------------------------------------------------------------------
+# --- in-process: kb.ingest ------------------------------------------------------------------------
 
 
 def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
@@ -281,8 +285,8 @@ def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
 
 @pytest.fixture
 def scene(open_kb):
-    """Site A (its own root) trusting H for validate, A's devices d1 (publish), d2 (publish, validate),
-    A's two certified skills; H (trusting A) holds everything A holds."""
+    """Site A (its own root) trusting H for validate, A's devices d1 (publish), d2 (publish,
+    validate), A's two certified skills; H (trusting A) holds everything A holds."""
     a_id = Identity.generate()
     hostile_id = smaller_key_than(a_id.public_key)
     a = open_kb("a", a_id, policy=TrustPolicy().with_root(hostile_id.public_key, [Role.VALIDATE]))
@@ -307,8 +311,8 @@ def scene(open_kb):
 
 
 def test_in_process_ingest_of_the_attack_changes_nothing_at_the_site(scene):
-    """The same attack through `kb.ingest`: every envelope accepted, A's views and every key's rights
-    unchanged, A's devices' next envelopes accepted, A still delegates and writes as root."""
+    """The same attack through `kb.ingest`: every envelope accepted, A's views and every key's
+    rights unchanged, A's devices' next envelopes accepted, A still delegates and writes as root."""
     a, hostile, devices = scene
     keys = [
         a.identity.public_key,
@@ -340,9 +344,9 @@ def test_in_process_ingest_of_the_attack_changes_nothing_at_the_site(scene):
 
 
 def test_hostile_root_adds_only_within_the_roles_it_is_trusted_for(scene):
-    """What H may legitimately do: delegate keys with the roles A trusts H for. Delegating A's device with
-    every role gives it validate at A (H's own grant) but never revoke or anything H lacks; a key of H's
-    own delegated publish gets nothing it can publish with at A."""
+    """What H may legitimately do: delegate keys with the roles A trusts H for. Delegating A's
+    device with every role gives it validate at A (H's own grant) but never revoke or anything H
+    lacks; a key of H's own delegated publish gets nothing it can publish with at A."""
     a, hostile, devices = scene
     d1 = devices[0]
     hostile.delegate(d1.identity.public_key, [Role.PUBLISH, Role.VALIDATE, Role.REVOKE])
@@ -367,8 +371,9 @@ def test_hostile_root_adds_only_within_the_roles_it_is_trusted_for(scene):
 
 
 def test_in_process_empty_delegation_does_not_refile_the_devices_counters(scene):
-    """The counter half of the attack through `kb.ingest`: after H's empty delegations of A's devices
-    (H's key sorts below A's), A's per-site counter figures must be unchanged (they move to H's site)."""
+    """The counter half of the attack through `kb.ingest`: after H's empty delegations of A's
+    devices (H's key sorts below A's), A's per-site counter figures must be unchanged (they move to
+    H's site)."""
     a, hostile, devices = scene
     before = counters(a)
     assert any(a.identity.public_key_hex in per_site for per_site in before.values())
@@ -380,11 +385,12 @@ def test_in_process_empty_delegation_does_not_refile_the_devices_counters(scene)
 def test_only_a_root_that_vouches_for_the_publisher_with_publish_can_withdraw_its_skills(
     open_kb, h_roles
 ):
-    """Attack: H delegates A's device d, then withdraws d's skill. A withdrawal counts where a site that
-    vouches for the publisher with the publish role also vouches for the withdrawer (docs/SECURITY.md:
-    a root trusted to publish that delegates a key shares responsibility for it). A root trusted only
-    to validate gives d nothing that covers a skill, so its withdrawal is not shown; a root A trusts to
-    publish and that chose to vouch for d may withdraw d's skills, as d's own site may."""
+    """Attack: H delegates A's device d, then withdraws d's skill. A withdrawal counts where a site
+    that vouches for the publisher with the publish role also vouches for the withdrawer
+    (docs/SECURITY.md: a root trusted to publish that delegates a key shares responsibility for it).
+    A root trusted only to validate gives d nothing that covers a skill, so its withdrawal is not
+    shown; a root A trusts to publish and that chose to vouch for d may withdraw d's skills, as d's
+    own site may."""
     a_id, h_id, d_id = Identity.generate(), Identity.generate(), Identity.generate()
     a = open_kb("a", a_id, policy=TrustPolicy().with_root(h_id.public_key, h_roles))
     h = open_kb("h", h_id, policy=TrustPolicy().with_root(a_id.public_key))
@@ -408,9 +414,9 @@ def test_only_a_root_that_vouches_for_the_publisher_with_publish_can_withdraw_it
 
 
 def test_revoked_device_stays_revoked_for_what_needed_its_sites_grant(scene):
-    """A revokes its device d1 at its current seq; H re-delegates d1 (validate, all H may give). d1's
-    later envelopes may then be taken on H's grant, but its later skills (publish: only A's grant gives
-    it, and that grant ends at last_seq) are never shown at A."""
+    """A revokes its device d1 at its current seq; H re-delegates d1 (validate, all H may give).
+    d1's later envelopes may then be taken on H's grant, but its later skills (publish: only A's
+    grant gives it, and that grant ends at last_seq) are never shown at A."""
     a, hostile, devices = scene
     d1 = devices[0]
     held = a.heads()[d1.identity.public_key_hex].seq

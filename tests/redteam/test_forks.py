@@ -1,10 +1,10 @@
 """Class 3 over the wire: forks that used to stay hidden are found by sites talking over real HTTP.
 
 A writer that two sites trust signs two different envelopes at one seq and gives one to each site.
-Their heads used to compare seqs only, so they kept different views for ever. Now heads carry hashes:
-the sites find the fork on their first sync, keep both envelopes as evidence, stop taking the writer,
-and show the same knowledge. A robot re-flashed with its old key and an empty store learns its feed
-back from its site before it writes, instead of forking it.
+Their heads used to compare seqs only, so they kept different views for ever. Now heads carry
+hashes: the sites find the fork on their first sync, keep both envelopes as evidence, stop taking
+the writer, and show the same knowledge. A robot re-flashed with its old key and an empty store
+learns its feed back from its site before it writes, instead of forking it.
 """
 
 from __future__ import annotations

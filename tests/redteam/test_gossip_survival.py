@@ -1,8 +1,8 @@
-"""Poison never stops gossip (issue #13, 5): a hostile peer process answers a gossiping site with garbage
-pages, signed poison envelopes, malformed and gigantic JSON, broken HTTP, errors, resets and stalls;
-the site's scheduler survives every one of them and keeps syncing with an honest peer — a revocation
-made there still arrives — and its own server answers the same poison with a 4xx or a list of
-rejections, never a 5xx.
+"""Poison never stops gossip (issue #13, 5): a hostile peer process answers a gossiping site with
+garbage pages, signed poison envelopes, malformed and gigantic JSON, broken HTTP, errors, resets and
+stalls; the site's scheduler survives every one of them and keeps syncing with an honest peer — a
+revocation made there still arrives — and its own server answers the same poison with a 4xx or a
+list of rejections, never a 5xx.
 
 Run as a script (`python test_gossip_survival.py PORT KEYDIR`), this module is the hostile peer.
 """
@@ -29,12 +29,12 @@ from knowledge import Identity, Role, TrustPolicy
 POISON_KEYS = 3  # hostile site roots the victim trusts to publish: one poison envelope each
 
 
-# --- the hostile peer ----------------------------------------------------------------------------------
+# --- the hostile peer -----------------------------------------------------------------------------
 
 
 def poison_envelopes(keys: list[Identity]) -> list[bytes]:
-    """Validly signed first envelopes whose contents are poison: JSON 20,000 deep, a 5,000-digit number,
-    and bytes that are no Yjs update at all."""
+    """Validly signed first envelopes whose contents are poison: JSON 20,000 deep, a 5,000-digit
+    number, and bytes that are no Yjs update at all."""
     from pycrdt import Doc, Map
 
     from knowledge._clock import pack
@@ -60,13 +60,15 @@ def http(
     status: int, body: bytes, content_type: str = "application/json", extra: str = ""
 ) -> bytes:
     return (
-        f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n{extra}\r\n"
+        f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\n"
+        f"content-length: {len(body)}\r\n{extra}\r\n"
     ).encode() + body
 
 
 def scenarios(poison: bytes) -> list[dict[str, bytes | None]]:
-    """What the hostile peer answers, per round: to /v1/sync, and (if the round gets there) to /v1/heads
-    and /v1/envelopes. None: close the connection without a word; b"stall": headers, then nothing."""
+    """What the hostile peer answers, per round: to /v1/sync, and (if the round gets there) to
+    /v1/heads and /v1/envelopes. None: close the connection without a word; b"stall": headers, then
+    nothing."""
     empty, heads = http(200, encode_page([]), PAGE_TYPE), http(200, b'{"heads": {}}')
     return [
         {"sync": http(200, b"<html>not a page</html>", PAGE_TYPE)},
@@ -160,7 +162,7 @@ async def hostile(port: int, keydir: Path) -> None:
         await server.serve_forever()
 
 
-# --- the test ------------------------------------------------------------------------------------------
+# --- the test -------------------------------------------------------------------------------------
 
 
 def test_a_hostile_peer_never_stops_gossip_with_an_honest_one(live, tmp_path):

@@ -1,9 +1,10 @@
 """Red team, issue #13 item 5: poison records from a trusted writer.
 
-Before the fix, a record whose JSON nests 20,000 deep, or holds a number of hundreds of digits (a cell
-confidence of 10**500), made `ingest` raise: HTTP 500 on a push, and a dead gossip task at a site that
-pulled it from a peer. Now `knowledge._records.record_limits` refuses size > 256 KiB, nesting > 64 and
-digit runs > 40 before anything is parsed, and ingest rejects such an envelope ("oversized_record").
+Before the fix, a record whose JSON nests 20,000 deep, or holds a number of hundreds of digits (a
+cell confidence of 10**500), made `ingest` raise: HTTP 500 on a push, and a dead gossip task at a
+site that pulled it from a peer. Now `knowledge._records.record_limits` refuses size > 256 KiB,
+nesting > 64 and digit runs > 40 before anything is parsed, and ingest rejects such an envelope
+("oversized_record").
 
 The attacker is a device D delegated `publish` by site A: its envelopes pass every check before the
 record ones (signature, grant, chain, clock). It signs hand-made envelopes with its own key
@@ -11,9 +12,9 @@ record ones (signature, grant, chain, clock). It signs hand-made envelopes with 
 `ingest` never raises; the envelope is either accepted — its record then listed in
 `report.record_issues`, or (when the text happens to be a valid record) shown — or rejected with a
 specific reason ("oversized_record" exactly when a limit is exceeded, "malformed_update" for bytes
-that are not UTF-8), and a rejection changes nothing (views, heads, stored envelopes). Over the wire a
-live `simnet serve` answers such a push with 200 and the rejection, never 500, keeps answering, logs no
-traceback, and its gossip task survives a peer that serves it the poison.
+that are not UTF-8), and a rejection changes nothing (views, heads, stored envelopes). Over the wire
+a live `simnet serve` answers such a push with 200 and the rejection, never 500, keeps answering,
+logs no traceback, and its gossip task survives a peer that serves it the poison.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ KEYS = [
 
 
 def marked(n: int) -> str:
-    """A run of n placeholder bytes between markers, to be swapped for n bytes that are not UTF-8."""
+    """A run of n placeholder bytes between markers, to be swapped for n bytes that are not
+    UTF-8."""
     return "<<!" + "Q" * n + "!>>"
 
 
@@ -66,7 +68,8 @@ def env(raw: bytes) -> Envelope:
 
 
 class Forger:
-    """Signs the writer's next envelope by hand: one record of any text (or of raw, non-UTF-8 bytes)."""
+    """Signs the writer's next envelope by hand: one record of any text (or of raw, non-UTF-8
+    bytes)."""
 
     def __init__(self, identity: Identity, feed: list[bytes]) -> None:
         self.identity = identity
@@ -141,7 +144,7 @@ def world() -> World:
     return make_world()
 
 
-# --- hostile record texts -----------------------------------------------------------------------------
+# --- hostile record texts -------------------------------------------------------------------------
 # Each strategy gives (key, text, raw_bytes or None, expected): expected is "oversized_record",
 # "malformed_update" (rejected with exactly that reason), "issue" (accepted, record listed) or "any"
 # (accepted; listed, or shown if the text happens to be a valid record).
@@ -287,7 +290,8 @@ def not_objects(draw):
 
 @st.composite
 def escaped_quotes(draw):
-    """Many escaped quotes and backslashes inside strings (what a string-skipping scanner must get right)."""
+    """Many escaped quotes and backslashes inside strings (what a string-skipping scanner must get
+    right)."""
     n = draw(st.integers(1, 300))
     body = draw(st.sampled_from(['\\"', "\\\\", '\\"[', '\\\\\\"{'])) * n
     return "cell/lobby/1,1", cell_with("value", f'"{body}"'), None, "any"
@@ -356,9 +360,10 @@ def check_one(w: World, key: str, text: str, raw_bytes: bytes | None, expected: 
 @settings(max_examples=120, deadline=None)
 @given(case=HOSTILE)
 def test_hostile_record_texts_are_refused_or_listed_and_ingest_never_raises(world, case):
-    """Attack: one hostile record text per envelope, signed by a trusted device (nesting of [ and { up
-    to 20,000 deep, digit runs up to 2,000, exponents like 1e400, NaN/Infinity, non-UTF-8 bytes and
-    escaped surrogates, strings just under and over 256 KiB, JSON that is no object, escaped quotes)."""
+    """Attack: one hostile record text per envelope, signed by a trusted device (nesting of [ and {
+    up to 20,000 deep, digit runs up to 2,000, exponents like 1e400, NaN/Infinity, non-UTF-8 bytes
+    and escaped surrogates, strings just under and over 256 KiB, JSON that is no object, escaped
+    quotes)."""
     event(f"expected {case[3]}")
     check_one(world, *case)
 
@@ -405,23 +410,30 @@ def test_named_poison_records(world, name, key, text, expected):
 
 
 def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
-    """Attack (CPU): a record within every limit (160 KB) made of the two characters `"\\` repeated. The
-    limit scan (`record_limits`, run on every record before parsing) looks for JSON strings with the
-    regex `"(?:[^"\\\\]|\\\\.)*"`: from every quote it runs to the end of the text and fails, so one record
-    costs O(n²) — over two minutes here — while ingest holds the knowledge base's lock. A receiver must
-    handle it in well under a second. (Run in a child process so the test itself stays bounded.)"""
+    """Attack (CPU): a record within every limit (160 KB) made of the two characters `"\\` repeated.
+    The limit scan (`record_limits`, run on every record before parsing) looks for JSON strings with
+    the regex `"(?:[^"\\\\]|\\\\.)*"`: from every quote it runs to the end of the text and fails, so
+    one record costs O(n²) — over two minutes here — while ingest holds the knowledge base's lock. A
+    receiver must handle it in well under a second. (Run in a child process so the test itself stays
+    bounded.)"""
     child = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         import importlib.util
         spec = importlib.util.spec_from_file_location("poison", {__file__!r})
-        poison = importlib.util.module_from_spec(spec); sys.modules["poison"] = poison; spec.loader.exec_module(poison)
+        poison = importlib.util.module_from_spec(spec)
+        sys.modules["poison"] = poison
+        spec.loader.exec_module(poison)
         w = poison.make_world()
         kb = w.receiver()
         raw = w.forger.envelope("cell/lobby/1,1", '"\\\\' * 80_000)
         started = time.perf_counter()
         report = kb.ingest([raw])
-        print(round(time.perf_counter() - started, 3), report.reasons(), [i.reason[:40] for i in report.record_issues])
+        print(
+            round(time.perf_counter() - started, 3),
+            report.reasons(),
+            [i.reason[:40] for i in report.record_issues],
+        )
     """)
     try:
         done = subprocess.run(
@@ -429,8 +441,8 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
         )
     except subprocess.TimeoutExpired:
         pytest.fail(
-            "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s, child start "
-            "included (about 140 s here): "
+            "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s, "
+            "child start included (about 140 s here): "
             "record_limits' string regex backtracks from every quote to the end of the text"
         )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -439,11 +451,11 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
 
 
 def test_skill_named_with_an_escaped_lone_surrogate_does_not_break_the_site_cli(world, tmp_path):
-    """Attack: a trusted device publishes a skill whose JSON record spells its name with an escaped lone
-    surrogate ("evil\\ud800name": valid JSON syntax, no Unicode string). The record passes every limit and
-    check and is shown, and then `simnet skills list` — at every site that takes it — dies with a
-    UnicodeEncodeError traceback printing the name. Either the record is refused/listed as invalid, or
-    the CLI prints the library without a traceback."""
+    """Attack: a trusted device publishes a skill whose JSON record spells its name with an escaped
+    lone surrogate ("evil\\ud800name": valid JSON syntax, no Unicode string). The record passes
+    every limit and check and is shown, and then `simnet skills list` — at every site that takes it
+    — dies with a UnicodeEncodeError traceback printing the name. Either the record is
+    refused/listed as invalid, or the CLI prints the library without a traceback."""
     import hashlib
 
     text = (
@@ -478,7 +490,7 @@ def test_skill_named_with_an_escaped_lone_surrogate_does_not_break_the_site_cli(
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-1500:]
 
 
-# --- over the wire ------------------------------------------------------------------------------------
+# --- over the wire --------------------------------------------------------------------------------
 
 
 @dataclass
@@ -536,7 +548,8 @@ WIRE_POISON = {
 def test_push_of_poison_to_a_live_site_is_refused_with_a_reason_never_500(live_world, name):
     """Attack over HTTP: the trusted device POSTs the poison envelope to /v1/envelopes of a live
     `simnet serve`. The answer is 200 with the envelope rejected for the specific reason (or a 4xx),
-    never 500; the site's heads do not move, it still answers /v1/health, and its log has no traceback."""
+    never 500; the site's heads do not move, it still answers /v1/health, and its log has no
+    traceback."""
     w = live_world
     key, text, raw_bytes, reason = WIRE_POISON[name]
     raw = w.forger.envelope(key, text, raw_bytes=raw_bytes, hlc=w.device.now())
@@ -557,8 +570,9 @@ def test_push_of_poison_to_a_live_site_is_refused_with_a_reason_never_500(live_w
 
 
 class PoisonPeer:
-    """A hostile peer (not simnet code: an attacker's HTTP server) that answers /v1/sync with a page of
-    poison envelopes, takes whatever is pushed to it, and counts the sync rounds it is asked for."""
+    """A hostile peer (not simnet code: an attacker's HTTP server) that answers /v1/sync with a page
+    of poison envelopes, takes whatever is pushed to it, and counts the sync rounds it is asked
+    for."""
 
     def __init__(self, page: list[bytes]) -> None:
         self.page = page
@@ -613,10 +627,11 @@ class PoisonPeer:
 
 
 def test_a_peer_serving_poison_does_not_kill_the_sites_gossip(live_world):
-    """Attack over HTTP, pull side: a peer the site gossips with (added by `simnet peer add`) answers
-    every /v1/sync with the poison envelopes (20,000-deep nesting, a 500-digit confidence, a far-future
-    record). The site refuses them round after round; its gossip keeps running (the peer is asked again
-    in later rounds), and when the peer finally offers the device's honest envelope the site takes it."""
+    """Attack over HTTP, pull side: a peer the site gossips with (added by `simnet peer add`)
+    answers every /v1/sync with the poison envelopes (20,000-deep nesting, a 500-digit confidence, a
+    far-future record). The site refuses them round after round; its gossip keeps running (the peer
+    is asked again in later rounds), and when the peer finally offers the device's honest envelope
+    the site takes it."""
     w = live_world
     t = w.device.now()
     poison = [

@@ -1,6 +1,7 @@
-"""Reading needs a current grant (issue #13, 6): against a live `simnet serve`, a key whose delegation was
-revoked, a device delegated no roles and a stranger read and push nothing — heads, sync, envelopes,
-blobs, status all answer 403 saying what is missing — while grant holders read; admin is the root's only.
+"""Reading needs a current grant (issue #13, 6): against a live `simnet serve`, a key whose
+delegation was revoked, a device delegated no roles and a stranger read and push nothing — heads,
+sync, envelopes, blobs, status all answer 403 saying what is missing — while grant holders read;
+admin is the root's only.
 """
 
 from __future__ import annotations

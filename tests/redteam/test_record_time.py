@@ -1,16 +1,16 @@
 """Red team, issue #13 item 4: a trusted writer stamping a record with a time far in the future.
 
-A record carries its own `hlc`, and a semantic-map cell shows the record with the highest (confidence,
-hlc, author). Before the fix nothing bound a record's hlc to its envelope's, so a trusted device could
-write a cell record with hlc 2**64-1 (or 2**63, or an hour ahead) at confidence 1.0 and win that cell
-for ever. Now an envelope is refused ("record_clock_ahead") if any record in its update claims a time
-later than the envelope's own hlc, and the envelope's hlc is bounded by the receiver's clock-skew check
-("clock_skew").
+A record carries its own `hlc`, and a semantic-map cell shows the record with the highest
+(confidence, hlc, author). Before the fix nothing bound a record's hlc to its envelope's, so a
+trusted device could write a cell record with hlc 2**64-1 (or 2**63, or an hour ahead) at confidence
+1.0 and win that cell for ever. Now an envelope is refused ("record_clock_ahead") if any record in
+its update claims a time later than the envelope's own hlc, and the envelope's hlc is bounded by the
+receiver's clock-skew check ("clock_skew").
 
-The attacker is a device D that its site A trusts (delegated publish). It signs its envelopes by hand,
-with its own key (Feed.write + seal), continuing its real feed. The tests check the rejection reason,
-that nothing changed at the receiver (views, heads, stored envelopes), and that an honest later write
-wins the cell at every site (A, a second site B trusting A, and D itself).
+The attacker is a device D that its site A trusts (delegated publish). It signs its envelopes by
+hand, with its own key (Feed.write + seal), continuing its real feed. The tests check the rejection
+reason, that nothing changed at the receiver (views, heads, stored envelopes), and that an honest
+later write wins the cell at every site (A, a second site B trusting A, and D itself).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def cell_record(value, confidence: float, hlc: int) -> str:
 
 
 class Forger:
-    """Signs the next envelopes of a writer's feed by hand (any update, any hlc), continuing its Doc."""
+    """Signs the next envelopes of a writer's feed by hand (any update, any hlc), continuing its
+    Doc."""
 
     def __init__(self, kb: knowledge.KnowledgeBase) -> None:
         self.identity = kb.identity
@@ -106,8 +107,8 @@ def state(kb: knowledge.KnowledgeBase):
 
 @pytest.fixture
 def fleet(open_kb):
-    """Site A (root), site B trusting A for every role, and A's device D (publish), all in step, with D's
-    honest observation of the cell at confidence 0.5."""
+    """Site A (root), site B trusting A for every role, and A's device D (publish), all in step,
+    with D's honest observation of the cell at confidence 0.5."""
     a = open_kb("a")
     b = open_kb("b", policy=TrustPolicy().with_root(a.identity.public_key))
     d = open_kb("d", policy=TrustPolicy().for_device_of(a.identity.public_key))
@@ -144,9 +145,10 @@ def assert_cell_everywhere(sites, value, confidence: float) -> None:
 
 @pytest.mark.parametrize("claimed", ["2**64-1", "2**63", "now+1h"])
 def test_record_claiming_a_future_time_is_refused_and_honest_writes_still_win(fleet, claimed):
-    """Attack: D signs, at an honest envelope time, a cell record with hlc 2**64-1 / 2**63 / an hour ahead
-    at confidence 1.0. Every site refuses it ("record_clock_ahead") and changes nothing; afterwards
-    D's own later honest write, then A's later higher-confidence write, win the cell at A, B and D."""
+    """Attack: D signs, at an honest envelope time, a cell record with hlc 2**64-1 / 2**63 / an hour
+    ahead at confidence 1.0. Every site refuses it ("record_clock_ahead") and changes nothing;
+    afterwards D's own later honest write, then A's later higher-confidence write, win the cell at
+    A, B and D."""
     a, b, d = fleet
     record_hlc = {"2**64-1": 2**64 - 1, "2**63": 2**63, "now+1h": now_hlc(HOUR_MS)}[claimed]
     forged = Forger(d).envelope({CELL: cell_record("forged", 1.0, record_hlc)}, hlc=d.now())
@@ -166,8 +168,8 @@ def test_record_claiming_a_future_time_is_refused_and_honest_writes_still_win(fl
 
 @pytest.mark.parametrize("claimed", ["2**64-1", "now+1h"])
 def test_envelope_claiming_the_future_itself_is_refused_as_clock_skew(fleet, claimed):
-    """Attack: the same record, with the envelope's own hlc raised to match it: the receiver's clock-skew
-    bound refuses the envelope ("clock_skew") and its clock is not dragged forward."""
+    """Attack: the same record, with the envelope's own hlc raised to match it: the receiver's
+    clock-skew bound refuses the envelope ("clock_skew") and its clock is not dragged forward."""
     a, b, d = fleet
     hlc = {"2**64-1": 2**64 - 1, "now+1h": now_hlc(HOUR_MS)}[claimed]
     forged = Forger(d).envelope({CELL: cell_record("forged", 1.0, hlc)}, hlc=hlc)
@@ -182,9 +184,9 @@ def test_envelope_claiming_the_future_itself_is_refused_as_clock_skew(fleet, cla
     "key", ["cell/kitchen/1,1", "cell/other/9,9", "counter/" + "ab" * 32, "future/x"]
 )
 def test_any_record_of_the_update_claiming_a_later_time_refuses_the_whole_envelope(fleet, key):
-    """Attack: the far-future record hides beside an honest one in the same envelope (another cell, a
-    counter, a record type this version does not know): the whole envelope is refused, so the honest
-    record in it does not land either."""
+    """Attack: the far-future record hides beside an honest one in the same envelope (another cell,
+    a counter, a record type this version does not know): the whole envelope is refused, so the
+    honest record in it does not land either."""
     a, b, d = fleet
     t = d.now()
     changes = {
@@ -212,8 +214,9 @@ def test_record_time_equal_to_its_envelope_is_accepted_and_later_writes_beat_it(
 
 
 def test_record_with_a_non_integer_far_future_time_is_never_shown(fleet):
-    """Attack: the future time written so that it is no JSON integer (1.8446744073709552e19, a string):
-    the envelope may pass, but the record fails its schema (an integer hlc) and is listed, never shown."""
+    """Attack: the future time written so that it is no JSON integer (1.8446744073709552e19, a
+    string): the envelope may pass, but the record fails its schema (an integer hlc) and is listed,
+    never shown."""
     a, b, d = fleet
     key = "cell/kitchen/3,3"
     for claimed in [
@@ -239,9 +242,9 @@ def test_record_with_a_non_integer_far_future_time_is_never_shown(fleet):
 
 
 def test_forged_checkpoint_carrying_a_future_record_is_refused_by_a_new_site(fleet, open_kb):
-    """Attack: D signs a checkpoint of its feed whose state also holds the far-future cell, and offers it
-    to a site C that holds nothing of D yet (so there is nothing to compare the checkpoint with). C must
-    refuse it ("record_clock_ahead") and then learn D's real feed from A."""
+    """Attack: D signs a checkpoint of its feed whose state also holds the far-future cell, and
+    offers it to a site C that holds nothing of D yet (so there is nothing to compare the checkpoint
+    with). C must refuse it ("record_clock_ahead") and then learn D's real feed from A."""
     a, _b, d = fleet
     c = open_kb("c", policy=TrustPolicy().with_root(a.identity.public_key))
     c.ingest(

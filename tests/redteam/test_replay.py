@@ -1,8 +1,8 @@
 """No signed request is accepted twice, not even after a restart (issue #13, 7).
 
-A signed admin request is captured as it leaves the client, accepted once, and replayed byte for byte
-over a raw socket after the server was killed (SIGKILL) and restarted, and again after a clean restart,
-all inside its timestamp window: 401 each time, and the site's heads do not move.
+A signed admin request is captured as it leaves the client, accepted once, and replayed byte for
+byte over a raw socket after the server was killed (SIGKILL) and restarted, and again after a clean
+restart, all inside its timestamp window: 401 each time, and the site's heads do not move.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from .conftest import Live, assert_refused
 def capture(
     site: Live, method: str, path: str, body: dict | None = None
 ) -> tuple[bytes, bytes, httpx.Response]:
-    """Send a request as the `simnet` CLI does (SimnetAuth, the site's key): (head, body) as sent, and the answer."""
+    """Send a request as the `simnet` CLI does (SimnetAuth, the site's key): (head, body) as sent,
+    and the answer."""
     captured: list[httpx.Request] = []
     with httpx.Client(
         base_url=site.url,
@@ -82,7 +83,8 @@ def test_a_captured_admin_request_is_refused_after_a_crash_and_after_a_restart(l
             )
         assert site.heads() == after_first, how
 
-    # the server still serves, and a fresh request of the same kind is accepted (the refusals were the replays')
+    # the server still serves, and a fresh request of the same kind is accepted (the refusals were
+    # the replays')
     other = Identity.generate().public_key_hex
     _, _, fresh = capture(
         site, "POST", "/v1/admin/delegate", {"device": other, "roles": ["publish"]}

@@ -1,21 +1,23 @@
 """Red team, issue #13 item 9: a revoked key rewriting the history its revocation was meant to keep.
 
-The attack: a device D writes envelopes 1..5, which its root R holds; R revokes D's key at last_seq=3
-(`kb.revoke_key(D, 3)`, which pins envelope 3 by its hash). D — stolen, or its owner turned hostile — then
-signs *another* history: alternative envelopes at seqs 2 and 3 (a fork below the revocation), or only at
-seq 3 (a fork exactly at last_seq), and offers them to a site S that trusts R, in every order: before the
-revocation reaches S or after it, alone or beside the real envelopes, the alternative branch first or the
-real one first, everything in one batch. Before the fix, an equivocation at or below last_seq cut the kept
-history, and a site holding the alternative branch kept it.
+The attack: a device D writes envelopes 1..5, which its root R holds; R revokes D's key at
+last_seq=3 (`kb.revoke_key(D, 3)`, which pins envelope 3 by its hash). D — stolen, or its owner
+turned hostile — then signs *another* history: alternative envelopes at seqs 2 and 3 (a fork below
+the revocation), or only at seq 3 (a fork exactly at last_seq), and offers them to a site S that
+trusts R, in every order: before the revocation reaches S or after it, alone or beside the real
+envelopes, the alternative branch first or the real one first, everything in one batch. Before the
+fix, an equivocation at or below last_seq cut the kept history, and a site holding the alternative
+branch kept it.
 
-What must hold whatever the order, once S has synced with R (anti-entropy: `envelopes_since(heads)` ⇄
-`ingest`, both ways, until nothing moves): S's views hold exactly the records of D's pinned prefix 1..3
-(no record of the alternative branch, none of 4..5), S's head for D is R's (seq 3, the pinned hash), and
-S reopened from its SQLite file holds the same. Where S held the pinned history when the fork arrived,
-the fork is evidence (`kb.equivocations()`) and nothing is cut.
+What must hold whatever the order, once S has synced with R (anti-entropy: `envelopes_since(heads)`
+⇄ `ingest`, both ways, until nothing moves): S's views hold exactly the records of D's pinned prefix
+1..3 (no record of the alternative branch, none of 4..5), S's head for D is R's (seq 3, the pinned
+hash), and S reopened from its SQLite file holds the same. Where S held the pinned history when the
+fork arrived, the fork is evidence (`kb.equivocations()`) and nothing is cut.
 
-Everything runs in-process on real knowledge bases (S on a real SQLite file); the device's alternative
-envelopes are signed by hand with its own key (Feed.write + seal), as an attacker holding the key would.
+Everything runs in-process on real knowledge bases (S on a real SQLite file); the device's
+alternative envelopes are signed by hand with its own key (Feed.write + seal), as an attacker
+holding the key would.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def cell(map_name: str, name: str, value, confidence: float, hlc: int) -> dict[s
 
 
 class Forger:
-    """Signs envelopes in a device's name by hand, continuing its Doc from a chosen prefix of its feed."""
+    """Signs envelopes in a device's name by hand, continuing its Doc from a chosen prefix of its
+    feed."""
 
     def __init__(self, identity: Identity, prefix: list[bytes]) -> None:
         self.identity = identity
@@ -98,7 +101,8 @@ def scene() -> Scene:
 
 
 def make_scene() -> Scene:
-    """R delegates D; D writes 1..5, all held by R; R revokes D at 3; D signs its alternative envelopes."""
+    """R delegates D; D writes 1..5, all held by R; R revokes D at 3; D signs its alternative
+    envelopes."""
     r_id, d_id = Identity.generate(), Identity.generate()
     root = knowledge.open(":memory:", r_id)
     device = knowledge.open(":memory:", d_id, policy=TrustPolicy().for_device_of(r_id.public_key))
@@ -123,7 +127,8 @@ def make_scene() -> Scene:
     pinned = root.snapshot()
     assert sorted(pinned["cells"]) == ["m/real1", "m/real2", "m/real3"]
 
-    # The alternative history: seq 2 and 3 after the common envelope 1, high confidence, overwriting real1.
+    # The alternative history: seq 2 and 3 after the common envelope 1, high confidence, overwriting
+    # real1.
     fork = Forger(d_id, real[:1])
     alt = [
         fork.write(
@@ -240,9 +245,10 @@ ORDERS = [  # the keys of _orders, for test ids
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_fork_below_last_seq_never_displaces_the_pinned_prefix(scene, tmp_path, order):
-    """Attack: the revoked device offers its alternative history in this order; after a sync with the
-    root, the site shows exactly the pinned prefix 1..3, its head for D is the root's, and a reopen of
-    its SQLite store keeps both. The attacker offering the fork again afterwards changes nothing."""
+    """Attack: the revoked device offers its alternative history in this order; after a sync with
+    the root, the site shows exactly the pinned prefix 1..3, its head for D is the root's, and a
+    reopen of its SQLite store keeps both. The attacker offering the fork again afterwards changes
+    nothing."""
     orders = _orders(scene)
     assert sorted(orders) == sorted(ORDERS)
     steps = orders[order]
@@ -285,9 +291,9 @@ def test_fork_below_last_seq_never_displaces_the_pinned_prefix(scene, tmp_path, 
 def test_fork_against_a_site_holding_the_pinned_history_is_evidence_and_cuts_nothing(
     scene, tmp_path, fork
 ):
-    """Attack: the site already holds the revocation and D's pinned envelopes 1..3; D offers a fork at or
-    below last_seq. The site keeps its history (nothing cut, nothing to re-fetch), records every forked
-    seq in `kb.equivocations()` and keeps taking D's pinned envelopes as duplicates."""
+    """Attack: the site already holds the revocation and D's pinned envelopes 1..3; D offers a fork
+    at or below last_seq. The site keeps its history (nothing cut, nothing to re-fetch), records
+    every forked seq in `kb.equivocations()` and keeps taking D's pinned envelopes as duplicates."""
     site = new_site(tmp_path, scene.root.identity.public_key)
     sync(scene.root, site)
     assert_pinned(site, scene)
@@ -307,10 +313,11 @@ def test_fork_against_a_site_holding_the_pinned_history_is_evidence_and_cuts_not
 
 
 def test_restart_does_not_change_what_the_site_reports_about_a_pinned_fork(scene, tmp_path):
-    """A restart must not change what a site shows. After the fork of a revoked, pinned device was kept
-    as evidence (the site held the pinned history; D is not cut nor refused), the running site reports D
-    in neither `snapshot()["equivocators"]` nor `heads()[D].equivocated_at` — but reopened from the same
-    SQLite file it reports D as an equivocator (at seq 3). Equal stores must give equal snapshots."""
+    """A restart must not change what a site shows. After the fork of a revoked, pinned device was
+    kept as evidence (the site held the pinned history; D is not cut nor refused), the running site
+    reports D in neither `snapshot()["equivocators"]` nor `heads()[D].equivocated_at` — but reopened
+    from the same SQLite file it reports D as an equivocator (at seq 3). Equal stores must give
+    equal snapshots."""
     site = new_site(tmp_path, scene.root.identity.public_key)
     sync(scene.root, site)
     site.ingest(scene.alt)
@@ -325,8 +332,9 @@ def test_restart_does_not_change_what_the_site_reports_about_a_pinned_fork(scene
 
 
 def test_envelope_at_last_seq_with_another_hash_is_refused_as_revoked_writer(scene, tmp_path):
-    """Attack: with the revocation held and D's envelopes 1..2, the envelope D signs at seq 3 that is not
-    the pinned one is refused ("revoked_writer") and changes nothing; the pinned one is then accepted."""
+    """Attack: with the revocation held and D's envelopes 1..2, the envelope D signs at seq 3 that
+    is not the pinned one is refused ("revoked_writer") and changes nothing; the pinned one is then
+    accepted."""
     site = new_site(tmp_path, scene.root.identity.public_key)
     site.ingest(scene.delegation + scene.revocation)
     assert site.ingest(scene.real[:2]).rejected == []
@@ -343,10 +351,11 @@ def test_envelope_at_last_seq_with_another_hash_is_refused_as_revoked_writer(sce
 
 
 def test_alternative_prefix_below_last_seq_is_not_taken_after_the_revocation(scene, tmp_path):
-    """Attack: the revocation reached the site first, and the site holds only D's envelope 1. D offers its
-    alternative envelope 2 (below last_seq: no pin to compare with yet) — and the site must not end up with
-    it: once the site meets the root it must hold the pinned 1..3 and nothing of the alternative branch,
-    without needing D (or anyone) to send the real envelope 2 again outside anti-entropy."""
+    """Attack: the revocation reached the site first, and the site holds only D's envelope 1. D
+    offers its alternative envelope 2 (below last_seq: no pin to compare with yet) — and the site
+    must not end up with it: once the site meets the root it must hold the pinned 1..3 and nothing
+    of the alternative branch, without needing D (or anyone) to send the real envelope 2 again
+    outside anti-entropy."""
     site = new_site(tmp_path, scene.root.identity.public_key)
     site.ingest(scene.delegation + scene.revocation)
     site.ingest(scene.real[:1])
@@ -360,12 +369,12 @@ def test_alternative_prefix_below_last_seq_is_not_taken_after_the_revocation(sce
 def test_forged_checkpoint_of_the_alternative_history_never_displaces_the_pinned_prefix(
     scene, tmp_path, at, order
 ):
-    """Attack: instead of envelopes, D signs a *checkpoint* of its alternative history at seq 2 (below
-    last_seq) or 3 (at it), and offers it to a site that holds nothing of D yet, before or after the
-    revocation. After a sync with the root the site must hold exactly the pinned prefix. (At seq 3 the
-    pin refuses it; at seq 2 nothing can be compared until the root's envelopes arrive — and then the
-    root's envelope 2 must not be waved through as "covered by the checkpoint held here", nor its
-    envelope 3 left refused as a broken chain.)"""
+    """Attack: instead of envelopes, D signs a *checkpoint* of its alternative history at seq 2
+    (below last_seq) or 3 (at it), and offers it to a site that holds nothing of D yet, before or
+    after the revocation. After a sync with the root the site must hold exactly the pinned prefix.
+    (At seq 3 the pin refuses it; at seq 2 nothing can be compared until the root's envelopes arrive
+    — and then the root's envelope 2 must not be waved through as "covered by the checkpoint held
+    here", nor its envelope 3 left refused as a broken chain.)"""
     fork = Forger(scene.device, scene.real[:1])
     fork.write(cell("m", "alt-cp2", "forged", 1.0, now_hlc()))
     if at == 3:
@@ -389,7 +398,8 @@ def test_forged_checkpoint_of_the_alternative_history_never_displaces_the_pinned
 
 def test_all_interleavings_of_the_fork_and_the_real_feed_converge(scene, tmp_path):
     """Attack: every permutation of {revocation, real 1..5, alt 2..3} offered one piece at a time (a
-    sample of the 5040 orders, deterministic), then one sync with the root: always the pinned prefix."""
+    sample of the 5040 orders, deterministic), then one sync with the root: always the pinned
+    prefix."""
     pieces = [
         ("rev", scene.delegation + scene.revocation),
         ("r1", scene.real[:1]),
@@ -419,11 +429,12 @@ def test_all_interleavings_of_the_fork_and_the_real_feed_converge(scene, tmp_pat
 def test_over_the_wire_a_live_site_holding_the_fork_takes_the_pinned_prefix_from_the_root(
     scene, live
 ):
-    """Attack over HTTP: a live site S (a real `simnet serve` process) that trusts R is pushed R's key
-    revocation, D's envelope 1 and D's alternative envelopes 2..3 (POST /v1/envelopes: alt 2 is taken,
-    alt 3 refused as not the pinned one). R then runs one ordinary sync round with S
-    (`federation.sync_with`): S must end with exactly the pinned prefix — its /v1/heads for D is R's head,
-    its store's views are R's — and keep it across a restart of the server, with nothing in its log."""
+    """Attack over HTTP: a live site S (a real `simnet serve` process) that trusts R is pushed R's
+    key revocation, D's envelope 1 and D's alternative envelopes 2..3 (POST /v1/envelopes: alt 2 is
+    taken, alt 3 refused as not the pinned one). R then runs one ordinary sync round with S
+    (`federation.sync_with`): S must end with exactly the pinned prefix — its /v1/heads for D is R's
+    head, its store's views are R's — and keep it across a restart of the server, with nothing in
+    its log."""
     site = live("s")
     root_key = scene.root.identity.public_key
     policy = TrustPolicy.load(site.home / "trust.toml").with_root(root_key, name="r")

@@ -1,17 +1,20 @@
 """Slow peers and slow readers: what trickles or stalls costs the one round or connection it stalls.
 
-- A hostile peer process answers one byte at a time, each within the per-read timeout, in the body (of
-  /v1/sync) or in the response headers. A gossiping site abandons every such round at `[limits]
-  sync_deadline_s` and backs off, while an honest peer's news still reaches it within a few intervals and
-  admin syncs with the honest peer answer at once; `federation.sync_with` (blocking) ends at its deadline too.
-- Clients that ask a real server for a large blob and read nothing hold neither the blob's memory (blobs
-  are streamed a stored part at a time) nor their connections for long (dropped at the send deadline);
-  an honest reader meanwhile gets the whole blob. Blobs stored whole by earlier versions are split into
-  parts when the server opens the store; a corrupt one is never delivered complete.
-- A write the knowledge base refuses through an admin endpoint (NotAuthorizedError) is a 403, not a 500.
+- A hostile peer process answers one byte at a time, each within the per-read timeout, in the body
+  (of /v1/sync) or in the response headers. A gossiping site abandons every such round at `[limits]
+  sync_deadline_s` and backs off, while an honest peer's news still reaches it within a few
+  intervals and admin syncs with the honest peer answer at once; `federation.sync_with` (blocking)
+  ends at its deadline too.
+- Clients that ask a real server for a large blob and read nothing hold neither the blob's memory
+  (blobs are streamed a stored part at a time) nor their connections for long (dropped at the send
+  deadline); an honest reader meanwhile gets the whole blob. Blobs stored whole by earlier versions
+  are split into parts when the server opens the store; a corrupt one is never delivered complete.
+- A write the knowledge base refuses through an admin endpoint (NotAuthorizedError) is a 403, not a
+  500.
 
 Run as a script (`python test_slow_peers.py BODY_PORT HEADERS_PORT LIFETIME_S`), this module is the
-dripping peer: it exits by itself after LIFETIME_S seconds, and each answer stops after MAX_DRIPS bytes.
+dripping peer: it exits by itself after LIFETIME_S seconds, and each answer stops after MAX_DRIPS
+bytes.
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ SEND_TIMEOUT = 1.5  # [limits] header_timeout_s at the blob site: also its send 
 MB = 1 << 20
 
 
-# --- the dripping peer -----------------------------------------------------------------------------------
+# --- the dripping peer ----------------------------------------------------------------------------
 
 
 async def drip_peer(body_port: int, headers_port: int, lifetime: float) -> None:
-    """Two listeners: on body_port every answer is a 200 whose body trickles; on headers_port the status
-    line comes, then the headers trickle and never end."""
+    """Two listeners: on body_port every answer is a 200 whose body trickles; on headers_port the
+    status line comes, then the headers trickle and never end."""
 
     def handler(mode: str):
         async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -72,7 +75,8 @@ async def drip_peer(body_port: int, headers_port: int, lifetime: float) -> None:
                     )
                 else:
                     writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-simnet-envelopes\r\nx-drip: "
+                        b"HTTP/1.1 200 OK\r\n"
+                        b"content-type: application/x-simnet-envelopes\r\nx-drip: "
                     )
                 print(f"dripping {mode} {path}", flush=True)
                 for _ in range(MAX_DRIPS):
@@ -104,7 +108,8 @@ async def drip_peer(body_port: int, headers_port: int, lifetime: float) -> None:
 
 @pytest.fixture(scope="module")
 def drip(tmp_path_factory):
-    """(body_url, headers_url, log path) of a dripping peer process, stopped at teardown (or by itself)."""
+    """(body_url, headers_url, log path) of a dripping peer process, stopped at teardown (or by
+    itself)."""
     from .conftest import free_port, wait_until
 
     log = tmp_path_factory.mktemp("drip") / "drip.log"
@@ -127,7 +132,7 @@ def drips(log: Path, mode: str) -> int:
     return sum(line.startswith(f"dripping {mode}") for line in log.read_text().splitlines())
 
 
-# --- gossip and sync_with against the dripping peer --------------------------------------------------
+# --- gossip and sync_with against the dripping peer -----------------------------------------------
 
 
 def test_a_dripping_peer_costs_only_its_own_rounds(live, drip):
@@ -166,7 +171,8 @@ def test_a_dripping_peer_costs_only_its_own_rounds(live, drip):
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda site: site.start(), [honest, victim]))
 
-    # Rounds with the dripping peer are under way (each would last MAX_DRIPS * DRIP_S = 2 minutes) ...
+    # Rounds with the dripping peer are under way (each would last MAX_DRIPS * DRIP_S = 2 minutes)
+    # ...
     wait_until(
         lambda: drips(log, "body") and drips(log, "headers"),
         20,
@@ -203,7 +209,8 @@ def test_a_dripping_peer_costs_only_its_own_rounds(live, drip):
     assert DEADLINE - 0.1 <= drip_sync <= 2 * DEADLINE + 3, drip_sync
     assert honest_sync < 3, honest_sync
     print(
-        f"\nconverged in {converged:.2f} s; admin sync: honest {honest_sync:.2f} s, dripping {drip_sync:.2f} s"
+        f"\nconverged in {converged:.2f} s; "
+        f"admin sync: honest {honest_sync:.2f} s, dripping {drip_sync:.2f} s"
     )
 
     def states() -> dict[str, dict]:
@@ -242,7 +249,7 @@ def test_sync_with_ends_at_its_deadline(drip, mode):
     assert drips(log, mode) >= before + 1  # it was the dripping answer that ran out of time
 
 
-# --- a blob site and its slow readers -----------------------------------------------------------------
+# --- a blob site and its slow readers -------------------------------------------------------------
 
 
 class BlobSite:
@@ -270,8 +277,9 @@ class BlobSite:
 
 @pytest.fixture(scope="module")
 def blob_site(module_live):
-    """A running site holding a 32 MiB blob (stored in parts), and two blobs a store of an earlier version
-    held whole: one intact, one whose bytes do not match its hash; and a device key that may read there."""
+    """A running site holding a 32 MiB blob (stored in parts), and two blobs a store of an earlier
+    version held whole: one intact, one whose bytes do not match its hash; and a device key that may
+    read there."""
     site = module_live("blobs", limits=ServerLimits(header_timeout_s=SEND_TIMEOUT))
     big, legacy = os.urandom(32 * MB), os.urandom(600 << 10)
     with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as kb:
@@ -417,12 +425,13 @@ def test_a_corrupt_stored_blob_is_never_delivered_complete(blob_site):
     ps.site.assert_no_traceback()
 
 
-# --- a refused write through an admin endpoint ------------------------------------------------------
+# --- a refused write through an admin endpoint ----------------------------------------------------
 
 
 def test_a_write_the_knowledge_base_refuses_is_403_not_500(live):
-    """A robot serving its own store (trust.toml: device of its site) that holds no grant yet: its own
-    admin writes are refused by the knowledge base (NotAuthorizedError), and answered 403 with the reason."""
+    """A robot serving its own store (trust.toml: device of its site) that holds no grant yet: its
+    own admin writes are refused by the knowledge base (NotAuthorizedError), and answered 403 with
+    the reason."""
     from .conftest import assert_refused
 
     robot = live("robot")

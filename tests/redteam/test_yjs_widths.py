@@ -1,11 +1,13 @@
-"""A trusted device tries to un-revoke a skill and delete a certificate with Yjs field widths (issue #13, 2).
+"""A trusted device tries to un-revoke a skill and delete a certificate with Yjs field widths (issue
+#13, 2).
 
-yrs, the Yjs core inside pycrdt, reads clocks and lengths as u32 (a clock of 2**32 + c is clock c) and
-client ids as 53 bits. The device, delegated publish, validate and revoke by its site root, signs
-updates whose origins, deletes, lengths, group clocks or client ids are wider than that, or that leave
-gaps, point at clocks it never wrote, or cross the clock the receiver holds. Each is refused, nothing
-the receiver shows changes, and after a restart the revocation and the certificate are still there.
-Only the public API and the documented wire format are used: envelopes are built and signed by hand.
+yrs, the Yjs core inside pycrdt, reads clocks and lengths as u32 (a clock of 2**32 + c is clock c)
+and client ids as 53 bits. The device, delegated publish, validate and revoke by its site root,
+signs updates whose origins, deletes, lengths, group clocks or client ids are wider than that, or
+that leave gaps, point at clocks it never wrote, or cross the clock the receiver holds. Each is
+refused, nothing the receiver shows changes, and after a restart the revocation and the certificate
+are still there. Only the public API and the documented wire format are used: envelopes are built
+and signed by hand.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ HEADER = struct.Struct(
 )  # version, kind, author, seq, prev, hlc, update length (PROTOCOL.md)
 
 
-# --- the attacker's tools: a var-uint encoder, a Yjs v1 update builder, an envelope signer ----------
+# --- the attacker's tools: a var-uint encoder, a Yjs v1 update builder, an envelope signer --------
 
 
 def var(n: int) -> bytes:
@@ -44,7 +46,8 @@ def string(value: str) -> bytes:
 
 
 def after(client: int, clock: int, value: str) -> bytes:
-    """An item whose left origin is (client, clock): it takes that item's map entry, overwriting it."""
+    """An item whose left origin is (client, clock): it takes that item's map entry, overwriting
+    it."""
     return b"\x88" + var(client) + var(clock) + var(1) + b"\x77" + string(value)
 
 
@@ -83,7 +86,8 @@ def sign(identity: Identity, seq: int, prev: bytes, hlc: int, yjs: bytes, kind: 
 
 
 class Scene:
-    """The device's feed as the attacker sees it: its envelopes, the clock of each record, its next clock."""
+    """The device's feed as the attacker sees it: its envelopes, the clock of each record, its next
+    clock."""
 
     def __init__(self, device: knowledge.KnowledgeBase, skill_id: str, cert_id: str) -> None:
         self.envelopes = device.envelopes_since({ROOT.public_key_hex: 10**6})
@@ -116,7 +120,8 @@ class Scene:
         return sign(DEVICE, self.seq, self.prev, self.hlc, yjs)
 
     def bare_doc(self) -> Doc:
-        """A plain pycrdt Doc holding the device's feed: what the attack would do without the checks."""
+        """A plain pycrdt Doc holding the device's feed: what the attack would do without the
+        checks."""
         doc = Doc()
         for yjs in self.updates:
             doc.apply_update(yjs)
@@ -143,8 +148,8 @@ def _read_clock(state: bytes, client: int) -> int:
 
 @pytest.fixture
 def scene(tmp_path):
-    """The root delegates to the device; the device publishes, certifies and revokes a skill; the victim
-    site (on a file) holds all of it."""
+    """The root delegates to the device; the device publishes, certifies and revokes a skill; the
+    victim site (on a file) holds all of it."""
     root = knowledge.open(":memory:", ROOT, policy=POLICY)
     device = knowledge.open(":memory:", DEVICE, policy=POLICY)
     root.delegate(DEVICE.public_key, ["publish", "validate", "revoke"])
@@ -312,9 +317,9 @@ def test_the_record_survives_a_restart_and_the_device_can_still_write(scene, tmp
 
 
 def test_a_later_checkpoint_that_drops_the_revocation_is_refused(scene, tmp_path):
-    """A checkpoint at a seq the victim lacks is a full state from clock 0. Live, yrs skips the part the
-    victim holds, so the revocation would stay; but the victim restarts from its stored checkpoint, so
-    one without the revocation would un-revoke the skill at the next restart."""
+    """A checkpoint at a seq the victim lacks is a full state from clock 0. Live, yrs skips the part
+    the victim holds, so the revocation would stay; but the victim restarts from its stored
+    checkpoint, so one without the revocation would un-revoke the skill at the next restart."""
     s, victim, _device, skill_id, cert_id = scene
     held = dict(s.bare_doc().get("immutable", type=Map).items())
     forged = Doc(client_id=s.client)
@@ -329,7 +334,8 @@ def test_a_later_checkpoint_that_drops_the_revocation_is_refused(scene, tmp_path
         DEVICE, s.seq, hashlib.sha256(b"an envelope never sent").digest(), s.hlc, state, kind=2
     )
     report = victim.ingest([checkpoint])
-    # A checkpoint that does not continue the author's envelopes is a fork: refused, kept as evidence.
+    # A checkpoint that does not continue the author's envelopes is a fork: refused, kept as
+    # evidence.
     assert [r.reason for r in report.rejected] == ["checkpoint_conflict"], report.rejected
     assert victim.equivocations() == [(DEVICE.public_key_hex, s.seq)]
     after = victim.snapshot()

@@ -29,11 +29,15 @@ def short_arm(arm: sim.Task) -> sim.Task:
     return arm.replace(horizon=20)
 
 
-FREE_BODY = """
+_MARKER = (
+    '<body name="marker" mocap="true">'
+    '<geom type="sphere" size=".05" contype="0" conaffinity="0"/></body>'
+)
+FREE_BODY = f"""
 <mujoco>
   <worldbody>
     <body name="box" pos="0 0 1"><freejoint name="free"/><geom type="box" size=".1 .1 .1"/></body>
-    <body name="marker" mocap="true"><geom type="sphere" size=".05" contype="0" conaffinity="0"/></body>
+    {_MARKER}
   </worldbody>
 </mujoco>
 """
@@ -141,7 +145,8 @@ def ray_session():
 
 @pytest.fixture
 def kill_when_busy():
-    """SIGKILL a process once it has used `cpu` seconds more than now: mid-computation, not between calls."""
+    """SIGKILL a process once it has used `cpu` seconds more than now: mid-computation, not between
+    calls."""
     import os
     import signal
     import threading

@@ -16,7 +16,8 @@ SEEDS = st.integers(0, 2**31 - 1)
 
 
 def check(robot: Robot) -> mujoco.MjModel:
-    """Common to every body: compiles, one actuator per listed joint and in order, a descriptor, its tasks."""
+    """Common to every body: compiles, one actuator per listed joint and in order, a descriptor, its
+    tasks."""
     model = mujoco.MjModel.from_xml_string(robot.scene)
     assert [model.joint(int(model.actuator_trnid[a, 0])).name for a in range(model.nu)] == list(
         robot.joints

@@ -1,4 +1,5 @@
-"""Forks, counterfactual replays and migrations: new histories that never disturb the canonical one."""
+"""Forks, counterfactual replays and migrations: new histories that never disturb the canonical
+one."""
 
 import os
 import signal
@@ -60,8 +61,9 @@ operations = st.lists(
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations)
 def test_forks_never_change_the_canonical_world(region, world_entities, ops):
-    """Whatever is done to branches, the canonical world ends exactly as one that only saw its own operations;
-    and every branch, rebuilt from the store after reopening, is exactly where it was."""
+    """Whatever is done to branches, the canonical world ends exactly as one that only saw its own
+    operations; and every branch, rebuilt from the store after reopening, is exactly where it
+    was."""
     with tempfile.TemporaryDirectory() as tmp:
         make = lambda name: sim.World.create(
             Path(tmp) / name,
@@ -208,7 +210,8 @@ def _kill(world, *shards):
 
 
 def _check_exactly_once(world, moved, before):
-    """The walker is in exactly one shard, with the state it had; each log holds its leave/enter at most once."""
+    """The walker is in exactly one shard, with the state it had; each log holds its leave/enter at
+    most once."""
     where = "east" if moved else "west"
     assert world.entities()["walker1"] == where
     kinds = {s: [e.kind for e in world.events(s) if e.kind != "mutate"] for s in SHARDS}

@@ -109,7 +109,8 @@ def test_certificate_verifies_and_tampering_any_claim_fails(site, published, sho
 
 
 def test_a_lying_validator_does_not_reproduce(site, published, short_arm):
-    """A validator signs a record of the degraded skill's outcomes under the good skill: it re-runs false."""
+    """A validator signs a record of the degraded skill's outcomes under the good skill: it re-runs
+    false."""
     good, bad = published
     bad_run = run(site, bad.id, short_arm).to_record()
     with pytest.raises(sim.EvaluationRecordError, match="not skill"):

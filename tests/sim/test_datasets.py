@@ -51,7 +51,8 @@ def test_legs_are_matched_front_to_back():
     posture = posture_skill(SIX)
     on_walker = sim.transfer.retarget(posture, SIX, WALKER, "posture")
     six, two = weights(posture), weights(on_walker)
-    # walker actuators: hind hip, hind knee, fore hip, fore knee; the six legs run front (0) to back (5)
+    # walker actuators: hind hip, hind knee, fore hip, fore knee; the six legs run front (0) to back
+    # (5)
     assert np.array_equal(two[[2, 3], -6:], six[[0, 1], -6:]) and np.array_equal(
         two[[0, 1], -6:], six[[10, 11], -6:]
     )
@@ -79,7 +80,8 @@ def test_native_skills_work_on_their_own_bodies():
 
 
 def test_a_posture_skill_bends_the_knees_nearest_the_lower_goal():
-    """The map follows its goal: a lower front goal bends the front knees most, a lower back goal the back ones."""
+    """The map follows its goal: a lower front goal bends the front knees most, a lower back goal
+    the back ones."""
     w = weights(posture_skill(SIX))
     knees = [
         k for k, s in enumerate(SIX.slots) if s.joint == 1
@@ -90,8 +92,9 @@ def test_a_posture_skill_bends_the_knees_nearest_the_lower_goal():
 
 
 def test_a_posture_skill_fails_where_the_gear_differs():
-    """Open loop, it works only as far as the bodies agree: the walker with twice the actuator gear (same joint
-    stiffness) holds the postures with its own skill, and misses them with the walker's."""
+    """Open loop, it works only as far as the bodies agree: the walker with twice the actuator gear
+    (same joint stiffness) holds the postures with its own skill, and misses them with the
+    walker's."""
     spec = mujoco.MjSpec.from_string(WALKER.scene)
     for actuator in spec.actuators:
         actuator.gear[0] = 2.0

@@ -12,7 +12,8 @@ def template(region, world_entities):
 
 
 def _events():
-    """Controls every 25 ticks, a mass change and a push, as a worker receives them (seq follows tick)."""
+    """Controls every 25 ticks, a mass change and a push, as a worker receives them (seq follows
+    tick)."""
 
     def mutate(tick, target, op, value):
         return (

@@ -145,7 +145,8 @@ def test_policy_descriptions():
 
 @pytest.fixture
 def installed_policy(tmp_path, monkeypatch):
-    """A real installed distribution (a dist-info on sys.path) exposing a simnet.policies entry point."""
+    """A real installed distribution (a dist-info on sys.path) exposing a simnet.policies entry
+    point."""
     (tmp_path / "fleetctl.py").write_text(
         textwrap.dedent("""
         import numpy as np

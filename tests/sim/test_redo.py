@@ -61,7 +61,8 @@ def test_records_are_numbered_read_back_in_order_and_survive_reopening(tmp_path)
 @settings_
 @given(items=records, cut=st.floats(0, 1, exclude_max=True))
 def test_a_torn_last_record_is_cut_off_and_the_whole_ones_kept(tmp_path_factory, items, cut):
-    """Whatever byte the writer died at, the records before it read back and the file ends after them."""
+    """Whatever byte the writer died at, the records before it read back and the file ends after
+    them."""
     path = tmp_path_factory.mktemp("r") / "w-redo"
     ends = written(path, "world", items)
     at = int(cut * ends[-1])
@@ -79,7 +80,8 @@ def test_a_torn_last_record_is_cut_off_and_the_whole_ones_kept(tmp_path_factory,
 def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(
     tmp_path_factory, items, where, flip
 ):
-    """Except in the last record's checksum or payload: a power loss can leave that torn at full length."""
+    """Except in the last record's checksum or payload: a power loss can leave that torn at full
+    length."""
     path = tmp_path_factory.mktemp("r") / "w-redo"
     ends = written(path, "world", items)
     data = bytearray(path.read_bytes())

@@ -10,7 +10,8 @@ from knowledge import Identity
 
 @pytest.fixture(scope="module")
 def walked(tmp_path_factory, region, world_entities):
-    """A world whose walker has been driven for a while (inline: this module tests snapshots, not workers)."""
+    """A world whose walker has been driven for a while (inline: this module tests snapshots, not
+    workers)."""
     path = tmp_path_factory.mktemp("world") / "w.db"
     with sim.World.create(
         path, {"west": region, "east": region}, world_entities, backend="inline"

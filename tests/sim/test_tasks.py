@@ -107,7 +107,8 @@ def test_success_when_first_ends_branches_early(arm):
 
 @pytest.fixture
 def installed_term(tmp_path, monkeypatch):
-    """A real installed distribution exposing a simnet.terms entry point: torso pitch, in radians."""
+    """A real installed distribution exposing a simnet.terms entry point: torso pitch, in
+    radians."""
     (tmp_path / "fleetterms.py").write_text(
         "import numpy as np\n\ndef pitch(runtime):\n    return np.abs(runtime.qpos[:, 2])\n\n"
         "def wrong(runtime):\n    return runtime.qpos\n"

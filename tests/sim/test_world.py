@@ -1,5 +1,5 @@
-"""The canonical world: input refused, corrupt or foreign history, failed commits, coordinators killed
-mid-run. What every backend must do alike (reopen, replay, evaluate, lose a worker) is in
+"""The canonical world: input refused, corrupt or foreign history, failed commits, coordinators
+killed mid-run. What every backend must do alike (reopen, replay, evaluate, lose a worker) is in
 test_world_backends."""
 
 import contextlib
@@ -112,14 +112,16 @@ def test_corrupt_history_is_found_by_checksum_and_changes_nothing(make_world, tm
 
     with sqlite3.connect(tmp_path / "w.db") as db:
         db.execute(
-            "UPDATE checkpoints SET state = zeroblob(length(state)) WHERE shard = 'west' AND tick = 200"
+            "UPDATE checkpoints SET state = zeroblob(length(state)) "
+            "WHERE shard = 'west' AND tick = 200"
         )
     corrupt = rows()
     with pytest.raises(sim.CorruptCheckpointError, match="tick 200 fails its checksum"):
         sim.World.open(tmp_path / "w.db", backend="inline")
     with sqlite3.connect(tmp_path / "w.db") as db:
         db.execute(
-            "UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 12"
+            "UPDATE segments SET events = replace(events, '0.', '9.') "
+            "WHERE shard = 'west' AND first_seq = 12"
         )
     with pytest.raises(
         sim.CorruptLogError, match=r"events 12..12 \(ticks 220..220\) fails its checksum"
@@ -140,7 +142,8 @@ def test_a_shard_that_fails_to_start_an_advance_does_not_cost_the_others_theirs(
         tmp_path / "w.db"
     ) as db:  # west's event fails its checksum when the advance reads it
         db.execute(
-            "UPDATE segments SET events = replace(events, '0.', '9.') WHERE shard = 'west' AND first_seq = 1"
+            "UPDATE segments SET events = replace(events, '0.', '9.') "
+            "WHERE shard = 'west' AND first_seq = 1"
         )
     world = sim.World.open(tmp_path / "w.db", backend="inline")
     with pytest.raises(sim.CorruptLogError):
@@ -183,7 +186,8 @@ def test_history_from_another_build_is_not_replayed(make_world, tmp_path, drive)
             hashlib.sha256(state).hexdigest(),
         )
         store._db.execute(
-            "UPDATE checkpoints SET model_hash = ?, checksum = ? WHERE shard = 'west' AND tick = 100",
+            "UPDATE checkpoints SET model_hash = ?, checksum = ? "
+            "WHERE shard = 'west' AND tick = 100",
             (forged, checksum),
         )
     store.close()
@@ -203,7 +207,8 @@ if __name__ == "__main__":
         out.write(" ".join(str(world.worker_pid(shard)) for shard in world.shards))
     while True:
         tick = world.head("west")
-        if {batched!r}:  # ten events and the advance over them, one commit: acknowledged when it ends
+        # ten events and the advance over them, one commit: acknowledged when it ends
+        if {batched!r}:
             with world.batch():
                 for at in range(tick, tick + 200, 20):
                     world.apply("west", gait(at), provenance=f"gait@{{at}}", at=at)

@@ -1,4 +1,5 @@
-"""What a world accepts: anything `mutate_event` lets through applies on every replay; the rest is refused."""
+"""What a world accepts: anything `mutate_event` lets through applies on every replay; the rest is
+refused."""
 
 import math
 
@@ -51,8 +52,9 @@ def template(region, world_entities):
 def test_an_event_it_accepts_is_stored_and_applied_again_from_its_bytes(
     template, target, op, value
 ):
-    """The property behind "refused before it is logged": whatever passes the check survives encoding and
-    decoding and applies in an engine (or is rejected there as a MutationError, the same way every time)."""
+    """The property behind "refused before it is logged": whatever passes the check survives
+    encoding and decoding and applies in an engine (or is rejected there as a MutationError, the
+    same way every time)."""
     try:
         logged = mutate_event(template, 0, [Mutation(target, op, value)], "p")
     except sim.MutationError:

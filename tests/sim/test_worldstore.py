@@ -232,9 +232,10 @@ commits = st.lists(
 def test_segments_read_back_what_was_appended_however_it_was_committed(
     tmp_path_factory, commits, query, prune_at, reopen
 ):
-    """A model of two logs (lists) and their heads against the store: any commits, each to one log, moving its
-    head before or after its events are read back (or not at all, or rolled back), any range read, pruning,
-    reopening (after a close, or as a killed process leaves the files: the redo file not folded in)."""
+    """A model of two logs (lists) and their heads against the store: any commits, each to one log,
+    moving its head before or after its events are read back (or not at all, or rolled back), any
+    range read, pruning, reopening (after a close, or as a killed process leaves the files: the redo
+    file not folded in)."""
     path = tmp_path_factory.mktemp("w") / "w.db"
     store = WorldStore(path, create=True)
     with store.transaction():

@@ -1,4 +1,5 @@
-"""Real sites for system tests: `simnet init` + `simnet serve` as separate processes on loopback ports."""
+"""Real sites for system tests: `simnet init` + `simnet serve` as separate processes on loopback
+ports."""
 
 from __future__ import annotations
 
@@ -169,7 +170,8 @@ def served_url(home: Path) -> str:
 
 @pytest.fixture
 def make_device():
-    """make_device(site, roles="publish") -> a robot's in-memory KnowledgeBase delegated by `site`."""
+    """make_device(site, roles="publish") -> a robot's in-memory KnowledgeBase delegated by
+    `site`."""
     opened = []
 
     def _make(
@@ -196,7 +198,7 @@ def wait():
     return wait_until
 
 
-# --- request-level fixtures (tests/system/test_requests.py, test_fuzz_sync.py) ------------------------
+# --- request-level fixtures (tests/system/test_requests.py, test_fuzz_sync.py) --------------------
 
 import federation  # noqa: E402 - appended section
 from federation import ServerLimits, encode_page  # noqa: E402
@@ -212,14 +214,17 @@ def module_fleet(tmp_path_factory):
 
 @dataclass
 class PreparedSite:
-    """A running site with small limits, a trusted peer root, a robot whose feed it holds, and a blob.
+    """A running site with small limits, a trusted peer root, a robot whose feed it holds, and a
+    blob.
 
     `held_page(n)`: a page of envelopes the site already holds (pushing it changes nothing);
-    `fresh(n)`: a page of valid envelopes the site does not hold yet (accepting it would change state).
+    `fresh(n)`: a page of valid envelopes the site does not hold yet (accepting it would change
+    state).
     """
 
     site: SiteProcess
-    peer: Identity  # a site root the site trusts for every role (not the site itself: no admin rights)
+    # a site root the site trusts for every role (not the site itself: no admin rights)
+    peer: Identity
     device: knowledge.KnowledgeBase  # a robot delegated by the site
     blob: str
     blob_data: bytes
@@ -285,8 +290,8 @@ def prepared_site(tmp_path_factory):
 
 @pytest.fixture
 def early_device():
-    """early_device(site, roles=("publish",)) -> a robot's in-memory knowledge base, delegated by `site`
-    on its store before the site starts (what `simnet device add` does without a server)."""
+    """early_device(site, roles=("publish",)) -> a robot's in-memory knowledge base, delegated by
+    `site` on its store before the site starts (what `simnet device add` does without a server)."""
     opened = []
 
     def _make(site: SiteProcess, roles=(knowledge.Role.PUBLISH,)) -> knowledge.KnowledgeBase:

@@ -1,9 +1,10 @@
 """Hypothesis fuzzing of the sync endpoints' body parsers against a real `simnet serve` process.
 
-Random bytes, mutated valid JSON bodies, mutated valid pages, random headers and content types. Every
-answer is a 2xx or a 4xx with a JSON error (never a 5xx), the server keeps serving, and nothing changes:
-every page sent is built from envelopes the site already holds, so no fuzzed request carries a valid
-new envelope (the last test shows that one that does is seen by the same oracle).
+Random bytes, mutated valid JSON bodies, mutated valid pages, random headers and content types.
+Every answer is a 2xx or a 4xx with a JSON error (never a 5xx), the server keeps serving, and
+nothing changes: every page sent is built from envelopes the site already holds, so no fuzzed
+request carries a valid new envelope (the last test shows that one that does is seen by the same
+oracle).
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ content_types = st.one_of(
 def fuzz(prepared_site):
     """(prepared site, a client signing as its trusted peer, a client that does not sign).
 
-    One connection per request: on a kept-alive connection every answer from `simnet serve` waits ~40 ms
-    for a delayed ACK (its accepted sockets lack TCP_NODELAY), which would make fuzzing 40x slower.
+    One connection per request: on a kept-alive connection every answer from `simnet serve` waits
+    ~40 ms for a delayed ACK (its accepted sockets lack TCP_NODELAY), which would make fuzzing 40x
+    slower.
     """
     ps = prepared_site
     fresh = httpx.Limits(max_keepalive_connections=0)
@@ -103,7 +105,8 @@ def sent(
 def check(fuzz, response: httpx.Response, before) -> None:
     ps, signed, _ = fuzz
     event(
-        f"{response.status_code} {response.json().get('error', '') if response.status_code >= 400 else ''}"
+        f"{response.status_code} "
+        f"{response.json().get('error', '') if response.status_code >= 400 else ''}"
         if response.headers.get("content-type", "").startswith("application/json")
         else str(response.status_code)
     )

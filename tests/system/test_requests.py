@@ -1,8 +1,8 @@
 """Bad requests against real `simnet serve` processes: each refused with the right status and a JSON
 {"error", "detail"} body, and nothing changes (heads and status compared before and after).
 
-Also: private maps are withheld from sites without read rights; blob corruption in transit is caught;
-/v1/openapi.json describes every endpoint.
+Also: private maps are withheld from sites without read rights; blob corruption in transit is
+caught; /v1/openapi.json describes every endpoint.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ def authorization(
     ts = now_ms() if ts is None else ts
     nonce = nonce or os.urandom(16).hex()
     sig = identity.sign(signed_message(method, target, body, ts, nonce, audience))
-    return f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, nonce={nonce}, sig={sig.hex()}"
+    return (
+        f"Simnet key={(claimed or identity.public_key).hex()}, ts={ts}, "
+        f"nonce={nonce}, sig={sig.hex()}"
+    )
 
 
 def call(
@@ -79,8 +82,8 @@ def call(
     raw_auth: str | None = None,
     stream: bool = False,
 ) -> httpx.Response:
-    """One request to the prepared site, signed as `who` ("peer", "site", "device", an Identity, or None
-    for unsigned), optionally signed over something other than what is sent."""
+    """One request to the prepared site, signed as `who` ("peer", "site", "device", an Identity, or
+    None for unsigned), optionally signed over something other than what is sent."""
     identity = {"peer": ps.peer, "site": ps.site.key, "device": ps.device.identity}.get(who, who)
     headers = {} if content_type is None else {"content-type": content_type}
     if raw_auth is not None:
@@ -490,7 +493,8 @@ def test_refused_with_status_and_json_error_and_nothing_changes(prepared_site, s
 
 
 def test_the_oracle_sees_an_accepted_push(prepared_site):
-    """The same kind of request, valid, does change the site: the refusals above are the server's doing."""
+    """The same kind of request, valid, does change the site: the refusals above are the server's
+    doing."""
     ps = prepared_site
     heads, _ = ps.snapshot()
     response = call(ps, "POST", "/v1/envelopes", ps.fresh(2), content_type=PAGE_TYPE)
@@ -591,7 +595,8 @@ def test_deeply_nested_json_is_a_400_not_a_500(prepared_site):
 
 
 def in_parallel(*calls) -> list:
-    """Run slow independent steps (site inits, server starts) at once; re-raise the first failure."""
+    """Run slow independent steps (site inits, server starts) at once; re-raise the first
+    failure."""
     with ThreadPoolExecutor(len(calls)) as pool:
         return [f.result() for f in [pool.submit(c) for c in calls]]
 
@@ -718,9 +723,9 @@ def test_openapi_lists_every_endpoint(prepared_site):
 
 
 def test_openapi_needs_no_optional_extra():
-    """/v1/openapi.json builds its schema with Starlette's SchemaGenerator, which parses the endpoint
-    docstrings with PyYAML: without it the endpoint answers 500. PyYAML must then be a core dependency,
-    not something an optional extra (ray) happens to pull in."""
+    """/v1/openapi.json builds its schema with Starlette's SchemaGenerator, which parses the
+    endpoint docstrings with PyYAML: without it the endpoint answers 500. PyYAML must then be a core
+    dependency, not something an optional extra (ray) happens to pull in."""
     from importlib.metadata import requires
 
     core = {
@@ -748,8 +753,8 @@ def test_admin_revoke_key_refuses_a_negative_seq(prepared_site):
 
 
 def test_admin_revoke_with_an_oversized_reason_is_a_4xx(prepared_site):
-    """A reason that makes the revocation envelope larger than peers accept (1 MiB) must be refused as
-    input, even though the body itself is within the site's limit."""
+    """A reason that makes the revocation envelope larger than peers accept (1 MiB) must be refused
+    as input, even though the body itself is within the site's limit."""
     body = json.dumps({"skill": "ab" * 32, "reason": "x" * (1200 << 10)}).encode()
     assert len(body) < prepared_site.limits.max_body_bytes
     before = prepared_site.site.heads()
