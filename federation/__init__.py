@@ -6,6 +6,8 @@
 Run a site with `simnet serve` (or `federation.serve(home)`); it gossips with its peers.
 """
 
+from knowledge import __version__ as __version__  # one distribution, one version
+
 from ._auth import RequestVerifier, SimnetAuth
 from ._client import SyncReport, async_sync_with, exchange, sync_with
 from ._config import GossipConfig, PeerConfig, PrivateMaps, ServerLimits, SiteConfig

@@ -54,6 +54,7 @@ from ._models import (
 from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy
 from ._records import Role
 from ._replica import Limits
+from ._version import __version__ as __version__
 from .stats import wilson_lower_bound
 
 if TYPE_CHECKING:

@@ -23,8 +23,6 @@ import knowledge
 from ._errors import SimnetError
 from ._home import SiteHome
 
-DISTRIBUTION = "simnet"  # the name pip knows this library by
-
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:attr", the summary `simnet --help` shows; a test keeps it the command's own)
     "certify": (
@@ -178,7 +176,7 @@ class _Simnet(LazyGroup):
     help="The site's directory (or $SIMNET_HOME).",
 )
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
-@click.version_option(package_name=DISTRIBUTION, prog_name="simnet")
+@click.version_option(knowledge.__version__, prog_name="simnet")
 @click.pass_context
 def main(ctx: click.Context, home: Path, verbose: int) -> None:
     """simnet: share robot skills, maps and certificates across sites, safely."""

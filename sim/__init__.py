@@ -37,6 +37,7 @@ Evaluations with `workers > 1` and worlds with worker processes start processes:
 `if __name__ == "__main__":`.
 """
 
+from knowledge import __version__ as __version__  # one distribution, one version
 from knowledge.stats import SPRT  # what evaluate(sprt=...) takes
 
 from ._errors import (

@@ -136,8 +136,8 @@ class EvaluationRecordError(SimError, ValueError):
 
 
 class BackendError(SimError):
-    """A backend cannot run: the Ray extra is not installed (pip install simnet[ray]) or no cluster
-    answers."""
+    """A backend cannot run: the Ray extra is not installed (pip install 'simnet-fleet[ray]') or no
+    cluster answers."""
 
 
 class WorldError(SimError):

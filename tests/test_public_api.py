@@ -282,3 +282,10 @@ def test_knowledge_names_from_the_embodiment_side_are_the_sub_packages():
     assert shared and all(
         getattr(knowledge, name) is getattr(knowledge.embodiment, name) for name in shared
     )
+
+
+@pytest.mark.parametrize("package", ["knowledge", "sim", "federation"])
+def test_every_package_knows_the_installed_version(package):
+    from importlib.metadata import version
+
+    assert importlib.import_module(package).__version__ == version("simnet-fleet")

@@ -41,13 +41,13 @@ import math
 import platform
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 import mujoco
 import numpy as np
 import torch
 
+import knowledge
 from knowledge import canonical_json, content_hash
 from knowledge.stats import SPRT, clopper_pearson_lower, wilson_lower_bound
 
@@ -79,16 +79,12 @@ _KEYS = {
 
 def environment() -> dict:
     """What must be equal for outcomes to be bit-identical: library versions and platform."""
-    try:
-        simnet = metadata.version("simnet")
-    except metadata.PackageNotFoundError:
-        simnet = "unknown"
     return {
         "mujoco": mujoco.__version__,
         "numpy": np.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "simnet": simnet,
+        "simnet": knowledge.__version__,
         "platform": {
             "system": platform.system(),
             "machine": platform.machine(),

@@ -26,7 +26,7 @@ def ray_module() -> Any:
         import ray
     except ImportError as exc:
         raise BackendError(
-            "the Ray backend needs the ray extra: pip install 'simnet[ray]'"
+            "the Ray backend needs the ray extra: pip install 'simnet-fleet[ray]'"
         ) from exc
     return ray
 

@@ -137,4 +137,4 @@ def test_version_is_the_installed_distributions():
     from importlib.metadata import version
 
     result = CliRunner().invoke(main, ["--version"])
-    assert result.exit_code == 0 and result.output == f"simnet, version {version('simnet')}\n"
+    assert result.exit_code == 0 and result.output == f"simnet, version {version('simnet-fleet')}\n"

@@ -36,8 +36,8 @@ def test_ray_actors_run_the_same_evaluation_as_worker_processes(ray_session, sho
 def test_without_the_extra_the_ray_backend_says_how_to_get_it(monkeypatch, short_walker):
     monkeypatch.setitem(
         sys.modules, "ray", None
-    )  # as if `pip install simnet[ray]` had not been run
-    with pytest.raises(sim.BackendError, match=r"pip install 'simnet\[ray\]'"):
+    )  # as if `pip install 'simnet-fleet[ray]'` had not been run
+    with pytest.raises(sim.BackendError, match=r"pip install 'simnet-fleet\[ray\]'"):
         sim.use_ray()
     with pytest.raises(sim.BackendError):
         sim.evaluate(

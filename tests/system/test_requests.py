@@ -730,7 +730,7 @@ def test_openapi_needs_no_optional_extra():
 
     core = {
         r.split(";")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower()
-        for r in requires("simnet") or ()
+        for r in requires("simnet-fleet") or ()
         if "extra ==" not in r
     }
     assert "pyyaml" in core, sorted(core)
