@@ -1,5 +1,5 @@
-"""The typed collections a KnowledgeBase exposes: replica.skills, replica.maps[name],
-replica.counters, replica.certificates, replica.blobs."""
+"""The typed collections a KnowledgeBase exposes: kb.skills, kb.maps[name], kb.counters,
+kb.certificates, kb.blobs. Each is handed the knowledge base's Replica, and only that."""
 
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ class SemanticMap:
 
 
 class Maps:
-    """replica.maps[name] gives a SemanticMap; iterating gives the names of maps that hold cells."""
+    """kb.maps[name] gives a SemanticMap; iterating gives the names of maps that hold cells."""
 
     def __init__(self, replica: Replica) -> None:
         self._replica = replica

@@ -28,10 +28,10 @@ forked at any recorded tick, replayed exactly, and evaluated from:
     world.replay("cell", 0, 2000).exact                # True: re-executed bit for bit
 
 The package is layered: the vocabulary (templates, patches, tasks, policies, snapshots, shipped
-assets) at the top of `sim`; `sim.evaluation` (rollouts, executors, records, certificates, and the
-statistics and distillation helpers); `sim.world` (the persistent world, its store and shard hosts);
-`sim.transfer` (procedural bodies and transfer datasets, for research). This module re-exports what
-a user of the library needs.
+assets) at the top of `sim`; `sim.evaluation` (rollouts, executors, records, certificates, and
+distillation; the statistics are `knowledge.stats`); `sim.world` (the persistent world, its store
+and shard hosts); `sim.transfer` (procedural bodies and transfer datasets, for research). This
+module re-exports what a user of the library needs.
 
 Evaluations with `workers > 1` and worlds with worker processes start processes: call them under
 `if __name__ == "__main__":`.

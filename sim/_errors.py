@@ -95,14 +95,14 @@ class TaskDefinitionError(SpecError):
 
 
 class PolicySpecError(SpecError):
-    """A skill's architecture spec is malformed."""
+    """A policy's architecture spec (a skill's `spec`) is malformed."""
 
     def __init__(self, field: str, detail: str) -> None:
         super().__init__("skill", field, detail)
 
 
 class PolicyPayloadError(SimError):
-    """A skill's weights blob is not safetensors, or its tensors do not match the architecture
+    """A policy's weights blob is not safetensors, or its tensors do not match the architecture
     spec."""
 
 

@@ -1,29 +1,11 @@
-"""Canonical JSON and hashes: the bytes that content addresses and signatures are computed over."""
+"""Numbers from callers and from records: finite reals only (canonical JSON itself is
+knowledge's)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import numbers
 from typing import Any
-
-
-def canonical_json(value: Any) -> bytes:
-    """UTF-8 JSON with sorted keys and no whitespace; floats in shortest round-trip form; NaN
-    refused."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def content_hash(value: Any) -> str:
-    """The sha256 of a JSON value's canonical encoding."""
-    return sha256_hex(canonical_json(value))
 
 
 def finite_floats(values: Any) -> list[float] | None:

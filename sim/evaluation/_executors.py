@@ -132,7 +132,9 @@ class RayWorker(Worker):
 
     def _start(self) -> None:
         self.actor = _ray.acquire()
-        self.actor.build.remote(self._factory, ())  # an actor runs calls in order: built before any
+        self._wait(
+            self.actor.build.remote(self._factory, ())
+        )  # a failed build raises its own error
         self._started = self.actor.pid.remote()
 
     def _pid(self) -> int:

@@ -87,7 +87,7 @@ def reproduce(
         record["environment"] == environment()
         and record["template"].get("model_hash") == task.template.model_hash
     )
-    pairs = list(zip(recorded, rerun.outcomes, strict=True))
+    pairs = list(zip(recorded, rerun.outcomes, strict=False))  # lengths are compared below
     mismatched = tuple(a.branch for a, b in pairs if a != b)
     exact = (
         not mismatched

@@ -48,7 +48,8 @@ _RETRIES = 3
 class Shards:
     """The shards of one open world, each engine keyed by (shard, branch id; "" the canonical one).
 
-    Callers hold `lock` around anything that reads and then writes; the methods take it too.
+    Callers hold `lock` around anything that reads and then writes. `head`, `events`, `snapshot`,
+    `apply`, `delete` and `evaluate` take it themselves; the other methods expect it held.
     """
 
     def __init__(self, store: WorldStore, backend: str) -> None:
@@ -57,7 +58,6 @@ class Shards:
         self.id = store.id
         self.name: str = store.meta("name")
         self.checkpoint_every: int = store.meta("checkpoint_every")
-        self.backend = backend
         self.recoveries = 0  # workers rebuilt from checkpoint and log since opening
         self.scenes: dict[str, str] = store.shards()
         self.entities = {e["name"]: Entity.from_json(e) for e in store.entities()}

@@ -160,3 +160,16 @@ def test_records_of_callables_reproduce_with_the_same_callable(short_arm):
     assert record["policy"]["kind"] == "callable"
     assert reproduce(record, still, progress=False).matches
     assert not reproduce(record, lambda obs: np.full((len(obs), 7), 0.05), progress=False).matches
+
+
+def test_a_record_with_fewer_outcomes_than_its_rerun_is_a_verdict_not_a_crash(short_walker):
+    """A peer's record may hold fewer branches than its layout asks for (n <= branches): the rerun
+    then has more outcomes than the record, which is a mismatch to report, never an exception."""
+    skill = load_skill("walker_forward_good")
+    sampler = load_sampler("walker_forward", seed=9)
+    short = evaluate(short_walker, skill, branches=8, wave=4, sampler=sampler, progress=False)
+    record = short.to_record()
+    record["layout"]["branches"] = 12  # consistent: 8 outcomes of at most 12
+    check_record(record)
+    verdict = reproduce(record, skill, progress=False)
+    assert not verdict.exact and len(verdict.rerun.outcomes) == 12
