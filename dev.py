@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     uv = _uv()
     command, rest = argv[0], argv[1:]
     if command == "demo":
-        python = _sync(uv, [], exact=False)
+        python = _sync(uv, ["server", "sim"], exact=False)
         return subprocess.call([str(python), str(DEMO), *rest], cwd=ROOT)
     python = _sync(uv, ["dev", "ray"])  # the test suite covers the optional Ray backend too
     env = dict(os.environ, PYTHONHASHSEED="0")

@@ -4,7 +4,14 @@
     report = sync_with(kb, "http://site-b:7070", site_b_root_key)   # one anti-entropy round
 
 Run a site with `simnet serve` (or `federation.serve(home)`); it gossips with its peers.
+
+The client side (`sync_with`, signed requests, pages) needs only the core install. The server side
+(`Site`, `create_app`, `serve`, `Gossip`, ...) needs the `server` extra
+(`pip install 'simnet-fleet[server]'`): its names import Starlette and uvicorn on first use.
 """
+
+from importlib import import_module
+from typing import TYPE_CHECKING
 
 from knowledge import __version__ as __version__  # one distribution, one version
 
@@ -12,11 +19,47 @@ from ._auth import RequestVerifier, SimnetAuth
 from ._client import SyncReport, async_sync_with, exchange, sync_with
 from ._config import GossipConfig, PeerConfig, PrivateMaps, ServerLimits, SiteConfig
 from ._errors import AuthError, BusyError, ConfigError, FederationError, PeerError, WireError
-from ._gossip import Gossip, PeerState
-from ._serve import open_site, running_server, serve
-from ._server import create_app
-from ._site import Site
 from ._wire import PAGE_TYPE, decode_page, encode_page
+
+_SERVER = {
+    "Gossip": "._gossip",
+    "PeerState": "._gossip",
+    "Site": "._site",
+    "create_app": "._server",
+    "open_site": "._serve",
+    "running_server": "._status",
+    "serve": "._serve",
+}
+"""The server side's names, by the module that defines them: imported on first use."""
+
+if TYPE_CHECKING:
+    from ._gossip import Gossip, PeerState
+    from ._serve import open_site, serve
+    from ._server import create_app
+    from ._site import Site
+    from ._status import running_server
+
+
+def __getattr__(name: str) -> object:
+    """A name of the server side: import its module now (Starlette, uvicorn, prometheus-client)."""
+    module = _SERVER.get(name)
+    if module is None:
+        raise AttributeError(f"module 'federation' has no attribute {name!r}")
+    try:
+        value = getattr(import_module(module, "federation"), name)
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"federation.{name} needs the server extra ({exc.name} is missing): "
+            "pip install 'simnet-fleet[server]'",
+            name=exc.name,
+        ) from exc
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "AuthError",

@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 
 import tomli_w
 
-from knowledge import IdentityError, SiteHome, parse_public_key
+from knowledge import IdentityError, KnowledgeBase, SiteHome, parse_public_key
 
 from ._errors import ConfigError
 
@@ -319,3 +319,10 @@ def _texts(table: dict[str, Any], key: str, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}.{key} must be a list of strings, not {value!r}")
     return value
+
+
+def withheld_from(config: SiteConfig, kb: KnowledgeBase, caller: bytes) -> set[bytes]:
+    """Feeds `caller` may not receive (by pull or push): those holding a private map it cannot
+    read."""
+    private = {m for rule in config.private if caller not in rule.readers for m in rule.maps}
+    return kb.authors_writing(private) if private else set()

@@ -31,9 +31,9 @@ from ._client import SyncReport, async_sync_with
 from ._config import PeerConfig, SiteConfig
 from ._errors import ConfigError, FederationError
 from ._site import Site
+from ._status import STATE_FILE
 
 log = logging.getLogger("federation.gossip")
-STATE_FILE = "peers.json"
 MAX_ROUNDS = 4  # scheduled rounds in flight at once; and `sync_now` runs at most this many at once
 
 

@@ -12,12 +12,10 @@ import json
 import logging
 import os
 import socket
-import ssl
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import uvicorn
 from starlette.applications import Starlette
 
@@ -29,9 +27,9 @@ from ._gossip import Gossip
 from ._http import ACCEPT_BATCH, connection_cap, guarded_protocol, limit_logs
 from ._server import create_app
 from ._site import Site
+from ._status import SERVE_FILE
 
 log = logging.getLogger("federation")
-SERVE_FILE = "serve.json"
 
 
 def open_site(home: Path) -> Site:
@@ -123,24 +121,3 @@ def _listen(host: str, port: int) -> socket.socket:
             "(is another server using it? change [site] listen in simnet.toml)"
         ) from None
     return sock
-
-
-def running_server(home: Path) -> str | None:
-    """The URL of the server running for `home`, if one answers; None otherwise."""
-    try:
-        info = json.loads((home / SERVE_FILE).read_text())
-        response = httpx.get(f"{info['url']}/v1/health", timeout=2.0, verify=local_verify(home))
-        return info["url"] if response.status_code == 200 else None
-    except (OSError, ValueError, KeyError, httpx.HTTPError):
-        return None
-
-
-def local_verify(home: Path) -> ssl.SSLContext:
-    """How the site's own CLI verifies its running server: the site's anchors and the certificate
-    that server was started with (which `simnet serve --tls-cert` may have named)."""
-    tls = SiteConfig.load(home).tls
-    try:
-        cert = json.loads((home / SERVE_FILE).read_text()).get("cert")
-    except (OSError, ValueError):
-        cert = None
-    return replace(tls, cert=Path(cert) if cert else tls.cert).client_context()

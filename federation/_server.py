@@ -33,6 +33,7 @@ from ._errors import WireError
 from ._metrics import CONTENT_TYPE as METRICS_TYPE
 from ._openapi import describe
 from ._site import Site
+from ._status import knowledge_counts
 from ._wire import (
     PAGE_TYPE,
     check_hex64,
@@ -272,19 +273,6 @@ async def status(request: Request, site: Site, body: bytes, caller: bytes) -> Re
     return JSONResponse({"name": site.config.name, "key": site.key.hex(), **counts, "peers": peers})
 
 
-def knowledge_counts(kb: KnowledgeBase) -> dict[str, int]:
-    skills = kb.skills.list(include_withdrawn=True)
-    return {
-        "skills": len(skills),
-        "active_skills": sum(kb.is_active(s.id) for s in skills),
-        "certificates": sum(len(kb.certificates.for_skill(s.id)) for s in skills),
-        "revocations": sum(kb.is_revoked(s.id) for s in skills),
-        "equivocations": len(kb.equivocations()),
-        "writers": len(kb.heads()),
-        "envelopes": sum(h.seq for h in kb.heads().values()),
-    }
-
-
 async def openapi(request: Request) -> Response:
     return JSONResponse(describe(request.app.routes))
 
@@ -334,4 +322,4 @@ def create_app(
     return app
 
 
-__all__ = ["create_app", "knowledge_counts"]
+__all__ = ["create_app"]

@@ -11,7 +11,7 @@ from typing import Any
 from knowledge import KnowledgeBase
 
 from ._auth import RequestVerifier
-from ._config import SiteConfig
+from ._config import SiteConfig, withheld_from
 from ._errors import BusyError, FederationError
 from ._metrics import SiteMetrics
 
@@ -64,10 +64,3 @@ class Site:
 
     def withheld_from(self, caller: bytes) -> set[bytes]:
         return withheld_from(self.config, self.kb, caller)
-
-
-def withheld_from(config: SiteConfig, kb: KnowledgeBase, caller: bytes) -> set[bytes]:
-    """Feeds `caller` may not receive (by pull or push): those holding a private map it cannot
-    read."""
-    private = {m for rule in config.private if caller not in rule.readers for m in rule.maps}
-    return kb.authors_writing(private) if private else set()

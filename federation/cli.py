@@ -20,12 +20,9 @@ from knowledge.cli import emit, skill_by_prefix
 
 from ._auth import SimnetAuth
 from ._client import sync_with
-from ._config import PeerConfig, SiteConfig
+from ._config import PeerConfig, SiteConfig, withheld_from
 from ._errors import FederationError, PeerError
-from ._gossip import STATE_FILE
-from ._serve import local_verify, running_server, serve
-from ._server import knowledge_counts
-from ._site import withheld_from
+from ._status import STATE_FILE, knowledge_counts, local_verify, running_server
 
 
 def _roles(text: str) -> list[Role]:
@@ -102,6 +99,8 @@ def serve_command(
 ) -> None:
     """Serve this site over HTTP and gossip with its peers until interrupted."""
     logging.getLogger("federation").setLevel(min(logging.getLogger().level, logging.INFO))
+    from ._serve import serve  # the server's libraries (the server extra) load only here
+
     serve(home.path, gossip=not no_gossip, tls_cert=tls_cert, tls_key=tls_key)
 
 

@@ -81,6 +81,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop.",
     ),
 }
+EXTRAS = {  # an optional dependency -> the extra that installs it (see pyproject.toml)
+    "uvicorn": "server",
+    "starlette": "server",
+    "yaml": "server",
+    "prometheus_client": "server",
+    "torch": "sim",
+    "orjson": "sim",
+    "tqdm": "sim",
+    "ray": "ray",
+}
 ENCODER_COMMANDS: dict[str, tuple[str, str]] = {
     "dataset": (
         "sim.cli:encoder_dataset_command",
@@ -135,7 +145,10 @@ class LazyGroup(click.Group):
         if name in self.commands or name not in self.lazy:
             return super().get_command(ctx, name)
         module, _, attr = self.lazy[name][0].partition(":")
-        command = getattr(importlib.import_module(module), attr)
+        try:
+            command = getattr(importlib.import_module(module), attr)
+        except ModuleNotFoundError as exc:
+            raise _missing_extra(name, exc) from None
         if not isinstance(command, click.Command):
             raise TypeError(f"{self.lazy[name][0]} is not a click command")
         return command
@@ -164,6 +177,19 @@ class _Simnet(LazyGroup):
             return super().invoke(ctx)
         except SimnetError as exc:
             raise click.ClickException(str(exc)) from None
+        except ModuleNotFoundError as exc:  # a command that imports an extra's library as it runs
+            raise _missing_extra(ctx.invoked_subcommand or "", exc) from None
+
+
+def _missing_extra(command: str, exc: ModuleNotFoundError) -> Exception:
+    """The one-line error for a command whose optional dependency is not installed (else `exc`)."""
+    extra = EXTRAS.get((exc.name or "").partition(".")[0])
+    if extra is None:
+        return exc
+    return click.ClickException(
+        f"`simnet {command}` needs the {extra} extra ({exc.name} is not installed): "
+        f"pip install 'simnet-fleet[{extra}]'"
+    )
 
 
 @click.group(cls=_Simnet, lazy=COMMANDS)

@@ -37,6 +37,16 @@ Evaluations with `workers > 1` and worlds with worker processes start processes:
 `if __name__ == "__main__":`.
 """
 
+try:  # the simulator is an extra: say which, rather than which of its modules is missing
+    import orjson  # noqa: F401
+    import torch  # noqa: F401
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(
+        f"sim needs the sim extra ({missing.name} is not installed): "
+        "pip install 'simnet-fleet[sim]'",
+        name=missing.name,
+    ) from missing
+
 from knowledge import __version__ as __version__  # one distribution, one version
 from knowledge.stats import SPRT  # what evaluate(sprt=...) takes
 

@@ -129,13 +129,14 @@ def test_no_package_imports_another_packages_private_modules():
     assert private == []
 
 
+HEAVY = ("mujoco", "faiss", "torch", "starlette", "uvicorn", "prometheus_client", "ray")
+
+
 @pytest.mark.parametrize("package", ["knowledge", "federation"])
-def test_the_core_packages_load_no_simulator_index_or_torch(package):
-    """A robot that syncs and queries its store never pays for MuJoCo, FAISS or torch."""
-    code = (
-        f"import sys, {package}; "
-        "print(sorted(m for m in ('mujoco', 'faiss', 'torch') if m in sys.modules))"
-    )
+def test_the_core_packages_load_no_simulator_index_torch_or_server(package):
+    """A robot that syncs its store never pays for MuJoCo, FAISS, torch or the server's libraries
+    (the embodiment side and the server side load on first use)."""
+    code = f"import sys, {package}; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

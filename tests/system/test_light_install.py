@@ -1,0 +1,94 @@
+"""The core install, as a robot has it: no torch, no server libraries, no Ray.
+
+Each check runs in a separate Python process in which the optional dependencies cannot be imported
+(an import hook refuses them, as a venv without the extras would), against a real `simnet serve`
+site started in the full environment.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from knowledge import Identity
+
+ROBOTS = Path(__file__).parents[1] / "assets" / "robots"
+OPTIONAL = ("torch", "starlette", "uvicorn", "prometheus_client", "yaml", "orjson", "tqdm", "ray")
+WITHOUT_EXTRAS = f"""
+import importlib.abc, sys
+class _NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {OPTIONAL!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def run_core(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_EXTRAS + code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+ROBOT = """
+import json, sys
+import federation, knowledge
+url, site_key, device_key, store, mjcf = sys.argv[1:6]
+policy = knowledge.TrustPolicy().with_root(bytes.fromhex(site_key))
+with knowledge.open(store, knowledge.Identity.load(device_key), policy=policy) as kb:
+    body = knowledge.Embodiment.from_mjcf(mjcf)
+    kb.skills.publish("pick-mug", "pick", embodiments=[body.to_dict()])
+    report = federation.sync_with(kb, url, bytes.fromhex(site_key))
+    hits = kb.skills.query(body, k=3, active_only=False)
+    loaded = sorted(m for m in sys.modules if m.partition(".")[0] in {optional!r})
+    print(json.dumps({{"pushed": report.pushed, "hits": [h.skill.name for h in hits],
+                      "loaded": loaded}}))
+"""
+
+
+def test_a_robot_syncs_and_queries_with_the_core_install(fleet, run_simnet, tmp_path):
+    site = fleet.add("site")
+    site.start()
+    device = Identity.generate()
+    device.save(tmp_path / "robot.key")
+    run_simnet(site.home, "device", "add", device.public_key_hex, "--roles", "publish")
+    out = run_core(
+        ROBOT.format(optional=OPTIONAL),
+        site.url,
+        site.key.public_key_hex,
+        str(tmp_path / "robot.key"),
+        str(tmp_path / "robot.db"),
+        str(ROBOTS / "arm7.xml"),
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result == {"pushed": 1, "hits": ["pick-mug"], "loaded": []}
+    assert site.heads()[device.public_key_hex] == 1
+
+
+def test_commands_that_need_an_extra_say_which(tmp_path):
+    """A site's own commands work with the core; serving needs the server extra, evaluating the
+    simulator's."""
+    home = tmp_path / "site"
+    cli = "from knowledge.cli import run; run()"
+    assert run_core(cli, "--home", str(home), "init", "--name", "s").returncode == 0
+    status = run_core(cli, "--home", str(home), "status", "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["server"] is None
+    serve = run_core(cli, "--home", str(home), "serve")
+    assert serve.returncode == 1 and "Traceback" not in serve.stderr
+    assert "`simnet serve` needs the server extra" in serve.stderr
+    assert "pip install 'simnet-fleet[server]'" in serve.stderr
+    evaluate = run_core(cli, "evaluate", "arm_reach_good", "--task", "arm_reach")
+    assert evaluate.returncode == 1 and "`simnet evaluate` needs the sim extra" in evaluate.stderr
+
+
+def test_the_simulator_without_its_extra_says_which():
+    out = run_core("import sim")
+    assert out.returncode == 1
+    assert "sim needs the sim extra" in out.stderr
+    assert "pip install 'simnet-fleet[sim]'" in out.stderr
