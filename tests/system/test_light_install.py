@@ -8,13 +8,15 @@ site started in the full environment.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from knowledge import Identity
 
-ROBOTS = Path(__file__).parents[1] / "assets" / "robots"
+ROOT = Path(__file__).parents[2]
+ROBOTS = ROOT / "tests" / "assets" / "robots"
 OPTIONAL = ("torch", "starlette", "uvicorn", "prometheus_client", "yaml", "orjson", "tqdm", "ray")
 WITHOUT_EXTRAS = f"""
 import importlib.abc, sys
@@ -92,3 +94,45 @@ def test_the_simulator_without_its_extra_says_which():
     assert out.returncode == 1
     assert "sim needs the sim extra" in out.stderr
     assert "pip install 'simnet-fleet[sim]'" in out.stderr
+
+
+def _uv() -> str:
+    """The uv that `python3 dev.py` installs (or one on PATH)."""
+    found = shutil.which("uv") or str(ROOT / ".cache" / "bootstrap" / "bin" / "uv")
+    assert Path(found).exists(), "uv is missing: run the suite with `python3 dev.py test`"
+    return found
+
+
+def test_the_wheel_installs_without_extras_into_a_fresh_venv(tmp_path):
+    """The distribution as a user gets it: built from this tree, installed with no extras."""
+    venv = tmp_path / "venv"
+    uv = _uv()
+    subprocess.run([uv, "venv", "-q", str(venv), "-p", sys.executable], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(python), str(ROOT)], check=True, timeout=600
+    )
+    robot = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import knowledge, sys\n"
+            "kb = knowledge.open(':memory:', knowledge.Identity.generate())\n"
+            f"body = knowledge.Embodiment.from_mjcf({str(ROBOTS / 'arm7.xml')!r})\n"
+            "kb.skills.publish('pick-mug', 'pick', embodiments=[body.to_dict()])\n"
+            "print([h.skill.name for h in kb.skills.query(body, k=3, active_only=False)])\n"
+            "import importlib.util\n"
+            "print([m for m in ('torch', 'starlette', 'ray') if importlib.util.find_spec(m)])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert robot.returncode == 0, robot.stderr
+    assert robot.stdout.split("\n")[:2] == ["['pick-mug']", "[]"]  # and no torch installed at all
+    version = subprocess.run(
+        [str(venv / "bin" / "simnet"), "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert version.stdout.startswith("simnet, version ")
+    size = sum(f.stat().st_size for f in (venv / "lib").rglob("*") if f.is_file())
+    assert size < 400 * 2**20, f"the core install is {size / 2**20:.0f} MiB"
