@@ -10,8 +10,9 @@
     other.ingest(kb.envelopes_since(other.heads()))
 
 The embodiment side (robot descriptors, encoders, the skill index: `knowledge.embodiment`) needs
-MuJoCo, FAISS and, for the learned encoder, torch. `import knowledge` loads none of them: the names
-below that come from it import it on first use, and so does the first `kb.skills.query`.
+MuJoCo, FAISS and, to train the learned encoder, torch (using it needs numpy only). `import
+knowledge` loads none of them: the names below that come from it import it on first use, and so
+does the first `kb.skills.query`.
 """
 
 from typing import TYPE_CHECKING
@@ -103,13 +104,13 @@ _EMBODIMENT = {
     "TransferDataError": "._transfer_data",
     "TransferDataset": "._transfer_data",
     "evaluate_encoder": "._transfer_data",
-    "train_encoder": "._learned",
+    "train_encoder": "._training",
 }
 """Names from `knowledge.embodiment`, by the module that defines them: imported on first use."""
 
 
 def __getattr__(name: str) -> object:
-    """A name of the embodiment side: import its module now (MuJoCo, FAISS, torch load here)."""
+    """A name of the embodiment side: import its module now (MuJoCo, FAISS; torch for training)."""
     module = _EMBODIMENT.get(name)
     if module is None:
         raise AttributeError(f"module 'knowledge' has no attribute {name!r}")

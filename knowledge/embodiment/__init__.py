@@ -6,8 +6,8 @@ body.
     vector = FeatureEncoder().encode(arm)
 
 Importing this package loads MuJoCo and FAISS; `import knowledge` does not, and its names for these
-(`knowledge.Embodiment`, ...) import this package on first use. The learned encoder needs torch: its
-names import it on first use too.
+(`knowledge.Embodiment`, ...) import this package on first use. The learned encoder runs on numpy;
+only training it (`train_encoder`) needs torch, imported on its first use.
 """
 
 from ._descriptors import Embodiment
@@ -23,15 +23,20 @@ from ._transfer_data import (
     evaluate_encoder,
 )
 
-_LEARNED = ("EncoderWeightsError", "LearnedEncoder", "train_encoder")
+_LEARNED = {
+    "EncoderWeightsError": "._learned",
+    "LearnedEncoder": "._learned",
+    "train_encoder": "._training",
+}
 
 
 def __getattr__(name: str) -> object:
-    """The learned encoder's names: torch is imported on their first use."""
-    if name in _LEARNED:
-        from . import _learned
+    """The learned encoder's names, imported on first use (torch with `train_encoder` only)."""
+    module = _LEARNED.get(name)
+    if module is not None:
+        from importlib import import_module
 
-        return getattr(_learned, name)
+        return getattr(import_module(module, __name__), name)
     raise AttributeError(f"module 'knowledge.embodiment' has no attribute {name!r}")
 
 

@@ -94,7 +94,8 @@ def train_command(
     as_json: bool,
 ) -> None:
     """Train encoder weights on measured transfers; use them with `skills query --encoder FILE`."""
-    from ._learned import LearnedEncoder, train_encoder
+    from ._learned import LearnedEncoder
+    from ._training import train_encoder
 
     data = _dataset(obj, files)
     train, heldout = data.split(holdout, seed=seed)

@@ -8,14 +8,18 @@ whole body (mass, reach, dof, feet). A small transformer with no positional enco
 the set and pools it into a vector, so the vector cannot depend on the order joints are listed in;
 what the kinematic tree makes different (a shoulder and a wrist) differs in the tokens themselves.
 
-Training (`train_encoder`) uses measured transfers: for every target body, the skills of the other
-bodies are ranked by their success there, and a pairwise logistic loss asks the distances to rank
-them the same way (RankNet, weighted by the difference in success and more where the better one
-succeeds), plus the same across targets so that one distance means about one success rate
-everywhere.
+Training (`train_encoder`, in `_training`) uses measured transfers: for every target body, the
+skills of the other bodies are ranked by their success there, and a pairwise logistic loss asks the
+distances to rank them the same way (RankNet, weighted by the difference in success and more where
+the better one succeeds), plus the same across targets so that one distance means about one success
+rate everywhere.
 
 The weights are a safetensors file with the network's configuration in its metadata; the version is
 a hash of both, so retrained weights are a new embedding space and get their own index.
+
+This module is the inference side and runs on numpy alone: the forward pass of the network that
+`_training` defines in torch, reproduced operation by operation, so that a robot which only queries
+skills loads and uses the weights without installing torch (gigabytes). Only training needs torch.
 """
 
 from __future__ import annotations
@@ -24,21 +28,17 @@ import hashlib
 import json
 import math
 import os
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
 import mujoco
 import numpy as np
-import safetensors.torch
-import torch
-from torch import nn
+import safetensors.numpy
 
 from .._errors import SimnetError
 from ._descriptors import Embodiment
 from ._encoders import Encoder
-from ._transfer_data import TransferDataError, TransferDataset
 
 FORMAT = "simnet.encoder/2"
 """/2: joint tokens carry the lever to their chain's end and its Jacobian column (/1 files are
@@ -177,7 +177,7 @@ def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
     return ends
 
 
-def _batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch(bodies: Sequence[Embodiment]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Padded joint tokens (B, T, F), padding mask (B, T) (True = padding), body tokens (B, G)."""
     pairs = [body_tokens(b) for b in bodies]
     longest = max((len(j) for j, _ in pairs), default=0)
@@ -186,51 +186,97 @@ def _batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, to
     for i, (tokens, _) in enumerate(pairs):
         joints[i, : len(tokens)], mask[i, : len(tokens)] = tokens, False
     body = np.stack([b for _, b in pairs]) if pairs else np.zeros((0, BODY_FEATURES), np.float32)
-    return torch.from_numpy(joints), torch.from_numpy(mask), torch.from_numpy(body)
+    return joints, mask, body
 
 
-class _Network(nn.Module):
-    """Token embedding, a transformer over the body and joint tokens, pooling, a projection."""
+def _shapes(width: int, heads: int, layers: int, dim: int) -> dict[str, tuple[int, ...]]:
+    """The network's tensors by name (torch's state_dict names) and their shapes."""
+    if min(width, heads, layers, dim) < 1 or width % heads:
+        raise ValueError(f"no network has width {width}, {heads} heads, {layers} layers, dim {dim}")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, size in (("joint", JOINT_FEATURES), ("body", BODY_FEATURES)):
+        shapes |= {f"{name}_mean": (size,), f"{name}_std": (size,)}
+        shapes |= {f"{name}_in.0.weight": (width, size), f"{name}_in.0.bias": (width,)}
+        shapes |= {f"{name}_in.2.weight": (width, width), f"{name}_in.2.bias": (width,)}
+    for i in range(layers):
+        p = f"blocks.layers.{i}."
+        shapes |= {
+            p + "self_attn.in_proj_weight": (3 * width, width),
+            p + "self_attn.in_proj_bias": (3 * width,),
+            p + "self_attn.out_proj.weight": (width, width),
+            p + "self_attn.out_proj.bias": (width,),
+            p + "linear1.weight": (2 * width, width),
+            p + "linear1.bias": (2 * width,),
+            p + "linear2.weight": (width, 2 * width),
+            p + "linear2.bias": (width,),
+            **{p + f"norm{k}.{w}": (width,) for k in (1, 2) for w in ("weight", "bias")},
+        }
+    shapes |= {"out.0.weight": (2 * width,), "out.0.bias": (2 * width,)}
+    shapes |= {"out.1.weight": (width, 2 * width), "out.1.bias": (width,)}
+    shapes |= {"out.3.weight": (dim, width), "out.3.bias": (dim,)}
+    return shapes
 
-    def __init__(self, width: int, heads: int, layers: int, dim: int) -> None:
-        super().__init__()
-        for name, size in (("joint", JOINT_FEATURES), ("body", BODY_FEATURES)):
-            self.register_buffer(f"{name}_mean", torch.zeros(size))
-            self.register_buffer(f"{name}_std", torch.ones(size))
-        self.joint_in = nn.Sequential(
-            nn.Linear(JOINT_FEATURES, width), nn.GELU(), nn.Linear(width, width)
-        )
-        self.body_in = nn.Sequential(
-            nn.Linear(BODY_FEATURES, width), nn.GELU(), nn.Linear(width, width)
-        )
-        layer = nn.TransformerEncoderLayer(
-            width, heads, 2 * width, dropout=0.0, batch_first=True, norm_first=True
-        )
-        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.out = nn.Sequential(
-            nn.LayerNorm(2 * width), nn.Linear(2 * width, width), nn.GELU(), nn.Linear(width, dim)
-        )
 
-    def forward(self, joints: torch.Tensor, mask: torch.Tensor, body: torch.Tensor) -> torch.Tensor:
-        j = self.joint_in((joints - self.joint_mean) / self.joint_std)
-        g = self.body_in((body - self.body_mean) / self.body_std)
-        x = self.blocks(
-            torch.cat([g[:, None], j], 1),
-            src_key_padding_mask=torch.cat([torch.zeros_like(mask[:, :1]), mask], 1),
-        )
-        keep = (~mask).unsqueeze(-1).float()
-        mean = (x[:, 1:] * keep).sum(1) / keep.sum(1).clamp(min=1.0)
-        return self.out(torch.cat([x[:, 0], mean], 1))
+_erf = np.frompyfunc(math.erf, 1, 1)
 
-    def normalize_from(self, bodies: Sequence[Embodiment]) -> None:
-        """Set the input normalization to the statistics of these bodies' tokens."""
-        joints, mask, body = _batch(bodies)
-        valid = joints[~mask]
-        for name, values in (("joint", valid), ("body", body)):
-            getattr(self, f"{name}_mean").copy_(values.mean(0))
-            getattr(self, f"{name}_std").copy_(
-                values.std(0).clamp(min=1e-3) if len(values) > 1 else torch.ones(values.shape[1])
-            )
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """torch's nn.GELU() (exact, with erf, not the tanh approximation)."""
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """torch's nn.LayerNorm over the last axis: biased variance, eps 1e-5."""
+    centred = x - x.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5) * weight + bias
+
+
+def _forward(
+    w: dict[str, np.ndarray],
+    heads: int,
+    layers: int,
+    joints: np.ndarray,
+    mask: np.ndarray,
+    body: np.ndarray,
+) -> np.ndarray:
+    """The network of `_training._Network` in numpy, in float64: token embedding (normalized
+    inputs, Linear-GELU-Linear), `layers` pre-norm transformer encoder layers (torch's
+    nn.TransformerEncoderLayer with norm_first=True, ReLU, no dropout; padding masked out of the
+    keys), the body token and the mean of the joint tokens, then LayerNorm-Linear-GELU-Linear.
+    Returns (B, dim) float64."""
+
+    def linear(x: np.ndarray, name: str) -> np.ndarray:
+        return x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
+
+    def embed(x: np.ndarray, name: str) -> np.ndarray:
+        x = (x - w[f"{name}_mean"]) / w[f"{name}_std"]
+        return linear(_gelu(linear(x, f"{name}_in.0")), f"{name}_in.2")
+
+    x = np.concatenate([embed(body, "body")[:, None], embed(joints, "joint")], 1)
+    padding = np.concatenate([np.zeros_like(mask[:, :1]), mask], 1)  # (B, S)
+    batch, length, width = x.shape
+    size = width // heads
+    for i in range(layers):
+        p = f"blocks.layers.{i}."
+        h = _layer_norm(x, w[p + "norm1.weight"], w[p + "norm1.bias"])
+        qkv = h @ w[p + "self_attn.in_proj_weight"].T + w[p + "self_attn.in_proj_bias"]
+        q, k, v = (
+            part.reshape(batch, length, heads, size).transpose(0, 2, 1, 3)
+            for part in np.split(qkv, 3, -1)
+        )
+        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(size)  # (B, H, S, S)
+        scores = np.where(padding[:, None, None, :], -np.inf, scores)
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        attended = (scores / scores.sum(-1, keepdims=True)) @ v
+        x = x + linear(
+            attended.transpose(0, 2, 1, 3).reshape(batch, length, width), p + "self_attn.out_proj"
+        )
+        h = _layer_norm(x, w[p + "norm2.weight"], w[p + "norm2.bias"])
+        x = x + linear(np.maximum(linear(h, p + "linear1"), 0.0), p + "linear2")
+    keep = (~mask)[..., None].astype(x.dtype)
+    mean = (x[:, 1:] * keep).sum(1) / np.maximum(keep.sum(1), 1.0)
+    h = _layer_norm(np.concatenate([x[:, 0], mean], 1), w["out.0.weight"], w["out.0.bias"])
+    return linear(_gelu(linear(h, "out.1")), "out.3")
 
 
 class LearnedEncoder(Encoder):
@@ -239,7 +285,8 @@ class LearnedEncoder(Encoder):
 
     `LearnedEncoder()` loads the weights shipped in the package (no network); pass a weights file
     (or its bytes) written by `save` or `simnet encoder train` to use retrained ones. `version`
-    names the weights.
+    names the weights. Encoding runs on numpy: torch is not needed (only `untrained` and
+    `train_encoder` import it).
     """
 
     name = "transfer-attention"
@@ -250,22 +297,21 @@ class LearnedEncoder(Encoder):
             weights = (resources.files("knowledge") / "assets" / SHIPPED).read_bytes()
         elif not isinstance(weights, bytes):
             weights = Path(weights).read_bytes()
-        self._network, self.config, self.meta = _read(weights)
+        self._tensors, self.config, self.meta = _read(weights)
         self.dim = self.config["dim"]
-        self.version = _version(self.config, self._network)
+        self.version = _version(self.config, self._tensors)
+        # float64 copies to compute with: the forward pass rounds once, at its end
+        self._weights = {k: v.astype(np.float64) for k, v in self._tensors.items()}
 
     @classmethod
     def untrained(
         cls, bodies: Sequence[Embodiment], *, seed: int = 0, **config: int
     ) -> LearnedEncoder:
         """A randomly initialized network (seeded), its inputs normalized over `bodies`: where
-        training starts."""
-        config = {**DEFAULT_CONFIG, **config}
-        with torch.random.fork_rng():  # seeded, without touching the caller's random state
-            torch.manual_seed(seed)
-            network = _Network(**config)
-        network.normalize_from(bodies)
-        return cls(_write(network, config, {"trained_on": "nothing (untrained)"}))
+        training starts. Needs torch (the initialization is torch's)."""
+        from ._training import untrained_weights
+
+        return cls(untrained_weights(bodies, seed=seed, config={**DEFAULT_CONFIG, **config}))
 
     def encode(self, embodiment: Embodiment) -> np.ndarray:
         return self.encode_many([embodiment])[0]
@@ -274,11 +320,19 @@ class LearnedEncoder(Encoder):
         bodies = list(embodiments)
         if not bodies:
             return np.empty((0, self.dim), np.float32)
-        with torch.inference_mode():
-            return self._network(*_batch(bodies)).numpy().astype(np.float32)
+        joints, mask, body = _batch(bodies)
+        vectors = _forward(
+            self._weights,
+            int(self.config["heads"]),
+            int(self.config["layers"]),
+            joints.astype(np.float64),
+            mask,
+            body.astype(np.float64),
+        )
+        return vectors.astype(np.float32)
 
     def to_bytes(self) -> bytes:
-        return _write(self._network, self.config, self.meta)
+        return _write(self._tensors, self.config, self.meta)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         Path(path).write_bytes(self.to_bytes())
@@ -287,19 +341,23 @@ class LearnedEncoder(Encoder):
         return f"LearnedEncoder(version={self.version!r}, dim={self.dim})"
 
 
-def _write(network: _Network, config: dict, meta: dict) -> bytes:
-    tensors = {k: v.detach().contiguous().clone() for k, v in sorted(network.state_dict().items())}
+def _write(tensors: dict[str, np.ndarray], config: dict, meta: dict) -> bytes:
+    """A weights file: the tensors (float32, by their torch state_dict names), the configuration
+    and `meta` in the safetensors metadata."""
     header = {
         "format": FORMAT,
         "config": json.dumps(config, sort_keys=True),
         "meta": json.dumps(meta, sort_keys=True),
     }
-    return safetensors.torch.save(tensors, metadata=header)
+    arrays = {k: np.ascontiguousarray(tensors[k], np.float32) for k in sorted(tensors)}
+    return safetensors.numpy.save(arrays, metadata=header)
 
 
-def _read(blob: bytes) -> tuple[_Network, dict, dict]:
+def _read(blob: bytes) -> tuple[dict[str, np.ndarray], dict, dict]:
+    """(tensors as float32 arrays, configuration, meta) of a weights file, every tensor checked
+    against the configuration's shapes; EncoderWeightsError if anything is off."""
     try:
-        tensors = safetensors.torch.load(blob)
+        loaded = safetensors.numpy.load(blob)
         header = (
             json.loads(blob[8 : 8 + int.from_bytes(blob[:8], "little")]).get("__metadata__") or {}
         )
@@ -312,110 +370,28 @@ def _read(blob: bytes) -> tuple[_Network, dict, dict]:
     try:
         config = json.loads(header["config"])
         meta = json.loads(header.get("meta", "{}"))
-        network = _Network(**{key: int(config[key]) for key in DEFAULT_CONFIG})
-        network.load_state_dict(tensors, strict=True)
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        shapes = _shapes(**{key: int(config[key]) for key in DEFAULT_CONFIG})
+        missing, unexpected = sorted(shapes.keys() - loaded), sorted(loaded.keys() - shapes)
+        if missing or unexpected:
+            raise ValueError(f"missing tensors {missing}, unexpected tensors {unexpected}")
+        wrong = [f"{k} {loaded[k].shape} != {s}" for k, s in shapes.items() if loaded[k].shape != s]
+        if wrong:
+            raise ValueError(f"tensor shapes do not match: {', '.join(wrong)}")
+        tensors = {k: np.ascontiguousarray(loaded[k], np.float32) for k in sorted(shapes)}
+    except (KeyError, TypeError, ValueError) as exc:
         raise EncoderWeightsError(
             f"encoder weights do not match their configuration: {exc}"
         ) from exc
-    if not all(torch.isfinite(t).all() for t in tensors.values()):
+    if not all(np.isfinite(t).all() for t in tensors.values()):
         raise EncoderWeightsError("encoder weights hold NaN or inf")
-    network.eval()
-    return network, config, meta
+    return tensors, config, meta
 
 
-def _version(config: dict, network: _Network) -> str:
+def _version(config: dict, tensors: dict[str, np.ndarray]) -> str:
     """1-<hash of configuration and tensors>: equal weights, equal space, whatever the file's byte
     layout."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
-    for name, tensor in sorted(network.state_dict().items()):
+    for name, tensor in sorted(tensors.items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+        digest.update(np.ascontiguousarray(tensor, np.float32).tobytes())
     return f"1-{digest.hexdigest()[:16]}"
-
-
-# -- training --------------------------------------------------------------------------------------
-
-
-def _pairs(dataset: TransferDataset, margin: float) -> tuple[torch.Tensor, ...]:
-    """Measured transfers between distinct bodies as (source, target, rate) columns, and for each
-    target and task the (better, worse) pairs of them whose rates differ by more than `margin`."""
-    measured = [t for t in dataset.transfers if t.source != t.target]
-    if not measured:
-        raise TransferDataError("no transfers between distinct bodies to train on")
-    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for k, t in enumerate(measured):
-        groups[t.target, t.task].append(k)
-    better, worse = [], []
-    for rows in groups.values():
-        for a in rows:
-            better += [a] * sum(measured[a].rate > measured[b].rate + margin for b in rows)
-            worse += [b for b in rows if measured[a].rate > measured[b].rate + margin]
-    return (
-        torch.tensor([t.source for t in measured]),
-        torch.tensor([t.target for t in measured]),
-        torch.tensor([t.rate for t in measured], dtype=torch.float32),
-        torch.tensor(better, dtype=torch.long),
-        torch.tensor(worse, dtype=torch.long),
-    )
-
-
-def train_encoder(
-    dataset: TransferDataset,
-    *,
-    epochs: int = 400,
-    seed: int = 0,
-    lr: float = 2e-3,
-    weight_decay: float = 1e-3,
-    margin: float = 0.1,
-    temperature: float = 0.1,
-    favour: float = 4.0,
-    good: float = 0.8,
-    start: LearnedEncoder | None = None,
-    meta: dict | None = None,
-) -> LearnedEncoder:
-    """Train on every transfer in `dataset` (full batch, Adam); returns a new encoder.
-
-    The loss is scale-free (distances over their mean), so the space does not grow to win it. A pair
-    whose better skill succeeds (rate at least `good`, the report's threshold) weighs 1 + `favour`
-    times as much: retrieval is judged by whether the skills that work come first.
-    """
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
-    source, target, rate, better, worse = _pairs(dataset, margin)
-    if not len(better):
-        raise TransferDataError("every transfer scored alike: nothing to rank")
-    encoder = start or LearnedEncoder.untrained(dataset.bodies, seed=seed)
-    network, _, _ = _read(encoder.to_bytes())
-    network.train()
-    generator = torch.Generator().manual_seed(seed)
-    batch = _batch(dataset.bodies)
-    optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=weight_decay)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
-    weight = (rate[better] - rate[worse]).clamp(min=0) * (1 + favour * (rate[better] >= good))
-    for _ in range(epochs):
-        vectors = network(*batch)
-        distance = (vectors[source] - vectors[target]).pow(2).sum(1).add(1e-9).sqrt()
-        scaled = distance / distance.mean().detach().clamp(min=1e-6) / temperature
-        within = (
-            nn.functional.softplus(scaled[better] - scaled[worse]) * weight
-        ).sum() / weight.sum()
-        a, b = torch.randint(0, len(rate), (2, 4096), generator=generator)
-        gap = rate[a] - rate[b]
-        sign, strength = gap.sign(), gap.abs() * (gap.abs() > margin)
-        across = (
-            nn.functional.softplus(sign * (scaled[a] - scaled[b])) * strength
-        ).sum() / strength.sum().clamp(min=1e-6)
-        loss = within + 0.5 * across
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-    network.eval()
-    info = {
-        "trained_on": f"{len(dataset.bodies)} bodies, {len(rate)} transfers",
-        "epochs": epochs,
-        "seed": seed,
-        **(meta or {}),
-    }
-    return LearnedEncoder(_write(network, encoder.config, info))

@@ -1,5 +1,6 @@
 """The learned encoder: tokens, determinism, joint-order invariance, weights on disk, training,
-retrieval.
+retrieval; its numpy forward pass against the torch network it reproduces, and encoding with torch
+absent (the light install).
 
 `tests/assets/transfer_small.json.gz` is real simulator data: `simnet encoder dataset --arms 32
 --walkers 0 --no-shipped` (32 procedural arms, every arm's reach skill evaluated on every arm, 16
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import mujoco
@@ -38,6 +42,10 @@ from knowledge.embodiment._learned import (
     body_tokens,
 )
 from knowledge.embodiment._retrieval import index_path
+
+SHIPPED_VERSION = "1-f86991dda831a217"
+"""The shipped weights' embedding space: indexes key on it, so loading them another way (numpy
+rather than torch) must not change it."""
 
 ASSETS = Path(__file__).parent.parent / "assets"
 ROBOTS = ASSETS / "robots"
@@ -278,3 +286,114 @@ def test_switching_encoders_uses_and_rebuilds_their_own_index(tmp_path):
     assert [r.skill.name for r in results] == [f"reach-{i}" for i in order]
     assert SkillIndex.load(learned_index, retrained.space) is not None
     assert SkillIndex.load(learned_index, shipped.space) is None
+
+
+def _robots() -> list[Embodiment]:
+    """Every robot in tests/assets/robots that describes a body (one file there has no joints)."""
+    robots = []
+    for path in sorted(ROBOTS.iterdir()):
+        load = Embodiment.from_urdf if path.suffix == ".urdf" else Embodiment.from_mjcf
+        try:
+            robots.append(load(path))
+        except knowledge.EmbodimentError:
+            continue
+    return robots
+
+
+def _torch_vectors(encoder: LearnedEncoder, bodies: list[Embodiment]) -> np.ndarray:
+    """What the torch network (training's `_Network`) holding `encoder`'s weights makes of
+    `bodies`."""
+    import torch
+
+    from knowledge.embodiment._training import _network, _torch_batch
+
+    with torch.inference_mode():
+        return _network(encoder)(*_torch_batch(bodies)).numpy()
+
+
+def test_the_shipped_weights_keep_their_version():
+    assert shipped.version == SHIPPED_VERSION
+    assert LearnedEncoder(shipped.to_bytes()).version == SHIPPED_VERSION
+
+
+def test_the_numpy_forward_pass_is_the_torch_network_on_the_shipped_weights():
+    robots = _robots()
+    assert len(robots) >= 6
+    bodies = robots + BODIES
+    assert np.allclose(shipped.encode_many(bodies), _torch_vectors(shipped, bodies), atol=1e-5)
+    for body in robots:  # one at a time: no padding
+        assert np.allclose(shipped.encode(body), _torch_vectors(shipped, [body])[0], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "config", [{}, {"width": 16, "heads": 2, "layers": 1, "dim": 8}], ids=["default", "tiny"]
+)
+def test_the_numpy_forward_pass_is_the_torch_network_on_freshly_trained_weights(config):
+    data = SMALL.subset(list(range(10)))
+    start = LearnedEncoder.untrained(data.bodies, seed=3, **config)
+    trained = train_encoder(data, epochs=10, seed=3, start=start)
+    assert trained.version != start.version and trained.config == start.config
+    bodies = _robots() + list(SMALL.bodies[:12])
+    for encoder in (start, trained, LearnedEncoder(trained.to_bytes())):
+        assert np.allclose(encoder.encode_many(bodies), _torch_vectors(encoder, bodies), atol=1e-5)
+
+
+def test_weights_whose_heads_do_not_divide_their_width_are_refused():
+    import safetensors.numpy
+
+    tensors = safetensors.numpy.load(shipped.to_bytes())
+    config = json.dumps({**DEFAULT_CONFIG, "heads": 5})
+    with pytest.raises(EncoderWeightsError):
+        LearnedEncoder(
+            safetensors.numpy.save(tensors, metadata={"format": FORMAT, "config": config})
+        )
+
+
+_WITHOUT_TORCH = """
+import importlib.abc, sys
+
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"{name} is not installed (blocked by the test)")
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+try:
+    import torch
+except ImportError:
+    pass
+else:
+    raise SystemExit("torch was importable")
+
+import knowledge
+from knowledge import Embodiment, LearnedEncoder
+
+encoder = LearnedEncoder()
+arm = Embodiment.from_mjcf(sys.argv[1])
+vector = encoder.encode(arm)
+assert vector.shape == (encoder.dim,) and encoder.space.version == encoder.version
+assert "torch" not in sys.modules, "torch was imported"
+print(encoder.version, " ".join(repr(float(x)) for x in vector))
+"""
+
+
+def test_the_learned_encoder_encodes_without_torch():
+    """A robot that only queries skills installs no torch: loading the shipped weights and encoding
+    a body work with torch unimportable, and give the vector torch gives."""
+    root = Path(knowledge.__file__).parent.parent
+    paths = [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH, str(ROBOTS / "arm7.xml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    version, *numbers = done.stdout.split()
+    assert version == SHIPPED_VERSION
+    arm = Embodiment.from_mjcf(ROBOTS / "arm7.xml")
+    assert np.array_equal(np.array(numbers, np.float32), shipped.encode(arm))
+    assert np.allclose(np.array(numbers, np.float32), _torch_vectors(shipped, [arm])[0], atol=1e-5)

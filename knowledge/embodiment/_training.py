@@ -1,0 +1,190 @@
+"""Training the learned embodiment encoder (torch): the network, its initialization and
+`train_encoder`.
+
+The encoder's inference (`_learned`: tokens, weights files, `LearnedEncoder.encode`) runs on numpy
+alone, so that robots which only query skills need not install torch (gigabytes); torch is needed
+here only, to initialize and train the network. `_Network` is the reference: `_learned._forward`
+computes the same function in numpy, and the weights file holds this module's state_dict.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._descriptors import Embodiment
+from ._learned import (
+    BODY_FEATURES,
+    JOINT_FEATURES,
+    LearnedEncoder,
+    _batch,
+    _write,
+)
+from ._transfer_data import TransferDataError, TransferDataset
+
+
+def _torch_batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_learned._batch` as tensors: padded joint tokens, padding mask (True = padding), body
+    tokens."""
+    joints, mask, body = _batch(bodies)
+    return torch.from_numpy(joints), torch.from_numpy(mask), torch.from_numpy(body)
+
+
+class _Network(nn.Module):
+    """Token embedding, a transformer over the body and joint tokens, pooling, a projection."""
+
+    def __init__(self, width: int, heads: int, layers: int, dim: int) -> None:
+        super().__init__()
+        for name, size in (("joint", JOINT_FEATURES), ("body", BODY_FEATURES)):
+            self.register_buffer(f"{name}_mean", torch.zeros(size))
+            self.register_buffer(f"{name}_std", torch.ones(size))
+        self.joint_in = nn.Sequential(
+            nn.Linear(JOINT_FEATURES, width), nn.GELU(), nn.Linear(width, width)
+        )
+        self.body_in = nn.Sequential(
+            nn.Linear(BODY_FEATURES, width), nn.GELU(), nn.Linear(width, width)
+        )
+        layer = nn.TransformerEncoderLayer(
+            width, heads, 2 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.out = nn.Sequential(
+            nn.LayerNorm(2 * width), nn.Linear(2 * width, width), nn.GELU(), nn.Linear(width, dim)
+        )
+
+    def forward(self, joints: torch.Tensor, mask: torch.Tensor, body: torch.Tensor) -> torch.Tensor:
+        j = self.joint_in((joints - self.joint_mean) / self.joint_std)
+        g = self.body_in((body - self.body_mean) / self.body_std)
+        x = self.blocks(
+            torch.cat([g[:, None], j], 1),
+            src_key_padding_mask=torch.cat([torch.zeros_like(mask[:, :1]), mask], 1),
+        )
+        keep = (~mask).unsqueeze(-1).float()
+        mean = (x[:, 1:] * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+        return self.out(torch.cat([x[:, 0], mean], 1))
+
+    def normalize_from(self, bodies: Sequence[Embodiment]) -> None:
+        """Set the input normalization to the statistics of these bodies' tokens."""
+        joints, mask, body = _torch_batch(bodies)
+        valid = joints[~mask]
+        for name, values in (("joint", valid), ("body", body)):
+            getattr(self, f"{name}_mean").copy_(values.mean(0))
+            getattr(self, f"{name}_std").copy_(
+                values.std(0).clamp(min=1e-3) if len(values) > 1 else torch.ones(values.shape[1])
+            )
+
+
+def _network(encoder: LearnedEncoder) -> _Network:
+    """The torch network holding an encoder's weights (in eval mode)."""
+    network = _Network(
+        **{key: int(encoder.config[key]) for key in ("width", "heads", "layers", "dim")}
+    )
+    network.load_state_dict(
+        {k: torch.from_numpy(v.copy()) for k, v in encoder._tensors.items()}, strict=True
+    )
+    return network.eval()
+
+
+def _arrays(network: _Network) -> dict[str, np.ndarray]:
+    """A network's state_dict as float32 arrays, for `_learned._write`."""
+    return {
+        k: v.detach().float().contiguous().numpy().copy() for k, v in network.state_dict().items()
+    }
+
+
+def untrained_weights(bodies: Sequence[Embodiment], *, seed: int, config: dict) -> bytes:
+    """The weights file of a randomly initialized network (seeded), its inputs normalized over
+    `bodies`: `LearnedEncoder.untrained`."""
+    with torch.random.fork_rng():  # seeded, without touching the caller's random state
+        torch.manual_seed(seed)
+        network = _Network(**config)
+    network.normalize_from(bodies)
+    return _write(_arrays(network), config, {"trained_on": "nothing (untrained)"})
+
+
+def _pairs(dataset: TransferDataset, margin: float) -> tuple[torch.Tensor, ...]:
+    """Measured transfers between distinct bodies as (source, target, rate) columns, and for each
+    target and task the (better, worse) pairs of them whose rates differ by more than `margin`."""
+    measured = [t for t in dataset.transfers if t.source != t.target]
+    if not measured:
+        raise TransferDataError("no transfers between distinct bodies to train on")
+    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for k, t in enumerate(measured):
+        groups[t.target, t.task].append(k)
+    better, worse = [], []
+    for rows in groups.values():
+        for a in rows:
+            better += [a] * sum(measured[a].rate > measured[b].rate + margin for b in rows)
+            worse += [b for b in rows if measured[a].rate > measured[b].rate + margin]
+    return (
+        torch.tensor([t.source for t in measured]),
+        torch.tensor([t.target for t in measured]),
+        torch.tensor([t.rate for t in measured], dtype=torch.float32),
+        torch.tensor(better, dtype=torch.long),
+        torch.tensor(worse, dtype=torch.long),
+    )
+
+
+def train_encoder(
+    dataset: TransferDataset,
+    *,
+    epochs: int = 400,
+    seed: int = 0,
+    lr: float = 2e-3,
+    weight_decay: float = 1e-3,
+    margin: float = 0.1,
+    temperature: float = 0.1,
+    favour: float = 4.0,
+    good: float = 0.8,
+    start: LearnedEncoder | None = None,
+    meta: dict | None = None,
+) -> LearnedEncoder:
+    """Train on every transfer in `dataset` (full batch, Adam); returns a new encoder.
+
+    The loss is scale-free (distances over their mean), so the space does not grow to win it. A pair
+    whose better skill succeeds (rate at least `good`, the report's threshold) weighs 1 + `favour`
+    times as much: retrieval is judged by whether the skills that work come first.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    source, target, rate, better, worse = _pairs(dataset, margin)
+    if not len(better):
+        raise TransferDataError("every transfer scored alike: nothing to rank")
+    encoder = start or LearnedEncoder.untrained(dataset.bodies, seed=seed)
+    network = _network(encoder)
+    network.train()
+    generator = torch.Generator().manual_seed(seed)
+    batch = _torch_batch(dataset.bodies)
+    optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
+    weight = (rate[better] - rate[worse]).clamp(min=0) * (1 + favour * (rate[better] >= good))
+    for _ in range(epochs):
+        vectors = network(*batch)
+        distance = (vectors[source] - vectors[target]).pow(2).sum(1).add(1e-9).sqrt()
+        scaled = distance / distance.mean().detach().clamp(min=1e-6) / temperature
+        within = (
+            nn.functional.softplus(scaled[better] - scaled[worse]) * weight
+        ).sum() / weight.sum()
+        a, b = torch.randint(0, len(rate), (2, 4096), generator=generator)
+        gap = rate[a] - rate[b]
+        sign, strength = gap.sign(), gap.abs() * (gap.abs() > margin)
+        across = (
+            nn.functional.softplus(sign * (scaled[a] - scaled[b])) * strength
+        ).sum() / strength.sum().clamp(min=1e-6)
+        loss = within + 0.5 * across
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    network.eval()
+    info = {
+        "trained_on": f"{len(dataset.bodies)} bodies, {len(rate)} transfers",
+        "epochs": epochs,
+        "seed": seed,
+        **(meta or {}),
+    }
+    return LearnedEncoder(_write(_arrays(network), encoder.config, info))
