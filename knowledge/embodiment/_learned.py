@@ -177,7 +177,7 @@ def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
     return ends
 
 
-def _batch(bodies: Sequence[Embodiment]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def token_batch(bodies: Sequence[Embodiment]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Padded joint tokens (B, T, F), padding mask (B, T) (True = padding), body tokens (B, G)."""
     pairs = [body_tokens(b) for b in bodies]
     longest = max((len(j) for j, _ in pairs), default=0)
@@ -285,8 +285,8 @@ class LearnedEncoder(Encoder):
 
     `LearnedEncoder()` loads the weights shipped in the package (no network); pass a weights file
     (or its bytes) written by `save` or `simnet encoder train` to use retrained ones. `version`
-    names the weights. Encoding runs on numpy: torch is not needed (only `untrained` and
-    `train_encoder` import it).
+    names the weights. Encoding runs on numpy: torch is not needed (only training imports it:
+    `_training.untrained_encoder` and `train_encoder`).
     """
 
     name = "transfer-attention"
@@ -303,16 +303,6 @@ class LearnedEncoder(Encoder):
         # float64 copies to compute with: the forward pass rounds once, at its end
         self._weights = {k: v.astype(np.float64) for k, v in self._tensors.items()}
 
-    @classmethod
-    def untrained(
-        cls, bodies: Sequence[Embodiment], *, seed: int = 0, **config: int
-    ) -> LearnedEncoder:
-        """A randomly initialized network (seeded), its inputs normalized over `bodies`: where
-        training starts. Needs torch (the initialization is torch's)."""
-        from ._training import untrained_weights
-
-        return cls(untrained_weights(bodies, seed=seed, config={**DEFAULT_CONFIG, **config}))
-
     def encode(self, embodiment: Embodiment) -> np.ndarray:
         return self.encode_many([embodiment])[0]
 
@@ -320,7 +310,7 @@ class LearnedEncoder(Encoder):
         bodies = list(embodiments)
         if not bodies:
             return np.empty((0, self.dim), np.float32)
-        joints, mask, body = _batch(bodies)
+        joints, mask, body = token_batch(bodies)
         vectors = _forward(
             self._weights,
             int(self.config["heads"]),
@@ -332,7 +322,7 @@ class LearnedEncoder(Encoder):
         return vectors.astype(np.float32)
 
     def to_bytes(self) -> bytes:
-        return _write(self._tensors, self.config, self.meta)
+        return weights_file(self._tensors, self.config, self.meta)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         Path(path).write_bytes(self.to_bytes())
@@ -341,7 +331,7 @@ class LearnedEncoder(Encoder):
         return f"LearnedEncoder(version={self.version!r}, dim={self.dim})"
 
 
-def _write(tensors: dict[str, np.ndarray], config: dict, meta: dict) -> bytes:
+def weights_file(tensors: dict[str, np.ndarray], config: dict, meta: dict) -> bytes:
     """A weights file: the tensors (float32, by their torch state_dict names), the configuration
     and `meta` in the safetensors metadata."""
     header = {

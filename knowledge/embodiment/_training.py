@@ -19,18 +19,19 @@ from torch import nn
 from ._descriptors import Embodiment
 from ._learned import (
     BODY_FEATURES,
+    DEFAULT_CONFIG,
     JOINT_FEATURES,
     LearnedEncoder,
-    _batch,
-    _write,
+    token_batch,
+    weights_file,
 )
 from ._transfer_data import TransferDataError, TransferDataset
 
 
 def _torch_batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`_learned._batch` as tensors: padded joint tokens, padding mask (True = padding), body
+    """`_learned.token_batch` as tensors: padded joint tokens, padding mask (True = padding), body
     tokens."""
-    joints, mask, body = _batch(bodies)
+    joints, mask, body = token_batch(bodies)
     return torch.from_numpy(joints), torch.from_numpy(mask), torch.from_numpy(body)
 
 
@@ -90,20 +91,25 @@ def _network(encoder: LearnedEncoder) -> _Network:
 
 
 def _arrays(network: _Network) -> dict[str, np.ndarray]:
-    """A network's state_dict as float32 arrays, for `_learned._write`."""
+    """A network's state_dict as float32 arrays, for `_learned.weights_file`."""
     return {
         k: v.detach().float().contiguous().numpy().copy() for k, v in network.state_dict().items()
     }
 
 
-def untrained_weights(bodies: Sequence[Embodiment], *, seed: int, config: dict) -> bytes:
-    """The weights file of a randomly initialized network (seeded), its inputs normalized over
-    `bodies`: `LearnedEncoder.untrained`."""
+def untrained_encoder(
+    bodies: Sequence[Embodiment], *, seed: int = 0, **config: int
+) -> LearnedEncoder:
+    """A randomly initialized network (seeded), its inputs normalized over `bodies`: where
+    training starts."""
+    config = {**DEFAULT_CONFIG, **config}
     with torch.random.fork_rng():  # seeded, without touching the caller's random state
         torch.manual_seed(seed)
         network = _Network(**config)
     network.normalize_from(bodies)
-    return _write(_arrays(network), config, {"trained_on": "nothing (untrained)"})
+    return LearnedEncoder(
+        weights_file(_arrays(network), config, {"trained_on": "nothing (untrained)"})
+    )
 
 
 def _pairs(dataset: TransferDataset, margin: float) -> tuple[torch.Tensor, ...]:
@@ -154,7 +160,7 @@ def train_encoder(
     source, target, rate, better, worse = _pairs(dataset, margin)
     if not len(better):
         raise TransferDataError("every transfer scored alike: nothing to rank")
-    encoder = start or LearnedEncoder.untrained(dataset.bodies, seed=seed)
+    encoder = start or untrained_encoder(dataset.bodies, seed=seed)
     network = _network(encoder)
     network.train()
     generator = torch.Generator().manual_seed(seed)
@@ -187,4 +193,4 @@ def train_encoder(
         "seed": seed,
         **(meta or {}),
     }
-    return LearnedEncoder(_write(_arrays(network), encoder.config, info))
+    return LearnedEncoder(weights_file(_arrays(network), encoder.config, info))

@@ -42,6 +42,7 @@ from knowledge.embodiment._learned import (
     body_tokens,
 )
 from knowledge.embodiment._retrieval import index_path
+from knowledge.embodiment._training import untrained_encoder
 
 SHIPPED_VERSION = "1-f86991dda831a217"
 """The shipped weights' embedding space: indexes key on it, so loading them another way (numpy
@@ -222,7 +223,7 @@ def test_training_improves_the_ranking_on_held_out_bodies():
     train, held = SMALL.split(0.25, seed=0)
     assert len(held) >= 6
     data = SMALL.subset(train)
-    untrained = LearnedEncoder.untrained(data.bodies)
+    untrained = untrained_encoder(data.bodies)
     trained = train_encoder(data, epochs=150)
     before, after = evaluate_encoder(SMALL, untrained, held), evaluate_encoder(SMALL, trained, held)
     assert after.spearman > before.spearman + 0.2
@@ -330,7 +331,7 @@ def test_the_numpy_forward_pass_is_the_torch_network_on_the_shipped_weights():
 )
 def test_the_numpy_forward_pass_is_the_torch_network_on_freshly_trained_weights(config):
     data = SMALL.subset(list(range(10)))
-    start = LearnedEncoder.untrained(data.bodies, seed=3, **config)
+    start = untrained_encoder(data.bodies, seed=3, **config)
     trained = train_encoder(data, epochs=10, seed=3, start=start)
     assert trained.version != start.version and trained.config == start.config
     bodies = _robots() + list(SMALL.bodies[:12])

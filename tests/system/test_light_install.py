@@ -120,7 +120,9 @@ def test_the_wheel_installs_without_extras_into_a_fresh_venv(tmp_path):
             "kb = knowledge.open(':memory:', knowledge.Identity.generate())\n"
             f"body = knowledge.Embodiment.from_mjcf({str(ROBOTS / 'arm7.xml')!r})\n"
             "kb.skills.publish('pick-mug', 'pick', embodiments=[body.to_dict()])\n"
-            "print([h.skill.name for h in kb.skills.query(body, k=3, active_only=False)])\n"
+            "learned = knowledge.LearnedEncoder()  # the shipped weights, on numpy\n"
+            "hits = kb.skills.query(body, k=3, active_only=False, encoder=learned)\n"
+            "print([h.skill.name for h in hits])\n"
             "import importlib.util\n"
             "print([m for m in ('torch', 'starlette', 'ray') if importlib.util.find_spec(m)])",
         ],
