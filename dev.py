@@ -44,6 +44,17 @@ def _sync(uv: str, extras: list[str], *, exact: bool = True) -> Path:
     return ROOT / ".venv" / "bin" / "python"
 
 
+def _browser() -> None:
+    """The status page is tested in a real headless browser: install Debian's Chromium if it is
+    missing and this is a Debian machine we may install on (CI); otherwise that test says how."""
+    if shutil.which("chromium") or not shutil.which("apt-get") or os.geteuid() != 0:
+        return
+    quiet = {"stdout": subprocess.DEVNULL}
+    if subprocess.call(["apt-get", "install", "-y", "-q", "chromium"], **quiet) != 0:
+        subprocess.call(["apt-get", "update", "-q"], **quiet)
+        subprocess.call(["apt-get", "install", "-y", "-q", "chromium"], **quiet)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"demo", "test"}:
         print(__doc__)
@@ -57,6 +68,7 @@ def main(argv: list[str]) -> int:
         python = _sync(uv, ["server", "sim"], exact=False)
         return subprocess.call([str(python), str(DEMO), *rest], cwd=ROOT)
     python = _sync(uv, ["dev", "ray"])  # the test suite covers the optional Ray backend too
+    _browser()
     env = dict(os.environ, PYTHONHASHSEED="0")
     return subprocess.call([str(python), "-m", "pytest", *rest], cwd=ROOT, env=env)
 

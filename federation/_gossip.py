@@ -235,8 +235,7 @@ class Gossip:
         metrics.sync_rounds.labels(peer.name, "ok").inc()
         metrics.envelopes_in.labels("pull").inc(report.pulled)
         metrics.envelopes_out.labels("push").inc(report.pushed)
-        for rejection in report.rejected:
-            metrics.rejections.labels(rejection.reason).inc()
+        metrics.refused(report.rejected, f"pull from {peer.name}")
 
     def _save(self) -> None:
         """Write peers.json (what `simnet status` shows when it cannot ask the server)."""

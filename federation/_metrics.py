@@ -9,6 +9,7 @@ mix.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,11 +17,12 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from knowledge import IngestReport, KnowledgeBase
+from knowledge import IngestReport, KnowledgeBase, Rejection
 
 __all__ = ["CONTENT_TYPE", "SiteMetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+RECENT = 50  # refusals the status page lists
 
 
 class SiteMetrics:
@@ -59,11 +61,17 @@ class SiteMetrics:
             registry=self.registry,
         )
         self.registry.register(_Holdings(kb, peers))
+        self.recent: deque[tuple[float, str, Rejection]] = deque(maxlen=RECENT)
 
     def ingested(self, report: IngestReport, via: str) -> None:
         self.envelopes_in.labels(via).inc(len(report.accepted))
-        for rejection in report.rejected:
+        self.refused(report.rejected, via)
+
+    def refused(self, rejections: Iterable[Rejection], via: str) -> None:
+        """Count refusals by reason, and keep the latest for the status page."""
+        for rejection in rejections:
             self.rejections.labels(rejection.reason).inc()
+            self.recent.appendleft((time.time(), via, rejection))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from knowledge import Head, KnowledgeBase
@@ -32,6 +32,7 @@ from ._endpoint import endpoint, error_response
 from ._errors import WireError
 from ._metrics import CONTENT_TYPE as METRICS_TYPE
 from ._openapi import describe
+from ._page import render
 from ._site import Site
 from ._status import knowledge_counts
 from ._wire import (
@@ -273,6 +274,22 @@ async def status(request: Request, site: Site, body: bytes, caller: bytes) -> Re
     return JSONResponse({"name": site.config.name, "key": site.key.hex(), **counts, "peers": peers})
 
 
+@endpoint(None)
+async def status_page(request: Request, site: Site, body: bytes) -> Response:
+    """
+    summary: The site's status page in HTML (unauthenticated, for loopback clients only).
+    responses:
+      "200": {description: Peers, skills with their activation, forks caught, latest refusals.}
+      "403": {description: The client is not on this machine.}
+    """
+    client = request.client.host if request.client else ""
+    if client not in ("127.0.0.1", "::1", "localhost"):
+        return error_response(
+            403, "forbidden", "the status page is served to this machine only (use an SSH tunnel)"
+        )
+    return HTMLResponse(await run_in_threadpool(render, site))
+
+
 async def openapi(request: Request) -> Response:
     return JSONResponse(describe(request.app.routes))
 
@@ -296,6 +313,7 @@ def create_app(
         Route("/v1/health", health, methods=["GET"]),
         Route("/v1/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/status", status_page, methods=["GET"]),
         Route("/v1/sync", sync, methods=["POST"]),
         Route("/v1/heads", heads, methods=["GET"]),
         Route("/v1/envelopes", envelopes, methods=["POST"]),

@@ -29,6 +29,7 @@ ENDPOINTS = {  # every route the server serves, and its method
     "/v1/health": "get",
     "/v1/ready": "get",
     "/metrics": "get",
+    "/status": "get",
     "/v1/sync": "post",
     "/v1/heads": "get",
     "/v1/envelopes": "post",
