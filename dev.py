@@ -6,6 +6,8 @@
 
 Needs only Python 3.11+. It installs `uv` into `.cache/bootstrap` if `uv` is not on PATH, then `uv
 sync` builds `.venv` from the committed lock file, so every run uses the same dependency versions.
+For the tests it also installs Debian's Chromium (the status page is tested in a real browser) when
+it runs as root on a Debian machine that lacks it.
 """
 
 from __future__ import annotations
