@@ -279,7 +279,7 @@ async def status_page(request: Request, site: Site, body: bytes) -> Response:
     """
     summary: The site's status page in HTML (unauthenticated, for loopback clients only).
     responses:
-      "200": {description: Peers, skills with their activation, forks caught, latest refusals.}
+      "200": {description: "Peers, skills with their activation, forks caught, latest refusals."}
       "403": {description: The client is not on this machine.}
     """
     client = request.client.host if request.client else ""
