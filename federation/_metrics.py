@@ -19,6 +19,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from knowledge import IngestReport, KnowledgeBase, Rejection
 
+from ._status import knowledge_counts
+
 __all__ = ["CONTENT_TYPE", "SiteMetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -88,26 +90,26 @@ class _Holdings:
         return []  # collected lazily: the registry must not read the store when it registers us
 
     def collect(self) -> Iterable[Metric]:
-        kb = self.kb
+        counts = knowledge_counts(self.kb)  # what /v1/status and `simnet status` report
         skills = GaugeMetricFamily("simnet_skills", "Skills held, by state here.", labels=["state"])
-        listed = kb.skills.list(include_withdrawn=True)
-        revoked = {s.id for s in listed if kb.is_revoked(s.id)}
-        active = sum(kb.is_active(s.id) for s in listed if s.id not in revoked)
+        active, revoked = (
+            counts["active_skills"],
+            counts["revocations"],
+        )  # a revoked one is inactive
         skills.add_metric(["active"], active)
-        skills.add_metric(["inactive"], len(listed) - active - len(revoked))
-        skills.add_metric(["revoked"], len(revoked))
+        skills.add_metric(["inactive"], counts["skills"] - active - revoked)
+        skills.add_metric(["revoked"], revoked)
         yield skills
-        heads = kb.heads()
-        yield GaugeMetricFamily("simnet_writers", "Writers whose feeds are held.", value=len(heads))
         yield GaugeMetricFamily(
-            "simnet_envelopes_held",
-            "Envelopes held, summed over feeds.",
-            value=sum(h.seq for h in heads.values()),
+            "simnet_writers", "Writers whose feeds are held.", value=counts["writers"]
+        )
+        yield GaugeMetricFamily(
+            "simnet_envelopes_held", "Envelopes held, summed over feeds.", value=counts["envelopes"]
         )
         yield GaugeMetricFamily(
             "simnet_equivocations",
             "Writers caught forking their feed.",
-            value=len(kb.equivocations()),
+            value=counts["equivocations"],
         )
         now = time.time()
         age = GaugeMetricFamily(

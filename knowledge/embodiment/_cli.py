@@ -53,8 +53,7 @@ def _dataset(obj: Any, files: tuple[str, ...]) -> TransferDataset:
         return TransferDataset.from_knowledge_base(kb)
 
 
-@click.command("train")
-@click.option(
+DATASETS = click.option(
     "--dataset",
     "files",
     multiple=True,
@@ -63,6 +62,11 @@ def _dataset(obj: Any, files: tuple[str, ...]) -> TransferDataset:
         "A transfer dataset file (repeatable). Without one: the certificates of the site (--home)."
     ),
 )
+"""Where a command's transfer data comes from: the files given, or the site's certificates."""
+
+
+@click.command("train")
+@DATASETS
 @click.option(
     "--out",
     required=True,
@@ -137,15 +141,7 @@ def train_command(
 
 
 @click.command("report")
-@click.option(
-    "--dataset",
-    "files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help=(
-        "A transfer dataset file (repeatable). Without one: the certificates of the site (--home)."
-    ),
-)
+@DATASETS
 @click.option(
     "--encoder",
     "specs",
