@@ -1,4 +1,5 @@
-"""The site commands of `simnet`: init, serve, peer add/list/remove, sync, status, revoke.
+"""The site commands of `simnet`: init, key, serve, stop, peer add/list/remove, sync, status,
+revoke, device add/revoke.
 
 Commands that write (sync, revoke) use the running server when there is one — a store has one writer
 process — and open the store themselves otherwise.
@@ -8,8 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 import httpx
@@ -22,7 +28,10 @@ from ._auth import SimnetAuth
 from ._client import sync_with
 from ._config import PeerConfig, SiteConfig, withheld_from
 from ._errors import FederationError, PeerError
-from ._status import STATE_FILE, knowledge_counts, local_verify, running_server
+from ._status import SERVE_FILE, STATE_FILE, knowledge_counts, local_verify, running_server
+
+LOG_FILE = "serve.log"  # where `simnet serve --detach` sends the server's output
+START_TIMEOUT_S = 60.0
 
 
 def _roles(text: str) -> list[Role]:
@@ -93,15 +102,93 @@ def init(home: SiteHome, name: str | None, listen: str) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="The certificate's PEM private key (with --tls-cert).",
 )
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Run the server in the background (output to <home>/serve.log); return once it answers.",
+)
 @click.pass_obj
 def serve_command(
-    home: SiteHome, no_gossip: bool, tls_cert: str | None, tls_key: str | None
+    home: SiteHome, no_gossip: bool, tls_cert: str | None, tls_key: str | None, detach: bool
 ) -> None:
     """Serve this site over HTTP and gossip with its peers until interrupted."""
+    if detach:
+        flags = ["--no-gossip"] if no_gossip else []
+        if tls_cert is not None:
+            flags += ["--tls-cert", str(Path(tls_cert).resolve())]
+        if tls_key is not None:
+            flags += ["--tls-key", str(Path(tls_key).resolve())]
+        _start_detached(home.path, flags)
+        return
     logging.getLogger("federation").setLevel(min(logging.getLogger().level, logging.INFO))
     from ._serve import serve  # the server's libraries (the server extra) load only here
 
     serve(home.path, gossip=not no_gossip, tls_cert=tls_cert, tls_key=tls_key)
+
+
+def _start_detached(home: Path, flags: list[str]) -> None:
+    """Start `simnet serve` for `home` in its own session and wait until it answers /v1/health, so
+    the next command of a script finds it; if it exits first, say why from its log."""
+    _config(SiteHome(home))  # a missing or broken site is reported here, not in the log
+    if running_server(home) is not None:
+        raise click.ClickException(f"a server already runs for {home} (`simnet stop` stops it)")
+    (home / SERVE_FILE).unlink(missing_ok=True)  # left by a killed server: not an answer
+    command = [sys.executable, "-c", "from knowledge.cli import run; run()"]
+    with open(home / LOG_FILE, "ab") as log:
+        process = subprocess.Popen(
+            [*command, "--home", str(home.resolve()), "serve", *flags],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the shell's Ctrl-C and hang-up do not reach it
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while (url := running_server(home)) is None:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            lines = (home / LOG_FILE).read_text(errors="replace").strip().splitlines()
+            raise click.ClickException(
+                f"the server did not start: {lines[-1] if lines else 'no output'} "
+                f"(log: {home / LOG_FILE})"
+            )
+        time.sleep(0.1)
+    click.echo(f"serving on {url} (pid {process.pid}; log {home / LOG_FILE}; `simnet stop`)")
+
+
+@click.command("stop")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the exit.")
+@click.pass_obj
+def stop_command(home: SiteHome, timeout: float) -> None:
+    """Stop this site's running server (SIGTERM: it finishes its requests and closes the store)."""
+    if running_server(home.path) is None:
+        raise click.ClickException(f"no server is running for {home.path}")
+    pid = json.loads((home.path / SERVE_FILE).read_text())["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while (home.path / SERVE_FILE).exists() or _alive(pid):
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"the server (pid {pid}) did not stop in {timeout:g} s")
+        time.sleep(0.1)
+    click.echo(f"stopped the server (pid {pid})")
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (an exited process its parent has not reaped yet does not)."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # no /proc here: it exists
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@click.command("key")
+@click.pass_obj
+def key_command(home: SiteHome) -> None:
+    """Print this site's public key (64 hex), as its peers give it to `peer add --key`."""
+    click.echo(Identity.load(_config(home).key_path).public_key_hex)
 
 
 @click.group()

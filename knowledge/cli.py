@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "federation.cli:init",
         "Create a site here: its root key (mode 0600), store, trust policy and simnet.toml.",
     ),
+    "key": (
+        "federation.cli:key_command",
+        "Print this site's public key (64 hex), as its peers give it to `peer add --key`.",
+    ),
     "peer": (
         "federation.cli:peer",
         "The sites this site syncs with.",
@@ -66,6 +70,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": (
         "federation.cli:status",
         "This site: key, server, peers (last sync, lag), and counts of what it knows.",
+    ),
+    "stop": (
+        "federation.cli:stop_command",
+        "Stop this site's running server (SIGTERM: it finishes its requests and closes the store).",
     ),
     "sync": (
         "federation.cli:sync_command",

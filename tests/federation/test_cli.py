@@ -6,6 +6,7 @@ means a real `simnet serve` process for the same home, which the commands find a
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -497,3 +498,54 @@ def test_serve_on_a_port_in_use_is_one_line(tmp_path, cli):
         fails(cli(home, "serve"), f"cannot listen on 127.0.0.1:{port}")
     with knowledge.open(home / "site.db", site_key(home)):  # the failed start let go of the store
         pass
+
+
+# --- serve --detach, stop, key -------------------------------------------------------------------
+
+
+def test_serve_detach_returns_once_the_server_answers_and_stop_stops_it(site, cli):
+    out = ok(cli(site, "serve", "--detach")).out
+    served = json.loads((site / "serve.json").read_text())
+    try:
+        assert served["url"] in out and f"pid {served['pid']}" in out
+        assert httpx.get(f"{served['url']}/v1/health", timeout=5).status_code == 200
+        assert ok(cli(site, "status", "--json")).json["server"] == served["url"]
+        fails(cli(site, "serve", "--detach"), "a server already runs")
+    finally:
+        stopped = cli(site, "stop")
+    ok(stopped)
+    assert f"pid {served['pid']}" in stopped.out and not (site / "serve.json").exists()
+    assert exited(served["pid"])
+    with knowledge.open(site / "site.db", site_key(site)):  # it let go of the store
+        pass
+    assert "serving on" in (site / "serve.log").read_text()  # its output went to the log
+    fails(cli(site, "stop"), "no server is running")
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie: the detached server is a child of this test process, which reaps it
+    late (from a shell, `simnet serve --detach` exits at once and the server is init's child)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_serve_detach_says_why_the_server_did_not_start(tmp_path, cli):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        home = tmp_path / "s"
+        ok(cli(home, "init", "--name", "s", "--listen", f"127.0.0.1:{port}"))
+        fails(cli(home, "serve", "--detach"), f"cannot listen on 127.0.0.1:{port}")
+    assert not (home / "serve.json").exists()
+
+
+def test_serve_detach_in_a_folder_without_a_site_fails_before_starting(tmp_path, cli):
+    fails(cli(tmp_path / "nowhere", "serve", "--detach"), "simnet.toml")
+    assert not (tmp_path / "nowhere" / "serve.log").exists()
+
+
+def test_key_prints_the_public_key_peers_add(site, cli):
+    assert ok(cli(site, "key")).out.strip() == site_key(site).public_key_hex
