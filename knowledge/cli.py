@@ -81,8 +81,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "verify": (
         "sim.cli:verify_command",
-        "Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not "
-        "reproduce.",
+        "Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its "
+        "certificates); exit status 1 if one is tampered or does not reproduce.",
     ),
     "world": (
         "sim.cli:world_group",
