@@ -71,19 +71,25 @@ def _uncovered(code: str) -> str:
 DRIVER = textwrap.dedent(
     """
     import json, subprocess, sys, traceback
-    namespace = {"__name__": "__main__"}
-    for block in json.load(open(sys.argv[1])):
-        print(f"--- {block['where']} ({block['lang']})", flush=True)
-        try:
-            if block["lang"] == "python":
-                exec(compile(block["code"], block["where"], "exec"), namespace)
-            else:
-                subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block["code"]], check=True)
-        except BaseException:
-            traceback.print_exc()
-            sys.stdout.flush()
-            print(f"FAILED AT {block['where']}", file=sys.stderr)
-            sys.exit(1)
+
+    def main():
+        namespace = {"__name__": "__main__"}
+        for block in json.load(open(sys.argv[1])):
+            print(f"--- {block['where']} ({block['lang']})", flush=True)
+            try:
+                if block["lang"] == "python":
+                    exec(compile(block["code"], block["where"], "exec"), namespace)
+                else:
+                    cmd = ["bash", "-e", "-o", "pipefail", "-c", block["code"]]
+                    subprocess.run(cmd, check=True)
+            except BaseException:
+                traceback.print_exc()
+                sys.stdout.flush()
+                print(f"FAILED AT {block['where']}", file=sys.stderr)
+                sys.exit(1)
+
+    if __name__ == "__main__":  # worker processes a block starts import this file again
+        main()
     """
 )
 
