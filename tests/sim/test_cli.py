@@ -2,7 +2,10 @@ import json
 
 from click.testing import CliRunner
 
-from sim import load_skill
+import knowledge
+from knowledge import SiteHome
+from knowledge.cli import main
+from sim import EntryPointRef, load_skill
 from sim.cli import evaluate_command, reproduce_command
 
 
@@ -63,3 +66,16 @@ def test_evaluate_with_sprt_and_json(tmp_path):
 def test_unknown_names_are_usage_errors():
     result = CliRunner().invoke(evaluate_command, ["backflip", "--task", "arm_reach"])
     assert result.exit_code == 2 and "neither a shipped skill" in result.output
+
+
+def test_publishing_a_skill_that_names_an_entry_point_is_a_usage_error(tmp_path, installed_policy):
+    """Only MLP skills publish (their weights become a blob); an entry point's factory is code."""
+    ref = EntryPointRef("stand_still", "fleetctl", "1.2.0")
+    key = knowledge.Identity.generate()
+    key.save(tmp_path / SiteHome.KEY_FILE)
+    with knowledge.open(tmp_path / SiteHome.STORE_FILE, key) as kb:
+        skill = kb.skills.publish("stand-still", "walk", policy=ref.to_json())
+    result = CliRunner().invoke(
+        main, ["--home", str(tmp_path), "publish", skill.id[:12], "--name", "x", "--task", "walk"]
+    )
+    assert result.exit_code == 2 and "only MLP skills" in result.output, result.output
