@@ -33,7 +33,9 @@ from ._errors import (
     RecordError,
     SimnetError,
     StoreError,
+    StoreFullError,
     StoreLockedError,
+    StoreReadOnlyError,
     UnknownSkillError,
 )
 from ._home import SiteHome
@@ -179,7 +181,9 @@ __all__ = [
     "SkillIndex",
     "Skills",
     "StoreError",
+    "StoreFullError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "Transfer",
     "TransferDataError",
     "TransferDataset",
