@@ -198,6 +198,7 @@ PUBLIC: dict[str, list[str]] = {
         "WorkerLostError",
         "World",
         "WorldError",
+        "WorldFullError",
         "WorldLockedError",
         "certify",
         "check_record",

@@ -130,7 +130,12 @@ def create_command(
         except (OSError, UnicodeDecodeError) as exc:
             raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--shard") from None
     path = world_path(home, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # the site's own folder of worlds (and the site's folder): made as needed
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot create the folder {path.parent} for world {name!r}: {exc.strerror or exc}"
+        ) from None
     try:
         with World.create(
             path,
