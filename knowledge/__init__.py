@@ -33,7 +33,9 @@ from ._errors import (
     RecordError,
     SimnetError,
     StoreError,
+    StoreFullError,
     StoreLockedError,
+    StoreReadOnlyError,
     UnknownSkillError,
 )
 from ._home import SiteHome
@@ -183,7 +185,9 @@ __all__ = [
     "SkillIndex",
     "Skills",
     "StoreError",
+    "StoreFullError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "Transfer",
     "TransferDataError",
     "TransferDataset",

@@ -14,7 +14,7 @@ import json
 import logging
 
 from ._envelope import Envelope, Kind, decode
-from ._errors import ClockSkewError, EnvelopeError
+from ._errors import ClockSkewError, EnvelopeError, StoreError
 from ._feed import Feed
 from ._models import IngestReport, RecordIssue, Rejection
 from ._records import TRUST_PREFIXES, record_limits
@@ -95,7 +95,9 @@ class Ingestion:
                 if self.trust_dirty:
                     replica.refresh_trust()
         except BaseException as exc:
-            if not isinstance(exc, UpdateRejected):
+            if isinstance(exc, StoreError):  # the disk, not a bug: its message says it all
+                log.error("ingest failed (%s); restoring the feeds it touched from the store", exc)
+            elif not isinstance(exc, UpdateRejected):
                 log.exception("ingest failed; restoring the feeds it touched from the store")
             replica.restore_fork_memory(before)
             for author in self.touched:  # the transaction rolled back: so must the in-memory feeds

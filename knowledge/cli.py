@@ -9,6 +9,7 @@ Every read command takes ``--json``.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
@@ -178,7 +179,7 @@ class LazyGroup(click.Group):
 
 class _Simnet(LazyGroup):
     """The root group: a library error anywhere below becomes a one-line message, never a
-    traceback."""
+    traceback; so does a file the system refuses (a read-only folder, a full disk), naming it."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -187,6 +188,13 @@ class _Simnet(LazyGroup):
             raise click.ClickException(str(exc)) from None
         except ModuleNotFoundError as exc:  # a command that imports an extra's library as it runs
             raise _missing_extra(ctx.invoked_subcommand or "", exc) from None
+        except OSError as exc:
+            if exc.errno in (None, errno.EPIPE):  # not the disk's; a closed pipe is click's to end
+                raise
+            names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n is not None)
+            raise click.ClickException(
+                f"{names}: {exc.strerror}" if names else str(exc.strerror or exc)
+            ) from None
 
 
 def _missing_extra(command: str, exc: ModuleNotFoundError) -> Exception:

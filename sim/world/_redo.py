@@ -23,16 +23,18 @@ the file is left as it is.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
+import sqlite3
 import struct
 import zlib
 from pathlib import Path
 
 import orjson
 
-from .._errors import CorruptLogError, WorldError
+from .._errors import CorruptLogError, WorldError, WorldFullError
 
 _logger = logging.getLogger(__name__)
 FOLD_BYTES = (
@@ -42,6 +44,14 @@ _LENGTH = struct.Struct("<Q")
 _HEADER = struct.Struct(
     "<QI32s"
 )  # payload length, CRC-32 of world id and length, SHA-256 of world id and payload
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk is full: SQLITE_FULL, or an OSError ENOSPC, EDQUOT or EFBIG."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in _FULL
 
 
 class RedoFile:
@@ -177,7 +187,7 @@ class RedoFile:
             written = os.pwrite(self._fd, data, start)
             self.size, self.last = end, number
             if written != len(data):
-                raise OSError("short write: the disk is full")
+                raise OSError(errno.ENOSPC, "short write: the disk is full")
             if self._fsync:
                 os.fdatasync(self._fd)
         except BaseException as exc:
@@ -192,7 +202,7 @@ class RedoFile:
                 ) from None
             self.size, self.last = start, number - 1
             if isinstance(exc, OSError):
-                raise WorldError(
+                raise (WorldFullError if is_full(exc) else WorldError)(
                     f"{self.path}: the commit could not be written ({exc}); nothing of it was kept"
                 ) from None
             raise

@@ -130,8 +130,13 @@ def create_command(
             scenes[shard] = Path(scene).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--shard") from None
-    path = world_path(home, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path, worlds = world_path(home, name), home.path / WORLDS_DIR
+    try:  # the site's own folder of worlds (and the site's folder): made as needed
+        worlds.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot create the folder {worlds} for world {name!r}: {exc.strerror or exc}"
+        ) from None
     try:
         with World.create(
             path,
