@@ -89,7 +89,12 @@ def test_arm7_matches_the_file():
 
 def test_arm6_urdf_fuses_fixed_links():
     arm = load("arm6.urdf")
-    assert (arm.name, arm.dof, arm.actuators) == ("arm6", 6, ())
+    assert (arm.name, arm.dof, arm.floating_base) == ("arm6", 6, False)  # an arm: no legs, wheels
+    # a motor on every joint with an effort limit (wrist_3 has none), its control the joint torque
+    assert [(a.kind, a.ctrl_range) for a in arm.actuators] == [("motor", (-150.0, 150.0))] * 3 + [
+        ("motor", (-28.0, 28.0))
+    ] * 2
+    assert [arm.joints[a.target[0]].name for a in arm.actuators] == [j.name for j in arm.joints[:5]]
     names = [b.name for b in arm.bodies]
     assert (
         "base_link" not in names and "tool0" not in names
@@ -459,7 +464,7 @@ BAD_URDFS = {
             '<link name="tool0"><collision><geometry>'
             '<mesh filename="package://arm6/meshes/tool.stl"/></geometry></collision>',
         ),
-        "package:// URIs",
+        "no package 'arm6'",
     ),
     "no_inertia.urdf": (
         '<robot name="r"><link name="a"/><link name="b"/>'
