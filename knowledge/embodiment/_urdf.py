@@ -93,7 +93,7 @@ def prepare_urdf(
     """The URDF text MuJoCo will compile, and its parsed tree (for the mobility and drive rules)."""
     roots = search_path(package_path)
     robot = _parse(label, text)
-    if path.name.endswith(".xacro") or _uses_xacro(robot):
+    if path.name.endswith(".xacro") or uses_xacro(robot):
         robot = _parse(label, _expand_xacro(label, path, roots))
     if robot.tag != "robot":
         hint = "; it is MJCF: use Embodiment.from_mjcf" if robot.tag == "mujoco" else ""
@@ -105,7 +105,7 @@ def prepare_urdf(
             mesh = collision.find("geometry/mesh")
             if mesh is None:
                 continue
-            resolved = _mesh_file(label, path, mesh.get("filename", ""), roots)
+            resolved = resolve_mesh(label, path, mesh.get("filename", ""), roots)
             if resolved.suffix.lower() not in MESH_FORMATS:
                 link.remove(collision)
             elif link.find("inertial") is None:
@@ -138,7 +138,7 @@ def _parse(label: str, text: bytes) -> ET.Element:
         raise EmbodimentError(f"{label}: XML syntax error: {exc}") from exc
 
 
-def _uses_xacro(robot: ET.Element) -> bool:
+def uses_xacro(robot: ET.Element) -> bool:
     """Xacro elements or `${...}` expressions (expanded files often still declare the namespace)."""
     prefix = "{%s}" % XACRO_NS
     return any(
@@ -147,7 +147,7 @@ def _uses_xacro(robot: ET.Element) -> bool:
     )
 
 
-def _mesh_file(label: str, path: Path, name: str, roots: list[Path]) -> Path:
+def resolve_mesh(label: str, path: Path, name: str, roots: list[Path]) -> Path:
     if name.startswith("package://"):
         package, _, rest = name.removeprefix("package://").lstrip("/").partition("/")
         found = find_package(package, roots, path)
