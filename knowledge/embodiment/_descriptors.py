@@ -98,7 +98,7 @@ class Embodiment:
             raise EmbodimentError(f"{where}: unknown keys {sorted(unknown)}")
         parts = {key: _parse_list(kind, data.get(key), key) for key, kind in _PARTS.items()}
         embodiment = _canonical(_parse("text", data.get("name"), "name"), **parts)
-        for key in _DERIVED:
+        for key in _CHECKED:
             if key in data and data[key] != _plain(getattr(embodiment, key)):
                 found = getattr(embodiment, key)
                 raise EmbodimentError(
@@ -107,8 +107,8 @@ class Embodiment:
         return embodiment
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe, canonical form; totals and the fingerprint are included for readers and
-        checked on reading.
+        """JSON-safe, canonical form; totals and the fingerprint are included for readers (dof, mass
+        and the fingerprint are checked on reading).
 
         Canonicalized again first, so an Embodiment edited by hand (dataclasses.replace) round-trips
         too.
@@ -124,7 +124,14 @@ class Embodiment:
         """Hex SHA-256 of the compact, key-sorted JSON of `to_dict()` without names, totals and
         fingerprint.
 
-        Names are labels, so renaming a joint keeps the fingerprint; any physical change alters it.
+        It covers what the descriptor records and nothing else: the tree with each body's pose,
+        mass, inertia and extent; joints with their limits, damping, armature and frictionloss
+        (joint friction, URDF `<dynamics friction>`); actuators; sites; sensors. Names are labels,
+        so renaming a joint keeps it. Contact properties are not recorded and do not count: geom
+        friction, solref/solimp, condim, margins, and shapes beyond each body's extent. So two
+        robots that differ only in foot friction share a fingerprint, by design: contact friction
+        belongs to a pair of surfaces (MuJoCo combines both geoms'), and a skill's certificates
+        randomize it across branches (`randomized=["friction"]`) rather than treat it as a body.
         """
         physical = {
             key: [_plain(item, names=False) for item in getattr(self, key)] for key in _PARTS
@@ -212,6 +219,10 @@ _PARTS: dict[str, type] = {
     "sensors": Sensor,
 }
 _DERIVED = ("dof", "mass", "reach", "end_effectors", "fingerprint")
+_CHECKED = ("dof", "mass", "fingerprint")
+"""Derived values `from_dict` checks. Reach and end effectors are interpretations a newer version
+may refine (massless frames stopped being end effectors): an older peer's are recomputed, not
+refused."""
 _REFS = frozenset({"parent", "body", "target"})
 
 
