@@ -72,7 +72,7 @@ def _compile(
     """Check the XML and its root element ourselves (clearer messages), then let MuJoCo compile
     it."""
     try:
-        tag = ET.fromstring(text).tag
+        tag = ET.fromstring(text.lstrip()).tag
     except ET.ParseError as exc:
         raise EmbodimentError(f"{label}: XML syntax error: {exc}") from exc
     if tag != root:

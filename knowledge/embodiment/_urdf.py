@@ -17,7 +17,8 @@ edited (`compile_urdf`), by these rules:
   without `<inertial>`, MuJoCo infers the inertia from the mesh, so it stays.
 - Floating base: `floating_base=True` or `False` decides. By default (None) a robot floats when its
   root link is not the `world` link and it has legs or wheels: at least two legs (movable chains
-  from the root with two or more joints that point down at the zero pose, URDF's z being up), or
+  from the root with two or more joints that point down at the zero pose, URDF's z being up, or
+  whose joints or links are named as legs: leg, hip, thigh, knee, calf, shin, foot, toe, ...), or
   at least two joints that turn freely (continuous, or wider than a full turn) on links with no
   movable joint below them (wheels, propellers).
   Arms, hands and pendulums stay fixed.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -98,6 +100,7 @@ def prepare_urdf(
     if robot.tag != "robot":
         hint = "; it is MJCF: use Embodiment.from_mjcf" if robot.tag == "mujoco" else ""
         raise EmbodimentError(f"{label}: the root element is <{robot.tag}>, not <robot>{hint}")
+    _check_vectors(label, robot)
     for link in robot.iter("link"):
         for visual in link.findall("visual"):
             link.remove(visual)
@@ -131,9 +134,23 @@ def prepare_urdf(
     return ET.tostring(robot, encoding="unicode"), robot
 
 
+def _check_vectors(label: str, robot: ET.Element) -> None:
+    """Say which joint or link has a malformed origin or axis (MuJoCo's message would point into
+    the rewritten text, not the file)."""
+    for owner in [*robot.iter("joint"), *robot.iter("link")]:
+        for element in owner.iter():
+            for key in ("xyz", "rpy") if element.tag in ("origin", "axis") else ():
+                value = element.get(key)
+                if value is not None and _floats(value, (math.nan,) * 3)[0] is math.nan:
+                    raise EmbodimentError(
+                        f"{label}: {owner.tag} {owner.get('name')!r} has <{element.tag}"
+                        f' {key}="{value}">, which is not three numbers'
+                    )
+
+
 def _parse(label: str, text: bytes) -> ET.Element:
     try:
-        return ET.fromstring(text)
+        return ET.fromstring(text.lstrip())  # blank lines before the XML declaration
     except ET.ParseError as exc:
         raise EmbodimentError(f"{label}: XML syntax error: {exc}") from exc
 
@@ -253,6 +270,19 @@ def _movable(joint: ET.Element) -> bool:
     return joint.get("type") in _MOVABLE and joint.find("mimic") is None
 
 
+_LEG_WORDS = ("leg", "legs", "hip", "thigh", "knee", "calf", "shin", "shank", "foot", "feet", "toe")
+_LEG_WORDS += ("toes", "ankle", "paw")
+
+
+def _named_as_leg(joints: list[ET.Element]) -> bool:
+    """Whether a joint or link of a limb is named as part of a leg (`FR_upper_leg`, `LHipYaw`,
+    `hip0`): a word of the name, split at underscores, digits and capitals, ends with a leg word
+    (`upperleg` does, `base_footprint` does not)."""
+    names = [j.get("name", "") for j in joints] + [_link(j, "child") for j in joints]
+    words = {w.lower() for n in names for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", n)}
+    return any(w.endswith(leg) for w in words for leg in _LEG_WORDS)
+
+
 def floats_by_default(robot: ET.Element) -> bool:
     """The default floating-base rule (module docstring): not on `world`, and legs or wheels."""
     joints = [j for j in robot.findall("joint") if _link(j, "child") and _link(j, "parent")]
@@ -298,7 +328,8 @@ def floats_by_default(robot: ET.Element) -> bool:
         points = np.array([position[_link(j, "child")] for j in inner])
         reach = float(np.linalg.norm(points - points[0], axis=1).max())
         drop = float(points[0, 2] - points[:, 2].min())
-        legs += sum(map(_movable, inner)) >= 2 and reach > 0 and drop >= 0.5 * reach
+        down = reach > 0 and drop >= 0.5 * reach
+        legs += sum(map(_movable, inner)) >= 2 and (down or _named_as_leg(inner))
     wheels = sum(
         _turns(joint) and joint.find("mimic") is None and not any(map(_movable, below(child)))
         for joint in joints
@@ -376,7 +407,7 @@ def compile_urdf(label: str, text: str, floating: bool, actuated: list[_Drive]) 
             _add_actuator(spec, drive)
         return spec.compile()
     except ValueError as exc:
-        problem = " ".join(str(exc).split())
+        problem = re.sub(r",? line \d+", "", " ".join(str(exc).split()))  # of the rewritten text
         if any(w in problem for w in ("balanceinertia", "positive eigenvalues", "mjMINVAL")):
             problem += "; Embodiment.from_urdf(..., balance_inertia=True) repairs such inertias"
         raise EmbodimentError(f"{label}: MuJoCo cannot compile it: {problem}") from exc
