@@ -12,8 +12,8 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   `kb.skills.query` ranks.
 - first_query_ms: `kb.skills.query(path)` in a fresh process over a knowledge base holding one skill
   per body: "cold" with an empty descriptor cache (MuJoCo compiles the file), "warm" in a second
-  process with the cache the first one left (`<store>.embodiments`). Files needing options are not
-  queried by path.
+  process with the cache the first one left (`<store>.embodiments`); cold also by format (URDF
+  skips MuJoCo's mesh compiler, MJCF does not). Files needing options are not queried by path.
 - ood_flags: out-of-distribution flags are later work; null until they exist.
 
 Prints one JSON line.
@@ -193,13 +193,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store, me = Path(tmp) / "site.db", Identity.generate()
         me.save(store.with_suffix(".key"))
-        with knowledge.open(store, me) as kb, kb.batch():
-            for entry, body in bodies.items():
+        with knowledge.open(store, me) as kb:
+            for entry, body in bodies.items():  # one envelope each: descriptors are kilobytes
                 kb.skills.publish(entry.path, entry.label, embodiments=[body.to_dict()])
         paths = [str(e.file()) for e in by_path]
         cold = time_queries(store, paths)
         warm = time_queries(store, paths)
-    summary["first_query_ms"] = {"cold": percentiles(cold), "warm": percentiles(warm)}
+    urdf = [e.urdf for e in by_path]
+    summary["first_query_ms"] = {
+        "cold": percentiles(cold),
+        "warm": percentiles(warm),
+        "cold_urdf": percentiles([t for t, u in zip(cold, urdf, strict=True) if u]),
+        "cold_mjcf": percentiles([t for t, u in zip(cold, urdf, strict=True) if not u]),
+    }
     summary["quick"] = args.quick
     print(json.dumps(summary))
 
