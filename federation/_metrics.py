@@ -58,7 +58,7 @@ class SiteMetrics:
         )
         self.rejections = Counter(
             "simnet_envelopes_rejected",
-            "Envelopes refused here, by reason (see the README's table of reasons).",
+            "Envelopes refused here, by reason (docs/KNOWLEDGE.md lists the reasons).",
             ["reason"],
             registry=self.registry,
         )

@@ -109,7 +109,7 @@ _EMBODIMENT = {
 """Names from `knowledge.embodiment`, by the module that defines them: imported on first use."""
 
 
-def __getattr__(name: str) -> object:
+def _import_on_first_use(name: str) -> object:
     """A name of the embodiment side: import its module now (MuJoCo, FAISS; torch for training)."""
     module = _EMBODIMENT.get(name)
     if module is None:
@@ -119,6 +119,10 @@ def __getattr__(name: str) -> object:
     value = getattr(import_module(module, "knowledge.embodiment"), name)
     globals()[name] = value  # later lookups find it without coming here
     return value
+
+
+if not TYPE_CHECKING:  # type checkers see the names imported above, and no others
+    __getattr__ = _import_on_first_use
 
 
 def __dir__() -> list[str]:

@@ -209,19 +209,19 @@ class Ingestion:
                 refusal, f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one"
             )
         if refusal is not None:
-            pinned = " (a key revocation takes the kept history only as the envelopes it pins)"
+            pins_note = " (a key revocation takes the kept history only as the envelopes it pins)"
             return reject(
                 refusal,
                 "no grant the writer holds covers "
                 f"{'checkpoint' if env.is_checkpoint else 'envelope'} "
-                f"{env.seq}{pinned if refusal == 'revoked_writer' else ''}",
+                f"{env.seq}{pins_note if refusal == 'revoked_writer' else ''}",
             )
         for seq, pinned in pins:
-            follows = feed is not None and feed.seq == seq - 1
             if (
                 env.seq == seq
                 and env.hash == pinned
-                and follows
+                and feed is not None
+                and feed.seq == seq - 1  # it follows what is held
                 and env.prev != feed.head
                 and env.signature_valid()
             ):

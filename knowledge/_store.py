@@ -19,6 +19,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from ._envelope import PREV_OFFSET
 from ._errors import StoreError, StoreLockedError
@@ -52,7 +53,7 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = str(path)
         self.readonly = readonly
-        self._lock_file = None
+        self._lock_file: TextIO | None = None
         try:
             if self.path == MEMORY:
                 self._db = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
@@ -102,7 +103,7 @@ class Store:
         db = getattr(self, "_db", None)
         if db is not None:
             db.close()
-            self._db = None
+            del self._db  # closed: `is_open` is False, and a later use fails
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None

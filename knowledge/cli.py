@@ -81,8 +81,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "verify": (
         "sim.cli:verify_command",
-        "Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not "
-        "reproduce.",
+        "Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its "
+        "certificates); exit status 1 if one is tampered or does not reproduce.",
     ),
     "world": (
         "sim.cli:world_group",
@@ -234,7 +234,7 @@ def skills() -> None:
 def skills_list(home: SiteHome, task: str | None, active: bool, as_json: bool) -> None:
     """List skills: id, name, task, active, revoked."""
     with home.open_readonly() as kb:
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "id": s.id,
                 "name": s.name,
@@ -261,7 +261,7 @@ def skills_show(home: SiteHome, skill_id: str, as_json: bool) -> None:
     with home.open_readonly() as kb:
         skill = skill_by_prefix(kb, skill_id)
         activation = kb.activation(skill.id)
-        data = {
+        data: dict[str, Any] = {
             "skill": asdict(skill),
             "active": activation.active,
             "reasons": list(activation.reasons),
@@ -328,7 +328,7 @@ def skills_query(
             min_certified_branches=min_branches,
             encoder=encoder,
         )
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": r.skill.id,
             "name": r.skill.name,

@@ -34,7 +34,7 @@ from __future__ import annotations
 from knowledge import SimnetError
 
 
-def _rebuild(cls: type, args: tuple, state: dict) -> SimError:
+def _rebuild(cls: type[SimError], args: tuple, state: dict) -> SimError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)

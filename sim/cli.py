@@ -16,9 +16,10 @@ import click
 
 import knowledge
 from knowledge import SiteHome
+from knowledge.cli import skill_by_prefix
 from knowledge.stats import SPRT
 
-from ._mlp import Policy
+from ._mlp import EntryPointRef, Policy
 from ._patches import Sampler
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._tasks import Task
@@ -35,7 +36,9 @@ from .transfer._datasets_cli import encoder_dataset_command  # noqa: F401 - simn
 from .world._world_cli import world_group  # noqa: F401 - simnet world
 
 
-def _skill(name: str) -> Policy:
+def _skill(name: str) -> Policy | EntryPointRef:
+    """A shipped skill, a skill file or a skill of this site's knowledge base (an id prefix): a
+    Policy, or the EntryPointRef of a knowledge-base skill that names a local entry point."""
     if name in shipped_skills():
         return load_skill(name)
     if Path(name).is_file():
@@ -43,22 +46,11 @@ def _skill(name: str) -> Policy:
     home = click.get_current_context().find_object(SiteHome)
     if home is not None and home.store.exists():
         with home.open_readonly() as kb:
-            return load_policy(kb, _kb_skill_id(kb, name))
+            return load_policy(kb, skill_by_prefix(kb, name).id)
     raise click.BadParameter(
         f"neither a shipped skill ({', '.join(shipped_skills())}), a file, nor a skill id",
         param_hint="SKILL",
     )
-
-
-def _kb_skill_id(kb: knowledge.KnowledgeBase, prefix: str) -> str:
-    matches = [
-        s.id for s in kb.skills.list(include_withdrawn=True) if s.id.startswith(prefix.lower())
-    ]
-    if len(matches) != 1:
-        raise click.ClickException(
-            f"{len(matches)} skills in this site match {prefix!r}; give more of the id"
-        )
-    return matches[0]
 
 
 def _task(name: str) -> Task:
@@ -244,6 +236,11 @@ def publish_command(
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     policy = _skill(skill)
+    if not isinstance(policy, Policy):
+        raise click.BadParameter(
+            "it names a local entry point: only MLP skills (architecture and weights) publish",
+            param_hint="SKILL",
+        )
     embodiments = [knowledge.Embodiment.from_mjcf(b).to_dict() for b in bodies]
     with home.open_writer() as kb:
         record = publish_skill(
@@ -279,7 +276,7 @@ def certify_command(
     """
     task = _task(task_name)
     with home.open_writer() as kb:
-        skill_id = _kb_skill_id(kb, skill_id)
+        skill_id = skill_by_prefix(kb, skill_id).id
         result = evaluate(
             task,
             load_policy(kb, skill_id),
@@ -311,32 +308,34 @@ def certify_command(
 
 
 @click.command("verify")
-@click.argument("certificate_id")
+@click.argument("certificate")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
 @click.pass_obj
-def verify_command(home: SiteHome, certificate_id: str, workers: int, as_json: bool) -> None:
-    """Re-run a certificate's evaluation here; exit status 1 if it is tampered or does not
-    reproduce."""
+def verify_command(home: SiteHome, certificate: str, workers: int, as_json: bool) -> None:
+    """Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its
+    certificates); exit status 1 if one is tampered or does not reproduce."""
     with home.open_readonly() as kb:
-        found = [
+        every = [
             c
             for s in kb.skills.list(include_withdrawn=True)
             for c in kb.certificates.for_skill(s.id)
-            if c.id.startswith(certificate_id.lower())
         ]
-        if len(found) != 1:
+        found = [c for c in every if c.id.startswith(certificate.lower())]
+        if not found:
+            found = kb.certificates.for_skill(skill_by_prefix(kb, certificate).id)
+            if not found:
+                raise click.ClickException(f"{certificate!r} names a skill with no certificates")
+        elif len(found) > 1:
             raise click.ClickException(
-                f"{len(found)} certificates match {certificate_id!r}; give more of the id"
+                f"{len(found)} certificates match {certificate!r}; give more of the id"
             )
-        verdict = verify_certificate(kb, found[0], workers=workers)
+        verdicts = [(c, verify_certificate(kb, c, workers=workers)) for c in found]
     if as_json:
-        click.echo(
-            json.dumps(
-                {"certificate": found[0].id, "valid": verdict.valid, "detail": verdict.detail}
-            )
-        )
+        rows = [{"certificate": c.id, "valid": v.valid, "detail": v.detail} for c, v in verdicts]
+        click.echo(json.dumps(rows[0] if len(rows) == 1 else rows))
     else:
-        click.echo(f"{'valid' if verdict.valid else 'NOT VALID'}: {verdict.detail}")
-    if not verdict.valid:
+        for c, v in verdicts:
+            click.echo(f"{c.id[:16]} {'valid' if v.valid else 'NOT VALID'}: {v.detail}")
+    if not all(v.valid for _, v in verdicts):
         raise SystemExit(1)

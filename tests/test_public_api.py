@@ -1,7 +1,7 @@
 """The public surface of each package, pinned: a name added, renamed or dropped is a visible change.
 
 Each package's `__all__` is sorted, every name in it resolves, and it is exactly the list below. A
-change here is a change to the library's API: update the list and the README together.
+change here is a change to the library's API: update the list and the docs together.
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ class RedoFile:
             data = os.pread(self._fd, self.size, 0)
         except OSError as exc:  # closed after a write it could not undo
             raise WorldError(f"{self.path} cannot be read ({exc}); it is kept as it is") from None
-        out, at = [], 0
+        out: list[dict] = []
+        at = 0
         while at < len(data):
             if not any(memoryview(data)[at:]):
                 self._cut(at)  # blocks a power loss allocated but never wrote

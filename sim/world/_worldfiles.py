@@ -28,7 +28,7 @@ import logging
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,9 @@ CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL,
 
 class WorldFiles(abc.ABC):
     """A world's files, its transactions and its settings; `WorldStore` says what the rows are."""
+
+    _folding: int | None  # the redo record the fold of this transaction reached
+    _failure: BaseException | None  # the first failure of this transaction
 
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self.path = Path(path)
@@ -178,12 +181,12 @@ class WorldFiles(abc.ABC):
         if getattr(self, "_checkpointer", None) is not None:
             self._stop.set()
             self._checkpointer.join()
-            self._checkpointer = None
+            del self._checkpointer
         if getattr(self, "_db", None) is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
-            self._db = None
+            del self._db  # closed
         if self._redo is not None:
             self._redo.close()
         if not self._lock.closed:
@@ -214,6 +217,7 @@ class WorldFiles(abc.ABC):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
+        assert self._redo is not None  # an open world's files
         self._in_transaction, self._in_sqlite, self._folding, self._failure = (
             True,
             False,
@@ -294,6 +298,7 @@ class WorldFiles(abc.ABC):
                 f"{self.path}: this commit already failed ({self._failure}); "
                 "nothing of it will be kept"
             )
+        assert self._redo is not None
         with self._writing():
             if not self._in_sqlite:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -321,6 +326,7 @@ class WorldFiles(abc.ABC):
         transaction)."""
         # as the SQLite file says: an interrupt between a fold's commit and `folded_to` leaves the
         # redo file behind
+        assert self._redo is not None
         self._redo.folded = max(self._redo.folded, self.meta(_FOLDED))
         records = self._redo.unfolded_records()
         for record in records:
@@ -371,7 +377,7 @@ class WorldFiles(abc.ABC):
 
     def _cursor(
         self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None
-    ) -> Iterator[tuple]:
+    ) -> Generator[tuple, None, None]:
         """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that
         was committed and all that this transaction wrote: if the redo file or this transaction
         holds rows of that log, they are written into the tables first (and the transaction commits

@@ -76,9 +76,9 @@ def scenes(draw):
 
 
 def trusted_roots(policy: TrustPolicy, own: bytes | None) -> dict[bytes, frozenset[Role]]:
-    """The roots and their roles as the policy states them (README, "Trust"): roots listed with at
-    least one role; plus the site a device belongs to, with every role, or else this site's own
-    key."""
+    """The roots and their roles as the policy states them (docs/KNOWLEDGE.md, "Trust"): roots
+    listed with at least one role; plus the site a device belongs to, with every role, or else this
+    site's own key."""
     roots = {r.key: frozenset(r.roles) for r in policy.roots if r.roles}
     if policy.device_of is not None:
         roots.setdefault(policy.device_of, ALL_ROLES)

@@ -2,7 +2,10 @@ import json
 
 from click.testing import CliRunner
 
-from sim import load_skill
+import knowledge
+from knowledge import SiteHome
+from knowledge.cli import main
+from sim import EntryPointRef, load_skill
 from sim.cli import evaluate_command, reproduce_command
 
 
@@ -63,3 +66,51 @@ def test_evaluate_with_sprt_and_json(tmp_path):
 def test_unknown_names_are_usage_errors():
     result = CliRunner().invoke(evaluate_command, ["backflip", "--task", "arm_reach"])
     assert result.exit_code == 2 and "neither a shipped skill" in result.output
+
+
+def test_publish_certify_and_verify_a_skill_by_its_name(tmp_path):
+    """The site's simulator commands through the real entry point: a skill is named by its name or
+    an id prefix; `verify` takes a certificate id prefix or a skill (all its certificates)."""
+    home = tmp_path / "site"
+
+    def simnet(*args):
+        return CliRunner().invoke(main, ["--home", str(home), *args])
+
+    assert simnet("init", "--name", "site").exit_code == 0
+    published = simnet("publish", "arm_reach_good", "--name", "reach-good", "--task", "reach")
+    assert published.exit_code == 0 and "published reach-good: " in published.output
+    skill_id = published.output.split(": ")[1].strip()
+    certified = simnet("certify", "reach-good", "--task", "arm_reach", "--branches", "16")
+    assert certified.exit_code == 0, certified.output
+    assert f"certified {skill_id[:16]}" in certified.output
+    certificate = next(
+        line.split()[1] for line in certified.output.splitlines() if line.startswith("certificate ")
+    )
+    by_id = simnet("verify", certificate[:10], "--json")
+    assert by_id.exit_code == 0 and json.loads(by_id.output) == {
+        "certificate": certificate,
+        "valid": True,
+        "detail": "all branch outcomes match",
+    }
+    by_skill = simnet("verify", "reach-good")
+    assert by_skill.exit_code == 0
+    assert by_skill.output.startswith(f"{certificate[:16]} valid: ")
+    typo = simnet("certify", "reach-godo", "--task", "arm_reach")
+    assert typo.exit_code != 0 and "skills here: reach-good" in typo.output
+    published_only = simnet("publish", "arm_reach_degraded", "--name", "reach-bad", "--task", "x")
+    assert published_only.exit_code == 0
+    uncertified = simnet("verify", "reach-bad")
+    assert uncertified.exit_code != 0 and "no certificates" in uncertified.output
+
+
+def test_publishing_a_skill_that_names_an_entry_point_is_a_usage_error(tmp_path, installed_policy):
+    """Only MLP skills publish (their weights become a blob); an entry point's factory is code."""
+    ref = EntryPointRef("stand_still", "fleetctl", "1.2.0")
+    key = knowledge.Identity.generate()
+    key.save(tmp_path / SiteHome.KEY_FILE)
+    with knowledge.open(tmp_path / SiteHome.STORE_FILE, key) as kb:
+        skill = kb.skills.publish("stand-still", "walk", policy=ref.to_json())
+    result = CliRunner().invoke(
+        main, ["--home", str(tmp_path), "publish", skill.id[:12], "--name", "x", "--task", "walk"]
+    )
+    assert result.exit_code == 2 and "only MLP skills" in result.output, result.output
