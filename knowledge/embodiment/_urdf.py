@@ -270,8 +270,10 @@ def _movable(joint: ET.Element) -> bool:
     return joint.get("type") in _MOVABLE and joint.find("mimic") is None
 
 
-_LEG_WORDS = ("leg", "legs", "hip", "thigh", "knee", "calf", "shin", "shank", "foot", "feet", "toe")
-_LEG_WORDS += ("toes", "ankle", "paw")
+_LEG_WORDS = frozenset(
+    {"leg", "legs", "hip", "thigh", "knee", "calf", "shin", "shank", "foot", "feet", "toe", "toes"}
+    | {"ankle", "paw"}
+)
 
 
 def _named_as_leg(joints: list[ET.Element]) -> bool:
@@ -374,16 +376,11 @@ def drives(robot: ET.Element) -> list[_Drive]:
         if name not in kinds and not effort:
             continue
         low, high = _number(limit, "lower"), _number(limit, "upper")
-        bounded = joint.get("type") != "continuous" and low is not None and high is not None
-        found.append(
-            _Drive(
-                name,
-                kinds.get(name, "motor"),
-                effort or None,
-                abs(_number(limit, "velocity") or 0.0) or None,
-                (low, high) if bounded and low < high else None,  # type: ignore[operator]
-            )
-        )
+        bounds = None
+        if joint.get("type") != "continuous" and low is not None and high is not None:
+            bounds = (low, high) if low < high else None
+        velocity = abs(_number(limit, "velocity") or 0.0) or None
+        found.append(_Drive(name, kinds.get(name, "motor"), effort or None, velocity, bounds))
     return found
 
 
