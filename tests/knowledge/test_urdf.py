@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,8 +193,9 @@ XACRO = """<?xml version="1.0"?>
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("xacro") is not None, reason="xacro is installed")
-def test_xacro_without_the_xacro_package_is_refused_clearly(tmp_path):
+def test_xacro_without_the_xacro_package_is_refused_clearly(tmp_path, monkeypatch):
+    for name in ("xacro", "xacro.substitution_args"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
     path = tmp_path / "twin.urdf.xacro"
     path.write_text(XACRO)
     with pytest.raises(EmbodimentError) as caught:
