@@ -10,6 +10,7 @@ SimnetError
 ├── StoreError               the durable store cannot be opened or written
 │   └── StoreLockedError     another process has the store open for writing
 ├── BlobError                a blob is missing, too large, or does not match its hash
+│   └── BlobQuotaError       storing a blob would take the store past its blob quota
 ├── PolicyError              a trust or activation policy file is malformed
 ├── UnknownSkillError        no skill with that id is known (also a KeyError)
 └── EmbodimentError          a robot description cannot be read or described
@@ -67,6 +68,10 @@ class StoreLockedError(StoreError):
 
 class BlobError(SimnetError):
     """A blob is missing, too large, or its bytes do not match its content hash."""
+
+
+class BlobQuotaError(BlobError):
+    """Storing a blob (put or fetched) would take the store past its quota: nothing was stored."""
 
 
 class PolicyError(SimnetError):

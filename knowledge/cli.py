@@ -89,6 +89,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop.",
     ),
 }
+BLOB_SETUP = (
+    # "module:attr" of f(home, kb), run before a site's store first stores or fetches a blob: any
+    # command (`certify`, `verify`, ...) then fetches what it lacks from the site's peers
+    "federation:attach_site_peers",
+)
 EXTRAS = {  # an optional dependency -> the extra that installs it (see pyproject.toml)
     "uvicorn": "server",
     "starlette": "server",
@@ -218,7 +223,7 @@ def main(ctx: click.Context, home: Path, verbose: int) -> None:
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    ctx.obj = SiteHome(home)
+    ctx.obj = SiteHome(home, blob_setup=BLOB_SETUP)
 
 
 @main.group()
