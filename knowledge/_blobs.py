@@ -168,15 +168,21 @@ class Fetching:
         self._memory: dict[str, bytearray] = {}  # partly fetched blobs of a read-only store
         self._flights: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._setup_lock = threading.RLock()  # a setup may read the quota or sources it sets
 
     def defer(self, setup: Callable[[], None]) -> None:
         self._setups.append(setup)
 
     def ready(self) -> None:
         """Run the deferred setups (each once; one that fails runs again next time)."""
-        while self._setups:
-            self._setups[0]()
-            self._setups.pop(0)
+        with self._setup_lock:
+            while self._setups:
+                setup = self._setups.pop(0)
+                try:
+                    setup()
+                except BaseException:
+                    self._setups.insert(0, setup)
+                    raise
 
     def room(self, blob_hash: str) -> int | None:
         """How large `blob_hash` may be to fit in the quota (its own partial bytes count as free);
@@ -276,16 +282,17 @@ class Fetching:
             self._memory.pop(blob_hash, None)
             return
         replica = self._replica
-        with replica.lock, replica.store.transaction():
+        with replica.lock:
             room = self.room(blob_hash)
-            if room is not None and len(data) > room:
+            if room is not None and len(data) > room:  # another blob took the room meanwhile
                 replica.store.drop_partial(held.key)
                 raise BlobQuotaError(
                     f"blob {blob_hash[:16]}… of {len(data)} bytes no longer fits in the store's "
                     f"blob quota ({max(room, 0)} bytes free); it was not stored"
                 )
-            replica.store.put_blob(held.key, data)
-            replica.store.drop_partial(held.key)
+            with replica.store.transaction():
+                replica.store.put_blob(held.key, data)
+                replica.store.drop_partial(held.key)
 
 
 def _name(source: object) -> str:

@@ -457,18 +457,24 @@ class Blobs:
         with self._replica.lock:
             return [h.hex() for h in self._replica.store.blob_hashes()]
 
-    def collect_garbage(self) -> dict[str, int]:
+    def collect_garbage(self, *, dry_run: bool = False) -> dict[str, int]:
         """Delete the blobs that only withdrawn or revoked skills name (and partly fetched copies of
-        them); returns the bytes freed per blob. A blob no skill names is kept (a publisher's before
-        its record, one a device asked for), and so is one any live skill names."""
+        them); returns the bytes freed per blob (with `dry_run`, what would be, deleting nothing).
+        A blob no skill names is kept (a publisher's before its record, one a device asked for),
+        and so is one any live skill names."""
         replica = self._replica
-        replica.require_identity()
+        if not dry_run:
+            replica.require_identity()
         freed = {}
         for blob_hash in sorted(garbage(replica)):
             key = bytes.fromhex(blob_hash)
             with replica.lock:
-                size = (replica.store.blob_size(key) or 0) + replica.store.partial_size(key)
+                store = replica.store
+                size = (store.blob_size(key) or 0) + (
+                    0 if store.readonly else store.partial_size(key)
+                )
+                if size and not dry_run:
+                    store.delete_blob(key)
                 if size:
-                    replica.store.delete_blob(key)
                     freed[blob_hash] = size
         return freed

@@ -353,6 +353,56 @@ def skills_query(
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
 
 
+@main.group()
+def blobs() -> None:
+    """The blobs this site stores (weights, meshes): list them, collect the garbage."""
+
+
+@blobs.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def blobs_list(home: SiteHome, as_json: bool) -> None:
+    """Stored blobs: hash, size, the skills naming them; garbage if only withdrawn or revoked ones
+    do."""
+    with home.open_readonly() as kb:
+        named: dict[str, list[str]] = {}
+        for skill in kb.skills.list(include_withdrawn=True):
+            weights = (skill.policy or {}).get("weights")
+            for blob_hash in {*skill.blobs, *([weights] if isinstance(weights, str) else [])}:
+                named.setdefault(blob_hash, []).append(skill.name)
+        garbage = kb.blobs.collect_garbage(dry_run=True)
+        rows = [
+            {
+                "hash": h,
+                "bytes": kb.blobs.size(h),
+                "skills": sorted(named.get(h, [])),
+                "garbage": h in garbage,
+            }
+            for h in kb.blobs.list()
+        ]
+        total, quota = kb.blobs.stored_bytes(), kb.blobs.quota
+    lines = [
+        f"{r['hash'][:16]}  {r['bytes']:>12}  {'garbage ' if r['garbage'] else ''}"
+        f"{', '.join(r['skills']) or '(no skill names it)'}"
+        for r in rows
+    ]
+    lines.append(f"{total} bytes stored" + (f" of a {quota}-byte quota" if quota else ""))
+    emit({"blobs": rows, "bytes": total, "quota": quota}, as_json, "\n".join(lines))
+
+
+@blobs.command("gc")
+@click.option("--dry-run", is_flag=True, help="Say what would be freed; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def blobs_gc(home: SiteHome, dry_run: bool, as_json: bool) -> None:
+    """Delete the blobs that only withdrawn or revoked skills name (run it while no server holds
+    the store)."""
+    with home.open_readonly() if dry_run else home.open_writer() as kb:
+        freed = kb.blobs.collect_garbage(dry_run=dry_run)
+    verb = "would free" if dry_run else "freed"
+    emit(freed, as_json, f"{verb} {sum(freed.values())} bytes in {len(freed)} blob(s)")
+
+
 @main.group(cls=LazyGroup, lazy=ENCODER_COMMANDS)
 def encoder() -> None:
     """The learned embodiment encoder: retrain it, report how well its distances predict
