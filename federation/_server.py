@@ -206,9 +206,9 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     responses:
       "200": {description: The blob's bytes.}
       "206": {description: The bytes of the range asked for (Content-Range says which).}
-      "404": {description: Not stored here (nor, for a device, at any peer of this site).}
+      "404": {description: "Not stored here (nor, for a device, at any peer of this site)."}
       "416": {description: The range starts past the blob's end.}
-      "504": {description: A device's blob is still being fetched from the peers; ask again.}
+      "504": {description: "A device's blob is still being fetched from the peers; ask again."}
       "507": {description: A device's blob does not fit in this site's blob quota.}
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")

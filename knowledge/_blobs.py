@@ -222,6 +222,8 @@ class Fetching:
                     return outcome
                 failures.append(f"{_name(source)}: {outcome}")
             held = _Held(replica, blob_hash, self._memory).size()
+            if not held:
+                self._memory.pop(blob_hash, None)
             resume = f"; {held} bytes are held: fetching again resumes after them" if held else ""
             raise BlobError(
                 f"blob {blob_hash[:16]}… is not stored here and no source could supply it "
@@ -299,9 +301,9 @@ def _name(source: object) -> str:
     return str(getattr(source, "name", None) or type(source).__name__)
 
 
-def garbage(replica: Replica) -> set[str]:
-    """Blobs that skills name, all of them withdrawn or revoked (a blob no skill names is kept: it
-    may be a publisher's before its record, or one a device asked for)."""
+def named_blobs(replica: Replica) -> tuple[set[str], set[str]]:
+    """(live, dead): the blobs that skills still in use name, and those that withdrawn or revoked
+    skills name. A blob may be in both (then it is live); one no skill names is in neither."""
     live: set[str] = set()
     dead: set[str] = set()
     with replica.lock:
@@ -315,7 +317,7 @@ def garbage(replica: Replica) -> set[str]:
             named = {b for b in [*(record.get("blobs") or ()), weights] if _is_hash(b)}
             gone = views.withdrawn(skill_id) or bool(views.revocations(skill_id))
             (dead if gone else live).update(named)
-    return dead - live
+    return live, dead
 
 
 def _is_hash(value: object) -> bool:

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._blobs import BlobSource, Fetching, garbage
+from ._blobs import BlobSource, Fetching, named_blobs
 from ._canonical import content_hash
 from ._errors import BlobError, BlobQuotaError, RecordError, UnknownSkillError
 from ._models import Certificate, Counts, Observation, QueryResult, Skill
@@ -458,23 +458,28 @@ class Blobs:
             return [h.hex() for h in self._replica.store.blob_hashes()]
 
     def collect_garbage(self, *, dry_run: bool = False) -> dict[str, int]:
-        """Delete the blobs that only withdrawn or revoked skills name (and partly fetched copies of
-        them); returns the bytes freed per blob (with `dry_run`, what would be, deleting nothing).
-        A blob no skill names is kept (a publisher's before its record, one a device asked for),
-        and so is one any live skill names."""
+        """Delete the blobs that only withdrawn or revoked skills name, and the partly fetched
+        bytes of any blob no live skill names; returns the bytes freed per blob (with `dry_run`,
+        what would be, deleting nothing). A whole blob no skill names is kept (a publisher's before
+        its record, one a device asked for), and so is one any live skill names."""
         replica = self._replica
         if not dry_run:
             replica.require_identity()
+        live, dead = named_blobs(replica)
         freed = {}
-        for blob_hash in sorted(garbage(replica)):
+        with replica.lock:
+            store = replica.store
+            partial = set() if store.readonly else {h.hex() for h in store.partial_hashes()}
+        for blob_hash in sorted((dead | partial) - live):
             key = bytes.fromhex(blob_hash)
             with replica.lock:
-                store = replica.store
-                size = (store.blob_size(key) or 0) + (
-                    0 if store.readonly else store.partial_size(key)
-                )
+                whole = (store.blob_size(key) or 0) if blob_hash in dead else 0
+                size = whole + (store.partial_size(key) if blob_hash in partial else 0)
                 if size and not dry_run:
-                    store.delete_blob(key)
+                    if whole:
+                        store.delete_blob(key)
+                    else:
+                        store.drop_partial(key)
                 if size:
                     freed[blob_hash] = size
         return freed

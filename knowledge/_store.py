@@ -291,6 +291,10 @@ class Store:
                 self._db.execute(f"DELETE FROM {table} WHERE hash=?", (hash_,))
 
     # --- blobs being fetched: their first bytes, kept so that a fetch cut short resumes ----------
+    def partial_hashes(self) -> list[bytes]:
+        rows = self._db.execute("SELECT DISTINCT hash FROM blob_partials ORDER BY hash")
+        return [bytes(r[0]) for r in rows]
+
     def partial_size(self, hash_: bytes) -> int:
         return self._db.execute(
             "SELECT COALESCE(SUM(length(data)), 0) FROM blob_partials WHERE hash=?", (hash_,)

@@ -250,6 +250,19 @@ def test_garbage_is_what_only_withdrawn_or_revoked_skills_name(open_kb):
     assert kb.blobs.collect_garbage() == {}
 
 
+def test_garbage_collection_drops_the_partial_bytes_no_live_skill_needs(open_kb):
+    kb = open_kb()
+    wanted = hashlib.sha256(b"wanted").hexdigest()
+    kb.skills.publish("live", "pick", blobs=[wanted])
+    for blob_hash in (wanted, DIGEST):  # two fetches cut short: a live skill's, and a stray one
+        with pytest.raises(BlobError):
+            kb.blobs.fetch(blob_hash, sources=[Source("x", {blob_hash: DATA}, cut=777)])
+    assert kb.blobs.stored_bytes() == 2 * 777
+    assert kb.blobs.collect_garbage(dry_run=True) == {DIGEST: 777}
+    assert kb.blobs.collect_garbage() == {DIGEST: 777}
+    assert kb.blobs.stored_bytes() == 777  # the live skill's fetch can still resume
+
+
 def test_garbage_collection_needs_a_writable_store(tmp_path):
     with knowledge.open(tmp_path / "kb.db", knowledge.Identity.generate()):
         pass
