@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ._status import running_server
 
 
-def __getattr__(name: str) -> object:
+def _import_on_first_use(name: str) -> object:
     """A name of the server side: import its module now (Starlette, uvicorn, prometheus-client)."""
     module = _SERVER.get(name)
     if module is None:
@@ -56,6 +56,10 @@ def __getattr__(name: str) -> object:
         ) from exc
     globals()[name] = value  # later lookups find it without coming here
     return value
+
+
+if not TYPE_CHECKING:  # type checkers see the names imported above, and no others
+    __getattr__ = _import_on_first_use
 
 
 def __dir__() -> list[str]:

@@ -157,7 +157,7 @@ class RequestVerifier:
                 self._db = None
 
     def verify(self, method: str, target: str, body: bytes, header: str | None) -> bytes:
-        """The caller's public key, or AuthError (401, or 429/503) saying what is wrong."""
+        """The caller's public key, or AuthError (401, or 429/503/507) saying what is wrong."""
         claim = self.claim(header)
         self.check(claim, method, target, body)
         self.remember(claim)
@@ -236,6 +236,7 @@ class RequestVerifier:
             except sqlite3.Error as exc:
                 with self._lock:
                     self._seen.pop(claim.id, None)
+                full = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
                 raise AuthError(
-                    f"cannot record the request's nonce ({exc}); retry later", 503
+                    f"cannot record the request's nonce ({exc}); retry later", 507 if full else 503
                 ) from None

@@ -104,13 +104,14 @@ class PeerBlobSource:
                     raise PeerError(f"cannot fetch blob from {self.name} ({url}): {exc}") from exc
 
     def _take(self, answer: httpx.Response, blob: IncomingBlob, limit: _Deadline) -> bool:
-        status = answer.status_code
+        status, size = answer.status_code, None
         if status == 404:
             return False
         if status not in (200, 206):
             raise _refusal(answer, self.name)
         if status == 206:
-            start, size = _content_range(answer.headers.get("content-range", ""), self.name)
+            start, whole = _content_range(answer.headers.get("content-range", ""), self.name)
+            size = whole
             if start != blob.offset:
                 raise PeerError(
                     f"{self.name} sent blob bytes from {start}, not from {blob.offset} as asked"
@@ -119,7 +120,8 @@ class PeerBlobSource:
             if blob.offset:
                 blob.restart()  # the peer ignored the range: the whole blob comes
             declared = answer.headers.get("content-length", "")
-            size = int(declared) if declared.isdigit() and len(declared) < 20 else None
+            if declared.isdigit() and len(declared) < 20:
+                size = int(declared)
         if size is not None:
             blob.expect(size)
         for chunk in answer.iter_bytes():

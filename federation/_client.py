@@ -184,10 +184,10 @@ def exchange(
         theirs = _peer_heads(answer)
         report.pushed += accepted
         report.refused_by_peer += len(rejected)
-        newly_refused = {envelopes[i][2:34] for i in rejected} - refused_there
-        if not accepted and not newly_refused:
+        refused_now = {envelopes[i][2:34] for i in rejected} - refused_there
+        if not accepted and not refused_now:
             break
-        refused_there |= newly_refused
+        refused_there |= refused_now
 
     # Blobs the caller asked for, by hash; each verified before it is stored.
     for blob_hash in kb.blobs.missing(blobs):

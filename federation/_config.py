@@ -59,7 +59,7 @@ import ssl
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import tomli_w
@@ -67,6 +67,11 @@ import tomli_w
 from knowledge import IdentityError, KnowledgeBase, SiteHome, parse_public_key
 
 from ._errors import ConfigError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    _Section = TypeVar("_Section", bound=DataclassInstance)
 
 CONFIG_FILE = "simnet.toml"
 REPLAY_FILE = "replay.db"
@@ -285,7 +290,7 @@ def _only(table: Any, allowed: set[str], where: str) -> None:
         )
 
 
-def _section(cls: type, table: Any, where: str):
+def _section(cls: type[_Section], table: Any, where: str) -> _Section:
     _only(table, {f.name for f in fields(cls)}, where)
     values = {}
     for key, value in table.items():

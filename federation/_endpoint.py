@@ -3,8 +3,10 @@ the body, and errors mapped to a 4xx with a JSON body ``{"error": code, "detail"
 
 A write the knowledge base refuses is a 4xx too (403 `not_authorized` when the writer lacks the
 right, 400 for an invalid record, 404 for an unknown skill, 409 `conflict` for any other refusal); a
-store that cannot be written answers 503; an unexpected failure is logged and answered 500 in the
-same shape. Every answer is counted in the site's metrics by handler and status.
+store whose disk is full answers 507 `insufficient_storage`, one that cannot be written for another
+reason (read-only, an I/O error) 503 `unavailable`: the write was not made, and reads go on being
+served. An unexpected failure is logged and answered 500 `internal_error` in the same shape, and the
+server keeps serving. Every answer is counted in the site's metrics by handler and status.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge import (
     EmbodimentError,
@@ -26,6 +29,7 @@ from knowledge import (
     RecordError,
     SimnetError,
     StoreError,
+    StoreFullError,
     UnknownSkillError,
 )
 
@@ -41,11 +45,56 @@ _AUTH_CODES = {
     403: "forbidden",
     429: "too_many_requests",
     503: "unavailable",
+    507: "insufficient_storage",
 }
+
+
+# What is never answered: the process or the task is being stopped.
+FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
 
 
 def error_response(status: int, code: str, detail: str) -> JSONResponse:
     return JSONResponse({"error": code, "detail": detail}, status_code=status)
+
+
+def internal_error(method: str, path: str, exc: BaseException) -> JSONResponse:
+    """Log an unexpected failure with its traceback; the 500 that answers it, without details."""
+    log.error("%s %s failed: %s: %s", method, path, type(exc).__name__, exc, exc_info=exc)
+    return error_response(
+        500,
+        "internal_error",
+        f"the site failed to handle this request ({type(exc).__name__}); it is logged there",
+    )
+
+
+class CatchAll:
+    """ASGI middleware, outermost: whatever escapes the app (a route outside `endpoint`, a
+    middleware, a panic) is logged and answered as JSON 500 `internal_error`, never with Starlette's
+    plain-text page; the server goes on serving. A failure after the answer began (a streamed blob)
+    is logged and the answer cut short: the connection is closed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except BaseException as exc:
+            if isinstance(exc, FATAL):
+                raise
+            answer = internal_error(scope.get("method", ""), scope.get("path", ""), exc)
+            if not started:
+                await answer(scope, receive, send)
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -73,7 +122,8 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
     `role` is "read" (a key holding a current grant here: see `KnowledgeBase.can_read`), "push" (the
     same: only admitted peers may push), "admin" (this site's own key), or None (no authentication).
     Everything about the caller that the header shows is checked before a byte of the body is read
-    (see `_authenticate`); an unexpected exception is logged and answered 500, never raised.
+    (see `_authenticate`); an unexpected exception (any but those in FATAL) is logged and answered
+    500, never raised.
     """
 
     def wrap(handler: Callable[..., Awaitable[Response]]) -> Handler:
@@ -105,21 +155,10 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
                 )
             except SimnetError as exc:  # the knowledge base refused a well-formed request
                 return _refusal(request, exc)
-            except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: answer, log, keep serving
-                log.error(
-                    "%s %s failed: %s: %s",
-                    request.method,
-                    request.url.path,
-                    type(exc).__name__,
-                    exc,
-                    exc_info=exc,
-                )
-                return error_response(
-                    500,
-                    "internal_error",
-                    f"the site failed to handle this request ({type(exc).__name__}); "
-                    "it is logged there",
-                )
+            except BaseException as exc:  # a bug, a failing disk, a panic: answer, log, go on
+                if isinstance(exc, FATAL):
+                    raise
+                return internal_error(request.method, request.url.path, exc)
 
         run.__doc__ = handler.__doc__
         run.role = role  # type: ignore[attr-defined] # the OpenAPI description marks signed routes
@@ -129,8 +168,8 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
 
 
 def _refusal(request: Request, exc: SimnetError) -> JSONResponse:
-    """The answer to an error the knowledge base raised on purpose: a 4xx naming it (503 for the
-    store)."""
+    """The answer to an error the knowledge base raised on purpose: a 4xx naming it (507 for a full
+    disk, 503 for another failure of the store)."""
     if isinstance(exc, NotAuthorizedError):  # the writer lacks the role, or may not write now
         return error_response(403, "not_authorized", str(exc))
     if isinstance(exc, UnknownSkillError):
@@ -141,6 +180,12 @@ def _refusal(request: Request, exc: SimnetError) -> JSONResponse:
         )  # a well-formed request asking for an invalid write
     if isinstance(exc, StoreError):  # the disk, not the caller: say so, and log it here
         log.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
+        if isinstance(exc, StoreFullError):
+            return error_response(
+                507,
+                "insufficient_storage",
+                "the site's disk is full: nothing of this request was stored; retry later",
+            )
         return error_response(
             503,
             "unavailable",
@@ -160,7 +205,7 @@ async def _authenticate(request: Request, site: Site, role: str) -> tuple[bytes,
     """(caller, body). In order: the header's form, timestamp window and unused nonce (401); the
     caller's right to `role` (403); only then the body (408/413); the signature over it (401); and
     the nonce's durable record (401 if a simultaneous copy won, 429 if too many, 503 if it cannot be
-    written)."""
+    written, 507 if the disk is full)."""
     claim = site.verifier.claim(request.headers.get("authorization"))
     if role == "admin":
         if claim.key != site.key:

@@ -79,7 +79,7 @@ class GuardedH11Protocol(H11Protocol):
     max_connections: int = 512
     send_timeout: float = 10.0
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self.idle_since = time.monotonic()
         self.deadline: Any = None
@@ -88,7 +88,10 @@ class GuardedH11Protocol(H11Protocol):
             idle = [
                 c
                 for c in self.connections
-                if c is not self and getattr(c, "idle", False) and not c.transport.is_closing()
+                if c is not self
+                and isinstance(c, GuardedH11Protocol)
+                and c.idle
+                and not c.transport.is_closing()
             ]
             victim = min(idle, key=lambda c: c.idle_since, default=self)
             log.warning(

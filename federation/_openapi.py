@@ -142,6 +142,13 @@ def _complete(
         body["content"] = {_media(request): {**examples, "schema": _schema(request)}}
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     responses["4XX"] = {"description": "Refused, changing nothing", "content": error}
+    responses["5XX"] = {
+        "description": (
+            "The site could not answer, changing nothing: 500 internal_error, 503 busy or "
+            "unavailable (its store cannot be written), 507 insufficient_storage (its disk is full)"
+        ),
+        "content": error,
+    }
     if role is not None:
         operation["security"] = [{"simnet": []}]
         what = "this site's own key" if role == "admin" else "a key holding a grant here"

@@ -76,7 +76,7 @@ def serve(
             site.gossip.start()
         served = {"url": url, "pid": os.getpid(), "cert": str(tls.cert) if tls.cert else None}
         (home / SERVE_FILE).write_text(json.dumps(served))
-        log.info("site %s (%s) serving on %s", site.config.name, site.kb.identity.key_id, url)
+        log.info("site %s (%s) serving on %s", site.config.name, knowledge.key_id(site.key), url)
         try:
             yield
         finally:

@@ -31,7 +31,7 @@ from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase
 
 from ._admin import admin_delegate, admin_revoke, admin_revoke_key, admin_sync
 from ._blobs import fetch_for_device, parse_range
-from ._endpoint import endpoint, error_response
+from ._endpoint import CatchAll, endpoint, error_response
 from ._errors import WireError
 from ._metrics import CONTENT_TYPE as METRICS_TYPE
 from ._openapi import describe
@@ -389,7 +389,7 @@ def create_app(
     )
     app = Starlette(
         routes=routes,
-        middleware=[gzip],
+        middleware=[Middleware(CatchAll), gzip],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
     )

@@ -35,7 +35,9 @@ from ._errors import (
     RecordError,
     SimnetError,
     StoreError,
+    StoreFullError,
     StoreLockedError,
+    StoreReadOnlyError,
     UnknownSkillError,
 )
 from ._home import SiteHome
@@ -111,7 +113,7 @@ _EMBODIMENT = {
 """Names from `knowledge.embodiment`, by the module that defines them: imported on first use."""
 
 
-def __getattr__(name: str) -> object:
+def _import_on_first_use(name: str) -> object:
     """A name of the embodiment side: import its module now (MuJoCo, FAISS; torch for training)."""
     module = _EMBODIMENT.get(name)
     if module is None:
@@ -121,6 +123,10 @@ def __getattr__(name: str) -> object:
     value = getattr(import_module(module, "knowledge.embodiment"), name)
     globals()[name] = value  # later lookups find it without coming here
     return value
+
+
+if not TYPE_CHECKING:  # type checkers see the names imported above, and no others
+    __getattr__ = _import_on_first_use
 
 
 def __dir__() -> list[str]:
@@ -184,7 +190,9 @@ __all__ = [
     "SkillIndex",
     "Skills",
     "StoreError",
+    "StoreFullError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "Transfer",
     "TransferDataError",
     "TransferDataset",

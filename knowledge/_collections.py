@@ -3,6 +3,7 @@ kb.certificates, kb.blobs. Each is handed the knowledge base's Replica, and only
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,10 @@ if TYPE_CHECKING:
 
 
 class Skills:
-    """The skill library: immutable, content-addressed records, withdrawable by their own site."""
+    """The skill library: immutable, content-addressed records, withdrawable by their own site.
+
+    Annotations in this class say `builtins.list`: inside it, `list` is the method below.
+    """
 
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
@@ -89,7 +93,7 @@ class Skills:
 
     def list(
         self, *, task: str | None = None, active_only: bool = False, include_withdrawn: bool = False
-    ) -> list[Skill]:
+    ) -> builtins.list[Skill]:
         """Skills in id order, filtered by task family, activation under this site's policy,
         withdrawal."""
         replica = self._replica
@@ -115,7 +119,7 @@ class Skills:
         active_only: bool = True,
         min_certified_branches: int = 0,
         encoder: Encoder | None = None,
-    ) -> list[QueryResult]:
+    ) -> builtins.list[QueryResult]:
         """The k skills whose scope holds the bodies nearest to `embodiment` (an Embodiment, an MJCF
         or URDF path, or MJCF text), nearest first, filtered by task family, activation here and
         total certified branches. Withdrawn skills and skills without a valid scope descriptor are
@@ -143,12 +147,12 @@ class Skills:
         """Remove a skill this site published from the library (revocation is the fleet-wide
         switch)."""
         replica = self._replica
-        replica.require(Role.PUBLISH)
+        identity = replica.require(Role.PUBLISH)
         self.get(skill_id)  # an unknown id raises here
         with replica.lock:
             ours = replica.views.skill_sites(skill_id) & replica.authority.sites(
-                replica.identity.public_key, Role.PUBLISH
-            )  # type: ignore[union-attr]
+                identity.public_key, Role.PUBLISH
+            )
         if not ours:
             raise RecordError(
                 f"skill {skill_id[:16]}… was published by another site; revoke it instead"

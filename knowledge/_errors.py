@@ -8,7 +8,9 @@ SimnetError
 │   └── CanonicalJSONError   a value has no canonical JSON form
 ├── NotAuthorizedError       the writer lacks the role an operation needs
 ├── StoreError               the durable store cannot be opened or written
-│   └── StoreLockedError     another process has the store open for writing
+│   ├── StoreLockedError     another process has the store open for writing
+│   ├── StoreReadOnlyError   its file, its folder or its file system is read-only
+│   └── StoreFullError       the disk (or a file-size limit) is full: the write was not made
 ├── BlobError                a blob is missing, too large, or does not match its hash
 │   └── BlobQuotaError       storing a blob would take the store past its blob quota
 ├── PolicyError              a trust or activation policy file is malformed
@@ -18,6 +20,13 @@ SimnetError
 Errors of the embodiment side (`knowledge.embodiment`) also derive from SimnetError:
 TransferDataError (a transfer dataset is unusable) and EncoderWeightsError (a learned encoder's
 weights cannot be loaded).
+
+A store error names the store's path and says what is wrong. A write that fails with one is not
+acknowledged and changes nothing: the transaction is rolled back, and the knowledge base's memory
+with it; the same write succeeds once the cause is gone (space freed, permissions restored). The
+simulator's worlds raise `sim.WorldFullError` for a full disk, which is also a StoreFullError. A
+site server answers StoreFullError with 507 `insufficient_storage` and any other StoreError with 503
+`unavailable` (docs/PROTOCOL.md).
 """
 
 from __future__ import annotations
@@ -64,6 +73,16 @@ class StoreError(SimnetError):
 
 class StoreLockedError(StoreError):
     """Another process already has this store open for writing as this identity."""
+
+
+class StoreReadOnlyError(StoreError):
+    """The store cannot be written: its file or its folder is read-only (permissions), or it is on
+    a file system mounted read-only. Opened without a key (read-only), it can still be read."""
+
+
+class StoreFullError(StoreError):
+    """The disk holding the store is full (SQLITE_FULL, ENOSPC; or a quota, or a file-size limit):
+    the write was not made, and nothing acknowledged before it is lost. Free space and retry."""
 
 
 class BlobError(SimnetError):

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from pycrdt import Doc, Map, MapEvent, TransactionEvent
 
@@ -53,7 +54,7 @@ class Feed:
     def reset(self) -> None:
         """Forget everything (before rebuilding the feed from the store)."""
         self.seq, self.head, self.hlc = 0, ZERO_HASH, 0
-        self.doc = Doc(client_id=self.client_id, allow_multithreading=True)
+        self.doc: Doc[Map[str]] = Doc(client_id=self.client_id, allow_multithreading=True)
         self._maps = {
             True: self.doc.get(IMMUTABLE_MAP, type=Map),
             False: self.doc.get(RECORDS_MAP, type=Map),
@@ -74,9 +75,11 @@ class Feed:
             root.observe(self._observer(immutable))
         self.doc.observe(self._on_transaction)
 
-    def _observer(self, immutable: bool):
+    def _observer(self, immutable: bool) -> Callable[[MapEvent], None]:
         def on_change(event: MapEvent) -> None:
-            for key, change in event.keys.items():
+            # pycrdt declares MapEvent.keys in __slots__ only
+            keys: dict[str, dict[str, Any]] = event.keys  # type: ignore[attr-defined]
+            for key, change in keys.items():
                 if is_immutable(key) != immutable:
                     self.misplaced.append(key)
                     continue
@@ -193,7 +196,8 @@ class Feed:
         by client and clock, so other content at a held clock shows only this way). The state has
         passed the structural checks.
         """
-        claimed, rebuilt = Doc(), Doc()
+        claimed: Doc[Map[str]] = Doc()
+        rebuilt: Doc[Map[str]] = Doc()
         try:
             claimed.apply_update(state)
             rebuilt.apply_update(self.state())

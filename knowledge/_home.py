@@ -6,6 +6,7 @@ this is the one place that knows the file names.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Iterable
@@ -68,8 +69,11 @@ class SiteHome:
 
     def _attach(self, kb: _kb.KnowledgeBase) -> _kb.KnowledgeBase:
         for name in self.blob_setup:
-            kb.blobs.defer_setup(lambda name=name: _resolve(name)(self, kb))
+            kb.blobs.defer_setup(functools.partial(self._set_up, name, kb))
         return kb
+
+    def _set_up(self, name: str, kb: _kb.KnowledgeBase) -> None:
+        _resolve(name)(self, kb)
 
     def _policy_file(self) -> Path | None:
         return self.policy if self.policy.exists() else None

@@ -14,7 +14,7 @@ import json
 import logging
 
 from ._envelope import Envelope, Kind, decode
-from ._errors import ClockSkewError, EnvelopeError
+from ._errors import ClockSkewError, EnvelopeError, StoreError
 from ._feed import Feed
 from ._models import IngestReport, RecordIssue, Rejection
 from ._records import TRUST_PREFIXES, record_limits
@@ -95,7 +95,9 @@ class Ingestion:
                 if self.trust_dirty:
                     replica.refresh_trust()
         except BaseException as exc:
-            if not isinstance(exc, UpdateRejected):
+            if isinstance(exc, StoreError):  # the disk, not a bug: its message says it all
+                log.error("ingest failed (%s); restoring the feeds it touched from the store", exc)
+            elif not isinstance(exc, UpdateRejected):
                 log.exception("ingest failed; restoring the feeds it touched from the store")
             replica.restore_fork_memory(before)
             for author in self.touched:  # the transaction rolled back: so must the in-memory feeds
@@ -209,19 +211,19 @@ class Ingestion:
                 refusal, f"key {author.hex()[:16]}… is neither a trusted root nor delegated by one"
             )
         if refusal is not None:
-            pinned = " (a key revocation takes the kept history only as the envelopes it pins)"
+            pins_note = " (a key revocation takes the kept history only as the envelopes it pins)"
             return reject(
                 refusal,
                 "no grant the writer holds covers "
                 f"{'checkpoint' if env.is_checkpoint else 'envelope'} "
-                f"{env.seq}{pinned if refusal == 'revoked_writer' else ''}",
+                f"{env.seq}{pins_note if refusal == 'revoked_writer' else ''}",
             )
         for seq, pinned in pins:
-            follows = feed is not None and feed.seq == seq - 1
             if (
                 env.seq == seq
                 and env.hash == pinned
-                and follows
+                and feed is not None
+                and feed.seq == seq - 1  # it follows what is held
                 and env.prev != feed.head
                 and env.signature_valid()
             ):

@@ -249,10 +249,12 @@ class KnowledgeBase:
                 if isinstance(their, Head) and their.hash and 0 < their_seq <= feed.seq:
                     ours = replica.hash_at(author, their_seq)
                     if ours is not None and ours.hex() != their.hash:
-                        out.append(
-                            replica.store.envelope(author, their_seq)
-                            or replica.store.checkpoint(author)[1]
-                        )  # type: ignore[index]
+                        held = replica.store.envelope(author, their_seq)
+                        if held is None:  # hash_at found it in the checkpoint, which is at that seq
+                            at_seq = replica.store.checkpoint(author)
+                            assert at_seq is not None
+                            held = at_seq[1]
+                        out.append(held)
                 if their_seq >= feed.seq:
                     continue
                 checkpoint = replica.store.checkpoint(author)

@@ -26,7 +26,9 @@ key a device.
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,7 +66,7 @@ class TrustPolicy:
     device_of: bytes | None = None
 
     @classmethod
-    def load(cls, path: str | Path) -> TrustPolicy:
+    def load(cls, path: str | os.PathLike[str]) -> TrustPolicy:
         try:
             text = Path(path).read_text()
         except OSError as exc:
@@ -146,7 +148,9 @@ class TrustPolicy:
             }
         )
 
-    def with_root(self, key: bytes, roles=frozenset(Role), name: str = "") -> TrustPolicy:
+    def with_root(
+        self, key: bytes, roles: Iterable[Role | str] = frozenset(Role), name: str = ""
+    ) -> TrustPolicy:
         """A copy that also trusts `key` as a site root for `roles` (replacing an earlier entry for
         it)."""
         others = tuple(r for r in self.roots if r.key != key)

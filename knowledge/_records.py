@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -188,7 +189,9 @@ def _text(rec: dict[str, Any], field: str, lo: int = 0, hi: int = MAX_TEXT) -> s
     return value
 
 
-def _texts(rec: dict[str, Any], field: str, item_check=None) -> list[str]:
+def _texts(
+    rec: dict[str, Any], field: str, item_check: Callable[[str, str], object] | None = None
+) -> list[str]:
     value = rec.get(field, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise RecordError(f"field {field!r} must be a list of strings")

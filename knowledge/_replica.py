@@ -144,9 +144,10 @@ class Replica:
                 if stored is None
                 else TrustPolicy.from_toml(stored.decode(), source="stored policy")
             )
-        if not self.store.readonly:
-            with self.store.transaction():
-                self.store.set_meta("policy", policy.to_toml().encode())
+        text = policy.to_toml().encode()
+        if not self.store.readonly and self.store.get_meta("policy") != text:
+            with self.store.transaction():  # not when it is stored already: a full disk can open
+                self.store.set_meta("policy", text)
         return policy
 
     def replay(self, feed: Feed) -> Feed:

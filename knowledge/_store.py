@@ -9,19 +9,34 @@ at a time (`blob_size`, `blob_part`) without loading it whole: SQLite reads a co
 and its incremental blob I/O needs a rowid table. Stores written before kept each blob in one row
 (table `blobs`); a writer moves those into parts when it opens the store, and reads fall back to
 them meanwhile.
+
+A store that cannot be written says why, naming its path: `StoreReadOnlyError` when its file, its
+folder or its file system is read-only, `StoreFullError` when the disk is full (SQLITE_FULL,
+ENOSPC, a quota or a file-size limit), a plain `StoreError` for anything else (an I/O error, a
+corrupt file). A transaction that fails is rolled back whole, so a write that raised was not made
+and the store is as it was; the next write succeeds once the cause is gone.
+
+A store can still be read where it cannot be written. A reader needs the write-ahead log's index
+(`-shm`) beside the file, which SQLite cannot create in a read-only folder or file system, or on a
+full disk; there, if no writer has left a log (`-wal`) with anything in it, the file holds the
+whole store and is opened immutable. (A running writer keeps a log; one that starts while such a
+reader reads is not seen by it: what it reads is the store as it was.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
+from urllib.parse import quote
 
 from ._envelope import PREV_OFFSET
-from ._errors import StoreError, StoreLockedError
+from ._errors import StoreError, StoreFullError, StoreLockedError, StoreReadOnlyError
 
 MEMORY = ":memory:"
 BLOB_PART = (
@@ -46,6 +61,81 @@ CREATE TABLE IF NOT EXISTS blob_partials (
     hash BLOB NOT NULL, start INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (hash, start)) WITHOUT ROWID;
 """
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_READ_ONLY_CODES = frozenset({sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM})
+# What a reader meets when SQLite cannot create the write-ahead log's index beside the file: a
+# read-only folder or file system, a full disk.
+_NO_LOG_INDEX = frozenset(
+    {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL}
+)
+_LOW_SPACE = 64 << 10  # bytes free below which an I/O error is taken for a full disk
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk is full: SQLITE_FULL, or an OSError ENOSPC, EDQUOT or EFBIG."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS
+
+
+def storage_error(path: str | os.PathLike[str], exc: BaseException, doing: str) -> StoreError:
+    """The StoreError for an sqlite3.Error or OSError met while `doing` ("open", "write", ...) the
+    store at `path`: StoreFullError, StoreReadOnlyError, or StoreError, each naming the path.
+
+    SQLite reports some failures of a full disk as I/O errors (growing the log's index): an I/O
+    error on a disk with (almost) no space left is taken for a full disk."""
+    where = f"cannot {doing} the store {path}"
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    io_error = code == sqlite3.SQLITE_IOERR or (isinstance(exc, OSError) and exc.errno == errno.EIO)
+    if is_full(exc) or (io_error and _no_space(Path(path).absolute().parent)):
+        detail = getattr(exc, "sqlite_errorname", None) or _reason(exc)
+        kept = "; nothing of this write was kept" if doing == "write" else ""
+        return StoreFullError(
+            f"{where}: the disk is full ({detail}){kept}. Free space on the disk and retry"
+        )
+    if doing != "read" and (
+        (isinstance(exc, OSError) and exc.errno in _READ_ONLY_ERRNOS)
+        or code in _READ_ONLY_CODES
+        or (code == sqlite3.SQLITE_CANTOPEN and _read_only_part(Path(path)) is not None)
+    ):
+        return StoreReadOnlyError(
+            f"cannot write the store {path}: {_read_only_part(Path(path)) or 'it is read-only'} "
+            "(it can still be opened read-only)"
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.ENOENT:
+        folder = Path(path).absolute().parent
+        if not folder.is_dir():
+            return StoreError(f"{where}: its folder {folder} does not exist")
+    return StoreError(f"{where}: {_reason(exc)}")
+
+
+def _no_space(folder: Path) -> bool:
+    """Whether the file system holding `folder` has (almost) no space, or no inodes, left for us."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    blocks, inodes = (st.f_bfree, st.f_ffree) if os.geteuid() == 0 else (st.f_bavail, st.f_favail)
+    return blocks * st.f_frsize < _LOW_SPACE or (st.f_files > 0 and inodes == 0)
+
+
+def _reason(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
+def _read_only_part(path: Path) -> str | None:
+    """What makes the store at `path` read-only for this process, if anything does."""
+    folder = path.absolute().parent
+    with contextlib.suppress(OSError):
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return f"it is on a file system mounted read-only ({folder})"
+    for part in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}.lock")):
+        if part.exists() and not os.access(part, os.W_OK, effective_ids=True):
+            return f"the file {part} is read-only"
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK, effective_ids=True):
+        return f"its folder {folder} is read-only"
+    return None
 
 
 class Store:
@@ -55,19 +145,18 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = str(path)
         self.readonly = readonly
-        self._lock_file = None
+        self._lock_file: TextIO | None = None
         try:
             if self.path == MEMORY:
                 self._db = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
             elif readonly:
                 if not Path(self.path).exists():
                     raise StoreError(f"no knowledge base at {self.path}")
-                uri = f"file:{Path(self.path).resolve()}?mode=ro"
-                self._db = sqlite3.connect(
-                    uri, uri=True, isolation_level=None, check_same_thread=False
-                )
+                self._db = self._connect_readonly()
             else:
                 self._take_writer_lock()
+                with contextlib.suppress(FileNotFoundError):  # SQLite would open it read-only
+                    os.close(os.open(self.path, os.O_RDWR))
                 self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             if not readonly:
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -76,16 +165,45 @@ class Store:
             self._db.execute("PRAGMA busy_timeout=5000")
             if not readonly:
                 self._split_whole_blobs()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             self.close()
-            raise StoreError(f"cannot open store {self.path}: {exc}") from None
+            raise storage_error(self.path, exc, "read" if readonly else "open") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection; immutable when the folder or file system is read-only and no
+        writer has left a write-ahead log (see the module's docstring)."""
+        resolved = Path(self.path).resolve()
+        uri = f"file:{quote(str(resolved))}?mode=ro"
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the log's index
+            return db
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _NO_LOG_INDEX:
+                raise
+            wal = Path(f"{resolved}-wal")
+            if wal.exists() and wal.stat().st_size:
+                raise storage_error(self.path, exc, "read") from exc  # its log must be read
+        db = sqlite3.connect(
+            f"{uri}&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _take_writer_lock(self) -> None:
         lock_path = self.path + ".lock"
         try:
             self._lock_file = open(lock_path, "a+")  # noqa: SIM115 - held for the store's lifetime
         except OSError as exc:
-            raise StoreError(f"cannot open store {self.path}: {exc.strerror}") from None
+            raise storage_error(self.path, exc, "open") from None
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -105,24 +223,35 @@ class Store:
         db = getattr(self, "_db", None)
         if db is not None:
             db.close()
-            self._db = None
+            del self._db  # closed: `is_open` is False, and a later use fails
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT; when the outermost block returns, its writes are on disk."""
+        """BEGIN IMMEDIATE ... COMMIT; when the outermost block returns, its writes are on disk.
+
+        If the block or the commit fails, the whole transaction is rolled back: an SQLite error
+        (a full disk, a read-only file, an I/O error) leaves it as a StoreError (see
+        `storage_error`)."""
         if self._db.in_transaction:
             yield  # nested: the outermost block commits or rolls back
             return
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._db.execute("COMMIT")
+            except BaseException:
+                # SQLite ends some failed transactions itself (a full disk), and keeps others open
+                # (a failed COMMIT): none may stay open, or the next write would join it
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise storage_error(self.path, exc, "write") from exc
 
     # --- metadata -------------------------------------------------------------------------------
     def get_meta(self, key: str) -> bytes | None:

@@ -48,7 +48,10 @@ Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 
 
 def _index(key: ParsedKey) -> Index:
-    return (key.name, key.cell) if key.type is RecordType.CELL else key.name
+    if key.type is RecordType.CELL:
+        assert key.cell is not None  # parse_key gives every cell key its cell
+        return (key.name, key.cell)
+    return key.name
 
 
 class Views:

@@ -9,6 +9,7 @@ Every read command takes ``--json``.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
@@ -183,7 +184,7 @@ class LazyGroup(click.Group):
 
 class _Simnet(LazyGroup):
     """The root group: a library error anywhere below becomes a one-line message, never a
-    traceback."""
+    traceback; so does a file the system refuses (a read-only folder, a full disk), naming it."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -192,6 +193,13 @@ class _Simnet(LazyGroup):
             raise click.ClickException(str(exc)) from None
         except ModuleNotFoundError as exc:  # a command that imports an extra's library as it runs
             raise _missing_extra(ctx.invoked_subcommand or "", exc) from None
+        except OSError as exc:
+            if exc.errno in (None, errno.EPIPE):  # not the disk's; a closed pipe is click's to end
+                raise
+            names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n is not None)
+            raise click.ClickException(
+                f"{names}: {exc.strerror}" if names else str(exc.strerror or exc)
+            ) from None
 
 
 def _missing_extra(command: str, exc: ModuleNotFoundError) -> Exception:
@@ -239,7 +247,7 @@ def skills() -> None:
 def skills_list(home: SiteHome, task: str | None, active: bool, as_json: bool) -> None:
     """List skills: id, name, task, active, revoked."""
     with home.open_readonly() as kb:
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "id": s.id,
                 "name": s.name,
@@ -266,7 +274,7 @@ def skills_show(home: SiteHome, skill_id: str, as_json: bool) -> None:
     with home.open_readonly() as kb:
         skill = skill_by_prefix(kb, skill_id)
         activation = kb.activation(skill.id)
-        data = {
+        data: dict[str, Any] = {
             "skill": asdict(skill),
             "active": activation.active,
             "reasons": list(activation.reasons),
@@ -333,7 +341,7 @@ def skills_query(
             min_certified_branches=min_branches,
             encoder=encoder,
         )
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": r.skill.id,
             "name": r.skill.name,
@@ -371,7 +379,7 @@ def blobs_list(home: SiteHome, as_json: bool) -> None:
             for blob_hash in {*skill.blobs, *([weights] if isinstance(weights, str) else [])}:
                 named.setdefault(blob_hash, []).append(skill.name)
         garbage = kb.blobs.collect_garbage(dry_run=True)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "hash": h,
                 "bytes": kb.blobs.size(h),

@@ -75,6 +75,7 @@ from ._errors import (
     UnknownShardError,
     WorkerLostError,
     WorldError,
+    WorldFullError,
     WorldLockedError,
 )
 from ._mlp import MLP, EntryPointRef, MLPSpec, Policy
@@ -152,6 +153,7 @@ __all__ = [
     "WorkerLostError",
     "World",
     "WorldError",
+    "WorldFullError",
     "WorldLockedError",
     "certify",
     "check_record",

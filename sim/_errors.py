@@ -19,6 +19,7 @@ SimnetError (knowledge)
     ├── BackendError
     └── WorldError
         ├── WorldLockedError
+        ├── WorldFullError (also a knowledge.StoreFullError)
         ├── HistoryError (ValueError)
         ├── UnknownShardError (LookupError)
         ├── UnknownEntityError (LookupError)
@@ -27,14 +28,19 @@ SimnetError (knowledge)
         │   └── CorruptCheckpointError
         ├── ReplayTemplateError (also an IncompatibleTemplateError)
         └── WorkerLostError
+
+A world's files that cannot be written say so with the path: WorldFullError when the disk is full
+(the commit was not kept, and the next one succeeds once there is space; `except
+knowledge.StoreFullError` catches it with a knowledge base's), WorldError when the folder is
+missing or read-only.
 """
 
 from __future__ import annotations
 
-from knowledge import SimnetError
+from knowledge import SimnetError, StoreFullError
 
 
-def _rebuild(cls: type, args: tuple, state: dict) -> SimError:
+def _rebuild(cls: type[SimError], args: tuple, state: dict) -> SimError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)
@@ -146,6 +152,11 @@ class WorldError(SimError):
 
 class WorldLockedError(WorldError):
     """Another process has this world open: one process at a time drives a world."""
+
+
+class WorldFullError(WorldError, StoreFullError):
+    """The disk holding a world's files is full (SQLITE_FULL, ENOSPC, a quota or a file-size
+    limit): nothing of the commit was kept. Free space and retry."""
 
 
 class HistoryError(WorldError, ValueError):

@@ -123,6 +123,12 @@ class MLPSpec:
 class MLP(torch.nn.Module):
     """The torch module of an MLPSpec; built only from checked tensors."""
 
+    # buffers (register_buffer below)
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+    act_offset: torch.Tensor
+    act_scale: torch.Tensor
+
     def __init__(self, spec: MLPSpec, tensors: Mapping[str, torch.Tensor]) -> None:
         super().__init__()
         self.spec = spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def finite_floats(values: Any) -> list[float] | None:
@@ -28,6 +28,6 @@ def _real(value: Any) -> float:
     return float(value)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
     """A finite int or float, but not a bool (JSON has no bool/number confusion; Python does)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

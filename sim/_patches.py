@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +22,10 @@ from knowledge import content_hash
 from ._errors import MutationError, SamplerSpecError, SpecError
 from ._numbers import is_number
 from ._templates import Slot, Template, split_target
+
+SpecErrorType = Callable[[str, str], SpecError]
+"""A SpecError subclass that knows its kind, called with a field and a detail: SamplerSpecError,
+TaskDefinitionError."""
 
 OPS = ("set", "add", "scale")
 _DISTS = {"uniform": ("low", "high"), "normal": ("mean", "std"), "constant": ("value",)}
@@ -111,7 +115,7 @@ class SamplerTerm:
 
     @classmethod
     def from_json(
-        cls, data: object, where: str = "terms[0]", error: type[SpecError] = SamplerSpecError
+        cls, data: object, where: str = "terms[0]", error: SpecErrorType = SamplerSpecError
     ) -> SamplerTerm:
         def fail(field: str, detail: str) -> SpecError:
             return error(f"{where}.{field}" if field else where, detail)
@@ -190,7 +194,7 @@ class Sampler:
 
 
 def expand_targets(
-    term: SamplerTerm, template: Template, where: str, error: type[SpecError] = SamplerSpecError
+    term: SamplerTerm, template: Template, where: str, error: SpecErrorType = SamplerSpecError
 ) -> tuple[str, ...]:
     """The concrete targets a term's pattern matches, in template id order, checked against the
     term."""
@@ -268,7 +272,7 @@ def sample_terms(
     first: int,
     count: int,
     stream: str,
-    error: type[SpecError] = SamplerSpecError,
+    error: SpecErrorType = SamplerSpecError,
 ) -> list[Patch]:
     """The patches of branches first .. first+count-1; each a pure function of the terms, seed,
     stream and its own branch index."""

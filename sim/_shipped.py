@@ -46,7 +46,7 @@ def load_skill(name: str) -> Policy:
         raise KeyError(f"no shipped skill {name!r}; shipped: {shipped_skills()}")
     with (
         resources.as_file(path) as spec,
-        resources.as_file(path.with_suffix(".safetensors")) as weights,
+        resources.as_file(_ASSETS / "skills" / f"{name}.safetensors") as weights,
     ):
         return Policy.load(spec, weights)
 

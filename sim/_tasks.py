@@ -43,7 +43,7 @@ _KEYS = {
     "control_substeps",
 }
 # term -> the object references it takes (name -> kind); "axis" and "period" are numbers
-QUANTITIES = {
+QUANTITIES: dict[str, dict[str, str | None]] = {
     "site_distance": {"from": "site", "to": "site"},
     "body_displacement": {"body": "body", "axis": None},
     "body_progress": {"body": "body", "axis": None},
@@ -55,7 +55,7 @@ QUANTITIES = {
     "entry_point": {"name": "text", "distribution": "text", "version": "text"},
 }
 TERMS_GROUP = "simnet.terms"
-OBSERVATIONS = {
+OBSERVATIONS: dict[str, dict[str, str | None]] = {
     "qpos": {"joints": "joints"},
     "qvel": {"joints": "joints"},
     "site_pos": {"site": "site"},
@@ -117,14 +117,14 @@ class Task:
         )
         for i, term in enumerate(self.init_terms):
             expand_targets(term, self.template, f"init[{i}]", TaskDefinitionError)
-        observation = data.get("observation")
+        observation: Any = data.get("observation")  # JSON: checked here
         _require(
             isinstance(observation, list) and observation, "observation", "must be a non-empty list"
         )
         self.obs_dim = sum(
             self._obs_size(t, f"observation[{i}]") for i, t in enumerate(observation)
         )
-        action = data.get("action")
+        action: Any = data.get("action")
         _require(
             isinstance(action, dict)
             and set(action) == {"mode"}
@@ -142,7 +142,7 @@ class Task:
             _require(
                 is_number(term.get("weight")), f"reward[{i}].weight", "must be a finite number"
             )
-        success = data.get("success")
+        success: Any = data.get("success")
         _require(
             isinstance(success, dict) and set(success) == {"when", "all"},
             "success",
@@ -197,7 +197,9 @@ class Task:
         _require(ident >= 0, where, f"the scene has no {kind} named {name!r}")
         return ident
 
-    def _check_args(self, term: dict, args: dict, where: str, extra: set[str]) -> None:
+    def _check_args(
+        self, term: dict, args: Mapping[str, str | None], where: str, extra: set[str]
+    ) -> None:
         allowed = {"term", *args, *extra}
         unknown = sorted(set(term) - allowed)
         _require(
@@ -207,7 +209,7 @@ class Task:
         )
         for key, kind in args.items():
             if kind == "joints":
-                joints = term.get(key)
+                joints: Any = term.get(key)
                 _require(
                     isinstance(joints, list) and joints,
                     f"{where}.{key}",
@@ -281,7 +283,7 @@ class Task:
         _require(is_number(cond[bounds[0]]), f"{where}.{bounds[0]}", "must be a finite number")
 
 
-def _require(ok: bool, field: str, detail: str) -> None:
+def _require(ok: object, field: str, detail: str) -> None:
     if not ok:
         raise TaskDefinitionError(field, detail)
 

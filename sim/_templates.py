@@ -149,11 +149,13 @@ class Template:
             return Slot(
                 target, _STATE_ATTRS[kind, attr], start, size, True, False, "any", quaternion
             )
-        field, size, column, domain = _MODEL_ATTRS[kind, attr]
-        if kind == "joint":
+        field, per_object, column, domain = _MODEL_ATTRS[kind, attr]
+        if kind == "joint":  # values per joint: as many as its dofs
             start = int(m.jnt_dofadr[ident])
             size = {_FREE: 6, _BALL: 3}.get(int(m.jnt_type[ident]), 1)
         else:
+            assert per_object is not None  # None in the table for joints only
+            size = per_object
             start = (
                 ident * getattr(m, field).shape[1] + column
                 if getattr(m, field).ndim == 2

@@ -19,7 +19,7 @@ from knowledge import SiteHome
 from knowledge.cli import skill_by_prefix
 from knowledge.stats import SPRT
 
-from ._mlp import Policy
+from ._mlp import EntryPointRef, Policy
 from ._patches import Sampler
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._tasks import Task
@@ -36,7 +36,9 @@ from .transfer._datasets_cli import encoder_dataset_command  # noqa: F401 - simn
 from .world._world_cli import world_group  # noqa: F401 - simnet world
 
 
-def _skill(name: str) -> Policy:
+def _skill(name: str) -> Policy | EntryPointRef:
+    """A shipped skill, a skill file or a skill of this site's knowledge base (an id prefix): a
+    Policy, or the EntryPointRef of a knowledge-base skill that names a local entry point."""
     if name in shipped_skills():
         return load_skill(name)
     if Path(name).is_file():
@@ -234,6 +236,11 @@ def publish_command(
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     policy = _skill(skill)
+    if not isinstance(policy, Policy):
+        raise click.BadParameter(
+            "it names a local entry point: only MLP skills (architecture and weights) publish",
+            param_hint="SKILL",
+        )
     embodiments = [knowledge.Embodiment.from_mjcf(b).to_dict() for b in bodies]
     with home.open_writer() as kb:
         record = publish_skill(

@@ -10,6 +10,8 @@ Importing this package loads MuJoCo and FAISS; `import knowledge` does not, and 
 only training it (`train_encoder`) needs torch, imported on its first use.
 """
 
+from typing import TYPE_CHECKING
+
 from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
 from ._index import Hit, Selection, SkillIndex, recall_at_k
@@ -23,6 +25,10 @@ from ._transfer_data import (
     evaluate_encoder,
 )
 
+if TYPE_CHECKING:  # what `__getattr__` imports on first use, as type checkers should see it
+    from ._learned import EncoderWeightsError, LearnedEncoder
+    from ._training import train_encoder
+
 _LEARNED = {
     "EncoderWeightsError": "._learned",
     "LearnedEncoder": "._learned",
@@ -30,7 +36,7 @@ _LEARNED = {
 }
 
 
-def __getattr__(name: str) -> object:
+def _import_on_first_use(name: str) -> object:
     """The learned encoder's names, imported on first use (torch with `train_encoder` only)."""
     module = _LEARNED.get(name)
     if module is not None:
@@ -38,6 +44,10 @@ def __getattr__(name: str) -> object:
 
         return getattr(import_module(module, __name__), name)
     raise AttributeError(f"module 'knowledge.embodiment' has no attribute {name!r}")
+
+
+if not TYPE_CHECKING:  # type checkers see the names imported above, and no others
+    __getattr__ = _import_on_first_use
 
 
 def __dir__() -> list[str]:

@@ -102,7 +102,7 @@ class Embodiment:
 
         Names are labels, so renaming a joint keeps the fingerprint; any physical change alters it.
         """
-        physical = {
+        physical: dict[str, Any] = {
             key: [_plain(item, names=False) for item in getattr(self, key)] for key in _PARTS
         }
         physical["format"] = FORMAT
@@ -191,9 +191,9 @@ def _canonical(
         for i, a in enumerate(actuators)
         for t in a.target
     ]
-    for where, ref, low, high in refs:
+    for what, ref, low, high in refs:
         if not low <= ref < high:
-            raise EmbodimentError(f"embodiment: {where} is {ref}, outside {low}..{high - 1}")
+            raise EmbodimentError(f"embodiment: {what} is {ref}, outside {low}..{high - 1}")
 
     local: list[list[Any]] = [[_plain(b, names=False, refs=False), [], [], [], []] for b in bodies]
     position_in_body: dict[int, int] = {}
@@ -216,7 +216,7 @@ def _canonical(
         local[owner][4].append([_plain(act, names=False, refs=False), where])
 
     children: list[list[int]] = [[] for _ in range(n)]
-    roots = []
+    roots: list[int] = []
     for i, body in enumerate(bodies):
         (children[body.parent] if body.parent >= 0 else roots).append(i)
     digest = [""] * n

@@ -16,7 +16,8 @@ from typing import Literal
 
 import numpy as np
 
-from ._descriptors import Actuator, Embodiment
+from ._descriptors import Embodiment
+from ._parts import Actuator
 
 Metric = Literal["l2", "cosine"]
 

@@ -22,7 +22,7 @@ import struct
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, cast
 
 import faiss
 import numpy as np
@@ -157,6 +157,11 @@ class SkillIndex:
         self._nprobe = 0
         self._trained_on = 0
         self._recall = 1.0
+
+    @property
+    def _ivf(self) -> faiss.IndexIVF:
+        """The index of an "ivf" kind: FAISS hands out the concrete class, its stubs say `Index`."""
+        return cast(faiss.IndexIVF, self._faiss)
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -331,10 +336,11 @@ class SkillIndex:
         if short:
             selector = selection._selector()
             if self.kind == "exact":
-                params = faiss.SearchParameters(sel=selector)
+                # FAISS's SearchParameters take their fields as keywords (not in its stubs)
+                params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
             else:
-                nprobe = min(self._faiss.nlist, math.ceil(self._nprobe / fraction))
-                params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+                nprobe = min(self._ivf.nlist, math.ceil(self._nprobe / fraction))
+                params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)  # type: ignore[call-arg]
             distances, numbers = self._faiss.search(queries[short], k, params=params)
             out_d[short], out_n[short] = self._probe_all_if_short(
                 queries[short], k, distances, numbers, selector
@@ -352,9 +358,9 @@ class SkillIndex:
         """IVF rows that came back with fewer than k skills may have probed too few lists: probe
         them all, so a search returns k skills whenever k (allowed) skills are held."""
         short = np.flatnonzero((numbers < 0).any(axis=1))
-        if self.kind == "exact" or not len(short) or self._nprobe >= self._faiss.nlist:
+        if self.kind == "exact" or not len(short) or self._nprobe >= self._ivf.nlist:
             return distances, numbers
-        params = faiss.SearchParametersIVF(nprobe=self._faiss.nlist)
+        params = faiss.SearchParametersIVF(nprobe=self._ivf.nlist)  # type: ignore[call-arg]
         if selector is not None:
             params.sel = selector
         distances[short], numbers[short] = self._faiss.search(queries[short], k, params=params)
@@ -415,7 +421,9 @@ class SkillIndex:
                 "trained_on": self._trained_on,
                 "recall": self._recall,
                 "names": self._names,
-                "live": base64.b64encode(np.packbits(self._live[: len(self._names)])).decode(),
+                "live": base64.b64encode(
+                    np.packbits(self._live[: len(self._names)]).tobytes()
+                ).decode(),
             }
             blob = json.dumps(header, separators=(",", ":")).encode()
             body = faiss.serialize_index(self._faiss)
@@ -478,7 +486,7 @@ class SkillIndex:
             if held != (index._count, space.dim, len(index._names)):
                 raise ValueError("the vectors do not match the skill ids")
             if index._nprobe:
-                index._faiss.nprobe = index._nprobe
+                index._ivf.nprobe = index._nprobe
             return index
         except Exception as exc:  # any damage to a cache file means: rebuild it
             log.warning("skill index %s is damaged (%s); rebuild it", path, exc)
@@ -524,12 +532,15 @@ class SkillIndex:
             1, min(int(4 * math.sqrt(n)), n // 39)
         )  # FAISS wants >= 39 training points per list
         rng = np.random.default_rng(0)
-        index = faiss.index_factory(self.space.dim, f"IVF{nlist},Flat", self._metric())
+        index = cast(
+            faiss.IndexIVF, faiss.index_factory(self.space.dim, f"IVF{nlist},Flat", self._metric())
+        )
         index.cp.min_points_per_centroid = (
             1  # small indexes (in tests) train on few points, knowingly
         )
         index.train(vectors[rng.choice(n, min(n, 64 * nlist), replace=False)])
-        index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by id
+        # reconstruct and remove by id (FAISS's stubs lack DirectMap)
+        index.set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]
         index.add_with_ids(vectors, numbers)
         # calibration queries: points on segments between stored vectors, where new bodies tend to
         # fall

@@ -28,7 +28,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -70,15 +70,15 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
     rot, pos = np.zeros((n, 3, 3)), np.zeros((n, 3))
     depth, root = [0] * n, list(range(n))
     jointed = {j.body for j in e.joints if j.type != "free"}
-    for i, b in enumerate(e.bodies):
+    for i, body in enumerate(e.bodies):
         local = np.zeros(9)
-        mujoco.mju_quat2Mat(local, np.array(b.quat, float))
-        if b.parent < 0:
+        mujoco.mju_quat2Mat(local, np.array(body.quat, float))
+        if body.parent < 0:
             rot[i] = local.reshape(3, 3)
         else:
-            rot[i] = rot[b.parent] @ local.reshape(3, 3)
-            pos[i] = pos[b.parent] + rot[b.parent] @ np.array(b.pos)
-            depth[i], root[i] = depth[b.parent], root[b.parent]
+            rot[i] = rot[body.parent] @ local.reshape(3, 3)
+            pos[i] = pos[body.parent] + rot[body.parent] @ np.array(body.pos)
+            depth[i], root[i] = depth[body.parent], root[body.parent]
         depth[i] += i in jointed
     subtree_mass = np.array([b.mass for b in e.bodies])
     tip = np.array([b.extent for b in e.bodies])
@@ -217,7 +217,7 @@ def _shapes(width: int, heads: int, layers: int, dim: int) -> dict[str, tuple[in
     return shapes
 
 
-_erf = np.frompyfunc(math.erf, 1, 1)
+_erf: Callable[[np.ndarray], np.ndarray] = np.frompyfunc(math.erf, 1, 1)
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:

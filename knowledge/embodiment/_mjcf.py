@@ -160,7 +160,7 @@ def _describe(m: mujoco.MjModel) -> Parts:
 def _inertia(m: mujoco.MjModel, b: int) -> Any:
     """The inertia tensor in body axes: unique, where principal axes are not (equal moments,
     signs)."""
-    rot = np.zeros(9)
+    rot: np.ndarray = np.zeros(9)
     mujoco.mju_quat2Mat(rot, m.body_iquat[b])
     rot = rot.reshape(3, 3)
     tensor = rot @ np.diag(m.body_inertia[b]) @ rot.T

@@ -299,10 +299,10 @@ class _Library:
         for skill_id in skill_ids:
             found: dict[str, str] = {}  # fingerprint -> entry name: one vector per distinct body
             for position, key in enumerate(keyed[skill_id]):
-                body = self._bodies[key]
-                if body is not None and body[0] not in found:
-                    found[body[0]] = f"{skill_id}/{position}"
-                    rows.append(body[1])
+                held = self._bodies[key]
+                if held is not None and held[0] not in found:
+                    found[held[0]] = f"{skill_id}/{position}"
+                    rows.append(held[1])
             names += found.values()
             out[skill_id] = tuple(found.values())
         if names:

@@ -38,6 +38,12 @@ def _torch_batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tens
 class _Network(nn.Module):
     """Token embedding, a transformer over the body and joint tokens, pooling, a projection."""
 
+    # buffers (register_buffer below): the feature standardization
+    joint_mean: torch.Tensor
+    joint_std: torch.Tensor
+    body_mean: torch.Tensor
+    body_std: torch.Tensor
+
     def __init__(self, width: int, heads: int, layers: int, dim: int) -> None:
         super().__init__()
         for name, size in (("joint", JOINT_FEATURES), ("body", BODY_FEATURES)):

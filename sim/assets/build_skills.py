@@ -11,6 +11,7 @@ Jacobian-transpose controller from the home pose with too high a gain.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import mujoco
@@ -46,7 +47,9 @@ def walker_skill(scale: float, note: str) -> Policy:
     )
 
 
-def arm_expert(model: mujoco.MjModel, gain: float = 0.3, damping: float = 0.05):
+def arm_expert(
+    model: mujoco.MjModel, gain: float = 0.3, damping: float = 0.05
+) -> Callable[[np.ndarray], np.ndarray]:
     """Damped least-squares step towards the target: the controller the arm skill imitates."""
     data = mujoco.MjData(model)
     site = model.site("ee").id

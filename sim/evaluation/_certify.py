@@ -85,9 +85,10 @@ def publish_skill(
     )
 
 
-def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
+def load_policy(kb: KnowledgeBase, skill_id: str) -> Policy | EntryPointRef:
     """The runnable policy of a knowledge-base skill: weights checked against their hash and the
-    spec.
+    spec; or, for a skill that names a local entry point, its EntryPointRef, checked to be installed
+    here at the recorded version (`evaluate` calls its factory with the task).
 
     Weights not stored here are fetched from the knowledge base's blob sources (`kb.blobs.fetch`:
     the `simnet` command attaches the site's peers): BlobError if none has them, BlobQuotaError if
@@ -110,7 +111,9 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Any:
         return skill
     if policy.get("kind") == "entry_point":
         fields = {k: policy[k] for k in ("group", "name", "distribution", "version") if k in policy}
-        return EntryPointRef(**fields).load()
+        ref = EntryPointRef(**fields)
+        ref.load()  # EntryPointError now if it is not installed here at the recorded version
+        return ref
     raise PolicySpecError("policy.kind", f"{policy.get('kind')!r} is not 'mlp' or 'entry_point'")
 
 

@@ -150,7 +150,7 @@ def evaluate(
     with bar, _single_threaded_torch(), _executor(setup, workers, backend) as waves:
         for round_ in _rounds(nwaves, workers if sprt else nwaves):
             if waves is None:
-                results: Iterator[list[BranchOutcome]] = (
+                results: Iterable[list[BranchOutcome]] = (
                     run_wave(
                         task,
                         caller,
@@ -204,7 +204,7 @@ def compare(
     progress: bool | None = None,
 ) -> Comparison:
     """Evaluate a candidate against the incumbent skill on the same branches, paired."""
-    common = dict(
+    common: dict[str, Any] = dict(
         branches=branches,
         sampler=sampler,
         wave=wave,

@@ -160,7 +160,12 @@ class RayWorker(Worker):
 def make_worker(backend: str, factory: Callable[[], Any]) -> Worker:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return {"process": ProcessWorker, "ray": RayWorker, "inline": InlineWorker}[backend](factory)
+    kinds: dict[str, Callable[[Callable[[], Any]], Worker]] = {
+        "process": ProcessWorker,
+        "ray": RayWorker,
+        "inline": InlineWorker,
+    }
+    return kinds[backend](factory)
 
 
 # ---- pools: `workers` copies of one object, a method mapped over items ----

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -56,9 +57,9 @@ class PolicyCaller:
                 f"the skill maps {spec.obs_dim} observations to {spec.act_dim} actions; "
                 f"task {task.name!r} gives {task.obs_dim} and drives {task.act_dim}"
             )
-        self.policy = policy
+        self.policy: Any = policy  # a torch module, or any callable from an entry point
         self.torch = isinstance(policy, torch.nn.Module)
-        if self.torch:
+        if isinstance(policy, torch.nn.Module):
             first = next(iter(policy.parameters()), None)
             self.dtype = first.dtype if first is not None else torch.float64
 

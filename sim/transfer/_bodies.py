@@ -26,6 +26,7 @@ from typing import Literal
 
 import mujoco
 import numpy as np
+from numpy.typing import ArrayLike
 
 from knowledge import Embodiment
 
@@ -89,7 +90,7 @@ class Robot:
         return _reach_task(self) if family == "reach" else _posture_task(self)
 
 
-def _f(values: object) -> str:
+def _f(values: ArrayLike) -> str:
     return " ".join(f"{float(v):.6g}" for v in np.atleast_1d(values))
 
 

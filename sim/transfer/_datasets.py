@@ -261,7 +261,8 @@ def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Poli
         moved = data.site_xpos[ends] - homes
         return np.array([moved[0, 2], moved[1, 2], moved[:, 0].mean()])
 
-    goals = np.random.default_rng(0).uniform(*(np.array(POSTURE_RANGE) * robot.size), (samples, 2))
+    low, high = np.array(POSTURE_RANGE) * robot.size
+    goals = np.random.default_rng(0).uniform(low, high, (samples, 2))
     poses = []
     for goal in goals:
         want = np.array([*goal, 0.0])

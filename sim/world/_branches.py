@@ -198,6 +198,7 @@ def replay(
             shards.unload(shard, branch.id)
             return Replay(shard, start, stop, snapshot, branch, (), ())
         checkpoint = store.checkpoint(shard, CANONICAL, start)
+        assert checkpoint is not None  # `start` was checked against the recorded history
         events = store.events(shard, CANONICAL, first_tick=checkpoint.tick, last_tick=stop - 1)
         xml, _ = store.template(checkpoint.template)
         args = (checkpoint.to_json(), xml, shards.checkpoint_every, stop, shards.wire(events))
@@ -227,6 +228,7 @@ def _template_at(shards: Shards, shard: str, tick: int) -> Template:
     """The canonical template of `shard` on arrival at `tick`."""
     store = shards.store
     checkpoint = store.checkpoint(shard, CANONICAL, tick)
+    assert checkpoint is not None  # one is kept at or before every tick of the history
     switches = [
         e
         for e in store.events(shard, CANONICAL, first_tick=checkpoint.tick, last_tick=tick - 1)
@@ -248,9 +250,11 @@ def prune(shards: Shards, before: int, names: Sequence[str] | None) -> dict[str,
             log = shards.log(shard, CANONICAL)
             # a checkpoint at the base always exists: the first one, or the one the last pruning
             # kept
-            starts[shard] = shards.store.checkpoint(
+            kept = shards.store.checkpoint(
                 shard, CANONICAL, min(max(before, log.base_tick), log.head)
-            ).tick
+            )
+            assert kept is not None
+            starts[shard] = kept.tick
             older = [b.branch for b in shards.store.logs(shard) if b.base_tick < starts[shard]]
             if older:
                 raise HistoryError(

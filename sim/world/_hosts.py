@@ -9,7 +9,7 @@ Every call ships a whole unit of work and returns its result; a worker that dies
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from knowledge.stats import SPRT
@@ -21,6 +21,7 @@ from .._tasks import Task
 from ..evaluation._evaluate import evaluate
 from ..evaluation._executors import Worker, make_worker
 from ._engine import Engine
+from ._segments import Event
 from ._worldstore import Checkpoint
 
 
@@ -34,7 +35,7 @@ class ShardHost:
         return os.getpid()
 
     def load(
-        self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: list[dict]
+        self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: Sequence[Event]
     ) -> dict:
         """Restore a checkpoint and re-execute `events` up to tick `to`; returns the checkpoints
         crossed."""
@@ -44,7 +45,7 @@ class ShardHost:
         self.engines[key] = engine
         return self._report(engine, crossed, 0)
 
-    def advance(self, key: str, to: int, events: list[dict]) -> dict:
+    def advance(self, key: str, to: int, events: Sequence[Event]) -> dict:
         engine = self.engines[key]
         crossed: list[Checkpoint] = []
         rejected = len(engine.rejected)
@@ -61,7 +62,7 @@ class ShardHost:
         }
 
     def replay(
-        self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: list[dict]
+        self, key: str, checkpoint: Mapping, xml: str, every: int, to: int, events: Sequence[Event]
     ) -> dict:
         """Re-execute history in a scratch engine: the checkpoints crossed and the state at `to`."""
         engine = Engine.restore(Checkpoint(**checkpoint), xml, every)

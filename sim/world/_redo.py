@@ -23,16 +23,18 @@ the file is left as it is.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
+import sqlite3
 import struct
 import zlib
 from pathlib import Path
 
 import orjson
 
-from .._errors import CorruptLogError, WorldError
+from .._errors import CorruptLogError, WorldError, WorldFullError
 
 _logger = logging.getLogger(__name__)
 FOLD_BYTES = (
@@ -42,6 +44,14 @@ _LENGTH = struct.Struct("<Q")
 _HEADER = struct.Struct(
     "<QI32s"
 )  # payload length, CRC-32 of world id and length, SHA-256 of world id and payload
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk is full: SQLITE_FULL, or an OSError ENOSPC, EDQUOT or EFBIG."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in _FULL
 
 
 class RedoFile:
@@ -92,7 +102,8 @@ class RedoFile:
             data = os.pread(self._fd, self.size, 0)
         except OSError as exc:  # closed after a write it could not undo
             raise WorldError(f"{self.path} cannot be read ({exc}); it is kept as it is") from None
-        out, at = [], 0
+        out: list[dict] = []
+        at = 0
         while at < len(data):
             if not any(memoryview(data)[at:]):
                 self._cut(at)  # blocks a power loss allocated but never wrote
@@ -176,7 +187,7 @@ class RedoFile:
             written = os.pwrite(self._fd, data, start)
             self.size, self.last = end, number
             if written != len(data):
-                raise OSError("short write: the disk is full")
+                raise OSError(errno.ENOSPC, "short write: the disk is full")
             if self._fsync:
                 os.fdatasync(self._fd)
         except BaseException as exc:
@@ -191,7 +202,7 @@ class RedoFile:
                 ) from None
             self.size, self.last = start, number - 1
             if isinstance(exc, OSError):
-                raise WorldError(
+                raise (WorldFullError if is_full(exc) else WorldError)(
                     f"{self.path}: the commit could not be written ({exc}); nothing of it was kept"
                 ) from None
             raise

@@ -258,18 +258,18 @@ class Shards:
         for name, value in (("branches", branches), ("threads", threads)):
             if (as_int(value) or 0) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        branches, threads = as_int(branches), as_int(threads)
+        branches, threads = int(branches), int(threads)  # integers (numpy's too), checked above
         if not is_number(confidence) or not 0 < confidence < 1:
             raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
-        for name, value, kind in (
+        for name, arg, kind in (
             ("task", task, Task),
             ("sampler", sampler, Sampler),
             ("sprt", sprt, SPRT),
         ):
-            if not isinstance(value, kind) and (name == "task" or value is not None):
+            if not isinstance(arg, kind) and (name == "task" or arg is not None):
                 raise ValueError(
                     f"{name} must be a sim.{kind.__name__}{'' if name == 'task' else ' or None'}, "
-                    f"got {type(value).__name__}"
+                    f"got {type(arg).__name__}"
                 )
         with self.lock:
             self.log(shard, branch)
@@ -461,6 +461,7 @@ class Shards:
             return own, self.store.events(shard, key, first_tick=own.tick, last_tick=head.head)
         # a branch without checkpoints yet: the canonical one at its base, and the canonical events
         base = self.store.checkpoint(shard, CANONICAL, head.base_tick)
+        assert base is not None  # pruning keeps the checkpoints branches start from
         before = self.store.events(
             shard, CANONICAL, first_tick=base.tick, last_tick=head.base_tick - 1
         )

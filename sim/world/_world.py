@@ -30,6 +30,7 @@ from ._entities import Entity, check_name, compose
 from ._segments import Event
 from ._shards import Shards
 from ._world_input import as_int, check_steps, check_text
+from ._worldfiles import check_folder
 from ._worldstore import CANONICAL, Log, WorldStore
 
 
@@ -70,7 +71,8 @@ class World:
         """A new world at `path` (an SQLite file; `<path>-redo` beside it holds recent commits):
         `shards` maps shard names to scene MJCF, each entity starts in its `shard`. Checkpoints
         every `checkpoint_every` ticks; `fsync` makes every commit survive power loss, not only a
-        killed process."""
+        killed process. The folder must exist (WorldError naming it if not: as with SQLite,
+        nothing is created but the world's own files)."""
         if not isinstance(shards, Mapping) or not shards:
             raise ValueError(
                 "a world needs at least one shard: a mapping of shard names to scene MJCF"
@@ -100,6 +102,7 @@ class World:
                 raise UnknownShardError(
                     f"entity {e.name!r} is placed in shard {e.shard!r}; shards are {sorted(shards)}"
                 )
+        check_folder(Path(path))  # before the scenes are compiled: that takes a while
         templates = {
             s: cached_template(compose(scene, [e for e in entities if e.shard == s]))
             for s, scene in shards.items()

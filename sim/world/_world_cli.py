@@ -11,6 +11,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -120,17 +121,22 @@ def create_command(
     """Create world NAME in this site's directory."""
     scenes = {}
     for spec in shards:
-        shard, sep, path = spec.partition("=")
-        if not sep or not Path(path).is_file():
+        shard, sep, scene = spec.partition("=")
+        if not sep or not Path(scene).is_file():
             raise click.BadParameter(
                 f"{spec!r}: expected NAME=SCENE.xml with an existing file", param_hint="--shard"
             )
         try:
-            scenes[shard] = Path(path).read_text(encoding="utf-8")
+            scenes[shard] = Path(scene).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--shard") from None
-    path = world_path(home, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path, worlds = world_path(home, name), home.path / WORLDS_DIR
+    try:  # the site's own folder of worlds (and the site's folder): made as needed
+        worlds.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot create the folder {worlds} for world {name!r}: {exc.strerror or exc}"
+        ) from None
     try:
         with World.create(
             path,
@@ -227,7 +233,7 @@ def replay_command(
     differ."""
     with _opened(home, name, backend) as world:
         result = world.replay(shard, start, stop)
-    data = {
+    data: dict[str, Any] = {
         "shard": shard,
         "start": start,
         "stop": stop,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ MAX_TICK = 2**62  # ticks are SQLite integers: far beyond any history, and still
 MAX_AHEAD = 1_000_000
 
 
-def as_int(value: object) -> int | None:
+def as_int(value: Any) -> int | None:
     """An integer given by a caller (numpy's too) as an int; None for anything else, bools
     included."""
     if isinstance(value, bool):

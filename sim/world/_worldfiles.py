@@ -28,12 +28,12 @@ import logging
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._errors import CorruptWorldError, WorldError, WorldLockedError
-from ._redo import FOLD_BYTES, RedoFile
+from .._errors import CorruptWorldError, WorldError, WorldFullError, WorldLockedError
+from ._redo import FOLD_BYTES, RedoFile, is_full
 
 _logger = logging.getLogger(__name__)
 # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file; /4 no
@@ -71,6 +71,9 @@ CREATE TABLE IF NOT EXISTS migrations (id TEXT PRIMARY KEY, data TEXT NOT NULL,
 class WorldFiles(abc.ABC):
     """A world's files, its transactions and its settings; `WorldStore` says what the rows are."""
 
+    _folding: int | None  # the redo record the fold of this transaction reached
+    _failure: BaseException | None  # the first failure of this transaction
+
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self.path = Path(path)
         self._redo: RedoFile | None = None
@@ -88,13 +91,18 @@ class WorldFiles(abc.ABC):
         redo = Path(f"{self.path}-redo")
         if create == self.path.exists():
             raise WorldError(f"{self.path} {'already exists' if create else 'holds no world'}")
+        if create:
+            check_folder(self.path)
         if create and redo.exists() and redo.stat().st_size == 0:
             redo.unlink()  # left by a create that died before it wrote anything
         if create and redo.exists():
             raise WorldError(
                 f"{redo} is in the way: commits of a world whose file is gone; move it away first"
             )
-        self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
+        try:
+            self._lock = open(str(self.path) + ".lock", "a+")  # noqa: SIM115 - held while open
+        except OSError as exc:
+            raise _os_error(self.path, exc, "create" if create else "open") from None
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -138,6 +146,8 @@ class WorldFiles(abc.ABC):
                 self._put_meta(_FOLDED, 0)
                 self._db.execute("COMMIT")
             meta = dict(self._db.execute("SELECT key, value FROM meta"))
+        except sqlite3.OperationalError as exc:  # a full disk, a read-only file, an I/O error
+            raise self._store_error(exc, "created" if create else "opened") from None
         except sqlite3.DatabaseError as exc:
             raise CorruptWorldError(f"{self.path} is not a readable world: {exc}") from None
         if meta.get("format") != FORMAT:
@@ -178,12 +188,12 @@ class WorldFiles(abc.ABC):
         if getattr(self, "_checkpointer", None) is not None:
             self._stop.set()
             self._checkpointer.join()
-            self._checkpointer = None
+            del self._checkpointer
         if getattr(self, "_db", None) is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
-            self._db = None
+            del self._db  # closed
         if self._redo is not None:
             self._redo.close()
         if not self._lock.closed:
@@ -214,6 +224,7 @@ class WorldFiles(abc.ABC):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
+        assert self._redo is not None  # an open world's files
         self._in_transaction, self._in_sqlite, self._folding, self._failure = (
             True,
             False,
@@ -269,8 +280,20 @@ class WorldFiles(abc.ABC):
             self._redo.folded_to(self._folding)
             self._in_redo.clear()
 
-    def _store_error(self, exc: BaseException) -> BaseException:
+    def _store_error(self, exc: BaseException, done: str = "") -> BaseException:
+        """The world's error for a failure of its files; `done`: "opened" or "created" when the
+        failure was opening or creating them."""
         if isinstance(exc, sqlite3.OperationalError):  # a full disk, an I/O error
+            if done:  # opening or creating the world
+                full = "the disk is full: " if is_full(exc) else ""
+                return (WorldFullError if full else WorldError)(
+                    f"{self.path}: the world cannot be {done}: {full}{exc}"
+                )
+            if is_full(exc):
+                return WorldFullError(
+                    f"{self.path}: the store could not write ({exc}): the disk is full; "
+                    "nothing of this commit was kept. Free space and retry"
+                )
             return WorldError(
                 f"{self.path}: the store could not write ({exc}); nothing of this commit was kept"
             )
@@ -294,6 +317,7 @@ class WorldFiles(abc.ABC):
                 f"{self.path}: this commit already failed ({self._failure}); "
                 "nothing of it will be kept"
             )
+        assert self._redo is not None
         with self._writing():
             if not self._in_sqlite:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -321,6 +345,7 @@ class WorldFiles(abc.ABC):
         transaction)."""
         # as the SQLite file says: an interrupt between a fold's commit and `folded_to` leaves the
         # redo file behind
+        assert self._redo is not None
         self._redo.folded = max(self._redo.folded, self.meta(_FOLDED))
         records = self._redo.unfolded_records()
         for record in records:
@@ -371,7 +396,7 @@ class WorldFiles(abc.ABC):
 
     def _cursor(
         self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None
-    ) -> Iterator[tuple]:
+    ) -> Generator[tuple, None, None]:
         """Rows one by one, as read. A read of `log`'s head, segments or checkpoints sees all that
         was committed and all that this transaction wrote: if the redo file or this transaction
         holds rows of that log, they are written into the tables first (and the transaction commits
@@ -430,3 +455,24 @@ class WorldFiles(abc.ABC):
     @abc.abstractmethod
     def _forget_all(self) -> None:
         """Forget what is remembered of the files: a transaction was rolled back."""
+
+
+def check_folder(path: Path) -> None:
+    """A new world's folder must exist (as for `sqlite3.connect`, nothing creates it): WorldError
+    naming it if it does not."""
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        raise WorldError(
+            f"cannot create the world {path}: the folder {folder} "
+            f"{'is not a folder' if folder.exists() else 'does not exist'}; create it first"
+        )
+
+
+def _os_error(path: Path, exc: OSError, doing: str) -> WorldError:
+    """The world's error for a file the system refused (a read-only folder, a full disk)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    if is_full(exc):
+        return WorldFullError(
+            f"cannot {doing} the world {path}: the disk is full ({exc.strerror}{where})"
+        )
+    return WorldError(f"cannot {doing} the world {path}: {exc.strerror or exc}{where}")

@@ -479,3 +479,26 @@ def test_an_unreadable_replay_log_is_a_clear_error(server, tmp_path):
         FederationError, match="cannot open the log of accepted requests .*replay.db"
     ):
         RequestVerifier(server.public_key, path=tmp_path / "replay.db")
+
+
+def test_a_nonce_the_full_disk_refuses_is_507_and_taken_once_there_is_space(
+    caller, server, tmp_path
+):
+    """SQLITE_FULL for real (the replay log may not grow): the request is refused with 507, its
+    nonce is not spent, and the same request is accepted once there is space."""
+    verifier = RequestVerifier(server.public_key, clock=Clock(), path=tmp_path / "replay.db")
+    db = verifier._db
+    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+    for _ in range(1000):  # until the log's pages are full
+        auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+        try:
+            verifier.verify("GET", "/v1/heads", b"", auth)
+        except AuthError as exc:
+            assert exc.status == 507 and "database or disk is full" in str(exc)
+            break
+    else:
+        raise AssertionError("the replay log never filled up")
+    db.execute("PRAGMA max_page_count = 1073741823")
+    assert verifier.verify("GET", "/v1/heads", b"", auth) == caller.public_key
+    refused(verifier, "GET", "/v1/heads", b"", auth, "request replayed")
+    verifier.close()

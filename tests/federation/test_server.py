@@ -1,4 +1,6 @@
-"""federation._server in-process: the limits that need a held semaphore or a stalled body to show.
+"""federation._server in-process: the limits that need a held semaphore or a stalled body to show;
+failures (a full store, anything that escapes a route) over real HTTP, in a server process or
+uvicorn in a thread.
 
 (The refusals of bad requests are tested against real `simnet serve` processes in tests/system.)
 """
@@ -6,12 +8,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
 
 import httpx
 import pytest
 
+import federation._server
 import knowledge
 from federation import FederationError, ServerLimits, SimnetAuth, Site, SiteConfig
+from federation._wire import PAGE_TYPE, encode_page
+from knowledge import Identity, SiteHome, TrustPolicy
 
 
 def run(coro):
@@ -168,6 +178,20 @@ REFUSALS = {
     "blob": (knowledge.BlobError("blob abab… is not stored here"), 409, "conflict"),
     "any other refusal": (knowledge.SimnetError("not now"), 409, "conflict"),
     "a store that cannot be written": (knowledge.StoreError("disk I/O error"), 503, "unavailable"),
+    "a read-only store": (
+        knowledge.StoreReadOnlyError("cannot write the store s.db: its folder is read-only"),
+        503,
+        "unavailable",
+    ),
+    "a full disk": (
+        knowledge.StoreFullError("cannot write the store s.db: the disk is full"),
+        507,
+        "insufficient_storage",
+    ),
+}
+STORE_DETAILS = {
+    503: "the site cannot write its store now ({}); it is logged there",
+    507: "the site's disk is full: nothing of this request was stored; retry later",
 }
 
 
@@ -193,12 +217,9 @@ def test_a_write_the_knowledge_base_refuses_is_a_4xx_naming_it(
 
     refused, after = run(go())
     assert refused.status_code == status and refused.json()["error"] == code, refused.text
-    if status == 503:
-        assert (
-            refused.json()["detail"]
-            == "the site cannot write its store now (StoreError); it is logged there"
-        )
-        assert "the store failed: disk I/O error" in caplog.text
+    if status in STORE_DETAILS:  # the disk, not the caller: logged here, named there
+        assert refused.json()["detail"] == STORE_DETAILS[status].format(type(error).__name__)
+        assert f"the store failed: {error}" in caplog.text
     else:
         assert refused.json()["detail"] == (
             error.args[0] if isinstance(error, KeyError) else str(error)
@@ -240,3 +261,138 @@ def test_no_turn_within_the_queue_timeout_is_503_with_retry_after(make_site):
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
     assert answer.json()["error"] == "busy" and "no turn within 0.2 s" in answer.json()["detail"]
     assert a.site.queued == 0
+
+
+# --- failures over real HTTP ---------------------------------------------------------------------
+
+FULL_STORE_SERVER = """
+import signal, sys
+from federation import _serve
+
+opened = _serve.open_site
+
+
+def open_site(home):  # the site's store may not grow (SQLITE_FULL) until SIGUSR1
+    site = opened(home)
+    db = site.kb._replica.store._db
+    db.execute("PRAGMA max_page_count = %d" % db.execute("PRAGMA page_count").fetchone()[0])
+    signal.signal(signal.SIGUSR1, lambda *_: db.execute("PRAGMA max_page_count = 1073741823"))
+    return site
+
+
+_serve.open_site = open_site
+_serve.serve(sys.argv[1], gossip=False)
+"""
+
+
+def until(answer, timeout: float = 30.0):
+    """`answer()` again until it is not None; that."""
+    deadline = time.monotonic() + timeout
+    while (result := answer()) is None:
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return result
+
+
+def test_a_site_whose_store_is_full_answers_a_push_507_and_keeps_serving(tmp_path, cli):
+    """The real server, its store full as SQLite sees it (it may not grow: SQLITE_FULL): a push is
+    answered 507 in JSON, nothing of it is stored, and the site goes on serving reads; once there is
+    space the same push is taken, and the store holds it after the server stops."""
+    home = SiteHome(tmp_path / "s")
+    assert cli(home.path, "init", "--name", "s", "--listen", "127.0.0.1:0").code == 0
+    peer = Identity.generate()
+    home.policy.write_text(TrustPolicy.load(home.policy).with_root(peer.public_key).to_toml())
+    with knowledge.open(":memory:", peer) as remote:
+        for i in range(20):
+            remote.skills.publish(f"remote-{i}", "pick", description="r" * 3000)
+        page = encode_page(remote.envelopes_since({}))
+    site_key = Identity.load(home.key).public_key
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", FULL_STORE_SERVER, str(home.path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def served() -> str | None:
+            assert process.poll() is None, log.read_text()
+            try:
+                url = json.loads((home.path / "serve.json").read_text())["url"]
+                return url if httpx.get(f"{url}/v1/health").status_code == 200 else None
+            except (OSError, ValueError, KeyError, httpx.HTTPError):
+                return None
+
+        url = until(served)
+        with httpx.Client(base_url=url, auth=SimnetAuth(peer, site_key), timeout=30) as client:
+
+            def push() -> httpx.Response:
+                return client.post(
+                    "/v1/envelopes", content=page, headers={"content-type": PAGE_TYPE}
+                )
+
+            full = push()
+            assert full.status_code == 507, full.text
+            assert full.json() == {"error": "insufficient_storage", "detail": STORE_DETAILS[507]}
+            heads = client.get("/v1/heads")  # reads go on, and show nothing of the push
+            assert heads.status_code == 200 and peer.public_key_hex not in heads.json()["heads"]
+            assert client.get("/v1/status").json()["skills"] == 0
+            assert process.poll() is None and httpx.get(f"{url}/v1/health").status_code == 200
+            process.send_signal(signal.SIGUSR1)  # space again
+
+            def taken_once_there_is_space() -> httpx.Response | None:
+                answer = push()
+                return None if answer.status_code == 507 else answer
+
+            taken = until(taken_once_there_is_space)
+            assert taken.status_code == 200 and taken.json()["accepted"] == 20, taken.text
+            assert taken.json()["heads"][peer.public_key_hex] == 20
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    with knowledge.open(home.store) as kb:
+        assert kb.heads()[peer.public_key_hex].seq == 20 and len(kb.skills.list()) == 20
+    text = log.read_text()
+    assert f"POST /v1/envelopes: the store failed: cannot write the store {home.store}" in text
+    assert "the disk is full" in text and "Traceback" not in text
+
+
+class Panic(BaseException):
+    """As pyo3's PanicException: not an Exception, so `except Exception` does not catch it."""
+
+
+def test_whatever_escapes_a_route_is_a_json_500_and_the_server_keeps_serving(
+    make_site, serve_app, monkeypatch, caplog
+):
+    """Faults injected under real uvicorn: a panic in an endpoint, an exception in a route outside
+    `endpoint` (the OpenAPI description). Each is logged and answered as JSON 500, never as
+    Starlette's or uvicorn's plain-text page; the next requests are served."""
+    a = make_site("a")
+    url = serve_app(a.app)
+
+    def panic(*args, **kwargs):
+        raise Panic("called `Option::unwrap()` on a `None` value")
+
+    def broken(routes):
+        raise RuntimeError("the description failed")
+
+    with httpx.Client(base_url=url, auth=SimnetAuth(a.identity, a.key), timeout=30) as client:
+        monkeypatch.setattr(a.kb, "heads", panic)
+        monkeypatch.setattr(federation._server, "describe", broken)
+        failed = {
+            "Panic": client.get("/v1/heads"),
+            "RuntimeError": client.get("/v1/openapi.json"),
+        }
+        monkeypatch.undo()
+        after = [client.get("/v1/heads"), client.get("/v1/openapi.json")]
+    for name, answer in failed.items():
+        assert answer.status_code == 500, answer.text
+        assert answer.headers["content-type"] == "application/json"
+        assert answer.json() == {
+            "error": "internal_error",
+            "detail": f"the site failed to handle this request ({name}); it is logged there",
+        }
+    assert [answer.status_code for answer in after] == [200, 200]
+    assert "GET /v1/heads failed: Panic: called `Option::unwrap()`" in caplog.text
+    assert "GET /v1/openapi.json failed: RuntimeError: the description failed" in caplog.text

@@ -3,6 +3,7 @@ store."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -138,3 +139,80 @@ def test_version_is_the_installed_distributions():
 
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and result.output == f"simnet, version {version('simnet-fleet')}\n"
+
+
+# --- disks that refuse writes: one line, never a traceback ---------------------------------------
+
+
+@pytest.fixture
+def site(tmp_path):
+    """A site's directory with its key and one skill."""
+    home = SiteHome(tmp_path / "site")
+    home.path.mkdir()
+    identity = knowledge.Identity.generate()
+    identity.save(home.key)
+    with knowledge.open(home.store, identity) as kb:
+        skill = kb.skills.publish("walk", "walk")
+    return home, skill
+
+
+@pytest.mark.parametrize("part", ["file", "folder"])
+def test_a_read_only_site_is_listed_and_a_write_to_it_is_one_line(site, read_only, part):
+    home, skill = site
+    read_only(home.store if part == "file" else home.path)
+    listed = CliRunner().invoke(main, ["--home", str(home.path), "skills", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [row["name"] for row in json.loads(listed.output)] == ["walk"]
+    refused = CliRunner().invoke(main, ["--home", str(home.path), "revoke", skill.id])
+    which = f"the file {home.store}" if part == "file" else f"its folder {home.path}"
+    assert (refused.exit_code, refused.output) == (
+        1,
+        f"Error: cannot write the store {home.store}: {which} is read-only "
+        "(it can still be opened read-only)\n",
+    )
+
+
+FULL_SITE = """
+import os, subprocess, sys
+from pathlib import Path
+import knowledge
+disk = Path(sys.argv[1])
+home = knowledge.SiteHome(disk / "site")
+home.path.mkdir()
+identity = knowledge.Identity.generate()
+identity.save(home.key)
+with knowledge.open(home.store, identity) as kb:
+    skill = kb.skills.publish("walk", "walk")
+fd = os.open(disk / "ballast", os.O_WRONLY | os.O_CREAT)
+try:
+    while True:  # fill the disk
+        os.write(fd, bytes(4096))
+except OSError:
+    os.close(fd)
+simnet = [sys.executable, "-c", "from knowledge.cli import run; run()", "--home", str(home.path)]
+for args in (["revoke", skill.id], ["skills", "list", "--json"]):
+    done = subprocess.run(simnet + args, capture_output=True, text=True)
+    print(repr((done.returncode, done.stdout, done.stderr)))
+"""
+
+
+def test_a_write_to_a_site_on_a_full_disk_is_one_line_and_reads_go_on(small_disk):
+    done = small_disk(FULL_SITE)
+    assert done.returncode == 0, done.stderr
+    refused, listed = (ast.literal_eval(line) for line in done.stdout.splitlines())
+    code, out, err = refused
+    assert (code, out) == (1, "") and len(err.splitlines()) == 1, refused
+    assert err.startswith("Error: cannot open the store ") and "the disk is full" in err
+    assert "Free space on the disk and retry" in err
+    code, out, err = listed
+    assert code == 0 and [row["name"] for row in json.loads(out)] == ["walk"], listed
+
+
+def test_a_file_the_system_refuses_is_one_line_naming_it(tmp_path, read_only):
+    """Outside the store too (here `simnet init` in a read-only folder): no traceback."""
+    read_only(tmp_path)
+    result = CliRunner().invoke(main, ["--home", str(tmp_path / "site"), "init", "--name", "s"])
+    assert (result.exit_code, result.output) == (
+        1,
+        f"Error: {tmp_path / 'site'}: Permission denied\n",
+    )

@@ -4,6 +4,7 @@ process)."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -12,7 +13,15 @@ from pathlib import Path
 import pytest
 
 import knowledge
-from knowledge import Identity, NotAuthorizedError, StoreError, StoreLockedError
+from knowledge import (
+    Identity,
+    NotAuthorizedError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreReadOnlyError,
+    TrustPolicy,
+)
 from knowledge._store import MEMORY, Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -277,7 +286,191 @@ def test_missing_directory_is_a_store_error(tmp_path):
     path = tmp_path / "no" / "such" / "dir" / "site.db"
     with pytest.raises(StoreError) as info:
         knowledge.open(path, Identity.generate())
-    assert str(path) in str(info.value)
+    assert str(info.value) == (
+        f"cannot open the store {path}: its folder {path.parent} does not exist"
+    )
+    assert not (tmp_path / "no").exists()
+
+
+# --- disks that refuse writes: read-only, full ------------------------------------------------
+
+
+def names(kb) -> list[str]:
+    return sorted(s.name for s in kb.skills.list())
+
+
+def test_a_read_only_store_file_is_read_and_refuses_a_writer(tmp_path, read_only):
+    path = tmp_path / "site.db"
+    identity = Identity.generate()
+    with knowledge.open(path, identity) as kb:
+        kb.skills.publish("kept", "pick")
+    read_only(path)
+    with pytest.raises(StoreReadOnlyError) as info:
+        knowledge.open(path, identity)
+    assert str(info.value) == (
+        f"cannot write the store {path}: the file {path} is read-only "
+        "(it can still be opened read-only)"
+    )
+    with knowledge.open(path) as reader:  # reading needs no write access
+        assert names(reader) == ["kept"]
+
+
+def test_a_store_in_a_read_only_folder_is_read_and_refuses_writers(tmp_path, read_only):
+    """SQLite cannot create the write-ahead log's files in the folder: a writer is refused, naming
+    the folder; a reader opens the file immutable (no writer can have it open) and reads it."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    path, identity = folder / "site.db", Identity.generate()
+    with knowledge.open(path, identity) as kb:
+        kb.skills.publish("kept", "pick")
+    files = sorted(folder.iterdir())
+    read_only(folder)
+    expected = re.escape(f"its folder {folder} is read-only")
+    for store in (path, folder / "new.db"):  # an existing store, a new one
+        with pytest.raises(StoreReadOnlyError, match=expected):
+            knowledge.open(store, identity)
+    with knowledge.open(path) as reader:
+        assert names(reader) == ["kept"]
+    assert sorted(folder.iterdir()) == files  # nothing created, nothing changed
+
+
+READ_ONLY_MOUNT = """
+import subprocess, sys
+from pathlib import Path
+import knowledge
+path, identity = Path(sys.argv[1]) / "site.db", knowledge.Identity.generate()
+with knowledge.open(path, identity) as kb:
+    kb.skills.publish("kept", "pick")
+subprocess.run(["mount", "-o", "remount,ro", sys.argv[1]], check=True)
+try:
+    knowledge.open(path, identity)
+except knowledge.StoreReadOnlyError as exc:
+    print(exc)
+with knowledge.open(path) as reader:
+    print(sorted(s.name for s in reader.skills.list()))
+"""
+
+
+def test_a_store_on_a_read_only_file_system_is_read_and_refuses_a_writer(small_disk):
+    done = small_disk(READ_ONLY_MOUNT)
+    assert done.returncode == 0, done.stderr
+    refused, listed = done.stdout.splitlines()
+    assert refused.startswith("cannot write the store ") and "mounted read-only" in refused
+    assert listed == "['kept']"
+
+
+def limit_pages(kb, extra: int | None = 0) -> None:
+    """A full disk as SQLite sees it: no page beyond the file's current size (None: no limit)."""
+    db = kb._replica.store._db
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {1 << 30 if extra is None else pages + extra}")
+
+
+def test_a_full_store_keeps_what_it_acknowledged_and_writes_again_once_there_is_space(tmp_path):
+    """SQLITE_FULL for real (the store may not grow): every kind of write is refused with
+    StoreFullError naming the store, changes nothing on disk or in memory, and succeeds as it is
+    once there is space; reopened, the store holds exactly what was acknowledged."""
+    path, identity, peer = tmp_path / "site.db", Identity.generate(), Identity.generate()
+    remote = knowledge.open(":memory:", peer)
+    for i in range(20):
+        remote.skills.publish(f"remote-{i}", "pick", description="r" * 3000)
+    kb = knowledge.open(path, identity, policy=TrustPolicy().with_root(peer.public_key))
+    kept = kb.skills.publish("kept", "pick")
+    weights = os.urandom(300_000)
+    writes = {
+        "publish": lambda: kb.skills.publish("big", "pick", description="x" * 3900),
+        "blob": lambda: kb.blobs.put(weights),
+        "ingest": lambda: kb.ingest(remote.envelopes_since({})),
+    }
+    limit_pages(kb)
+    before = (kb.heads(), kb.snapshot(), names(kb))
+    for what, write in writes.items():
+        with pytest.raises(StoreFullError) as info:
+            write()
+        assert str(info.value).startswith(f"cannot write the store {path}: the disk is full"), what
+        assert isinstance(info.value, StoreError)
+        assert (kb.heads(), kb.snapshot(), names(kb)) == before, what
+    assert kb.blobs.size(knowledge.sha256_hex(weights)) is None
+    assert not kb._replica.store._db.in_transaction
+    limit_pages(kb, None)  # space again: the same writes go through
+    for write in writes.values():
+        write()
+    acknowledged = (kb.heads(), names(kb))
+    kb.close()
+    with knowledge.open(path) as reader:
+        assert (reader.heads(), names(reader)) == acknowledged
+        assert len(names(reader)) == 22 and kept.name in names(reader)
+        assert reader.blobs.get(knowledge.sha256_hex(weights)) == weights
+
+
+def test_a_full_disk_rolls_back_the_whole_transaction(tmp_path):
+    """Statements before the one the disk refused are taken back too: nothing of it is kept, and no
+    transaction is left open for the next write to join."""
+    path = tmp_path / "s.db"
+    store = Store(path)
+    try:
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(StoreFullError), store.transaction():
+            store.set_meta("small", b"v")  # fits in a page the file has
+            store.put_blob(b"h" * 32, b"x" * 100_000)  # does not
+        assert not store._db.in_transaction and store.get_meta("small") is None
+        store._db.execute("PRAGMA max_page_count = 1073741823")
+        with store.transaction():
+            store.set_meta("after", b"w")
+        with plain_connection(path) as other:
+            rows = other.execute("SELECT key FROM meta").fetchall()
+            assert ("after",) in rows and ("small",) not in rows
+    finally:
+        store.close()
+
+
+FULL_DISK = """
+import os, sys
+from pathlib import Path
+import knowledge
+disk = Path(sys.argv[1])
+path, identity = disk / "site.db", knowledge.Identity.generate()
+kb = knowledge.open(path, identity)
+kept = kb.skills.publish("kept", "pick")
+fd = os.open(disk / "ballast", os.O_WRONLY | os.O_CREAT)
+try:
+    while True:  # fill the disk
+        os.write(fd, bytes(4096))
+except OSError as exc:
+    print("ballast:", exc.strerror)
+os.close(fd)
+before = kb.heads()
+for write in (
+    lambda: kb.skills.publish("lost", "pick", description="x" * 3900),
+    lambda: kb.blobs.put(os.urandom(300_000)),
+):
+    try:
+        write()
+        print("written on a full disk")
+    except knowledge.StoreFullError as exc:
+        print(exc)
+assert kb.heads() == before and [s.name for s in kb.skills.list()] == ["kept"]
+(disk / "ballast").unlink()  # space again
+kb.skills.publish("after", "pick", description="x" * 3900)
+kb.close()
+with knowledge.open(path) as reader:
+    print(sorted(s.name for s in reader.skills.list()))
+"""
+
+
+def test_a_full_file_system_for_real(small_disk):
+    """A tmpfs filled to the last byte (ENOSPC under SQLite): StoreFullError, nothing acknowledged
+    lost, and writes go on once a file is removed."""
+    done = small_disk(FULL_DISK, size_kb=2048)
+    assert done.returncode == 0, done.stderr
+    ballast, *refused, listed = done.stdout.splitlines()
+    assert ballast == "ballast: No space left on device"
+    assert len(refused) == 2 and all(
+        line.startswith("cannot write the store ") and "the disk is full" in line
+        for line in refused
+    ), refused
+    assert listed == "['after', 'kept']"
 
 
 # --- transactions -------------------------------------------------------------------------------

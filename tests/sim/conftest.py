@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -195,3 +198,26 @@ def store(tmp_path):
     store = WorldStore(tmp_path / "w.db", create=False)
     yield store
     store.close()
+
+
+@pytest.fixture
+def installed_policy(tmp_path, monkeypatch):
+    """A real installed distribution (a dist-info on sys.path) exposing a simnet.policies entry
+    point."""
+    (tmp_path / "fleetctl.py").write_text(
+        textwrap.dedent("""
+        import numpy as np
+
+        def make(task):
+            def policy(obs):
+                return np.zeros((len(obs), task.act_dim))
+            return policy
+    """)
+    )
+    info = tmp_path / "fleetctl-1.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fleetctl\nVersion: 1.2.0\n")
+    (info / "entry_points.txt").write_text("[simnet.policies]\nstand_still = fleetctl:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("fleetctl", None)

@@ -81,6 +81,26 @@ def test_only_the_good_skill_becomes_active(site, published, short_arm):
     assert cert.evaluation["summary"]["n"] == 16
 
 
+def test_a_skill_that_names_an_entry_point_evaluates_certifies_and_verifies(
+    site, installed_policy, short_walker
+):
+    """load_policy gives the skill's EntryPointRef (checked to be installed), which evaluate calls
+    with the task, not the factory itself: a factory is no policy."""
+    ref = sim.EntryPointRef("stand_still", "fleetctl", "1.2.0")
+    skill = site.skills.publish("stand-still", "walk", policy=ref.to_json())
+    loaded = sim.load_policy(site, skill.id)
+    assert loaded == ref
+    result = sim.evaluate(short_walker, loaded, branches=4, progress=False)
+    assert result.to_record()["policy"] == ref.to_json()
+    cert = sim.certify(site, skill.id, result)
+    assert sim.verify_certificate(site, cert).valid
+    elsewhere = site.skills.publish(
+        "stand-still-1.3", "walk", policy=dataclasses.replace(ref, version="1.3.0").to_json()
+    )
+    with pytest.raises(sim.EntryPointError, match="needs fleetctl==1.3.0"):
+        sim.load_policy(site, elsewhere.id)
+
+
 def test_certificate_verifies_and_tampering_any_claim_fails(site, published, short_arm):
     good, _bad = published
     cert = sim.certify(site, good.id, run(site, good.id, short_arm))

@@ -2,7 +2,10 @@ import json
 
 from click.testing import CliRunner
 
-from sim import load_skill
+import knowledge
+from knowledge import SiteHome
+from knowledge.cli import main
+from sim import EntryPointRef, load_skill
 from sim.cli import evaluate_command, reproduce_command
 
 
@@ -68,8 +71,6 @@ def test_unknown_names_are_usage_errors():
 def test_publish_certify_and_verify_a_skill_by_its_name(tmp_path):
     """The site's simulator commands through the real entry point: a skill is named by its name or
     an id prefix; `verify` takes a certificate id prefix or a skill (all its certificates)."""
-    from knowledge.cli import main
-
     home = tmp_path / "site"
 
     def simnet(*args):
@@ -100,3 +101,16 @@ def test_publish_certify_and_verify_a_skill_by_its_name(tmp_path):
     assert published_only.exit_code == 0
     uncertified = simnet("verify", "reach-bad")
     assert uncertified.exit_code != 0 and "no certificates" in uncertified.output
+
+
+def test_publishing_a_skill_that_names_an_entry_point_is_a_usage_error(tmp_path, installed_policy):
+    """Only MLP skills publish (their weights become a blob); an entry point's factory is code."""
+    ref = EntryPointRef("stand_still", "fleetctl", "1.2.0")
+    key = knowledge.Identity.generate()
+    key.save(tmp_path / SiteHome.KEY_FILE)
+    with knowledge.open(tmp_path / SiteHome.STORE_FILE, key) as kb:
+        skill = kb.skills.publish("stand-still", "walk", policy=ref.to_json())
+    result = CliRunner().invoke(
+        main, ["--home", str(tmp_path), "publish", skill.id[:12], "--name", "x", "--task", "walk"]
+    )
+    assert result.exit_code == 2 and "only MLP skills" in result.output, result.output

@@ -1,7 +1,5 @@
 import json
 import struct
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -141,29 +139,6 @@ def test_policy_descriptions():
     )
     assert describe_policy(torch.nn.Linear(2, 2))["class"] == "torch.nn.modules.linear.Linear"
     assert describe_policy(np.tanh)["kind"] == "callable"
-
-
-@pytest.fixture
-def installed_policy(tmp_path, monkeypatch):
-    """A real installed distribution (a dist-info on sys.path) exposing a simnet.policies entry
-    point."""
-    (tmp_path / "fleetctl.py").write_text(
-        textwrap.dedent("""
-        import numpy as np
-
-        def make(task):
-            def policy(obs):
-                return np.zeros((len(obs), task.act_dim))
-            return policy
-    """)
-    )
-    info = tmp_path / "fleetctl-1.2.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fleetctl\nVersion: 1.2.0\n")
-    (info / "entry_points.txt").write_text("[simnet.policies]\nstand_still = fleetctl:make\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    sys.modules.pop("fleetctl", None)
 
 
 def test_entry_point_policies_load_only_at_the_recorded_version(installed_policy, short_walker):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import sim
+import sim.world._world
 from sim import Mutation
 from sim.world._worldstore import WorldStore
 
@@ -308,6 +309,29 @@ def test_a_world_that_cannot_be_made_leaves_no_file_and_one_that_is_no_world_is_
     with pytest.raises(sim.CorruptWorldError, match="holds no world"):
         sim.World.open(other)
     assert other.read_bytes() == before and not (tmp_path / "other.db-wal").exists()
+
+
+def test_a_world_in_a_folder_that_does_not_exist_is_refused_naming_the_folder(
+    tmp_path, region, world_entities, monkeypatch
+):
+    """As sqlite3 does, World.create makes no folders: WorldError naming the folder, before the
+    scenes are compiled; nothing is created."""
+    compiled = []
+    monkeypatch.setattr(sim.world._world, "cached_template", lambda *a: compiled.append(a) or None)
+    (tmp_path / "a-file").write_text("not a folder")
+    for folder, what in (
+        (tmp_path / "no" / "such", "does not exist"),
+        (tmp_path / "a-file", "is not a folder"),
+    ):
+        path = folder / "w.db"
+        with pytest.raises(sim.WorldError) as raised:
+            sim.World.create(path, {"west": region}, backend="inline")
+        assert str(raised.value) == (
+            f"cannot create the world {path}: the folder {folder} {what}; create it first"
+        )
+    assert compiled == [] and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    with pytest.raises(sim.WorldError, match="the folder .* does not exist"):  # below the World
+        WorldStore(tmp_path / "no" / "w.db", create=True)
 
 
 def test_a_batch_that_rolls_back_takes_its_migration_with_it(make_world):

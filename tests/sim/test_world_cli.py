@@ -150,3 +150,15 @@ def test_evaluate_with_the_ray_backend(ray_session, tmp_path):
         "--json",
     )
     assert json.loads(result.output)["outcomes"] == json.loads(local.output)["outcomes"]
+
+
+def test_a_world_whose_folder_cannot_be_made_is_one_line(tmp_path, region):
+    (tmp_path / "region.xml").write_text(region)
+    (tmp_path / "a-file").write_text("not a folder")
+    home = tmp_path / "a-file" / "site"
+    made = simnet(home, "world", "create", "cell", "--shard", f"west={tmp_path / 'region.xml'}")
+    assert (made.exit_code, made.output) == (
+        1,
+        f"Error: cannot create the folder {home / 'worlds'} for world 'cell': Not a directory\n",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "region.xml"]

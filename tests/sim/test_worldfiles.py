@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from sim import CorruptLogError, CorruptWorldError, WorldError, WorldLockedError
+from knowledge import StoreFullError
+from sim import CorruptLogError, CorruptWorldError, WorldError, WorldFullError, WorldLockedError
 from sim.world._redo import RedoFile
 from sim.world._worldstore import Checkpoint, WorldStore
 
@@ -45,7 +46,9 @@ def test_a_commit_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store):
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages + 2}")  # a full disk, as SQLite sees it
     with (
-        pytest.raises(WorldError, match="could not write .*full.*nothing of this commit was kept"),
+        pytest.raises(
+            WorldFullError, match="could not write .*full.*nothing of this commit was kept"
+        ) as raised,
         store.transaction(),
     ):
         store.set_head("west", "", 50)
@@ -55,6 +58,7 @@ def test_a_commit_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store):
         store.set_meta(
             "note", "a setting: this commit goes through SQLite, folding the redo file in"
         )
+    assert isinstance(raised.value, StoreFullError)  # as a knowledge base's full disk
     assert (
         store._redo.size > 0
     )  # the fold was rolled back with it: the record waits in the redo file
@@ -80,7 +84,7 @@ def test_a_redo_record_the_disk_refuses_keeps_nothing_and_the_log_goes_on(store,
     monkeypatch.setattr(os, "pwrite", full)
     with (
         pytest.raises(
-            WorldError, match="could not be written .*No space left.*nothing of it was kept"
+            WorldFullError, match="could not be written .*No space left.*nothing of it was kept"
         ),
         store.transaction(),
     ):
@@ -250,7 +254,10 @@ def test_a_full_disk_on_a_read_that_folds_is_a_write_error_not_corruption(store)
     store._db.execute(
         f"PRAGMA max_page_count = {store._db.execute('PRAGMA page_count').fetchone()[0]}"
     )
-    with pytest.raises(WorldError, match="could not write .*full") as raised, store.transaction():
+    with (
+        pytest.raises(WorldFullError, match="could not write .*full") as raised,
+        store.transaction(),
+    ):
         store.checkpoint("west", "", 20)
     assert not isinstance(raised.value, CorruptWorldError)
     store._db.execute("PRAGMA max_page_count = 1000000")

@@ -1,0 +1,39 @@
+"""The real-robot corpus (benchmarks/corpus.py fetches it from PyPI packages into .cache/corpus):
+every file loads or is refused with an EmbodimentError naming it, none crashes, and the legged
+URDF robots that load come out floating and actuated. Skipped when the corpus was not fetched."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowledge import Embodiment, EmbodimentError
+
+BENCHMARKS = Path(__file__).resolve().parent.parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+from corpus import CACHE, fetched, table  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not fetched(CACHE), reason="no corpus: run python benchmarks/corpus.py to fetch it"
+)
+ENTRIES = table()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.package}:{e.path.split('/')[-1]}")
+def test_a_corpus_file_loads_or_is_refused_clearly(entry):
+    path = entry.file()
+    try:
+        body = Embodiment.from_urdf(path) if entry.urdf else Embodiment.from_mjcf(path)
+    except EmbodimentError as exc:
+        assert str(path) in str(exc)
+        return
+    assert body.dof > 0 and Embodiment.from_dict(body.to_dict()) == body
+    if entry.label == "legged" and entry.urdf:
+        assert body.floating_base and body.actuators or entry.family in KNOWN_UNACTUATED
+
+
+KNOWN_UNACTUATED = {"mini_cheetah"}
+"""Legged URDFs that give their joints no effort limit and no transmission: nothing says they are
+driven."""
