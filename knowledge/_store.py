@@ -408,9 +408,24 @@ class Store:
 
     def blob_bytes(self) -> int:
         """Bytes held in blobs, whole and partly fetched (what a blob quota counts)."""
+        tables = (
+            ("blob_parts", "blobs", "blob_partials")
+            if self._partials()
+            else ("blob_parts", "blobs")
+        )
         return sum(
             self._db.execute(f"SELECT COALESCE(SUM(length(data)), 0) FROM {table}").fetchone()[0]
-            for table in ("blob_parts", "blobs", "blob_partials")
+            for table in tables
+        )
+
+    def _partials(self) -> bool:
+        """Whether the store has the table of partly fetched blobs (a store written by an earlier
+        version and opened read-only does not)."""
+        return (
+            self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='blob_partials'"
+            ).fetchone()
+            is not None
         )
 
     def delete_blob(self, hash_: bytes) -> None:
@@ -421,10 +436,14 @@ class Store:
 
     # --- blobs being fetched: their first bytes, kept so that a fetch cut short resumes ----------
     def partial_hashes(self) -> list[bytes]:
+        if not self._partials():
+            return []
         rows = self._db.execute("SELECT DISTINCT hash FROM blob_partials ORDER BY hash")
         return [bytes(r[0]) for r in rows]
 
     def partial_size(self, hash_: bytes) -> int:
+        if not self._partials():
+            return 0
         return self._db.execute(
             "SELECT COALESCE(SUM(length(data)), 0) FROM blob_partials WHERE hash=?", (hash_,)
         ).fetchone()[0]

@@ -317,3 +317,43 @@ def test_simnet_blobs_lists_and_collects_the_garbage(tmp_path, cli):
     with knowledge.SiteHome(home, blob_setup=["federation:attach_site_peers"]).open_writer() as kb:
         with pytest.raises(BlobQuotaError):
             kb.blobs.put(b"z" * 9000)  # simnet.toml's quota holds for every command
+
+
+class NoRanges(httpx.BaseTransport):
+    """A peer (or a proxy before it) that ignores Range: the header never reaches the server."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers.pop("range", None)
+        return self.inner.handle_request(request)
+
+
+def test_a_peer_that_ignores_ranges_sends_the_whole_blob_and_it_is_taken_whole(holder):
+    a, b, url = holder
+    cut = source(b, url, a.identity, transport=Cut(httpx.HTTPTransport(), after=5000))
+    with pytest.raises(BlobError, match="5000 bytes are held"):
+        a.kb.blobs.fetch(HASH, sources=[cut])
+    whole = source(b, url, a.identity, transport=NoRanges(httpx.HTTPTransport()))
+    assert a.kb.blobs.fetch(HASH, sources=[whole]) == BLOB
+    assert whole.bytes_received == len(BLOB)  # from byte 0: the bytes held were dropped
+
+
+def test_more_bytes_held_than_the_peer_has_start_over_from_byte_0(holder):
+    """A 416 (the range starts past the peer's blob) means the bytes held are not its blob's."""
+    a, b, url = holder
+
+    class Overlong:
+        name = "overlong"
+
+        def fetch_blob(self, blob: knowledge.IncomingBlob) -> bool:
+            blob.write(BLOB + b"junk")
+            raise BlobError("dropped")
+
+    with pytest.raises(BlobError, match=f"{len(BLOB) + 4} bytes are held"):
+        a.kb.blobs.fetch(HASH, sources=[Overlong()])
+    honest = source(b, url, a.identity)
+    assert a.kb.blobs.fetch(HASH, sources=[honest]) == BLOB
+    assert honest.bytes_received == len(BLOB)
+    assert a.kb.blobs.stored_bytes() == len(BLOB)

@@ -263,6 +263,19 @@ def test_garbage_collection_drops_the_partial_bytes_no_live_skill_needs(open_kb)
     assert kb.blobs.stored_bytes() == 777  # the live skill's fetch can still resume
 
 
+def test_a_store_of_an_earlier_version_opened_read_only_counts_its_blobs(tmp_path):
+    """Such a store has no table of partly fetched blobs (only a writer creates it)."""
+    import sqlite3
+
+    with knowledge.open(tmp_path / "kb.db", knowledge.Identity.generate()) as kb:
+        kb.blobs.put(b"old" * 100)
+    with sqlite3.connect(tmp_path / "kb.db") as db:
+        db.execute("DROP TABLE blob_partials")
+    with knowledge.open(tmp_path / "kb.db") as reader:
+        assert reader.blobs.stored_bytes() == 300
+        assert reader.blobs.collect_garbage(dry_run=True) == {}
+
+
 def test_garbage_collection_needs_a_writable_store(tmp_path):
     with knowledge.open(tmp_path / "kb.db", knowledge.Identity.generate()):
         pass
