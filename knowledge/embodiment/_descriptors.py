@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
@@ -31,6 +31,10 @@ from ._parts import (
 FORMAT = 1
 """Version of the `to_dict` layout; `from_dict` refuses other versions rather than guess."""
 _MAX_PARTS = 4096
+FRAME_MASS = 1e-3
+"""A jointless subtree lighter than this share of its parent's mass is a frame, not an end effector:
+vendor frames weigh nothing or 1e-8 to 1e-4 kg, the lightest real tips (fingertip pads) a few
+percent of their link."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,30 @@ class Embodiment:
         return _canonical(*read_mjcf(source))
 
     @classmethod
-    def from_urdf(cls, path: str | os.PathLike[str]) -> Embodiment:
-        """Describe a URDF file. MuJoCo fuses links on fixed joints into their parent (the base into
-        the world)."""
-        return _canonical(*read_urdf(path))
+    def from_urdf(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        floating_base: bool | None = None,
+        package_path: Iterable[str | os.PathLike[str]] | None = None,
+        balance_inertia: bool = False,
+    ) -> Embodiment:
+        """Describe a URDF (or xacro) file. MuJoCo fuses links on fixed joints into their parent.
+
+        What URDF leaves unsaid is filled in by rules (`knowledge/embodiment/_urdf.py`): a robot
+        with legs or wheels floats unless `floating_base=False` (a fixed robot's base is fused into
+        the world); transmissions, else effort limits, make actuators; `package://` URIs resolve
+        from `package_path`, then ROS_PACKAGE_PATH, then the file's folders; `balance_inertia=True`
+        repairs inertias MuJoCo refuses.
+        """
+        return _canonical(
+            *read_urdf(
+                path,
+                floating_base=floating_base,
+                package_path=package_path,
+                balance_inertia=balance_inertia,
+            )
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Embodiment:
@@ -74,7 +98,7 @@ class Embodiment:
             raise EmbodimentError(f"{where}: unknown keys {sorted(unknown)}")
         parts = {key: _parse_list(kind, data.get(key), key) for key, kind in _PARTS.items()}
         embodiment = _canonical(_parse("text", data.get("name"), "name"), **parts)
-        for key in _DERIVED:
+        for key in _CHECKED:
             if key in data and data[key] != _plain(getattr(embodiment, key)):
                 found = getattr(embodiment, key)
                 raise EmbodimentError(
@@ -83,8 +107,8 @@ class Embodiment:
         return embodiment
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe, canonical form; totals and the fingerprint are included for readers and
-        checked on reading.
+        """JSON-safe, canonical form; totals and the fingerprint are included for readers (dof, mass
+        and the fingerprint are checked on reading).
 
         Canonicalized again first, so an Embodiment edited by hand (dataclasses.replace) round-trips
         too.
@@ -100,7 +124,14 @@ class Embodiment:
         """Hex SHA-256 of the compact, key-sorted JSON of `to_dict()` without names, totals and
         fingerprint.
 
-        Names are labels, so renaming a joint keeps the fingerprint; any physical change alters it.
+        It covers what the descriptor records and nothing else: the tree with each body's pose,
+        mass, inertia and extent; joints with their limits, damping, armature and frictionloss
+        (joint friction, URDF `<dynamics friction>`); actuators; sites; sensors. Names are labels,
+        so renaming a joint keeps it. Contact properties are not recorded and do not count: geom
+        friction, solref/solimp, condim, margins, and shapes beyond each body's extent. So two
+        robots that differ only in foot friction share a fingerprint, by design: contact friction
+        belongs to a pair of surfaces (MuJoCo combines both geoms'), and a skill's certificates
+        randomize it across branches (`randomized=["friction"]`) rather than treat it as a body.
         """
         physical: dict[str, Any] = {
             key: [_plain(item, names=False) for item in getattr(self, key)] for key in _PARTS
@@ -122,10 +153,16 @@ class Embodiment:
 
     @cached_property
     def end_effectors(self) -> tuple[int, ...]:
-        """Leaf bodies of moving chains: hands, fingertips, feet, wheels."""
-        moving = self._moving()
-        parents = {body.parent for body in self.bodies}
-        return tuple(i for i in range(len(self.bodies)) if moving[i] and i not in parents)
+        """The physical tips of moving chains: hands, fingertips, feet, wheels.
+
+        A frame is not a tip: a jointless subtree lighter than `FRAME_MASS` times the body it hangs
+        on (the camera, screen and sensor frames of vendor models) is part of that body.
+        """
+        moving, frame = self._moving(), self._frames()
+        parents = {body.parent for i, body in enumerate(self.bodies) if not frame[i]}
+        return tuple(
+            i for i in range(len(self.bodies)) if moving[i] and not frame[i] and i not in parents
+        )
 
     @cached_property
     def reach(self) -> float:
@@ -148,6 +185,25 @@ class Embodiment:
             moving.append(i in jointed or (body.parent >= 0 and moving[body.parent]))
         return moving
 
+    def _frames(self) -> list[bool]:
+        """Whether each body is in a frame: a jointless subtree lighter than `FRAME_MASS` times
+        the body it hangs on."""
+        mass = [body.mass for body in self.bodies]
+        jointed = [False] * len(self.bodies)
+        for joint in self.joints:
+            jointed[joint.body] = True
+        for i in reversed(range(len(self.bodies))):  # children follow their parents
+            parent = self.bodies[i].parent
+            if parent >= 0:
+                mass[parent] += mass[i]
+                jointed[parent] = jointed[parent] or jointed[i]
+        frame: list[bool] = []
+        for i, body in enumerate(self.bodies):
+            host = self.bodies[body.parent].mass if body.parent >= 0 else 0.0
+            light = not jointed[i] and mass[i] < FRAME_MASS * host
+            frame.append(light or (body.parent >= 0 and frame[body.parent]))
+        return frame
+
     def __repr__(self) -> str:
         return (
             f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, "
@@ -163,6 +219,10 @@ _PARTS: dict[str, type] = {
     "sensors": Sensor,
 }
 _DERIVED = ("dof", "mass", "reach", "end_effectors", "fingerprint")
+_CHECKED = ("dof", "mass", "fingerprint")
+"""Derived values `from_dict` checks. Reach and end effectors are interpretations a newer version
+may refine (massless frames stopped being end effectors): an older peer's are recomputed, not
+refused."""
 _REFS = frozenset({"parent", "body", "target"})
 
 

@@ -1,5 +1,7 @@
 """Reading robot files: MuJoCo compiles an MJCF or URDF file; its arrays become descriptor parts.
 
+URDF is first completed by the rules in `_urdf` (floating base, actuators, package URIs, xacro).
+
 Compiling first resolves defaults, includes, angle units and `fromto` shorthands, so the parts say
 what the body is, not how its file is written.
 """
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from .._errors import EmbodimentError
 from ._parts import Actuator, Body, EmbodimentSite, Joint, Range, Sensor, vec
+from ._urdf import compile_urdf, drives, floats_by_default, prepare_urdf
 
 Parts = tuple[str, list[Body], list[Joint], list[Actuator], list[EmbodimentSite], list[Sensor]]
 """A model's name and its parts in model order (not yet canonical)."""
@@ -43,10 +46,24 @@ def read_mjcf(source: str | os.PathLike[str]) -> Parts:
     return _compile(str(path), _read(path), "mujoco", mujoco.MjModel.from_xml_path, str(path))
 
 
-def read_urdf(path: str | os.PathLike[str]) -> Parts:
-    """The parts of a URDF file."""
+def read_urdf(
+    path: str | os.PathLike[str],
+    *,
+    floating_base: bool | None = None,
+    package_path: Iterable[str | os.PathLike[str]] | None = None,
+    balance_inertia: bool = False,
+) -> Parts:
+    """The parts of a URDF (or xacro) file, by the rules in `_urdf`."""
     path = Path(path)
-    return _compile(str(path), _read(path), "robot", mujoco.MjModel.from_xml_path, str(path))
+    label = str(path)
+    text, robot = prepare_urdf(
+        label, path, _read(path), package_path=package_path, balance_inertia=balance_inertia
+    )
+    floating = floats_by_default(robot) if floating_base is None else bool(floating_base)
+    model = compile_urdf(label, text, floating, drives(robot))
+    if model.njnt == 0:
+        raise EmbodimentError(f"{label}: the model has no joints, so there is no robot to describe")
+    return _describe(model)
 
 
 def _compile(
@@ -55,7 +72,7 @@ def _compile(
     """Check the XML and its root element ourselves (clearer messages), then let MuJoCo compile
     it."""
     try:
-        tag = ET.fromstring(text).tag
+        tag = ET.fromstring(text.lstrip()).tag
     except ET.ParseError as exc:
         raise EmbodimentError(f"{label}: XML syntax error: {exc}") from exc
     if tag != root:
@@ -70,11 +87,6 @@ def _compile(
         model = compile_(arg)
     except ValueError as exc:
         problem = " ".join(str(exc).split())
-        if b"package://" in text:
-            problem += (
-                "; the file names meshes by package:// URIs, which MuJoCo cannot resolve:"
-                " rewrite them as paths relative to the file"
-            )
         raise EmbodimentError(f"{label}: MuJoCo cannot compile it: {problem}") from exc
     if model.njnt == 0:
         raise EmbodimentError(f"{label}: the model has no joints, so there is no robot to describe")

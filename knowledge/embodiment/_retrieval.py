@@ -34,6 +34,7 @@ from .._models import CertificateSummary, QueryResult, Skill
 from .._records import RecordType
 from .._store import MEMORY
 from ..stats import wilson_lower_bound
+from ._cache import DescriptorCache
 from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
 from ._index import Selection, SkillIndex
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EmbodimentInput = Embodiment | str | os.PathLike[str]
-"""An `Embodiment`, a path to an MJCF or URDF file (URDF by its `.urdf` suffix), or MJCF text."""
+"""An `Embodiment`, a path to an MJCF or URDF file (URDF by its `.urdf` or `.xacro` suffix), or MJCF
+text."""
 
 SAVE_FRACTION = 0.01
 """Save the index once the vectors added or removed since the last save reach this share of it: a
@@ -88,6 +90,7 @@ class Retrieval:
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
         self._libraries: dict[EmbeddingSpace, _Library] = {}
+        self.descriptors = DescriptorCache(descriptor_cache_path(replica.store.path))
 
     def query(
         self,
@@ -104,7 +107,8 @@ class Retrieval:
         if min_certified_branches < 0:
             raise ValueError(f"min_certified_branches must be >= 0, got {min_certified_branches}")
         encoder = encoder or FeatureEncoder()
-        vector = encoder.encode(as_embodiment(embodiment))  # compiling a model file needs no lock
+        body = as_embodiment(embodiment, self.descriptors)  # compiling a file needs no lock
+        vector = encoder.encode(body)
         filters: list[Filter] = [("active", None)] if active_only else []
         filters += [("task", task)] if task is not None else []
         filters += [("branches", min_certified_branches)] if min_certified_branches else []
@@ -121,19 +125,19 @@ class Retrieval:
                 library.save()
 
 
-def as_embodiment(embodiment: EmbodimentInput) -> Embodiment:
-    """Read a query's body; EmbodimentError names the file or the input and the problem."""
+def as_embodiment(embodiment: EmbodimentInput, cache: DescriptorCache | None = None) -> Embodiment:
+    """Read a query's body (a file through `cache`, when given); EmbodimentError names the file
+    or the input and the problem."""
     if isinstance(embodiment, Embodiment):
         return embodiment
     if isinstance(embodiment, str) and embodiment.lstrip().startswith("<"):
         return Embodiment.from_mjcf(embodiment)
     if isinstance(embodiment, (str, os.PathLike)):
         path = Path(embodiment)
-        return (
-            Embodiment.from_urdf(path)
-            if path.suffix.lower() == ".urdf"
-            else Embodiment.from_mjcf(path)
-        )
+        urdf = path.suffix.lower() in (".urdf", ".xacro")
+        if cache is not None:
+            return cache.read(path, urdf=urdf)
+        return Embodiment.from_urdf(path) if urdf else Embodiment.from_mjcf(path)
     raise EmbodimentError(
         "a query's embodiment is an Embodiment, a path to MJCF or URDF, or MJCF text; "
         f"got {type(embodiment).__name__}"
@@ -146,6 +150,11 @@ def index_path(store_path: str, encoder: Encoder) -> Path | None:
     if store_path == MEMORY:
         return None
     return Path(f"{store_path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', encoder.name)}.index")
+
+
+def descriptor_cache_path(store_path: str) -> Path | None:
+    """Where a store's query bodies are cached (`_cache`): beside it; None in memory."""
+    return None if store_path == MEMORY else Path(f"{store_path}.embodiments")
 
 
 def certificate_summary(replica: Replica, skill_id: str) -> CertificateSummary:

