@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from knowledge import __version__ as __version__  # one distribution, one version
 
 from ._auth import RequestVerifier, SimnetAuth
+from ._blobs import PeerBlobSource, attach_site_peers
 from ._client import SyncReport, async_sync_with, exchange, sync_with
 from ._config import GossipConfig, PeerConfig, PrivateMaps, ServerLimits, SiteConfig
 from ._errors import AuthError, BusyError, ConfigError, FederationError, PeerError, WireError
@@ -73,6 +74,7 @@ __all__ = [
     "Gossip",
     "GossipConfig",
     "PAGE_TYPE",
+    "PeerBlobSource",
     "PeerConfig",
     "PeerError",
     "PeerState",
@@ -85,6 +87,7 @@ __all__ = [
     "SyncReport",
     "WireError",
     "async_sync_with",
+    "attach_site_peers",
     "create_app",
     "decode_page",
     "encode_page",

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import anyio
 import httpx
 
-from knowledge import BlobError, Head, KnowledgeBase, Rejection
+from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase, Rejection
 
 from ._auth import SimnetAuth
 from ._errors import PeerError, WireError
@@ -194,6 +194,8 @@ def exchange(
         response = yield from send(Call("GET", f"{base_url}{API}/blobs/{blob_hash}"))
         try:
             kb.blobs.put(response.content, expected=blob_hash)
+        except BlobQuotaError:
+            raise
         except BlobError as exc:
             raise PeerError(f"blob {blob_hash[:16]}… from {base_url} is corrupt: {exc}") from exc
         report.blobs += 1

@@ -33,6 +33,8 @@ header_timeout_s = 10.0 # a connection's next request line and headers must arri
                         # a client that stops taking in our answer for this long is disconnected
 max_connections = 512   # open connections; above it the longest-idle one is closed (fewer if the
                         # process may open few files: see federation._http)
+max_blob_store_bytes = 0 # all blobs in the store together, partly fetched ones too (0: no quota);
+                        # a blob fetched or put past it is refused (knowledge.BlobQuotaError)
 
 [tls]                   # serve HTTPS (both or neither); paths relative to the home
 cert = "site.crt"       # PEM certificate chain
@@ -100,6 +102,7 @@ class ServerLimits:
     sync_deadline_s: float = 120.0
     header_timeout_s: float = 10.0
     max_connections: int = 512
+    max_blob_store_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 
 import knowledge
 
+from ._blobs import apply_quota
 from ._config import SiteConfig
 from ._errors import ConfigError
 from ._gossip import Gossip
@@ -36,6 +37,7 @@ def open_site(home: Path) -> Site:
     config = SiteConfig.load(home)
     identity = knowledge.Identity.load(config.key_path)
     kb = knowledge.open(config.store_path, identity, policy=config.policy_path)
+    apply_quota(config, kb)
     return Site(config, kb)
 
 

@@ -10,12 +10,14 @@ in (the connection layer, `_http`, drops a client that stops).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -25,9 +27,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from knowledge import Head, KnowledgeBase
+from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase
 
 from ._admin import admin_delegate, admin_revoke, admin_revoke_key, admin_sync
+from ._blobs import fetch_for_device, parse_range
 from ._endpoint import CatchAll, endpoint, error_response
 from ._errors import WireError
 from ._metrics import CONTENT_TYPE as METRICS_TYPE
@@ -196,15 +199,58 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
 @endpoint("read")
 async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
-    summary: A blob by its SHA-256 (streamed). The receiver verifies the hash.
+    summary: >-
+      A blob by its SHA-256 (streamed; one byte range with Range: bytes=N-). The receiver verifies
+      the hash. A device's site fetches a blob it lacks from its peers first.
     parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
-    responses: {"200": {description: The blob's bytes.}, "404": {description: Not stored here.}}
+    responses:
+      "200": {description: The blob's bytes.}
+      "206": {description: The bytes of the range asked for (Content-Range says which).}
+      "404": {description: "Not stored here (nor, for a device, at any peer of this site)."}
+      "416": {description: The range starts past the blob's end.}
+      "504": {description: "A device's blob is still being fetched from the peers; ask again."}
+      "507": {description: A device's blob does not fit in this site's blob quota.}
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
     size = await run_in_threadpool(site.kb.blobs.size, blob_hash)
+    if size is None and site.config.peers and _is_device(site, caller):
+        fetched = await _fetch_for_device(site, blob_hash)
+        if isinstance(fetched, Response):
+            return fetched
+        size = fetched
     if size is None:
         return error_response(404, "not_found", f"blob {blob_hash[:16]}… is not stored here")
-    return BlobResponse(site.kb, blob_hash, size)
+    try:
+        span = parse_range(request.headers.get("range"), size)
+    except WireError as exc:
+        if exc.status != 416:
+            raise
+        refused = error_response(416, "range_not_satisfiable", str(exc))
+        refused.headers["content-range"] = f"bytes */{size}"
+        return refused
+    return BlobResponse(site.kb, blob_hash, size, span)
+
+
+def _is_device(site: Site, caller: bytes) -> bool:
+    """A caller that is neither this site nor a site root it trusts (sites get what is held)."""
+    return caller != site.key and all(root.key != caller for root in site.kb.policy.roots)
+
+
+async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
+    """The size of a blob fetched now from this site's peers, or the answer saying why not."""
+    try:
+        async with asyncio.timeout(site.config.limits.sync_deadline_s):
+            return await anyio.to_thread.run_sync(
+                fetch_for_device, site.config, site.kb, blob_hash, abandon_on_cancel=True
+            )
+    except TimeoutError:  # the fetch goes on in its thread, and stores the blob when it is done
+        return error_response(
+            504, "timeout", f"blob {blob_hash[:16]}… is still being fetched from this site's peers"
+        )
+    except BlobQuotaError as exc:
+        return error_response(507, "insufficient_storage", str(exc))
+    except BlobError as exc:
+        return error_response(404, "not_found", str(exc))
 
 
 def _blob_part(kb: KnowledgeBase, blob_hash: str, index: int, digest: Any) -> bytes | None:
@@ -220,17 +266,26 @@ class BlobResponse(StreamingResponse):
     reads slowly or not at all holds one part here, never the blob (and `_http` drops it when it
     stalls). The parts are hashed as they go and the last is sent only if the whole matches its
     hash: a corrupt stored blob is logged and its answer cut short (the connection is closed), never
-    delivered complete."""
+    delivered complete. With a `span` [start, end) only those bytes are sent (206), but every part
+    is read and hashed all the same."""
 
-    def __init__(self, kb: KnowledgeBase, blob_hash: str, size: int) -> None:
-        super().__init__((), media_type=BLOB_TYPE, headers={"content-length": str(size)})
-        self.kb, self.blob_hash, self.size = kb, blob_hash, size
+    def __init__(
+        self, kb: KnowledgeBase, blob_hash: str, size: int, span: tuple[int, int] | None = None
+    ) -> None:
+        start, end = span or (0, size)
+        headers = {"content-length": str(end - start), "accept-ranges": "bytes"}
+        if span is not None:
+            headers["content-range"] = f"bytes {start}-{end - 1}/{size}"
+        super().__init__(
+            (), status_code=206 if span else 200, media_type=BLOB_TYPE, headers=headers
+        )
+        self.kb, self.blob_hash, self.size, self.start, self.end = kb, blob_hash, size, start, end
 
     async def stream_response(self, send: Any) -> None:
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
-        digest, sent, held = hashlib.sha256(), 0, b""
+        digest, read, held = hashlib.sha256(), 0, None
         for index in range(1 << 40):
             try:
                 part = await run_in_threadpool(_blob_part, self.kb, self.blob_hash, index, digest)
@@ -245,22 +300,24 @@ class BlobResponse(StreamingResponse):
                 return
             if part is None:
                 break
-            if index:
-                await send({"type": "http.response.body", "body": held, "more_body": True})
-            held = part
-            sent += len(part)
-            if sent > self.size:
+            piece = part[max(self.start - read, 0) : max(self.end - read, 0)]
+            read += len(part)
+            if piece:
+                if held is not None:
+                    await send({"type": "http.response.body", "body": held, "more_body": True})
+                held = piece
+            if read > self.size:
                 break
-        if sent != self.size or digest.hexdigest() != self.blob_hash:
+        if read != self.size or digest.hexdigest() != self.blob_hash:
             log.error(
                 "stored blob %s… is corrupt (%d bytes, %d expected, or a hash mismatch): "
                 "its answer was cut short",
                 self.blob_hash[:16],
-                sent,
+                read,
                 self.size,
             )
             return  # without the end of the body: the server closes the connection
-        await send({"type": "http.response.body", "body": held, "more_body": False})
+        await send({"type": "http.response.body", "body": held or b"", "more_body": False})
 
 
 @endpoint("read")

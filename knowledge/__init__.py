@@ -17,12 +17,14 @@ does the first `kb.skills.query`.
 
 from typing import TYPE_CHECKING
 
+from ._blobs import BlobSource, IncomingBlob
 from ._canonical import canonical_json, content_hash, sha256_hex
 from ._clock import HybridClock
 from ._collections import Blobs, Certificates, Counters, Maps, SemanticMap, Skills
 from ._envelope import Envelope, Kind
 from ._errors import (
     BlobError,
+    BlobQuotaError,
     CanonicalJSONError,
     ClockSkewError,
     EmbodimentError,
@@ -136,6 +138,8 @@ __all__ = [
     "ActivationPolicy",
     "Actuator",
     "BlobError",
+    "BlobQuotaError",
+    "BlobSource",
     "Blobs",
     "Body",
     "BodyScore",
@@ -161,6 +165,7 @@ __all__ = [
     "HybridClock",
     "Identity",
     "IdentityError",
+    "IncomingBlob",
     "IngestReport",
     "Joint",
     "Kind",

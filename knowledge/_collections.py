@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._blobs import BlobSource, Fetching, named_blobs
 from ._canonical import content_hash
-from ._errors import BlobError, RecordError, UnknownSkillError
+from ._errors import BlobError, BlobQuotaError, RecordError, UnknownSkillError
 from ._models import Certificate, Counts, Observation, QueryResult, Skill
 from ._records import (
     COUNTER_FIELDS,
@@ -337,10 +338,11 @@ class Certificates:
 
 class Blobs:
     """Content-addressed large payloads (policy weights, meshes): stored once, verified on every
-    read."""
+    read, fetched on demand from the sources attached (see `fetch`), within the store's quota."""
 
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
+        self._fetching = Fetching(replica)
 
     def put(self, data: bytes, *, expected: str | None = None) -> str:
         """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to
@@ -358,7 +360,15 @@ class Blobs:
             )
         replica = self._replica
         replica.require_identity()
+        self._fetching.ready()
         with replica.lock, replica.store.transaction():
+            if not replica.store.has_blob(digest):
+                room = self._fetching.room(digest.hex())
+                if room is not None and len(data) > room:
+                    raise BlobQuotaError(
+                        f"blob of {len(data)} bytes does not fit in the store's blob quota: "
+                        f"{max(room, 0)} bytes are free; collect garbage or raise the quota"
+                    )
             replica.store.put_blob(digest, data)
         return digest.hex()
 
@@ -395,3 +405,85 @@ class Blobs:
     def missing(self, hashes: Iterable[str]) -> list[str]:
         """Of `hashes`, those not stored here (what to fetch from a peer)."""
         return [h for h in hashes if h not in self]
+
+    # --- on demand ------------------------------------------------------------------------------
+    def fetch(self, blob_hash: str, *, sources: Iterable[BlobSource] | None = None) -> bytes:
+        """The blob's bytes: stored here, or fetched from the first source that has them (the
+        attached `sources`, or these), verified by hash and stored (a read-only store keeps them
+        in memory only, until they are whole).
+
+        A source that fails midway leaves its bytes held, and the next source, or the next fetch,
+        resumes after them; a source whose bytes do not hash to the blob is logged and skipped.
+        BlobError naming each source's failure if none supplies it; BlobQuotaError (nothing kept)
+        if it would not fit in the quota.
+        """
+        check_skill_id(blob_hash, "blob hash")
+        fetching = self._fetching
+        return fetching.fetch(blob_hash, fetching.sources if sources is None else sources)
+
+    @property
+    def sources(self) -> tuple[BlobSource, ...]:
+        """Where `fetch` looks for a blob it lacks, in order."""
+        self._fetching.ready()
+        return tuple(self._fetching.sources)
+
+    def add_source(self, source: BlobSource) -> None:
+        if not isinstance(source, BlobSource):
+            raise TypeError(f"{source!r} is not a BlobSource (a name and fetch_blob)")
+        self._fetching.sources.append(source)
+
+    def defer_setup(self, setup: Callable[[], None]) -> None:
+        """Call `setup()` once, before this collection first stores, fetches or lists its sources:
+        how the top of a program attaches sources and a quota (`SiteHome` does) without paying
+        for their imports when no blob is touched."""
+        self._fetching.defer(setup)
+
+    @property
+    def quota(self) -> int | None:
+        """The most bytes all blobs together may take in the store (None: no quota)."""
+        self._fetching.ready()
+        return self._fetching.quota
+
+    def set_quota(self, max_bytes: int | None) -> None:
+        """Replace the quota (`Limits.max_blob_store_bytes`) for as long as this store is open;
+        blobs stored already stay."""
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
+            raise BlobError(f"a blob quota is a number of bytes, not {max_bytes!r}")
+        self._fetching.quota = max_bytes
+
+    def stored_bytes(self) -> int:
+        """Bytes the store holds in blobs, partly fetched ones included (what the quota counts)."""
+        with self._replica.lock:
+            return self._replica.store.blob_bytes()
+
+    def list(self) -> list[str]:
+        """The hashes of every blob stored here, in order."""
+        with self._replica.lock:
+            return [h.hex() for h in self._replica.store.blob_hashes()]
+
+    def collect_garbage(self, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete the blobs that only withdrawn or revoked skills name, and the partly fetched
+        bytes of any blob no live skill names; returns the bytes freed per blob (with `dry_run`,
+        what would be, deleting nothing). A whole blob no skill names is kept (a publisher's before
+        its record, one a device asked for), and so is one any live skill names."""
+        replica = self._replica
+        if not dry_run:
+            replica.require_identity()
+        live, dead = named_blobs(replica)
+        freed = {}
+        with replica.lock:
+            store = replica.store
+            partial = set() if store.readonly else {h.hex() for h in store.partial_hashes()}
+        for blob_hash in sorted((dead | partial) - live):
+            key = bytes.fromhex(blob_hash)
+            with replica.lock:
+                whole = (store.blob_size(key) or 0) if blob_hash in dead else 0
+                size = whole + (store.partial_size(key) if blob_hash in partial else 0)
+                if size and not dry_run:
+                    if whole:
+                        store.delete_blob(key)
+                    else:
+                        store.drop_partial(key)
+                if size:
+                    freed[blob_hash] = size
+        return freed

@@ -12,6 +12,7 @@ SimnetError
 │   ├── StoreReadOnlyError   its file, its folder or its file system is read-only
 │   └── StoreFullError       the disk (or a file-size limit) is full: the write was not made
 ├── BlobError                a blob is missing, too large, or does not match its hash
+│   └── BlobQuotaError       storing a blob would take the store past its blob quota
 ├── PolicyError              a trust or activation policy file is malformed
 ├── UnknownSkillError        no skill with that id is known (also a KeyError)
 └── EmbodimentError          a robot description cannot be read or described
@@ -86,6 +87,10 @@ class StoreFullError(StoreError):
 
 class BlobError(SimnetError):
     """A blob is missing, too large, or its bytes do not match its content hash."""
+
+
+class BlobQuotaError(BlobError):
+    """Storing a blob (put or fetched) would take the store past its quota: nothing was stored."""
 
 
 class PolicyError(SimnetError):

@@ -6,7 +6,10 @@ this is the one place that knows the file names.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import _kb
@@ -18,14 +21,20 @@ class SiteHome:
     """A site's directory (``simnet --home``): ``site.db``, ``site.key`` and ``trust.toml``.
 
     Other packages keep their own files here too (federation's ``simnet.toml``, sim's worlds).
+
+    `blob_setup` names (``"module:attr"``) functions called as ``f(home, kb)`` before a knowledge
+    base opened here first stores or fetches a blob (see `Blobs.defer_setup`): how the top of the
+    program lets any command fetch the blobs it lacks from the site's peers (the `simnet` command
+    names federation's) while `knowledge` imports neither them nor the commands.
     """
 
     STORE_FILE = "site.db"
     KEY_FILE = "site.key"
     POLICY_FILE = "trust.toml"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, blob_setup: Iterable[str] = ()) -> None:
         self.path = Path(path)
+        self.blob_setup = tuple(blob_setup)
 
     def __repr__(self) -> str:
         return f"SiteHome({str(self.path)!r})"
@@ -49,14 +58,22 @@ class SiteHome:
         the same policy the site does (a broken policy file is a PolicyError here too).
         """
         self._need_store()
-        return _kb.open(self.store, policy=self._policy_file())
+        return self._attach(_kb.open(self.store, policy=self._policy_file()))
 
     def open_writer(self) -> _kb.KnowledgeBase:
         """The store opened as the site's key under its policy; StoreLockedError if a server holds
         it."""
         self._need_store()
         identity = Identity.load(self.key)
-        return _kb.open(self.store, identity, policy=self._policy_file())
+        return self._attach(_kb.open(self.store, identity, policy=self._policy_file()))
+
+    def _attach(self, kb: _kb.KnowledgeBase) -> _kb.KnowledgeBase:
+        for name in self.blob_setup:
+            kb.blobs.defer_setup(functools.partial(self._set_up, name, kb))
+        return kb
+
+    def _set_up(self, name: str, kb: _kb.KnowledgeBase) -> None:
+        _resolve(name)(self, kb)
 
     def _policy_file(self) -> Path | None:
         return self.policy if self.policy.exists() else None
@@ -66,3 +83,8 @@ class SiteHome:
             raise StoreError(
                 f"no knowledge base in {self.path}; run `simnet init` there, or pass --home"
             )
+
+
+def _resolve(name: str) -> Callable[[SiteHome, _kb.KnowledgeBase], object]:
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)

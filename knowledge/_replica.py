@@ -54,6 +54,7 @@ class Limits:
     max_envelope_bytes: int = 1 << 20
     max_checkpoint_bytes: int = 64 << 20
     max_blob_bytes: int = 256 << 20
+    max_blob_store_bytes: int | None = None  # all blobs together, partly fetched ones too
 
 
 def note_written(

@@ -57,6 +57,9 @@ CREATE TABLE IF NOT EXISTS equivocations (
     author BLOB NOT NULL, seq INTEGER NOT NULL, first BLOB NOT NULL, second BLOB NOT NULL,
     PRIMARY KEY (author, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blob_partials (
+    hash BLOB NOT NULL, start INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (hash, start)) WITHOUT ROWID;
 """
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
@@ -395,6 +398,74 @@ class Store:
                 self._db.execute("DELETE FROM blob_parts WHERE hash=?", (hash_,))
                 self._insert_parts(hash_, data)
                 self._db.execute("DELETE FROM blobs WHERE hash=?", (hash_,))
+
+    def blob_hashes(self) -> list[bytes]:
+        """Every stored blob's hash, in order."""
+        rows = self._db.execute(
+            "SELECT hash FROM blob_parts WHERE part=0 UNION SELECT hash FROM blobs ORDER BY 1"
+        )
+        return [bytes(r[0]) for r in rows]
+
+    def blob_bytes(self) -> int:
+        """Bytes held in blobs, whole and partly fetched (what a blob quota counts)."""
+        tables = (
+            ("blob_parts", "blobs", "blob_partials")
+            if self._partials()
+            else ("blob_parts", "blobs")
+        )
+        return sum(
+            self._db.execute(f"SELECT COALESCE(SUM(length(data)), 0) FROM {table}").fetchone()[0]
+            for table in tables
+        )
+
+    def _partials(self) -> bool:
+        """Whether the store has the table of partly fetched blobs (a store written by an earlier
+        version and opened read-only does not)."""
+        return (
+            self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='blob_partials'"
+            ).fetchone()
+            is not None
+        )
+
+    def delete_blob(self, hash_: bytes) -> None:
+        """Drop a blob, and any partly fetched copy of it."""
+        with self.transaction():
+            for table in ("blob_parts", "blobs", "blob_partials"):
+                self._db.execute(f"DELETE FROM {table} WHERE hash=?", (hash_,))
+
+    # --- blobs being fetched: their first bytes, kept so that a fetch cut short resumes ----------
+    def partial_hashes(self) -> list[bytes]:
+        if not self._partials():
+            return []
+        rows = self._db.execute("SELECT DISTINCT hash FROM blob_partials ORDER BY hash")
+        return [bytes(r[0]) for r in rows]
+
+    def partial_size(self, hash_: bytes) -> int:
+        if not self._partials():
+            return 0
+        return self._db.execute(
+            "SELECT COALESCE(SUM(length(data)), 0) FROM blob_partials WHERE hash=?", (hash_,)
+        ).fetchone()[0]
+
+    def partial_blob(self, hash_: bytes) -> bytes | None:
+        """The bytes fetched so far, in order; None if they are not contiguous from byte 0."""
+        out = bytearray()
+        for start, data in self._db.execute(
+            "SELECT start, data FROM blob_partials WHERE hash=? ORDER BY start", (hash_,)
+        ):
+            if start != len(out):
+                return None
+            out += data
+        return bytes(out)
+
+    def add_partial(self, hash_: bytes, start: int, data: bytes) -> None:
+        with self.transaction():
+            self._db.execute("INSERT INTO blob_partials VALUES (?, ?, ?)", (hash_, start, data))
+
+    def drop_partial(self, hash_: bytes) -> None:
+        with self.transaction():
+            self._db.execute("DELETE FROM blob_partials WHERE hash=?", (hash_,))
 
     # --- equivocation evidence ------------------------------------------------------------------
     def add_equivocation(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:

@@ -90,6 +90,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop.",
     ),
 }
+BLOB_SETUP = (
+    # "module:attr" of f(home, kb), run before a site's store first stores or fetches a blob: any
+    # command (`certify`, `verify`, ...) then fetches what it lacks from the site's peers
+    "federation:attach_site_peers",
+)
 EXTRAS = {  # an optional dependency -> the extra that installs it (see pyproject.toml)
     "uvicorn": "server",
     "starlette": "server",
@@ -226,7 +231,7 @@ def main(ctx: click.Context, home: Path, verbose: int) -> None:
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    ctx.obj = SiteHome(home)
+    ctx.obj = SiteHome(home, blob_setup=BLOB_SETUP)
 
 
 @main.group()
@@ -354,6 +359,56 @@ def skills_query(
         for r in rows
     ]
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
+
+
+@main.group()
+def blobs() -> None:
+    """The blobs this site stores (weights, meshes): list them, collect the garbage."""
+
+
+@blobs.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def blobs_list(home: SiteHome, as_json: bool) -> None:
+    """Stored blobs: hash, size, the skills naming them; garbage if only withdrawn or revoked ones
+    do."""
+    with home.open_readonly() as kb:
+        named: dict[str, list[str]] = {}
+        for skill in kb.skills.list(include_withdrawn=True):
+            weights = (skill.policy or {}).get("weights")
+            for blob_hash in {*skill.blobs, *([weights] if isinstance(weights, str) else [])}:
+                named.setdefault(blob_hash, []).append(skill.name)
+        garbage = kb.blobs.collect_garbage(dry_run=True)
+        rows: list[dict[str, Any]] = [
+            {
+                "hash": h,
+                "bytes": kb.blobs.size(h),
+                "skills": sorted(named.get(h, [])),
+                "garbage": h in garbage,
+            }
+            for h in kb.blobs.list()
+        ]
+        total, quota = kb.blobs.stored_bytes(), kb.blobs.quota
+    lines = [
+        f"{r['hash'][:16]}  {r['bytes']:>12}  {'garbage ' if r['garbage'] else ''}"
+        f"{', '.join(r['skills']) or '(no skill names it)'}"
+        for r in rows
+    ]
+    lines.append(f"{total} bytes stored" + (f" of a {quota}-byte quota" if quota else ""))
+    emit({"blobs": rows, "bytes": total, "quota": quota}, as_json, "\n".join(lines))
+
+
+@blobs.command("gc")
+@click.option("--dry-run", is_flag=True, help="Say what would be freed; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def blobs_gc(home: SiteHome, dry_run: bool, as_json: bool) -> None:
+    """Delete the blobs that only withdrawn or revoked skills name (run it while no server holds
+    the store)."""
+    with home.open_readonly() if dry_run else home.open_writer() as kb:
+        freed = kb.blobs.collect_garbage(dry_run=dry_run)
+    verb = "would free" if dry_run else "freed"
+    emit(freed, as_json, f"{verb} {sum(freed.values())} bytes in {len(freed)} blob(s)")
 
 
 @main.group(cls=LazyGroup, lazy=ENCODER_COMMANDS)

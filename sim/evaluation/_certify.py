@@ -90,17 +90,19 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Policy | EntryPointRef:
     spec; or, for a skill that names a local entry point, its EntryPointRef, checked to be installed
     here at the recorded version (`evaluate` calls its factory with the task).
 
-    BlobError if the weights are not here yet (fetch them: `federation.sync_with(...,
-    blobs=[...])`), PolicySpecError / PolicyPayloadError if the record's policy is not a valid
-    skill, EntryPointError if it names a local entry point that is not installed at the recorded
-    version.
+    Weights not stored here are fetched from the knowledge base's blob sources (`kb.blobs.fetch`:
+    the `simnet` command attaches the site's peers): BlobError if none has them, BlobQuotaError if
+    they do not fit in the store's quota. PolicySpecError / PolicyPayloadError if the record's
+    policy is not a valid skill, EntryPointError if it names a local entry point that is not
+    installed at the recorded version.
     """
     policy = kb.skills.get(skill_id).policy
     if not isinstance(policy, dict):
         raise PolicySpecError("policy", f"skill {skill_id[:16]}… carries no policy")
     if policy.get("kind") == "mlp":
         skill = Policy(
-            MLPSpec.from_json(policy.get("architecture")), kb.blobs.get(str(policy.get("weights")))
+            MLPSpec.from_json(policy.get("architecture")),
+            kb.blobs.fetch(str(policy.get("weights"))),
         )
         if policy.get("skill_hash") not in (None, skill.hash):
             raise PolicySpecError(

@@ -281,4 +281,5 @@ def test_saved_file_is_what_the_docstring_describes(tmp_path):
         "header_timeout_s",
         "max_connections",
         "sync_deadline_s",
+        "max_blob_store_bytes",
     }
