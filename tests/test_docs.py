@@ -7,7 +7,9 @@ one namespace (as in one interpreter session) and `sh` blocks in bash with `set 
 block in any other language, or without one, fails the test: nothing is silently skipped.
 
 Two kinds of shell lines are covered by other tests, named in `COVERED_ELSEWHERE`; the test checks
-that those tests exist. Servers a document leaves running are stopped at the end.
+that those tests exist. The one change made to what a document says: each loopback port it names
+(127.0.0.1:7070) becomes a free one, so documents and other tests can run side by side. Servers a
+document leaves running are stopped at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -28,6 +31,7 @@ import pytest
 ROOT = Path(__file__).parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN, PARSE, SHOWN = {"python", "sh"}, {"toml"}, {"text"}
+PORT = re.compile(r"127\.0\.0\.1:(\d{4,5})\b")
 FENCE = re.compile(r"^```(?P<lang>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.S | re.M)
 COVERED_ELSEWHERE = {  # a shell line that starts so -> the test that runs what it does
     "python3 dev.py demo": "tests/test_examples.py::test_fleet_demo",
@@ -102,14 +106,12 @@ DRIVER = textwrap.dedent(
 def test_document_runs_as_written(document, tmp_path):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     script = tmp_path / ".blocks.json"
-    script.write_text(
-        json.dumps(
-            [
-                {"where": b.where, "lang": b.lang, "code": _uncovered(b.code)}
-                for b in runnable(document)
-            ]
-        )
-    )
+    ports: dict[str, str] = {}
+    steps = [
+        {"where": b.where, "lang": b.lang, "code": _free_ports(_uncovered(b.code), ports)}
+        for b in runnable(document)
+    ]
+    script.write_text(json.dumps(steps))
     (tmp_path / ".driver.py").write_text(DRIVER)
     bin_dir = str(Path(sys.executable).parent)
     env = dict(
@@ -130,6 +132,19 @@ def test_document_runs_as_written(document, tmp_path):
     finally:
         _stop_servers(tmp_path)
     assert result.returncode == 0, (result.stdout[-6000:], result.stderr[-6000:])
+
+
+def _free_ports(code: str, ports: dict[str, str]) -> str:
+    """`code` with each loopback port replaced by a free one (the same one wherever it recurs)."""
+
+    def free(match: re.Match[str]) -> str:
+        if match[1] not in ports:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports[match[1]] = str(s.getsockname()[1])
+        return f"127.0.0.1:{ports[match[1]]}"
+
+    return PORT.sub(free, code)
 
 
 def _stop_servers(folder: Path) -> None:
