@@ -74,12 +74,13 @@ def _uncovered(code: str) -> str:
 # out of pytest's process. It reports the block that failed on its last line.
 DRIVER = textwrap.dedent(
     """
-    import json, subprocess, sys, traceback
+    import json, subprocess, sys, time, traceback
 
     def main():
         namespace = {"__name__": "__main__"}
         for block in json.load(open(sys.argv[1])):
             print(f"--- {block['where']} ({block['lang']})", flush=True)
+            start = time.monotonic()
             try:
                 if block["lang"] == "python":
                     exec(compile(block["code"], block["where"], "exec"), namespace)
@@ -91,6 +92,7 @@ DRIVER = textwrap.dedent(
                 sys.stdout.flush()
                 print(f"FAILED AT {block['where']}", file=sys.stderr)
                 sys.exit(1)
+            print(f"--- {block['where']} took {time.monotonic() - start:.1f} s", flush=True)
 
     if __name__ == "__main__":  # worker processes a block starts import this file again
         main()
