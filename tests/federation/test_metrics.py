@@ -21,10 +21,11 @@ def run(coro):
 
 @pytest.fixture
 def free_port_url():
-    """A loopback URL where nothing listens: every round with it fails."""
+    """A loopback URL where nothing listens: every round with it fails. Its port stays bound (never
+    listening) for the test, so no server elsewhere (another xdist worker's) can take it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def scrape(site) -> dict[tuple[str, tuple], float]:

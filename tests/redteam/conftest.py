@@ -31,10 +31,19 @@ from knowledge import Identity
 SIMNET = [sys.executable, "-c", "from knowledge.cli import run; run()"]
 
 
+_RESERVED: list[socket.socket] = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port for a server to listen on later: bound here, never listening, for the rest of
+    this process. Nothing else takes it meanwhile (not a test on another xdist worker, not a
+    client's ephemeral port), while a server binding it with SO_REUSEADDR (`simnet serve`,
+    asyncio's start_server) can, and can again after a restart."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _RESERVED.append(sock)
+    return sock.getsockname()[1]
 
 
 def wait_until(predicate, timeout: float, what: str, step: float = 0.05) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 
 import federation
 
@@ -12,13 +13,17 @@ BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def browse(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Chromium on a profile of its own: never one that a browser in another test (on another xdist
+    worker) holds, nor the user's."""
     assert BROWSER, "the status page test needs Chromium: apt-get install chromium"
-    return subprocess.run(
-        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", *args, url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        return subprocess.run(
+            [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+            + [f"--user-data-dir={profile}", *args, url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
 
 def test_a_browser_renders_the_sites_status(fleet, make_device, tmp_path):
