@@ -38,6 +38,7 @@ COVERED_ELSEWHERE = {  # a shell line that starts so -> the test that runs what 
     "python3 dev.py test": "tests/test_docs.py::test_ci_runs_the_readme_test_command",
 }
 TIMEOUT_S = 600
+_RESERVED: list[socket.socket] = []
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,11 @@ def _free_ports(code: str, ports: dict[str, str]) -> str:
 
     def free(match: re.Match[str]) -> str:
         if match[1] not in ports:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                ports[match[1]] = str(s.getsockname()[1])
+            sock = socket.socket()  # kept bound, never listening: nothing else takes the port,
+            sock.bind(("127.0.0.1", 0))  # while `simnet serve` (SO_REUSEADDR) binds it
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            _RESERVED.append(sock)
+            ports[match[1]] = str(sock.getsockname()[1])
         return f"127.0.0.1:{ports[match[1]]}"
 
     return PORT.sub(free, code)
