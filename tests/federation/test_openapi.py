@@ -56,7 +56,7 @@ def test_the_schemas_describe_real_answers(make_site):
         async with b.client(a.identity) as client:
             return await client.post(
                 "/v1/envelopes",
-                content=encode_page([*raws, raws[0][:-1] + b"\0"]),
+                content=encode_page([*raws, raws[0][:-1] + bytes([raws[0][-1] ^ 1])]),
                 headers={"content-type": PAGE_TYPE},
             )
 
