@@ -409,7 +409,7 @@ def test_named_poison_records(world, name, key, text, expected):
     check_one(world, key, text, None, expected)
 
 
-def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
+def test_quoted_backslashes_do_not_make_the_record_scan_quadratic(tmp_path):
     """Attack (CPU): a record within every limit (160 KB) made of the two characters `"\\` repeated.
     The limit scan (`record_limits`, run on every record before parsing) looks for JSON strings with
     the regex `"(?:[^"\\\\]|\\\\.)*"`: from every quote it runs to the end of the text and fails, so
@@ -427,6 +427,7 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
         w = poison.make_world()
         kb = w.receiver()
         raw = w.forger.envelope("cell/lobby/1,1", '"\\\\' * 80_000)
+        print("ready", flush=True)
         started = time.perf_counter()
         report = kb.ingest([raw])
         print(
@@ -435,19 +436,29 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
             [i.reason[:40] for i in report.record_issues],
         )
     """)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", child], capture_output=True, text=True, timeout=7
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(
-            "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s, "
-            "child start included (about 140 s here): "
-            "record_limits' string regex backtracks from every quote to the end of the text"
-        )
-    assert done.returncode == 0, done.stderr[-2000:]
-    seconds = float(done.stdout.split()[0])
-    assert seconds < 1.0, done.stdout
+    with (
+        open(tmp_path / "stderr", "w+") as errors,
+        subprocess.Popen(
+            [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=errors, text=True
+        ) as proc,
+    ):
+        try:
+            # the child's start (imports, the forged record) takes what it takes on a busy
+            # machine; only the ingest after it is bounded
+            ready = proc.stdout.readline()
+            proc.wait(timeout=7)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(
+                "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s "
+                "(about 140 s here): "
+                "record_limits' string regex backtracks from every quote to the end of the text"
+            )
+        out = proc.stdout.read()
+        errors.seek(0)
+        assert ready == "ready\n" and proc.returncode == 0, errors.read()[-2000:]
+    seconds = float(out.split()[0])
+    assert seconds < 1.0, out
 
 
 def test_skill_named_with_an_escaped_lone_surrogate_does_not_break_the_site_cli(world, tmp_path):
