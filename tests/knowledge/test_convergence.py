@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,9 @@ import knowledge
 from knowledge import Identity, Role, TrustPolicy
 
 EXAMPLES = int(os.environ.get("SIMNET_CONVERGENCE_EXAMPLES", "2000"))
+# The schedules are drawn in SHARDS runs of their own (each with its own random draws), which xdist
+# spreads over the cores: 4 x 500 schedules, the EXAMPLES in all.
+SHARDS = 4
 
 
 def _identities(n: int) -> list[Identity]:
@@ -88,7 +92,8 @@ def _apply(writers, skills, operation) -> None:
         pass
 
 
-@settings(max_examples=EXAMPLES)
+@pytest.mark.parametrize("shard", range(SHARDS))
+@settings(max_examples=max(1, -(-EXAMPLES // SHARDS)))
 @given(
     n_roots=st.integers(2, 4),
     n_devices=st.integers(1, 4),
@@ -96,7 +101,7 @@ def _apply(writers, skills, operation) -> None:
     n_replicas=st.integers(2, 4),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_replicas_converge(n_roots, n_devices, operations, n_replicas, seed):
+def test_replicas_converge(shard, n_roots, n_devices, operations, n_replicas, seed):
     rng = random.Random(seed)
     ids = _identities(n_roots + n_devices + n_replicas + 1)
     roots, devices, observers = (

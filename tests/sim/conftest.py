@@ -135,7 +135,8 @@ def make_world(tmp_path, region, world_entities):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray (2 CPUs) for the whole session: starting one takes seconds."""
+    """One local Ray (2 CPUs) for the whole session: starting one takes seconds. The tests using it
+    run on one xdist worker (group "ray", see tests/conftest.py)."""
     import ray
 
     sim.use_ray(num_cpus=2)

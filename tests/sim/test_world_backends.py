@@ -12,6 +12,7 @@ import pytest
 import sim
 from sim import Intervention, Mutation
 
+ON_RAY = pytest.mark.xdist_group("ray")  # every Ray test on one xdist worker: see conftest.py
 PUSH = Mutation("joint/crate/~joint0/qvel", "set", (1.0, 0, 0, 0, 0, 0))
 
 
@@ -21,12 +22,12 @@ def _with_ray(request, name):
     return name
 
 
-@pytest.fixture(params=["inline", "process", "ray"])
+@pytest.fixture(params=["inline", "process", pytest.param("ray", marks=ON_RAY)])
 def backend(request):
     return _with_ray(request, request.param)
 
 
-@pytest.fixture(params=["process", "ray"])
+@pytest.fixture(params=["process", pytest.param("ray", marks=ON_RAY)])
 def worker_backend(request):
     return _with_ray(request, request.param)
 
