@@ -3,6 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+
+# Where PYTHONDONTWRITEBYTECODE is set, every process the suite starts (the xdist workers and the
+# many `simnet` commands, servers and child processes of the tests) compiled every module it
+# imported (torch, numpy, starlette, ...) from source again: a fifth of the suite's CPU time. The
+# suite keeps compiled bytecode in .cache/pycache instead (ignored by git, nothing written beside
+# the sources); a PYTHONPYCACHEPREFIX set by the caller is kept.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = str(Path(__file__).parents[1] / ".cache" / "pycache")
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
 
 # The suite runs on several xdist workers (pyproject's addopts): one OpenMP/BLAS thread (torch,
 # faiss, numpy) in each worker and in every process it starts. Their default, a thread per core in
@@ -28,6 +41,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("SIMNET_HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): a worker per core and one more, as many tests spend their
+    time waiting for processes they started (servers, `simnet` commands) rather than computing."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) + 1
 
 
 @pytest.hookimpl(wrapper=True)

@@ -409,7 +409,7 @@ def test_named_poison_records(world, name, key, text, expected):
     check_one(world, key, text, None, expected)
 
 
-def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
+def test_quoted_backslashes_do_not_make_the_record_scan_quadratic(tmp_path):
     """Attack (CPU): a record within every limit (160 KB) made of the two characters `"\\` repeated.
     The limit scan (`record_limits`, run on every record before parsing) looks for JSON strings with
     the regex `"(?:[^"\\\\]|\\\\.)*"`: from every quote it runs to the end of the text and fails, so
@@ -436,24 +436,27 @@ def test_quoted_backslashes_do_not_make_the_record_scan_quadratic():
             [i.reason[:40] for i in report.record_issues],
         )
     """)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        # the child's start (imports, the forged record) takes what it takes on a busy machine;
-        # only the ingest after it is bounded
-        ready = proc.stdout.readline()
-        out, err = proc.communicate(timeout=7)
-    except subprocess.TimeoutExpired:
-        pytest.fail(
-            "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s "
-            "(about 140 s here): "
-            "record_limits' string regex backtracks from every quote to the end of the text"
-        )
-    finally:
-        proc.kill()
-        proc.wait()
-    assert ready == "ready\n" and proc.returncode == 0, err[-2000:]
+    with (
+        open(tmp_path / "stderr", "w+") as errors,
+        subprocess.Popen(
+            [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=errors, text=True
+        ) as proc,
+    ):
+        try:
+            # the child's start (imports, the forged record) takes what it takes on a busy
+            # machine; only the ingest after it is bounded
+            ready = proc.stdout.readline()
+            proc.wait(timeout=7)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(
+                "ingest of one 160 KB record of '\"\\\\' * 80000 did not finish within 7 s "
+                "(about 140 s here): "
+                "record_limits' string regex backtracks from every quote to the end of the text"
+            )
+        out = proc.stdout.read()
+        errors.seek(0)
+        assert ready == "ready\n" and proc.returncode == 0, errors.read()[-2000:]
     seconds = float(out.split()[0])
     assert seconds < 1.0, out
 
