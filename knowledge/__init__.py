@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from ._blobs import BlobSource, IncomingBlob
 from ._canonical import canonical_json, content_hash, sha256_hex
+from ._certificates import Certificates, Tasks
 from ._clock import HybridClock
-from ._collections import Blobs, Certificates, Counters, Maps, SemanticMap, Skills
+from ._collections import Blobs, Counters, Maps, SemanticMap, Skills
 from ._envelope import Envelope, Kind
 from ._errors import (
     BlobError,
@@ -39,6 +40,7 @@ from ._errors import (
     StoreLockedError,
     StoreReadOnlyError,
     UnknownSkillError,
+    UnknownTaskError,
 )
 from ._home import SiteHome
 from ._identity import Identity, key_id, parse_public_key, verify_signature
@@ -55,6 +57,7 @@ from ._models import (
     RecordIssue,
     Rejection,
     Skill,
+    SpotCheck,
 )
 from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy
 from ._records import Role
@@ -189,16 +192,19 @@ __all__ = [
     "Skill",
     "SkillIndex",
     "Skills",
+    "SpotCheck",
     "StoreError",
     "StoreFullError",
     "StoreLockedError",
     "StoreReadOnlyError",
+    "Tasks",
     "Transfer",
     "TransferDataError",
     "TransferDataset",
     "TrustPolicy",
     "TrustedRoot",
     "UnknownSkillError",
+    "UnknownTaskError",
     "canonical_json",
     "content_hash",
     "evaluate_encoder",

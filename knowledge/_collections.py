@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ._blobs import BlobSource, Fetching, named_blobs
 from ._canonical import content_hash
 from ._errors import BlobError, BlobQuotaError, RecordError, UnknownSkillError
-from ._models import Certificate, Counts, Observation, QueryResult, Skill
+from ._models import Counts, Observation, QueryResult, Skill
 from ._records import (
     COUNTER_FIELDS,
     MAX_INT,
@@ -52,11 +52,14 @@ class Skills:
         parents: Iterable[str] = (),
         blobs: Iterable[str] = (),
         meta: Mapping[str, Any] | None = None,
+        tasks: Iterable[str] = (),
     ) -> Skill:
         """Publish a skill; returns it with its id (the SHA-256 of its record). Durable on return.
 
         `embodiments` is the scope: `Embodiment.to_dict()` of each body the skill is for (what
-        `query` reads).
+        `query` reads). `tasks` names the task definitions it is meant for, by content hash
+        (`kb.tasks.publish`): any site can then evaluate it, and a certificate counts only for one
+        of them.
         """
         replica = self._replica
         identity = replica.require(Role.PUBLISH)
@@ -73,6 +76,7 @@ class Skills:
             "blobs": list(blobs),
             "meta": dict(meta) if meta is not None else None,
             "author": identity.public_key_hex,
+            **({"tasks": [check_skill_id(t, "task hash") for t in tasks]} if tasks else {}),
             "hlc": replica.now(),
         }
         skill_id = content_hash(record)
@@ -291,49 +295,6 @@ def _parse_counter(text: str | None) -> dict[str, Any]:
             "n": dict.fromkeys(COUNTER_FIELDS, 0),
         }
     return json.loads(text)
-
-
-class Certificates:
-    """Signed evaluation records naming the skill they certify (grow-only)."""
-
-    def __init__(self, replica: Replica) -> None:
-        self._replica = replica
-
-    def add(
-        self,
-        skill_id: str,
-        *,
-        branches: int,
-        successes: int,
-        confidence: float = 0.95,
-        randomized: Iterable[str] = (),
-        evaluation: Mapping[str, Any] | None = None,
-    ) -> Certificate:
-        """Certify a skill with an evaluation's outcome; `evaluation` holds what is needed to re-run
-        it."""
-        replica = self._replica
-        identity = replica.require(Role.VALIDATE)
-        check_skill_id(skill_id)
-        record = {
-            "v": 1,
-            "skill": skill_id,
-            "validator": identity.public_key_hex,
-            "hlc": replica.now(),
-            "branches": branches,
-            "successes": successes,
-            "confidence": confidence,
-            "randomized": sorted(set(randomized)),
-            "evaluation": dict(evaluation) if evaluation is not None else None,
-        }
-        cert_id = content_hash(record)
-        replica.put_record(RecordType.CERT, cert_id, record)
-        return Certificate.from_record(cert_id, record)
-
-    def for_skill(self, skill_id: str) -> list[Certificate]:
-        with self._replica.lock:
-            return [
-                Certificate.from_record(c, r) for c, r in self._replica.views.certificates(skill_id)
-            ]
 
 
 class Blobs:

@@ -15,6 +15,7 @@ SimnetError
 │   └── BlobQuotaError       storing a blob would take the store past its blob quota
 ├── PolicyError              a trust or activation policy file is malformed
 ├── UnknownSkillError        no skill with that id is known (also a KeyError)
+├── UnknownTaskError         no task definition with that hash is known (also a KeyError)
 └── EmbodimentError          a robot description cannot be read or described
 
 Errors of the embodiment side (`knowledge.embodiment`) also derive from SimnetError:
@@ -99,6 +100,10 @@ class PolicyError(SimnetError):
 
 class UnknownSkillError(SimnetError, KeyError):
     """No skill with that id is known to this knowledge base."""
+
+
+class UnknownTaskError(SimnetError, KeyError):
+    """No task definition with that hash is known to this knowledge base."""
 
 
 class EmbodimentError(SimnetError):

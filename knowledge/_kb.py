@@ -14,8 +14,9 @@ import os
 from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any
 
+from ._certificates import Certificates, Tasks
 from ._clock import HybridClock
-from ._collections import Blobs, Certificates, Counters, Maps, Skills
+from ._collections import Blobs, Counters, Maps, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, seal
 from ._errors import RecordError, StoreError
 from ._identity import Identity, key_id
@@ -68,6 +69,7 @@ class KnowledgeBase:
         self.maps = Maps(replica)
         self.counters = Counters(replica)
         self.certificates = Certificates(replica)
+        self.tasks = Tasks(replica)
         self.blobs = Blobs(replica)
 
     @property

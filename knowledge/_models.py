@@ -23,6 +23,7 @@ class Skill:
     parents: tuple[str, ...] = ()
     blobs: tuple[str, ...] = ()
     meta: dict[str, Any] | None = None
+    tasks: tuple[str, ...] = ()  # content hashes of the task definitions it is meant for
 
     @classmethod
     def from_record(cls, skill_id: str, rec: dict[str, Any]) -> Skill:
@@ -40,6 +41,7 @@ class Skill:
             parents=tuple(rec.get("parents", ())),
             blobs=tuple(rec.get("blobs", ())),
             meta=rec.get("meta"),
+            tasks=tuple(rec.get("tasks", ())),
         )
 
 
@@ -94,6 +96,42 @@ class Certificate:
             confidence=float(rec["confidence"]),
             randomized=tuple(rec.get("randomized", ())),
             evaluation=rec.get("evaluation"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SpotCheck:
+    """A site's re-run of some branches of another validator's certificate, signed by the checker.
+
+    `reproduced=False` makes it a dispute: it replicates with its evidence, the certificate stops
+    counting wherever the checker is trusted to validate, and enough disputes against one validator
+    stop its certificates counting too (`ActivationPolicy.distrust_after_disputes`).
+    """
+
+    id: str
+    certificate: str
+    skill: str
+    validator: str
+    checker: str
+    hlc: int
+    reproduced: bool
+    branches: tuple[int, ...]
+    detail: str = ""
+    evidence: dict[str, Any] | None = None
+
+    @classmethod
+    def from_record(cls, check_id: str, rec: dict[str, Any]) -> SpotCheck:
+        return cls(
+            id=check_id,
+            certificate=rec["certificate"],
+            skill=rec["skill"],
+            validator=rec["validator"],
+            checker=rec["checker"],
+            hlc=rec["hlc"],
+            reproduced=rec["verdict"] == "reproduced",
+            branches=tuple(rec["branches"]),
+            detail=rec.get("detail", ""),
+            evidence=rec.get("evidence"),
         )
 
 

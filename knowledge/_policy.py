@@ -17,6 +17,14 @@
     min_validators = 1                  # k: distinct validator sites whose certificates qualify
     validators = []                     # n: roots whose certificates count
                                         # (empty: every validate root)
+    rerunnable_only = true              # count only certificates whose evaluation record can be
+                                        # re-run: a simulator evaluation of the skill's own policy
+    spot_check_branches = 0             # re-run this many branches of another site's certificate
+    spot_check_fraction = 0.0           # ... or this fraction of them, whichever is more, before
+                                        # counting it (0 and 0.0: count without re-running)
+    spot_check_budget_s = 300.0         # the most seconds one spot check may simulate
+    distrust_after_disputes = 1         # a validator with this many disputes against it counts no
+                                        # more (0: disputes only void the certificates they name)
 
 A knowledge base trusts its own identity as a site root with every role, unless `device_of` names
 the site root it belongs to: then that root is trusted with every role, and this key writes only
@@ -26,6 +34,7 @@ key a device.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Iterable
@@ -56,6 +65,21 @@ class ActivationPolicy:
     required_randomization: frozenset[str] = frozenset()
     min_validators: int = 1
     validators: frozenset[bytes] = frozenset()
+    rerunnable_only: bool = True
+    spot_check_branches: int = 0
+    spot_check_fraction: float = 0.0
+    spot_check_budget_s: float = 300.0
+    distrust_after_disputes: int = 1
+
+    @property
+    def spot_checks(self) -> bool:
+        """Whether certificates from other sites count only after this site re-ran some branches."""
+        return self.spot_check_branches > 0 or self.spot_check_fraction > 0
+
+    def spot_check_size(self, branches: int) -> int:
+        """How many of a certificate's `branches` a spot check re-runs."""
+        wanted = max(self.spot_check_branches, math.ceil(self.spot_check_fraction * branches))
+        return min(branches, wanted)
 
 
 @dataclass(frozen=True)
@@ -109,6 +133,11 @@ class TrustPolicy:
             required_randomization=frozenset(_strings(act, "required_randomization")),
             min_validators=_count(act, "min_validators", 1),
             validators=frozenset(parse_public_key(k) for k in _strings(act, "validators")),
+            rerunnable_only=_bool(act, "rerunnable_only", True),
+            spot_check_branches=_count(act, "spot_check_branches", 0),
+            spot_check_fraction=_number(act, "spot_check_fraction", 0.0, 0.0, 1.0),
+            spot_check_budget_s=_number(act, "spot_check_budget_s", 300.0, 0.0, 86400.0),
+            distrust_after_disputes=_count(act, "distrust_after_disputes", 1),
         )
         device_of = data.get("device_of")
         if device_of is not None and not isinstance(device_of, str):
@@ -144,6 +173,11 @@ class TrustPolicy:
                     "required_randomization": sorted(a.required_randomization),
                     "min_validators": a.min_validators,
                     "validators": sorted(k.hex() for k in a.validators),
+                    "rerunnable_only": a.rerunnable_only,
+                    "spot_check_branches": a.spot_check_branches,
+                    "spot_check_fraction": a.spot_check_fraction,
+                    "spot_check_budget_s": a.spot_check_budget_s,
+                    "distrust_after_disputes": a.distrust_after_disputes,
                 },
             }
         )
@@ -179,6 +213,13 @@ def _count(table: dict[str, Any], key: str, default: int) -> int:
     value = table.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise PolicyError(f"{key} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _bool(table: dict[str, Any], key: str, default: bool) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise PolicyError(f"{key} must be true or false, not {value!r}")
     return value
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ._canonical import canonical_json, sha256_hex
+from ._canonical import canonical_json, content_hash, sha256_hex
 from ._errors import RecordError
 
 SCHEMA_VERSION = 1
@@ -59,6 +59,8 @@ class RecordType(str, Enum):
     REVOKE = "revoke"
     DELEGATE = "delegate"
     KEY_REVOKE = "keyrevoke"
+    TASK = "task"
+    CHECK = "check"
 
 
 # The role a writer needs for its records of each type to count; None: only a trusted site root.
@@ -71,14 +73,24 @@ REQUIRED_ROLE: dict[RecordType, Role | None] = {
     RecordType.REVOKE: Role.REVOKE,
     RecordType.DELEGATE: None,
     RecordType.KEY_REVOKE: None,
+    RecordType.TASK: Role.PUBLISH,
+    RecordType.CHECK: Role.VALIDATE,
 }
 
 COUNTER_FIELDS = ("uses", "successes", "failures")
 TRUST_PREFIXES = (RecordType.DELEGATE.value + "/", RecordType.KEY_REVOKE.value + "/")
 # Records that, once written, are never replaced or removed: a feed that tries is refused.
 IMMUTABLE_PREFIXES = tuple(
-    t.value + "/" for t in (RecordType.SKILL, RecordType.CERT, RecordType.REVOKE)
+    t.value + "/"
+    for t in (
+        RecordType.SKILL,
+        RecordType.CERT,
+        RecordType.REVOKE,
+        RecordType.TASK,
+        RecordType.CHECK,
+    )
 )
+VERDICTS = ("reproduced", "disputed")  # a spot check's outcome; a disputed check is a dispute
 
 
 def record_text(record: Any) -> str:
@@ -281,7 +293,7 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
     _version(rec)
     _int(rec, "hlc", 0, MAX_TIMESTAMP)
     t = key.type
-    if t in (RecordType.SKILL, RecordType.CERT) and content_id(text) != key.name:
+    if t in (RecordType.SKILL, RecordType.CERT, RecordType.CHECK) and content_id(text) != key.name:
         raise RecordError(f"{t.value} id {key.name[:16]}… is not the SHA-256 of its record")
     if t is RecordType.SKILL:
         if rec.get("author") != author_hex:
@@ -295,6 +307,7 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
         _texts(rec, "postconditions")
         _texts(rec, "parents", check_skill_id)
         _texts(rec, "blobs", check_skill_id)
+        _texts(rec, "tasks", check_skill_id)
         embodiments = rec.get("embodiments", [])
         if not isinstance(embodiments, list) or not all(isinstance(e, dict) for e in embodiments):
             raise RecordError("field 'embodiments' must be a list of JSON objects")
@@ -307,6 +320,29 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
         _float(rec, "confidence", 0.5, 0.999999)
         _texts(rec, "randomized")
         _optional_obj(rec, "evaluation")
+    elif t is RecordType.TASK:
+        _text(rec, "name", 1, 200)
+        definition = _obj(rec.get("definition"), "field 'definition'")
+        if content_hash(definition) != key.name:
+            raise RecordError(
+                f"task {key.name[:16]}… is not the SHA-256 of its definition's canonical JSON"
+            )
+    elif t is RecordType.CHECK:
+        if rec.get("checker") != author_hex:
+            raise RecordError("a spot check's checker must be the feed's author")
+        check_skill_id(rec.get("certificate"), "certificate id")
+        check_skill_id(rec.get("skill"))
+        check_skill_id(rec.get("validator"), "validator key")
+        verdict = rec.get("verdict")
+        if verdict not in VERDICTS:
+            raise RecordError(f"field 'verdict' is one of {VERDICTS}, not {verdict!r:.40}")
+        rerun = rec.get("branches")
+        if not isinstance(rerun, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= MAX_INT for b in rerun
+        ):
+            raise RecordError("field 'branches' must be a list of branch indices")
+        _text(rec, "detail", 0, 1000)
+        _optional_obj(rec, "evidence")
     elif t in (RecordType.WITHDRAW, RecordType.REVOKE):
         _text(rec, "reason", 0, 1000)
     elif t is RecordType.CELL:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._activation import Activations, Standing
 from ._clock import HybridClock
 from ._envelope import Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, RecordError, StoreError
@@ -36,7 +37,6 @@ from ._records import (
 from ._store import Store
 from ._trust import Authority
 from ._views import Views
-from .stats import wilson_lower_bound
 
 log = logging.getLogger("knowledge")
 _OWN_KNOWN = "own_feed_known"  # store meta: a device's store has seen its site's heads once
@@ -107,6 +107,7 @@ class Replica:
         # records by it.
         self.written: dict[bytes, dict[str, tuple[int, int]]] = {}
         self.views = Views(self.authority, self.written)
+        self.activations = Activations()
         for author in store.authors():
             self.feeds[author] = self.replay(Feed(author))
             self.clock.advance(self.feeds[author].hlc)
@@ -422,34 +423,22 @@ class Replica:
     def activation(self, skill_id: str) -> Activation:
         """Whether `skill_id` is active here, from revocations, certificates and the policy."""
         with self.lock:
-            policy = self.policy.activation
-            reasons: list[str] = []
-            if self.views.skill(skill_id) is None:
-                return Activation(skill_id, False, ("unknown skill",))
-            if self.views.withdrawn(skill_id):
-                reasons.append("withdrawn by its site")
-            if self.views.revocations(skill_id):
-                reasons.append("revoked")
-            sites: set[bytes] = set()
-            for cert_id, cert in self.views.certificates(skill_id):
-                vouching = self.views.cert_sites(cert_id, bytes.fromhex(cert["validator"]))
-                if policy.validators:
-                    vouching &= policy.validators
-                if not vouching:
-                    continue
-                lcb = wilson_lower_bound(cert["successes"], cert["branches"], policy.confidence)
-                if (
-                    cert["branches"] >= policy.min_branches
-                    and lcb >= policy.min_lower_bound
-                    and policy.required_randomization <= set(cert.get("randomized", ()))
-                ):
-                    sites |= vouching
-            if len(sites) < policy.min_validators:
-                reasons.append(
-                    f"{len(sites)} of {policy.min_validators} required validator sites certify it"
-                )
-            qualifying = tuple(sorted(s.hex() for s in sites))
-            return Activation(skill_id, not reasons, tuple(reasons) or ("active",), qualifying)
+            return self.activations.activation(
+                self.views, self.policy.activation, self.own_site, skill_id
+            )
+
+    def standings(self, skill_id: str) -> list[Standing]:
+        """The certificates of `skill_id` the policy's validators vouch for, and whether each
+        counts."""
+        with self.lock:
+            return self.activations.standings(
+                self.views, self.policy.activation, self.own_site, skill_id
+            )
+
+    @property
+    def own_site(self) -> bytes | None:
+        """The site this knowledge base writes for: its own root, or a device's site."""
+        return self.policy.device_of or self.own_key
 
     # --- our own feed as the site knows it -------------------------------------------------------
 

@@ -9,7 +9,8 @@ current record of each author allowed to write it, and merge across authors on r
 - semantic-map cells: the record with the highest (confidence, hlc, author key), tombstones
   included;
 - counters: per author a PN pair of grow-only counts; the value is the sum of P minus the sum of N;
-- certificates and revocations: grow-only unions (a revoked skill stays revoked).
+- certificates, spot checks, task definitions and revocations: grow-only unions (a revoked skill
+  stays revoked).
 
 A record counts if a grant admits the envelope that last wrote it with the role the record needs
 (`written` maps each author's keys to that envelope's (seq, hlc)); the sites of those grants vouch
@@ -39,10 +40,11 @@ from ._trust import Authority
 Index = str | tuple[str, str]
 _MAX_LOG = 1_000_000
 _SKILL_STATE = frozenset(
-    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT}
+    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT, RecordType.CHECK}
 )
+_ABOUT_SKILL = (RecordType.CERT, RecordType.CHECK)  # keyed by their own id, naming a skill
 _VOUCHED = frozenset(
-    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT, RecordType.COUNTER}
+    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT, RecordType.COUNTER, RecordType.CHECK}
 )  # sites read
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 
@@ -70,6 +72,8 @@ class Views:
         }
         self._cells_by_map: dict[str, set[str]] = defaultdict(set)
         self._certs_by_skill: dict[str, set[str]] = defaultdict(set)
+        self._checks_by_cert: dict[str, set[str]] = defaultdict(set)
+        self._disputes_by_validator: dict[str, set[str]] = defaultdict(set)
         self._sites: dict[
             tuple[RecordType, Index, bytes], frozenset[bytes]
         ] = {}  # who vouches, for _VOUCHED
@@ -108,12 +112,11 @@ class Views:
             index = _index(parsed)
             old = bucket.get(index, {}).get(author)
             self._discard(parsed.type, index, author)
-            if parsed.type in _SKILL_STATE:
-                self._log(
-                    parsed.name
-                    if parsed.type is not RecordType.CERT or old is None
-                    else old["skill"]
-                )
+            if parsed.type in _ABOUT_SKILL:
+                if old is not None:
+                    self._log(old["skill"])
+            elif parsed.type in _SKILL_STATE:
+                self._log(parsed.name)
             if text is None:
                 continue
             role = REQUIRED_ROLE[parsed.type]
@@ -138,12 +141,19 @@ class Views:
             bucket.setdefault(index, {})[author] = record
             if parsed.type in _VOUCHED:
                 self._sites[(parsed.type, index, author)] = sites
-            if parsed.type is RecordType.CERT:
+            if parsed.type in _ABOUT_SKILL:
                 self._log(record["skill"])
             if parsed.type is RecordType.CELL:
                 self._cells_by_map[parsed.name].add(parsed.cell or "")
             elif parsed.type is RecordType.CERT:
                 self._certs_by_skill[record["skill"]].add(parsed.name)
+            elif parsed.type is RecordType.CHECK:
+                self._checks_by_cert[record["certificate"]].add(parsed.name)
+                if record["verdict"] == "disputed":
+                    self._disputes_by_validator[record["validator"]].add(parsed.name)
+                    # it may stop every certificate of that validator counting: start over
+                    self.generation += 1
+                    self._skill_log.clear()
 
     def reset_author(self, author: bytes, items: Iterable[tuple[str, str]]) -> None:
         """Replace everything the views hold from `author` by `items` (after its feed was
@@ -218,6 +228,36 @@ class Views:
             if by_author:
                 out.append((cert_id, next(iter(by_author.values()))))
         return out
+
+    def certificate(self, cert_id: str) -> dict[str, Any] | None:
+        by_author = self._entries[RecordType.CERT].get(cert_id)
+        return next(iter(by_author.values())) if by_author else None
+
+    def checks(self, cert_id: str) -> list[tuple[str, bytes, dict[str, Any], frozenset[bytes]]]:
+        """(check id, checker, record, the sites vouching for the checker) of each spot check of a
+        certificate."""
+        return self._vouched_checks(self._checks_by_cert.get(cert_id, ()))
+
+    def disputes(self, validator: str) -> list[tuple[str, bytes, dict[str, Any], frozenset[bytes]]]:
+        """The same, for every dispute against certificates of `validator` (hex key)."""
+        return self._vouched_checks(self._disputes_by_validator.get(validator, ()))
+
+    def all_disputes(self) -> list[tuple[str, bytes, dict[str, Any], frozenset[bytes]]]:
+        return self._vouched_checks(set().union(*self._disputes_by_validator.values()))
+
+    def _vouched_checks(
+        self, check_ids: Iterable[str]
+    ) -> list[tuple[str, bytes, dict[str, Any], frozenset[bytes]]]:
+        out = []
+        for check_id in sorted(check_ids):
+            for checker, record in self._entries[RecordType.CHECK].get(check_id, {}).items():
+                sites = self._sites[(RecordType.CHECK, check_id, checker)]
+                out.append((check_id, checker, record, sites))
+        return out
+
+    def task(self, task_hash: str) -> dict[str, Any] | None:
+        by_author = self._entries[RecordType.TASK].get(task_hash)
+        return next(iter(by_author.values())) if by_author else None
 
     def cell(self, map_name: str, cell: str) -> tuple[bytes, dict[str, Any]] | None:
         by_author = self._entries[RecordType.CELL].get((map_name, cell))

@@ -12,7 +12,9 @@ from ._certify import (
     certify,
     load_policy,
     publish_skill,
+    publish_task,
     randomized,
+    skill_tasks,
     verify_certificate,
 )
 from ._distill import distill, fit_mlp
@@ -21,12 +23,14 @@ from ._evaluation_record import Evaluation, check_record, record_hash
 from ._ray import use_ray
 from ._reproduce import Reproduction, reproduce
 from ._rollout import BranchOutcome, branch_patch
+from ._spot_check import SpotCheckResult, spot_check
 
 __all__ = [
     "BranchOutcome",
     "Comparison",
     "Evaluation",
     "Reproduction",
+    "SpotCheckResult",
     "Verification",
     "branch_patch",
     "certify",
@@ -37,9 +41,12 @@ __all__ = [
     "fit_mlp",
     "load_policy",
     "publish_skill",
+    "publish_task",
     "randomized",
     "record_hash",
     "reproduce",
+    "skill_tasks",
+    "spot_check",
     "use_ray",
     "verify_certificate",
 ]

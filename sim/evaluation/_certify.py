@@ -4,8 +4,10 @@ certificates.
 A simulator skill travels as data: `publish_skill` stores its safetensors weights as a blob and puts
 its architecture spec in the skill record's ``policy`` field (``{"kind": "mlp", "architecture": ...,
 "weights": <blob sha256>, "skill_hash": ...}``); `load_policy` turns a record back into a checked
-`sim.Policy`. `certify` signs an evaluation of a knowledge-base skill as a certificate (the
-evaluation record rides along, so any site can re-run it); `verify_certificate` does that re-run.
+`sim.Policy`. A skill names the tasks it is meant for: `publish_task` stores a task definition as a
+record (data, never code) and `skill_tasks` compiles a skill's tasks back here. `certify` signs an
+evaluation of a knowledge-base skill as a certificate (the evaluation record rides along, so any
+site can re-run it); `verify_certificate` does that re-run, `spot_check` a sampled part of it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from knowledge import Certificate, KnowledgeBase
 
 from .._errors import EvaluationRecordError, PolicySpecError
 from .._mlp import EntryPointRef, MLPSpec, Policy
+from .._tasks import Task
 from ._evaluation_record import Evaluation, check_record
 from ._reproduce import Reproduction, reproduce
 
@@ -53,6 +56,18 @@ def randomized(record: Mapping[str, Any]) -> list[str]:
     return sorted(kinds)
 
 
+def publish_task(kb: KnowledgeBase, task: Task) -> str:
+    """Store a task's definition in `kb` as a replicated record; returns its hash (`task.hash`)."""
+    return kb.tasks.publish(task.definition, name=task.name)
+
+
+def skill_tasks(kb: KnowledgeBase, skill_id: str) -> list[Task]:
+    """The tasks a skill names, compiled here: UnknownTaskError if a definition has not arrived,
+    TaskDefinitionError if one does not compile here (a scene MuJoCo refuses, a term this version
+    lacks, an entry point not installed)."""
+    return [Task(kb.tasks.get(h)) for h in kb.skills.get(skill_id).tasks]
+
+
 def publish_skill(
     kb: KnowledgeBase,
     skill: Policy,
@@ -63,9 +78,11 @@ def publish_skill(
     embodiments: Iterable[Mapping[str, Any]] = (),
     parents: Iterable[str] = (),
     meta: Mapping[str, Any] | None = None,
+    tasks: Iterable[Task] = (),
 ) -> knowledge.Skill:
     """Publish a simulator skill: weights as a content-addressed blob, the architecture in the
-    record."""
+    record, and the definitions of the `tasks` it is meant for as records the skill names (so any
+    site can evaluate it, and a certificate counts only for one of them)."""
     weights = kb.blobs.put(skill.weights)
     policy = {
         "kind": "mlp",
@@ -82,6 +99,7 @@ def publish_skill(
         embodiments=embodiments,
         parents=parents,
         meta=meta,
+        tasks=[publish_task(kb, t) for t in tasks],
     )
 
 

@@ -147,7 +147,7 @@ def evaluate(
         threads or 1,
         start.to_json() if start else None,
     )
-    with bar, _single_threaded_torch(), _executor(setup, workers, backend) as waves:
+    with bar, single_threaded_torch(), _executor(setup, workers, backend) as waves:
         for round_ in _rounds(nwaves, workers if sprt else nwaves):
             if waves is None:
                 results: Iterable[list[BranchOutcome]] = (
@@ -227,7 +227,7 @@ def _rounds(nwaves: int, size: int) -> Iterator[list[int]]:
 
 
 @contextlib.contextmanager
-def _single_threaded_torch() -> Iterator[None]:
+def single_threaded_torch() -> Iterator[None]:
     """Policy calls on one intra-op thread: the same float result for a row at any machine load."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

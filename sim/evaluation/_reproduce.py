@@ -29,6 +29,21 @@ class Reproduction:
     rerun: Evaluation
 
 
+def rerun_inputs(record: dict) -> tuple[Task, Sampler, Snapshot | None]:
+    """The task, sampler and start state a record's evaluation ran with, rebuilt here."""
+    try:
+        task = Task(record["task"]["definition"])
+        sampler = Sampler.from_json(record["sampler"])
+        start = (
+            Snapshot.from_json(record["start"], task.definition["scene"])
+            if "start" in record
+            else None
+        )
+    except (SimError, KeyError, TypeError, ValueError) as exc:
+        raise EvaluationRecordError(f"record cannot be re-run: {exc}") from exc
+    return task, sampler, start
+
+
 def reproduce(
     record: dict,
     policy: Any,
@@ -47,15 +62,9 @@ def reproduce(
     matches=False. (A plain callable cannot be identified: the caller vouches for it.)
     """
     recorded = outcomes_of(record)
+    task, sampler, start = rerun_inputs(record)
     try:
-        task = Task(record["task"]["definition"])
-        sampler = Sampler.from_json(record["sampler"])
         sprt = None if record["sequential"] is None else SPRT.from_json(record["sequential"])
-        start = (
-            Snapshot.from_json(record["start"], task.definition["scene"])
-            if "start" in record
-            else None
-        )
     except (SimError, KeyError, TypeError, ValueError) as exc:
         raise EvaluationRecordError(f"record cannot be re-run: {exc}") from exc
     if task.template.source_hash != record["template"].get("source_hash"):

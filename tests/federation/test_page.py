@@ -4,10 +4,12 @@ wrote, and that only this machine may see it."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import httpx
 
 from federation import PAGE_TYPE, encode_page
+from knowledge import ActivationPolicy
 
 
 def get(site, path: str, client: tuple[str, int] = ("127.0.0.1", 5000)) -> httpx.Response:
@@ -22,7 +24,8 @@ def get(site, path: str, client: tuple[str, int] = ("127.0.0.1", 5000)) -> httpx
 def test_the_page_shows_skills_states_forks_and_refusals(make_site):
     a = make_site("a")
     b = make_site("b", trust=(a.key,))
-    certified = a.kb.skills.publish("pick-mug", "pick")
+    b.kb.set_policy(replace(b.kb.policy, activation=ActivationPolicy(rerunnable_only=False)))
+    certified = a.kb.skills.publish("pick-mug", "pick")  # and a certificate typed in
     a.kb.certificates.add(certified.id, branches=256, successes=256)
     revoked = a.kb.skills.publish("drops-mugs", "pick")
     a.kb.revoke(revoked.id, "falls over")

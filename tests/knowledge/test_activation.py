@@ -33,6 +33,7 @@ policies = st.builds(
     required_randomization=st.frozensets(st.sampled_from(KINDS), max_size=2),
     min_validators=st.integers(0, 3),
     validators=st.frozensets(st.sampled_from([v.public_key for v in VALIDATOR_SITES]), max_size=2),
+    rerunnable_only=st.just(False),  # typed-in certificates; test_certificates covers the rule
 )
 
 

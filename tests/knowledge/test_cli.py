@@ -32,6 +32,8 @@ def home(tmp_path):
             ).id
         kb.certificates.add(ids["arm7.xml"], branches=128, successes=128)
         kb.revoke(ids["quadruped.xml"], "falls over")
+    # typed-in certificates count only where the policy says so (sim.certify makes real ones)
+    (tmp_path / SiteHome.POLICY_FILE).write_text("[activation]\nrerunnable_only = false\n")
     return tmp_path, ids
 
 

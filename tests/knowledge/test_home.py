@@ -18,6 +18,7 @@ def site(tmp_path):
     with knowledge.open(home.store, identity) as kb:
         skill = kb.skills.publish("pick-mug", "pick")
         kb.certificates.add(skill.id, branches=100, successes=100)
+    home.policy.write_text("[activation]\nrerunnable_only = false\n")  # a typed-in certificate
     return home, skill.id
 
 
@@ -34,7 +35,7 @@ def test_a_reader_judges_by_the_policy_file_as_it_is_now(site):
     home, skill_id = site
     with home.open_readonly() as kb:
         assert kb.is_active(skill_id)
-    home.policy.write_text("[activation]\nmin_branches = 500\n")
+    home.policy.write_text("[activation]\nmin_branches = 500\nrerunnable_only = false\n")
     with home.open_readonly() as kb:
         assert not kb.is_active(skill_id)
     with home.open_writer() as kb:

@@ -91,6 +91,7 @@ def test_activation_follows_certificates_and_revocation_wins(open_kb):
         min_lower_bound = 0.9
         required_randomization = ["mass"]
         min_validators = 1
+        rerunnable_only = false  # the certificates below are typed in
         """
     )
     site.set_policy(policy)

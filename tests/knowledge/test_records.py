@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge import RecordError
+from knowledge import RecordError, content_hash
 from knowledge._records import (
     MAX_CELL_CHARS,
     MAX_RECORD_BYTES,
@@ -106,6 +106,32 @@ def keyrevoke_record(**overrides):
     return rec
 
 
+TASK_DEFINITION = {"format": "simnet.task/1", "name": "reach", "horizon": 50}
+
+
+def task_record(**overrides):
+    rec = {"v": 1, "hlc": 5, "name": "reach", "definition": TASK_DEFINITION}
+    rec.update(overrides)
+    return rec
+
+
+def check_record_of(**overrides):
+    rec = {
+        "v": 1,
+        "hlc": 5,
+        "certificate": "c1" * 32,
+        "skill": SKILL_ID,
+        "validator": OTHER,
+        "checker": AUTHOR,
+        "verdict": "disputed",
+        "branches": [3, 17],
+        "detail": "2 of 2 re-run branches differ",
+        "evidence": {"recorded": [1, 1], "rerun": [0, 0]},
+    }
+    rec.update(overrides)
+    return rec
+
+
 BUILDERS = {
     RecordType.SKILL: skill_record,
     RecordType.CERT: cert_record,
@@ -115,14 +141,18 @@ BUILDERS = {
     RecordType.REVOKE: reason_record,
     RecordType.DELEGATE: delegate_record,
     RecordType.KEY_REVOKE: keyrevoke_record,
+    RecordType.TASK: task_record,
+    RecordType.CHECK: check_record_of,
 }
 
 
 def keyed(rtype: RecordType, rec, *, text: str | None = None) -> tuple[ParsedKey, str]:
     """The parsed key and JSON text of a record; content-addressed types get their true id."""
     text = record_text(rec) if text is None else text
-    if rtype in (RecordType.SKILL, RecordType.CERT):
+    if rtype in (RecordType.SKILL, RecordType.CERT, RecordType.CHECK):
         key = make_key(rtype, content_id(text))
+    elif rtype is RecordType.TASK:
+        key = make_key(rtype, content_hash(rec.get("definition", {})))
     elif rtype is RecordType.CELL:
         key = make_key(rtype, "floor1", "12,7")
     elif rtype in (RecordType.DELEGATE, RecordType.KEY_REVOKE):
@@ -421,6 +451,56 @@ def test_cert_validator_must_be_the_feed_author():
 def test_cert_bad_field(field, value):
     with pytest.raises(RecordError):
         check(RecordType.CERT, **{field: value})
+
+
+def test_task_key_is_the_hash_of_its_definition_not_of_the_record():
+    rec = task_record()
+    assert check(RecordType.TASK, rec)["definition"] == TASK_DEFINITION
+    text = record_text(rec)
+    with pytest.raises(RecordError, match="not the SHA-256 of its definition"):
+        check_record(parse_key(make_key(RecordType.TASK, content_id(text))), text, AUTHOR)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("name", ""), ("name", "x" * 201), ("name", 7), ("definition", "reach"), ("definition", [1])],
+)
+def test_task_bad_field(field, value):
+    with pytest.raises(RecordError):
+        check(RecordType.TASK, **{field: value})
+
+
+def test_skill_names_tasks_by_hash():
+    assert check(RecordType.SKILL, tasks=["ab" * 32])["tasks"] == ["ab" * 32]
+    with pytest.raises(RecordError, match="tasks"):
+        check(RecordType.SKILL, tasks=["reach"])
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("checker", OTHER),
+        ("certificate", "c1"),
+        ("skill", None),
+        ("validator", "xyz"),
+        ("verdict", "maybe"),
+        ("verdict", True),
+        ("branches", "3,17"),
+        ("branches", [-1]),
+        ("branches", [True]),
+        ("branches", [1.5]),
+        ("detail", "x" * 1001),
+        ("evidence", [1]),
+    ],
+)
+def test_check_bad_field(field, value):
+    with pytest.raises(RecordError):
+        check(RecordType.CHECK, **{field: value})
+
+
+def test_a_reproduced_check_needs_no_evidence():
+    rec = check(RecordType.CHECK, verdict="reproduced", evidence=None, detail="")
+    assert rec["verdict"] == "reproduced"
 
 
 def test_cert_successes_up_to_branches():

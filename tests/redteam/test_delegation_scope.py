@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 import pytest
@@ -26,10 +26,12 @@ from click.testing import CliRunner
 import federation
 import knowledge
 from federation import PAGE_TYPE, encode_page
-from knowledge import Identity, Role, TrustPolicy
+from knowledge import ActivationPolicy, Identity, Role, TrustPolicy
 from knowledge._envelope import decode
 
 ALL = frozenset(Role)
+
+TYPED_IN = ActivationPolicy(rerunnable_only=False)  # A's certificates here are typed in
 
 
 def author(raw: bytes) -> bytes:
@@ -129,6 +131,7 @@ def attacked(module_live, tmp_path_factory):
     policy = TrustPolicy.load(site.home / "trust.toml").with_root(
         hostile_id.public_key, [Role.VALIDATE], name="h"
     )
+    policy = replace(policy, activation=TYPED_IN)
     (site.home / "trust.toml").write_text(policy.to_toml())
     with knowledge.open(site.home / "site.db", site.key, policy=site.home / "trust.toml") as kb:
         for name in ("walk", "grasp"):
@@ -289,7 +292,11 @@ def scene(open_kb):
     validate), A's two certified skills; H (trusting A) holds everything A holds."""
     a_id = Identity.generate()
     hostile_id = smaller_key_than(a_id.public_key)
-    a = open_kb("a", a_id, policy=TrustPolicy().with_root(hostile_id.public_key, [Role.VALIDATE]))
+    a = open_kb(
+        "a",
+        a_id,
+        policy=TrustPolicy(activation=TYPED_IN).with_root(hostile_id.public_key, [Role.VALIDATE]),
+    )
     devices = []
     for roles in ([Role.PUBLISH], [Role.PUBLISH, Role.VALIDATE]):
         d_id = Identity.generate()

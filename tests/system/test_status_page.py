@@ -48,6 +48,7 @@ def test_a_browser_renders_the_sites_status(fleet, make_device, tmp_path):
 def test_the_page_follows_the_store(fleet, make_device):
     """Certified and then revoked, the skill's row says so at the next load."""
     site = fleet.add("south")
+    (site.home / "trust.toml").write_text("[activation]\nrerunnable_only = false\n")  # typed in
     site.start()
     robot = make_device(site, roles="publish,validate,revoke")
     skill = robot.skills.publish("pick-box", "pick")
