@@ -35,9 +35,10 @@ class UpdateRejected(Exception):
 
 
 class Ingestion:
-    def __init__(self, replica: Replica, *, careful: bool) -> None:
+    def __init__(self, replica: Replica, *, careful: bool, releasing: bool = False) -> None:
         self.replica = replica
         self.careful = careful
+        self.releasing = releasing  # these are held envelopes fallen due: check them afresh
         self.report = IngestReport()
         self.trust_dirty = False
         self.touched: set[bytes] = set()
@@ -240,7 +241,7 @@ class Ingestion:
                     "the pinned one is taken when it comes",
                 )
         waiting = replica.hold.find(author, env.seq)
-        if waiting is not None and waiting.hash == env.hash:
+        if waiting is not None and waiting.hash == env.hash and not self.releasing:
             report.held.append(Held(index, author.hex(), env.seq, due_ms(env.hlc, replica.clock)))
             return None  # held here already
         if env.kind is Kind.UPDATE and env.seq > have + 1:
@@ -353,7 +354,12 @@ class Ingestion:
                 )
                 + "); check the sender's clock",
             )
-        if replica.hold.find(env.author, env.seq) is not None:
+        held = replica.hold.find(env.author, env.seq)
+        due = due_ms(env.hlc, replica.clock)
+        if held is not None and held.hash == env.hash:  # released, but our clock stepped back
+            self.report.held.append(Held(index, env.author.hex(), env.seq, due))
+            return None
+        if held is not None:
             return reject(
                 "hold_conflict",
                 f"another envelope {env.seq} of this author is held here until it is due",
@@ -362,7 +368,6 @@ class Ingestion:
         if full is not None:
             return reject("hold_full", full)
         replica.hold.add(env)
-        due = due_ms(env.hlc, replica.clock)
         self.report.held.append(Held(index, env.author.hex(), env.seq, due))
         log.info("holding envelope %d of %s until %d", env.seq, env.author.hex()[:16], due)
         return None

@@ -338,12 +338,12 @@ class KnowledgeBase:
             report.released = released.accepted
             return report
 
-    def _ingest(self, envelopes: list[bytes]) -> IngestReport:
+    def _ingest(self, envelopes: list[bytes], *, releasing: bool = False) -> IngestReport:
         try:
-            return Ingestion(self._replica, careful=False).run(envelopes)
+            return Ingestion(self._replica, careful=False, releasing=releasing).run(envelopes)
         except UpdateRejected:
             # A signed update that pycrdt refuses: redo the batch one update at a time.
-            return Ingestion(self._replica, careful=True).run(envelopes)
+            return Ingestion(self._replica, careful=True, releasing=releasing).run(envelopes)
 
     def release_held(self) -> IngestReport:
         """Apply the envelopes held here (stamped ahead of this site's clock) that are due now;
@@ -359,7 +359,7 @@ class KnowledgeBase:
         due = hold.due(self._replica.clock)
         if not due:
             return IngestReport()
-        report = self._ingest(hold.bodies(due))
+        report = self._ingest(hold.bodies(due), releasing=True)
         for refused in report.rejected:
             log.warning(
                 "held envelope %s of %s refused when due: %s: %s",
