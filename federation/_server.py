@@ -171,7 +171,7 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
       "200":
         description: >-
           {"accepted": n, "duplicates": n, "rejected": [{"index", "reason", "detail"}],
-          "heads": {...}}
+          "held": [{"index", "due"}], "heads": {...}}; held envelopes are applied when due.
       "400": {description: Malformed page.}
       "413": {description: Too many or too large envelopes.}
     """
