@@ -32,7 +32,15 @@ from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase, Rejection
 
 from ._auth import SimnetAuth
 from ._errors import PeerError, WireError
-from ._wire import PAGE_TYPE, decode_page, encode_page, parse_heads, parse_json, with_hashes
+from ._wire import (
+    PAGE_TYPE,
+    TIME_HEADER,
+    decode_page,
+    encode_page,
+    parse_heads,
+    parse_json,
+    with_hashes,
+)
 
 API = "/v1"
 DEFAULT_PAGE = 1000
@@ -48,14 +56,23 @@ RETRY_CAP_S = 10.0  # no single wait is longer, whatever Retry-After says
 
 @dataclass
 class SyncReport:
-    """What one round moved. `rejected` are envelopes from the peer that we refused."""
+    """What one round moved. `rejected` are envelopes from the peer that we refused; `held`, those
+    we hold until our clock reaches them. `refused_by_peer` counts ours that the peer refused, and
+    `refused_by_peer_reasons` counts them by reason (`clock_skew`, `gap`, ...: docs/PROTOCOL.md);
+    `held_by_peer`, those it holds until its clock reaches them (they are applied then). A peer
+    refuses the envelopes after a refused one of the same feed with `gap`. `clock_offset_ms` is the
+    peer's clock minus ours, from its `Simnet-Time` header (None if it sent none)."""
 
     peer: str
     pulled: int = 0
     pushed: int = 0
     duplicates: int = 0
     rejected: list[Rejection] = field(default_factory=list)
+    held: int = 0
     refused_by_peer: int = 0
+    refused_by_peer_reasons: dict[str, int] = field(default_factory=dict)
+    held_by_peer: int = 0
+    clock_offset_ms: int | None = None
     blobs: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -126,6 +143,7 @@ def exchange(
     # Pull: ask for what our heads lack, page by page, until the peer has nothing new for us. Feeds
     # we refuse (untrusted writers, say) are claimed as held for the rest of the round, so that a
     # page full of them cannot hide the feeds behind them.
+    kb.release_held()  # what we hold from earlier rounds and is due now
     refused_here: dict[str, int] = {}
     for _ in range(MAX_PAGES):
         heads = kb.heads()
@@ -143,7 +161,11 @@ def exchange(
         report.pulled += len(ingested.accepted)
         report.duplicates += ingested.duplicates
         report.rejected += ingested.rejected
-        newly_refused = {r.author for r in ingested.rejected if r.author} - refused_here.keys()
+        report.held += len(ingested.held)
+        skipped = {r.author for r in ingested.rejected if r.author} | {
+            h.author for h in ingested.held
+        }
+        newly_refused = skipped - refused_here.keys()
         if not ingested.accepted and (
             not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS
         ):
@@ -156,8 +178,13 @@ def exchange(
     refused_there: set[bytes] = set()
     response = yield from send(Call("GET", f"{base_url}{API}/heads"))
     theirs = _peer_heads(parse_json(response.content))
+    site_ms = _peer_time(response)
+    if site_ms is not None:
+        report.clock_offset_ms = site_ms - kb.clock.physical()
     if peer_key is not None and peer_key == kb.policy.device_of:
         kb.learn_site_heads(theirs)
+        if site_ms is not None:
+            kb.learn_site_time(site_ms)
     push_page = page
     for _ in range(MAX_PAGES):
         envelopes = kb.envelopes_since(
@@ -180,11 +207,16 @@ def exchange(
             push_page = max(1, push_page // 2)  # the peer takes smaller pages: halve and try again
             continue
         answer = parse_json(response.content)
-        accepted, rejected = _push_answer(answer, len(envelopes))
+        accepted, rejected, held = _push_answer(answer, len(envelopes))
         theirs = _peer_heads(answer)
         report.pushed += accepted
         report.refused_by_peer += len(rejected)
-        refused_now = {envelopes[i][2:34] for i in rejected} - refused_there
+        report.held_by_peer += len(held)
+        for reason in rejected.values():
+            report.refused_by_peer_reasons[reason] = (
+                report.refused_by_peer_reasons.get(reason, 0) + 1
+            )
+        refused_now = {envelopes[i][2:34] for i in [*rejected, *held]} - refused_there
         if not accepted and not refused_now:
             break
         refused_there |= refused_now
@@ -245,19 +277,36 @@ class _Either:
         return item in self.first or item in self.second
 
 
-def _push_answer(answer: object, sent: int) -> tuple[int, list[int]]:
-    """(accepted count, indexes of refused envelopes) from a push answer; PeerError if malformed."""
+def _push_answer(answer: object, sent: int) -> tuple[int, dict[int, str], list[int]]:
+    """(accepted count, reason per index of a refused envelope, indexes of held envelopes) from a
+    push answer; PeerError if malformed."""
     if not isinstance(answer, dict):
         raise PeerError("the peer's push answer is not a JSON object")
     accepted, rejected = answer.get("accepted", 0), answer.get("rejected", [])
+    held = answer.get("held", [])  # older peers send none
     if not isinstance(accepted, int) or isinstance(accepted, bool) or not 0 <= accepted <= sent:
         raise PeerError(f"the peer's push answer says accepted={accepted!r} for {sent} envelopes")
-    if not isinstance(rejected, list) or not all(
-        isinstance(r, dict) and isinstance(r.get("index"), int) and 0 <= r["index"] < sent
-        for r in rejected
-    ):
-        raise PeerError("the peer's push answer lists rejections without valid envelope indexes")
-    return accepted, [r["index"] for r in rejected]
+    for name, listed in (("rejections", rejected), ("held envelopes", held)):
+        if not isinstance(listed, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("index"), int) and 0 <= r["index"] < sent
+            for r in listed
+        ):
+            raise PeerError(f"the peer's push answer lists {name} without valid envelope indexes")
+    reasons = {r["index"]: _reason(r.get("reason")) for r in rejected}
+    return accepted, reasons, [r["index"] for r in held]
+
+
+def _reason(reason: object) -> str:
+    """A peer's refusal reason as a short identifier (anything else: "unknown")."""
+    if isinstance(reason, str) and 0 < len(reason) <= 64 and reason.isidentifier():
+        return reason
+    return "unknown"
+
+
+def _peer_time(response: httpx.Response) -> int | None:
+    """The peer's clock (ms since the epoch) from its `Simnet-Time` header, if well formed."""
+    value = response.headers.get(TIME_HEADER, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 16 else None
 
 
 def _peer_heads(answer: object) -> dict[str, Head | int]:

@@ -7,11 +7,13 @@ Connections get a header deadline and a cap (`_http`), and noisy loggers are rat
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -33,10 +35,17 @@ from ._status import SERVE_FILE
 log = logging.getLogger("federation")
 
 
+# Tests only: milliseconds added to this process's knowledge clock (its HLC and the Simnet-Time it
+# answers with; request signatures keep the system clock), to run a site whose clock is off.
+TEST_CLOCK_OFFSET = "SIMNET_TEST_CLOCK_OFFSET_MS"
+
+
 def open_site(home: Path) -> Site:
     config = SiteConfig.load(home)
     identity = knowledge.Identity.load(config.key_path)
-    kb = knowledge.open(config.store_path, identity, policy=config.policy_path)
+    kb = knowledge.open(
+        config.store_path, identity, policy=config.policy_path, clock=_test_clock(config)
+    )
     apply_quota(config, kb)
     return Site(config, kb)
 
@@ -74,6 +83,7 @@ def serve(
         if gossip:
             site.gossip = Gossip(site)
             site.gossip.start()
+        releasing = asyncio.create_task(site.release_held())
         served = {"url": url, "pid": os.getpid(), "cert": str(tls.cert) if tls.cert else None}
         (home / SERVE_FILE).write_text(json.dumps(served))
         log.info("site %s (%s) serving on %s", site.config.name, knowledge.key_id(site.key), url)
@@ -81,6 +91,9 @@ def serve(
             yield
         finally:
             (home / SERVE_FILE).unlink(missing_ok=True)
+            releasing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await releasing
             if site.gossip is not None:
                 await site.gossip.stop()
             site.close()  # uvicorn re-raises SIGTERM after shutdown: close the store while we can
@@ -104,6 +117,19 @@ def serve(
     finally:
         site.close()  # idempotent; covers a failed start
         sock.close()
+
+
+def _test_clock(config: SiteConfig) -> knowledge.HybridClock | None:
+    """The knowledge clock skewed by `TEST_CLOCK_OFFSET`, if the environment sets it (tests)."""
+    offset = os.environ.get(TEST_CLOCK_OFFSET)
+    if not offset:
+        return None
+    policy = knowledge.TrustPolicy.load(config.policy_path)
+    return knowledge.HybridClock(
+        policy.max_clock_offset_ms,
+        lambda: time.time_ns() // 1_000_000 + int(offset),
+        hold_horizon_ms=policy.hold_horizon_ms,
+    )
 
 
 def _listen(host: str, port: int) -> socket.socket:

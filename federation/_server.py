@@ -26,6 +26,7 @@ from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddle
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase
 
@@ -40,6 +41,7 @@ from ._site import Site
 from ._status import knowledge_counts
 from ._wire import (
     PAGE_TYPE,
+    TIME_HEADER,
     check_hex64,
     decode_page,
     encode_page,
@@ -169,7 +171,7 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
       "200":
         description: >-
           {"accepted": n, "duplicates": n, "rejected": [{"index", "reason", "detail"}],
-          "heads": {...}}
+          "held": [{"index", "due"}], "heads": {...}}; held envelopes are applied when due.
       "400": {description: Malformed page.}
       "413": {description: Too many or too large envelopes.}
     """
@@ -191,6 +193,7 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
                 {"index": r.index, "reason": r.reason, "detail": r.detail} for r in report.rejected
             ],
             "equivocations": [{"author": a, "seq": s} for a, s in report.equivocations],
+            "held": [{"index": h.index, "due": h.due_ms} for h in report.held],
             **current,
         }
     )
@@ -360,6 +363,28 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
+class ClockHeader:
+    """ASGI middleware: every answer carries the site's clock, `Simnet-Time: <unix ms>`, read as
+    the answer starts, so a client measures the offset between its clock and the site's (a device
+    refuses to write what its site would refuse; see `KnowledgeBase.learn_site_time`)."""
+
+    def __init__(self, app: ASGIApp, clock: Callable[[], int]) -> None:
+        self.app, self.clock = app, clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                stamp = (TIME_HEADER.encode(), str(self.clock()).encode())
+                message = {**message, "headers": [*message.get("headers", ()), stamp]}
+            await send(message)
+
+        await self.app(scope, receive, stamped)
+
+
 def create_app(
     site: Site,
     *,
@@ -389,7 +414,11 @@ def create_app(
     )
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(CatchAll), gzip],
+        middleware=[
+            Middleware(CatchAll),
+            Middleware(ClockHeader, clock=site.kb.clock.physical),
+            gzip,
+        ],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
     )

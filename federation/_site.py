@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
+
+import anyio
 
 from knowledge import KnowledgeBase
 
@@ -14,6 +17,9 @@ from ._auth import RequestVerifier
 from ._config import SiteConfig, withheld_from
 from ._errors import BusyError, FederationError
 from ._metrics import SiteMetrics
+
+log = logging.getLogger("federation")
+RELEASE_EVERY_S = 1.0  # how often a server applies the held envelopes that have fallen due
 
 
 class Site:
@@ -61,6 +67,20 @@ class Site:
             yield
         finally:
             self.syncs.release()
+
+    async def release_held(self, every_s: float = RELEASE_EVERY_S) -> None:
+        """Apply envelopes held until due (stamped ahead of this site's clock) as they fall due,
+        until cancelled: a site with no traffic applies them all the same."""
+        while True:
+            await asyncio.sleep(every_s)
+            if self.closed or not self.kb.held():
+                continue
+            try:
+                report = await anyio.to_thread.run_sync(self.kb.release_held)
+            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+                log.exception("applying the held envelopes that fell due failed")
+                continue
+            self.metrics.ingested(report, "held")
 
     def withheld_from(self, caller: bytes) -> set[bytes]:
         return withheld_from(self.config, self.kb, caller)

@@ -19,6 +19,7 @@ from knowledge import Head
 from ._errors import WireError
 
 PAGE_TYPE = "application/x-simnet-envelopes"
+TIME_HEADER = "simnet-time"  # a site's clock, in ms since the epoch, on its every answer
 _MAGIC = b"SNP1"
 _U32 = struct.Struct(">I")
 _HEX64 = re.compile(r"[0-9a-f]{64}")

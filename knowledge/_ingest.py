@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
+from ._clock import wall_ms
 from ._envelope import Envelope, Kind, decode
-from ._errors import ClockSkewError, EnvelopeError, StoreError
+from ._errors import EnvelopeError, StoreError
 from ._feed import Feed
-from ._models import IngestReport, RecordIssue, Rejection
+from ._hold import due_ms
+from ._models import Held, IngestReport, RecordIssue, Rejection
 from ._records import TRUST_PREFIXES, record_limits
 from ._replica import Replica, note_written
 from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
@@ -32,9 +35,10 @@ class UpdateRejected(Exception):
 
 
 class Ingestion:
-    def __init__(self, replica: Replica, *, careful: bool) -> None:
+    def __init__(self, replica: Replica, *, careful: bool, releasing: bool = False) -> None:
         self.replica = replica
         self.careful = careful
+        self.releasing = releasing  # these are held envelopes fallen due: check them afresh
         self.report = IngestReport()
         self.trust_dirty = False
         self.touched: set[bytes] = set()
@@ -100,6 +104,7 @@ class Ingestion:
             elif not isinstance(exc, UpdateRejected):
                 log.exception("ingest failed; restoring the feeds it touched from the store")
             replica.restore_fork_memory(before)
+            replica.hold.reload()
             for author in self.touched:  # the transaction rolled back: so must the in-memory feeds
                 if author in replica.feeds:
                     replica.replay(replica.feeds[author])
@@ -235,11 +240,18 @@ class Ingestion:
                     f"the history held here is not the one pinned at {seq}: dropped, "
                     "the pinned one is taken when it comes",
                 )
+        waiting = replica.hold.find(author, env.seq)
+        if waiting is not None and waiting.hash == env.hash and not self.releasing:
+            report.held.append(Held(index, author.hex(), env.seq, due_ms(env.hlc, replica.clock)))
+            return None  # held here already
         if env.kind is Kind.UPDATE and env.seq > have + 1:
             if (
                 author == replica.own_key and env.signature_valid()
             ):  # proof that our key wrote beyond this store
                 replica.note_own_feed(floor=env.seq)
+            tip = replica.hold.tip(author)
+            if tip is not None and env.seq == tip[0] + 1 and env.prev == tip[1].hash:
+                return self._hold(index, env, tip[1].hlc, reject)  # behind a held envelope
             return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
         if not env.signature_valid():
             return reject("bad_signature", "signature does not verify for this author")
@@ -250,11 +262,10 @@ class Ingestion:
             )
         if env.hlc <= feed.hlc:
             return reject("clock_regressed", "timestamp is not after the author's previous one")
+        if replica.clock.due_in(env.hlc) > 0:
+            return self._hold(index, env, feed.hlc, reject)
         try:
-            replica.clock.check(env.hlc)
             parsed = parse_update(env.update)
-        except ClockSkewError as exc:
-            return reject("clock_skew", str(exc))
         except MalformedUpdate as exc:
             return reject("malformed_update", f"not a Yjs v1 update: {exc}")
         foreign = parsed.clients() - {feed.client_id}
@@ -317,6 +328,48 @@ class Ingestion:
             self.trust_dirty = (
                 True  # an envelope at a pinned seq may void a pin that names another one
             )
+        return None
+
+    def _hold(
+        self, index: int, env: Envelope, after: int, reject: Callable[[str, str], Rejection]
+    ) -> Rejection | None:
+        """Hold `env`, stamped ahead of our clock by more than the accepted offset, until it is due
+        (see `_hold`); or refuse it: too far ahead, a checkpoint, not after the envelope it
+        follows, another envelope held at its seq, or the hold is full."""
+        replica = self.replica
+        if not env.signature_valid():
+            return reject("bad_signature", "signature does not verify for this author")
+        if env.hlc <= after:
+            return reject("clock_regressed", "timestamp is not after the author's previous one")
+        ahead = wall_ms(env.hlc) - replica.clock.physical()
+        if env.is_checkpoint or ahead > replica.clock.hold_horizon_ms:
+            return reject(
+                "clock_skew",
+                f"timestamp {wall_ms(env.hlc)} ms is {ahead} ms ahead of this clock (accepted "
+                f"offset {replica.clock.max_offset_ms} ms; "
+                + (
+                    "checkpoints are not held"
+                    if env.is_checkpoint
+                    else f"held up to {replica.clock.hold_horizon_ms} ms ahead"
+                )
+                + "); check the sender's clock",
+            )
+        held = replica.hold.find(env.author, env.seq)
+        due = due_ms(env.hlc, replica.clock)
+        if held is not None and held.hash == env.hash:  # released, but our clock stepped back
+            self.report.held.append(Held(index, env.author.hex(), env.seq, due))
+            return None
+        if held is not None:
+            return reject(
+                "hold_conflict",
+                f"another envelope {env.seq} of this author is held here until it is due",
+            )
+        full = replica.hold.refusal(env)
+        if full is not None:
+            return reject("hold_full", full)
+        replica.hold.add(env)
+        self.report.held.append(Held(index, env.author.hex(), env.seq, due))
+        log.info("holding envelope %d of %s until %d", env.seq, env.author.hex()[:16], due)
         return None
 
     def _drop_feed(self, feed: Feed) -> None:

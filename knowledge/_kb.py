@@ -10,6 +10,7 @@ and the store. The state itself, and what the collections and ingest share of it
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any
@@ -19,6 +20,7 @@ from ._clock import HybridClock
 from ._collections import Blobs, Counters, Maps, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, seal
 from ._errors import RecordError, StoreError
+from ._hold import due_ms
 from ._identity import Identity, key_id
 from ._ingest import Ingestion, UpdateRejected
 from ._models import Activation, Head, IngestReport
@@ -26,6 +28,8 @@ from ._policy import TrustPolicy
 from ._records import MAX_INT, RecordType, Role, make_key
 from ._replica import Limits, Replica
 from ._store import MEMORY, Store
+
+log = logging.getLogger("knowledge")
 
 
 def open(  # noqa: A001 - mirrors the builtin on purpose: knowledge.open(path, identity)
@@ -331,12 +335,68 @@ class KnowledgeBase:
         envelopes = list(envelopes)
         with self._replica.lock:
             self._replica.require_identity()
-            try:
-                return Ingestion(self._replica, careful=False).run(envelopes)
-            except UpdateRejected:
-                # A signed update that pycrdt refuses: redo the batch one update at a time to
-                # isolate it.
-                return Ingestion(self._replica, careful=True).run(envelopes)
+            released = self._release_held()
+            report = self._ingest(envelopes)
+            report.released = released.accepted
+            return report
+
+    def _ingest(self, envelopes: list[bytes], *, releasing: bool = False) -> IngestReport:
+        try:
+            return Ingestion(self._replica, careful=False, releasing=releasing).run(envelopes)
+        except UpdateRejected:
+            # A signed update that pycrdt refuses: redo the batch one update at a time.
+            return Ingestion(self._replica, careful=True, releasing=releasing).run(envelopes)
+
+    def release_held(self) -> IngestReport:
+        """Apply the envelopes held here (stamped ahead of this site's clock) that are due now;
+        every `ingest` does this first, and a site server every second. Each is checked again as
+        if it had just arrived: its report's `accepted` lists those applied."""
+        with self._replica.lock:
+            if self.identity is None:
+                return IngestReport()
+            return self._release_held()
+
+    def _release_held(self) -> IngestReport:
+        hold = self._replica.hold
+        due = hold.due(self._replica.clock)
+        if not due:
+            return IngestReport()
+        report = self._ingest(hold.bodies(due), releasing=True)
+        for refused in report.rejected:
+            log.warning(
+                "held envelope %s of %s refused when due: %s: %s",
+                refused.seq,
+                (refused.author or "?")[:16],
+                refused.reason,
+                refused.detail,
+            )
+        again = {(bytes.fromhex(h.author), h.seq) for h in report.held}  # our clock stepped back
+        hold.forget([key for key in due if key not in again])
+        return report
+
+    def held(self) -> list[tuple[str, int, int]]:
+        """(author, seq, due in ms of this site's clock) of every envelope held here until due."""
+        replica = self._replica
+        with replica.lock:
+            return sorted(
+                (author.hex(), seq, due_ms(waiting.hlc, replica.clock))
+                for author, feed in replica.hold.feeds.items()
+                for seq, waiting in feed.items()
+            )
+
+    @property
+    def clock(self) -> HybridClock:
+        """This knowledge base's hybrid logical clock (a device's follows its site's: see
+        `learn_site_time`)."""
+        return self._replica.clock
+
+    def learn_site_time(self, site_ms: int) -> None:
+        """As a device (`device_of` in the policy): take `site_ms` as its site's clock now, so that
+        it refuses to write (ClockSkewError) what its site would refuse as too far in the future.
+        The federation client calls this at each sync with the device's site, from the site's
+        `Simnet-Time` header."""
+        if self.policy.device_of is not None:
+            self._replica.clock.follow(site_ms)
 
     def equivocations(self) -> list[tuple[str, int]]:
         """(author, seq) of every equivocation detected here; those writers' data stops at seq -

@@ -191,6 +191,19 @@ class Rejection:
 
 
 @dataclass(frozen=True, slots=True)
+class Held:
+    """An envelope `ingest` holds, durably, until its time comes: its timestamp is ahead of this
+    site's clock by more than the accepted offset but within the hold horizon. It is checked again,
+    and applied or refused like any envelope, at the first ingest or release once this site's clock
+    reaches `due_ms`."""
+
+    index: int
+    author: str
+    seq: int
+    due_ms: int  # this site's clock, ms since the epoch
+
+
+@dataclass(frozen=True, slots=True)
 class RecordIssue:
     """A record inside an accepted envelope that the views skip: invalid, unauthorized or from a
     newer schema."""
@@ -210,6 +223,8 @@ class IngestReport:
     rejected: list[Rejection] = field(default_factory=list)
     record_issues: list[RecordIssue] = field(default_factory=list)
     equivocations: list[tuple[str, int]] = field(default_factory=list)
+    held: list[Held] = field(default_factory=list)  # from the future: applied when due
+    released: list[tuple[str, int]] = field(default_factory=list)  # held before, applied now
 
     @property
     def ok(self) -> bool:

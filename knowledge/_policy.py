@@ -1,6 +1,8 @@
 """A site's trust and activation policy, read from TOML.
 
-    max_clock_offset_ms = 5000          # remote timestamps further ahead are rejected
+    max_clock_offset_ms = 5000          # remote timestamps further ahead are not taken at once:
+    hold_horizon_ms = 600000            # ... held until due up to this far ahead, refused beyond;
+                                        # a device refuses to write beyond it (ClockSkewError)
     device_of = "<64 hex digits>"       # only on a device (a robot): the root of the site it
                                         # writes for
 
@@ -26,6 +28,12 @@
     distrust_after_disputes = 1         # a validator with this many disputes against it counts no
                                         # more (0: disputes only void the certificates they name)
 
+An envelope stamped more than `max_clock_offset_ms` ahead of this site's clock is held, durably,
+until that clock reaches it (its writer's clock runs ahead, or ours behind: nothing is lost either
+way), if it is no more than `hold_horizon_ms` ahead; further ahead it is refused (`clock_skew`) and
+its writer sends it again later. A device measures its site's clock at each sync and refuses to
+write an envelope its site would refuse.
+
 A knowledge base trusts its own identity as a site root with every role, unless `device_of` names
 the site root it belongs to: then that root is trusted with every role, and this key writes only
 with the roles that root's delegation gives it. Nothing another site writes can make a site's own
@@ -44,7 +52,7 @@ from typing import Any
 
 import tomli_w
 
-from ._clock import DEFAULT_MAX_OFFSET_MS
+from ._clock import DEFAULT_HOLD_HORIZON_MS, DEFAULT_MAX_OFFSET_MS
 from ._errors import IdentityError, PolicyError
 from ._identity import parse_public_key
 from ._records import Role
@@ -88,6 +96,7 @@ class TrustPolicy:
     activation: ActivationPolicy = field(default_factory=ActivationPolicy)
     max_clock_offset_ms: int = DEFAULT_MAX_OFFSET_MS
     device_of: bytes | None = None
+    hold_horizon_ms: int = DEFAULT_HOLD_HORIZON_MS
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TrustPolicy:
@@ -110,7 +119,11 @@ class TrustPolicy:
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> TrustPolicy:
-        _only(data, {"roots", "activation", "max_clock_offset_ms", "device_of"}, "top level")
+        _only(
+            data,
+            {"roots", "activation", "max_clock_offset_ms", "hold_horizon_ms", "device_of"},
+            "top level",
+        )
         roots = []
         for i, entry in enumerate(data.get("roots", [])):
             _only(entry, {"name", "key", "roles"}, f"roots[{i}]")
@@ -149,6 +162,7 @@ class TrustPolicy:
             activation,
             _count(data, "max_clock_offset_ms", DEFAULT_MAX_OFFSET_MS),
             None if device_of is None else parse_public_key(device_of),
+            _count(data, "hold_horizon_ms", DEFAULT_HOLD_HORIZON_MS),
         )
 
     def to_toml(self) -> str:
@@ -157,6 +171,7 @@ class TrustPolicy:
         return tomli_w.dumps(
             {
                 "max_clock_offset_ms": self.max_clock_offset_ms,
+                "hold_horizon_ms": self.hold_horizon_ms,
                 **device_of,
                 "roots": [
                     {

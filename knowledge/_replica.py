@@ -22,6 +22,7 @@ from ._clock import HybridClock
 from ._envelope import Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, RecordError, StoreError
 from ._feed import Feed
+from ._hold import Hold
 from ._identity import Identity, key_id
 from ._models import Activation, RecordIssue
 from ._policy import TrustPolicy
@@ -55,6 +56,8 @@ class Limits:
     max_checkpoint_bytes: int = 64 << 20
     max_blob_bytes: int = 256 << 20
     max_blob_store_bytes: int | None = None  # all blobs together, partly fetched ones too
+    max_held_envelopes: int = 10_000  # envelopes from the future held until due (see _hold)
+    max_held_bytes: int = 64 << 20
 
 
 def note_written(
@@ -90,7 +93,12 @@ class Replica:
         # This store's writer key; a read-only open trusts the data exactly as its writer does.
         self.own_key = identity.public_key if identity is not None else store.get_meta("identity")
         self.policy = self._load_policy(policy)
-        self.clock = clock or HybridClock(self.policy.max_clock_offset_ms)
+        self.clock = clock or HybridClock(
+            self.policy.max_clock_offset_ms, hold_horizon_ms=self.policy.hold_horizon_ms
+        )
+        self.hold = Hold(
+            store, limits.max_envelope_bytes, limits.max_held_envelopes, limits.max_held_bytes
+        )
         self.feeds: dict[bytes, Feed] = {}
         self.banned: dict[bytes, int] = {}  # author -> the seq of its first fork found here
         for author, seq, _a, _b in store.equivocations():
@@ -418,6 +426,7 @@ class Replica:
         with self.lock:
             self.policy = self._load_policy(policy)
             self.clock.max_offset_ms = policy.max_clock_offset_ms
+            self.clock.hold_horizon_ms = policy.hold_horizon_ms
             self.refresh_trust()
 
     def activation(self, skill_id: str) -> Activation:

@@ -60,6 +60,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITH
 CREATE TABLE IF NOT EXISTS blob_partials (
     hash BLOB NOT NULL, start INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (hash, start)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS held (
+    author BLOB NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,
+    PRIMARY KEY (author, seq)) WITHOUT ROWID;
 """
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
@@ -478,3 +481,16 @@ class Store:
             "SELECT author, seq, first, second FROM equivocations ORDER BY author, seq"
         )
         return [(bytes(a), s, bytes(f), bytes(b)) for a, s, f, b in rows]
+
+    # --- envelopes held until they are due (see _hold) ------------------------------------------
+    def add_held(self, author: bytes, seq: int, body: bytes) -> None:
+        self._db.execute("INSERT OR REPLACE INTO held VALUES (?, ?, ?)", (author, seq, body))
+
+    def delete_held(self, keys: list[tuple[bytes, int]]) -> None:
+        self._db.executemany("DELETE FROM held WHERE author=? AND seq=?", keys)
+
+    def held(self) -> list[bytes]:
+        try:
+            return [bytes(r[0]) for r in self._db.execute("SELECT body FROM held")]
+        except sqlite3.OperationalError:  # a store from before this table, opened read-only
+            return []

@@ -70,6 +70,7 @@ PUBLIC: dict[str, list[str]] = {
         "EnvelopeError",
         "FeatureEncoder",
         "Head",
+        "Held",
         "Hit",
         "HybridClock",
         "Identity",

@@ -488,3 +488,33 @@ def test_a_peer_busy_past_the_deadline_fails_the_round_with_its_answer(pair, ser
         sync_with(a.kb, serve_app(b.app), b.key, transport=always, deadline=2)
     assert (refused.value.status, refused.value.code) == (503, "busy")
     assert len(always.requests) == 1  # a 5 s wait does not fit in a 2 s round: no second try
+
+
+def test_refusals_are_reported_by_reason_and_a_peers_odd_answers_are_contained(pair, fault):
+    """The push answer's reasons are counted as the peer gives them (anything but a short
+    identifier as "unknown"); a malformed `held` list is the peer's error, not ours; the peer's
+    `Simnet-Time` gives the offset."""
+    a, b = pair
+    publish(a.kb, 2, "a")
+
+    def answer(held: object, reason: object):
+        def rewrite(request, status, headers, body):
+            if request.url.path != "/v1/envelopes":
+                return None
+            sent = json.loads(body)
+            sent |= {"accepted": 0, "rejected": [{"index": 0, "reason": reason}], "held": held}
+            return status, headers, json.dumps(sent).encode()
+
+        return fault(httpx.ASGITransport(app=b.app), rewrite)
+
+    report = run(async_sync_with(a.kb, "http://b", b.key, transport=answer([], "<b>odd</b>")))
+    assert report.refused_by_peer_reasons == {"unknown": 1} and report.refused_by_peer == 1
+    assert report.clock_offset_ms is not None and abs(report.clock_offset_ms) < 5_000
+    publish(a.kb, 2, "more")  # (b took the first two: only its answer was rewritten)
+    report = run(
+        async_sync_with(a.kb, "http://b", b.key, transport=answer([{"index": 1}], "clock_skew"))
+    )
+    assert report.refused_by_peer_reasons == {"clock_skew": 1} and report.held_by_peer == 1
+    publish(a.kb, 1, "last")
+    with pytest.raises(PeerError, match="held envelopes without valid envelope indexes"):
+        run(async_sync_with(a.kb, "http://b", b.key, transport=answer([{"index": 9}], "gap")))

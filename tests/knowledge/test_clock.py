@@ -215,3 +215,87 @@ def test_max_offset_is_adjustable():
         clock.check(pack(1_011))
     clock.max_offset_ms = 20
     clock.check(pack(1_011))
+
+
+# --- following a site's clock (a device) --------------------------------------------------------
+
+
+class FakeMonotonic(FakePhysical):
+    """An injectable monotonic clock (milliseconds)."""
+
+
+def test_follow_measures_the_offset_and_carries_the_reference_on_the_monotonic_clock():
+    phys, mono = FakePhysical(100_000), FakeMonotonic(7)
+    clock = HybridClock(physical_ms=phys, monotonic_ms=mono)
+    assert clock.offset_ms() is None and clock.reference_ms() is None
+    assert clock.follow(80_000) == -20_000  # the site is 20 s behind us
+    phys.ms, mono.ms = 3_700_000, 1_007  # a second later our wall clock jumps an hour ahead
+    assert clock.reference_ms() == 81_000  # the site's time is still known
+    assert clock.offset_ms() == 81_000 - 3_700_000
+
+
+def test_now_refuses_to_stamp_beyond_the_horizon_of_the_site_clock_and_stamps_nothing():
+    phys, mono = FakePhysical(1_000_000), FakeMonotonic(0)
+    clock = HybridClock(physical_ms=phys, monotonic_ms=mono, hold_horizon_ms=600_000)
+    clock.follow(1_000_000)
+    ok = clock.now()
+    phys.ms = 1_000_000 + 600_000  # ahead by the horizon exactly: the site would hold it
+    assert wall_ms(clock.now()) == 1_600_000
+    phys.ms = 1_000_000 + 3_600_000  # an hour ahead: the site would refuse it
+    last = clock.last
+    with pytest.raises(ClockSkewError, match="ahead of its site's clock.*fix it"):
+        clock.now()
+    assert clock.last == last > ok  # nothing stamped
+    phys.ms = 1_000_000  # fixed; but the timestamp stamped at +10 min stays ahead a while
+    mono.ms = 1_000
+    assert wall_ms(clock.now()) == 1_600_000
+
+
+def test_a_clock_that_ran_ahead_refuses_until_real_time_catches_up():
+    phys, mono = FakePhysical(1_000_000), FakeMonotonic(0)
+    clock = HybridClock(physical_ms=phys, monotonic_ms=mono, hold_horizon_ms=10_000)
+    clock.now()
+    phys.ms += 60_000  # ahead by a minute, unknown to the device: it stamps one event
+    clock.now()
+    clock.follow(1_000_000)  # then it syncs
+    phys.ms = 1_000_000  # and its clock is fixed
+    with pytest.raises(ClockSkewError, match="catches up, in about 51 s"):
+        clock.now()
+    mono.ms, phys.ms = 50_000, 1_050_000  # 50 s later: within the horizon again
+    assert wall_ms(clock.now()) == 1_060_000
+
+
+def test_a_clock_that_follows_nothing_never_refuses():
+    clock = HybridClock(physical_ms=FakePhysical(10**12))
+    assert clock.now()
+
+
+def test_a_device_refuses_to_write_while_its_clock_is_beyond_the_bound_and_recovers():
+    """The device-side refusal through the knowledge base: ClockSkewError, nothing written, and
+    writes resume once the clock is fixed."""
+    import knowledge
+    from knowledge import Identity, TrustPolicy
+
+    site = knowledge.open(":memory:", Identity.generate())
+    device = Identity.generate()
+    site.delegate(device.public_key, ["publish"])
+    skew = [0]
+    robot = knowledge.open(
+        ":memory:",
+        device,
+        policy=TrustPolicy().for_device_of(site.identity.public_key),
+        clock=HybridClock(physical_ms=lambda: time.time_ns() // 1_000_000 + skew[0]),
+    )
+    robot.ingest(site.envelopes_since({}))
+    robot.learn_site_heads(site.heads())
+    robot.learn_site_time(site.clock.physical())
+    skew[0] = 3_600_000
+    with pytest.raises(ClockSkewError, match="fix it"):
+        robot.skills.publish("from-the-future", "pick")
+    assert robot.heads().get(device.public_key_hex) is None  # nothing written
+    skew[0] = 0
+    robot.skills.publish("on-time", "pick")
+    assert site.ingest(robot.envelopes_since(site.heads())).accepted == [(device.public_key_hex, 1)]
+    other = knowledge.open(":memory:", Identity.generate())
+    other.learn_site_time(0)  # not a device: a site's time means nothing for its writes
+    assert other.clock.reference_ms() is None

@@ -44,6 +44,8 @@ REASONS = {
     "broken_chain",
     "clock_regressed",
     "clock_skew",
+    "hold_conflict",
+    "hold_full",
     "malformed_update",
     "foreign_client_id",
     "modifies_immutable_record",
@@ -76,7 +78,11 @@ def check_report(report: knowledge.IngestReport, n_inputs: int) -> None:
     """Every input is accounted for exactly once; every rejection names a known reason and explains
     it."""
     assert (
-        len(report.accepted) + report.duplicates + len(report.rejected) + len(report.equivocations)
+        len(report.accepted)
+        + report.duplicates
+        + len(report.rejected)
+        + len(report.equivocations)
+        + len(report.held)
         == n_inputs
     )
     for rejection in report.rejected:
@@ -807,16 +813,20 @@ def test_newer_schema_record_is_kept_and_forwarded(setup):
 
 
 def test_clock_too_far_ahead():
-    ahead = open_site(clock=HybridClock(physical_ms=lambda: time.time_ns() // 1_000_000 + 60_000))
+    """Beyond the hold horizon (10 minutes by default) an envelope is refused, not held."""
+    ahead = open_site(
+        clock=HybridClock(physical_ms=lambda: time.time_ns() // 1_000_000 + 3_600_000)
+    )
     ahead.skills.publish("from-the-future", "pick")
     receiver = open_site(trust=[ahead.identity.public_key])
     (rejection,) = assert_refused(receiver, ahead.envelopes_since({}), "clock_skew")
-    assert "ahead" in rejection.detail
+    assert "ahead" in rejection.detail and "held up to 600000 ms" in rejection.detail
+    assert receiver.held() == []
     # A site whose policy accepts a larger offset takes it.
     lenient = knowledge.open(
         ":memory:",
         Identity.generate(),
-        policy=TrustPolicy(max_clock_offset_ms=120_000).with_root(ahead.identity.public_key),
+        policy=TrustPolicy(max_clock_offset_ms=4_000_000).with_root(ahead.identity.public_key),
     )
     accept_all(lenient, ahead.envelopes_since({}))
 
