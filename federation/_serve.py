@@ -13,8 +13,9 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,8 +23,9 @@ import uvicorn
 from starlette.applications import Starlette
 
 import knowledge
+from knowledge import SiteHome
 
-from ._blobs import apply_quota
+from ._blobs import apply_quota, attach_site_peers
 from ._config import SiteConfig
 from ._errors import ConfigError
 from ._gossip import Gossip
@@ -33,6 +35,7 @@ from ._site import Site
 from ._status import SERVE_FILE
 
 log = logging.getLogger("federation")
+SERVICE_STOP_S = 60.0  # how long shutdown waits for a service (the validator ends its wave)
 
 
 # Tests only: milliseconds added to this process's knowledge clock (its HLC and the Simnet-Time it
@@ -56,10 +59,14 @@ def serve(
     gossip: bool = True,
     tls_cert: str | os.PathLike[str] | None = None,
     tls_key: str | os.PathLike[str] | None = None,
+    services: Iterable[Service] = (),
 ) -> None:
     """Serve the site in `home` until interrupted (SIGINT/SIGTERM shut it down cleanly).
 
     HTTPS when simnet.toml's [tls] names a certificate and key, or `tls_cert` and `tls_key` do.
+    Each of `services` (`SiteHome.service`) runs in a thread on the site's knowledge base, which
+    then fetches the blobs it lacks from the site's peers; shutdown stops it before the store
+    closes.
     """
     home = Path(home)
     site = open_site(home)
@@ -84,6 +91,7 @@ def serve(
             site.gossip = Gossip(site)
             site.gossip.start()
         releasing = asyncio.create_task(site.release_held())
+        running = _start_services(home, site, services)
         served = {"url": url, "pid": os.getpid(), "cert": str(tls.cert) if tls.cert else None}
         (home / SERVE_FILE).write_text(json.dumps(served))
         log.info("site %s (%s) serving on %s", site.config.name, knowledge.key_id(site.key), url)
@@ -91,6 +99,7 @@ def serve(
             yield
         finally:
             (home / SERVE_FILE).unlink(missing_ok=True)
+            await asyncio.to_thread(_stop_services, running)
             releasing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await releasing
@@ -117,6 +126,46 @@ def serve(
     finally:
         site.close()  # idempotent; covers a failed start
         sock.close()
+
+
+Service = Callable[[SiteHome, knowledge.KnowledgeBase, threading.Event], None]
+
+
+def _start_services(
+    home: Path, site: Site, services: Iterable[Service]
+) -> list[tuple[threading.Thread, threading.Event]]:
+    running = []
+    for service in services:
+        if not running:
+            attach_site_peers(SiteHome(home), site.kb)
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=_run_service,
+            args=(service, SiteHome(home), site.kb, stop),
+            name=getattr(service, "__name__", "service"),
+            daemon=True,
+        )
+        thread.start()
+        running.append((thread, stop))
+    return running
+
+
+def _run_service(
+    service: Service, home: SiteHome, kb: knowledge.KnowledgeBase, stop: threading.Event
+) -> None:
+    try:
+        service(home, kb, stop)
+    except Exception:  # a failing service is logged; the site goes on serving and gossiping
+        log.exception("service %s stopped with an error", getattr(service, "__name__", service))
+
+
+def _stop_services(running: list[tuple[threading.Thread, threading.Event]]) -> None:
+    for _, stop in running:
+        stop.set()
+    for thread, _ in running:
+        thread.join(timeout=SERVICE_STOP_S)
+        if thread.is_alive():
+            log.warning("service %s did not stop in %g s", thread.name, SERVICE_STOP_S)
 
 
 def _test_clock(config: SiteConfig) -> knowledge.HybridClock | None:

@@ -107,13 +107,25 @@ def init(home: SiteHome, name: str | None, listen: str) -> None:
     is_flag=True,
     help="Run the server in the background (output to <home>/serve.log); return once it answers.",
 )
+@click.option(
+    "--validate",
+    is_flag=True,
+    help="Also run the validator service (`simnet validate`; needs the sim extra) beside gossip.",
+)
 @click.pass_obj
 def serve_command(
-    home: SiteHome, no_gossip: bool, tls_cert: str | None, tls_key: str | None, detach: bool
+    home: SiteHome,
+    no_gossip: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    detach: bool,
+    validate: bool,
 ) -> None:
     """Serve this site over HTTP and gossip with its peers until interrupted."""
+    services = [home.service("validate")] if validate else []  # an import error shows here
     if detach:
         flags = ["--no-gossip"] if no_gossip else []
+        flags += ["--validate"] if validate else []
         if tls_cert is not None:
             flags += ["--tls-cert", str(Path(tls_cert).resolve())]
         if tls_key is not None:
@@ -123,7 +135,7 @@ def serve_command(
     logging.getLogger("federation").setLevel(min(logging.getLogger().level, logging.INFO))
     from ._serve import serve  # the server's libraries (the server extra) load only here
 
-    serve(home.path, gossip=not no_gossip, tls_cert=tls_cert, tls_key=tls_key)
+    serve(home.path, gossip=not no_gossip, tls_cert=tls_cert, tls_key=tls_key, services=services)
 
 
 def _start_detached(home: Path, flags: list[str]) -> None:

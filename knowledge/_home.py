@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from . import _kb
@@ -25,16 +26,31 @@ class SiteHome:
     `blob_setup` names (``"module:attr"``) functions called as ``f(home, kb)`` before a knowledge
     base opened here first stores or fetches a blob (see `Blobs.defer_setup`): how the top of the
     program lets any command fetch the blobs it lacks from the site's peers (the `simnet` command
-    names federation's) while `knowledge` imports neither them nor the commands.
+    names federation's) while `knowledge` imports neither them nor the commands. `services` names
+    the same way the background services a server may run (``f(home, kb, stop)``: `simnet serve
+    --validate` runs sim's validator), so the server runs them without importing the simulator.
     """
 
     STORE_FILE = "site.db"
     KEY_FILE = "site.key"
     POLICY_FILE = "trust.toml"
 
-    def __init__(self, path: str | os.PathLike[str], *, blob_setup: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        blob_setup: Iterable[str] = (),
+        services: Mapping[str, str] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.blob_setup = tuple(blob_setup)
+        self.services = dict(services or {})
+
+    def service(self, name: str) -> Callable[[SiteHome, _kb.KnowledgeBase, threading.Event], None]:
+        """The background service named `name`, imported now; KeyError if none is named so."""
+        if name not in self.services:
+            raise KeyError(f"no service {name!r}; services: {sorted(self.services)}")
+        return _resolve(self.services[name])  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f"SiteHome({str(self.path)!r})"

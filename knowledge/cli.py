@@ -80,6 +80,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "federation.cli:sync_command",
         "Sync now with one peer, or with every peer.",
     ),
+    "validate": (
+        "sim.cli:validate_command",
+        "Certify uncertified skills and spot-check other sites' certificates from the simulator, "
+        "until interrupted (settings: validator.toml; state: validator.json, shown by `simnet "
+        "status`).",
+    ),
     "verify": (
         "sim.cli:verify_command",
         "Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its "
@@ -89,6 +95,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sim.cli:world_group",
         "Persistent, sharded worlds: create, status, advance, fork, replay, prune, drop.",
     ),
+}
+SERVICES = {
+    # name: "module:attr" of f(home, kb, stop), a service `simnet serve --NAME` runs in a thread
+    # beside gossip on the server's knowledge base until `stop` (a threading.Event) is set
+    "validate": "sim.validation:run_validator",
 }
 BLOB_SETUP = (
     # "module:attr" of f(home, kb), run before a site's store first stores or fetches a blob: any
@@ -231,7 +242,7 @@ def main(ctx: click.Context, home: Path, verbose: int) -> None:
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    ctx.obj = SiteHome(home, blob_setup=BLOB_SETUP)
+    ctx.obj = SiteHome(home, blob_setup=BLOB_SETUP, services=SERVICES)
 
 
 @main.group()

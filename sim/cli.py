@@ -33,6 +33,7 @@ from .evaluation import (
     verify_certificate,
 )
 from .transfer._datasets_cli import encoder_dataset_command  # noqa: F401 - simnet encoder dataset
+from .validation._cli import validate_command  # noqa: F401 - simnet validate
 from .world._world_cli import world_group  # noqa: F401 - simnet world
 
 

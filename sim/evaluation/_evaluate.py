@@ -102,6 +102,7 @@ def evaluate(
     progress: bool | None = None,
     start: Snapshot | None = None,
     backend: str = "process",
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Evaluation:
     """Roll `policy` out closed loop in `branches` branches of `task` under `sampler`'s patches.
 
@@ -110,8 +111,9 @@ def evaluate(
     `threads` physics threads (0: all CPUs), in `workers` processes, or with backend="ray" in
     `workers` Ray actors (each runs whole waves); none of these change the outcomes. With `sprt`,
     waves stop once the test decides. With `start` (a world `Snapshot`; the task must run on its
-    template, see `Snapshot.task`), every branch starts from that state instead of a reset. Raises
-    on bad input or a failing policy: a failed run yields no result.
+    template, see `Snapshot.task`), every branch starts from that state instead of a reset.
+    `on_progress(done, branches)` is called after each round of waves (a service's progress).
+    Raises on bad input or a failing policy: a failed run yields no result.
     """
     if not isinstance(branches, int) or branches < 1:
         raise ValueError(f"branches must be a positive integer, got {branches!r}")
@@ -169,6 +171,8 @@ def evaluate(
             for done, result in enumerate(results, start=round_[0] + 1):
                 outcomes += result
                 bar.update(done * task.horizon - bar.n)  # waves that ended early count in full
+                if on_progress is not None:
+                    on_progress(len(outcomes), branches)
             if sprt is not None:
                 decision, decided_at = sprt.decide([o.success for o in outcomes])
                 if decision != "undecided":

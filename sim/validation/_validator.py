@@ -1,0 +1,379 @@
+"""The validator service: a site that holds the validate role certifies and spot-checks on its own.
+
+Its queue is derived from the knowledge base, never kept beside it: a skill is queued while it is
+neither active here, revoked nor withdrawn, names task definitions, this validator has not certified
+it and no certificate of it awaits a spot check here; a certificate is queued while this site's
+policy wants it spot-checked first (`kb.certificates.awaiting_check`). So a validator that dies mid-
+evaluation loses nothing: on restart the same job is at the head of the queue again. What the
+knowledge base cannot say is kept in the state file (``validator.json`` in the site's home), which
+`simnet status` and the server's status page and /metrics read: progress, throughput, and jobs that
+failed or wait for something (weights no peer has yet, a task definition not arrived) with the
+reason, so nothing is retried in a tight loop. Order: skills requested by an operator (`simnet
+validate --request`), then spot checks (cheap, and they gate skills already certified), then skills
+by how often this site's own robots used them (what its devices ask for), oldest first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import knowledge
+from knowledge import BlobError, KnowledgeBase, SiteHome, UnknownTaskError
+
+from .._errors import SimError, TaskDefinitionError
+from .._patches import Sampler
+from .._tasks import Task
+from ..evaluation import certify, evaluate, load_policy, skill_tasks, spot_check
+from ._samplers import fleet_sampler
+
+log = logging.getLogger("sim.validation")
+STATE_FILE = "validator.json"
+SETTINGS_FILE = "validator.toml"
+REQUESTS_FILE = "validator.requests"
+_WAITING = (BlobError, UnknownTaskError)  # may resolve by itself: weights or a task arrive later
+
+
+class _Stopped(Exception):
+    """The service was asked to stop in the middle of an evaluation."""
+
+
+@dataclass(frozen=True)
+class ValidatorSettings:
+    """How a site validates (``validator.toml`` in its home; every key optional)."""
+
+    branches: int = 128  # per task of a skill
+    workers: int = 1  # evaluation worker processes (1: in the validator's own thread)
+    threads: int = 1  # physics threads per wave
+    embodiments: tuple[str, ...] = ()  # the bodies this fleet registers (a task's `embodiment`)
+    samplers: dict[str, str] = field(default_factory=dict)  # task name -> sampler JSON file
+    retry_s: float = 30.0  # a job waiting on weights or a task is tried again after this
+    max_attempts: int = 3  # a job that fails this often is given up (shown in the status)
+    idle_s: float = 1.0  # how often an idle validator looks at the knowledge base again
+
+    @classmethod
+    def load(cls, path: Path) -> ValidatorSettings:
+        if not path.exists():
+            return cls()
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise knowledge.PolicyError(f"{path}: {exc}") from None
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise knowledge.PolicyError(
+                f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}"
+            )
+        if "embodiments" in data:
+            data["embodiments"] = tuple(data["embodiments"])
+        settings = cls(**data)
+        for name in ("branches", "workers", "threads", "max_attempts"):
+            value = getattr(settings, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise knowledge.PolicyError(
+                    f"{path}: {name} must be an integer >= 1, not {value!r}"
+                )
+        return settings
+
+    def sampler(self, task: Task, seed: int, home: Path | None) -> Sampler:
+        """This site's sampler for `task` (named in `samplers`), or the fleet sampler."""
+        path = self.samplers.get(task.name)
+        if path is None:
+            return fleet_sampler(task, seed)
+        spec = json.loads((home / path if home else Path(path)).read_text())
+        return Sampler.from_json({**spec, "seed": seed})
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # "evaluate" or "spot_check"
+    skill: str
+    name: str
+    certificate: str | None = None
+    why: str = ""  # why it is where it is in the queue
+
+    @property
+    def key(self) -> str:
+        return self.certificate or self.skill
+
+
+@dataclass
+class _Trouble:
+    """A job that failed or waits: why, how often, and when to try again."""
+
+    job: Job
+    reason: str
+    attempts: int
+    retry_at: float | None  # None: given up
+    waiting: bool = False  # for something that may arrive (weights, a task definition)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **asdict(self.job),
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "retry_at": self.retry_at,
+        }
+
+
+class Validator:
+    """Certify and spot-check from the simulator, one job at a time (`step`, or `run` until a stop
+    event), writing its state to `state_path` after every change."""
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        settings: ValidatorSettings | None = None,
+        *,
+        home: Path | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if kb.identity is None:
+            raise knowledge.NotAuthorizedError("a validator signs: open the store with its key")
+        self.kb = kb
+        self.settings = settings or ValidatorSettings()
+        self.home = home
+        self.rng = rng or random.SystemRandom()
+        self.troubles: dict[str, _Trouble] = {}
+        self._stop = threading.Event()  # set by `run`'s caller
+        self.current: dict[str, Any] | None = None
+        self.totals = {
+            "certificates": 0,
+            "spot_checks": 0,
+            "disputes": 0,
+            "branches_evaluated": 0,
+            "branches_spot_checked": 0,
+            "busy_s": 0.0,
+        }
+        self._restore()
+
+    # --- the queue --------------------------------------------------------------------------------
+    def queue(self) -> list[Job]:
+        kb, now = self.kb, time.time()
+        own = kb.identity.public_key_hex  # type: ignore[union-attr]
+        site = (kb.policy.device_of or kb.identity.public_key).hex()  # type: ignore[union-attr]
+        requested = self._requests()
+        ranked: list[tuple[tuple[Any, ...], Job]] = []
+        awaiting = kb.certificates.awaiting_check()
+        for cert in awaiting:
+            name = kb.skills.get(cert.skill).name
+            first = cert.skill in requested
+            job = Job(
+                "spot_check", cert.skill, name, cert.id, "requested" if first else "spot check"
+            )
+            ranked.append(((0 if first else 1, 0, cert.hlc), job))
+        for skill in kb.skills.list():
+            if not skill.tasks or kb.is_revoked(skill.id) or kb.is_active(skill.id):
+                continue
+            if any(c.skill == skill.id for c in awaiting):  # a spot check is cheaper
+                continue
+            if any(c.validator == own for c in kb.certificates.for_skill(skill.id)):
+                continue
+            uses = kb.counters.per_site(skill.id).get(site, knowledge.Counts()).uses
+            first = skill.id in requested
+            why = "requested" if first else f"used {uses} times here" if uses else "uncertified"
+            ranked.append(
+                (
+                    (0 if first else 2, -uses, skill.hlc),
+                    Job("evaluate", skill.id, skill.name, why=why),
+                )
+            )
+        ranked.sort(key=lambda item: item[0])
+        return [
+            job
+            for _, job in ranked
+            if (t := self.troubles.get(job.key)) is None
+            or (t.retry_at is not None and t.retry_at <= now)
+        ]
+
+    def _requests(self) -> set[str]:
+        path = self.home / REQUESTS_FILE if self.home else None
+        if path is None or not path.exists():
+            return set()
+        return {line.strip() for line in path.read_text().splitlines() if line.strip()}
+
+    # --- running ----------------------------------------------------------------------------------
+    def step(self) -> Job | None:
+        """Run the job at the head of the queue; None if there is none."""
+        jobs = self.queue()
+        if not jobs:
+            self._save(jobs)
+            return None
+        job = jobs[0]
+        started = time.monotonic()
+        self.current = {**asdict(job), "done": 0, "total": 0, "started": time.time()}
+        self._save(jobs)
+        try:
+            if job.kind == "spot_check":
+                self._spot_check(job)
+            else:
+                self._evaluate(job)
+            self.troubles.pop(job.key, None)
+        except _Stopped:
+            log.info(
+                "stopped during %s %s: it is queued again at the next start", job.kind, job.name
+            )
+        except _WAITING as exc:
+            self._trouble(job, f"waiting: {exc}", waiting=True)
+        except (knowledge.SimnetError, SimError) as exc:
+            self._trouble(job, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a broken skill must not stop the service
+            log.exception("validating %s failed", job.name)
+            self._trouble(job, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.totals["busy_s"] += time.monotonic() - started
+            self.current = None
+            self._save(self.queue())
+        return job
+
+    def run(self, stop: threading.Event) -> None:
+        """Work until `stop` is set (an evaluation under way is abandoned at its next wave),
+        idling `idle_s` between looks at an empty queue."""
+        log.info("validator %s started", self.kb.identity.key_id)  # type: ignore[union-attr]
+        self._stop = stop
+        while not stop.is_set():
+            if self.step() is None:
+                stop.wait(self.settings.idle_s)
+        self._save(self.queue(), state="stopped")
+
+    def _evaluate(self, job: Job) -> None:
+        s = self.settings
+        policy = load_policy(self.kb, job.skill)
+        tasks = skill_tasks(self.kb, job.skill)
+        if s.embodiments:
+            tasks = [t for t in tasks if t.embodiment in s.embodiments]
+            if not tasks:
+                raise TaskDefinitionError(
+                    "embodiment",
+                    f"none of its tasks is for this fleet's bodies {list(s.embodiments)}",
+                )
+        for i, task in enumerate(tasks):
+            sampler = s.sampler(task, self.rng.randrange(2**31), self.home)
+            base = i * s.branches
+
+            def progress(done: int, total: int, base: int = base) -> None:
+                if self._stop.is_set():
+                    raise _Stopped
+                assert self.current is not None
+                self.current.update(done=base + done, total=len(tasks) * total)
+                self._save(None)
+
+            result = evaluate(
+                task,
+                policy,
+                branches=s.branches,
+                sampler=sampler,
+                workers=s.workers,
+                threads=s.threads,
+                progress=False,
+                on_progress=progress,
+            )
+            cert = certify(self.kb, job.skill, result)
+            self.totals["certificates"] += 1
+            self.totals["branches_evaluated"] += result.n
+            log.info(
+                "certified %s on %s: %d/%d branches (%s)",
+                job.name,
+                task.name,
+                result.successes,
+                result.n,
+                cert.id[:12],
+            )
+
+    def _spot_check(self, job: Job) -> None:
+        cert = self.kb.certificates.get(job.certificate or "")
+        result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
+        self.totals["spot_checks"] += 1
+        self.totals["branches_spot_checked"] += len(result.branches)
+        if not result.reproduced:
+            self.totals["disputes"] += 1
+            log.warning("disputed certificate %s of %s: %s", cert.id[:12], job.name, result.detail)
+        else:
+            log.info("spot-checked %s of %s: %s", cert.id[:12], job.name, result.detail)
+
+    def _trouble(self, job: Job, reason: str, *, waiting: bool = False) -> None:
+        old = self.troubles.get(job.key)
+        attempts = (old.attempts if old else 0) + 1
+        give_up = not waiting and attempts >= self.settings.max_attempts
+        retry_at = None if give_up else time.time() + self.settings.retry_s * min(attempts, 10)
+        self.troubles[job.key] = _Trouble(job, reason, attempts, retry_at, waiting)
+        log.warning("%s %s: %s", job.kind, job.name, reason)
+
+    # --- state ------------------------------------------------------------------------------------
+    def status(self, jobs: list[Job] | None = None, state: str | None = None) -> dict[str, Any]:
+        t = self.totals
+        busy = t["busy_s"]
+        queue = self.queue() if jobs is None else jobs
+        return {
+            "pid": os.getpid(),
+            "validator": self.kb.identity.public_key_hex,  # type: ignore[union-attr]
+            "updated": time.time(),
+            "state": state or ("busy" if self.current else "idle"),
+            "current": self.current,
+            "queued": len(queue),
+            "queue": [asdict(j) for j in queue[:50]],
+            **t,
+            "branches_per_s": (t["branches_evaluated"] + t["branches_spot_checked"]) / busy
+            if busy
+            else 0.0,
+            "failed": [x.to_json() for x in self.troubles.values() if not x.waiting],
+            "waiting": [x.to_json() for x in self.troubles.values() if x.waiting],
+            "settings": {k: v for k, v in asdict(self.settings).items() if k != "samplers"},
+        }
+
+    def _save(self, jobs: list[Job] | None, state: str | None = None) -> None:
+        if self.home is None:
+            return
+        data = self.status(jobs if jobs is not None else [], state)
+        if jobs is None and self._last is not None:  # progress only: keep the queue we showed
+            data["queue"], data["queued"] = self._last["queue"], self._last["queued"]
+        self._last = data
+        path = self.home / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+
+    def _restore(self) -> None:
+        """Totals and troubles from the last run's state file; a job it was running is queued
+        again by itself (no certificate came of it)."""
+        self._last: dict[str, Any] | None = None
+        path = self.home / STATE_FILE if self.home else None
+        if path is None or not path.exists():
+            return
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            data = json.loads(path.read_text())
+            for name in self.totals:
+                self.totals[name] = type(self.totals[name])(data.get(name, 0))
+            for waiting in (False, True):
+                for x in data.get("waiting" if waiting else "failed", []):
+                    job = Job(x["kind"], x["skill"], x["name"], x.get("certificate"), x["why"])
+                    self.troubles[job.key] = _Trouble(
+                        job, x["reason"], x["attempts"], x["retry_at"], waiting
+                    )
+            if data.get("current"):
+                log.warning(
+                    "the last run stopped during %s %s: queued again",
+                    data["current"]["kind"],
+                    data["current"]["name"],
+                )
+
+
+def run_validator(home: SiteHome, kb: KnowledgeBase, stop: threading.Event) -> None:
+    """The `simnet serve --validate` service: validate `kb` (the server's) until `stop` is set."""
+    settings = ValidatorSettings.load(home.path / SETTINGS_FILE)
+    Validator(kb, settings, home=home.path).run(stop)
+
+
+def settings_with(settings: ValidatorSettings, **changes: Any) -> ValidatorSettings:
+    """`settings` with the given fields replaced where they are not None (command-line options)."""
+    return replace(settings, **{k: v for k, v in changes.items() if v is not None})

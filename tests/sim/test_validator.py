@@ -1,0 +1,152 @@
+"""The validator service: its queue derived from the knowledge base, its priorities, and what it
+does with skills it cannot evaluate (a clear state, never a stuck queue or a crash)."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+import knowledge
+import sim
+from knowledge import ActivationPolicy, Identity, SiteHome, TrustPolicy
+from knowledge.cli import main
+from sim.validation import Validator, ValidatorSettings, fleet_sampler
+
+POLICY = ActivationPolicy(min_branches=16, min_lower_bound=0.5, spot_check_branches=8)
+FAST = ValidatorSettings(branches=16, retry_s=60.0, max_attempts=2)
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A site (its own root: every role) whose store holds nothing yet."""
+    home = SiteHome(tmp_path / "site")
+    home.path.mkdir()
+    Identity.generate().save(home.key)
+    home.policy.write_text(TrustPolicy(activation=POLICY).to_toml())
+    knowledge.open(home.store, Identity.load(home.key)).close()
+    return home
+
+
+def publish(kb, name="reach", skill="arm_reach_good", task=None):
+    return sim.publish_skill(kb, sim.load_skill(skill), name, "reach", tasks=[task])
+
+
+def state(home):
+    return json.loads((home.path / "validator.json").read_text())
+
+
+def test_it_certifies_what_lacks_a_certificate_and_then_has_nothing_to_do(home, short_arm):
+    with home.open_writer() as kb:
+        skill = publish(kb, task=short_arm)
+        kb.skills.publish("no-task", "reach")  # names no task: nothing to evaluate it on
+        validator = Validator(kb, FAST, home=home.path, rng=random.Random(0))
+        (job,) = validator.queue()
+        assert (job.kind, job.skill, job.why) == ("evaluate", skill.id, "uncertified")
+        assert validator.step() == job
+        (cert,) = kb.certificates.for_skill(skill.id)
+        assert cert.branches == 16 and cert.validator == kb.identity.public_key_hex
+        assert kb.is_active(skill.id) and validator.queue() == [] and validator.step() is None
+    s = state(home)
+    assert s["certificates"] == 1 and s["branches_evaluated"] == 16 and s["branches_per_s"] > 0
+    assert s["state"] == "idle" and s["queued"] == 0 and s["failed"] == []
+
+
+def test_the_fleet_sampler_randomizes_what_activation_asks_for(short_arm):
+    sampler = fleet_sampler(short_arm, seed=5)
+    record = sim.evaluate(
+        short_arm, sim.load_skill("arm_reach_good"), branches=4, sampler=sampler, progress=False
+    ).to_record()
+    assert {"mass", "friction", "damping", "gain"} <= set(sim.randomized(record))
+    assert all("target" not in t["target"].split("/")[1] for t in sampler.to_json()["terms"])
+
+
+def test_requests_then_spot_checks_then_use_order_the_queue(home, short_arm, tmp_path):
+    other = knowledge.open(tmp_path / "other.db", Identity.generate())
+    with home.open_writer() as kb:
+        policy = kb.policy.with_root(other.identity.public_key)
+        kb.set_policy(policy)
+        home.policy.write_text(policy.to_toml())
+        other.set_policy(TrustPolicy().with_root(kb.identity.public_key))
+        used, plain, asked = (publish(kb, n, task=short_arm) for n in ("used", "plain", "asked"))
+        for _ in range(3):
+            kb.counters.record(used.id, success=True)
+        remote = publish(other, "remote", task=short_arm)
+        cert = sim.certify(
+            other,
+            remote.id,
+            sim.evaluate(
+                short_arm, sim.load_skill("arm_reach_good"), branches=16, wave=8, progress=False
+            ),
+        )
+        kb.ingest(other.envelopes_since({}))
+        for blob in other.blobs.list():
+            kb.blobs.put(other.blobs.get(blob))
+        (home.path / "validator.requests").write_text(asked.id + "\n")
+        validator = Validator(kb, FAST, home=home.path)
+        queue = validator.queue()
+        assert [(j.kind, j.name, j.why) for j in queue] == [
+            ("evaluate", "asked", "requested"),
+            ("spot_check", "remote", "spot check"),
+            ("evaluate", "used", "used 3 times here"),
+            ("evaluate", "plain", "uncertified"),
+        ]
+        assert queue[1].certificate == cert.id
+        validator.step()
+        validator.step()
+        assert kb.certificates.checks(cert.id)[0].reproduced and kb.is_active(remote.id)
+    other.close()
+
+
+def test_skills_it_cannot_evaluate_wait_or_fail_with_a_reason_and_the_rest_proceed(home, short_arm):
+    with home.open_writer() as kb:
+        good = publish(kb, "good", task=short_arm)
+        record = dict(good.policy)
+        record["architecture"] = {**record["architecture"], "hidden": [8]}
+        wrong = kb.skills.publish(
+            "wrong-spec", "reach", policy=record, blobs=good.blobs, tasks=good.tasks
+        )
+        no_weights = kb.skills.publish(
+            "no-weights", "reach", policy={**good.policy, "weights": "00" * 32}, tasks=good.tasks
+        )
+        broken = kb.tasks.publish({"format": "simnet.task/1", "name": "no-scene"})
+        bad_task = kb.skills.publish("bad-task", "reach", policy=good.policy, tasks=[broken])
+        validator = Validator(kb, replace(FAST, max_attempts=1), home=home.path)
+        for _ in range(10):
+            validator.step()
+        assert kb.is_active(good.id)
+        s = state(home)
+        failed = {f["name"]: f for f in s["failed"]}
+        waiting = {w["name"]: w for w in s["waiting"]}
+        assert set(failed) == {"wrong-spec", "bad-task"} and set(waiting) == {"no-weights"}
+        assert "PolicyPayloadError" in failed["wrong-spec"]["reason"]
+        assert "TaskDefinitionError" in failed["bad-task"]["reason"]
+        assert failed["bad-task"]["attempts"] == 1 and failed["bad-task"]["retry_at"] is None
+        assert "waiting: " in waiting["no-weights"]["reason"] and waiting["no-weights"]["retry_at"]
+        assert validator.queue() == []  # nothing retried in a tight loop
+        assert {wrong.id, no_weights.id, bad_task.id}.isdisjoint(
+            c.skill for s_ in kb.skills.list() for c in kb.certificates.for_skill(s_.id)
+        )
+    with home.open_writer() as kb:  # a restart remembers what failed
+        assert Validator(kb, FAST, home=home.path).queue() == []
+
+
+def test_simnet_validate_once_and_request(home, short_arm):
+    with home.open_writer() as kb:
+        first, second = (publish(kb, n, task=short_arm) for n in ("first", "second"))
+    runner = CliRunner()
+    out = runner.invoke(main, ["--home", str(home.path), "validate", "--request", "second"])
+    assert out.exit_code == 0 and "requested second" in out.output, out.output
+    out = runner.invoke(
+        main, ["--home", str(home.path), "validate", "--once", "--branches", "16", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    final = json.loads(out.output)
+    assert final["certificates"] == 2 and final["state"] == "stopped"
+    with home.open_readonly() as kb:
+        assert kb.is_active(first.id) and kb.is_active(second.id)
+    bad = runner.invoke(main, ["--home", str(home.path), "validate", "--request", "nothing"])
+    assert bad.exit_code != 0 and "nothing" in bad.output
