@@ -1,5 +1,6 @@
 """One anti-entropy round with a peer, over HTTP: pull what we lack, push what they lack, fetch
-blobs.
+the blobs asked for (`blobs`) and give the peer ours (`push_blobs`: a device gives its site the
+weights of the skills it published).
 
 The round is written once, as a generator that yields `Call`s (requests to make) and receives
 `httpx.Response`s (no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or
@@ -74,6 +75,7 @@ class SyncReport:
     held_by_peer: int = 0
     clock_offset_ms: int | None = None
     blobs: int = 0
+    blobs_pushed: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
@@ -122,6 +124,7 @@ def exchange(
     *,
     page: int = DEFAULT_PAGE,
     blobs: Iterable[str] = (),
+    push_blobs: Iterable[str] = (),
     withhold: Container[bytes] = (),
     peer_key: bytes | None = None,
 ) -> Exchange:
@@ -231,6 +234,19 @@ def exchange(
         except BlobError as exc:
             raise PeerError(f"blob {blob_hash[:16]}… from {base_url} is corrupt: {exc}") from exc
         report.blobs += 1
+
+    # Blobs we give the peer (a device's skill weights to its site): after the envelopes, so that
+    # the skill naming each is there; the peer verifies the hash.
+    for blob_hash in push_blobs:
+        response = yield from send(
+            Call(
+                "PUT",
+                f"{base_url}{API}/blobs/{blob_hash}",
+                kb.blobs.get(blob_hash),
+                {"content-type": "application/octet-stream"},
+            )
+        )
+        report.blobs_pushed += response.status_code == 201
 
     report.seconds = time.perf_counter() - started
     return report
@@ -454,13 +470,16 @@ def sync_with(
     *,
     page: int = DEFAULT_PAGE,
     blobs: Iterable[str] = (),
+    push_blobs: Iterable[str] = (),
     timeout: float = 30.0,
     deadline: float | None = None,
     withhold: Container[bytes] = (),
     transport: httpx.BaseTransport | None = None,
     verify: ssl.SSLContext | bool = True,
 ) -> SyncReport:
-    """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking).
+    """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking);
+    then fetch the `blobs` we lack from it, and upload `push_blobs` to it (each named by a skill it
+    holds; `SyncReport.blobs_pushed` counts those it did not hold yet).
 
     `timeout` bounds each network operation; `deadline` (default `DEADLINE_FACTOR` * timeout) the
     whole round: past it, a `PeerError` with code "deadline" (see the module docstring). `verify`
@@ -468,7 +487,9 @@ def sync_with(
     system's)."""
     url = url.rstrip("/")
     limit = _Deadline(url, _deadline_s(deadline, timeout))
-    rounds = exchange(kb, url, page=page, blobs=blobs, withhold=withhold, peer_key=peer_key)
+    rounds = exchange(
+        kb, url, page=page, blobs=blobs, push_blobs=push_blobs, withhold=withhold, peer_key=peer_key
+    )
     cap = _answer_cap(kb)
     try:
         with (
@@ -518,6 +539,7 @@ async def async_sync_with(
     *,
     page: int = DEFAULT_PAGE,
     blobs: Iterable[str] = (),
+    push_blobs: Iterable[str] = (),
     timeout: float = 30.0,
     deadline: float | None = None,
     withhold: Container[bytes] = (),
@@ -531,7 +553,15 @@ async def async_sync_with(
     already running in its thread finishes first: those are bounded by the page size)."""
     url = url.rstrip("/")
     limit = _Deadline(url, _deadline_s(deadline, timeout))
-    rounds = exchange(kb, url, page=page, blobs=list(blobs), withhold=withhold, peer_key=peer_key)
+    rounds = exchange(
+        kb,
+        url,
+        page=page,
+        blobs=list(blobs),
+        push_blobs=list(push_blobs),
+        withhold=withhold,
+        peer_key=peer_key,
+    )
     cap = _answer_cap(kb)
     try:
         with anyio.move_on_after(limit.seconds):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase
+from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase, Role
 
 from ._admin import admin_delegate, admin_revoke, admin_revoke_key, admin_sync
 from ._blobs import fetch_for_device, parse_range
@@ -234,6 +235,51 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     return BlobResponse(site.kb, blob_hash, size, span)
 
 
+@endpoint("push")
+async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: >-
+      Give this site a blob that a skill it holds names (a device uploads the weights of a skill it
+      published, after pushing the skill's envelope). The caller needs the publish role here; the
+      body must hash to the path's hash and fit in the body limit and the site's blob quota.
+    parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
+    requestBody:
+      content: {application/octet-stream: {schema: {type: string, format: binary}}}
+    responses:
+      "200": {description: Held already; nothing changed.}
+      "201": {description: Stored.}
+      "400": {description: The body does not hash to the blob hash.}
+      "403": {description: The caller lacks the publish role here.}
+      "404": {description: No skill this site holds names the blob (push its envelope first).}
+      "507": {description: The blob does not fit in this site's blob quota.}
+    """
+    blob_hash = check_hex64(request.path_params["hash"], "blob hash")
+    kb = site.kb
+    if Role.PUBLISH not in (await run_in_threadpool(kb.roles_of, caller) or ()):
+        return error_response(
+            403, "not_authorized", "uploading a blob needs the publish role at this site"
+        )
+    if not await run_in_threadpool(_named_by_a_skill, kb, blob_hash):
+        return error_response(
+            404,
+            "not_found",
+            f"no skill held here names blob {blob_hash[:16]}…: push the skill's envelope first",
+        )
+    if await run_in_threadpool(kb.blobs.size, blob_hash) is not None:
+        return JSONResponse({"stored": False, "bytes": len(body)})
+    try:
+        await run_in_threadpool(functools.partial(kb.blobs.put, body, expected=blob_hash))
+    except BlobQuotaError as exc:
+        return error_response(507, "insufficient_storage", str(exc))
+    except BlobError as exc:
+        return error_response(400, "bad_request", str(exc))
+    return JSONResponse({"stored": True, "bytes": len(body)}, status_code=201)
+
+
+def _named_by_a_skill(kb: KnowledgeBase, blob_hash: str) -> bool:
+    return any(blob_hash in s.blobs for s in kb.skills.list(include_withdrawn=True))
+
+
 def _is_device(site: Site, caller: bytes) -> bool:
     """A caller that is neither this site nor a site root it trusts (sites get what is held)."""
     return caller != site.key and all(root.key != caller for root in site.kb.policy.roots)
@@ -400,6 +446,7 @@ def create_app(
         Route("/v1/heads", heads, methods=["GET"]),
         Route("/v1/envelopes", envelopes, methods=["POST"]),
         Route("/v1/blobs/{hash}", blob, methods=["GET"]),
+        Route("/v1/blobs/{hash}", upload_blob, methods=["PUT"]),
         Route("/v1/status", status, methods=["GET"]),
         Route("/v1/admin/sync", admin_sync, methods=["POST"]),
         Route("/v1/admin/revoke", admin_revoke, methods=["POST"]),

@@ -51,6 +51,7 @@ class _Stopped(Exception):
 class ValidatorSettings:
     """How a site validates (``validator.toml`` in its home; every key optional)."""
 
+    certifies: bool = True  # evaluate and certify skills (false: only spot-check)
     branches: int = 128  # per task of a skill
     workers: int = 1  # evaluation worker processes (1: in the validator's own thread)
     threads: int = 1  # physics threads per wave
@@ -172,7 +173,7 @@ class Validator:
                 "spot_check", cert.skill, name, cert.id, "requested" if first else "spot check"
             )
             ranked.append(((0 if first else 1, 0, cert.hlc), job))
-        for skill in kb.skills.list():
+        for skill in kb.skills.list() if self.settings.certifies else ():
             if not skill.tasks or kb.is_revoked(skill.id) or kb.is_active(skill.id):
                 continue
             if any(c.skill == skill.id for c in awaiting):  # a spot check is cheaper

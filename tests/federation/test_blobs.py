@@ -272,6 +272,45 @@ def test_a_device_blob_past_the_site_quota_is_a_507(chain):
     assert HASH not in a.kb.blobs and a.kb.blobs.stored_bytes() == 0
 
 
+# --- a device gives its site the weights of a skill it published --------------------------------
+
+
+def test_a_device_uploads_its_skills_weights_with_its_sync(chain):
+    a, _b, _c, device, a_url = chain
+    robot = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(a.key))
+    federation.sync_with(robot, a_url, a.key)  # learns its delegation
+    weights = robot.blobs.put(b"weights of a skill made here" * 100)
+    robot.skills.publish("reach", "reach", policy={"weights": weights}, blobs=[weights])
+    report = federation.sync_with(robot, a_url, a.key, push_blobs=[weights])
+    assert report.blobs_pushed == 1 and a.kb.blobs.get(weights) == robot.blobs.get(weights)
+    again = federation.sync_with(robot, a_url, a.key, push_blobs=[weights])
+    assert again.blobs_pushed == 0  # held already
+    robot.close()
+
+
+def test_an_upload_no_skill_names_a_wrong_hash_or_a_writer_without_publish_is_refused(chain):
+    a, _b, _c, device, a_url = chain
+    unnamed = hashlib.sha256(b"junk").hexdigest()
+    reader = Identity.generate()
+    a.kb.delegate(reader.public_key, ["validate"])
+    a.kb.skills.publish("s", "t", blobs=[a.kb.blobs.put(BLOB)])
+    fresh = b"other weights"
+    named = hashlib.sha256(fresh).hexdigest()
+    a.kb.skills.publish("s2", "t", blobs=[named])
+    with httpx.Client(base_url=a_url, auth=federation.SimnetAuth(device, a.key)) as client:
+        nobody = client.put(f"/v1/blobs/{unnamed}", content=b"junk")
+        wrong = client.put(f"/v1/blobs/{named}", content=b"not those bytes")
+        held = client.put(f"/v1/blobs/{HASH}", content=BLOB)
+    with httpx.Client(base_url=a_url, auth=federation.SimnetAuth(reader, a.key)) as client:
+        no_role = client.put(f"/v1/blobs/{named}", content=fresh)
+    assert (nobody.status_code, nobody.json()["error"]) == (404, "not_found")
+    assert "push the skill's envelope first" in nobody.json()["detail"]
+    assert (wrong.status_code, wrong.json()["error"]) == (400, "bad_request")
+    assert held.status_code == 200 and held.json() == {"stored": False, "bytes": len(BLOB)}
+    assert (no_role.status_code, no_role.json()["error"]) == (403, "not_authorized")
+    assert unnamed not in a.kb.blobs and named not in a.kb.blobs
+
+
 # --- a site's home: simnet.toml's peers and quota -------------------------------------------------
 
 
