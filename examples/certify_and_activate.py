@@ -41,13 +41,15 @@ def main() -> None:
         arm = knowledge.Embodiment.from_mjcf(
             Path(sim.__file__).parent / "assets" / "scenes" / "arm7.xml"
         )
-        skills = {
+        task = sim.load_task("arm_reach")
+        skills = {  # each names the task it is meant for: a certificate counts only on it
             label: sim.publish_skill(
                 site,
                 sim.load_skill(f"arm_reach_{label}"),
                 f"reach-{label}",
                 "reach",
                 embodiments=[arm.to_dict()],
+                tasks=[task],
             )
             for label in ("good", "degraded")
         }
@@ -59,7 +61,6 @@ def main() -> None:
             for blob in skill.blobs:
                 validator.blobs.put(site.blobs.get(blob), expected=blob)
 
-        task = sim.load_task("arm_reach")
         for skill in skills.values():
             result = sim.evaluate(
                 task,

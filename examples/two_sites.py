@@ -1,10 +1,11 @@
 """Two sites share what their robots learn, in one process: publish, observe, count, certify,
 revoke.
 
-Site A's root key delegates a robot; the robot publishes a skill and maps a room while "offline";
-the sites exchange signed envelopes (what federation puts on the wire) and converge. A validator at
-site B certifies the skill, which becomes active at site A; a revocation then turns it off
-everywhere.
+Site A's root key delegates a robot; the robot publishes a skill (the shipped arm-reaching
+controller: its weights in a blob, its architecture and the task it is meant for in records) and
+maps a room while "offline"; the sites exchange signed envelopes (what federation puts on the wire)
+and converge. Site B, a validator, rolls the skill out in the simulator on the task it names and
+certifies the result, which makes it active at site A; a revocation then turns it off everywhere.
 
     python examples/two_sites.py
 """
@@ -15,9 +16,10 @@ import tempfile
 from pathlib import Path
 
 import knowledge
+import sim
 from knowledge import Identity, Role, TrustPolicy
 
-ARM = Path(__file__).with_name("robots") / "arm7.xml"
+ARM = Path(sim.__file__).parent / "assets" / "scenes" / "arm7.xml"  # the arm arm_reach runs
 
 
 def sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> int:
@@ -49,7 +51,7 @@ def main() -> None:
         [activation]
         min_branches = 64
         min_lower_bound = 0.9
-        required_randomization = ["mass", "friction"]
+        required_randomization = ["mass", "damping", "gain"]
         """
     )
     policy_b = TrustPolicy().with_root(
@@ -69,11 +71,14 @@ def main() -> None:
         print(f"site A ({root_a.key_id}) delegated robot {robot.key_id} the publish role")
 
         # The robot works offline: a skill, a semantic map, usage counts.
-        skill = robot_kb.skills.publish(
-            "pick-mug-side-grasp",
-            "pick",
-            description="grasp a mug by its body from the side",
+        skill = sim.publish_skill(
+            robot_kb,
+            sim.load_skill("arm_reach_good"),
+            "reach-to-target",
+            "reach",
+            description="move the arm's tip to a target point",
             embodiments=[knowledge.Embodiment.from_mjcf(ARM).to_dict()],
+            tasks=[sim.load_task("arm_reach")],
         )
         with robot_kb.batch():  # one envelope for the whole scan
             for x in range(4):
@@ -92,19 +97,27 @@ def main() -> None:
         )
         print(f"active at site A before any certificate: {site_a.is_active(skill.id)}")
 
-        # Site B's validator evaluates the skill (the simulator would produce these numbers) and
-        # certifies it.
-        site_b.certificates.add(
-            skill.id,
-            branches=128,
-            successes=126,
-            randomized=["mass", "friction"],
-            evaluation={"note": "statistics from a branch evaluation"},
+        # Site B validates: the task the skill names arrived with it; its weights travel on demand
+        # (over HTTP, from a peer's blob store; in process, copied from the robot by hash).
+        for blob in skill.blobs:
+            site_b.blobs.put(robot_kb.blobs.get(blob), expected=blob)
+        (task,) = sim.skill_tasks(site_b, skill.id)
+        result = sim.evaluate(
+            task,
+            sim.load_policy(site_b, skill.id),
+            branches=64,
+            sampler=sim.load_sampler(task.name, seed=5),  # masses, damping, gains, gravity
+            progress=False,
         )
+        sim.certify(site_b, skill.id, result)
         sync(site_a, site_b)
-        print(f"site B certified 126/128; active at site A now: {site_a.is_active(skill.id)}")
+        certified_active = site_a.is_active(skill.id)
+        print(
+            f"site B evaluated it on {task.name}: {result.successes}/{result.n} branches "
+            f"succeeded; active at site A now: {certified_active}"
+        )
 
-        site_a.revoke(skill.id, "drops mugs with thin handles")
+        site_a.revoke(skill.id, "overshoots near the joint limits")
         sync(site_a, site_b)
         sync(site_a, robot_kb)
         print(
@@ -117,7 +130,7 @@ def main() -> None:
         print(f"all three hold identical knowledge: {converged}")
         for kb in (site_a, site_b, robot_kb):
             kb.close()
-        if not converged:
+        if not (converged and certified_active):
             raise SystemExit(1)
 
 

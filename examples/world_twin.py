@@ -91,9 +91,12 @@ def main() -> None:
 
             snap = world.snapshot("east")
             kb = knowledge.open(Path(tmp) / "site.db", knowledge.Identity.generate())
-            skill = sim.publish_skill(kb, sim.load_skill("walker_forward_good"), "walk", "walk")
+            task = snap.task(sim.load_task("walker_forward"), "walker1")  # walking in this cell
+            skill = sim.publish_skill(
+                kb, sim.load_skill("walker_forward_good"), "walk", "walk", tasks=[task]
+            )
             result = sim.evaluate(
-                snap.task(sim.load_task("walker_forward"), "walker1"),
+                task,
                 sim.load_policy(kb, skill.id),
                 branches=64,
                 start=snap,

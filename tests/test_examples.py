@@ -32,12 +32,25 @@ def test_fleet_demo(tmp_path):
 
 def test_two_sites(tmp_path):
     out = run_example("two_sites.py", tmp_path)
+    assert "active at site A before any certificate: False" in out
+    assert "site B evaluated it on arm_reach: 64/64 branches succeeded" in out
+    assert "active at site A now: True" in out
+    assert "site A revoked it; active at A: False" in out
     assert "all three hold identical knowledge: True" in out
 
 
 def test_query_by_embodiment(tmp_path):
     out = run_example("query_by_embodiment.py", tmp_path)
-    assert "new robot:" in out
+    assert "new robot: Embodiment('arm6'" in out
+    every, active = out.split("every skill, nearest body first")[1].split("active reach skills")
+    rows = {line.split()[2]: line for line in every.splitlines() if line[:2].strip().isdigit()}
+    assert len(rows) == 8
+    assert rows["reach-good"].endswith("active") and " 96 " in rows["reach-good"]
+    assert rows["reach-degraded"].endswith("revoked")
+    for uncertified in ("pick-mug-side-grasp", "trot-flat-ground", "dock-to-charger"):
+        assert rows[uncertified].endswith("0 of 1 required validator sites certify it")
+    found = [line.split()[2] for line in active.splitlines() if line[:2].strip().isdigit()]
+    assert found == ["reach-good"]
 
 
 def test_certify_and_activate(tmp_path):
