@@ -2,8 +2,9 @@
 
 Counters are incremented where things happen (requests, gossip rounds, envelopes in and out); gauges
 about what the site holds are read from the knowledge base when Prometheus scrapes, so nothing has
-to keep them in step. Each site has its own registry: several sites in one process (tests) never
-mix.
+to keep them in step; so are the validator's, from its state file (`validator.json`): a site where
+no validator has run exports none of them. Each site has its own registry: several sites in one
+process (tests) never mix.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from knowledge import IngestReport, KnowledgeBase, Rejection
 
-from ._status import knowledge_counts
+from ._status import knowledge_counts, read_validator_state
 
 __all__ = ["CONTENT_TYPE", "SiteMetrics"]
 
@@ -30,7 +32,12 @@ RECENT = 50  # refusals the status page lists
 class SiteMetrics:
     """The site's counters, and a collector that reads its gauges at scrape time."""
 
-    def __init__(self, kb: KnowledgeBase, peers: Callable[[], list[dict[str, Any]]] = list) -> None:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        peers: Callable[[], list[dict[str, Any]]] = list,
+        home: Path | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "simnet_requests",
@@ -63,6 +70,8 @@ class SiteMetrics:
             registry=self.registry,
         )
         self.registry.register(_Holdings(kb, peers))
+        if home is not None:
+            self.registry.register(_Validator(home))
         self.recent: deque[tuple[float, str, Rejection]] = deque(maxlen=RECENT)
 
     def ingested(self, report: IngestReport, via: str) -> None:
@@ -126,3 +135,55 @@ class _Holdings:
             failures.add_metric([state["name"]], state.get("failures", 0))
         yield age
         yield failures
+
+
+class _Validator:
+    """The validator's progress, read from its state file in the site's home at scrape time. No
+    file (no validator ever ran here): no samples. An unreadable file: only
+    `simnet_validator_stale` 1, so no counter appears to reset."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        v = read_validator_state(self.home)
+        if v is None:
+            return
+        yield GaugeMetricFamily(
+            "simnet_validator_stale",
+            "1 if the validator's state cannot be believed: its process is gone while it says "
+            "idle or busy, it has not been updated for long, or the file is unreadable.",
+            value=1 if v["stale"] else 0,
+        )
+        if v["error"]:
+            return
+        yield CounterMetricFamily(
+            "simnet_evaluation_branches",
+            "Branches the validator rolled out: evaluated for certificates plus spot-checked.",
+            value=v["branches_evaluated"] + v["branches_spot_checked"],
+        )
+        yield GaugeMetricFamily(
+            "simnet_evaluation_branches_per_second",
+            "The validator's throughput: branches per second of time spent on jobs.",
+            value=v["branches_per_s"],
+        )
+        yield GaugeMetricFamily(
+            "simnet_validator_queue_jobs", "Jobs queued for the validator.", value=v["queued"]
+        )
+        jobs = GaugeMetricFamily(
+            "simnet_validator_jobs",
+            "Jobs that failed (given up or retried later) or wait for weights or a task.",
+            labels=["state"],
+        )
+        jobs.add_metric(["failed"], len(v["failed"]))
+        jobs.add_metric(["waiting"], len(v["waiting"]))
+        yield jobs
+        for name, what in (
+            ("certificates", "Certificates the validator signed."),
+            ("spot_checks", "Other validators' certificates it spot-checked."),
+            ("disputes", "Spot checks that did not reproduce (disputes it signed)."),
+        ):
+            yield CounterMetricFamily(f"simnet_validator_{name}", what, value=v[name])

@@ -86,6 +86,22 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 )
             },
             "peers": {"type": "array", "items": {"type": "object"}},
+            "validator": {
+                "nullable": True,  # no "type": an object, or null where no validator has run
+                "description": "the validator's state file as `simnet status --json` shows it "
+                "(docs/OPERATIONS.md); null where no validator has run here",
+                "properties": {
+                    "state": {"type": "string", "description": "idle, busy, stopped, unreadable"},
+                    "queue": {"type": "array", "items": {"type": "object"}},
+                    "failed": {"type": "array", "items": {"type": "object"}},
+                    "waiting": {"type": "array", "items": {"type": "object"}},
+                    **{
+                        name: _COUNT
+                        for name in ("queued", "certificates", "spot_checks", "disputes")
+                    },
+                    "branches_per_s": {"type": "number", "minimum": 0},
+                },
+            },
         },
     },
     "Page": {

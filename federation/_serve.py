@@ -134,7 +134,7 @@ Service = Callable[[SiteHome, knowledge.KnowledgeBase, threading.Event], None]
 def _start_services(
     home: Path, site: Site, services: Iterable[Service]
 ) -> list[tuple[threading.Thread, threading.Event]]:
-    running = []
+    running: list[tuple[threading.Thread, threading.Event]] = []
     for service in services:
         if not running:
             attach_site_peers(SiteHome(home), site.kb)

@@ -39,7 +39,7 @@ from ._metrics import CONTENT_TYPE as METRICS_TYPE
 from ._openapi import describe
 from ._page import render
 from ._site import Site
-from ._status import knowledge_counts
+from ._status import knowledge_counts, read_validator_state
 from ._wire import (
     PAGE_TYPE,
     TIME_HEADER,
@@ -372,12 +372,23 @@ class BlobResponse(StreamingResponse):
 @endpoint("read")
 async def status(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
-    summary: Counts of what this site knows, and its peers' sync state.
+    summary: >-
+      Counts of what this site knows, its peers' sync state, and its validator's queue (null where
+      no validator has run).
     responses: {"200": {description: 'Site status as JSON.'}}
     """
     counts = await run_in_threadpool(knowledge_counts, site.kb)
+    validator = await run_in_threadpool(read_validator_state, site.config.home)
     peers = site.gossip.states() if site.gossip is not None else []
-    return JSONResponse({"name": site.config.name, "key": site.key.hex(), **counts, "peers": peers})
+    return JSONResponse(
+        {
+            "name": site.config.name,
+            "key": site.key.hex(),
+            **counts,
+            "peers": peers,
+            "validator": validator,
+        }
+    )
 
 
 @endpoint(None)

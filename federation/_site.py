@@ -36,7 +36,9 @@ class Site:
         self.queued = 0  # requests waiting for a sync slot
         self.gossip: Any = None  # set by the gossip scheduler when it runs
         self.closed = False
-        self.metrics = SiteMetrics(kb, lambda: self.gossip.states() if self.gossip else [])
+        self.metrics = SiteMetrics(
+            kb, lambda: self.gossip.states() if self.gossip else [], home=config.home
+        )
 
     def close(self) -> None:
         """Close the replay log and the knowledge base (idempotent)."""

@@ -1,5 +1,6 @@
 """A site's status as its own CLI and its /v1/status report it: whether a server runs for a home
-(`serve.json`), its peers' last rounds (`peers.json`) and counts of what it knows.
+(`serve.json`), its peers' last rounds (`peers.json`), counts of what it knows, and its validator's
+queue (`validator.json`).
 
 Nothing here needs the server's libraries: `simnet status` works where only the core is installed.
 """
@@ -7,9 +8,12 @@ Nothing here needs the server's libraries: `simnet status` works where only the 
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -19,6 +23,18 @@ from ._config import SiteConfig
 
 SERVE_FILE = "serve.json"  # written by a running server: its URL, process id and certificate
 STATE_FILE = "peers.json"  # written by the gossip scheduler after every round
+# written by the validator service (`simnet validate`, `simnet serve --validate`; sim.validation)
+# after every change. Only its JSON is read here: federation never imports the simulator.
+VALIDATOR_FILE = "validator.json"
+VALIDATOR_STALE_S = 600.0  # no update for this long (or 10 idle periods, if longer): stale
+_VALIDATOR_COUNTS = (
+    "queued",
+    "certificates",
+    "spot_checks",
+    "disputes",
+    "branches_evaluated",
+    "branches_spot_checked",
+)
 
 
 def running_server(home: Path) -> str | None:
@@ -53,3 +69,151 @@ def knowledge_counts(kb: KnowledgeBase) -> dict[str, int]:
         "writers": len(kb.heads()),
         "envelopes": sum(h.seq for h in kb.heads().values()),
     }
+
+
+def ago(seconds: float) -> str:
+    """A duration past, as the CLI and the status page say it."""
+    return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs on this machine (a zombie, exited but not yet reaped, does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # no /proc here, or not ours to signal: it exists
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def read_validator_state(home: Path, now: float | None = None) -> dict[str, Any] | None:
+    """The validator's state file of the site at `home`, checked and completed; None if there is
+    none (no validator has run for this site).
+
+    Every key of `Validator.status()` is present, with its type (a missing or mistyped one gets
+    its empty value; jobs are dicts of strings and numbers), plus:
+    `age_s` (seconds since `updated`), `stale` (None, or why the state cannot be believed: the
+    process that wrote it is gone while it says idle or busy, or it has not been updated for
+    `VALIDATOR_STALE_S`), and `error` (None, or why the file cannot be read; `state` is then
+    "unreadable"). Never raises for what the file holds.
+    """
+    path = Path(home) / VALIDATOR_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return _unreadable(f"cannot read {path.name}: {exc.strerror or exc}")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return _unreadable(f"{path.name} is not JSON ({exc})")
+    if not isinstance(data, dict):
+        return _unreadable(f"{path.name} holds {type(data).__name__}, not an object")
+    now = time.time() if now is None else now
+    state, current = data.get("state"), data.get("current")
+    out: dict[str, Any] = {
+        "state": state if isinstance(state, str) and state else "unknown",
+        "pid": _int(data.get("pid")),
+        "validator": _text(data.get("validator")),
+        "updated": _number(data.get("updated")) or None,
+        "current": _job(current, "current") if isinstance(current, dict) else None,
+        **{name: _int(data.get(name)) for name in _VALIDATOR_COUNTS},
+        "busy_s": _number(data.get("busy_s")),
+        "branches_per_s": _number(data.get("branches_per_s")),
+        "queue": _jobs(data.get("queue"), "queued"),
+        "failed": _jobs(data.get("failed"), "trouble"),
+        "waiting": _jobs(data.get("waiting"), "trouble"),
+        "settings": data["settings"] if isinstance(data.get("settings"), dict) else {},
+        "error": None,
+    }
+    out["queued"] = max(out["queued"], len(out["queue"]))
+    out["age_s"] = None if out["updated"] is None else round(max(0.0, now - out["updated"]), 1)
+    out["stale"] = _staleness(out)
+    return out
+
+
+def _staleness(state: dict[str, Any]) -> str | None:
+    if state["state"] == "stopped":
+        return None  # stopped on purpose: its last word stands
+    pid, age = state["pid"], state["age_s"]
+    if pid and not pid_alive(pid):
+        return f"its process ({pid}) is not running"
+    idle_s = _number(state["settings"].get("idle_s"))
+    limit = max(VALIDATOR_STALE_S, 10 * idle_s)
+    if age is None:
+        return "it never said when it was updated"
+    if age > limit:
+        return f"no update for {age:.0f} s (hung, or a very long evaluation wave)"
+    return None
+
+
+def _unreadable(error: str) -> dict[str, Any]:
+    return {
+        "state": "unreadable",
+        "pid": 0,
+        "validator": "",
+        "updated": None,
+        "current": None,
+        **dict.fromkeys(_VALIDATOR_COUNTS, 0),
+        "busy_s": 0.0,
+        "branches_per_s": 0.0,
+        "queue": [],
+        "failed": [],
+        "waiting": [],
+        "settings": {},
+        "error": error,
+        "age_s": None,
+        "stale": error,
+    }
+
+
+def _jobs(value: object, kind: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [_job(x, kind) for x in value if isinstance(x, dict)]
+
+
+def _job(value: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A job shaped as `Validator.status()` writes it: `kind` "queued" (kind, skill, name,
+    certificate, why), "current" (and done, total, started) or "trouble" (and reason, attempts,
+    retry_at: None once given up). Text is text and numbers are numbers; what the file did not
+    say is empty."""
+    job: dict[str, Any] = {
+        "kind": _text(value.get("kind")),
+        "skill": _text(value.get("skill")),
+        "name": _text(value.get("name")),
+        "certificate": _text(value.get("certificate")) or None,
+        "why": _text(value.get("why")),
+    }
+    if kind == "current":
+        job.update(
+            done=_int(value.get("done")),
+            total=_int(value.get("total")),
+            started=_number(value.get("started")) or None,
+        )
+    elif kind == "trouble":
+        job.update(
+            reason=_text(value.get("reason")),
+            attempts=_int(value.get("attempts")),
+            retry_at=_number(value.get("retry_at")) or None,
+        )
+    return job
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if value >= 0 and value == value and value != float("inf") else 0.0

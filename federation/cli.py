@@ -28,7 +28,16 @@ from ._auth import SimnetAuth
 from ._client import sync_with
 from ._config import PeerConfig, SiteConfig, withheld_from
 from ._errors import FederationError, PeerError
-from ._status import SERVE_FILE, STATE_FILE, knowledge_counts, local_verify, running_server
+from ._status import (
+    SERVE_FILE,
+    STATE_FILE,
+    ago,
+    knowledge_counts,
+    local_verify,
+    pid_alive,
+    read_validator_state,
+    running_server,
+)
 
 LOG_FILE = "serve.log"  # where `simnet serve --detach` sends the server's output
 START_TIMEOUT_S = 60.0
@@ -177,23 +186,11 @@ def stop_command(home: SiteHome, timeout: float) -> None:
     pid = json.loads((home.path / SERVE_FILE).read_text())["pid"]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while (home.path / SERVE_FILE).exists() or _alive(pid):
+    while (home.path / SERVE_FILE).exists() or pid_alive(pid):
         if time.monotonic() > deadline:
             raise click.ClickException(f"the server (pid {pid}) did not stop in {timeout:g} s")
         time.sleep(0.1)
     click.echo(f"stopped the server (pid {pid})")
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` still runs (an exited process its parent has not reaped yet does not)."""
-    try:
-        os.kill(pid, 0)
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # no /proc here: it exists
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @click.command("key")
@@ -349,7 +346,8 @@ def sync_command(home: SiteHome, peer_name: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def status(home: SiteHome, as_json: bool) -> None:
-    """This site: key, server, peers (last sync, lag), and counts of what it knows."""
+    """This site: key, server, peers (last sync, lag), counts of what it knows, and its
+    validator."""
     config = _config(home)
     identity = Identity.load(config.key_path)
     with home.open_readonly() as kb:
@@ -377,6 +375,7 @@ def status(home: SiteHome, as_json: bool) -> None:
         "server": running_server(home.path),
         **counts,
         "peers": peers,
+        "validator": (validator := read_validator_state(home.path, now)),
     }
     human = [
         f"site {config.name}  key {identity.key_id}  server {data['server'] or 'not running'}",
@@ -393,7 +392,58 @@ def status(home: SiteHome, as_json: bool) -> None:
         ),
     ]
     human += [f"  peer {p['name']:14} {_last_sync(states.get(p['name'], {}))}" for p in peers]
+    if validator is not None:
+        human += _validator_lines(validator, now)
     emit(data, as_json, "\n".join(human))
+
+
+SHOWN_JOBS = 5  # queued jobs `simnet status` lists (--json has the file's first 50)
+
+
+def _validator_lines(v: dict, now: float) -> list[str]:
+    """The validator section of `simnet status` (`v` from `read_validator_state`)."""
+    if v["error"]:
+        return [f"validator unreadable: {v['error']}"]
+    head = f"validator {v['state']}"
+    if v["validator"]:
+        head += f"  key {v['validator'][:16]}"
+    if v["age_s"] is not None:
+        head += f"  updated {ago(v['age_s'])}"
+    lines = [head + (f"  STALE: {v['stale']}" if v["stale"] else "")]
+    if v["current"]:
+        lines.append(f"  now      {_job(v['current'])}: {_progress(v['current'])}")
+    shown = v["queue"][:SHOWN_JOBS]
+    lines.append(f"  queue    {v['queued']} jobs")
+    lines += [f"           {_job(j)}" for j in shown]
+    if shown and v["queued"] > len(shown):
+        lines.append(f"           and {v['queued'] - len(shown)} more")
+    branches = v["branches_evaluated"] + v["branches_spot_checked"]
+    lines.append(
+        f"  done     certificates {v['certificates']}  spot_checks {v['spot_checks']}  "
+        f"disputes {v['disputes']}  branches {branches} ({v['branches_per_s']:.1f}/s busy)"
+    )
+    for label, jobs in (("failed", v["failed"]), ("waiting", v["waiting"])):
+        lines += [f"  {label:8} {_job(j)}: {j['reason']} ({_retry(j, now)})" for j in jobs]
+    return lines
+
+
+def _job(job: dict) -> str:
+    kind = "spot check" if job["kind"] == "spot_check" else job["kind"] or "job"
+    return f"{kind} {job['name'] or job['skill'][:16]}" + (f" ({job['why']})" if job["why"] else "")
+
+
+def _progress(job: dict) -> str:
+    if not job["total"]:
+        return "starting" if job["kind"] != "spot_check" else "re-running waves"
+    return f"{job['done']}/{job['total']} branches ({100 * job['done'] // job['total']}%)"
+
+
+def _retry(job: dict, now: float) -> str:
+    tries = f"{job['attempts']} attempt{'s' if job['attempts'] != 1 else ''}"
+    if job["retry_at"] is None:
+        return f"{tries}, given up"
+    wait = job["retry_at"] - now
+    return f"{tries}, retry in {wait:.0f} s" if wait > 0 else f"{tries}, retry due"
 
 
 def _write(

@@ -70,7 +70,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "status": (
         "federation.cli:status",
-        "This site: key, server, peers (last sync, lag), and counts of what it knows.",
+        "This site: key, server, peers (last sync, lag), counts of what it knows, and its "
+        "validator.",
     ),
     "stop": (
         "federation.cli:stop_command",

@@ -70,6 +70,7 @@ def validate_command(
                 done += 1
                 if done > 10_000:  # a queue that never empties is a bug, not a workload
                     break
+            validator._save(validator.queue(), state="stopped")  # not stale: done, on purpose
             state = validator.status(state="stopped")
             if as_json:
                 click.echo(json.dumps(state))

@@ -71,12 +71,13 @@ class SiteProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, *flags: str) -> None:
+        """`simnet serve` for this site, with `flags` (e.g. "--validate")."""
         log = self.home / f"serve-{len(self.log)}.log"
         self.log.append(log)
         with open(log, "w") as out:
             self.process = subprocess.Popen(
-                [*SIMNET, "--home", str(self.home), "-v", "serve"],
+                [*SIMNET, "--home", str(self.home), "-v", "serve", *flags],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

@@ -38,6 +38,7 @@ def test_a_browser_renders_the_sites_status(fleet, make_device, tmp_path):
     assert "<title>north: simnet site</title>" in dom.stdout
     assert "pick-mug" in dom.stdout and f"<code>{skill.id[:16]}</code>" in dom.stdout
     assert 'class="inactive">inactive</span>' in dom.stdout  # no certificate yet
+    assert "<h2>Evaluation queue</h2><p>no validator has run here" in dom.stdout
 
     shot = tmp_path / "status.png"
     drawn = browse(f"{site.url}/status", f"--screenshot={shot}", "--window-size=1200,800")
