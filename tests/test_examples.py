@@ -26,8 +26,14 @@ def run_example(name: str, tmp_path: Path) -> str:
 def test_fleet_demo(tmp_path):
     """`python3 dev.py demo` runs this."""
     out = run_example("fleet_demo.py", tmp_path)
+    assert "site-b's validator fetched the weights, evaluated 128 branches and certified it" in out
+    assert "they reproduced (0 disputes)" in out
     assert "the skill is active at every site" in out
-    assert "revoked on the robot too: True" in out
+    assert "active=True; its weights fetched from site-c match: True" in out
+    assert "the robot at site-c syncs: active there now: False" in out
+    for site in ("site-a", "site-b", "site-c"):  # one certificate, made by the simulator
+        assert f"{site}: skills 1, active 0, certificates 1, revocations 1" in out
+    assert "certificates typed in by hand: 0" in out
 
 
 def test_two_sites(tmp_path):

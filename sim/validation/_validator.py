@@ -147,6 +147,7 @@ class Validator:
         self.rng = rng or random.SystemRandom()
         self.troubles: dict[str, _Trouble] = {}
         self._stop = threading.Event()  # set by `run`'s caller
+        self._last: dict[str, Any] | None = None  # the state written last
         self.current: dict[str, Any] | None = None
         self.totals = {
             "certificates": 0,
@@ -213,7 +214,7 @@ class Validator:
         job = jobs[0]
         started = time.monotonic()
         self.current = {**asdict(job), "done": 0, "total": 0, "started": time.time()}
-        self._save(jobs)
+        self._save(jobs[1:])
         try:
             if job.kind == "spot_check":
                 self._spot_check(job)
@@ -347,7 +348,6 @@ class Validator:
     def _restore(self) -> None:
         """Totals and troubles from the last run's state file; a job it was running is queued
         again by itself (no certificate came of it)."""
-        self._last: dict[str, Any] | None = None
         path = self.home / STATE_FILE if self.home else None
         if path is None or not path.exists():
             return
