@@ -10,8 +10,9 @@ its content, so any honest source sends the same bytes. Nothing counts until the
 blob's name; bytes that do not are dropped and the source is reported, and the next one is asked.
 
 The store's blob quota (`Limits.max_blob_store_bytes`) counts every stored byte of every blob,
-partly fetched ones too; a blob that would not fit is refused (`BlobQuotaError`) before any of its
-bytes are kept.
+partly fetched ones too. A blob that would not fit first makes room by collecting the garbage (the
+blobs only withdrawn or revoked skills name: `collect_garbage`); if it still does not fit it is
+refused (`BlobQuotaError`) before any of its bytes are kept.
 """
 
 from __future__ import annotations
@@ -184,6 +185,21 @@ class Fetching:
                     self._setups.insert(0, setup)
                     raise
 
+    def make_room(self, blob_hash: str, size: int) -> None:
+        """Collect garbage if a blob of `size` bytes would not fit in the quota as it stands."""
+        room = self.room(blob_hash)
+        if room is not None and size > room and not self._replica.store.readonly:
+            self.collect()
+
+    def collect(self) -> int:
+        """Collect the garbage (`collect_garbage`) to make room under the quota; bytes freed."""
+        freed = sum(collect_garbage(self._replica).values())
+        if freed:
+            log.info(
+                "blob quota: freed %d bytes of blobs only withdrawn or revoked skills use", freed
+            )
+        return freed
+
     def room(self, blob_hash: str) -> int | None:
         """How large `blob_hash` may be to fit in the quota (its own partial bytes count as free);
         None without a quota."""
@@ -244,7 +260,16 @@ class Fetching:
             return None
 
     def _attempt(self, blob_hash: str, source: BlobSource) -> bytes | str:
-        """Fetch from one source: the blob's bytes (stored now), or why it could not supply them."""
+        """Fetch from one source: the blob's bytes (stored now), or why it could not supply them.
+        A blob the quota refuses is tried once more if collecting the garbage frees room."""
+        try:
+            return self._attempt_once(blob_hash, source)
+        except BlobQuotaError:
+            if not self.collect():
+                raise
+        return self._attempt_once(blob_hash, source)
+
+    def _attempt_once(self, blob_hash: str, source: BlobSource) -> bytes | str:
         for _ in range(2):  # a second time from byte 0 if the bytes held before were the bad ones
             held = _Held(self._replica, blob_hash, self._memory)
             room = None if held.memory is not None else self.room(blob_hash)
@@ -299,6 +324,29 @@ class Fetching:
 
 def _name(source: object) -> str:
     return str(getattr(source, "name", None) or type(source).__name__)
+
+
+def collect_garbage(replica: Replica, *, dry_run: bool = False) -> dict[str, int]:
+    """Delete the blobs only withdrawn or revoked skills name, and partial bytes of blobs no live
+    skill names; the bytes freed per blob (with `dry_run`, what would be)."""
+    live, dead = named_blobs(replica)
+    freed = {}
+    with replica.lock:
+        store = replica.store
+        partial = set() if store.readonly else {h.hex() for h in store.partial_hashes()}
+    for blob_hash in sorted((dead | partial) - live):
+        key = bytes.fromhex(blob_hash)
+        with replica.lock:
+            whole = (store.blob_size(key) or 0) if blob_hash in dead else 0
+            size = whole + (store.partial_size(key) if blob_hash in partial else 0)
+            if size and not dry_run:
+                if whole:
+                    store.delete_blob(key)
+                else:
+                    store.drop_partial(key)
+            if size:
+                freed[blob_hash] = size
+    return freed
 
 
 def named_blobs(replica: Replica) -> tuple[set[str], set[str]]:

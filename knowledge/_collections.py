@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._blobs import BlobSource, Fetching, named_blobs
+from ._blobs import BlobSource, Fetching, collect_garbage
 from ._canonical import content_hash
 from ._errors import BlobError, BlobQuotaError, RecordError, UnknownSkillError
 from ._models import Counts, Observation, QueryResult, Skill
@@ -322,6 +322,7 @@ class Blobs:
         replica = self._replica
         replica.require_identity()
         self._fetching.ready()
+        self._fetching.make_room(digest.hex(), len(data))
         with replica.lock, replica.store.transaction():
             if not replica.store.has_blob(digest):
                 room = self._fetching.room(digest.hex())
@@ -427,24 +428,6 @@ class Blobs:
         bytes of any blob no live skill names; returns the bytes freed per blob (with `dry_run`,
         what would be, deleting nothing). A whole blob no skill names is kept (a publisher's before
         its record, one a device asked for), and so is one any live skill names."""
-        replica = self._replica
         if not dry_run:
-            replica.require_identity()
-        live, dead = named_blobs(replica)
-        freed = {}
-        with replica.lock:
-            store = replica.store
-            partial = set() if store.readonly else {h.hex() for h in store.partial_hashes()}
-        for blob_hash in sorted((dead | partial) - live):
-            key = bytes.fromhex(blob_hash)
-            with replica.lock:
-                whole = (store.blob_size(key) or 0) if blob_hash in dead else 0
-                size = whole + (store.partial_size(key) if blob_hash in partial else 0)
-                if size and not dry_run:
-                    if whole:
-                        store.delete_blob(key)
-                    else:
-                        store.drop_partial(key)
-                if size:
-                    freed[blob_hash] = size
-        return freed
+            self._replica.require_identity()
+        return collect_garbage(self._replica, dry_run=dry_run)

@@ -263,6 +263,23 @@ def test_garbage_collection_drops_the_partial_bytes_no_live_skill_needs(open_kb)
     assert kb.blobs.stored_bytes() == 777  # the live skill's fetch can still resume
 
 
+def test_a_blob_short_of_room_collects_the_garbage_first(open_kb):
+    kb = open_kb(limits=Limits(max_blob_store_bytes=len(DATA) + 1000))
+    old = kb.blobs.put(b"o" * 1000)
+    replaced = kb.skills.publish("v1", "pick", blobs=[old])
+    kb.revoke(replaced.id)  # its weights are garbage now, but kept until room is needed
+    kb.blobs.put(b"k" * 400)  # loose: never collected
+    assert kb.blobs.stored_bytes() == 1400
+    assert kb.blobs.fetch(DIGEST, sources=[Source("honest", {DIGEST: DATA})]) == DATA
+    assert old not in kb.blobs and kb.blobs.stored_bytes() == 400 + len(DATA)
+    with pytest.raises(BlobQuotaError):  # nothing left to collect: refused as before
+        kb.blobs.put(b"n" * 2000)
+    stale = kb.blobs.put(b"s" * 500)  # fits: 600 bytes were free
+    gone = kb.skills.publish("v2", "pick", blobs=[stale])
+    kb.skills.withdraw(gone.id)
+    assert kb.blobs.put(b"p" * 550) and stale not in kb.blobs  # put collects too
+
+
 def test_a_store_of_an_earlier_version_opened_read_only_counts_its_blobs(tmp_path):
     """Such a store has no table of partly fetched blobs (only a writer creates it)."""
     import sqlite3
