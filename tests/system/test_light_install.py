@@ -1,5 +1,5 @@
-"""The core install, as a robot has it: no torch, no server libraries, no Ray; and the wheel
-installed by plain pip into a fresh venv.
+"""The core install, as a robot has it: no torch, no server libraries, no Ray; and `pip install .`
+from the clone by plain pip into a fresh venv.
 
 Each check runs in a separate Python process in which the optional dependencies cannot be imported
 (an import hook refuses them, as a venv without the extras would), against a real `simnet serve`
@@ -9,7 +9,6 @@ site started in the full environment.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,27 +96,14 @@ def test_the_simulator_without_its_extra_says_which():
     assert "pip install 'simnet-fleet[sim]'" in out.stderr
 
 
-def _uv() -> str:
-    """The uv that `python3 dev.py` installs (or one on PATH)."""
-    found = shutil.which("uv") or str(ROOT / ".cache" / "bootstrap" / "bin" / "uv")
-    assert Path(found).exists(), "uv is missing: run the suite with `python3 dev.py test`"
-    return found
-
-
-def test_the_wheel_installs_without_extras_into_a_fresh_venv(tmp_path):
-    """The distribution as a user gets it: the wheel built from this tree, installed by plain pip
-    into a venv made by the standard library, with no extras."""
-    subprocess.run(
-        [_uv(), "build", "-q", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT)],
-        check=True,
-        timeout=300,
-    )
-    [wheel] = (tmp_path / "dist").glob("simnet_fleet-*.whl")
+def test_pip_install_dot_from_the_clone_gives_the_core_without_torch(tmp_path):
+    """The README's install as written: `pip install .` in the clone, by plain pip (it builds the
+    wheel with the declared backend), into a venv made by the standard library, with no extras."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
-    subprocess.run([*pip, str(wheel)], check=True, timeout=900)
+    subprocess.run([*pip, "."], cwd=ROOT, check=True, timeout=900)
     robot = subprocess.run(
         [
             str(python),
