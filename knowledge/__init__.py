@@ -42,9 +42,11 @@ from ._errors import (
     UnknownSkillError,
     UnknownTaskError,
 )
+from ._field import FieldOutcomes, FieldTest, LedgerRow, Prediction
 from ._home import SiteHome
 from ._identity import Identity, key_id, parse_public_key, verify_signature
 from ._kb import KnowledgeBase, open
+from ._ledger import Ledger, Outcomes
 from ._models import (
     Activation,
     Certificate,
@@ -164,6 +166,8 @@ __all__ = [
     "Envelope",
     "EnvelopeError",
     "FeatureEncoder",
+    "FieldOutcomes",
+    "FieldTest",
     "Head",
     "Held",
     "Hit",
@@ -176,11 +180,15 @@ __all__ = [
     "Kind",
     "KnowledgeBase",
     "LearnedEncoder",
+    "Ledger",
+    "LedgerRow",
     "Limits",
     "Maps",
     "NotAuthorizedError",
     "Observation",
+    "Outcomes",
     "PolicyError",
+    "Prediction",
     "QueryResult",
     "RecordError",
     "RecordIssue",

@@ -12,6 +12,10 @@ thresholds (branches, Wilson lower bound, randomization), and, under the policy'
   site takes a validator's word on failures as it does on successes.
 - with spot checks on, a certificate from another site counts only once one of this site's own
   writers re-ran some of its branches and they reproduced (`awaiting_check` lists the ones to do).
+
+A certified skill is still not active while suspended: its field success here falls significantly
+below its certificates' promise (`_field`), or a validator counted here suspended it and the policy
+follows such suspensions.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from ._canonical import content_hash
 from ._errors import RecordError
+from ._field import suspension
 from ._models import Activation
 from ._policy import ActivationPolicy
 from ._views import Views
@@ -77,7 +82,13 @@ class Activations:
             reasons.append("revoked")
         sites: set[bytes] = set()
         notes = []
-        for standing in self.standings(views, policy, own_site, skill_id):
+        standings = self.standings(views, policy, own_site, skill_id)
+        suspended = suspension(
+            views, policy, own_site, skill_id, [s.record for s in standings if s.counts]
+        )
+        if suspended is not None:
+            reasons.append(suspended)
+        for standing in standings:
             if standing.counts:
                 sites |= standing.sites
             elif not standing.why.startswith("below"):  # type: ignore[union-attr]

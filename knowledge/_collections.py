@@ -20,7 +20,6 @@ from ._records import (
     cell_key,
     check_map_name,
     check_skill_id,
-    make_key,
 )
 from ._replica import Replica
 
@@ -258,13 +257,13 @@ class Counters:
         replica = self._replica
         check_skill_id(skill_id)
         replica.require(Role.PUBLISH)
-        own = replica.identity.public_key  # type: ignore[union-attr]
-        key = make_key(RecordType.COUNTER, skill_id)
         with replica.lock:
-            pending = replica.pending.get(key) if replica.pending is not None else None
-            feed = replica.feeds.get(own)
-            current = pending or (feed.get(key) if feed is not None else None)
-            rec = _parse_counter(current)
+            rec = replica.current_record(RecordType.COUNTER, skill_id) or {
+                "v": 1,
+                "hlc": 0,
+                "p": dict.fromkeys(COUNTER_FIELDS, 0),
+                "n": dict.fromkeys(COUNTER_FIELDS, 0),
+            }
             for field in COUNTER_FIELDS:
                 change = getattr(delta, field)
                 rec["p" if change > 0 else "n"][field] += abs(change)
@@ -282,19 +281,6 @@ class Counters:
             return {
                 site.hex(): c for site, c in sorted(self._replica.views.counts(skill_id).items())
             }
-
-
-def _parse_counter(text: str | None) -> dict[str, Any]:
-    import json
-
-    if text is None:
-        return {
-            "v": 1,
-            "hlc": 0,
-            "p": dict.fromkeys(COUNTER_FIELDS, 0),
-            "n": dict.fromkeys(COUNTER_FIELDS, 0),
-        }
-    return json.loads(text)
 
 
 class Blobs:

@@ -23,6 +23,7 @@ from ._errors import RecordError, StoreError
 from ._hold import due_ms
 from ._identity import Identity, key_id
 from ._ingest import Ingestion, UpdateRejected
+from ._ledger import Ledger, Outcomes
 from ._models import Activation, Head, IngestReport
 from ._policy import TrustPolicy
 from ._records import MAX_INT, RecordType, Role, make_key
@@ -74,6 +75,8 @@ class KnowledgeBase:
         self.counters = Counters(replica)
         self.certificates = Certificates(replica)
         self.tasks = Tasks(replica)
+        self.outcomes = Outcomes(replica)
+        self.ledger = Ledger(replica)
         self.blobs = Blobs(replica)
 
     @property

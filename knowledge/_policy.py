@@ -27,6 +27,10 @@
     spot_check_budget_s = 300.0         # the most seconds one spot check may simulate
     distrust_after_disputes = 1         # a validator with this many disputes against it counts no
                                         # more (0: disputes only void the certificates they name)
+    field_check = true                  # suspend a skill whose field success here falls below
+    field_margin = 0.1                  # ... its certificates' lower bound by this much,
+    field_alpha = 0.01                  # ... at this chance of suspending a skill by mistake
+    follow_suspensions = false          # also suspend what a validator counted here suspended
 
 An envelope stamped more than `max_clock_offset_ms` ahead of this site's clock is held, durably,
 until that clock reaches it (its writer's clock runs ahead, or ours behind: nothing is lost either
@@ -78,6 +82,10 @@ class ActivationPolicy:
     spot_check_fraction: float = 0.0
     spot_check_budget_s: float = 300.0
     distrust_after_disputes: int = 1
+    field_check: bool = True
+    field_margin: float = 0.1
+    field_alpha: float = 0.01
+    follow_suspensions: bool = False
 
     @property
     def spot_checks(self) -> bool:
@@ -151,6 +159,10 @@ class TrustPolicy:
             spot_check_fraction=_number(act, "spot_check_fraction", 0.0, 0.0, 1.0),
             spot_check_budget_s=_number(act, "spot_check_budget_s", 300.0, 0.0, 86400.0),
             distrust_after_disputes=_count(act, "distrust_after_disputes", 1),
+            field_check=_bool(act, "field_check", True),
+            field_margin=_number(act, "field_margin", 0.1, 0.001, 0.999),
+            field_alpha=_number(act, "field_alpha", 0.01, 1e-9, 0.5),
+            follow_suspensions=_bool(act, "follow_suspensions", False),
         )
         device_of = data.get("device_of")
         if device_of is not None and not isinstance(device_of, str):
@@ -193,6 +205,10 @@ class TrustPolicy:
                     "spot_check_fraction": a.spot_check_fraction,
                     "spot_check_budget_s": a.spot_check_budget_s,
                     "distrust_after_disputes": a.distrust_after_disputes,
+                    "field_check": a.field_check,
+                    "field_margin": a.field_margin,
+                    "field_alpha": a.field_alpha,
+                    "follow_suspensions": a.follow_suspensions,
                 },
             }
         )

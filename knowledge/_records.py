@@ -61,6 +61,8 @@ class RecordType(str, Enum):
     KEY_REVOKE = "keyrevoke"
     TASK = "task"
     CHECK = "check"
+    OUTCOME = "outcome"
+    SUSPEND = "suspend"
 
 
 # The role a writer needs for its records of each type to count; None: only a trusted site root.
@@ -75,6 +77,8 @@ REQUIRED_ROLE: dict[RecordType, Role | None] = {
     RecordType.KEY_REVOKE: None,
     RecordType.TASK: Role.PUBLISH,
     RecordType.CHECK: Role.VALIDATE,
+    RecordType.OUTCOME: Role.PUBLISH,
+    RecordType.SUSPEND: Role.VALIDATE,
 }
 
 COUNTER_FIELDS = ("uses", "successes", "failures")
@@ -90,6 +94,7 @@ IMMUTABLE_PREFIXES = tuple(
         RecordType.CHECK,
     )
 )
+MAX_FIELD_VALUES = 512  # the most recent values of each continuous outcome an outcome record keeps
 VERDICTS = ("reproduced", "disputed")  # a spot check's outcome; a disputed check is a dispute
 
 
@@ -342,6 +347,24 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
         ):
             raise RecordError("field 'branches' must be a list of branch indices")
         _text(rec, "detail", 0, 1000)
+        _optional_obj(rec, "evidence")
+    elif t is RecordType.OUTCOME:
+        _text(rec, "embodiment", 1, 128)
+        trials = _int(rec, "trials", 1)
+        _int(rec, "successes", 0, trials)
+        values = _obj(rec.get("values", {}), "field 'values'")
+        for name, series in values.items():
+            if not isinstance(series, list) or len(series) > MAX_FIELD_VALUES:
+                raise RecordError(f"values[{name!r}] must be a list of at most {MAX_FIELD_VALUES}")
+            if not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) <= 1e12
+                for x in series
+            ):
+                raise RecordError(f"values[{name!r}] must hold finite numbers within ±1e12")
+    elif t is RecordType.SUSPEND:
+        if not isinstance(rec.get("suspended"), bool):
+            raise RecordError("field 'suspended' must be true or false (false lifts it)")
+        _text(rec, "reason", 0, 1000)
         _optional_obj(rec, "evidence")
     elif t in (RecordType.WITHDRAW, RecordType.REVOKE):
         _text(rec, "reason", 0, 1000)

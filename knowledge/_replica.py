@@ -11,6 +11,7 @@ store (`replay`) and grants recomputed from the trust records (`refresh_trust`).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -443,6 +444,15 @@ class Replica:
             return self.activations.standings(
                 self.views, self.policy.activation, self.own_site, skill_id
             )
+
+    def current_record(self, rtype: RecordType, name: str) -> dict[str, Any] | None:
+        """This writer's current record under a key (a write pending in a batch first), parsed."""
+        key = make_key(rtype, name)
+        with self.lock:
+            pending = self.pending.get(key) if self.pending is not None else None
+            feed = self.feeds.get(self.own_key) if self.own_key else None
+            text = pending or (feed.get(key) if feed is not None else None)
+        return None if text is None else dict(json.loads(text))
 
     @property
     def own_site(self) -> bytes | None:

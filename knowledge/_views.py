@@ -40,11 +40,27 @@ from ._trust import Authority
 Index = str | tuple[str, str]
 _MAX_LOG = 1_000_000
 _SKILL_STATE = frozenset(
-    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT, RecordType.CHECK}
+    {
+        RecordType.SKILL,
+        RecordType.WITHDRAW,
+        RecordType.REVOKE,
+        RecordType.CERT,
+        RecordType.CHECK,
+        RecordType.OUTCOME,
+        RecordType.SUSPEND,
+    }
 )
 _ABOUT_SKILL = (RecordType.CERT, RecordType.CHECK)  # keyed by their own id, naming a skill
 _VOUCHED = frozenset(
-    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.CERT, RecordType.COUNTER, RecordType.CHECK}
+    {
+        RecordType.SKILL,
+        RecordType.WITHDRAW,
+        RecordType.CERT,
+        RecordType.COUNTER,
+        RecordType.CHECK,
+        RecordType.OUTCOME,
+        RecordType.SUSPEND,
+    }
 )  # sites read
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 
@@ -254,6 +270,16 @@ class Views:
                 sites = self._sites[(RecordType.CHECK, check_id, checker)]
                 out.append((check_id, checker, record, sites))
         return out
+
+    def by_author(
+        self, rtype: RecordType, skill_id: str
+    ) -> list[tuple[bytes, dict[str, Any], frozenset[bytes]]]:
+        """(author, record, the sites vouching for it) of each author's record of `rtype` about a
+        skill (field outcomes, suspensions), in author order."""
+        return [
+            (author, record, self._sites[(rtype, skill_id, author)])
+            for author, record in sorted(self._entries[rtype].get(skill_id, {}).items())
+        ]
 
     def task(self, task_hash: str) -> dict[str, Any] | None:
         by_author = self._entries[RecordType.TASK].get(task_hash)

@@ -373,6 +373,37 @@ def skills_query(
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
 
 
+@main.command("ledger")
+@click.option(
+    "--plot", type=click.Path(dir_okay=False), help="Also draw the calibration plot (PNG)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def ledger_command(home: SiteHome, plot: str | None, as_json: bool) -> None:
+    """Certificates' predictions scored against field outcomes, per site, body and task family,
+    and the skills this site's field test suspends."""
+    with home.open_readonly() as kb:
+        rows = [asdict(r) for r in kb.ledger.rows()]
+        tests = [
+            (s, t)
+            for s in kb.skills.list()
+            if (t := kb.ledger.field_test(s.id)) is not None and t.suspended
+        ]
+        if plot and rows:
+            kb.ledger.calibration_png(plot)
+    data = {"rows": rows, "suspended": [{"skill": s.id, "detail": t.detail} for s, t in tests]}
+    lines = [f"{'site':12} {'body':16} {'task':12} skills trials  rate  brier  log   cover  crps"]
+    for r in rows:
+        scores = " ".join(f"{k}={v:.3g}" for k, v in r["crps"].items())
+        lines.append(
+            f"{r['site'][:12]:12} {r['embodiment'][:16]:16} {r['task'][:12]:12} {r['skills']:6} "
+            f"{r['trials']:6} {r['successes'] / r['trials']:5.2f} {r['brier']:6.3f} "
+            f"{r['log_score']:5.2f} {r['coverage']:5.2f}  {scores}"
+        )
+    lines += [f"suspended here: {s.name} ({s.id[:12]}): {t.detail}" for s, t in tests]
+    emit(data, as_json, "\n".join(lines) if rows else "no field outcomes of certified skills")
+
+
 @main.group()
 def blobs() -> None:
     """The blobs this site stores (weights, meshes): list them, collect the garbage."""

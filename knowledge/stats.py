@@ -176,6 +176,30 @@ class SPRT:
         return cls(float(data["p0"]), float(data["p1"]), float(data["alpha"]), float(data["beta"]))
 
 
+def shortfall_log_ratio(successes: int, trials: int, promised: float, suspect: float) -> float:
+    """The log likelihood ratio of "the success rate is `suspect`" to "it is `promised`" after
+    `successes` of `trials`. For a skill as good as promised, the chance that it ever exceeds
+    log(1/alpha), however long outcomes are watched, is at most alpha (Ville's inequality): the
+    field test suspends at that threshold."""
+    if not 0.0 < suspect < promised < 1.0:
+        raise ValueError(f"need 0 < suspect < promised < 1, got {suspect}, {promised}")
+    failures = trials - successes
+    return successes * math.log(suspect / promised) + failures * math.log(
+        (1 - suspect) / (1 - promised)
+    )
+
+
+def crps(samples: Sequence[float], observed: float) -> float:
+    """The continuous ranked probability score of the empirical distribution of `samples` for the
+    value `observed` (lower is better; in the units of the value): E|X - y| - E|X - X'| / 2."""
+    xs = sorted(samples)
+    n = len(xs)
+    if not n:
+        raise ValueError("crps needs at least one sample")
+    spread = sum((2 * i - n + 1) * x for i, x in enumerate(xs)) * 2 / (n * n)
+    return math.fsum(abs(x - observed) for x in xs) / n - spread / 2
+
+
 def fixed_sample_size(p0: float, p1: float, alpha: float = 0.05, beta: float = 0.05) -> int:
     """Smallest n of a one-shot test (accept iff successes >= c) with SPRT's error rates."""
     for n in range(1, 100_000):

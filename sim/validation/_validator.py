@@ -245,8 +245,17 @@ class Validator:
         self._stop = stop
         while not stop.is_set():
             if self.step() is None:
+                self._sign_field_verdicts()
                 stop.wait(self.settings.idle_s)
         self._save(self.queue(), state="stopped")
+
+    def _sign_field_verdicts(self) -> None:
+        """Sign this site's field-test suspensions (and liftings): other sites see the evidence."""
+        try:
+            for skill_id in self.kb.ledger.publish_suspensions():
+                log.warning("field test: %s", self.kb.activation(skill_id).reasons[0])
+        except knowledge.SimnetError as exc:
+            log.warning("could not sign field-test verdicts: %s", exc)
 
     def _evaluate(self, job: Job) -> None:
         s = self.settings

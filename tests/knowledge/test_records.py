@@ -132,6 +132,25 @@ def check_record_of(**overrides):
     return rec
 
 
+def outcome_record(**overrides):
+    rec = {
+        "v": 1,
+        "hlc": 5,
+        "embodiment": "arm7",
+        "trials": 10,
+        "successes": 7,
+        "values": {"steps": [41, 38.5]},
+    }
+    rec.update(overrides)
+    return rec
+
+
+def suspend_record(**overrides):
+    rec = {"v": 1, "hlc": 5, "suspended": True, "reason": "field 3/20", "evidence": {"trials": 20}}
+    rec.update(overrides)
+    return rec
+
+
 BUILDERS = {
     RecordType.SKILL: skill_record,
     RecordType.CERT: cert_record,
@@ -143,6 +162,8 @@ BUILDERS = {
     RecordType.KEY_REVOKE: keyrevoke_record,
     RecordType.TASK: task_record,
     RecordType.CHECK: check_record_of,
+    RecordType.OUTCOME: outcome_record,
+    RecordType.SUSPEND: suspend_record,
 }
 
 
@@ -496,6 +517,33 @@ def test_skill_names_tasks_by_hash():
 def test_check_bad_field(field, value):
     with pytest.raises(RecordError):
         check(RecordType.CHECK, **{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("embodiment", ""),
+        ("trials", 0),
+        ("successes", 11),
+        ("successes", -1),
+        ("values", [1]),
+        ("values", {"steps": "41"}),
+        ("values", {"steps": [True]}),
+        ("values", {"steps": [1e13]}),
+        ("values", {"steps": [0.0] * 513}),
+    ],
+)
+def test_outcome_bad_field(field, value):
+    with pytest.raises(RecordError):
+        check(RecordType.OUTCOME, **{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("suspended", None), ("suspended", 1), ("evidence", 3)]
+)
+def test_suspend_bad_field(field, value):
+    with pytest.raises(RecordError):
+        check(RecordType.SUSPEND, **{field: value})
 
 
 def test_a_reproduced_check_needs_no_evidence():
