@@ -250,7 +250,7 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
       "201": {description: Stored.}
       "400": {description: The body does not hash to the blob hash.}
       "403": {description: The caller lacks the publish role here.}
-      "404": {description: No skill this site holds names the blob (push its envelope first).}
+      "404": {description: "No live skill this site holds names the blob (push its envelope first)."}
       "507": {description: The blob does not fit in this site's blob quota.}
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
@@ -277,7 +277,8 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
 
 
 def _named_by_a_skill(kb: KnowledgeBase, blob_hash: str) -> bool:
-    return any(blob_hash in s.blobs for s in kb.skills.list(include_withdrawn=True))
+    """Named by a live skill: neither withdrawn nor revoked (their blobs are garbage here)."""
+    return any(blob_hash in s.blobs and not kb.is_revoked(s.id) for s in kb.skills.list())
 
 
 def _is_device(site: Site, caller: bytes) -> bool:

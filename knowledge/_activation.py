@@ -33,6 +33,7 @@ from ._views import Views
 from .stats import wilson_lower_bound
 
 EVALUATION_FORMATS = ("simnet.sim.evaluation/1", "simnet.sim.evaluation/2")
+PROBE_FORMAT = "simnet.sim.probe/1"
 AWAITS_CHECK = "awaits a spot check here"
 
 
@@ -119,13 +120,20 @@ class Activations:
         missing = policy.required_randomization - set(cert.get("randomized", ()))
         if missing:
             return f"below the policy: does not randomize {sorted(missing)}"
+        why_probe = _why_not_probed(cert.get("probe"), policy)
+        if why_probe is not None:
+            return why_probe
         if policy.rerunnable_only and skill is not None:
             if cert_id not in self._rerunnable:
                 self._rerunnable[cert_id] = why_not_rerunnable(cert, skill)
             why = self._rerunnable[cert_id]
             if why is not None:
                 return f"cannot be re-run: {why}"
-        disputes = [d for d in views.disputes(cert["validator"]) if _counted(d[3], policy)]
+        disputes = [
+            d
+            for d in views.disputes(cert["validator"])
+            if _counted(d[3], policy) and _names_a_held_certificate(views, d[2])
+        ]
         against = [d for d in disputes if d[2]["certificate"] == cert_id]
         if against:
             return f"is disputed by {against[0][1].hex()[:12]}…: {against[0][2]['detail']}"
@@ -137,6 +145,36 @@ class Activations:
             if not any(c[2]["verdict"] == "reproduced" for c in own_checks):
                 return AWAITS_CHECK
         return None
+
+
+def _names_a_held_certificate(views: Views, dispute: dict[str, Any]) -> bool:
+    """A dispute counts only against a certificate held here whose validator and skill it names:
+    an invented certificate id is no evidence against anyone."""
+    named = views.certificate(dispute["certificate"])
+    return (
+        named is not None
+        and named["validator"] == dispute["validator"]
+        and named["skill"] == dispute["skill"]
+    )
+
+
+def _why_not_probed(probe: Any, policy: ActivationPolicy) -> str | None:
+    """Why a certificate's adversarial probe does not meet the policy, or None."""
+    if policy.max_probe_failure_rate >= 1.0 and not policy.min_probe_budget:
+        return None
+    if not isinstance(probe, dict) or probe.get("format") != PROBE_FORMAT:
+        return "carries no adversarial probe, which the policy requires"
+    budget, rate = probe.get("budget"), probe.get("failure_rate")
+    if not isinstance(budget, int) or not isinstance(rate, (int, float)):
+        return "carries a malformed probe"
+    if budget < policy.min_probe_budget:
+        return f"was probed with {budget} rollouts; the policy asks for {policy.min_probe_budget}"
+    if rate > policy.max_probe_failure_rate:
+        return (
+            f"has a failure region: its probe found one failing {rate:.0%} of the time "
+            f"(the policy allows {policy.max_probe_failure_rate:.0%})"
+        )
+    return None
 
 
 def _counted(sites: frozenset[bytes], policy: ActivationPolicy) -> frozenset[bytes]:

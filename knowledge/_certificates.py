@@ -31,10 +31,11 @@ class Certificates:
         confidence: float = 0.95,
         randomized: Iterable[str] = (),
         evaluation: Mapping[str, Any] | None = None,
+        probe: Mapping[str, Any] | None = None,
     ) -> Certificate:
         """Certify a skill with an evaluation's outcome; `evaluation` holds what is needed to re-run
         it (`sim.certify` writes one from a simulator evaluation: by default activation counts no
-        other)."""
+        other), `probe` the worst region an adversarial probe found (`sim.probe`)."""
         replica = self._replica
         identity = replica.require(Role.VALIDATE)
         check_skill_id(skill_id)
@@ -48,6 +49,7 @@ class Certificates:
             "confidence": confidence,
             "randomized": sorted(set(randomized)),
             "evaluation": dict(evaluation) if evaluation is not None else None,
+            **({"probe": dict(probe)} if probe is not None else {}),
         }
         cert_id = content_hash(record)
         replica.put_record(RecordType.CERT, cert_id, record)

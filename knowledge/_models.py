@@ -83,6 +83,7 @@ class Certificate:
     confidence: float
     randomized: tuple[str, ...]
     evaluation: dict[str, Any] | None
+    probe: dict[str, Any] | None = None  # the worst region an adversarial probe found, if run
 
     @classmethod
     def from_record(cls, cert_id: str, rec: dict[str, Any]) -> Certificate:
@@ -96,6 +97,7 @@ class Certificate:
             confidence=float(rec["confidence"]),
             randomized=tuple(rec.get("randomized", ())),
             evaluation=rec.get("evaluation"),
+            probe=rec.get("probe"),
         )
 
 

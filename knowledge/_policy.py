@@ -27,6 +27,9 @@
     spot_check_budget_s = 300.0         # the most seconds one spot check may simulate
     distrust_after_disputes = 1         # a validator with this many disputes against it counts no
                                         # more (0: disputes only void the certificates they name)
+    max_probe_failure_rate = 1.0        # below 1: a certificate counts only with an adversarial
+    min_probe_budget = 0                # probe of this many rollouts or more whose worst region
+                                        # fails at most this often
     field_check = true                  # suspend a skill whose field success here falls below
     field_margin = 0.1                  # ... its certificates' lower bound by this much,
     field_alpha = 0.01                  # ... at this chance of suspending a skill by mistake
@@ -82,6 +85,8 @@ class ActivationPolicy:
     spot_check_fraction: float = 0.0
     spot_check_budget_s: float = 300.0
     distrust_after_disputes: int = 1
+    max_probe_failure_rate: float = 1.0
+    min_probe_budget: int = 0
     field_check: bool = True
     field_margin: float = 0.1
     field_alpha: float = 0.01
@@ -159,6 +164,8 @@ class TrustPolicy:
             spot_check_fraction=_number(act, "spot_check_fraction", 0.0, 0.0, 1.0),
             spot_check_budget_s=_number(act, "spot_check_budget_s", 300.0, 0.0, 86400.0),
             distrust_after_disputes=_count(act, "distrust_after_disputes", 1),
+            max_probe_failure_rate=_number(act, "max_probe_failure_rate", 1.0, 0.0, 1.0),
+            min_probe_budget=_count(act, "min_probe_budget", 0),
             field_check=_bool(act, "field_check", True),
             field_margin=_number(act, "field_margin", 0.1, 0.001, 0.999),
             field_alpha=_number(act, "field_alpha", 0.01, 1e-9, 0.5),
@@ -205,6 +212,8 @@ class TrustPolicy:
                     "spot_check_fraction": a.spot_check_fraction,
                     "spot_check_budget_s": a.spot_check_budget_s,
                     "distrust_after_disputes": a.distrust_after_disputes,
+                    "max_probe_failure_rate": a.max_probe_failure_rate,
+                    "min_probe_budget": a.min_probe_budget,
                     "field_check": a.field_check,
                     "field_margin": a.field_margin,
                     "field_alpha": a.field_alpha,

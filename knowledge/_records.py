@@ -325,6 +325,7 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
         _float(rec, "confidence", 0.5, 0.999999)
         _texts(rec, "randomized")
         _optional_obj(rec, "evaluation")
+        _optional_obj(rec, "probe")
     elif t is RecordType.TASK:
         _text(rec, "name", 1, 200)
         definition = _obj(rec.get("definition"), "field 'definition'")

@@ -226,6 +226,13 @@ def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool)
     type=click.Path(exists=True, dir_okay=False),
     help="A body it was made for (repeatable): its embodiment scope.",
 )
+@click.option(
+    "--for-task",
+    "for_tasks",
+    multiple=True,
+    help="A task it is meant for (repeatable): a shipped task name or a task definition file; "
+    "its definition is published too, and validators evaluate the skill on it.",
+)
 @click.pass_obj
 def publish_command(
     home: SiteHome,
@@ -234,6 +241,7 @@ def publish_command(
     task_family: str,
     description: str,
     bodies: tuple[str, ...],
+    for_tasks: tuple[str, ...],
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     policy = _skill(skill)
@@ -245,7 +253,13 @@ def publish_command(
     embodiments = [knowledge.Embodiment.from_mjcf(b).to_dict() for b in bodies]
     with home.open_writer() as kb:
         record = publish_skill(
-            kb, policy, name, task_family, description=description, embodiments=embodiments
+            kb,
+            policy,
+            name,
+            task_family,
+            description=description,
+            embodiments=embodiments,
+            tasks=[_task(t) for t in for_tasks],
         )
     click.echo(f"published {name}: {record.id}")
 

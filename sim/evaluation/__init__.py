@@ -20,6 +20,7 @@ from ._certify import (
 from ._distill import distill, fit_mlp
 from ._evaluate import Comparison, compare, evaluate
 from ._evaluation_record import Evaluation, check_record, record_hash
+from ._probe import Probe, probe
 from ._ray import use_ray
 from ._reproduce import Reproduction, reproduce
 from ._rollout import BranchOutcome, branch_patch
@@ -29,6 +30,7 @@ __all__ = [
     "BranchOutcome",
     "Comparison",
     "Evaluation",
+    "Probe",
     "Reproduction",
     "SpotCheckResult",
     "Verification",
@@ -40,6 +42,7 @@ __all__ = [
     "evaluate",
     "fit_mlp",
     "load_policy",
+    "probe",
     "publish_skill",
     "publish_task",
     "randomized",

@@ -23,6 +23,7 @@ from .._errors import EvaluationRecordError, PolicySpecError
 from .._mlp import EntryPointRef, MLPSpec, Policy
 from .._tasks import Task
 from ._evaluation_record import Evaluation, check_record
+from ._probe import Probe
 from ._reproduce import Reproduction, reproduce
 
 # What a sampler or initial-state term randomizes, in the vocabulary of activation policies.
@@ -136,10 +137,14 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Policy | EntryPointRef:
 
 
 def certify(
-    kb: KnowledgeBase, skill_id: str, evaluation: Evaluation | Mapping[str, Any]
+    kb: KnowledgeBase,
+    skill_id: str,
+    evaluation: Evaluation | Mapping[str, Any],
+    *,
+    probe: Probe | None = None,
 ) -> Certificate:
     """Sign an evaluation of `skill_id` as a certificate in `kb` (the writer needs the validate
-    role).
+    role), with the worst region an adversarial `probe` of the same skill found, if one ran.
 
     The evaluation must be of that skill's own policy; a failed run never reaches here (evaluate
     raises).
@@ -161,6 +166,7 @@ def certify(
         confidence=summary["confidence"],
         randomized=randomized(record),
         evaluation=record,
+        probe=probe.to_record() if probe is not None else None,
     )
 
 

@@ -112,7 +112,8 @@ def evaluate(
     `workers` Ray actors (each runs whole waves); none of these change the outcomes. With `sprt`,
     waves stop once the test decides. With `start` (a world `Snapshot`; the task must run on its
     template, see `Snapshot.task`), every branch starts from that state instead of a reset.
-    `on_progress(done, branches)` is called after each round of waves (a service's progress).
+    `on_progress(done, branches)` is called after each wave (a service's progress; an exception it
+    raises stops the run).
     Raises on bad input or a failing policy: a failed run yields no result.
     """
     if not isinstance(branches, int) or branches < 1:

@@ -33,7 +33,7 @@ from knowledge import BlobError, KnowledgeBase, SiteHome, UnknownTaskError
 from .._errors import SimError, TaskDefinitionError
 from .._patches import Sampler
 from .._tasks import Task
-from ..evaluation import certify, evaluate, load_policy, skill_tasks, spot_check
+from ..evaluation import certify, evaluate, load_policy, probe, skill_tasks, spot_check
 from ._samplers import fleet_sampler
 
 log = logging.getLogger("sim.validation")
@@ -53,6 +53,7 @@ class ValidatorSettings:
 
     certifies: bool = True  # evaluate and certify skills (false: only spot-check)
     branches: int = 128  # per task of a skill
+    probe_budget: int = 0  # rollouts of an adversarial probe per task, recorded in the certificate
     workers: int = 1  # evaluation worker processes (1: in the validator's own thread)
     threads: int = 1  # physics threads per wave
     embodiments: tuple[str, ...] = ()  # the bodies this fleet registers (a task's `embodiment`)
@@ -84,6 +85,8 @@ class ValidatorSettings:
                 raise knowledge.PolicyError(
                     f"{path}: {name} must be an integer >= 1, not {value!r}"
                 )
+        if not isinstance(settings.probe_budget, int) or settings.probe_budget < 0:
+            raise knowledge.PolicyError(f"{path}: probe_budget must be an integer >= 0")
         return settings
 
     def sampler(self, task: Task, seed: int, home: Path | None) -> Sampler:
@@ -146,6 +149,7 @@ class Validator:
         self.home = home
         self.rng = rng or random.SystemRandom()
         self.troubles: dict[str, _Trouble] = {}
+        self.requested: set[str] = set()  # skills an operator asked for first
         self._stop = threading.Event()  # set by `run`'s caller
         self._last: dict[str, Any] | None = None  # the state written last
         self.current: dict[str, Any] | None = None
@@ -179,7 +183,7 @@ class Validator:
                 continue
             if any(c.skill == skill.id for c in awaiting):  # a spot check is cheaper
                 continue
-            if any(c.validator == own for c in kb.certificates.for_skill(skill.id)):
+            if set(skill.tasks) <= self._certified_tasks(skill.id, own):
                 continue
             uses = kb.counters.per_site(skill.id).get(site, knowledge.Counts()).uses
             first = skill.id in requested
@@ -198,11 +202,25 @@ class Validator:
             or (t.retry_at is not None and t.retry_at <= now)
         ]
 
+    def _certified_tasks(self, skill_id: str, validator: str) -> set[str]:
+        """The hashes of the tasks `validator` has certified a skill on."""
+        return {
+            str((c.evaluation or {}).get("task", {}).get("hash"))
+            for c in self.kb.certificates.for_skill(skill_id)
+            if c.validator == validator
+        }
+
     def _requests(self) -> set[str]:
+        """The skills requested first: new requests (the requests file, consumed here) get a fresh
+        try even if they had failed; a request lasts until its job succeeds."""
         path = self.home / REQUESTS_FILE if self.home else None
-        if path is None or not path.exists():
-            return set()
-        return {line.strip() for line in path.read_text().splitlines() if line.strip()}
+        if path is not None and path.exists():
+            fresh = {line.strip() for line in path.read_text().splitlines() if line.strip()}
+            path.unlink()
+            self.requested |= fresh
+            for key in [k for k, t in self.troubles.items() if t.job.skill in fresh]:
+                del self.troubles[key]
+        return self.requested
 
     # --- running ----------------------------------------------------------------------------------
     def step(self) -> Job | None:
@@ -221,6 +239,7 @@ class Validator:
             else:
                 self._evaluate(job)
             self.troubles.pop(job.key, None)
+            self.requested.discard(job.skill)
         except _Stopped:
             log.info(
                 "stopped during %s %s: it is queued again at the next start", job.kind, job.name
@@ -268,6 +287,8 @@ class Validator:
                     "embodiment",
                     f"none of its tasks is for this fleet's bodies {list(s.embodiments)}",
                 )
+        done = self._certified_tasks(job.skill, self.kb.identity.public_key_hex)  # type: ignore[union-attr]
+        tasks = [t for t in tasks if t.hash not in done]  # a restart resumes with the rest
         for i, task in enumerate(tasks):
             sampler = s.sampler(task, self.rng.randrange(2**31), self.home)
             base = i * s.branches
@@ -289,7 +310,13 @@ class Validator:
                 progress=False,
                 on_progress=progress,
             )
-            cert = certify(self.kb, job.skill, result)
+            found = None
+            if s.probe_budget:
+                found = probe(
+                    task, policy, sampler=sampler, budget=s.probe_budget, threads=s.threads
+                )
+                self.totals["branches_evaluated"] += found.budget
+            cert = certify(self.kb, job.skill, result, probe=found)
             self.totals["certificates"] += 1
             self.totals["branches_evaluated"] += result.n
             log.info(
@@ -337,6 +364,7 @@ class Validator:
             "branches_per_s": (t["branches_evaluated"] + t["branches_spot_checked"]) / busy
             if busy
             else 0.0,
+            "requested": sorted(self.requested),
             "failed": [x.to_json() for x in self.troubles.values() if not x.waiting],
             "waiting": [x.to_json() for x in self.troubles.values() if x.waiting],
             "settings": {k: v for k, v in asdict(self.settings).items() if k != "samplers"},
@@ -364,6 +392,7 @@ class Validator:
             data = json.loads(path.read_text())
             for name in self.totals:
                 self.totals[name] = type(self.totals[name])(data.get(name, 0))
+            self.requested = set(data.get("requested", []))
             for waiting in (False, True):
                 for x in data.get("waiting" if waiting else "failed", []):
                     job = Job(x["kind"], x["skill"], x["name"], x.get("certificate"), x["why"])

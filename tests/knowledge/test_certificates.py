@@ -3,6 +3,8 @@ spot checks, disputes, and how each changes activation at sites with different p
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import knowledge
@@ -213,6 +215,19 @@ def test_k_disputes_stop_every_certificate_of_that_validator_counting(fleet):
     assert "2 disputed certificates" in " ".join(a.activation(skills[2].id).reasons)
     with_spot_checks(a, distrust_after_disputes=0)  # 0: a dispute voids only what it names
     assert [a.is_active(s.id) for s in skills] == [False, False, True]
+
+
+def test_a_dispute_naming_no_certificate_held_here_is_no_evidence(fleet):
+    a, b, c = fleet
+    skill = publish(a)
+    sync(a, b, c)
+    cert = certify(b, skill, GOOD)
+    sync(a, b, c)
+    invented = dataclasses.replace(cert, id="ab" * 32)  # b's key, a certificate that never was
+    c.certificates.check(invented, reproduced=False, branches=[0])
+    sync(a, b, c)
+    assert len(a.certificates.disputes(cert.validator)) == 1
+    assert a.is_active(skill.id)  # neither the real certificate nor its validator is touched
 
 
 def test_a_dispute_from_a_checker_the_policy_does_not_count_changes_nothing(fleet):

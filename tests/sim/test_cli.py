@@ -5,7 +5,7 @@ from click.testing import CliRunner
 import knowledge
 from knowledge import SiteHome
 from knowledge.cli import main
-from sim import EntryPointRef, load_skill
+from sim import EntryPointRef, load_skill, load_task
 from sim.cli import evaluate_command, reproduce_command
 
 
@@ -97,8 +97,20 @@ def test_publish_certify_and_verify_a_skill_by_its_name(tmp_path):
     assert by_skill.output.startswith(f"{certificate[:16]} valid: ")
     typo = simnet("certify", "reach-godo", "--task", "arm_reach")
     assert typo.exit_code != 0 and "skills here: reach-good" in typo.output
-    published_only = simnet("publish", "arm_reach_degraded", "--name", "reach-bad", "--task", "x")
+    published_only = simnet(
+        "publish",
+        "arm_reach_degraded",
+        "--name",
+        "reach-bad",
+        "--task",
+        "x",
+        "--for-task",
+        "arm_reach",
+    )
     assert published_only.exit_code == 0
+    with knowledge.SiteHome(home).open_readonly() as kb:  # bound to the task, which travels too
+        (bound,) = [s for s in kb.skills.list() if s.name == "reach-bad"]
+        assert bound.tasks == (load_task("arm_reach").hash,) and bound.tasks[0] in kb.tasks
     uncertified = simnet("verify", "reach-bad")
     assert uncertified.exit_code != 0 and "no certificates" in uncertified.output
 

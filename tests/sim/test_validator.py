@@ -55,6 +55,24 @@ def test_it_certifies_what_lacks_a_certificate_and_then_has_nothing_to_do(home, 
     assert s["state"] == "idle" and s["queued"] == 0 and s["failed"] == []
 
 
+def test_a_skill_with_two_tasks_is_certified_on_each_and_a_restart_does_only_the_rest(
+    home, short_arm
+):
+    shorter = short_arm.replace(horizon=15)
+    with home.open_writer() as kb:
+        skill = sim.publish_skill(
+            kb, sim.load_skill("arm_reach_good"), "reach", "reach", tasks=[short_arm, shorter]
+        )
+        result = sim.evaluate(short_arm, sim.load_policy(kb, skill.id), branches=16, progress=False)
+        sim.certify(kb, skill.id, result)  # as if a validator had stopped after the first task
+        kb.set_policy(TrustPolicy(activation=replace(POLICY, min_validators=2)))  # stays inactive
+        validator = Validator(kb, FAST, home=home.path)
+        validator.step()
+        tasks = [c.evaluation["task"]["hash"] for c in kb.certificates.for_skill(skill.id)]
+        assert sorted(tasks) == sorted([short_arm.hash, shorter.hash])
+        assert validator.queue() == []
+
+
 def test_the_fleet_sampler_randomizes_what_activation_asks_for(short_arm):
     sampler = fleet_sampler(short_arm, seed=5)
     record = sim.evaluate(
