@@ -250,7 +250,7 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
       "201": {description: Stored.}
       "400": {description: The body does not hash to the blob hash.}
       "403": {description: The caller lacks the publish role here.}
-      "404": {description: "No live skill this site holds names the blob (push its envelope first)."}
+      "404": {description: "No live skill held here names the blob (push its envelope first)."}
       "507": {description: The blob does not fit in this site's blob quota.}
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
