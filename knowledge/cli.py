@@ -55,6 +55,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sim.cli:publish_command",
         "Publish a simulator skill (weights as a blob, architecture in the record) as this site.",
     ),
+    "refine": (
+        "sim.cli:refine_command",
+        "Run SKILL with the simulator planning around it (best of N perturbed rollouts, "
+        "re-planned), report its success alone and refined; with --publish, distill the refined "
+        "runs into a new version of the skill (its parent: SKILL) and publish it.",
+    ),
     "reproduce": (
         "sim.cli:reproduce_command",
         "Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce.",

@@ -25,9 +25,12 @@ from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipp
 from ._tasks import Task
 from .evaluation import (
     certify,
+    distill_refined,
     evaluate,
     load_policy,
+    probe,
     publish_skill,
+    refine,
     reproduce,
     use_ray,
     verify_certificate,
@@ -272,6 +275,13 @@ def publish_command(
 @click.option("--branches", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--probe-budget",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also run an adversarial probe of this many rollouts and record its worst region.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
 @click.pass_obj
 def certify_command(
@@ -281,6 +291,7 @@ def certify_command(
     branches: int,
     seed: int,
     workers: int,
+    probe_budget: int,
     as_json: bool,
 ) -> None:
     """Evaluate a skill of this site's library in randomized branches and sign the result as a
@@ -299,7 +310,11 @@ def certify_command(
             workers=workers,
             sampler=_sampler(None, task, seed),
         )
-        cert = certify(kb, skill_id, result)
+        found = None
+        if probe_budget:
+            policy = load_policy(kb, skill_id)
+            found = probe(task, policy, sampler=_sampler(None, task, seed), budget=probe_budget)
+        cert = certify(kb, skill_id, result, probe=found)
         active = kb.is_active(skill_id)
     if as_json:
         click.echo(
@@ -310,6 +325,7 @@ def certify_command(
                     "branches": cert.branches,
                     "successes": cert.successes,
                     "randomized": list(cert.randomized),
+                    "probe_failure_rate": found.failure_rate if found else None,
                     "active": active,
                 }
             )
@@ -319,7 +335,59 @@ def certify_command(
         f"certified {skill_id[:16]}… on {task.name}: {cert.successes}/{cert.branches} "
         f"(Wilson lower bound {result.wilson_lower:.3f}; randomized {', '.join(cert.randomized)})\n"
         f"certificate {cert.id}\nactive here: {active}"
+        + (f"\nworst region its probe found fails {found.failure_rate:.0%}" if found else "")
     )
+
+
+@click.command("refine")
+@click.argument("skill_id")
+@click.option("--task", "task_name", required=True, help="A shipped task name or a task file.")
+@click.option("--episodes", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--candidates", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--publish",
+    "new_name",
+    help="Distill the refined runs into a new version of the skill and publish it as this name.",
+)
+@click.pass_obj
+def refine_command(
+    home: SiteHome,
+    skill_id: str,
+    task_name: str,
+    episodes: int,
+    candidates: int,
+    seed: int,
+    new_name: str | None,
+) -> None:
+    """Run SKILL with the simulator planning around it (best of N perturbed rollouts,
+    re-planned), report its success alone and refined; with --publish, distill the refined
+    runs into a new version of the skill (its parent: SKILL) and publish it."""
+    task = _task(task_name)
+    sampler = _sampler(None, task, seed)
+    with home.open_readonly() as kb:
+        skill = skill_by_prefix(kb, skill_id)
+        policy = load_policy(kb, skill.id)
+    alone = evaluate(task, policy, branches=episodes, sampler=sampler, progress=False)
+    refined = refine(task, policy, sampler=sampler, episodes=episodes, candidates=candidates)
+    click.echo(
+        f"{skill.name} on {task.name}: {alone.success_rate:.0%} alone, "
+        f"{refined.success_rate:.0%} refined ({episodes} episodes)"
+    )
+    if new_name is None:
+        return
+    successor = distill_refined(refined)
+    with home.open_writer() as kb:
+        record = publish_skill(
+            kb,
+            successor,
+            new_name,
+            skill.task,
+            parents=[skill.id],
+            tasks=[task],
+            embodiments=skill.embodiments,
+        )
+    click.echo(f"published {new_name}: {record.id} (parent {skill.id[:16]}…); certify it next")
 
 
 @click.command("verify")

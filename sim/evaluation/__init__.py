@@ -22,6 +22,7 @@ from ._evaluate import Comparison, compare, evaluate
 from ._evaluation_record import Evaluation, check_record, record_hash
 from ._probe import Probe, probe
 from ._ray import use_ray
+from ._refine import Refinement, distill_refined, refine
 from ._reproduce import Reproduction, reproduce
 from ._rollout import BranchOutcome, branch_patch
 from ._spot_check import SpotCheckResult, spot_check
@@ -31,6 +32,7 @@ __all__ = [
     "Comparison",
     "Evaluation",
     "Probe",
+    "Refinement",
     "Reproduction",
     "SpotCheckResult",
     "Verification",
@@ -39,6 +41,7 @@ __all__ = [
     "check_record",
     "compare",
     "distill",
+    "distill_refined",
     "evaluate",
     "fit_mlp",
     "load_policy",
@@ -47,6 +50,7 @@ __all__ = [
     "publish_task",
     "randomized",
     "record_hash",
+    "refine",
     "reproduce",
     "skill_tasks",
     "spot_check",

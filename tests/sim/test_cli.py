@@ -126,3 +126,53 @@ def test_publishing_a_skill_that_names_an_entry_point_is_a_usage_error(tmp_path,
         main, ["--home", str(tmp_path), "publish", skill.id[:12], "--name", "x", "--task", "walk"]
     )
     assert result.exit_code == 2 and "only MLP skills" in result.output, result.output
+
+
+def test_certify_with_a_probe_and_refine_then_publish_a_new_version(tmp_path):
+    home = tmp_path / "site"
+
+    def simnet(*args):
+        return CliRunner().invoke(main, ["--home", str(home), *args])
+
+    assert simnet("init", "--name", "site").exit_code == 0
+    simnet(
+        "publish",
+        "arm_reach_degraded",
+        "--name",
+        "reach-bad",
+        "--task",
+        "reach",
+        "--for-task",
+        "arm_reach",
+    )
+    certified = simnet(
+        "certify",
+        "reach-bad",
+        "--task",
+        "arm_reach",
+        "--branches",
+        "16",
+        "--probe-budget",
+        "64",
+        "--json",
+    )
+    assert certified.exit_code == 0, certified.output
+    assert 0.0 <= json.loads(certified.output)["probe_failure_rate"] <= 1.0
+    refined = simnet(
+        "refine",
+        "reach-bad",
+        "--task",
+        "arm_reach",
+        "--episodes",
+        "8",
+        "--candidates",
+        "8",
+        "--publish",
+        "reach-refined",
+    )
+    assert refined.exit_code == 0, refined.output
+    assert "alone" in refined.output and "refined (8 episodes)" in refined.output
+    with knowledge.SiteHome(home).open_readonly() as kb:
+        (new,) = [s for s in kb.skills.list() if s.name == "reach-refined"]
+        (old,) = [s for s in kb.skills.list() if s.name == "reach-bad"]
+        assert new.parents == (old.id,) and new.tasks == old.tasks
