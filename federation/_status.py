@@ -128,6 +128,9 @@ def read_validator_state(home: Path, now: float | None = None) -> dict[str, Any]
         "queue": _jobs(data.get("queue"), "queued"),
         "failed": _jobs(data.get("failed"), "trouble"),
         "waiting": _jobs(data.get("waiting"), "trouble"),
+        "requested": [r for r in data.get("requested") or () if isinstance(r, str)][:100]
+        if isinstance(data.get("requested"), list)
+        else [],
         "settings": data["settings"] if isinstance(data.get("settings"), dict) else {},
         "error": None,
     }
@@ -165,6 +168,7 @@ def _unreadable(error: str) -> dict[str, Any]:
         "queue": [],
         "failed": [],
         "waiting": [],
+        "requested": [],
         "settings": {},
         "error": error,
         "age_s": None,
