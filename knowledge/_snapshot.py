@@ -20,6 +20,7 @@ containers and record types: a store's bytes cannot run code.
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import importlib
 import io
@@ -92,10 +93,15 @@ def unseal(body: bytes | None) -> Any | None:
     checksum, data = body[head + 32 : head + 64], memoryview(body)[head + 64 :]
     if hashlib.sha256(data).digest() != checksum:
         return None
+    collecting = gc.isenabled()
+    gc.disable()  # many new containers, none garbage: the cyclic collector would only slow it
     try:
         return _Unpickler(io.BytesIO(data)).load()
     except Exception:  # noqa: BLE001 - whatever is wrong with it, it is not used
         return None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class _Unpickler(pickle.Unpickler):
