@@ -169,16 +169,14 @@ class Replica:
             bytes.fromhex(name[5:]): _snapshot.unseal(body)
             for name, body in self.store.snapshots("feed/").items()
         }
-        tails: dict[bytes, dict[str, str | None]] = {}
+        tails: dict[bytes, dict[str, str | None] | None] = {}  # None: replayed whole
         for author in self.store.authors():
             feed, changes = self._restore(author, saved.get(author))
             if changes is None:  # no snapshot that matches: the whole feed is replayed
                 feed = self.replay(Feed(author))
-                changes = dict(feed.items())
             self.feeds[author] = feed
             self.clock.advance(feed.hlc)
-            if changes:
-                tails[author] = changes
+            tails[author] = changes
         views = _snapshot.unseal(self.store.snapshot("views"))
         built_under = None
         if isinstance(views, dict) and self._views_match(views):
@@ -193,7 +191,10 @@ class Replica:
                 else:  # fold in what the feeds' tails changed, judged by those grants
                     self.views.authority = built_under
                     for author, changes in tails.items():
-                        self.views.update(author, changes, [])
+                        if changes is None:  # replayed whole: all of it is new to the views
+                            changes = dict(self.feeds[author].items())
+                        if changes:
+                            self.views.update(author, changes, [])
                     self.views_snapshotted = (views["vector"], views["authority"])
         self.refresh_trust(built_under=built_under)
 
@@ -261,7 +262,7 @@ class Replica:
                     body = {"vector": vector, "authority": authority}
                     body["state"] = self.views.export_state()
                     self.store.put_snapshot("views", _snapshot.seal(body))
-            except StoreError as exc:
+            except Exception as exc:  # noqa: BLE001 - derived data: it must never fail a write
                 log.warning("could not snapshot the replica (%s): the next open replays more", exc)
                 return
             self.snapshotted = dict(vector)

@@ -1,8 +1,9 @@
 """The durable store: one SQLite file per site in WAL mode with synchronous commits.
 
 It holds envelopes, checkpoints, blobs, equivocation evidence and small metadata. Everything else
-(views, indexes) is derived and rebuilt from it. A write is acknowledged only after `commit`
-returns.
+(views, indexes) is derived and rebuilt from it; snapshots of the derived state (`_snapshot`) are
+kept here too, so that opening need not rebuild it, and are ignored when they do not match. A
+write is acknowledged only after `commit` returns.
 
 Blobs are stored in parts of `BLOB_PART` bytes (table `blob_parts`), so that one can be read a part
 at a time (`blob_size`, `blob_part`) without loading it whole: SQLite reads a column value whole,
