@@ -54,11 +54,9 @@ class Feed:
     def reset(self) -> None:
         """Forget everything (before rebuilding the feed from the store)."""
         self.seq, self.head, self.hlc = 0, ZERO_HASH, 0
-        self.doc: Doc[Map[str]] = Doc(client_id=self.client_id, allow_multithreading=True)
-        self._maps = {
-            True: self.doc.get(IMMUTABLE_MAP, type=Map),
-            False: self.doc.get(RECORDS_MAP, type=Map),
-        }
+        self._doc: Doc[Map[str]] | None = None  # made on first use (`doc`)
+        self._state: bytes | None = None  # a snapshot's document state, applied on first use
+        self._maps: dict[bool, Map[str]] = {}
         self._frozen: list[
             int
         ] = []  # sorted, disjoint [start, end) clock ranges of immutable items, flattened
@@ -71,9 +69,50 @@ class Feed:
         )  # semantic maps this feed ever wrote to (read rules withhold feeds by map)
         self._queued: list[bytes] = []
         self._last_update = b""
-        for immutable, root in self._maps.items():
-            root.observe(self._observer(immutable))
-        self.doc.observe(self._on_transaction)
+
+    @property
+    def doc(self) -> Doc[Map[str]]:
+        """The feed's Doc; a feed restored from a snapshot builds it from the snapshot's state on
+        first use (a store opens without loading every document)."""
+        if self._doc is None:
+            self._doc = Doc(client_id=self.client_id, allow_multithreading=True)
+            self._maps = {
+                True: self._doc.get(IMMUTABLE_MAP, type=Map),
+                False: self._doc.get(RECORDS_MAP, type=Map),
+            }
+            for immutable, root in self._maps.items():
+                root.observe(self._observer(immutable))
+            self._doc.observe(self._on_transaction)
+            if self._state is not None:
+                state, self._state, misplaced = self._state, None, list(self.misplaced)
+                self._doc.apply_update(state)
+                self._changes, self.misplaced = {}, misplaced  # nothing changed: it was there
+        return self._doc
+
+    def export(self) -> dict[str, Any]:
+        """What a snapshot keeps of this feed (see `restore`)."""
+        return {
+            "seq": self.seq,
+            "head": self.head,
+            "hlc": self.hlc,
+            "state": self._state if self._doc is None else self.state(),
+            "frozen": list(self._frozen),
+            "next_clock": self.next_clock,
+            "map_names": set(self.map_names),
+            "misplaced": list(self.misplaced),
+        }
+
+    @classmethod
+    def restore(cls, author: bytes, saved: dict[str, Any]) -> Feed:
+        """A feed as `export` saw it; its Doc is built when first used."""
+        feed = cls(author)
+        feed.seq, feed.head, feed.hlc = saved["seq"], saved["head"], saved["hlc"]
+        feed._state = saved["state"]
+        feed._frozen = list(saved["frozen"])
+        feed.next_clock = saved["next_clock"]
+        feed.map_names = set(saved["map_names"])
+        feed.misplaced = list(saved["misplaced"])
+        return feed
 
     def _observer(self, immutable: bool) -> Callable[[MapEvent], None]:
         def on_change(event: MapEvent) -> None:
@@ -261,7 +300,7 @@ class Feed:
         self._last_update = b""
         with self.doc.transaction():
             for key, text in changes.items():
-                root = self._maps[is_immutable(key)]
+                root = self._roots()[is_immutable(key)]
                 if text is None:
                     root.pop(key, None)
                 else:
@@ -279,14 +318,18 @@ class Feed:
         """The whole Doc as one update (the body of a checkpoint)."""
         return self.doc.get_update()
 
+    def _roots(self) -> dict[bool, Map[str]]:
+        self.doc  # noqa: B018 - builds it (and the maps) if it is not yet
+        return self._maps
+
     def items(self) -> Iterator[tuple[str, str]]:
-        for immutable, root in self._maps.items():
+        for immutable, root in self._roots().items():
             for key, value in root.items():
                 if is_immutable(key) == immutable:
                     yield key, value
 
     def get(self, key: str) -> str | None:
-        return self._maps[is_immutable(key)].get(key)
+        return self._roots()[is_immutable(key)].get(key)
 
 
 def _overlaps(ranges: list[int], start: int, end: int) -> bool:

@@ -341,6 +341,7 @@ class KnowledgeBase:
             released = self._release_held()
             report = self._ingest(envelopes)
             report.released = released.accepted
+            self._replica.appended(len(report.accepted) + len(released.accepted))
             return report
 
     def _ingest(self, envelopes: list[bytes], *, releasing: bool = False) -> IngestReport:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import _snapshot
 from ._activation import Activations, Standing
 from ._clock import HybridClock
 from ._envelope import Envelope, Kind, decode, seal
@@ -36,7 +37,7 @@ from ._records import (
     parse_key,
     record_text,
 )
-from ._store import Store
+from ._store import MEMORY, Store
 from ._trust import Authority
 from ._views import Views
 
@@ -44,6 +45,7 @@ log = logging.getLogger("knowledge")
 _OWN_KNOWN = "own_feed_known"  # store meta: a device's store has seen its site's heads once
 _OWN_FLOOR = "own_feed_floor"  # store meta: the newest seq of our own feed known to exist elsewhere
 _OWN_FORK = "own_feed_fork"  # store meta: a seq at which another envelope of our own feed exists
+SNAPSHOT_EVERY = 10_000  # envelopes appended before the replica is snapshotted again (at least)
 
 ForkMemory = tuple[dict[bytes, int], int, int | None, set[bytes]]
 """(banned authors, own feed floor, own feed fork, checkpoints checked consistent)."""
@@ -117,10 +119,11 @@ class Replica:
         self.written: dict[bytes, dict[str, tuple[int, int]]] = {}
         self.views = Views(self.authority, self.written)
         self.activations = Activations()
-        for author in store.authors():
-            self.feeds[author] = self.replay(Feed(author))
-            self.clock.advance(self.feeds[author].hlc)
-        self.refresh_trust()
+        # (seq, head) of each feed's stored snapshot; envelopes appended since the last snapshot
+        self.snapshotted: dict[bytes, tuple[int, bytes]] = {}
+        self.views_snapshotted: tuple[dict[bytes, tuple[int, bytes]], bytes] | None = None
+        self.since_snapshot = 0
+        self._open_feeds()
         # A device's store that holds nothing of its own feed may belong to a re-flashed robot whose
         # key wrote before: it writes only once its site's heads have shown how far that feed goes.
         own = self.feeds.get(self.own_key) if self.own_key else None
@@ -160,6 +163,143 @@ class Replica:
                 self.store.set_meta("policy", text)
         return policy
 
+    def _open_feeds(self) -> None:
+        """Rebuild the feeds and views: from their snapshots where those match the envelopes held
+        (replaying only what follows them), by replaying the store otherwise (see `_snapshot`)."""
+        saved = {
+            bytes.fromhex(name[5:]): _snapshot.unseal(body)
+            for name, body in self.store.snapshots("feed/").items()
+        }
+        tails: dict[bytes, dict[str, str | None] | None] = {}  # None: replayed whole
+        for author in self.store.authors():
+            feed, changes = self._restore(author, saved.get(author))
+            if changes is None:  # no snapshot that matches: the whole feed is replayed
+                feed = self.replay(Feed(author))
+            self.feeds[author] = feed
+            self.clock.advance(feed.hlc)
+            tails[author] = changes
+        views = _snapshot.unseal(self.store.snapshot("views"))
+        built_under = None
+        if isinstance(views, dict) and self._views_match(views):
+            try:
+                self.views.import_state(views["state"])
+            except ValueError:
+                self.views = Views(self.authority, self.written)
+            else:
+                built_under = self.make_authority()
+                if built_under.digest() != views["authority"]:
+                    self.views, built_under = Views(self.authority, self.written), None
+                else:  # fold in what the feeds' tails changed, judged by those grants
+                    self.views.authority = built_under
+                    for author, changes in tails.items():
+                        if changes is None:  # replayed whole: all of it is new to the views
+                            changes = dict(self.feeds[author].items())
+                        if changes:
+                            self.views.update(author, changes, [])
+                    self.views_snapshotted = (views["vector"], views["authority"])
+        self.refresh_trust(built_under=built_under)
+
+    def _restore(self, author: bytes, saved: Any) -> tuple[Feed, dict[str, str | None] | None]:
+        """A feed from its snapshot plus the envelopes after it, with what those changed; (_, None)
+        if the snapshot is missing, damaged, or does not match the envelopes held."""
+        if not isinstance(saved, dict):
+            return Feed(author), None
+        try:
+            feed = Feed.restore(author, saved["feed"])
+            written = dict(saved["written"])
+        except (KeyError, TypeError, ValueError):
+            return Feed(author), None
+        if feed.seq < 1 or self.hash_at(author, feed.seq) != feed.head:
+            return Feed(author), None  # cut, dropped or replaced since
+        self.written[author] = written
+        at = (feed.seq, feed.head)
+        try:
+            changes = self._replay_envelopes(feed, written)
+        except StoreError:
+            changes = None  # the tail does not follow the snapshot (a checkpoint jumped ahead)
+        if changes is None:
+            self.written.pop(author, None)
+            return Feed(author), None
+        self.snapshotted[author] = at
+        return feed, changes
+
+    def _views_match(self, views: dict[str, Any]) -> bool:
+        """Whether the saved views cover exactly the feeds restored from their snapshots."""
+        try:
+            vector = views["vector"]
+            return all(self.snapshotted.get(a) == at for a, at in vector.items()) and all(
+                a in vector for a in self.snapshotted
+            )
+        except (KeyError, TypeError, AttributeError):
+            return False
+
+    def save_snapshot(self) -> None:
+        """Snapshot every feed changed since its last snapshot, and the views, in one transaction.
+
+        Derived data only: a failure (a full disk) is logged, and the next open replays more."""
+        with self.lock:
+            store = self.store
+            if (
+                store.readonly
+                or not store.is_open
+                or store.path == MEMORY
+                or self.pending is not None
+            ):
+                return
+            vector = {a: (f.seq, f.head) for a, f in self.feeds.items() if f.seq}
+            authority = self.authority.digest()
+            if self.views_snapshotted == (vector, authority):
+                self.since_snapshot = 0
+                return
+            try:
+                with self.store.transaction():
+                    gone = [a for a in self.snapshotted if a not in vector]
+                    self.store.delete_snapshots([f"feed/{a.hex()}" for a in gone])
+                    for author, at in vector.items():
+                        if self.snapshotted.get(author) != at:
+                            feed = {"feed": self.feeds[author].export()}
+                            feed["written"] = self.written.get(author, {})
+                            self.store.put_snapshot(f"feed/{author.hex()}", _snapshot.seal(feed))
+                    body = {"vector": vector, "authority": authority}
+                    body["state"] = self.views.export_state()
+                    self.store.put_snapshot("views", _snapshot.seal(body))
+            except Exception as exc:  # noqa: BLE001 - derived data: it must never fail a write
+                log.warning("could not snapshot the replica (%s): the next open replays more", exc)
+                return
+            self.snapshotted = dict(vector)
+            self.views_snapshotted = (vector, authority)
+            self.since_snapshot = 0
+
+    def appended(self, count: int) -> None:
+        """Note `count` envelopes added to the feeds; snapshot once enough have been since the
+        last one (at least SNAPSHOT_EVERY, and a quarter of the history: the cost stays a small
+        constant per envelope, and a crash replays at most that much)."""
+        self.since_snapshot += count
+        if self.since_snapshot >= SNAPSHOT_EVERY and self.since_snapshot * 4 >= sum(
+            f.seq for f in self.feeds.values()
+        ):
+            self.save_snapshot()
+
+    def _replay_envelopes(
+        self, feed: Feed, written: dict[str, tuple[int, int]]
+    ) -> dict[str, str | None]:
+        """Replay the envelopes held after the feed's head into it; return the keys they changed.
+        StoreError if they do not follow it."""
+        author, changed = feed.author, {}
+        for raw in self.store.envelopes(author, after=feed.seq):
+            env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
+            if env.seq != feed.seq + 1 or env.prev != feed.head:
+                raise StoreError(
+                    f"store {self.store.path} is corrupt: "
+                    f"feed {author.hex()[:16]} breaks at {env.seq}"
+                )
+            feed.replay(env.update)
+            feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
+            changes = feed.apply_queued()
+            note_written(written, changes, env)
+            changed.update(changes)
+        return changed
+
     def replay(self, feed: Feed) -> Feed:
         """Rebuild one feed from the store: its checkpoint, then its envelopes (verified when they
         came), noting which envelope last wrote each key. Callers refresh the views from the feed
@@ -171,6 +311,7 @@ class Replica:
         """
         author = feed.author
         feed.reset()
+        self.snapshotted.pop(author, None)  # rebuilt: its stored snapshot may be stale
         written = self.written[author] = {}
         checkpoint = self.store.checkpoint(author)
         if checkpoint is not None and None not in (
@@ -183,16 +324,7 @@ class Replica:
             feed.replay(env.update)
             feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
             note_written(written, feed.apply_queued(), env)
-        for raw in self.store.envelopes(author, after=feed.seq):
-            env = decode(raw, max_bytes=self.limits.max_envelope_bytes)
-            if env.seq != feed.seq + 1 or env.prev != feed.head:
-                raise StoreError(
-                    f"store {self.store.path} is corrupt: "
-                    f"feed {author.hex()[:16]} breaks at {env.seq}"
-                )
-            feed.replay(env.update)
-            feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
-            note_written(written, feed.apply_queued(), env)
+        self._replay_envelopes(feed, written)
         return feed
 
     def make_authority(self) -> Authority:
@@ -211,9 +343,9 @@ class Replica:
         self.authority = self.make_authority()
         self.views.authority = self.authority
 
-    def refresh_trust(self) -> None:
+    def refresh_trust(self, built_under: Authority | None = None) -> None:
         """Recompute grants from the roots' delegation records, cut feeds beyond their grants,
-        rebuild views.
+        rebuild views (unless they were built under the grants computed now: `built_under`).
 
         Delegation records count only in root feeds, and root status comes from the policy alone,
         so this settles after at most a few rounds; a cut can void or revive a pin, so grants are
@@ -221,7 +353,11 @@ class Replica:
         """
         authority = self.make_authority()
         while True:
-            self.views.rebuild(authority, ((a, f.items()) for a, f in self.feeds.items()))
+            if built_under is not None and built_under == authority:
+                self.views.authority = authority  # the views hold exactly this already
+            else:
+                self.views.rebuild(authority, ((a, f.items()) for a, f in self.feeds.items()))
+            built_under = None
             settled = self.make_authority()
             if settled == authority:
                 self.authority = authority
@@ -280,6 +416,7 @@ class Replica:
             if self.store.is_open:
                 for hook in self.on_close:
                     hook()
+                self.save_snapshot()
             self.store.close()
 
     # --- local writes ----------------------------------------------------------------------------
@@ -403,6 +540,7 @@ class Replica:
             log.warning("local records skipped by the views: %s", issues)
         if any(k.startswith(TRUST_PREFIXES) for k in applied):
             self.refresh_trust()
+        self.appended(1)
         return env
 
     def put_record(

@@ -1,8 +1,9 @@
 """The durable store: one SQLite file per site in WAL mode with synchronous commits.
 
 It holds envelopes, checkpoints, blobs, equivocation evidence and small metadata. Everything else
-(views, indexes) is derived and rebuilt from it. A write is acknowledged only after `commit`
-returns.
+(views, indexes) is derived and rebuilt from it; snapshots of the derived state (`_snapshot`) are
+kept here too, so that opening need not rebuild it, and are ignored when they do not match. A
+write is acknowledged only after `commit` returns.
 
 Blobs are stored in parts of `BLOB_PART` bytes (table `blob_parts`), so that one can be read a part
 at a time (`blob_size`, `blob_part`) without loading it whole: SQLite reads a column value whole,
@@ -63,7 +64,11 @@ CREATE TABLE IF NOT EXISTS blob_partials (
 CREATE TABLE IF NOT EXISTS held (
     author BLOB NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,
     PRIMARY KEY (author, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS snapshots (
+    name TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (name, part)) WITHOUT ROWID;
 """
+SNAPSHOT_PART = 8 << 20  # bytes per stored part of a snapshot (SQLite reads a value whole)
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 _READ_ONLY_CODES = frozenset({sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM})
@@ -299,6 +304,7 @@ class Store:
         """Drop an author's envelopes after `seq` (and a checkpoint beyond it)."""
         self._db.execute("DELETE FROM envelopes WHERE author=? AND seq>?", (author, seq))
         self._db.execute("DELETE FROM checkpoints WHERE author=? AND seq>?", (author, seq))
+        self.delete_snapshots([f"feed/{author.hex()}"])  # it may cover what was dropped
 
     def count_envelopes(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM envelopes").fetchone()[0]
@@ -494,3 +500,50 @@ class Store:
             return [bytes(r[0]) for r in self._db.execute("SELECT body FROM held")]
         except sqlite3.OperationalError:  # a store from before this table, opened read-only
             return []
+
+    # --- snapshots of derived state (see _snapshot): checked on load, dropped when stale --------
+    def put_snapshot(self, name: str, body: bytes) -> None:
+        """Replace the snapshot `name` by `body` (in parts); within the caller's transaction."""
+        self._db.execute("DELETE FROM snapshots WHERE name=?", (name,))
+        view = memoryview(body)
+        self._db.executemany(
+            "INSERT INTO snapshots VALUES (?, ?, ?)",
+            [
+                (name, i, view[start : start + SNAPSHOT_PART])
+                for i, start in enumerate(range(0, max(len(view), 1), SNAPSHOT_PART))
+            ],
+        )
+
+    def snapshot(self, name: str) -> bytes | None:
+        try:
+            parts = [
+                bytes(r[0])
+                for r in self._db.execute(
+                    "SELECT data FROM snapshots WHERE name=? ORDER BY part", (name,)
+                )
+            ]
+        except sqlite3.OperationalError:  # a store from before this table, opened read-only
+            return None
+        return b"".join(parts) if parts else None
+
+    def snapshots(self, prefix: str) -> dict[str, bytes]:
+        """Every snapshot whose name starts with `prefix`, by name."""
+        out: dict[str, list[bytes]] = {}
+        try:
+            rows = self._db.execute(
+                "SELECT name, data FROM snapshots WHERE name >= ? AND name < ? ORDER BY name, part",
+                (prefix, prefix + "\U0010ffff"),
+            )
+            for name, data in rows:
+                out.setdefault(name, []).append(bytes(data))
+        except sqlite3.OperationalError:  # a store from before this table, opened read-only
+            return {}
+        return {name: b"".join(parts) for name, parts in out.items()}
+
+    def delete_snapshots(self, names: list[str] | None = None) -> None:
+        """Drop these snapshots (all of them if `names` is None)."""
+        with contextlib.suppress(sqlite3.OperationalError):  # no table: nothing to drop
+            if names is None:
+                self._db.execute("DELETE FROM snapshots")
+            else:
+                self._db.executemany("DELETE FROM snapshots WHERE name=?", [(n,) for n in names])

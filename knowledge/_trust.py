@@ -15,6 +15,7 @@ their pins.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -133,6 +134,22 @@ class Authority:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    def digest(self) -> bytes:
+        """A digest of the grants and forks, equal exactly when the authorities are equal (the same
+        in every process: a snapshot of the views records the grants that judged them)."""
+        grants = [
+            (
+                key,
+                [
+                    (g.site, sorted(r.value for r in g.roles), g.last_seq, g.last_hash)
+                    + (g.expires, g.root)
+                    for g in self._grants[key]
+                ],
+            )
+            for key in sorted(self._grants)
+        ]
+        return hashlib.sha256(repr((grants, sorted(self._forks.items()))).encode()).digest()
 
     def grants(self, author: bytes) -> tuple[Grant, ...]:
         return self._grants.get(author, ())

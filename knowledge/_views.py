@@ -171,6 +171,19 @@ class Views:
                     self.generation += 1
                     self._skill_log.clear()
 
+    def export_state(self) -> dict[str, Any]:
+        """Everything the views hold but the grants and `written` (a snapshot keeps it)."""
+        return {k: v for k, v in vars(self).items() if k not in ("authority", "written")}
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Hold what `export_state` gave (ValueError if it is not the same shape); readers of
+        `skill_changes` start over."""
+        if set(state) != set(vars(self)) - {"authority", "written"}:
+            raise ValueError("the saved views hold other indexes than these views")
+        vars(self).update(state)
+        self.generation += 1
+        self._skill_log.clear()
+
     def reset_author(self, author: bytes, items: Iterable[tuple[str, str]]) -> None:
         """Replace everything the views hold from `author` by `items` (after its feed was
         restored)."""

@@ -3,6 +3,7 @@ write.
 
 python crash_child.py write  <store> <seed-hex> <start>
 python crash_child.py ingest <store> <seed-hex> <envelopes-file> <policy-file>
+python crash_child.py snapshot <store> <seed-hex> <start>   (write, snapshotting after each write)
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from __future__ import annotations
 import sys
 
 import knowledge
+from knowledge import _replica
 
 
 def main() -> None:
     mode, store, seed = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3])
     identity = knowledge.Identity.from_seed(seed)
-    if mode == "write":
+    if mode in ("write", "snapshot"):
         kb = knowledge.open(store, identity)
+        if mode == "snapshot":  # every write is followed by a snapshot of feeds and views
+            _replica.SNAPSHOT_EVERY = 1
         i = int(sys.argv[4])
         while True:
             skill = kb.skills.publish(f"s{i}", "t")
@@ -25,6 +29,8 @@ def main() -> None:
             print("cell", i, flush=True)
             kb.counters.record(skill.id, success=True)
             print("count", skill.id, flush=True)
+            if mode == "snapshot":
+                kb._replica.save_snapshot()
             i += 1
     else:
         kb = knowledge.open(store, identity, policy=sys.argv[5])

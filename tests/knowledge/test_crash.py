@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import knowledge
+from knowledge._store import Store
 
 CHILD = Path(__file__).with_name("crash_child.py")
 ROUNDS = int(os.environ.get("SIMNET_CRASH_ROUNDS", "8"))
@@ -86,6 +88,39 @@ def test_killed_writer_loses_nothing_acknowledged(tmp_path):
         report = other.ingest(kb.envelopes_since({}, limit=1_000_000))
         assert report.ok and not report.rejected
         assert other.snapshot() == kb.snapshot()
+
+
+def test_killed_while_snapshotting_loses_nothing_and_reopens_as_a_replay_would(tmp_path):
+    """Snapshots of feeds and views are written after every write: kills land in them too. Each
+    reopen (from whatever snapshot survived) shows what a full replay of the store shows."""
+    rng = random.Random(13)
+    seed = "33" * 32
+    identity = knowledge.Identity.from_seed(bytes.fromhex(seed))
+    store = tmp_path / "site.db"
+    skills: set[str] = set()
+    restored = 0
+    for round_ in range(ROUNDS):
+        acked = _run_and_kill(
+            ["snapshot", str(store), seed, str(round_ * 100_000)], rng.randint(1, 60), rng
+        )
+        skills |= {value for kind, value in acked if kind == "skill"}
+        for suffix in ("", "-wal"):  # the killed writer's log holds its last commits
+            if Path(f"{store}{suffix}").exists():
+                shutil.copy(f"{store}{suffix}", tmp_path / f"replayed.db{suffix}")
+        with knowledge.open(store, identity) as kb:
+            assert skills <= {s.id for s in kb.skills.list()}
+            restored += bool(kb._replica.snapshotted)
+            seen = (kb.snapshot(), kb.heads())
+        replay = Store(tmp_path / "replayed.db")
+        with replay.transaction():
+            replay.delete_snapshots()
+        replay.close()
+        with knowledge.open(tmp_path / "replayed.db", identity) as kb:
+            assert not kb._replica.snapshotted
+            assert (kb.snapshot(), kb.heads()) == seen
+        for leftover in tmp_path.glob("replayed.db*"):
+            leftover.unlink()
+    assert restored == ROUNDS
 
 
 def test_killed_ingest_loses_nothing_acknowledged(tmp_path):
