@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from ._errors import UnknownSkillError
 from ._field import (
     FieldOutcomes,
     FieldTest,
@@ -40,10 +41,13 @@ class Outcomes:
         """Add `trials` runs of a skill on this body (all successes or all failures), and the
         continuous outcomes of the last one (`values`, e.g. ``{"steps": 41}``). One record per
         writer and skill holds the totals and the most recent values: batch many runs in
-        `kb.batch()` and they cost one envelope."""
+        `kb.batch()` and they cost one envelope. UnknownSkillError for a skill not held here (one
+        that arrives from elsewhere for a skill a site lacks is kept, and never counted)."""
         replica = self._replica
         check_skill_id(skill_id)
         replica.require(Role.PUBLISH)
+        if replica.views.skill(skill_id) is None:
+            raise UnknownSkillError(f"no skill {skill_id!r} here to report outcomes of")
         if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
             raise ValueError(f"trials must be a positive integer, not {trials!r}")
         with replica.lock:

@@ -346,6 +346,13 @@ def certify_command(
 @click.option("--candidates", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
+    "--epochs",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Training epochs of the distilled version (with --publish).",
+)
+@click.option(
     "--publish",
     "new_name",
     help="Distill the refined runs into a new version of the skill and publish it as this name.",
@@ -358,6 +365,7 @@ def refine_command(
     episodes: int,
     candidates: int,
     seed: int,
+    epochs: int,
     new_name: str | None,
 ) -> None:
     """Run SKILL with the simulator planning around it (best of N perturbed rollouts,
@@ -376,7 +384,7 @@ def refine_command(
     )
     if new_name is None:
         return
-    successor = distill_refined(refined)
+    successor = distill_refined(refined, epochs=epochs)
     with home.open_writer() as kb:
         record = publish_skill(
             kb,

@@ -53,6 +53,8 @@ def test_outcomes_are_one_cumulative_record_per_writer_and_skill():
         kb.outcomes.record(skill.id, success=True, embodiment="quadruped")
     with pytest.raises(ValueError, match="positive integer"):
         kb.outcomes.record(skill.id, success=True, embodiment="arm7", trials=0)
+    with pytest.raises(knowledge.UnknownSkillError):
+        kb.outcomes.record("ab" * 32, success=True, embodiment="arm7")
 
 
 def test_only_writers_with_publish_report_outcomes_and_they_replicate_by_site():
