@@ -23,7 +23,7 @@ from .._errors import EvaluationRecordError, PolicySpecError
 from .._mlp import EntryPointRef, MLPSpec, Policy
 from .._tasks import Task
 from ._evaluation_record import Evaluation, check_record
-from ._probe import Probe
+from ._probe import Probe, replay_probe
 from ._reproduce import Reproduction, reproduce
 
 # What a sampler or initial-state term randomizes, in the vocabulary of activation policies.
@@ -184,8 +184,8 @@ def verify_certificate(
     kb: KnowledgeBase, certificate: Certificate, *, workers: int = 1, threads: int = 0
 ) -> Verification:
     """Re-run a certificate's evaluation here: identical outcomes on the same platform, within the
-    binomial interval elsewhere. A tampered or non-reproducing certificate comes back
-    valid=False."""
+    binomial interval elsewhere; and the measurement of its probe's worst region, if it has one.
+    A tampered or non-reproducing certificate comes back valid=False."""
     record = certificate.evaluation
     if not isinstance(record, dict):
         return Verification(False, "the certificate carries no evaluation record to re-run")
@@ -203,13 +203,12 @@ def verify_certificate(
                 return Verification(
                     False, f"the certificate says {field}={claimed!r}; its record says {recorded!r}"
                 )
-        reproduction = reproduce(
-            record,
-            load_policy(kb, certificate.skill),
-            workers=workers,
-            threads=threads,
-            progress=False,
-        )
+        policy = load_policy(kb, certificate.skill)
+        reproduction = reproduce(record, policy, workers=workers, threads=threads, progress=False)
+        if reproduction.matches and certificate.probe is not None:
+            replayed = replay_probe(certificate.probe, record, policy, threads=threads)
+            if replayed is not None:
+                return Verification(False, replayed, reproduction)
     except EvaluationRecordError as exc:
         return Verification(False, f"the evaluation record is inconsistent: {exc}")
     return Verification(reproduction.matches, reproduction.detail, reproduction)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import EvaluationRecordError, SimError
 from .._patches import Patch, Sampler, SamplerTerm, sample_terms
 from .._tasks import Task
 from ._evaluate import evaluate, single_threaded_torch
@@ -125,6 +126,30 @@ def probe(
         per_round * rounds + found.n,
         rounds,
     )
+
+
+def replay_probe(
+    probe_record: dict[str, Any], evaluation: dict[str, Any], policy: Any, *, threads: int = 0
+) -> str | None:
+    """Re-run the measurement of a certificate's probe region (on the task its evaluation ran,
+    with the region's initial-state terms and sampler): None if it gives the recorded failures,
+    else what differs. EvaluationRecordError if the probe cannot be read."""
+    try:
+        region = probe_record["region"]
+        task = Task(evaluation["task"]["definition"]).replace(init=region["init"])
+        sampler = Sampler.from_json(region["sampler"])
+        branches, failures = int(probe_record["branches"]), int(probe_record["failures"])
+    except (SimError, KeyError, TypeError, ValueError) as exc:
+        raise EvaluationRecordError(f"the certificate's probe cannot be replayed: {exc}") from exc
+    if task.hash != region.get("task_hash"):
+        return "the probe's region is not a region of the task the certificate evaluated"
+    again = evaluate(
+        task, policy, branches=branches, sampler=sampler, threads=threads, progress=False
+    )
+    found = again.n - again.successes
+    if found != failures:
+        return f"the probe's region fails {found} of {branches} branches here, not {failures}"
+    return None
 
 
 def _coordinates(task: Task, sampler: Sampler) -> list[_Coordinate]:

@@ -71,3 +71,23 @@ def test_a_probe_needs_something_to_search_and_enough_budget(short_arm):
         sim.probe(flat, policy, sampler=sim.Sampler(), budget=64)
     with pytest.raises(ValueError, match="too few rollouts"):
         sim.probe(short_arm, policy, sampler=sim.load_sampler("arm_reach"), budget=8, rounds=4)
+
+
+def test_verifying_a_certificate_replays_its_probe_and_catches_a_softened_one(walker_probe):
+    task, policy, sampler, found = walker_probe
+    kb = knowledge.open(":memory:", Identity.generate())
+    skill = sim.publish_skill(kb, policy, "walk", "walk", tasks=[task])
+    result = sim.evaluate(task, policy, branches=16, sampler=sampler, progress=False)
+    honest = sim.certify(kb, skill.id, result, probe=found)
+    assert sim.verify_certificate(kb, honest).valid
+    softened = dict(honest.probe, failures=0, failure_rate=0.0)
+    lie = kb.certificates.add(
+        skill.id,
+        branches=honest.branches,
+        successes=honest.successes,
+        randomized=honest.randomized,
+        evaluation=honest.evaluation,
+        probe=softened,
+    )
+    verdict = sim.verify_certificate(kb, lie)
+    assert not verdict.valid and "the probe's region fails" in verdict.detail
