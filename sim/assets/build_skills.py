@@ -154,46 +154,37 @@ def build_walker() -> None:
     )
 
 
-def build_arm() -> None:
-    arm = load_task("arm_reach")
-    arm_degraded(arm.template.model).save(SKILLS / "arm_reach_degraded.json")
+def distilled(
+    task_name: str,
+    expert: Callable[[mujoco.MjModel], Callable[[np.ndarray], np.ndarray]],
+    iterations: int,
+    act_bound: float,
+    note: str,
+) -> Policy:
+    """A 64x64 MLP distilled by DAgger from `expert` on the task's standard randomization."""
+    task = load_task(task_name)
     good = distill(
-        arm,
-        arm_expert(arm.template.model),
-        sampler=load_sampler("arm_reach", seed=1000),
+        task,
+        expert(task.template.model),
+        sampler=load_sampler(task_name, seed=1000),
         branches=128,
-        iterations=5,
+        iterations=iterations,
         hidden=(64, 64),
-        act_bound=ARM_STEP,
+        act_bound=act_bound,
         epochs=3000,
     )
-    Policy(
-        good.spec,
-        good.weights,
-        {
-            "task": "arm_reach",
-            "note": "MLP distilled by DAgger from a damped least-squares Jacobian controller",
-        },
-    ).save(SKILLS / "arm_reach_good.json")
+    return Policy(good.spec, good.weights, {"task": task_name, "note": note})
+
+
+def build_arm() -> None:
+    arm_degraded(load_task("arm_reach").template.model).save(SKILLS / "arm_reach_degraded.json")
+    note = "MLP distilled by DAgger from a damped least-squares Jacobian controller"
+    distilled("arm_reach", arm_expert, 5, ARM_STEP, note).save(SKILLS / "arm_reach_good.json")
 
 
 def build_push() -> None:
-    push = load_task("arm_push")
-    pusher = distill(
-        push,
-        push_expert(push.template.model),
-        sampler=load_sampler("arm_push", seed=1000),
-        branches=128,
-        iterations=6,
-        hidden=(64, 64),
-        act_bound=PUSH_STEP,
-        epochs=3000,
-    )
-    pusher = Policy(
-        pusher.spec,
-        pusher.weights,
-        {"task": "arm_push", "note": "MLP distilled by DAgger from a scripted push controller"},
-    )
+    note = "MLP distilled by DAgger from a scripted push controller"
+    pusher = distilled("arm_push", push_expert, 6, PUSH_STEP, note)
     pusher.save(SKILLS / "arm_push_good.json")
     push_degraded(pusher).save(SKILLS / "arm_push_degraded.json")
 
