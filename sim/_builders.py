@@ -381,9 +381,9 @@ def _known_joints(model: mujoco.MjModel, joints: Sequence[str], field: str) -> l
 
 
 def _add_servos(spec: Any, model: mujoco.MjModel, joints: list[str], gain: float) -> None:
-    """A position servo per joint (critically damped for the joint's own inertia is not known
-    here: damping is a tenth of the gain), and an implicit integrator so stiff servos stay
-    stable."""
+    """A position servo per joint, its velocity damping a tenth of its gain (the joint's inertia is
+    not known here, so no critical damping), limited to the joint's range; and the implicit
+    integrator, so that stiff servos on light links stay stable."""
     for joint in joints:
         j = model.joint(joint)
         act = spec.add_actuator(name=f"{joint}_servo", target=joint)
