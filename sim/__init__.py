@@ -27,11 +27,14 @@ forked at any recorded tick, replayed exactly, and evaluated from:
     branch = world.fork("cell", at=1000)               # never changes the canonical world
     world.replay("cell", 0, 2000).exact                # True: re-executed bit for bit
 
-The package is layered: the vocabulary (templates, patches, tasks, policies, snapshots, shipped
-assets) at the top of `sim`; `sim.evaluation` (rollouts, executors, records, certificates, and
-distillation; the statistics are `knowledge.stats`); `sim.world` (the persistent world, its store
-and shard hosts); `sim.transfer` (procedural bodies and transfer datasets, for research). This
-module re-exports what a user of the library needs.
+Tasks for a robot of one's own come from builders (`reach_task` for an arm, `stand_task` for a
+legged robot) or are written by hand: see docs/TASKS.md.
+
+The package is layered: the vocabulary (templates, patches, tasks and their builders, policies,
+snapshots, shipped assets) at the top of `sim`; `sim.evaluation` (rollouts, executors, records,
+certificates, and distillation; the statistics are `knowledge.stats`); `sim.world` (the persistent
+world, its store and shard hosts); `sim.transfer` (procedural bodies and transfer datasets, for
+research). This module re-exports what a user of the library needs.
 
 Evaluations with `workers > 1` and worlds with worker processes start processes: call them under
 `if __name__ == "__main__":`.
@@ -50,6 +53,7 @@ except ModuleNotFoundError as missing:
 from knowledge import __version__ as __version__  # one distribution, one version
 from knowledge.stats import SPRT  # what evaluate(sprt=...) takes
 
+from ._builders import reach_task, stand_task
 from ._errors import (
     BackendError,
     CorruptCheckpointError,
@@ -178,6 +182,7 @@ __all__ = [
     "publish_skill",
     "publish_task",
     "randomized",
+    "reach_task",
     "record_hash",
     "refine",
     "reproduce",
@@ -185,6 +190,7 @@ __all__ = [
     "shipped_tasks",
     "skill_tasks",
     "spot_check",
+    "stand_task",
     "use_ray",
     "verify_certificate",
 ]

@@ -21,13 +21,14 @@ from knowledge import content_hash
 
 from ._errors import MutationError, SamplerSpecError, SpecError
 from ._numbers import is_number
-from ._templates import Slot, Template, split_target
+from ._templates import BY_JOINT, Slot, Template, split_target
 
 SpecErrorType = Callable[[str, str], SpecError]
 """A SpecError subclass that knows its kind, called with a field and a detail: SamplerSpecError,
 TaskDefinitionError."""
 
 OPS = ("set", "add", "scale")
+_KINDS = ("body", "geom", "joint", "actuator", BY_JOINT)
 _DISTS = {"uniform": ("low", "high"), "normal": ("mean", "std"), "constant": ("value",)}
 
 
@@ -203,7 +204,7 @@ def expand_targets(
         kind = term.target.split("/")[0]
         detail = (
             f"unknown kind {kind!r}"
-            if kind not in ("body", "geom", "joint", "actuator")
+            if kind not in _KINDS
             else f"{term.target!r} matches nothing in the template"
         )
         raise error(f"{where}.target", detail)
@@ -225,16 +226,16 @@ def expand_targets(
 
 @functools.lru_cache(maxsize=4096)
 def _matching(pattern: str, template: Template) -> tuple[str, ...]:
-    """Targets named by a pattern: wildcards in the name part match the template's object names."""
+    """Targets named by a pattern: wildcards in the name part match the template's object names
+    (for "actuator@joint", the names of the joints an actuator drives)."""
     parts = split_target(pattern)
     if parts is None or not any(ch in parts[1] for ch in "*?["):
         return (pattern,)
     kind, names, attr = parts
-    if kind not in ("body", "geom", "joint", "actuator"):
+    if kind not in _KINDS:
         return ()
-    return tuple(
-        f"{kind}/{n}/{attr}" for n in template.names(kind) if fnmatch.fnmatchcase(n, names)
-    )
+    candidates = template.driven_joints() if kind == BY_JOINT else template.names(kind)
+    return tuple(f"{kind}/{n}/{attr}" for n in candidates if fnmatch.fnmatchcase(n, names))
 
 
 def _uniforms(

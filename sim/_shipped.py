@@ -21,8 +21,8 @@ def shipped_tasks() -> list[str]:
 
 
 def load_task(name: str) -> Task:
-    """A shipped task by name ("arm_reach", "walker_forward"); its scene is inlined into the
-    definition."""
+    """A shipped task by name ("arm_reach", "walker_forward", "arm_push"); its scene is inlined
+    into the definition."""
     path = _ASSETS / "tasks" / f"{name}.json"
     if not path.is_file():
         raise KeyError(f"no shipped task {name!r}; shipped: {shipped_tasks()}")

@@ -1,8 +1,10 @@
 """Templates: a compiled scene shared read-only by every branch, and the mutable slots it offers.
 
 A mutation target is "kind/name/attr" (or "option/gravity"); a name may itself hold "/" (an entity's
-prefix in a world, "walker1/torso"). Resolving a target against a template gives a `Slot`: which
-per-simulation field of `mujoco.batch.Batch` it writes, where, and how many values.
+prefix in a world, "walker1/torso"). "actuator@joint/<joint>/attr" names the one actuator that
+drives a joint, so that actuators without names (common in robot files) can be addressed. Resolving
+a target against a template gives a `Slot`: which per-simulation field of `mujoco.batch.Batch` it
+writes, where, and how many values.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ _KINDS = {
     "site": mujoco.mjtObj.mjOBJ_SITE,
 }
 _FREE, _BALL = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
+BY_JOINT = "actuator@joint"  # the kind of a target that names an actuator by the joint it drives
+_JOINT_TRANSMISSIONS = (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT))
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,21 @@ class Template:
         """The id of a named object, or -1."""
         return mujoco.mj_name2id(self.model, _KINDS[kind], name)
 
+    def actuators_of(self, joint: int) -> list[int]:
+        """The ids of the actuators whose transmission is the joint with this id."""
+        m = self.model
+        return [
+            i
+            for i in range(m.nu)
+            if int(m.actuator_trntype[i]) in _JOINT_TRANSMISSIONS
+            and int(m.actuator_trnid[i, 0]) == joint
+        ]
+
+    def driven_joints(self) -> list[str]:
+        """Names of the joints some actuator drives, in joint id order (what "actuator@joint/*"
+        ranges over)."""
+        return [n for n in self.names("joint") if self.actuators_of(self.object_id("joint", n))]
+
     def slot(self, target: str) -> Slot:
         """Resolve a mutation target; raises MutationError naming the target and close matches."""
         found = self._slots.get(target)
@@ -124,17 +143,28 @@ class Template:
         if parts is None:
             raise MutationError(str(target), "a target is 'kind/name/attr' or 'option/<name>'")
         kind, name, attr = parts
+        by_joint = kind == BY_JOINT
+        if by_joint:
+            kind = "actuator"
         if (kind, attr) not in _MODEL_ATTRS and (kind, attr) not in _STATE_ATTRS:
             known = sorted(f"{k}/<name>/{a}" for k, a in [*_MODEL_ATTRS, *_STATE_ATTRS])
             raise MutationError(
-                target, f"unknown kind or attribute; targets are {known} and option/gravity"
+                target,
+                f"unknown kind or attribute; targets are {known}, option/gravity and "
+                f"{BY_JOINT}/<joint>/<actuator attribute>",
             )
-        ident = self.object_id(kind, name)
-        if ident < 0:
-            close = difflib.get_close_matches(name, self.names(kind), n=3)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise MutationError(target, f"the template has no {kind} named {name!r}{hint}")
+        ident = self._ident("joint" if by_joint else kind, name, target)
         m = self.model
+        if by_joint:
+            driving = self.actuators_of(ident)
+            if len(driving) != 1:
+                detail = (
+                    "no actuator drives it"
+                    if not driving
+                    else f"{len(driving)} actuators drive it: address them by name"
+                )
+                raise MutationError(target, f"joint {name!r}: {detail}")
+            ident = driving[0]
         if (kind, attr) == ("actuator", "ctrl"):
             return Slot(target, "ctrl", ident, 1, True, False, "any")
         if (kind, attr) in _STATE_ATTRS:
@@ -173,6 +203,14 @@ class Template:
                 )
         setconst = field in mujoco.MjModel._setconst_inputs
         return Slot(target, field, int(start), int(size), False, setconst, domain)
+
+    def _ident(self, kind: str, name: str, target: str) -> int:
+        ident = self.object_id(kind, name)
+        if ident < 0:
+            close = difflib.get_close_matches(name, self.names(kind), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise MutationError(target, f"the template has no {kind} named {name!r}{hint}")
+        return ident
 
 
 def split_target(target: str) -> tuple[str, str, str] | None:

@@ -51,7 +51,7 @@ def randomized(record: Mapping[str, Any]) -> list[str]:
     kinds = set()
     for term in terms:
         parts = str(term.get("target", "")).split("/")
-        kind = _KINDS.get((parts[0], parts[-1]))
+        kind = _KINDS.get((parts[0].removesuffix("@joint"), parts[-1]))  # actuator@joint/...
         if kind is not None:
             kinds.add(kind)
     return sorted(kinds)

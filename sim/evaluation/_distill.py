@@ -15,7 +15,7 @@ import torch
 from .._mlp import MLP, MLPSpec, Policy
 from .._patches import Sampler
 from .._tasks import Task
-from ._evaluate import evaluate
+from ._evaluate import evaluate, single_threaded_torch
 
 Controller = Callable[[np.ndarray], np.ndarray]
 
@@ -81,13 +81,16 @@ def fit_mlp(
     y = torch.from_numpy(actions)
     optimizer = torch.optim.Adam(model.layers.parameters(), lr=3e-3)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
-    for _ in range(epochs):
-        rows = torch.randint(0, len(x), (min(len(x), 1024),), generator=generator)
-        loss = torch.mean(((model(x[rows]) - y[rows]) / model.act_scale) ** 2)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+    # one thread: a small MLP gains nothing from more, the result is the same on any machine, and
+    # on a loaded machine intra-op threads that wait for each other made training 20x slower
+    with single_threaded_torch():
+        for _ in range(epochs):
+            rows = torch.randint(0, len(x), (min(len(x), 1024),), generator=generator)
+            loss = torch.mean(((model(x[rows]) - y[rows]) / model.act_scale) ** 2)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
     return Policy.from_tensors(spec, {k: v.detach() for k, v in model.state_dict().items()})
 
 

@@ -168,3 +168,12 @@ def test_certificates_replicate_with_the_skill_and_gate_activation_elsewhere(
         ) as other:
             other.ingest(site.envelopes_since({}))
             assert {s.id for s in other.skills.list(active_only=True)} == expected
+
+
+def test_actuators_addressed_through_their_joints_count_as_gain_and_bias_randomization():
+    terms = [
+        {"target": "actuator@joint/*/gain", "op": "scale", "dist": "uniform", "low": 1, "high": 2},
+        {"target": "actuator@joint/j1/bias", "op": "add", "dist": "constant", "value": 0.0},
+    ]
+    record = {"sampler": {"terms": terms}, "task": {"definition": {"init": []}}}
+    assert sim.randomized(record) == ["bias", "gain"]

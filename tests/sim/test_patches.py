@@ -424,3 +424,34 @@ def test_patches_made_for_another_template_name_the_branch_and_target(arm, walke
         MutationError, match="branch 9: mutation 'body/link1/mass': the template has no body"
     ):
         apply_model_patches(batch, walker.template, [Patch(), arm_patch], [8, 9])
+
+
+def test_samplers_reach_unnamed_actuators_through_their_joints():
+    """A pattern over "actuator@joint" ranges over the joints some actuator drives; the draws land
+    in the actuators' gains."""
+    from sim import Template
+
+    t = Template.from_file("tests/assets/robots/humanoid_small.xml")
+    spec = {
+        "target": "actuator@joint/left_*/gain",
+        "op": "scale",
+        "dist": "uniform",
+        "low": 2.0,
+        "high": 3.0,
+    }
+    sampler = Sampler.from_json({"seed": 1, "terms": [spec]})
+    patch = sampler.sample(t, 0)
+    assert [m.target for m in patch.mutations] == [
+        f"actuator@joint/{j}/gain"
+        for j in t.names("joint")
+        if j.startswith("left_")  # every left joint of this humanoid is driven
+    ]
+    batch = mjbatch.Batch(t.model, 1, 1)
+    apply_model_patches(batch, t, [patch], [0])
+    gains = batch.expand("actuator_gainprm").reshape(1, t.model.nu, -1)[0, :, 0]
+    joint = t.model.joint("left_knee").id
+    knee = next(i for i in range(t.model.nu) if t.model.actuator_trnid[i, 0] == joint)
+    value = next(m.value[0] for m in patch.mutations if m.target.endswith("/left_knee/gain"))
+    assert gains[knee] == pytest.approx(t.model.actuator_gainprm[knee, 0] * value)
+    with pytest.raises(SamplerSpecError, match="matches nothing"):
+        Sampler.from_json({"terms": [{**spec, "target": "actuator@joint/tail*/gain"}]}).sample(t, 0)

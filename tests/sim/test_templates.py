@@ -80,3 +80,44 @@ def test_a_scene_that_does_not_compile_is_a_template_error():
         Template("<mujoco><worldbody><geom type='nonsense'/></worldbody></mujoco>")
     with pytest.raises(TemplateError):
         Template("")
+
+
+_TWO_DRIVES = """
+<mujoco>
+  <worldbody>
+    <body><joint name="hinge"/><geom size=".1" mass="1"/>
+      <body pos="0 0 .3"><joint name="free_hinge"/><geom size=".1" mass="1"/></body>
+    </body>
+  </worldbody>
+  <actuator><motor joint="hinge"/><position joint="hinge" kp="5"/></actuator>
+</mujoco>
+"""
+
+
+def test_actuators_are_addressed_through_the_joint_they_drive():
+    """The humanoid's actuators have no names: "actuator@joint/<joint>/attr" reaches them."""
+    t = Template.from_file("tests/assets/robots/humanoid_small.xml")
+    m = t.model
+    assert not t.names("actuator")  # nothing for "actuator/*/gain" to match by name
+    knee = m.joint("left_knee").id
+    (act,) = (i for i in range(m.nu) if m.actuator_trnid[i, 0] == knee)
+    gain = t.slot("actuator@joint/left_knee/gain")
+    assert (gain.field, gain.start, gain.size) == (
+        "actuator_gainprm",
+        m.actuator_gainprm.shape[1] * act,
+        1,
+    )
+    ctrl = t.slot("actuator@joint/left_knee/ctrl")
+    assert (ctrl.field, ctrl.start, ctrl.state) == ("ctrl", act, True)
+    assert "root" not in t.driven_joints() and "left_knee" in t.driven_joints()
+    with pytest.raises(MutationError, match="no joint named 'left_kne'.*did you mean left_knee"):
+        t.slot("actuator@joint/left_kne/gain")
+    with pytest.raises(MutationError, match="joint 'root': no actuator drives it"):
+        t.slot("actuator@joint/root/gain")
+    with pytest.raises(MutationError, match="unknown kind or attribute"):
+        t.slot("actuator@joint/left_knee/damping")
+    two = Template(_TWO_DRIVES)
+    with pytest.raises(MutationError, match="2 actuators drive it: address them by name"):
+        two.slot("actuator@joint/hinge/gain")
+    with pytest.raises(MutationError, match="no actuator drives it"):
+        two.slot("actuator@joint/free_hinge/gain")

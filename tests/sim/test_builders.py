@@ -1,0 +1,245 @@
+"""Task builders on the project's robot files: reach for arms (MJCF and URDF), stand for legged
+robots; the tasks they build are solvable, travel as data, and bad names are errors naming them."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+import sim
+from sim import TaskDefinitionError, reach_task, stand_task
+
+ROBOTS = "tests/assets/robots"
+
+
+def reach_controller(task: sim.Task, site: str, step: float = 0.05, gain: float = 0.1):
+    """Damped least squares on the task's own observation (joint positions, then the vector to the
+    target): the kind of local controller a site distils into a skill."""
+    model = task.template.model
+    data = mujoco.MjData(model)
+    chain = task.definition["observation"][0]["joints"]
+    qpos = [int(model.joint(j).qposadr[0]) for j in chain]
+    dofs = [int(model.joint(j).dofadr[0]) for j in chain]
+    acts = [
+        next(a for a in range(model.nu) if model.actuator_trnid[a, 0] == model.joint(j).id)
+        for j in chain
+    ]
+    n = len(chain)
+    jac = np.zeros((3, model.nv))
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(obs), model.nu))
+        for row, o in enumerate(obs):
+            data.qpos[qpos] = o[:n]
+            mujoco.mj_kinematics(model, data)
+            mujoco.mj_comPos(model, data)
+            mujoco.mj_jacSite(model, data, jac, None, model.site(site).id)
+            j = jac[:, dofs]
+            dq = j.T @ np.linalg.solve(j @ j.T + 0.05**2 * np.eye(3), o[2 * n : 2 * n + 3])
+            out[row, acts] = np.clip(gain * dq, -step, step)
+        return out
+
+    return act
+
+
+@pytest.mark.parametrize(
+    ("robot", "end_effector", "site", "start"),
+    [
+        ("sim/assets/scenes/arm7.xml", "ee", "ee", {"keyframe": "home"}),
+        (
+            f"{ROBOTS}/arm6.urdf",
+            "tool0",  # a fixed URDF link: a body here, and the task adds a site at its origin
+            "reach_ee",
+            {"home": {"shoulder_lift_joint": -0.8, "elbow_joint": 1.2}},
+        ),
+    ],
+)
+def test_reach_tasks_for_any_arm_are_solvable(robot, end_effector, site, start):
+    task = reach_task(robot, end_effector=end_effector, horizon=100, **start)
+    model = task.template.model
+    assert task.act_dim == model.nu == len(task.definition["observation"][0]["joints"])
+    assert task.obs_dim == 2 * task.act_dim + 3
+    assert task.definition["keyframe"] == start.get("keyframe", "start")
+    result = sim.evaluate(
+        task,
+        reach_controller(task, site),
+        branches=16,
+        sampler=sim.Sampler.from_json(
+            {
+                "terms": [
+                    {
+                        "target": "joint/*/damping",
+                        "op": "scale",
+                        "dist": "uniform",
+                        "low": 0.8,
+                        "high": 1.2,
+                    }
+                ]
+            }
+        ),
+        progress=False,
+    )
+    assert result.successes >= 14, [o.reason for o in result.outcomes]
+    idle = sim.evaluate(
+        task, lambda o: np.zeros((len(o), task.act_dim)), branches=16, progress=False
+    )
+    assert idle.successes <= 4  # the target is not where the arm starts
+    assert sim.Task(task.to_json()).hash == task.hash  # data: it travels as JSON
+
+
+def test_reach_defaults_follow_the_chain_and_urdf_arms_get_servos():
+    arm6 = reach_task(f"{ROBOTS}/arm6.urdf", end_effector="wrist_3_link")
+    model = arm6.template.model
+    joints = arm6.definition["observation"][0]["joints"]
+    assert joints == [
+        "shoulder_pan_joint",
+        "shoulder_lift_joint",
+        "elbow_joint",
+        "wrist_1_joint",
+        "wrist_2_joint",
+        "wrist_3_joint",
+    ]
+    assert [model.actuator(a).name for a in range(model.nu)] == [f"{j}_servo" for j in joints]
+    assert model.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    part = reach_task(
+        f"{ROBOTS}/arm7.xml", end_effector="link4", target_box=([0.2, -0.1, 0.3], [0.3, 0.1, 0.5])
+    )
+    assert part.definition["observation"][0]["joints"] == ["j1", "j2", "j3", "j4"]
+    assert part.act_dim == 7  # the scene's own actuators, all of them
+    (target,) = [t for t in part.definition["init"] if t["target"] == "body/reach_target/pos"]
+    assert np.allclose(target["low"], [-0.05, -0.1, -0.1]) and np.allclose(
+        target["high"], [0.05, 0.1, 0.1]
+    )
+    patch = part.init_patches(seed=0, first=0, count=4)
+    assert all(len(p.mutations) == 1 + 4 for p in patch)  # the target, then noise on each joint
+
+
+def test_stand_tasks_for_legged_robots():
+    quadruped = stand_task(f"{ROBOTS}/quadruped.xml", base_body="torso", height=0.2)
+    humanoid = stand_task(f"{ROBOTS}/humanoid_small.xml", base_body="torso", height=0.7, horizon=50)
+    for task, nu in ((quadruped, 12), (humanoid, 16)):
+        assert task.act_dim == nu
+        assert task.definition["failure"][0] == {
+            "term": "body_height",
+            "body": "torso",
+            "below": task.definition["success"]["all"][0]["above"],
+        }
+    # the humanoid's actuators have no names: samplers reach them through their joints
+    sampler = sim.Sampler.from_json(
+        {
+            "terms": [
+                {
+                    "target": "actuator@joint/*knee/gain",
+                    "op": "scale",
+                    "dist": "uniform",
+                    "low": 0.8,
+                    "high": 1.2,
+                }
+            ]
+        }
+    )
+    result = sim.evaluate(
+        humanoid, lambda o: np.zeros((len(o), 16)), branches=4, sampler=sampler, progress=False
+    )
+    assert all(o.reason.startswith("failure:") for o in result.outcomes)  # limp: it falls
+
+
+def test_a_urdf_quadruped_held_in_its_posture_stands():
+    task = stand_task(
+        f"{ROBOTS}/quadruped12.urdf",
+        base_body="trunk",
+        height=0.25,
+        floating_base=True,
+        posture={
+            "trunk_free": [
+                0,
+                0,
+                0.42,
+                1,
+                0,
+                0,
+                0,
+            ],  # the free joint the task adds: x y z, quaternion
+            **{f"{leg}_hip": 0.3 for leg in ("fl", "fr", "hl", "hr")},
+            **{f"{leg}_knee": -0.6 for leg in ("fl", "fr", "hl", "hr")},
+        },
+        horizon=50,
+    )
+    model = task.template.model
+    key = model.key(task.definition["keyframe"])
+    hold = key.ctrl.copy()
+    stood = sim.evaluate(task, lambda o: np.tile(hold, (len(o), 1)), branches=8, progress=False)
+    limp = sim.evaluate(
+        task, lambda o: np.zeros((len(o), task.act_dim)), branches=8, progress=False
+    )
+    assert stood.successes == 8, [o.reason for o in stood.outcomes]
+    assert limp.successes < 8
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "message"),
+    [
+        (
+            lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="gripper"),
+            "end_effector",
+            "no site or body named 'gripper'",
+        ),
+        (
+            lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="ee", joints=["j1", "j9"]),
+            "joints[1]",
+            "no joint named 'j9'",
+        ),
+        (
+            lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="ee", keyframe="rest"),
+            "keyframe",
+            "no keyframe 'rest'",
+        ),
+        (
+            lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="ee", home={"elbow": 1.0}),
+            "home['elbow']",
+            "no joint named 'elbow'",
+        ),
+        (
+            lambda: reach_task(
+                f"{ROBOTS}/arm7.xml", end_effector="ee", target_box=((0, 0, 1), (1, 1, 0))
+            ),
+            "target_box",
+            "exceeds",
+        ),
+        (
+            lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="ee", tolerance=0),
+            "tolerance",
+            "> 0",
+        ),
+        (
+            lambda: reach_task(f"{ROBOTS}/no_such_arm.xml", end_effector="ee"),
+            "scene",
+            "no such file",
+        ),
+        (
+            lambda: reach_task("<mujoco><worldbody><body/></mujoco>", end_effector="ee"),
+            "scene",
+            "cannot read",
+        ),
+        (
+            lambda: stand_task(f"{ROBOTS}/quadruped.xml", base_body="body", height=0.2),
+            "base_body",
+            "no body named 'body'",
+        ),
+        (
+            lambda: stand_task(f"{ROBOTS}/arm7.xml", base_body="link1", height=0.2),
+            "base_body",
+            "has no free joint",
+        ),
+        (
+            lambda: stand_task(f"{ROBOTS}/quadruped.xml", base_body="torso", height=-1),
+            "height",
+            "> 0",
+        ),
+    ],
+)
+def test_bad_names_and_values_are_task_definition_errors_naming_them(build, field, message):
+    with pytest.raises(TaskDefinitionError, match=message) as caught:
+        build()
+    assert caught.value.field == field
