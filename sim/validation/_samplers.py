@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import mujoco
+
 from .._errors import SamplerSpecError
 from .._patches import Sampler, SamplerTerm, expand_targets
 from .._tasks import Task
@@ -40,7 +42,16 @@ def fleet_sampler(task: Task, seed: int, kinds: Iterable[str] = tuple(SPREADS)) 
 
 
 def _targets(task: Task, obj: str, field: str) -> list[str]:
+    """Each named object's `field`; an unnamed actuator through the joint it drives."""
     model = task.template.model
     count = {"body": model.nbody, "geom": model.ngeom, "joint": model.njnt, "actuator": model.nu}
-    names = (getattr(model, obj)(i).name for i in range(count[obj]))
-    return [f"{obj}/{name}/{field}" for name in names if name and name != "world"]
+    out = []
+    for i in range(count[obj]):
+        name = getattr(model, obj)(i).name
+        if name and name != "world":
+            out.append(f"{obj}/{name}/{field}")
+        elif obj == "actuator" and model.actuator_trntype[i] == mujoco.mjtTrn.mjTRN_JOINT:
+            joint = model.joint(int(model.actuator_trnid[i, 0])).name
+            if joint:
+                out.append(f"actuator@joint/{joint}/{field}")
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -80,6 +81,13 @@ def test_the_fleet_sampler_randomizes_what_activation_asks_for(short_arm):
     ).to_record()
     assert {"mass", "friction", "damping", "gain"} <= set(sim.randomized(record))
     assert all("target" not in t["target"].split("/")[1] for t in sampler.to_json()["terms"])
+
+
+def test_the_fleet_sampler_reaches_unnamed_actuators_through_their_joints():
+    humanoid = Path(__file__).parents[2] / "examples" / "robots" / "humanoid_small.xml"
+    task = sim.stand_task(humanoid, base_body="torso", height=0.8)
+    targets = [t.target for t in fleet_sampler(task, seed=1).terms]
+    assert "actuator@joint/left_knee/gain" in targets
 
 
 def test_requests_then_spot_checks_then_use_order_the_queue(home, short_arm, tmp_path):
