@@ -43,6 +43,7 @@ import httpx
 from knowledge import Identity, verify_signature
 
 from ._errors import AuthError, FederationError
+from ._wire import peer_time
 
 SCHEME = "Simnet"
 DEFAULT_WINDOW_MS = 30_000
@@ -67,16 +68,34 @@ def signed_message(
 
 
 class SimnetAuth(httpx.Auth):
-    """httpx authentication that signs each request for one audience (the peer's public key)."""
+    """httpx authentication that signs each request for one audience (the peer's public key).
+
+    A request the peer refuses (401) while its `Simnet-Time` shows the two clocks more than half the
+    peer's window apart is signed again, once, with the timestamp read on the peer's clock, and
+    later requests keep that correction: a device whose clock is off still reaches its site, and
+    learns the site's time there. `now_ms` is this side's clock (a test may skew it)."""
 
     requires_request_body = True
 
-    def __init__(self, identity: Identity, audience: bytes) -> None:
+    def __init__(
+        self, identity: Identity, audience: bytes, *, now_ms: Callable[[], int] | None = None
+    ) -> None:
         self.identity = identity
         self.audience = audience
+        self.now_ms = now_ms or _now_ms
+        self.offset_ms = 0  # the peer's clock minus ours, once a refusal has shown it
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        ts, nonce = _now_ms(), os.urandom(16).hex()
+        response = yield self._sign(request)
+        theirs = peer_time(response.headers) if response.status_code == 401 else None
+        if theirs is not None:
+            offset = theirs - self.now_ms()
+            if abs(offset - self.offset_ms) > DEFAULT_WINDOW_MS // 2:
+                self.offset_ms = offset
+                yield self._sign(request)
+
+    def _sign(self, request: httpx.Request) -> httpx.Request:
+        ts, nonce = self.now_ms() + self.offset_ms, os.urandom(16).hex()
         target = request.url.raw_path.decode("ascii")
         signature = self.identity.sign(
             signed_message(request.method, target, request.content, ts, nonce, self.audience)
@@ -85,7 +104,7 @@ class SimnetAuth(httpx.Auth):
             f"{SCHEME} key={self.identity.public_key_hex}, ts={ts}, "
             f"nonce={nonce}, sig={signature.hex()}"
         )
-        yield request
+        return request
 
 
 @dataclass(frozen=True)

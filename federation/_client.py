@@ -35,11 +35,11 @@ from ._auth import SimnetAuth
 from ._errors import PeerError, WireError
 from ._wire import (
     PAGE_TYPE,
-    TIME_HEADER,
     decode_page,
     encode_page,
     parse_heads,
     parse_json,
+    peer_time,
     with_hashes,
 )
 
@@ -181,7 +181,7 @@ def exchange(
     refused_there: set[bytes] = set()
     response = yield from send(Call("GET", f"{base_url}{API}/heads"))
     theirs = _peer_heads(parse_json(response.content))
-    site_ms = _peer_time(response)
+    site_ms = peer_time(response.headers)
     if site_ms is not None:
         report.clock_offset_ms = site_ms - kb.clock.physical()
     if peer_key is not None and peer_key == kb.policy.device_of:
@@ -317,12 +317,6 @@ def _reason(reason: object) -> str:
     if isinstance(reason, str) and 0 < len(reason) <= 64 and reason.isidentifier():
         return reason
     return "unknown"
-
-
-def _peer_time(response: httpx.Response) -> int | None:
-    """The peer's clock (ms since the epoch) from its `Simnet-Time` header, if well formed."""
-    value = response.headers.get(TIME_HEADER, "")
-    return int(value) if value.isascii() and value.isdigit() and len(value) <= 16 else None
 
 
 def _peer_heads(answer: object) -> dict[str, Head | int]:

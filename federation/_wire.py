@@ -20,6 +20,12 @@ from ._errors import WireError
 
 PAGE_TYPE = "application/x-simnet-envelopes"
 TIME_HEADER = "simnet-time"  # a site's clock, in ms since the epoch, on its every answer
+
+
+def peer_time(headers: Mapping[str, str]) -> int | None:
+    """The peer's clock (ms since the epoch) from its `Simnet-Time` header, if well formed."""
+    value = headers.get(TIME_HEADER, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 16 else None
 _MAGIC = b"SNP1"
 _U32 = struct.Struct(">I")
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import httpx
 import pytest
@@ -502,3 +503,25 @@ def test_a_nonce_the_full_disk_refuses_is_507_and_taken_once_there_is_space(
     assert verifier.verify("GET", "/v1/heads", b"", auth) == caller.public_key
     refused(verifier, "GET", "/v1/heads", b"", auth, "request replayed")
     verifier.close()
+
+
+def test_a_client_whose_clock_is_off_re_signs_once_on_the_peers_clock(make_site, serve_app):
+    """A refusal carries the site's clock (Simnet-Time): a client more than the window off signs
+    the request again on that clock, once, and keeps the correction for the next requests."""
+    site = make_site("a")
+    device = Identity.generate()
+    site.kb.delegate(device.public_key, ["publish"])
+    url = serve_app(site.app)
+    sent: list[int] = []
+    for skew in (-60_000, 90_000):
+        auth = SimnetAuth(device, site.key, now_ms=lambda skew=skew: int(time.time() * 1000) + skew)
+        hooks = {"request": [lambda request: sent.append(1)]}
+        with httpx.Client(base_url=url, auth=auth, event_hooks=hooks, timeout=10) as client:
+            sent.clear()
+            assert client.get("/v1/heads").status_code == 200
+            assert len(sent) == 2 and abs(auth.offset_ms + skew) < 5_000
+            assert client.get("/v1/heads").status_code == 200 and len(sent) == 3  # no retry now
+    stranger = SimnetAuth(Identity.generate(), site.key)  # clocks agree: a refusal stays one
+    with httpx.Client(base_url=url, auth=stranger, event_hooks=hooks, timeout=10) as client:
+        sent.clear()
+        assert client.get("/v1/heads").status_code == 403 and len(sent) == 1
