@@ -9,6 +9,10 @@
     kb.counters.record(skill.id, success=True)
     other.ingest(kb.envelopes_since(other.heads()))
 
+Validation lives beside them: `kb.tasks` (task definitions as records), `kb.certificates` (signed
+evaluations, their spot checks and disputes), `kb.outcomes` and `kb.ledger` (what skills did in the
+field, scored against their certificates), all judged by the site's `TrustPolicy`.
+
 The embodiment side (robot descriptors, encoders, the skill index: `knowledge.embodiment`) needs
 MuJoCo, FAISS and, to train the learned encoder, torch (using it needs numpy only). `import
 knowledge` loads none of them: the names below that come from it import it on first use, and so
