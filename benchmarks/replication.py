@@ -116,7 +116,7 @@ def fresh_site(identities, path: Path) -> knowledge.KnowledgeBase:
     return knowledge.open(path, SITE, policy=policy)
 
 
-SITE = knowledge.Identity.from_seed(b"\x5e" * 32)
+SITE = knowledge.Identity.from_seed(b"\x5e" * 32, new=True)
 
 
 def reopen_times(identities, stream, sizes: list[int], page: int, repeats: int):

@@ -132,7 +132,8 @@ def exchange(
     are never pushed (read rules: a peer without read rights to a private map must not be sent it).
     A device syncing with its own site (`peer_key` is its policy's `device_of`) takes the site's
     heads as the word on how far its own feed goes, after pulling: see
-    `KnowledgeBase.learn_site_heads`."""
+    `KnowledgeBase.learn_site_heads`; a site root whose store does not know yet takes any peer's:
+    see `KnowledgeBase.learn_peer_heads`."""
     report = SyncReport(peer=base_url)
     started = time.perf_counter()
     limit = kb.limits.max_checkpoint_bytes
@@ -188,6 +189,7 @@ def exchange(
         kb.learn_site_heads(theirs)
         if site_ms is not None:
             kb.learn_site_time(site_ms)
+    kb.learn_peer_heads(theirs)  # a re-installed site root: how far its own feed goes
     push_page = page
     for _ in range(MAX_PAGES):
         envelopes = kb.envelopes_since(

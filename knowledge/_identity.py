@@ -56,24 +56,31 @@ def verify_signature(public_key: bytes, signature: bytes, message: bytes) -> boo
 class Identity:
     """An Ed25519 private key with the operations a writer needs: sign, name itself, persist."""
 
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+    def __init__(self, private_key: Ed25519PrivateKey, *, new: bool = False) -> None:
         self._private_key = private_key
+        # The key has written nowhere but through this object (`generate` made it, or the caller
+        # vouches so): a store it creates may write at once. A key loaded from a file or a seed may
+        # have written before: a site root's store it creates learns its own feed from a peer first.
+        self.new = new
         self.public_key: bytes = private_key.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
 
     @classmethod
     def generate(cls) -> Identity:
-        return cls(Ed25519PrivateKey.generate())
+        """A brand-new key (`new`): a store it creates is born with it and may write at once."""
+        return cls(Ed25519PrivateKey.generate(), new=True)
 
     @classmethod
-    def from_seed(cls, seed: bytes) -> Identity:
-        """A deterministic identity from 32 secret bytes (tests and reproducible fixtures)."""
-        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+    def from_seed(cls, seed: bytes, *, new: bool = False) -> Identity:
+        """A deterministic identity from 32 secret bytes (tests and reproducible fixtures). `new`:
+        the caller vouches that the key has never written anywhere (see `generate`)."""
+        return cls(Ed25519PrivateKey.from_private_bytes(seed), new=new)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Identity:
-        """Load a PEM (PKCS#8) key file; refuse files that group or others can read, as ssh does."""
+    def load(cls, path: str | os.PathLike[str], *, new: bool = False) -> Identity:
+        """Load a PEM (PKCS#8) key file; refuse files that group or others can read, as ssh does.
+        `new`: the caller vouches that the key has never written anywhere (see `generate`)."""
         path = Path(path)
         try:
             mode = path.stat().st_mode
@@ -92,7 +99,7 @@ class Identity:
             raise IdentityError(
                 f"key file {path} holds a {type(key).__name__}, expected an Ed25519 key"
             )
-        return cls(key)
+        return cls(key, new=new)
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write the key as PEM with mode 0600; never silently replace an existing key."""

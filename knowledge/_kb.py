@@ -299,6 +299,33 @@ class KnowledgeBase:
             replica.note_own_feed(floor=seq, fork=fork)
             replica.mark_own_known()
 
+    def learn_peer_heads(self, heads: Mapping[str, Head | int]) -> None:
+        """As a site root whose store does not yet know how far its own feed goes (one created empty
+        with a key that was not generated with it: a site re-installed with its old key), take a
+        peer's heads, after pulling from that peer, as the word on it: the store writes once a
+        peer's heads show no more of its feed than it holds, and the same envelope at the newest
+        seq it holds. A peer showing more, or another envelope, only keeps it waiting: the feed
+        comes back with the next pull. Any peer counts (one that reads its heads to us grants us a
+        read, so it trusts this root), and once the store knows, only signed envelopes move it.
+        The federation client calls this on every sync; it does nothing for a device, or a store
+        that knows its feed already."""
+        replica = self._replica
+        if self.identity is None or self.policy.device_of is not None:
+            return
+        with replica.lock:
+            if replica.own_known:
+                return
+            their = heads.get(self.identity.public_key_hex, 0)
+            seq = their.seq if isinstance(their, Head) else int(their)
+            own = replica.feeds.get(self.identity.public_key)
+            if seq > (own.seq if own else 0):
+                return
+            if seq > 0 and isinstance(their, Head) and their.hash:
+                ours = replica.hash_at(self.identity.public_key, seq)
+                if ours is None or ours.hex() != their.hash:
+                    return
+            replica.mark_own_known()
+
     def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
         """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""
         names = set(map_names)

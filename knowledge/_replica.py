@@ -42,7 +42,10 @@ from ._trust import Authority
 from ._views import Views
 
 log = logging.getLogger("knowledge")
-_OWN_KNOWN = "own_feed_known"  # store meta: a device's store has seen its site's heads once
+_OWN_KNOWN = "own_feed_known"  # store meta: the store has learnt how far its own feed goes
+# store meta: the store was created by a key that may have written before (one loaded from a file or
+# a seed, not made by `Identity.generate` here); as a site root it learns its feed from a peer first
+_OWN_UNKNOWN = "own_feed_unknown"
 _OWN_FLOOR = "own_feed_floor"  # store meta: the newest seq of our own feed known to exist elsewhere
 _OWN_FORK = "own_feed_fork"  # store meta: a seq at which another envelope of our own feed exists
 SNAPSHOT_EVERY = 10_000  # envelopes appended before the replica is snapshotted again (at least)
@@ -124,14 +127,11 @@ class Replica:
         self.views_snapshotted: tuple[dict[bytes, tuple[int, bytes]], bytes] | None = None
         self.since_snapshot = 0
         self._open_feeds()
-        # A device's store that holds nothing of its own feed may belong to a re-flashed robot whose
-        # key wrote before: it writes only once its site's heads have shown how far that feed goes.
-        own = self.feeds.get(self.own_key) if self.own_key else None
-        self.own_known = (
-            self.policy.device_of is None
-            or own is not None
-            or store.get_meta(_OWN_KNOWN) is not None
-        )
+        # A store that holds nothing of its own feed may belong to a re-flashed robot or a
+        # re-installed site root whose key wrote before: see `own_known`.
+        self._own_held = bool(self.own_key) and self.own_key in self.feeds
+        self._own_learnt = store.get_meta(_OWN_KNOWN) is not None
+        self._own_unknown = store.get_meta(_OWN_UNKNOWN) is not None
         self.on_close: list[Callable[[], None]] = []  # run under the lock before the store closes
 
     # --- opening ---------------------------------------------------------------------------------
@@ -143,6 +143,8 @@ class Replica:
         if bound is None:
             with self.store.transaction():
                 self.store.set_meta("identity", self.identity.public_key)
+                if not self.identity.new:  # the key may have a feed elsewhere: see own_known
+                    self.store.set_meta(_OWN_UNKNOWN, b"1")
         elif bound != self.identity.public_key:
             raise StoreError(
                 f"{self.store.path} belongs to key {key_id(bound)}, not {self.identity.key_id}; "
@@ -462,10 +464,17 @@ class Replica:
                 "back before writing (writing now would fork it)"
             )
         if not self.own_known:
+            if self.policy.device_of is not None:
+                raise NotAuthorizedError(
+                    f"this device's store holds nothing of key {key_id}'s feed yet: "
+                    "sync with its site first, so that a key that wrote before (a re-flashed "
+                    "robot) learns its feed back instead of forking it"
+                )
             raise NotAuthorizedError(
-                f"this device's store holds nothing of key {key_id}'s feed yet: "
-                "sync with its site first, so that a key that wrote before (a re-flashed robot) "
-                "learns its feed back instead of forking it"
+                f"this store was created empty for key {key_id}, which may have written before "
+                "elsewhere (it was not generated with this store): sync with a peer first "
+                "(simnet sync), so that the key learns its feed back instead of forking it, "
+                "or restore the store"
             )
 
     def now(self) -> int:
@@ -612,12 +621,25 @@ class Replica:
                     if self.own_fork is not None:
                         self.store.set_meta(_OWN_FORK, str(self.own_fork).encode())
 
+    @property
+    def own_known(self) -> bool:
+        """Whether this store may write its own feed as far as it holds it: it has learnt how far
+        the feed goes (`mark_own_known`: a device from its site's heads, a site root from any
+        peer's), or, for a device, it held some of that feed when opened, or, for a site root, its
+        key did not come from a file or seed when it created the store (`Identity.new`). A root
+        store made with such a key waits even when it holds part of its feed (a pull cut short)."""
+        if self._own_learnt:
+            return True
+        if self.policy.device_of is not None:
+            return self._own_held
+        return not self._own_unknown
+
     def mark_own_known(self) -> None:
-        """Remember, durably, that this device's site has told it how far its own feed goes."""
-        if not self.own_known and not self.store.readonly:
+        """Remember, durably, that a peer (a device's site) has shown how far our own feed goes."""
+        if not self._own_learnt and not self.store.readonly:
             with self.store.transaction():
                 self.store.set_meta(_OWN_KNOWN, b"1")
-            self.own_known = True
+            self._own_learnt = True
 
     def fork_memory(self) -> ForkMemory:
         """What this site knows of forks, in memory: an ingest that rolls back restores it."""

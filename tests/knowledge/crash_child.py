@@ -16,7 +16,7 @@ from knowledge import _replica
 
 def main() -> None:
     mode, store, seed = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3])
-    identity = knowledge.Identity.from_seed(seed)
+    identity = knowledge.Identity.from_seed(seed, new=True)
     if mode in ("write", "snapshot"):
         kb = knowledge.open(store, identity)
         if mode == "snapshot":  # every write is followed by a snapshot of feeds and views

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 import knowledge
 from knowledge import ActivationPolicy, Identity, Role, TrustPolicy, wilson_lower_bound
 
-VALIDATOR_SITES = [Identity.from_seed(bytes([40 + i]) * 32) for i in range(3)]
+VALIDATOR_SITES = [Identity.from_seed(bytes([40 + i]) * 32, new=True) for i in range(3)]
 DEVICES = [
-    Identity.from_seed(bytes([60 + i]) * 32) for i in range(3)
+    Identity.from_seed(bytes([60 + i]) * 32, new=True) for i in range(3)
 ]  # one validator device per site
-PUBLISHER = Identity.from_seed(b"\x07" * 32)
+PUBLISHER = Identity.from_seed(b"\x07" * 32, new=True)
 KINDS = ["mass", "friction", "damping", "gravity"]
 
 certificates = st.lists(

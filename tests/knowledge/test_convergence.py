@@ -25,7 +25,7 @@ SHARDS = 4
 
 
 def _identities(n: int) -> list[Identity]:
-    return [Identity.from_seed(bytes([i + 1]) * 32) for i in range(n)]
+    return [Identity.from_seed(bytes([i + 1]) * 32, new=True) for i in range(n)]
 
 
 op = st.one_of(

@@ -537,7 +537,7 @@ def test_a_skip_struct_is_refused():
 
 
 def test_the_next_clock_is_rebuilt_on_reopening(tmp_path):
-    identity = Identity.from_seed(b"\x05" * 32)
+    identity = Identity.from_seed(b"\x05" * 32, new=True)
     kb = knowledge.open(tmp_path / "site.db", identity)
     kb.skills.publish("pick-mug", "pick")
     kb.checkpoint()

@@ -161,6 +161,53 @@ def test_a_reflashed_device_learns_its_feed_back_before_it_writes(tmp_path):
     assert root.equivocations() == []
 
 
+def test_a_site_root_reinstalled_with_its_old_key_learns_its_feed_back_before_it_writes(tmp_path):
+    """A root's store created by a key loaded from a file (not generated with it) may be a site
+    re-installed with its old key: it writes only once a peer's heads show no more of its feed than
+    it holds, so it pulls its feed back instead of forking it."""
+    key = Identity.generate()
+    key.save(tmp_path / "site.key")
+    old = open_site(key, path=tmp_path / "old.db")  # born with the key: writes at once
+    peer = open_site(trust=[key.public_key])
+    for i in range(3):
+        old.skills.publish(f"skill-{i}", "pick")
+    peer.ingest(old.envelopes_since({}))
+    old.close()
+
+    def reinstalled(name):
+        return open_site(Identity.load(tmp_path / "site.key"), path=tmp_path / name)
+
+    new = reinstalled("new.db")  # the old key, an empty store
+    with pytest.raises(NotAuthorizedError, match=r"sync with a peer first \(simnet sync\)"):
+        new.skills.publish("would fork", "pick")
+    new.learn_site_heads(peer.heads())  # a device's rule: nothing for a root
+    new.ingest(peer.envelopes_since(new.heads(), limit=1))  # a first page: envelope 1
+    new.learn_peer_heads(peer.heads())  # the peer holds more: still waiting
+    forged = peer.heads() | {
+        key.public_key_hex: knowledge.Head(1, "00" * 32)
+    }  # another envelope at the seq held: not the word on our feed either
+    new.learn_peer_heads(forged)
+    new.close()
+    new = reinstalled("new.db")  # the wait is kept in the store
+    with pytest.raises(NotAuthorizedError, match="sync with a peer first"):
+        new.skills.publish("would fork", "pick")
+    new.ingest(peer.envelopes_since(new.heads()))
+    new.learn_peer_heads(peer.heads())
+    new.close()
+    new = reinstalled("new.db")  # and so is what it learnt
+    new.skills.publish("after restore", "pick")
+    assert peer.ingest(new.envelopes_since(peer.heads())).accepted == [(key.public_key_hex, 4)]
+    assert peer.equivocations() == [] and new.equivocations() == []
+
+    vouched = open_site(Identity.load(tmp_path / "site.key", new=True), path=tmp_path / "v.db")
+    vouched.skills.publish("the caller vouched the key never wrote", "pick")  # and so it forks
+    unused = tmp_path / "unused.key"
+    Identity.generate().save(unused)
+    fresh = open_site(Identity.load(unused), path=tmp_path / "fresh.db")
+    fresh.learn_peer_heads(peer.heads())  # a peer that holds none of its feed: it may write
+    fresh.skills.publish("first", "pick")
+
+
 def test_a_writer_whose_key_already_forked_stops_writing(tmp_path):
     key, first, second = forked_writer(tmp_path)
     site = open_site(trust=[key.public_key])

@@ -28,7 +28,9 @@ from knowledge import HybridClock, Identity, Role, TrustPolicy, _replica, _snaps
 from knowledge._errors import SimnetError
 from knowledge._store import Store
 
-KEYS = {name: Identity.from_seed(bytes([i + 1]) * 32) for i, name in enumerate("ABVFDEGS")}
+KEYS = {
+    name: Identity.from_seed(bytes([i + 1]) * 32, new=True) for i, name in enumerate("ABVFDEGS")
+}
 A, B, V, F, D1, D2, G, SITE = (KEYS[n] for n in "ABVFDEGS")  # G: a device whose clock runs ahead
 ROOTS = {A: list(Role), B: [Role.PUBLISH, Role.VALIDATE], V: [Role.VALIDATE], F: [Role.PUBLISH]}
 

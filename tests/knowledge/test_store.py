@@ -30,7 +30,7 @@ CHILD_WRITER = """
 import sys, knowledge
 path, keyfile = sys.argv[1], sys.argv[2]
 try:
-    kb = knowledge.open(path, knowledge.Identity.load(keyfile))
+    kb = knowledge.open(path, knowledge.Identity.load(keyfile, new=True))
 except knowledge.StoreLockedError as exc:
     print("LOCKED:", exc)
     sys.exit(3)

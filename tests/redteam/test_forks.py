@@ -102,3 +102,46 @@ def test_a_reflashed_robot_learns_its_feed_back_from_its_site_before_it_writes(l
     assert heads["heads"][robot.public_key_hex] == 4 and heads["equivocators"] == []
     assert site.status()["skills"] == 4
     site.assert_no_traceback()
+
+
+def test_a_site_root_reinstalled_with_its_old_key_and_an_empty_store_learns_its_feed_back(live):
+    a, b, c = live("a"), live("b"), live("c")
+    for site in (a, b, c):
+        for other in (a, b, c):
+            if other is not site:
+                trust(site, other.key.public_key)
+    for site in (a, b, c):
+        site.start()
+    for name, peer in (("b", b), ("c", c)):
+        simnet(a, "peer", "add", name, peer.url, "--key", peer.key.public_key_hex)
+        simnet(peer, "peer", "add", "a", a.url, "--key", a.key.public_key_hex)
+    for _ in range(3):
+        simnet(a, "device", "add", Identity.generate().public_key_hex, "--roles", "publish")
+    simnet(a, "sync")
+    for site in (b, c):
+        assert site.heads()["heads"][a.key.public_key_hex] == 3
+
+    a.stop()  # the root's store is lost; its key is restored; `simnet serve` makes a new store
+    for path in a.home.glob("site.db*"):
+        path.unlink()
+    a.start()
+    assert a.key.public_key_hex not in a.heads()["heads"]
+    refused = subprocess.run(
+        [*SIMNET, "--home", str(a.home), "device", "add", Identity.generate().public_key_hex],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused
+    assert "sync with a peer first" in refused.stderr and "403" in refused.stderr, refused.stderr
+    assert a.key.public_key_hex not in a.heads()["heads"]  # nothing written: no seq 1 to fork
+
+    simnet(a, "sync", "b")  # its own feed comes back from a peer, and with it the right to write
+    assert a.heads()["heads"][a.key.public_key_hex] == 3
+    simnet(a, "device", "add", Identity.generate().public_key_hex, "--roles", "publish")
+    assert a.heads()["heads"][a.key.public_key_hex] == 4
+    simnet(a, "sync")
+    for site in (a, b, c):
+        heads = site.heads()
+        assert heads["heads"][a.key.public_key_hex] == 4 and heads["equivocators"] == []
+        site.assert_no_traceback()

@@ -21,9 +21,9 @@ from pycrdt import Doc, Map
 import knowledge
 from knowledge import Identity, TrustPolicy
 
-ROOT = Identity.from_seed(b"\x21" * 32)
-DEVICE = Identity.from_seed(b"\x22" * 32)
-VICTIM = Identity.from_seed(b"\x23" * 32)
+ROOT = Identity.from_seed(b"\x21" * 32, new=True)
+DEVICE = Identity.from_seed(b"\x22" * 32, new=True)
+VICTIM = Identity.from_seed(b"\x23" * 32, new=True)
 POLICY = TrustPolicy().with_root(ROOT.public_key, name="site-a")
 HEADER = struct.Struct(
     ">BB32sQ32sQI"

@@ -28,7 +28,7 @@ def home(tmp_path):
     home.path.mkdir()
     Identity.generate().save(home.key)
     home.policy.write_text(TrustPolicy(activation=POLICY).to_toml())
-    knowledge.open(home.store, Identity.load(home.key)).close()
+    knowledge.open(home.store, Identity.load(home.key, new=True)).close()  # born together
     return home
 
 

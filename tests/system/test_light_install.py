@@ -42,7 +42,7 @@ import json, sys
 import federation, knowledge
 url, site_key, device_key, store, mjcf = sys.argv[1:6]
 policy = knowledge.TrustPolicy().with_root(bytes.fromhex(site_key))
-with knowledge.open(store, knowledge.Identity.load(device_key), policy=policy) as kb:
+with knowledge.open(store, knowledge.Identity.load(device_key, new=True), policy=policy) as kb:
     body = knowledge.Embodiment.from_mjcf(mjcf)
     kb.skills.publish("pick-mug", "pick", embodiments=[body.to_dict()])
     report = federation.sync_with(kb, url, bytes.fromhex(site_key))
