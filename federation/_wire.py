@@ -26,6 +26,8 @@ def peer_time(headers: Mapping[str, str]) -> int | None:
     """The peer's clock (ms since the epoch) from its `Simnet-Time` header, if well formed."""
     value = headers.get(TIME_HEADER, "")
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 16 else None
+
+
 _MAGIC = b"SNP1"
 _U32 = struct.Struct(">I")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
