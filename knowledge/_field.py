@@ -193,11 +193,12 @@ def suspension(
     """Why the skill is suspended here, or None: this site's field test, or (with
     `follow_suspensions`) a suspension record by a writer whose certificates count here."""
     if policy.field_check and own_site is not None:
-        predicted = prediction(counting, policy, skill_id)
-        if predicted is not None:
-            test = field_test(predicted, field_outcomes(views, skill_id), own_site, policy)
-            if test is not None and test.suspended:
-                return f"suspended here: {test.detail}"
+        outcomes = field_outcomes(views, skill_id)
+        # the prediction is built only for a skill with field outcomes: activation is a hot path
+        predicted = prediction(counting, policy, skill_id) if outcomes else None
+        test = None if predicted is None else field_test(predicted, outcomes, own_site, policy)
+        if test is not None and test.suspended:
+            return f"suspended here: {test.detail}"
     if policy.follow_suspensions:
         for author, record, sites in views.by_author(RecordType.SUSPEND, skill_id):
             counted = sites & policy.validators if policy.validators else sites

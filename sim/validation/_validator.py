@@ -40,6 +40,7 @@ log = logging.getLogger("sim.validation")
 STATE_FILE = "validator.json"
 SETTINGS_FILE = "validator.toml"
 REQUESTS_FILE = "validator.requests"
+HEARTBEAT_S = 60.0  # an idle validator rewrites its state this often, so readers see it alive
 _WAITING = (BlobError, UnknownTaskError)  # may resolve by itself: weights or a task arrive later
 
 
@@ -262,11 +263,26 @@ class Validator:
         idling `idle_s` between looks at an empty queue."""
         log.info("validator %s started", self.kb.identity.key_id)  # type: ignore[union-attr]
         self._stop = stop
+        idle_at, beat = None, 0.0  # what the knowledge base looked like when the queue was empty
         while not stop.is_set():
+            if self._idle_key() == idle_at and time.monotonic() - beat < HEARTBEAT_S:
+                stop.wait(self.settings.idle_s)  # nothing arrived: no queue to derive again
+                continue
             if self.step() is None:
                 self._sign_field_verdicts()
+                idle_at, beat = self._idle_key(), time.monotonic()
                 stop.wait(self.settings.idle_s)
+            else:
+                idle_at = None
         self._save(self.queue(), state="stopped")
+
+    def _idle_key(self) -> tuple[Any, ...]:
+        """What an empty queue depends on: the knowledge base's heads, a new request, a job whose
+        retry fell due."""
+        now = time.time()
+        due = sum(1 for t in self.troubles.values() if t.retry_at is not None and t.retry_at <= now)
+        requests = self.home is not None and (self.home / REQUESTS_FILE).exists()
+        return self.kb.heads(), requests, due
 
     def _sign_field_verdicts(self) -> None:
         """Sign this site's field-test suspensions (and liftings): other sites see the evidence."""
