@@ -76,9 +76,8 @@ def site_status(home: Path) -> dict:
 
 
 def validator_state(home: Path) -> dict:
-    """What a site's validator service last wrote (validator.json; `simnet status` shows it)."""
-    path = home / "validator.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    """What a site's validator service last reported (its status; `simnet status` shows it too)."""
+    return site_status(home).get("validator") or {}
 
 
 def wait_for(what: str, predicate, timeout: float = 90.0) -> None:
