@@ -95,10 +95,10 @@ class Ledger:
         """This site's field test of a skill (None: no certificate counts, or no outcomes here)."""
         replica = self._replica
         with replica.lock:
-            predicted = self.prediction(skill_id)
+            outcomes = field_outcomes(replica.views, skill_id)
+            predicted = self.prediction(skill_id) if outcomes else None
             if predicted is None or replica.own_site is None:
                 return None
-            outcomes = field_outcomes(replica.views, skill_id)
             return field_test(predicted, outcomes, replica.own_site, replica.policy.activation)
 
     def rows(self) -> list[LedgerRow]:
