@@ -20,11 +20,11 @@ import numpy as np
 from mujoco import batch as mjbatch
 
 from .._mlp import Policy
-from .._patches import Sampler, apply_model_patches, apply_state_patches
+from .._patches import Sampler, apply_model_patches
 from .._tasks import Runtime, Task
 from ._distill import fit_mlp
 from ._evaluate import single_threaded_torch
-from ._rollout import PolicyCaller, branch_patches
+from ._rollout import PolicyCaller, branch_patches, prepared_batch
 
 _POS = int(mujoco.mjtStage.mjSTAGE_POS)
 _NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
@@ -69,14 +69,8 @@ def refine(
     caller = PolicyCaller(policy, task)
     template = task.template
     ids = list(range(episodes))
-    field = mjbatch.Batch(template.model, episodes, threads)
     patches = branch_patches(task, sampler, 0, episodes)
-    apply_model_patches(field, template, patches, ids)
-    field.reset(keyframe=task.keyframe, stage=_NONE)
-    apply_state_patches(field, template, patches, ids)
-    field.forward(stage=_POS)
-    here = Runtime(task, field)
-    here.begin()
+    field, here = prepared_batch(task, patches, ids, episodes, threads)
     # the planner knows each episode's task (its target, its initial-state terms: the task's
     # patches) but not the field's dynamics (the sampler's): it plans with nominal dynamics
     plan = mjbatch.Batch(template.model, episodes * candidates, threads)

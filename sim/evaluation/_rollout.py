@@ -100,20 +100,9 @@ def run_wave(
     a reset."""
     ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
     n = len(ids)
-    template = task.template
     if patches is None:
         patches = branch_patches(task, sampler, ids[0], n)
-    batch = mjbatch.Batch(template.model, wave, threads)
-    if start is not None:
-        apply_stepwise(batch, template, start.patch, ids)
-    apply_model_patches(batch, template, patches, ids)
-    batch.reset(keyframe=task.keyframe, stage=_NONE)
-    if start is not None:
-        batch.state[:n] = start.state
-    apply_state_patches(batch, template, patches, ids)
-    runtime = Runtime(task, batch)
-    batch.forward(stage=_POS)
-    runtime.begin()
+    batch, runtime = prepared_batch(task, patches, ids, wave, threads, start)
 
     live = np.zeros(wave, bool)
     live[:n] = True
@@ -180,6 +169,31 @@ def run_wave(
         BranchOutcome(b, bool(success[i]), float(reward[i]), int(steps[i]), reasons[i])
         for i, b in enumerate(ids)
     ]
+
+
+def prepared_batch(
+    task: Task,
+    patches: Sequence[Patch],
+    ids: list[int],
+    rows: int,
+    threads: int,
+    start: Snapshot | None = None,
+) -> tuple[mjbatch.Batch, Runtime]:
+    """A batch of `rows` simulations at the start of `task`: branch `ids[i]` in row i, with its
+    patch (after the world `start`, if given), and the task's runtime begun on it."""
+    template = task.template
+    batch = mjbatch.Batch(template.model, rows, threads)
+    if start is not None:
+        apply_stepwise(batch, template, start.patch, ids)
+    apply_model_patches(batch, template, patches, ids)
+    batch.reset(keyframe=task.keyframe, stage=_NONE)
+    if start is not None:
+        batch.state[: len(ids)] = start.state
+    apply_state_patches(batch, template, patches, ids)
+    runtime = Runtime(task, batch)
+    batch.forward(stage=_POS)
+    runtime.begin()
+    return batch, runtime
 
 
 def _actions(
