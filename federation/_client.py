@@ -189,7 +189,7 @@ def exchange(
         kb.learn_site_heads(theirs)
         if site_ms is not None:
             kb.learn_site_time(site_ms)
-    kb.learn_peer_heads(theirs)  # a re-installed site root: how far its own feed goes
+    kb.learn_peer_heads(theirs, peer=peer_key)  # a re-installed site root: how far its feed goes
     push_page = page
     for _ in range(MAX_PAGES):
         envelopes = kb.envelopes_since(

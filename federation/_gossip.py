@@ -73,6 +73,7 @@ class Gossip:
         """Pick up edits to simnet.toml and trust.toml (`simnet peer add`) without a restart."""
         try:
             self.site.config = SiteConfig.load(self.config.home)
+            self.site.kb.expect_own_feed_from(p.key for p in self.config.peers)
             mtime = self.config.policy_path.stat().st_mtime_ns
             if mtime != self._policy_mtime:
                 self.site.kb.set_policy(TrustPolicy.load(self.config.policy_path))

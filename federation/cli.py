@@ -67,9 +67,12 @@ def _admin(home: SiteHome, url: str, path: str, body: dict) -> dict:
         verify=local_verify(home.path),
     )
     if response.status_code != 200:
-        raise PeerError(
-            f"server answered {response.status_code}: {response.text[:300]}", response.status_code
-        )
+        try:  # our own server: its JSON error says what was wrong, whole
+            answer = response.json()
+            said = f"{answer['error']}: {answer['detail']}"
+        except (ValueError, KeyError, TypeError):
+            said = response.text[:300]
+        raise PeerError(f"server answered {response.status_code}: {said}", response.status_code)
     return response.json()
 
 
@@ -307,6 +310,7 @@ def sync_command(home: SiteHome, peer_name: str | None, as_json: bool) -> None:
         peers = [config.peer(peer_name)] if peer_name else config.peers
         reports = []
         with home.open_writer() as kb:
+            kb.expect_own_feed_from(p.key for p in config.peers)
             for p in peers:
                 try:
                     r = sync_with(

@@ -248,7 +248,7 @@ class Ingestion:
             if (
                 author == replica.own_key and env.signature_valid()
             ):  # proof that our key wrote beyond this store
-                replica.note_own_feed(floor=env.seq)
+                replica.own.note(floor=env.seq)
             tip = replica.hold.tip(author)
             if tip is not None and env.seq == tip[0] + 1 and env.prev == tip[1].hash:
                 return self._hold(index, env, tip[1].hlc, reject)  # behind a held envelope
@@ -323,6 +323,8 @@ class Ingestion:
             self.rows.append((author, env.seq, env.hash, env.raw))
             feed.seq, feed.head, feed.hlc = env.seq, env.hash, env.hlc
         replica.feeds[author] = feed
+        if author == replica.own_key:
+            replica.own.arrived()  # this store was behind its own feed: see OwnFeed.arrived
         report.accepted.append((author.hex(), env.seq))
         if any(seq == env.seq for seq, _pinned in pins):
             self.trust_dirty = (
@@ -460,7 +462,7 @@ class Ingestion:
         replica.store.add_equivocation(author, seq, first, second)
         replica.banned[author] = min(replica.banned.get(author, seq), seq)
         if author == replica.own_key:
-            replica.note_own_feed(fork=seq)
+            replica.own.note(fork=seq)
         self._regrant()
 
 

@@ -296,24 +296,27 @@ class KnowledgeBase:
             if isinstance(their, Head) and their.hash and 0 < seq <= (own.seq if own else 0):
                 ours = replica.hash_at(self.identity.public_key, seq)
                 fork = seq if ours is not None and ours.hex() != their.hash else None
-            replica.note_own_feed(floor=seq, fork=fork)
-            replica.mark_own_known()
+            replica.own.note(floor=seq, fork=fork)
+            replica.own.mark_known()
 
-    def learn_peer_heads(self, heads: Mapping[str, Head | int]) -> None:
-        """As a site root whose store does not yet know how far its own feed goes (one created empty
-        with a key that was not generated with it: a site re-installed with its old key), take a
-        peer's heads, after pulling from that peer, as the word on it: the store writes once a
-        peer's heads show no more of its feed than it holds, and the same envelope at the newest
-        seq it holds. A peer showing more, or another envelope, only keeps it waiting: the feed
-        comes back with the next pull. Any peer counts (one that reads its heads to us grants us a
-        read, so it trusts this root), and once the store knows, only signed envelopes move it.
-        The federation client calls this on every sync; it does nothing for a device, or a store
-        that knows its feed already."""
+    def learn_peer_heads(
+        self, heads: Mapping[str, Head | int], *, peer: bytes | None = None
+    ) -> None:
+        """As a site root whose store does not know how far its own feed goes (one created empty
+        with a key that was not generated with it: a site re-installed with its old key; or one
+        that got part of its own feed back from a peer), take `peer`'s heads, read after pulling
+        from it, as its word on it. A peer confirms when its heads show no more of the feed than
+        the store holds, and the same envelope at that seq; one showing more, or another envelope,
+        only keeps the store waiting (the feed comes back with the next pull). The store writes
+        once every peer named by `expect_own_feed_from` has confirmed (a peer that never received
+        the feed shows none of it, and one that received part shows only that part), or, if none
+        were named, once any one has. The federation client calls this on every sync; it does
+        nothing for a device, or a store that knows its feed already."""
         replica = self._replica
         if self.identity is None or self.policy.device_of is not None:
             return
         with replica.lock:
-            if replica.own_known:
+            if replica.own.known:
                 return
             their = heads.get(self.identity.public_key_hex, 0)
             seq = their.seq if isinstance(their, Head) else int(their)
@@ -324,7 +327,14 @@ class KnowledgeBase:
                 ours = replica.hash_at(self.identity.public_key, seq)
                 if ours is None or ours.hex() != their.hash:
                     return
-            replica.mark_own_known()
+            replica.own.confirm(peer)
+
+    def expect_own_feed_from(self, peers: Iterable[bytes]) -> None:
+        """Name the peers (their root keys) whose heads a site root's store waits for before it
+        writes, while it does not know how far its own feed goes (see `learn_peer_heads`). A site
+        server and `simnet sync` name the site's configured peers."""
+        with self._replica.lock:
+            self._replica.own.expect(peers)
 
     def authors_writing(self, map_names: Iterable[str]) -> set[bytes]:
         """Writers whose feeds hold a cell of any of these maps: their envelopes carry that map."""

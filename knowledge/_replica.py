@@ -27,6 +27,7 @@ from ._feed import Feed
 from ._hold import Hold
 from ._identity import Identity, key_id
 from ._models import Activation, RecordIssue
+from ._own_feed import OWN_FEED_UNKNOWN, OwnFeed, OwnFeedMemory
 from ._policy import TrustPolicy
 from ._records import (
     TRUST_PREFIXES,
@@ -42,16 +43,10 @@ from ._trust import Authority
 from ._views import Views
 
 log = logging.getLogger("knowledge")
-_OWN_KNOWN = "own_feed_known"  # store meta: the store has learnt how far its own feed goes
-# store meta: the store was created by a key that may have written before (one loaded from a file or
-# a seed, not made by `Identity.generate` here); as a site root it learns its feed from a peer first
-_OWN_UNKNOWN = "own_feed_unknown"
-_OWN_FLOOR = "own_feed_floor"  # store meta: the newest seq of our own feed known to exist elsewhere
-_OWN_FORK = "own_feed_fork"  # store meta: a seq at which another envelope of our own feed exists
 SNAPSHOT_EVERY = 10_000  # envelopes appended before the replica is snapshotted again (at least)
 
-ForkMemory = tuple[dict[bytes, int], int, int | None, set[bytes]]
-"""(banned authors, own feed floor, own feed fork, checkpoints checked consistent)."""
+ForkMemory = tuple[dict[bytes, int], OwnFeedMemory, set[bytes]]
+"""(banned authors, what the store knows of its own feed, checkpoints checked consistent)."""
 
 
 @dataclass(frozen=True)
@@ -109,11 +104,6 @@ class Replica:
         self.banned: dict[bytes, int] = {}  # author -> the seq of its first fork found here
         for author, seq, _a, _b in store.equivocations():
             self.banned.setdefault(author, seq)  # rows come ordered by seq
-        # a seq at which another history of our own feed exists
-        self.own_fork = self.banned.get(self.own_key) if self.own_key else None
-        self.own_floor = int(store.get_meta(_OWN_FLOOR) or b"0")
-        if self.own_fork is None and store.get_meta(_OWN_FORK) is not None:
-            self.own_fork = int(store.get_meta(_OWN_FORK))  # type: ignore[arg-type]
         # checkpoints checked against the history held here
         self.consistent_checkpoints: set[bytes] = set()
         self.authority = Authority(self.policy, self.own_key, {}, {})
@@ -128,10 +118,13 @@ class Replica:
         self.since_snapshot = 0
         self._open_feeds()
         # A store that holds nothing of its own feed may belong to a re-flashed robot or a
-        # re-installed site root whose key wrote before: see `own_known`.
-        self._own_held = bool(self.own_key) and self.own_key in self.feeds
-        self._own_learnt = store.get_meta(_OWN_KNOWN) is not None
-        self._own_unknown = store.get_meta(_OWN_UNKNOWN) is not None
+        # re-installed site root whose key wrote before: see `OwnFeed.known`.
+        self.own = OwnFeed(
+            store,
+            held=bool(self.own_key) and self.own_key in self.feeds,
+            device=self.policy.device_of is not None,
+            fork=self.banned.get(self.own_key) if self.own_key else None,
+        )
         self.on_close: list[Callable[[], None]] = []  # run under the lock before the store closes
 
     # --- opening ---------------------------------------------------------------------------------
@@ -143,8 +136,8 @@ class Replica:
         if bound is None:
             with self.store.transaction():
                 self.store.set_meta("identity", self.identity.public_key)
-                if not self.identity.new:  # the key may have a feed elsewhere: see own_known
-                    self.store.set_meta(_OWN_UNKNOWN, b"1")
+                if not self.identity.new:  # the key may have a feed elsewhere: see OwnFeed
+                    self.store.set_meta(OWN_FEED_UNKNOWN, b"1")
         elif bound != self.identity.public_key:
             raise StoreError(
                 f"{self.store.path} belongs to key {key_id(bound)}, not {self.identity.key_id}; "
@@ -431,7 +424,7 @@ class Replica:
         own = self.identity.public_key
         feed = self.feeds.get(own)
         seq = feed.seq + 1 if feed else 1
-        self._check_own_feed(seq)
+        self.own.check(self.identity.key_id, seq)
         if not self.authority.has_role(own, role):
             needed = role.value if role else "site root"
             hint = (
@@ -448,34 +441,6 @@ class Replica:
                 f"key {self.identity.key_id} can no longer write: {refusal or 'revoked_writer'}"
             )
         return self.identity
-
-    def _check_own_feed(self, seq: int) -> None:
-        """NotAuthorizedError if writing envelope `seq` of our own feed would fork it."""
-        key_id = self.identity.key_id  # type: ignore[union-attr]
-        if self.own_fork is not None:
-            raise NotAuthorizedError(
-                f"another envelope {self.own_fork} of key {key_id}'s feed exists: "
-                "the key has two histories, and writing more would fork it further; retire this key"
-            )
-        if seq <= self.own_floor:
-            raise NotAuthorizedError(
-                f"key {key_id} has written up to seq {self.own_floor} "
-                f"but this store holds only up to {seq - 1}: sync with its site to learn the feed "
-                "back before writing (writing now would fork it)"
-            )
-        if not self.own_known:
-            if self.policy.device_of is not None:
-                raise NotAuthorizedError(
-                    f"this device's store holds nothing of key {key_id}'s feed yet: "
-                    "sync with its site first, so that a key that wrote before (a re-flashed "
-                    "robot) learns its feed back instead of forking it"
-                )
-            raise NotAuthorizedError(
-                f"this store was created empty for key {key_id}, which may have written before "
-                "elsewhere (it was not generated with this store): sync with a peer first "
-                "(simnet sync), so that the key learns its feed back instead of forking it, "
-                "or restore the store"
-            )
 
     def now(self) -> int:
         """A fresh hybrid-logical-clock timestamp from this site's clock."""
@@ -508,9 +473,8 @@ class Replica:
         identity = self.require_identity()
         own = identity.public_key
         feed = self.feeds.get(own) or Feed(own)
-        self._check_own_feed(
-            feed.seq + 1
-        )  # again, under the lock: a sync may have shown more of our feed
+        # again, under the lock: a sync may have shown more of our feed
+        self.own.check(identity.key_id, feed.seq + 1)
         try:
             update, applied = feed.write(changes)
         except BaseException:
@@ -573,6 +537,7 @@ class Replica:
         """Replace the trust and activation policy; views are recomputed under it."""
         with self.lock:
             self.policy = self._load_policy(policy)
+            self.own.device = policy.device_of is not None
             self.clock.max_offset_ms = policy.max_clock_offset_ms
             self.clock.hold_horizon_ms = policy.hold_horizon_ms
             self.refresh_trust()
@@ -606,47 +571,13 @@ class Replica:
         """The site this knowledge base writes for: its own root, or a device's site."""
         return self.policy.device_of or self.own_key
 
-    # --- our own feed as the site knows it -------------------------------------------------------
-
-    def note_own_feed(self, *, floor: int = 0, fork: int | None = None) -> None:
-        """Remember, durably, that our own feed goes at least to `floor` elsewhere, or forked at
-        `fork`."""
-        with self.lock:
-            changed = floor > self.own_floor or (fork is not None and self.own_fork is None)
-            self.own_floor = max(self.own_floor, floor)
-            self.own_fork = self.own_fork if fork is None or self.own_fork is not None else fork
-            if changed and not self.store.readonly:
-                with self.store.transaction():
-                    self.store.set_meta(_OWN_FLOOR, str(self.own_floor).encode())
-                    if self.own_fork is not None:
-                        self.store.set_meta(_OWN_FORK, str(self.own_fork).encode())
-
-    @property
-    def own_known(self) -> bool:
-        """Whether this store may write its own feed as far as it holds it: it has learnt how far
-        the feed goes (`mark_own_known`: a device from its site's heads, a site root from any
-        peer's), or, for a device, it held some of that feed when opened, or, for a site root, its
-        key did not come from a file or seed when it created the store (`Identity.new`). A root
-        store made with such a key waits even when it holds part of its feed (a pull cut short)."""
-        if self._own_learnt:
-            return True
-        if self.policy.device_of is not None:
-            return self._own_held
-        return not self._own_unknown
-
-    def mark_own_known(self) -> None:
-        """Remember, durably, that a peer (a device's site) has shown how far our own feed goes."""
-        if not self._own_learnt and not self.store.readonly:
-            with self.store.transaction():
-                self.store.set_meta(_OWN_KNOWN, b"1")
-            self._own_learnt = True
-
     def fork_memory(self) -> ForkMemory:
         """What this site knows of forks, in memory: an ingest that rolls back restores it."""
-        return dict(self.banned), self.own_floor, self.own_fork, set(self.consistent_checkpoints)
+        return dict(self.banned), self.own.memory(), set(self.consistent_checkpoints)
 
     def restore_fork_memory(self, saved: ForkMemory) -> None:
-        self.banned, self.own_floor, self.own_fork, self.consistent_checkpoints = saved
+        self.banned, own, self.consistent_checkpoints = saved
+        self.own.restore(own)
 
     def evidence(self, author: bytes) -> list[bytes]:
         return [

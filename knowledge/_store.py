@@ -269,6 +269,9 @@ class Store:
     def set_meta(self, key: str, value: bytes) -> None:
         self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    def delete_meta(self, key: str) -> None:
+        self._db.execute("DELETE FROM meta WHERE key=?", (key,))
+
     # --- envelopes ------------------------------------------------------------------------------
     def add_envelope(self, author: bytes, seq: int, hash_: bytes, body: bytes) -> None:
         self._db.execute("INSERT INTO envelopes VALUES (?, ?, ?, ?)", (author, seq, hash_, body))

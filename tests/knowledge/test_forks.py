@@ -44,6 +44,7 @@ def forked_writer(tmp_path):
     shared = first.envelopes_since({})
     second = open_site(key, path=tmp_path / "second.db")
     second.ingest(shared)
+    second.learn_peer_heads(first.heads())  # a forger's store: it takes its twin's word
     first.skills.publish("branch-a", "pick")
     second.skills.publish("branch-b", "pick")
     return key, first, second
@@ -90,6 +91,7 @@ def test_a_checkpoint_whose_state_is_not_its_history_is_an_equivocation(tmp_path
     honest.ingest(writer.envelopes_since({}))
     forger = open_site(key)  # the writer's key in a second store: its feed, then some other state
     forger.ingest(writer.envelopes_since({}))
+    forger.learn_peer_heads(writer.heads())
     forger.maps["m"].observe((1, 1), "not a mug", confidence=0.5)
     other_state = forger._replica.feeds[key.public_key].state()
     head = writer.heads()[key.public_key_hex]
@@ -178,7 +180,7 @@ def test_a_site_root_reinstalled_with_its_old_key_learns_its_feed_back_before_it
         return open_site(Identity.load(tmp_path / "site.key"), path=tmp_path / name)
 
     new = reinstalled("new.db")  # the old key, an empty store
-    with pytest.raises(NotAuthorizedError, match=r"sync with a peer first \(simnet sync\)"):
+    with pytest.raises(NotAuthorizedError, match=r"sync with every peer first \(simnet sync\)"):
         new.skills.publish("would fork", "pick")
     new.learn_site_heads(peer.heads())  # a device's rule: nothing for a root
     new.ingest(peer.envelopes_since(new.heads(), limit=1))  # a first page: envelope 1
@@ -189,7 +191,7 @@ def test_a_site_root_reinstalled_with_its_old_key_learns_its_feed_back_before_it
     new.learn_peer_heads(forged)
     new.close()
     new = reinstalled("new.db")  # the wait is kept in the store
-    with pytest.raises(NotAuthorizedError, match="sync with a peer first"):
+    with pytest.raises(NotAuthorizedError, match="sync with every peer first"):
         new.skills.publish("would fork", "pick")
     new.ingest(peer.envelopes_since(new.heads()))
     new.learn_peer_heads(peer.heads())
@@ -206,6 +208,69 @@ def test_a_site_root_reinstalled_with_its_old_key_learns_its_feed_back_before_it
     fresh = open_site(Identity.load(unused), path=tmp_path / "fresh.db")
     fresh.learn_peer_heads(peer.heads())  # a peer that holds none of its feed: it may write
     fresh.skills.publish("first", "pick")
+
+
+def test_a_device_whose_pull_of_its_own_feed_was_cut_short_waits_for_its_site(tmp_path):
+    """A re-flashed robot's store pulled part of its own feed and stopped (a crash) before it saw
+    its site's heads: what it holds is not proof that it holds everything, so it waits."""
+    root = open_site(path=tmp_path / "site.db")
+    robot = Identity.generate()
+    policy = TrustPolicy().for_device_of(root.identity.public_key)
+    old = open_site(robot, policy=policy, path=tmp_path / "old.db")
+    root.delegate(robot.public_key, ["publish"])
+    sync(root, old)
+    for i in range(3):
+        old.skills.publish(f"skill-{i}", "pick")
+    root.ingest(old.envelopes_since(root.heads()))
+    old.close()
+
+    new = open_site(robot, policy=policy, path=tmp_path / "new.db")
+    new.ingest(root.envelopes_since(new.heads(), limit=2))  # the delegation and envelope 1
+    assert new.heads()[robot.public_key_hex].seq == 1
+    new.close()  # the crash: its site's heads never arrived
+    new = open_site(robot, policy=policy, path=tmp_path / "new.db")
+    with pytest.raises(NotAuthorizedError, match="does not know how far"):
+        new.skills.publish("would fork at 2", "pick")
+    sync(root, new)
+    new.skills.publish("after the pull", "pick")
+    assert root.ingest(new.envelopes_since(root.heads())).accepted == [(robot.public_key_hex, 4)]
+    assert root.equivocations() == []
+
+
+def test_a_restored_root_that_gets_part_of_its_feed_back_waits_for_every_peer(tmp_path):
+    """A site root's store restored from a backup is behind its own feed; the first envelope of
+    it that arrives from a peer makes it wait again, until every expected peer shows no more."""
+    key = Identity.generate()
+    site = open_site(key, path=tmp_path / "site.db")
+    site.skills.publish("before the backup", "pick")
+    site.close()
+    (tmp_path / "backup.db").write_bytes((tmp_path / "site.db").read_bytes())
+    site = open_site(key, path=tmp_path / "site.db")
+    ahead, behind = open_site(trust=[key.public_key]), open_site(trust=[key.public_key])
+    for i in range(3):
+        site.skills.publish(f"after the backup {i}", "pick")
+    ahead.ingest(site.envelopes_since({}))  # seq 1..4
+    behind.ingest(site.envelopes_since({})[:2])  # seq 1..2
+    site.close()
+
+    restored = open_site(key, path=tmp_path / "backup.db")  # holds seq 1, and knew its feed
+    restored.expect_own_feed_from([ahead.identity.public_key, behind.identity.public_key])
+    restored.ingest(behind.envelopes_since(restored.heads()))  # seq 2 comes back
+    restored.learn_peer_heads(behind.heads(), peer=behind.identity.public_key)
+    with pytest.raises(NotAuthorizedError, match=ahead.identity.public_key_hex[:16]):
+        restored.skills.publish("would fork at 3", "pick")  # the old rule wrote here, and forked
+    restored.close()
+    restored = open_site(key, path=tmp_path / "backup.db")  # the wait, and who confirmed, are kept
+    restored.expect_own_feed_from([ahead.identity.public_key, behind.identity.public_key])
+    with pytest.raises(NotAuthorizedError, match="still waiting for"):
+        restored.skills.publish("would fork at 3", "pick")
+    restored.ingest(ahead.envelopes_since(restored.heads()))
+    restored.learn_peer_heads(ahead.heads(), peer=ahead.identity.public_key)
+    restored.skills.publish("after every peer", "pick")
+    assert ahead.ingest(restored.envelopes_since(ahead.heads())).accepted == [
+        (key.public_key_hex, 5)
+    ]
+    assert ahead.equivocations() == []
 
 
 def test_a_writer_whose_key_already_forked_stops_writing(tmp_path):
@@ -253,11 +318,13 @@ def test_a_key_that_forks_at_two_seqs_leaves_every_site_at_the_earlier_fork():
         x.maps["m"].observe((i, 0), f"x{i}", 0.5)
     y = open_site(key)
     y.ingest(x.envelopes_since({}))  # y: 1..2, then its own 3
+    y.learn_peer_heads(x.heads())
     for i in (3, 4):
         x.maps["m"].observe((i, 0), f"x{i}", 0.5)
     y.maps["m"].observe((3, 0), "y3", 0.5)
     z = open_site(key)
     z.ingest(x.envelopes_since({}))  # z: x's 1..4, then its own 5
+    z.learn_peer_heads(x.heads())
     x.maps["m"].observe((5, 0), "x5", 0.5)
     z.maps["m"].observe((5, 0), "z5", 0.5)
     a, c = open_site(trust=[key.public_key]), open_site(trust=[key.public_key])

@@ -912,6 +912,7 @@ def test_equivocation_later_in_the_feed_keeps_the_common_prefix():
     prefix = k1.envelopes_since({})
     k2 = open_site(twin)
     accept_all(k2, prefix)  # the twin restored the first envelope, then both write seq 2
+    k2.learn_peer_heads(k1.heads())  # a forger's store takes its twin's word
     k1.skills.publish("fork-a", "pick")
     k2.skills.publish("fork-b", "pick")
     k3 = open_site(trust=[twin.public_key])

@@ -54,6 +54,7 @@ def test_two_sites_holding_different_envelopes_at_one_seq_find_the_fork_on_their
     first.skills.publish("common", "pick")
     second = knowledge.open(tmp_path / "second.db", writer)
     second.ingest(first.envelopes_since({}))
+    second.learn_peer_heads(first.heads())  # a forger's store takes its twin's word
     first.skills.publish("branch-a", "pick")
     second.skills.publish("branch-b", "pick")
     federation.sync_with(first, a.url, a.key.public_key)
@@ -105,6 +106,8 @@ def test_a_reflashed_robot_learns_its_feed_back_from_its_site_before_it_writes(l
 
 
 def test_a_site_root_reinstalled_with_its_old_key_and_an_empty_store_learns_its_feed_back(live):
+    """...from every configured peer: one that never received the feed (c, added later) shows
+    none of it, and must not let the root start again at seq 1."""
     a, b, c = live("a"), live("b"), live("c")
     for site in (a, b, c):
         for other in (a, b, c):
@@ -112,31 +115,38 @@ def test_a_site_root_reinstalled_with_its_old_key_and_an_empty_store_learns_its_
                 trust(site, other.key.public_key)
     for site in (a, b, c):
         site.start()
-    for name, peer in (("b", b), ("c", c)):
-        simnet(a, "peer", "add", name, peer.url, "--key", peer.key.public_key_hex)
-        simnet(peer, "peer", "add", "a", a.url, "--key", a.key.public_key_hex)
+    simnet(a, "peer", "add", "b", b.url, "--key", b.key.public_key_hex)
+    simnet(b, "peer", "add", "a", a.url, "--key", a.key.public_key_hex)
     for _ in range(3):
         simnet(a, "device", "add", Identity.generate().public_key_hex, "--roles", "publish")
     simnet(a, "sync")
-    for site in (b, c):
-        assert site.heads()["heads"][a.key.public_key_hex] == 3
+    assert b.heads()["heads"][a.key.public_key_hex] == 3
+    simnet(a, "peer", "add", "c", c.url, "--key", c.key.public_key_hex)  # a peer added since
+    simnet(c, "peer", "add", "a", a.url, "--key", a.key.public_key_hex)
 
     a.stop()  # the root's store is lost; its key is restored; `simnet serve` makes a new store
     for path in a.home.glob("site.db*"):
         path.unlink()
     a.start()
     assert a.key.public_key_hex not in a.heads()["heads"]
-    refused = subprocess.run(
-        [*SIMNET, "--home", str(a.home), "device", "add", Identity.generate().public_key_hex],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused
-    assert "sync with a peer first" in refused.stderr and "403" in refused.stderr, refused.stderr
-    assert a.key.public_key_hex not in a.heads()["heads"]  # nothing written: no seq 1 to fork
 
-    simnet(a, "sync", "b")  # its own feed comes back from a peer, and with it the right to write
+    def refused(waiting_for: str) -> None:
+        answer = subprocess.run(
+            [*SIMNET, "--home", str(a.home), "device", "add", Identity.generate().public_key_hex],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert answer.returncode != 0 and "Traceback" not in answer.stderr, answer
+        assert "sync with every peer first" in answer.stderr and "403" in answer.stderr, answer
+        assert waiting_for in answer.stderr, answer.stderr
+
+    refused(waiting_for=b.key.public_key_hex[:16])
+    simnet(a, "sync", "c")  # c never held the feed: it shows none, which proves nothing
+    assert a.key.public_key_hex not in a.heads()["heads"]  # nothing written: no seq 1 to fork
+    refused(waiting_for=b.key.public_key_hex[:16])
+
+    simnet(a, "sync", "b")  # its own feed comes back, and with every peer heard, the right to write
     assert a.heads()["heads"][a.key.public_key_hex] == 3
     simnet(a, "device", "add", Identity.generate().public_key_hex, "--roles", "publish")
     assert a.heads()["heads"][a.key.public_key_hex] == 4
