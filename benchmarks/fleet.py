@@ -16,6 +16,10 @@ random. The figures:
 - bytes_per_site: bytes sent and received over the whole run, per site.
 
 Prints one JSON line.   python benchmarks/fleet.py [--quick] [--sites N] [--loss P] [--partition R]
+
+With `--plot fleet.png` it also runs fleets of 1/8, 1/4 and 1/2 the size (at least 16 sites) and
+draws each figure against the number of sites, with the goal ceil(log2 sites) + 3 (needs
+matplotlib: the `plot` extra); the JSON line then carries every size's figures under "series".
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import httpx
 
 import knowledge
 from federation import RequestVerifier, Site, SiteConfig, async_sync_with, create_app
-from knowledge import Identity, Role, TrustedRoot, TrustPolicy
+from knowledge import ActivationPolicy, Identity, Role, TrustedRoot, TrustPolicy
 
 INTERVAL_S = 5.0  # virtual seconds per gossip round
 CONCURRENCY = 64  # rounds in flight at once in this process
@@ -78,7 +82,10 @@ class Fleet:
         self.keys = [Identity.generate() for _ in range(count)]
         roles = frozenset(Role)
         policy = TrustPolicy(
-            roots=tuple(TrustedRoot(k.public_key, roles, f"s{i}") for i, k in enumerate(self.keys))
+            roots=tuple(TrustedRoot(k.public_key, roles, f"s{i}") for i, k in enumerate(self.keys)),
+            # the certificate here is a bare record: this measures how it spreads, not the
+            # simulator (benchmarks/loop.py measures the loop with real evaluations)
+            activation=ActivationPolicy(rerunnable_only=False),
         )
         self.kbs: list[knowledge.KnowledgeBase] = []
         self.sites: list[Site] = []
@@ -207,9 +214,56 @@ def main() -> None:
     parser.add_argument("--loss", type=float, default=0.02, help="fraction of requests dropped")
     parser.add_argument("--partition", type=int, default=3, help="rounds cut in two halves")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--plot", type=Path, default=None, help="draw the figures per fleet size")
     args = parser.parse_args()
     count = args.sites or (1_000 if args.quick else 2_000)
-    print(json.dumps({"benchmark": "fleet", **run(count, args.loss, args.partition, args.seed)}))
+    if args.plot is None:
+        print(
+            json.dumps({"benchmark": "fleet", **run(count, args.loss, args.partition, args.seed)})
+        )
+        return
+    sizes = sorted({max(16, count // d) for d in (8, 4, 2)} | {count})
+    series = [run(n, args.loss, args.partition, args.seed) for n in sizes]
+    plot(series, args.plot)
+    print(
+        json.dumps({"benchmark": "fleet", **series[-1], "plot": str(args.plot), "series": series})
+    )
+
+
+def plot(series: list[dict], path: Path) -> None:
+    """Rounds (convergence, diffusion, revocation, healing) and bytes per site against sites."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    sites = [r["sites"] for r in series]
+    fig, (rounds, wire) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for key, label in (
+        ("rounds_to_converge", "converge"),
+        ("diffusion_half_life_rounds", "half the sites activate a certified skill"),
+        ("diffusion_full_rounds", "all sites activate it"),
+        ("revocation_rounds", "a revocation reaches all"),
+        ("partition_heal_rounds", "a partition heals"),
+    ):
+        if all(r[key] is not None for r in series):
+            rounds.plot(sites, [r[key] for r in series], marker="o", label=label)
+    rounds.plot(
+        sites, [r["rounds_goal"] for r in series], "k--", label="goal: ceil(log2 sites) + 3"
+    )
+    rounds.set(xscale="log", xlabel="sites", ylabel="gossip rounds", title="Diffusion")
+    rounds.legend(fontsize=8, loc="upper left")
+    wire.plot(sites, [r["bytes_per_site"] / 1000 for r in series], marker="o")
+    wire.set(
+        xscale="log", xlabel="sites", ylabel="KB per site (whole run)", title="Bytes on the wire"
+    )
+    for axes in (rounds, wire):
+        axes.set_xticks(sites, [str(n) for n in sites])
+        axes.minorticks_off()
+    fig.suptitle(f"Gossip over a simulated network, {series[0]['loss']:.0%} of requests lost")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
