@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._activation import AWAITS_CHECK
-from ._canonical import content_hash
+from ._canonical import content_hash, sha256_hex
 from ._collections import Blobs
-from ._errors import BlobError, BlobQuotaError, RecordError, UnknownTaskError
+from ._errors import BlobError, RecordError, UnknownTaskError
 from ._models import Certificate, SpotCheck
 from ._records import RecordType, Role, check_skill_id, task_assets
 from ._replica import Replica
@@ -170,18 +170,19 @@ class Tasks:
         unknown = sorted(set(given) - set(named))
         if unknown:
             raise BlobError(f"asset {unknown[0]!r} is not named in the definition's assets")
-        for file, data in sorted(given.items()):
-            try:
-                self._blobs.put(data, expected=named[file])
-            except BlobQuotaError:
-                raise
-            except BlobError as exc:
-                raise BlobError(f"asset {file!r}: {exc}") from None
+        for file, data in sorted(given.items()):  # all checked before any is stored
+            digest = sha256_hex(data)
+            if digest != named[file]:
+                raise BlobError(
+                    f"asset {file!r}: its bytes hash to {digest[:16]}…, not {named[file][:16]}…"
+                )
         for file, blob in sorted(named.items()):
-            if blob not in self._blobs:
+            if file not in given and blob not in self._blobs:
                 raise BlobError(
                     f"asset {file!r} ({blob[:16]}…) is not stored here: pass its bytes in assets="
                 )
+        for data in given.values():
+            self._blobs.put(data)
         task_hash = content_hash(definition)
         if task_hash in self:
             return task_hash
