@@ -354,21 +354,23 @@ def test_simnet_blobs_lists_and_collects_the_garbage(tmp_path, cli):
     config.limits = ServerLimits(max_blob_store_bytes=10_000)
     config.save()
     with knowledge.SiteHome(home).open_writer() as kb:
-        live, dead, loose = (kb.blobs.put(bytes([i]) * 1000) for i in range(3))
+        live, dead, loose, mesh = (kb.blobs.put(bytes([i]) * 1000) for i in range(4))
         kb.skills.publish("live", "pick", blobs=[live])
-        kb.revoke(kb.skills.publish("dead", "pick", blobs=[dead]).id)
+        kb.revoke(kb.skills.publish("dead", "pick", blobs=[dead, mesh]).id)
+        kb.tasks.publish({"name": "reach", "assets": {"link.stl": mesh}})
     listed = cli(home, "blobs", "list", "--json")
     assert listed.code == 0 and listed.traceback is None
     rows = {r["hash"]: r for r in listed.json["blobs"]}
-    assert (listed.json["bytes"], listed.json["quota"]) == (3000, 10_000)
+    assert (listed.json["bytes"], listed.json["quota"]) == (4000, 10_000)
     assert rows[live]["skills"] == ["live"] and not rows[live]["garbage"]
     assert rows[dead]["skills"] == ["dead"] and rows[dead]["garbage"]
     assert rows[loose]["skills"] == [] and not rows[loose]["garbage"]
+    assert rows[mesh]["tasks"] == ["reach:link.stl"] and not rows[mesh]["garbage"]
     assert cli(home, "blobs", "gc", "--dry-run").out.strip() == "would free 1000 bytes in 1 blob(s)"
     assert cli(home, "blobs", "gc", "--json").json == {dead: 1000}
     assert cli(home, "blobs", "gc").out.strip() == "freed 0 bytes in 0 blob(s)"
     with knowledge.SiteHome(home).open_readonly() as kb:
-        assert sorted(kb.blobs.list()) == sorted([live, loose])
+        assert sorted(kb.blobs.list()) == sorted([live, loose, mesh])
     with knowledge.SiteHome(home, blob_setup=["federation:attach_site_peers"]).open_writer() as kb:
         with pytest.raises(BlobQuotaError):
             kb.blobs.put(b"z" * 9000)  # simnet.toml's quota holds for every command
