@@ -107,9 +107,10 @@ class Task:
             )
         self.name: str = data["name"]
         self.embodiment: str = data["embodiment"]
-        self._assets = checked_bytes(declared(data), assets or {})
+        names = declared(data)
+        self._assets = checked_bytes(names, assets or {})
         try:
-            self.template: Template = cached_template(data["scene"], self._assets)
+            self.template: Template = cached_template(data["scene"], self._assets, names)
         except TemplateError as exc:  # the scene is a field of the task
             raise TaskDefinitionError("scene", str(exc)) from exc
         model = self.template.model

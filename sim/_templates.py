@@ -72,15 +72,21 @@ class Template:
     versions and platforms).
 
     With `assets` (name -> bytes; a task's), the scene is compiled from those files alone, held in
-    memory, and one that would load any other file is refused (TaskDefinitionError). Without, MuJoCo
-    reads the files the scene names from the disk, relative to the working directory.
+    memory, and one that would load any other file is refused (TaskDefinitionError); `digests`
+    (name -> their sha256) spares hashing them. Without, MuJoCo reads the files the scene names from
+    the disk, relative to the working directory.
     """
 
-    def __init__(self, xml: str, assets: Mapping[str, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        xml: str,
+        assets: Mapping[str, bytes] | None = None,
+        digests: Mapping[str, str] | None = None,
+    ) -> None:
         if not isinstance(xml, str) or not xml.strip():
             raise TemplateError("a template needs MJCF text")
         self.xml = xml
-        self.source_hash = source_hash(xml, assets)
+        self.source_hash = source_hash(xml, _digests(assets, digests))
         if assets is not None:
             check_sealed(xml, list(assets))
         try:
@@ -233,24 +239,37 @@ def split_target(target: str) -> tuple[str, str, str] | None:
     return (kind, name, attr) if kind and name and attr else None
 
 
-def source_hash(xml: str, assets: Mapping[str, bytes] | None) -> str:
-    """The sha256 of the scene text; with files, of the text and each file's name and hash."""
-    if not assets:
+def source_hash(xml: str, digests: Mapping[str, str] | None) -> str:
+    """The sha256 of the scene text; with files (name -> sha256), of the text and the files."""
+    if not digests:
         return sha256_hex(xml.encode())
-    files = {name: sha256_hex(data) for name, data in assets.items()}
-    return content_hash({"scene": sha256_hex(xml.encode()), "assets": files})
+    return content_hash({"scene": sha256_hex(xml.encode()), "assets": dict(digests)})
+
+
+def _digests(
+    assets: Mapping[str, bytes] | None, digests: Mapping[str, str] | None
+) -> Mapping[str, str] | None:
+    if assets is None or digests is not None:
+        return digests
+    return {name: sha256_hex(data) for name, data in assets.items()}
 
 
 _CACHE: dict[tuple[str, bool], Template] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def cached_template(xml: str, assets: Mapping[str, bytes] | None = None) -> Template:
+def cached_template(
+    xml: str,
+    assets: Mapping[str, bytes] | None = None,
+    digests: Mapping[str, str] | None = None,
+) -> Template:
     """One Template per distinct scene (text and files) in this process: memory grows with
-    templates, not tasks."""
-    key = (source_hash(xml, assets), assets is not None)
+    templates, not tasks. `digests` (name -> sha256 of `assets`, checked by the caller) spares
+    hashing the files again."""
+    digests = _digests(assets, digests)
+    key = (source_hash(xml, digests), assets is not None)
     with _CACHE_LOCK:
         found = _CACHE.get(key)
         if found is None:
-            found = _CACHE[key] = Template(xml, assets)
+            found = _CACHE[key] = Template(xml, assets, digests)
         return found

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import posixpath
 import shutil
 
 import mujoco
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import knowledge
 import sim
@@ -123,6 +126,40 @@ def test_an_absolute_meshdir_becomes_portable_names_and_the_same_task(tmp_path, 
     assert str(tmp_path) not in absolute.definition["scene"]
     assert absolute.definition["assets"] == relative.definition["assets"]
     assert absolute.hash == relative.hash  # same files, same scene: one task, wherever it was made
+
+
+def test_a_saved_definition_reads_its_named_files_back_from_a_directory(tmp_path, robot_dir):
+    task = reach(robot_dir)
+    shelf = tmp_path / "shelf"
+    for name, data in task.assets.items():  # the files under their names, as a site exports them
+        (shelf / name).parent.mkdir(parents=True, exist_ok=True)
+        (shelf / name).write_bytes(data)
+    assert sim.Task.from_files(task.to_json(), shelf).hash == task.hash
+    (shelf / "meshes" / "fore.obj").write_text("v 0 0 0\n")
+    with pytest.raises(sim.TaskDefinitionError, match=r"assets\['meshes/fore.obj'\].*hash"):
+        sim.Task.from_files(task.to_json(), shelf)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.sampled_from(["a", "mesh.stl", "..", ".", "", "b c", "x:y", "d\\e"]), max_size=4)
+)
+def test_a_file_name_is_carried_only_in_its_portable_form(parts):
+    """A name is accepted exactly when it is a relative POSIX path in normal form, with no part
+    that climbs out (`..`), so MuJoCo's lookup of the scene's reference finds that very name."""
+    name = "/".join(parts)
+    portable = (
+        name not in ("", ".")
+        and not name.startswith("/")
+        and posixpath.normpath(name) == name
+        and ".." not in name.split("/")
+        and ":" not in name  # a drive or a URI scheme elsewhere
+        and "\\" not in name  # a separator elsewhere
+    )
+    definition = {**_definition_text("<mujoco/>"), "assets": {name: "0" * 64}}
+    with pytest.raises((sim.MissingAssetError, sim.TaskDefinitionError)) as refused:
+        sim.Task(definition)
+    assert isinstance(refused.value, sim.MissingAssetError) == portable, name
 
 
 def test_the_task_hash_follows_an_assets_bytes(tmp_path, mesh_robot):
@@ -277,11 +314,15 @@ def _weights(site: knowledge.KnowledgeBase, cert: knowledge.Certificate) -> str:
 
 def _definition(scene_path) -> dict:
     """A hand-written definition of the mesh arm (its scene as text, loading files)."""
+    return _definition_text(scene_path.read_text())
+
+
+def _definition_text(scene: str) -> dict:
     return {
         "format": "simnet.task/1",
         "name": "meshbot_still",
         "embodiment": "meshbot",
-        "scene": scene_path.read_text(),
+        "scene": scene,
         "keyframe": None,
         "init": [],
         "observation": [{"term": "qpos", "joints": ["shoulder", "elbow"]}],

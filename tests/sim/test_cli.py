@@ -227,6 +227,14 @@ def test_a_mesh_task_file_certifies_and_a_site_without_its_files_cannot_verify(
     assert unverified.output.startswith(
         f"{certificate[:16]} UNVERIFIED: cannot verify here: asset {name!r} ({assets[name]})"
     )
+    with site.open_readonly() as kb:
+        (cert,) = kb.certificates.for_skill(skill.id)
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(cert.evaluation))
+    rerun = simnet("site", "reproduce", str(record), str(skill_file))  # the site's store has them
+    assert rerun.exit_code == 0 and rerun.output.startswith("reproduces"), rerun.output
+    lacking = simnet("bare", "reproduce", str(record), str(skill_file))
+    assert lacking.exit_code == 3 and f"cannot re-run here: asset {name!r}" in lacking.output
 
 
 def _still(obs_dim: int, act_dim: int):
