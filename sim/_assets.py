@@ -189,6 +189,34 @@ def fetch_assets(kb: KnowledgeBase, definition: Mapping[str, Any]) -> dict[str, 
     return out
 
 
+def read_file(path: Path, field: str) -> bytes:
+    """A file's bytes; TaskDefinitionError naming `field` if it cannot be read."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise TaskDefinitionError(field, f"{path} cannot be read ({exc.strerror})") from None
+
+
+def included_files(xml: str, directory: Path, depth: int = 0) -> dict[str, bytes]:
+    """The files a scene `<include>`s (and they include), read from `directory`: MuJoCo resolves
+    an include against the main file's directory, and a scene given as text has none."""
+    if "include" not in xml:
+        return {}
+    if depth > 16:
+        raise TaskDefinitionError("scene", "includes nest more than 16 deep")
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError as exc:
+        raise TaskDefinitionError("scene", f"MuJoCo cannot read it: {exc}") from exc
+    found: dict[str, bytes] = {}
+    for element in root.iter("include"):
+        file = element.get("file", "")
+        data = read_file(directory / file, "scene")
+        found[file] = data
+        found.update(included_files(data.decode(errors="replace"), directory, depth + 1))
+    return found
+
+
 # --- reading a spec's files ----------------------------------------------------------------------
 
 

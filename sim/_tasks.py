@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -25,7 +24,7 @@ from mujoco import batch as mjbatch
 
 from knowledge import content_hash, sha256_hex
 
-from ._assets import bundle, checked_bytes, declared
+from ._assets import bundle, checked_bytes, declared, included_files, read_file
 from ._errors import TaskDefinitionError, TemplateError
 from ._mlp import EntryPointRef
 from ._numbers import is_number
@@ -201,10 +200,10 @@ class Task:
         data = dict(definition)
         if "assets" in data:
             names = declared(data)
-            return cls(data, {n: _read(Path(directory) / n, f"assets[{n!r}]") for n in names})
+            return cls(data, {n: read_file(Path(directory) / n, f"assets[{n!r}]") for n in names})
         scene: Any = data.get("scene")
         _require(isinstance(scene, str) and scene, "scene", "must be a non-empty string")
-        included = _included(scene, Path(directory))
+        included = included_files(scene, Path(directory))
         try:
             spec = mujoco.MjSpec.from_string(scene, include=included or None)
         except ValueError as exc:
@@ -231,7 +230,7 @@ class Task:
     def replace(self, **changes: Any) -> Task:
         """A new task (with its own hash) differing in the given top-level fields, e.g. horizon."""
         data = {**self._data, **changes}
-        names = declared(data) if isinstance(data.get("assets", {}), dict) else {}
+        names = declared(data)
         return Task(data, {n: b for n, b in self._assets.items() if n in names})
 
     def __repr__(self) -> str:
@@ -343,33 +342,6 @@ class Task:
         bounds = [k for k in ("above", "below") if k in cond]
         _require(len(bounds) == 1, where, "a condition has exactly one of 'above' or 'below'")
         _require(is_number(cond[bounds[0]]), f"{where}.{bounds[0]}", "must be a finite number")
-
-
-def _read(path: Path, field: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise TaskDefinitionError(field, f"{path} cannot be read ({exc.strerror})") from None
-
-
-def _included(xml: str, directory: Path, depth: int = 0) -> dict[str, bytes]:
-    """The files a scene `<include>`s (and they include), read from `directory`: MuJoCo resolves
-    an include against the main file's directory, and a scene given as text has none."""
-    if "include" not in xml:
-        return {}
-    if depth > 16:
-        raise TaskDefinitionError("scene", "includes nest more than 16 deep")
-    try:
-        root = ElementTree.fromstring(xml)
-    except ElementTree.ParseError as exc:
-        raise TaskDefinitionError("scene", f"MuJoCo cannot read it: {exc}") from exc
-    found: dict[str, bytes] = {}
-    for element in root.iter("include"):
-        file = element.get("file", "")
-        data = _read(directory / file, "scene")
-        found[file] = data
-        found.update(_included(data.decode(errors="replace"), directory, depth + 1))
-    return found
 
 
 def _require(ok: object, field: str, detail: str) -> None:
