@@ -1,6 +1,6 @@
 """One anti-entropy round with a peer, over HTTP: pull what we lack, push what they lack, fetch
 the blobs asked for (`blobs`) and give the peer ours (`push_blobs`: a device gives its site the
-weights of the skills it published).
+weights of the skills it published and the scene assets of their tasks).
 
 The round is written once, as a generator that yields `Call`s (requests to make) and receives
 `httpx.Response`s (no I/O of its own), and driven by `sync_with` (blocking, `httpx.Client`) or
@@ -474,8 +474,8 @@ def sync_with(
     verify: ssl.SSLContext | bool = True,
 ) -> SyncReport:
     """Run one anti-entropy round with the site at `url` whose root key is `peer_key` (blocking);
-    then fetch the `blobs` we lack from it, and upload `push_blobs` to it (each named by a skill it
-    holds; `SyncReport.blobs_pushed` counts those it did not hold yet).
+    then fetch the `blobs` we lack from it, and upload `push_blobs` to it (each named by a live
+    skill or a task it holds; `SyncReport.blobs_pushed` counts those it did not hold yet).
 
     `timeout` bounds each network operation; `deadline` (default `DEADLINE_FACTOR` * timeout) the
     whole round: past it, a `PeerError` with code "deadline" (see the module docstring). `verify`

@@ -239,9 +239,10 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
 async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
     summary: >-
-      Give this site a blob that a skill it holds names (a device uploads the weights of a skill it
-      published, after pushing the skill's envelope). The caller needs the publish role here; the
-      body must hash to the path's hash and fit in the body limit and the site's blob quota.
+      Give this site a blob that a live skill or a task it holds names (a device uploads the
+      weights of a skill it published, or the scene assets of a task, after pushing the record's
+      envelope). The caller needs the publish role here; the body must hash to the path's hash and
+      fit in the body limit and the site's blob quota.
     parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
     requestBody:
       content: {application/octet-stream: {schema: {type: string, format: binary}}}
@@ -250,7 +251,7 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
       "201": {description: Stored.}
       "400": {description: The body does not hash to the blob hash.}
       "403": {description: The caller lacks the publish role here.}
-      "404": {description: "No live skill held here names the blob (push its envelope first)."}
+      "404": {description: "No live skill or task here names the blob (push its record first)."}
       "507": {description: The blob does not fit in this site's blob quota.}
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
@@ -259,11 +260,11 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
         return error_response(
             403, "not_authorized", "uploading a blob needs the publish role at this site"
         )
-    if not await run_in_threadpool(_named_by_a_skill, kb, blob_hash):
+    if not await run_in_threadpool(kb.blobs.is_named, blob_hash):
         return error_response(
             404,
             "not_found",
-            f"no skill held here names blob {blob_hash[:16]}…: push the skill's envelope first",
+            f"no skill or task held here names blob {blob_hash[:16]}…: push its envelope first",
         )
     if await run_in_threadpool(kb.blobs.size, blob_hash) is not None:
         return JSONResponse({"stored": False, "bytes": len(body)})
@@ -274,11 +275,6 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
     except BlobError as exc:
         return error_response(400, "bad_request", str(exc))
     return JSONResponse({"stored": True, "bytes": len(body)}, status_code=201)
-
-
-def _named_by_a_skill(kb: KnowledgeBase, blob_hash: str) -> bool:
-    """Named by a live skill: neither withdrawn nor revoked (their blobs are garbage here)."""
-    return any(blob_hash in s.blobs and not kb.is_revoked(s.id) for s in kb.skills.list())
 
 
 def _is_device(site: Site, caller: bytes) -> bool:

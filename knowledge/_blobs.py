@@ -1,5 +1,5 @@
-"""Blobs on demand: fetching the blobs a knowledge base lacks, and letting go of the ones no live
-skill needs.
+"""Blobs on demand: fetching the blobs a knowledge base lacks, and letting go of the ones nothing
+held needs (no live skill's weights, no task's scene assets).
 
 Knowledge defines the seam and other packages fill it: a `BlobSource` is a place to fetch blobs
 from (federation's `PeerBlobSource` is one peer over HTTP). `kb.blobs.fetch` tries what is stored,
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
 from ._errors import BlobError, BlobQuotaError, SimnetError
-from ._records import RecordType, check_skill_id
+from ._records import RecordType, check_skill_id, task_assets
 from ._replica import Replica
 from ._store import BLOB_PART
 
@@ -327,8 +327,8 @@ def _name(source: object) -> str:
 
 
 def collect_garbage(replica: Replica, *, dry_run: bool = False) -> dict[str, int]:
-    """Delete the blobs only withdrawn or revoked skills name, and partial bytes of blobs no live
-    skill names; the bytes freed per blob (with `dry_run`, what would be)."""
+    """Delete the blobs only withdrawn or revoked skills name, and partial bytes of blobs nothing
+    live names; the bytes freed per blob (with `dry_run`, what would be)."""
     live, dead = named_blobs(replica)
     freed = {}
     with replica.lock:
@@ -350,8 +350,9 @@ def collect_garbage(replica: Replica, *, dry_run: bool = False) -> dict[str, int
 
 
 def named_blobs(replica: Replica) -> tuple[set[str], set[str]]:
-    """(live, dead): the blobs that skills still in use name, and those that withdrawn or revoked
-    skills name. A blob may be in both (then it is live); one no skill names is in neither."""
+    """(live, dead): the blobs that skills still in use, held tasks and the tasks of held
+    certificates name (weights, scene assets), and those that withdrawn or revoked skills name. A
+    blob may be in both (then it is live); one nothing names is in neither."""
     live: set[str] = set()
     dead: set[str] = set()
     with replica.lock:
@@ -365,7 +366,26 @@ def named_blobs(replica: Replica) -> tuple[set[str], set[str]]:
             named = {b for b in [*(record.get("blobs") or ()), weights] if _is_hash(b)}
             gone = views.withdrawn(skill_id) or bool(views.revocations(skill_id))
             (dead if gone else live).update(named)
+        live |= task_blobs(replica)
     return live, dead
+
+
+def task_blobs(replica: Replica) -> set[str]:
+    """The assets of every task held here, as a record or in a certificate's evaluation record
+    (tasks are never withdrawn: a certificate of them stays checkable)."""
+    named: set[str] = set()
+    with replica.lock:
+        views = replica.views
+        for task_hash in views.indexes(RecordType.TASK):
+            record = views.task(str(task_hash))
+            if record is not None:
+                named.update(task_assets(record.get("definition")).values())
+        for cert_id in views.indexes(RecordType.CERT):
+            evaluation = (views.certificate(str(cert_id)) or {}).get("evaluation")
+            task = evaluation.get("task") if isinstance(evaluation, dict) else None
+            if isinstance(task, dict):
+                named.update(task_assets(task.get("definition")).values())
+    return named
 
 
 def _is_hash(value: object) -> bool:

@@ -8,10 +8,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._activation import AWAITS_CHECK
-from ._canonical import content_hash
-from ._errors import UnknownTaskError
+from ._canonical import content_hash, sha256_hex
+from ._collections import Blobs
+from ._errors import BlobError, RecordError, UnknownTaskError
 from ._models import Certificate, SpotCheck
-from ._records import RecordType, Role, check_skill_id
+from ._records import RecordType, Role, check_skill_id, task_assets
 from ._replica import Replica
 
 
@@ -138,18 +139,50 @@ class Certificates:
 class Tasks:
     """Task definitions as replicated data, never code: each is named by the SHA-256 of its
     definition's canonical JSON, so a skill names the tasks it is meant for (`skills.publish(...,
-    tasks=...)`) and any site can evaluate it (`sim.Task(kb.tasks.get(hash))`)."""
+    tasks=...)`) and any site can evaluate it (`sim.Task(kb.tasks.get(hash))`).
 
-    def __init__(self, replica: Replica) -> None:
+    A definition's "assets" field (relative file name -> blob sha256) names the files its scene
+    loads (meshes, textures, heightfields): they travel as blobs, so the task's hash covers them
+    and any site can fetch them (`kb.blobs.fetch`) and re-run it."""
+
+    def __init__(self, replica: Replica, blobs: Blobs) -> None:
         self._replica = replica
+        self._blobs = blobs
 
-    def publish(self, definition: Mapping[str, Any], *, name: str | None = None) -> str:
+    def publish(
+        self,
+        definition: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        assets: Mapping[str, bytes] | None = None,
+    ) -> str:
         """Store a task definition as a record; returns its hash. A definition held already (from
-        any writer) is not written again. RecordError if it is no JSON object or too large for a
-        record (256 KiB)."""
+        any writer) is not written again. `assets` (name -> bytes) are files the definition names
+        in its "assets" field: each is stored as a blob first. RecordError if the definition is no
+        JSON object, too large for a record (256 KiB) or its "assets" field is not a mapping of
+        names to hashes; BlobError if bytes given do not hash to their name's hash, or a file it
+        names is neither given nor stored here (nobody could re-run the task)."""
         replica = self._replica
         replica.require(Role.PUBLISH)
         definition = dict(definition)
+        named = _asset_field(definition)
+        given = dict(assets or {})
+        unknown = sorted(set(given) - set(named))
+        if unknown:
+            raise BlobError(f"asset {unknown[0]!r} is not named in the definition's assets")
+        for file, data in sorted(given.items()):  # all checked before any is stored
+            digest = sha256_hex(data)
+            if digest != named[file]:
+                raise BlobError(
+                    f"asset {file!r}: its bytes hash to {digest[:16]}…, not {named[file][:16]}…"
+                )
+        for file, blob in sorted(named.items()):
+            if file not in given and blob not in self._blobs:
+                raise BlobError(
+                    f"asset {file!r} ({blob[:16]}…) is not stored here: pass its bytes in assets="
+                )
+        for data in given.values():
+            self._blobs.put(data)
         task_hash = content_hash(definition)
         if task_hash in self:
             return task_hash
@@ -157,6 +190,11 @@ class Tasks:
         record = {"v": 1, "hlc": replica.now(), "name": label[:200], "definition": definition}
         replica.put_record(RecordType.TASK, task_hash, record)
         return task_hash
+
+    def assets(self, task_hash: str) -> dict[str, str]:
+        """The files a held task carries: relative name -> blob sha256 (empty if it loads none);
+        UnknownTaskError if no trusted writer's record has it."""
+        return task_assets(self.get(task_hash))
 
     def get(self, task_hash: str) -> dict[str, Any]:
         """The definition with this hash; UnknownTaskError if no trusted writer's record has it."""
@@ -182,3 +220,11 @@ class Tasks:
         """The hashes of every task definition held here, in order."""
         with self._replica.lock:
             return sorted(str(i) for i in self._replica.views.indexes(RecordType.TASK))
+
+
+def _asset_field(definition: dict[str, Any]) -> dict[str, str]:
+    """A definition's "assets" field, checked: a mapping of names to blob hashes (or absent)."""
+    assets = definition.get("assets", {})
+    if not isinstance(assets, dict) or task_assets(definition) != assets:
+        raise RecordError("field 'definition.assets' must map file names to blob sha256 hashes")
+    return assets

@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._blobs import BlobSource, Fetching, collect_garbage
+from ._blobs import BlobSource, Fetching, collect_garbage, named_blobs
 from ._canonical import content_hash
 from ._errors import BlobError, BlobQuotaError, RecordError, UnknownSkillError
 from ._models import Counts, Observation, QueryResult, Skill
@@ -350,6 +350,13 @@ class Blobs:
         with self._replica.lock:
             return self._replica.store.has_blob(bytes.fromhex(blob_hash))
 
+    def is_named(self, blob_hash: str) -> bool:
+        """Whether something held here needs the blob: a live skill (its weights or blobs), a task
+        or the task of a certificate (its scene assets). What a site accepts when a peer gives it a
+        blob (`PUT /v1/blobs`), and never collects as garbage."""
+        check_skill_id(blob_hash, "blob hash")
+        return blob_hash in named_blobs(self._replica)[0]
+
     def missing(self, hashes: Iterable[str]) -> list[str]:
         """Of `hashes`, those not stored here (what to fetch from a peer)."""
         return [h for h in hashes if h not in self]
@@ -411,9 +418,10 @@ class Blobs:
 
     def collect_garbage(self, *, dry_run: bool = False) -> dict[str, int]:
         """Delete the blobs that only withdrawn or revoked skills name, and the partly fetched
-        bytes of any blob no live skill names; returns the bytes freed per blob (with `dry_run`,
-        what would be, deleting nothing). A whole blob no skill names is kept (a publisher's before
-        its record, one a device asked for), and so is one any live skill names."""
+        bytes of any blob nothing held names; returns the bytes freed per blob (with `dry_run`,
+        what would be, deleting nothing). A whole blob nothing names is kept (a publisher's before
+        its record, one a device asked for), and so is one a live skill or a held task names
+        (`is_named`)."""
         if not dry_run:
             self._replica.require_identity()
         return collect_garbage(self._replica, dry_run=dry_run)

@@ -74,10 +74,10 @@ class KnowledgeBase:
         self.maps = Maps(replica)
         self.counters = Counters(replica)
         self.certificates = Certificates(replica)
-        self.tasks = Tasks(replica)
+        self.blobs = Blobs(replica)
+        self.tasks = Tasks(replica, self.blobs)
         self.outcomes = Outcomes(replica)
         self.ledger = Ledger(replica)
-        self.blobs = Blobs(replica)
 
     @property
     def identity(self) -> Identity | None:

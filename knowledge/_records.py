@@ -139,6 +139,20 @@ def check_skill_id(value: Any, what: str = "skill id") -> str:
     return value
 
 
+def task_assets(definition: Any) -> dict[str, str]:
+    """The files a task definition carries by hash (its "assets": relative name -> blob sha256).
+    Read leniently, as views read records: entries that are not a name and a hash are skipped (the
+    simulator refuses such a task when it compiles it)."""
+    assets = definition.get("assets") if isinstance(definition, dict) else None
+    if not isinstance(assets, dict):
+        return {}
+    return {
+        name: blob
+        for name, blob in assets.items()
+        if isinstance(name, str) and isinstance(blob, str) and _HEX64.fullmatch(blob)
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     type: RecordType

@@ -63,7 +63,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": (
         "sim.cli:reproduce_command",
-        "Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce.",
+        "Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce, 3 if a "
+        "file its task's scene loads is not in this site's store (--home) nor at its peers.",
     ),
     "revoke": (
         "federation.cli:revoke",
@@ -96,7 +97,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": (
         "sim.cli:verify_command",
         "Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its "
-        "certificates); exit status 1 if one is tampered or does not reproduce.",
+        "certificates); exit status 1 if one is tampered or does not reproduce, else 3 if one "
+        "cannot be verified here (a file its task's scene loads is missing: no verdict on it).",
     ),
     "world": (
         "sim.cli:world_group",
@@ -419,20 +421,25 @@ def blobs() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def blobs_list(home: SiteHome, as_json: bool) -> None:
-    """Stored blobs: hash, size, the skills naming them; garbage if only withdrawn or revoked ones
-    do."""
+    """Stored blobs: hash, size, the skills and tasks naming them; garbage if only withdrawn or
+    revoked skills do."""
     with home.open_readonly() as kb:
         named: dict[str, list[str]] = {}
         for skill in kb.skills.list(include_withdrawn=True):
             weights = (skill.policy or {}).get("weights")
             for blob_hash in {*skill.blobs, *([weights] if isinstance(weights, str) else [])}:
                 named.setdefault(blob_hash, []).append(skill.name)
+        files: dict[str, list[str]] = {}
+        for task_hash in kb.tasks.list():
+            for file, blob_hash in kb.tasks.assets(task_hash).items():
+                files.setdefault(blob_hash, []).append(f"{kb.tasks.name(task_hash)}:{file}")
         garbage = kb.blobs.collect_garbage(dry_run=True)
         rows: list[dict[str, Any]] = [
             {
                 "hash": h,
                 "bytes": kb.blobs.size(h),
                 "skills": sorted(named.get(h, [])),
+                "tasks": sorted(files.get(h, [])),
                 "garbage": h in garbage,
             }
             for h in kb.blobs.list()
@@ -440,7 +447,7 @@ def blobs_list(home: SiteHome, as_json: bool) -> None:
         total, quota = kb.blobs.stored_bytes(), kb.blobs.quota
     lines = [
         f"{r['hash'][:16]}  {r['bytes']:>12}  {'garbage ' if r['garbage'] else ''}"
-        f"{', '.join(r['skills']) or '(no skill names it)'}"
+        f"{', '.join(r['skills'] + r['tasks']) or '(nothing names it)'}"
         for r in rows
     ]
     lines.append(f"{total} bytes stored" + (f" of a {quota}-byte quota" if quota else ""))

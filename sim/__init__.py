@@ -28,7 +28,9 @@ forked at any recorded tick, replayed exactly, and evaluated from:
     world.replay("cell", 0, 2000).exact                # True: re-executed bit for bit
 
 Tasks for a robot of one's own come from builders (`reach_task` for an arm, `stand_task` for a
-legged robot) or are written by hand: see docs/TASKS.md.
+legged robot) or are written by hand: see docs/TASKS.md. The files a task's scene loads (meshes,
+textures) travel with it by hash as blobs: `fetch_task` compiles a task from a knowledge base,
+fetching them from peers, and a site that cannot get one is told `MissingAssetError`.
 
 The package is layered: the vocabulary (templates, patches, tasks and their builders, policies,
 snapshots, shipped assets) at the top of `sim`; `sim.evaluation` (rollouts, executors, records,
@@ -53,6 +55,7 @@ except ModuleNotFoundError as missing:
 from knowledge import __version__ as __version__  # one distribution, one version
 from knowledge.stats import SPRT  # what evaluate(sprt=...) takes
 
+from ._assets import fetch_assets
 from ._builders import reach_task, stand_task
 from ._errors import (
     BackendError,
@@ -63,6 +66,7 @@ from ._errors import (
     EvaluationRecordError,
     HistoryError,
     IncompatibleTemplateError,
+    MissingAssetError,
     MutationError,
     PolicyCallError,
     PolicyOutputError,
@@ -101,6 +105,7 @@ from .evaluation import (
     check_record,
     compare,
     evaluate,
+    fetch_task,
     load_policy,
     probe,
     publish_skill,
@@ -136,6 +141,7 @@ __all__ = [
     "MLP",
     "MLPSpec",
     "Migration",
+    "MissingAssetError",
     "Mutation",
     "MutationError",
     "Patch",
@@ -174,6 +180,8 @@ __all__ = [
     "check_record",
     "compare",
     "evaluate",
+    "fetch_assets",
+    "fetch_task",
     "load_policy",
     "load_sampler",
     "load_skill",

@@ -7,8 +7,9 @@ back as self-contained MJCF text and returns a `Task` whose terms come from the 
 `sim._tasks`: the result is data like any hand-written task, and travels the same way. A name that
 the robot does not have is a TaskDefinitionError naming the argument and the name.
 
-Scenes whose files load assets (meshes, textures, included files) are written with absolute paths:
-such a task runs on this machine only, until assets are carried by hash.
+The files a scene loads (meshes, textures, heightfields; for URDF, relative and `package://` mesh
+paths) are read once and carried by the task as assets, by hash, under portable names
+(`sim._assets.bundle`); included files are inlined. Such a task runs on any machine.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from knowledge import sha256_hex
+
+from ._assets import bundle
 from ._errors import TaskDefinitionError
 from ._tasks import FORMAT, Task
 
@@ -49,6 +53,7 @@ def reach_task(
     control_substeps: int | None = None,
     name: str | None = None,
     embodiment: str | None = None,
+    package_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Task:
     """A task in which the arm brings `end_effector` (a site, or a body: a site is added at its
     origin) within `tolerance` metres of a target drawn uniformly from `target_box` ((low xyz),
@@ -61,8 +66,10 @@ def reach_task(
     scene, as changes of their controls (mode "delta"). A scene with no actuators (any URDF) gets a
     position servo of gain `servo_gain` on each of `joints`. `home` (joint name -> position) adds a
     start keyframe, with position servos aimed at it; or `keyframe` names one the scene has.
+    `package_path` lists directories to find a URDF's `package://` meshes in (then
+    ROS_PACKAGE_PATH).
     """
-    spec, source = _load(scene)
+    spec, source = _load(scene, package_path)
     model = _compile(spec, source)
     site, body = _end_effector(spec, model, end_effector, source)
     chain = _chain_joints(model, body, joints, "joints")
@@ -92,12 +99,13 @@ def reach_task(
         }
     ]
     init += _joint_noise(chain, joint_noise)
-    return Task(
+    return _task(
+        spec,
+        source,
         {
             "format": FORMAT,
             "name": name or f"{label}_reach",
             "embodiment": label,
-            "scene": _to_xml(spec, source),
             "keyframe": start,
             "init": init,
             "observation": [
@@ -111,7 +119,7 @@ def reach_task(
             "failure": [],
             "horizon": horizon,
             "control_substeps": control_substeps or _substeps(model),
-        }
+        },
     )
 
 
@@ -132,6 +140,7 @@ def stand_task(
     control_substeps: int | None = None,
     name: str | None = None,
     embodiment: str | None = None,
+    package_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Task:
     """A task in which a legged robot keeps `base_body` (a floating body: its free joint) above
     `height` metres and upright (the cosine between its z axis and the world's above `upright`)
@@ -145,9 +154,9 @@ def stand_task(
     free joint takes its 7 qpos values) adds a start keyframe with position servos aimed at it; or
     `keyframe` names one the scene has. `floating_base=True` gives a base welded to the world (a
     URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free"; a scene with no ground
-    plane gets one at z = 0.
+    plane gets one at z = 0. `package_path`: as for `reach_task`.
     """
-    spec, source = _load(scene)
+    spec, source = _load(scene, package_path)
     model = _compile(spec, source)
     base = _named(model, "body", base_body, "base_body", source)
     free = [
@@ -189,12 +198,13 @@ def stand_task(
     label = embodiment or _model_name(spec, source)
     high = {"term": "body_height", "body": base_body}
     level = {"term": "body_upright", "body": base_body}
-    return Task(
+    return _task(
+        spec,
+        source,
         {
             "format": FORMAT,
             "name": name or f"{label}_stand",
             "embodiment": label,
-            "scene": _to_xml(spec, source),
             "keyframe": start,
             "init": _joint_noise(moving, joint_noise),
             "observation": [
@@ -216,15 +226,16 @@ def stand_task(
             "failure": [{**high, "below": float(height)}, {**level, "below": float(upright)}],
             "horizon": horizon,
             "control_substeps": control_substeps or _substeps(model),
-        }
+        },
     )
 
 
 # ---- reading and writing the scene ----
 
 
-def _load(scene: Scene) -> tuple[Any, str]:
-    """The model spec of MJCF text, an MJCF file or a URDF file, and how to name it in errors.
+def _load(scene: Scene, package_path: Sequence[str | os.PathLike[str]]) -> tuple[Any, str]:
+    """The model spec of MJCF text, an MJCF file or a URDF file, with the files it loads read and
+    renamed (`bundle`: the spec compiles from their bytes), and how to name it in errors.
 
     Bodies without joints stay bodies (MuJoCo fuses them into their parents when reading URDF):
     a URDF's tool frame can be the end effector, and the target a reach task adds stays a body.
@@ -247,6 +258,7 @@ def _load(scene: Scene) -> tuple[Any, str]:
             raise TaskDefinitionError("scene", detail) from exc
         spec.modelname = spec.modelname or path.stem
     spec.compiler.fusestatic = False
+    bundle(spec, package_path=package_path)
     return spec, source
 
 
@@ -257,9 +269,14 @@ def _compile(spec: Any, source: str) -> mujoco.MjModel:
         raise TaskDefinitionError("scene", f"{source}: does not compile: {_one_line(exc)}") from exc
 
 
-def _to_xml(spec: Any, source: str) -> str:
+def _task(spec: Any, source: str, definition: dict[str, Any]) -> Task:
+    """The task of `definition` on the scene `spec` holds, carrying the files it loads."""
     _compile(spec, source)
-    return str(spec.to_xml())
+    files = dict(spec.assets)
+    definition["scene"] = str(spec.to_xml())
+    if files:
+        definition["assets"] = {name: sha256_hex(data) for name, data in sorted(files.items())}
+    return Task(definition, files)
 
 
 def _one_line(exc: Exception) -> str:

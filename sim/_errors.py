@@ -16,6 +16,7 @@ SimnetError (knowledge)
     │   ├── PolicyCallError
     │   └── PolicyOutputError
     ├── EvaluationRecordError (ValueError)
+    ├── MissingAssetError (also a knowledge.BlobError)
     ├── BackendError
     └── WorldError
         ├── WorldLockedError
@@ -37,7 +38,7 @@ missing or read-only.
 
 from __future__ import annotations
 
-from knowledge import SimnetError, StoreFullError
+from knowledge import BlobError, SimnetError, StoreFullError
 
 
 def _rebuild(cls: type[SimError], args: tuple, state: dict) -> SimError:
@@ -139,6 +140,20 @@ class PolicyOutputError(PolicyRunError):
 
 class EvaluationRecordError(SimError, ValueError):
     """An evaluation record is malformed, or its hashes do not match its contents (tampered)."""
+
+
+class MissingAssetError(SimError, BlobError):
+    """A file a task's scene loads (`name`, carried as blob `hash`) is not here and no source had
+    it: the task cannot be compiled here, which says nothing about the task or a certificate of it.
+    It may arrive later (a validator waits for it, as for weights)."""
+
+    def __init__(self, name: str, digest: str, reason: str = "") -> None:
+        super().__init__(
+            f"asset {name!r} ({digest}) is missing" + (f": {reason}" if reason else "")
+        )
+        self.name = name
+        self.hash = digest
+        self.reason = reason
 
 
 class BackendError(SimError):

@@ -87,11 +87,11 @@ class Snapshot:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], scene: str) -> Snapshot:
-        """A snapshot from `to_json` and the scene it was taken on; EvaluationRecordError if they
-        disagree."""
+    def from_json(cls, data: Mapping[str, Any], scene: str | Template) -> Snapshot:
+        """A snapshot from `to_json` and the scene it was taken on (its text, or its template: a
+        task's, which carries the files it loads); EvaluationRecordError if they disagree."""
         try:
-            template = cached_template(scene)
+            template = scene if isinstance(scene, Template) else cached_template(scene)
             snapshot = cls(
                 data["world"]["name"],
                 data["world"]["id"],
@@ -129,8 +129,10 @@ class Snapshot:
 
 def on_template(task: Task, template: Template, entity: str | None) -> Task:
     """`task` on a world shard's template, naming `entity`'s objects if given; no keyframe (the
-    world's state replaces it)."""
+    world's state replaces it), no assets (the world's scene replaces the task's: a world does not
+    carry files yet, so its scene must load none)."""
     data = copy.deepcopy(task.to_json())
+    data.pop("assets", None)
     if entity:
         for key in ("observation", "reward", "failure", "init"):
             data[key] = [_scope_term(t, entity) for t in data.get(key, [])]

@@ -1,5 +1,6 @@
-"""Tasks as data: a content-addressed definition (scene, initial-state distribution, observation,
-action, reward, success and failure terms, horizon) written in a small vocabulary implemented here.
+"""Tasks as data: a content-addressed definition (scene and the files it loads, initial-state
+distribution, observation, action, reward, success and failure terms, horizon) written in a small
+vocabulary implemented here.
 
 A task from a peer is JSON, never code: every term below is evaluated by this module on arrays bound
 from the batch, vectorized over simulations. The one escape hatch, an "entry_point" term, names a
@@ -11,15 +12,19 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import mujoco
 import numpy as np
 from mujoco import batch as mjbatch
 
-from knowledge import content_hash
+from knowledge import content_hash, sha256_hex
 
+from ._assets import bundle, checked_bytes, declared, included_files, read_file
 from ._errors import TaskDefinitionError, TemplateError
 from ._mlp import EntryPointRef
 from ._numbers import is_number
@@ -29,6 +34,7 @@ from ._templates import Template, cached_template
 FORMAT = "simnet.task/1"
 _KEYS = {
     "format",
+    "assets",
     "name",
     "embodiment",
     "scene",
@@ -69,9 +75,19 @@ Array = np.ndarray
 
 
 class Task:
-    """A validated task definition; `hash` is the sha256 of its canonical JSON."""
+    """A validated task definition; `hash` is the sha256 of its canonical JSON.
 
-    def __init__(self, definition: Mapping[str, Any]) -> None:
+    A scene that loads files (meshes, textures, heightfields, skins) names them in the definition's
+    "assets" (relative name -> sha256), so the hash covers their bytes; `assets` gives those bytes
+    (name -> bytes; `sim.fetch_task` fetches them from a knowledge base's blobs, `from_files`
+    reads them from the disk). The scene is compiled from them alone: MissingAssetError if one is
+    not given, TaskDefinitionError if bytes do not match their hash or the scene would load a file
+    the task does not carry.
+    """
+
+    def __init__(
+        self, definition: Mapping[str, Any], assets: Mapping[str, bytes] | None = None
+    ) -> None:
         try:
             data = json.loads(json.dumps(definition, allow_nan=False))
         except (TypeError, ValueError) as exc:
@@ -90,8 +106,10 @@ class Task:
             )
         self.name: str = data["name"]
         self.embodiment: str = data["embodiment"]
+        names = declared(data)
+        self._assets = checked_bytes(names, assets or {})
         try:
-            self.template: Template = cached_template(data["scene"])
+            self.template: Template = cached_template(data["scene"], self._assets, names)
         except TemplateError as exc:  # the scene is a field of the task
             raise TaskDefinitionError("scene", str(exc)) from exc
         model = self.template.model
@@ -162,15 +180,58 @@ class Task:
             self._check_condition(cond, f"failure[{i}]")
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Task:
-        return cls(data)
+    def from_json(cls, data: Mapping[str, Any], assets: Mapping[str, bytes] | None = None) -> Task:
+        return cls(data, assets)
+
+    @classmethod
+    def from_files(
+        cls,
+        definition: Mapping[str, Any],
+        directory: str | os.PathLike[str] = ".",
+        *,
+        package_path: Sequence[str | os.PathLike[str]] = (),
+    ) -> Task:
+        """A task whose scene's files are read from the disk and carried by hash: relative paths
+        (and `<include>`s) resolve against `directory`, `package://` URIs against `package_path`
+        and ROS_PACKAGE_PATH. The scene is rewritten by MuJoCo's own writer with included files
+        inlined and each file renamed to a portable name (`sim._assets.bundle`); a scene that loads
+        nothing is kept as it is. A definition that names its assets already has them read from
+        `directory`/<name>."""
+        data = dict(definition)
+        if "assets" in data:
+            names = declared(data)
+            return cls(data, {n: read_file(Path(directory) / n, f"assets[{n!r}]") for n in names})
+        scene: Any = data.get("scene")
+        _require(isinstance(scene, str) and scene, "scene", "must be a non-empty string")
+        included = included_files(scene, Path(directory))
+        try:
+            spec = mujoco.MjSpec.from_string(scene, include=included or None)
+        except ValueError as exc:
+            raise TaskDefinitionError("scene", f"MuJoCo cannot read it: {exc}") from exc
+        files = bundle(spec, directory, package_path)
+        if not files and not included:
+            return cls(data)
+        try:
+            data["scene"] = spec.to_xml()
+        except ValueError as exc:
+            raise TaskDefinitionError("scene", f"does not compile: {exc}") from exc
+        if files:
+            data["assets"] = {name: sha256_hex(b) for name, b in sorted(files.items())}
+        return cls(data, files)
 
     def to_json(self) -> dict:
         return copy.deepcopy(self._data)
 
+    @property
+    def assets(self) -> Mapping[str, bytes]:
+        """The bytes of the files the scene loads, by name (empty for a scene that loads none)."""
+        return MappingProxyType(self._assets)
+
     def replace(self, **changes: Any) -> Task:
         """A new task (with its own hash) differing in the given top-level fields, e.g. horizon."""
-        return Task({**self._data, **changes})
+        data = {**self._data, **changes}
+        names = declared(data)
+        return Task(data, {n: b for n, b in self._assets.items() if n in names})
 
     def __repr__(self) -> str:
         return f"Task({self.name!r}, hash={self.hash[:12]})"

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import difflib
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
-from knowledge import sha256_hex
+from knowledge import content_hash, sha256_hex
 
+from ._assets import check_sealed, virtual_files
 from ._errors import MutationError, TemplateError
 
 # (kind, attr) -> (field, values per object, column offset in a row, value domain)
@@ -65,19 +67,36 @@ class Slot:
 class Template:
     """A scene compiled once; branches share its `model` read-only and differ only by their patches.
 
-    `source_hash` addresses the MJCF text (portable); `model_hash` the compiled model bytes (exact
-    identity of what was simulated, which can differ across MuJoCo versions and platforms).
+    `source_hash` addresses the MJCF text and the files it loads (portable); `model_hash` the
+    compiled model bytes (exact identity of what was simulated, which can differ across MuJoCo
+    versions and platforms).
+
+    With `assets` (name -> bytes; a task's), the scene is compiled from those files alone, held in
+    memory, and one that would load any other file is refused (TaskDefinitionError); `digests`
+    (name -> their sha256) spares hashing them. Without, MuJoCo reads the files the scene names from
+    the disk, relative to the working directory.
     """
 
-    def __init__(self, xml: str) -> None:
+    def __init__(
+        self,
+        xml: str,
+        assets: Mapping[str, bytes] | None = None,
+        digests: Mapping[str, str] | None = None,
+    ) -> None:
         if not isinstance(xml, str) or not xml.strip():
             raise TemplateError("a template needs MJCF text")
+        self.xml = xml
+        self.source_hash = source_hash(xml, _digests(assets, digests))
+        if assets is not None:
+            check_sealed(xml, list(assets))
         try:
-            self.model = mujoco.MjModel.from_xml_string(xml)
+            if not assets:
+                self.model = mujoco.MjModel.from_xml_string(xml)
+            else:
+                with virtual_files(assets) as vfs:
+                    self.model = mujoco.MjModel.from_xml_string(xml, vfs=vfs)
         except ValueError as exc:
             raise TemplateError(f"the scene does not compile: {exc}") from exc
-        self.xml = xml
-        self.source_hash = sha256_hex(xml.encode())
         buffer = np.empty(mujoco.mj_sizeModel(self.model), np.uint8)
         mujoco.mj_saveModel(self.model, None, buffer)
         self.model_hash = sha256_hex(buffer.tobytes())
@@ -220,16 +239,37 @@ def split_target(target: str) -> tuple[str, str, str] | None:
     return (kind, name, attr) if kind and name and attr else None
 
 
-_CACHE: dict[str, Template] = {}
+def source_hash(xml: str, digests: Mapping[str, str] | None) -> str:
+    """The sha256 of the scene text; with files (name -> sha256), of the text and the files."""
+    if not digests:
+        return sha256_hex(xml.encode())
+    return content_hash({"scene": sha256_hex(xml.encode()), "assets": dict(digests)})
+
+
+def _digests(
+    assets: Mapping[str, bytes] | None, digests: Mapping[str, str] | None
+) -> Mapping[str, str] | None:
+    if assets is None or digests is not None:
+        return digests
+    return {name: sha256_hex(data) for name, data in assets.items()}
+
+
+_CACHE: dict[tuple[str, bool], Template] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def cached_template(xml: str) -> Template:
-    """One Template per distinct scene text in this process: memory grows with templates, not
-    tasks."""
-    key = sha256_hex(xml.encode())
+def cached_template(
+    xml: str,
+    assets: Mapping[str, bytes] | None = None,
+    digests: Mapping[str, str] | None = None,
+) -> Template:
+    """One Template per distinct scene (text and files) in this process: memory grows with
+    templates, not tasks. `digests` (name -> sha256 of `assets`, checked by the caller) spares
+    hashing the files again."""
+    digests = _digests(assets, digests)
+    key = (source_hash(xml, digests), assets is not None)
     with _CACHE_LOCK:
         found = _CACHE.get(key)
         if found is None:
-            found = _CACHE[key] = Template(xml)
+            found = _CACHE[key] = Template(xml, assets, digests)
         return found

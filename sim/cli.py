@@ -19,6 +19,8 @@ from knowledge import SiteHome
 from knowledge.cli import skill_by_prefix
 from knowledge.stats import SPRT
 
+from ._assets import fetch_assets
+from ._errors import MissingAssetError
 from ._mlp import EntryPointRef, Policy
 from ._patches import Sampler
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
@@ -39,6 +41,8 @@ from .transfer._datasets_cli import encoder_dataset_command  # noqa: F401 - simn
 from .validation._cli import validate_command  # noqa: F401 - simnet validate
 from .world._world_cli import world_group  # noqa: F401 - simnet world
 
+CANNOT_VERIFY = 3  # exit status: a file a task loads is missing here (no verdict either way)
+
 
 def _skill(name: str) -> Policy | EntryPointRef:
     """A shipped skill, a skill file or a skill of this site's knowledge base (an id prefix): a
@@ -58,10 +62,12 @@ def _skill(name: str) -> Policy | EntryPointRef:
 
 
 def _task(name: str) -> Task:
+    """A shipped task, or a definition file: the files its scene loads are read relative to the
+    file's directory and carried by hash (`Task.from_files`)."""
     if name in shipped_tasks():
         return load_task(name)
     if Path(name).is_file():
-        return Task(json.loads(Path(name).read_text()))
+        return Task.from_files(json.loads(Path(name).read_text()), Path(name).parent)
     raise click.BadParameter(
         f"neither a shipped task ({', '.join(shipped_tasks())}) nor a file", param_hint="--task"
     )
@@ -195,8 +201,15 @@ def evaluate_command(
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool) -> None:
-    """Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce."""
-    verdict = reproduce(json.loads(Path(record_file).read_text()), _skill(skill), workers=workers)
+    """Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce, 3 if a file
+    its task's scene loads is not in this site's store (--home) nor at its peers."""
+    record = json.loads(Path(record_file).read_text())
+    try:
+        assets = _record_assets(record)
+        verdict = reproduce(record, _skill(skill), assets=assets, workers=workers)
+    except MissingAssetError as exc:
+        click.echo(f"cannot re-run here: {exc}", err=True)
+        raise SystemExit(CANNOT_VERIFY) from None
     if as_json:
         click.echo(
             json.dumps(
@@ -213,6 +226,20 @@ def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool)
         click.echo(f"{'reproduces' if verdict.matches else 'DOES NOT REPRODUCE'}: {verdict.detail}")
     if not verdict.matches:
         raise SystemExit(1)
+
+
+def _record_assets(record: dict) -> dict[str, bytes]:
+    """The files a record's task loads, from this site's blobs and its peers (none without a
+    site)."""
+    definition = (record.get("task") or {}).get("definition") or {}
+    if not isinstance(definition, dict) or not definition.get("assets"):
+        return {}
+    home = click.get_current_context().find_object(SiteHome)
+    if home is None or not home.store.exists():
+        name, digest = next(iter(sorted(definition["assets"].items())))
+        raise MissingAssetError(name, str(digest), "no site (--home) to fetch it from")
+    with home.open_readonly() as kb:
+        return fetch_assets(kb, definition)
 
 
 @click.command("publish")
@@ -405,7 +432,8 @@ def refine_command(
 @click.pass_obj
 def verify_command(home: SiteHome, certificate: str, workers: int, as_json: bool) -> None:
     """Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its
-    certificates); exit status 1 if one is tampered or does not reproduce."""
+    certificates); exit status 1 if one is tampered or does not reproduce, else 3 if one cannot be
+    verified here (a file its task's scene loads is missing: no verdict on it)."""
     with home.open_readonly() as kb:
         every = [
             c
@@ -423,10 +451,16 @@ def verify_command(home: SiteHome, certificate: str, workers: int, as_json: bool
             )
         verdicts = [(c, verify_certificate(kb, c, workers=workers)) for c in found]
     if as_json:
-        rows = [{"certificate": c.id, "valid": v.valid, "detail": v.detail} for c, v in verdicts]
+        rows = [
+            {"certificate": c.id, "valid": v.valid, "verdict": v.verdict, "detail": v.detail}
+            for c, v in verdicts
+        ]
         click.echo(json.dumps(rows[0] if len(rows) == 1 else rows))
     else:
+        shown = {"valid": "valid", "invalid": "NOT VALID", "cannot verify here": "UNVERIFIED"}
         for c, v in verdicts:
-            click.echo(f"{c.id[:16]} {'valid' if v.valid else 'NOT VALID'}: {v.detail}")
-    if not all(v.valid for _, v in verdicts):
+            click.echo(f"{c.id[:16]} {shown[v.verdict]}: {v.detail}")
+    if any(v.verdict == "invalid" for _, v in verdicts):
         raise SystemExit(1)
+    if any(v.verdict == "cannot verify here" for _, v in verdicts):
+        raise SystemExit(CANNOT_VERIFY)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import struct
 import sys
+import zlib
 from pathlib import Path
 
 # Where PYTHONDONTWRITEBYTECODE is set, every process the suite starts (the xdist workers and the
@@ -114,3 +116,139 @@ def open_kb(tmp_path):
     yield _open
     for kb in opened:
         kb.close()
+
+
+# --- a robot whose scene loads files (meshes, a texture, an include) ------------------------------
+
+
+def _box_stl(length: float, half: float) -> bytes:
+    """A binary STL of a box from (0, -half, -half) to (length, half, half): 12 triangles."""
+    corners = [(x, y, z) for x in (0.0, length) for y in (-half, half) for z in (-half, half)]
+    faces = [(0, 1, 3), (0, 3, 2), (4, 6, 7), (4, 7, 5), (0, 4, 5), (0, 5, 1)]
+    faces += [(2, 3, 7), (2, 7, 6), (0, 2, 6), (0, 6, 4), (1, 5, 7), (1, 7, 3)]
+    out = bytearray(80) + struct.pack("<I", len(faces))
+    for face in faces:
+        out += struct.pack("<3f", 0.0, 0.0, 0.0)  # MuJoCo computes normals itself
+        for i in face:
+            out += struct.pack("<3f", *corners[i])
+        out += b"\0\0"
+    return bytes(out)
+
+
+def _box_obj(length: float, half: float) -> str:
+    corners = [(x, y, z) for x in (0.0, length) for y in (-half, half) for z in (-half, half)]
+    faces = ["1 2 4 3", "5 7 8 6", "1 5 6 2", "3 4 8 7", "1 3 7 5", "2 6 8 4"]
+    return "".join(f"v {x} {y} {z}\n" for x, y, z in corners) + "".join(f"f {f}\n" for f in faces)
+
+
+def _png(width: int, height: int) -> bytes:
+    """An RGB checkerboard as PNG bytes."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(
+        b"\0" + b"".join(bytes([255 * ((x + y) % 2)] * 3) for x in range(width))
+        for y in range(height)
+    )
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = chunk(b"IDAT", zlib.compress(rows))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + idat + chunk(b"IEND", b"")
+
+
+MESH_ARM = """<mujoco>
+  <worldbody>
+    <body name="upper" pos="0 0 0.1">
+      <joint name="shoulder" axis="0 0 1" damping="0.05"/>
+      <geom type="mesh" mesh="upper" density="500"/>
+      <body name="fore" pos="0.2 0 0">
+        <joint name="elbow" axis="0 0 1" damping="0.05"/>
+        <geom type="mesh" mesh="fore" density="500"/>
+        <site name="ee" pos="0.15 0 0"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.fixture
+def mesh_robot():
+    """mesh_robot(directory, absolute_meshdir=False, fore_length=0.15) -> the scene.xml of a
+    2-link planar arm whose links are meshes (an STL and an OBJ, in meshes/), with a textured
+    floor (textures/grid.png) and its arm in an included file (arm.xml)."""
+
+    def _write(directory: Path, absolute_meshdir: bool = False, fore_length: float = 0.15) -> Path:
+        (directory / "meshes").mkdir(parents=True, exist_ok=True)
+        (directory / "textures").mkdir(exist_ok=True)
+        (directory / "meshes" / "upper.stl").write_bytes(_box_stl(0.2, 0.02))
+        (directory / "meshes" / "fore.obj").write_text(_box_obj(fore_length, 0.015))
+        (directory / "textures" / "grid.png").write_bytes(_png(4, 4))
+        (directory / "arm.xml").write_text(MESH_ARM)
+        meshdir = (directory / "meshes").resolve() if absolute_meshdir else "meshes"
+        scene = directory / "scene.xml"
+        scene.write_text(
+            f"""<mujoco model="meshbot">
+  <compiler meshdir="{meshdir}" texturedir="textures"/>
+  <asset>
+    <mesh name="upper" file="upper.stl"/>
+    <mesh name="fore" file="fore.obj"/>
+    <texture name="grid" type="2d" file="grid.png"/>
+    <material name="floor" texture="grid"/>
+  </asset>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 0.1" material="floor"/>
+  </worldbody>
+  <include file="arm.xml"/>
+  <actuator>
+    <motor joint="shoulder" gear="2" ctrlrange="-1 1"/>
+    <motor joint="elbow" gear="2" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+        )
+        return scene
+
+    return _write
+
+
+@pytest.fixture
+def mesh_urdf():
+    """mesh_urdf(workspace) -> the URDF of a 1-joint arm in a ROS package `meshbot_description`
+    under `workspace`: its visual mesh by `package://`, its collision mesh by a relative path; both
+    files are named link.stl, in meshes/visual/ and meshes/collision/."""
+
+    def _write(workspace: Path) -> Path:
+        package = workspace / "meshbot_description"
+        for kind, half in (("visual", 0.02), ("collision", 0.025)):
+            (package / "meshes" / kind).mkdir(parents=True, exist_ok=True)
+            (package / "meshes" / kind / "link.stl").write_bytes(_box_stl(0.3, half))
+        (package / "urdf").mkdir(exist_ok=True)
+        urdf = package / "urdf" / "meshbot.urdf"
+        inertia = '<inertia ixx="0.01" iyy="0.01" izz="0.01" ixy="0" ixz="0" iyz="0"/>'
+        urdf.write_text(
+            f"""<robot name="meshbot">
+  <mujoco><compiler discardvisual="false"/></mujoco>
+  <link name="base"><inertial><mass value="1"/>{inertia}</inertial></link>
+  <link name="arm">
+    <inertial><mass value="0.5"/>{inertia}</inertial>
+    <visual><geometry>
+      <mesh filename="package://meshbot_description/meshes/visual/link.stl"/>
+    </geometry></visual>
+    <collision><geometry><mesh filename="../meshes/collision/link.stl"/></geometry></collision>
+  </link>
+  <link name="tool"><inertial><mass value="0.1"/>{inertia}</inertial></link>
+  <joint name="pan" type="revolute">
+    <parent link="base"/><child link="arm"/><axis xyz="0 0 1"/>
+    <limit lower="-2" upper="2" effort="10" velocity="2"/>
+  </joint>
+  <joint name="tool_joint" type="fixed">
+    <parent link="arm"/><child link="tool"/><origin xyz="0.3 0 0"/>
+  </joint>
+</robot>
+"""
+        )
+        return urdf
+
+    return _write

@@ -10,6 +10,7 @@ activation recomputes the same bounds.
 from ._certify import (
     Verification,
     certify,
+    fetch_task,
     load_policy,
     publish_skill,
     publish_task,
@@ -43,6 +44,7 @@ __all__ = [
     "distill",
     "distill_refined",
     "evaluate",
+    "fetch_task",
     "fit_mlp",
     "load_policy",
     "probe",

@@ -5,9 +5,12 @@ A simulator skill travels as data: `publish_skill` stores its safetensors weight
 its architecture spec in the skill record's ``policy`` field (``{"kind": "mlp", "architecture": ...,
 "weights": <blob sha256>, "skill_hash": ...}``); `load_policy` turns a record back into a checked
 `sim.Policy`. A skill names the tasks it is meant for: `publish_task` stores a task definition as a
-record (data, never code) and `skill_tasks` compiles a skill's tasks back here. `certify` signs an
+record (data, never code) and the files its scene loads as blobs, and `skill_tasks` compiles a
+skill's tasks back here, fetching those files from peers as it does weights. `certify` signs an
 evaluation of a knowledge-base skill as a certificate (the evaluation record rides along, so any
-site can re-run it); `verify_certificate` does that re-run, `spot_check` a sampled part of it.
+site can re-run it); `verify_certificate` does that re-run, `spot_check` a sampled part of it. A
+site that cannot get a task's file is told so ("cannot verify here"), which is no verdict on the
+certificate.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ from typing import Any
 import knowledge
 from knowledge import Certificate, KnowledgeBase
 
-from .._errors import EvaluationRecordError, PolicySpecError
+from .._assets import declared, fetch_assets
+from .._errors import (
+    EvaluationRecordError,
+    MissingAssetError,
+    PolicySpecError,
+    TaskDefinitionError,
+)
 from .._mlp import EntryPointRef, MLPSpec, Policy
 from .._tasks import Task
 from ._evaluation_record import Evaluation, check_record
@@ -58,15 +67,25 @@ def randomized(record: Mapping[str, Any]) -> list[str]:
 
 
 def publish_task(kb: KnowledgeBase, task: Task) -> str:
-    """Store a task's definition in `kb` as a replicated record; returns its hash (`task.hash`)."""
-    return kb.tasks.publish(task.definition, name=task.name)
+    """Store a task's definition in `kb` as a replicated record and the files its scene loads as
+    blobs; returns its hash (`task.hash`)."""
+    return kb.tasks.publish(task.definition, name=task.name, assets=task.assets)
+
+
+def fetch_task(kb: KnowledgeBase, task_hash: str) -> Task:
+    """The task with this hash compiled here, the files its scene loads fetched from `kb`'s blobs
+    (and its blob sources: peers): UnknownTaskError if the definition has not arrived,
+    MissingAssetError if no source has a file, TaskDefinitionError if it does not compile here."""
+    definition = kb.tasks.get(task_hash)
+    return Task(definition, fetch_assets(kb, definition))
 
 
 def skill_tasks(kb: KnowledgeBase, skill_id: str) -> list[Task]:
-    """The tasks a skill names, compiled here: UnknownTaskError if a definition has not arrived,
-    TaskDefinitionError if one does not compile here (a scene MuJoCo refuses, a term this version
-    lacks, an entry point not installed)."""
-    return [Task(kb.tasks.get(h)) for h in kb.skills.get(skill_id).tasks]
+    """The tasks a skill names, compiled here (`fetch_task`): UnknownTaskError if a definition has
+    not arrived, MissingAssetError if a file its scene loads cannot be fetched, TaskDefinitionError
+    if one does not compile here (a scene MuJoCo refuses, a term this version lacks, an entry point
+    not installed)."""
+    return [fetch_task(kb, h) for h in kb.skills.get(skill_id).tasks]
 
 
 def publish_skill(
@@ -147,10 +166,18 @@ def certify(
     role), with the worst region an adversarial `probe` of the same skill found, if one ran.
 
     The evaluation must be of that skill's own policy; a failed run never reaches here (evaluate
-    raises).
+    raises). The files its task's scene loads are stored in `kb` as blobs, so that other sites can
+    fetch them to re-run it (given a record instead of an Evaluation, they must be stored already:
+    MissingAssetError).
     """
     record = evaluation.to_record() if isinstance(evaluation, Evaluation) else dict(evaluation)
     check_record(record)
+    if isinstance(evaluation, Evaluation):
+        for data in evaluation.task.assets.values():
+            kb.blobs.put(data)
+    for name, digest in sorted(declared(record["task"]["definition"]).items()):
+        if digest not in kb.blobs:
+            raise MissingAssetError(name, digest, "not stored here: certify the evaluation itself")
     policy = kb.skills.get(skill_id).policy or {}
     expected = policy.get("skill_hash") if policy.get("kind") == "mlp" else None
     if expected is not None and record["policy"].get("skill_hash") != expected:
@@ -173,11 +200,18 @@ def certify(
 @dataclass(frozen=True)
 class Verification:
     """The verdict on a certificate: `valid` if it is consistent and its evaluation re-runs to
-    match."""
+    match. `verifiable` is False when it could not be re-run here (a file its task's scene loads is
+    missing): then `valid` is False too, but nothing was found wrong with it."""
 
     valid: bool
     detail: str
     reproduction: Reproduction | None = None
+    verifiable: bool = True
+
+    @property
+    def verdict(self) -> str:
+        """ "valid", "invalid" (tampered, or does not reproduce) or "cannot verify here"."""
+        return "valid" if self.valid else "invalid" if self.verifiable else "cannot verify here"
 
 
 def verify_certificate(
@@ -185,7 +219,9 @@ def verify_certificate(
 ) -> Verification:
     """Re-run a certificate's evaluation here: identical outcomes on the same platform, within the
     binomial interval elsewhere; and the measurement of its probe's worst region, if it has one.
-    A tampered or non-reproducing certificate comes back valid=False."""
+    The files its task's scene loads are fetched from `kb`'s blobs and blob sources (peers).
+    A tampered or non-reproducing certificate comes back valid=False; one whose files no source
+    has, verifiable=False ("cannot verify here: asset ... is missing")."""
     record = certificate.evaluation
     if not isinstance(record, dict):
         return Verification(False, "the certificate carries no evaluation record to re-run")
@@ -203,12 +239,22 @@ def verify_certificate(
                 return Verification(
                     False, f"the certificate says {field}={claimed!r}; its record says {recorded!r}"
                 )
+        try:
+            assets = fetch_assets(kb, record["task"]["definition"])
+        except TaskDefinitionError as exc:  # a malformed "assets" field
+            raise EvaluationRecordError(f"record cannot be re-run: {exc}") from exc
         policy = load_policy(kb, certificate.skill)
-        reproduction = reproduce(record, policy, workers=workers, threads=threads, progress=False)
+        reproduction = reproduce(
+            record, policy, assets=assets, workers=workers, threads=threads, progress=False
+        )
         if reproduction.matches and certificate.probe is not None:
-            replayed = replay_probe(certificate.probe, record, policy, threads=threads)
+            replayed = replay_probe(
+                certificate.probe, record, policy, assets=assets, threads=threads
+            )
             if replayed is not None:
                 return Verification(False, replayed, reproduction)
+    except MissingAssetError as exc:
+        return Verification(False, f"cannot verify here: {exc}", verifiable=False)
     except EvaluationRecordError as exc:
         return Verification(False, f"the evaluation record is inconsistent: {exc}")
     return Verification(reproduction.matches, reproduction.detail, reproduction)

@@ -143,6 +143,7 @@ def evaluate(
     decision = decided_at = None
     setup = (
         task.to_json(),
+        dict(task.assets),
         policy_payload(policy) if workers > 1 or backend == "ray" else None,
         sampler.to_json(),
         wave,
@@ -263,6 +264,7 @@ class WaveWorker:
     def __init__(
         self,
         task_json: dict,
+        assets: dict[str, bytes],
         payload: tuple,
         sampler_json: dict,
         wave: int,
@@ -271,11 +273,11 @@ class WaveWorker:
         start: dict | None,
     ) -> None:
         torch.set_num_threads(1)
-        self.task = Task(task_json)
+        self.task = Task(task_json, assets)
         self.caller = PolicyCaller(policy_from_payload(payload), self.task)
         self.sampler = Sampler.from_json(sampler_json)
         self.size, self.branches, self.threads = wave, branches, threads
-        self.start = Snapshot.from_json(start, self.task.definition["scene"]) if start else None
+        self.start = Snapshot.from_json(start, self.task.template) if start else None
 
     def wave(self, index: int) -> list[BranchOutcome]:
         return run_wave(

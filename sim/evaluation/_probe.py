@@ -15,12 +15,13 @@ measurement of its failure rate exactly. Terms that are not uniform keep their d
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from .._errors import EvaluationRecordError, SimError
+from .._errors import EvaluationRecordError, MissingAssetError, SimError
 from .._patches import Patch, Sampler, SamplerTerm, sample_terms
 from .._tasks import Task
 from ._evaluate import evaluate, single_threaded_torch
@@ -129,16 +130,24 @@ def probe(
 
 
 def replay_probe(
-    probe_record: dict[str, Any], evaluation: dict[str, Any], policy: Any, *, threads: int = 0
+    probe_record: dict[str, Any],
+    evaluation: dict[str, Any],
+    policy: Any,
+    *,
+    assets: Mapping[str, bytes] | None = None,
+    threads: int = 0,
 ) -> str | None:
-    """Re-run the measurement of a certificate's probe region (on the task its evaluation ran,
-    with the region's initial-state terms and sampler): None if it gives the recorded failures,
-    else what differs. EvaluationRecordError if the probe cannot be read."""
+    """Re-run the measurement of a certificate's probe region (on the task its evaluation ran, its
+    scene compiled from `assets`, with the region's initial-state terms and sampler): None if it
+    gives the recorded failures, else what differs. EvaluationRecordError if the probe cannot be
+    read."""
     try:
         region = probe_record["region"]
-        task = Task(evaluation["task"]["definition"]).replace(init=region["init"])
+        task = Task(evaluation["task"]["definition"], assets).replace(init=region["init"])
         sampler = Sampler.from_json(region["sampler"])
         branches, failures = int(probe_record["branches"]), int(probe_record["failures"])
+    except MissingAssetError:
+        raise
     except (SimError, KeyError, TypeError, ValueError) as exc:
         raise EvaluationRecordError(f"the certificate's probe cannot be replayed: {exc}") from exc
     if task.hash != region.get("task_hash"):

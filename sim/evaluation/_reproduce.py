@@ -3,12 +3,13 @@ platform, within the binomial confidence interval elsewhere)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from knowledge.stats import SPRT, clopper_pearson_interval
 
-from .._errors import EvaluationRecordError, SimError
+from .._errors import EvaluationRecordError, MissingAssetError, SimError
 from .._mlp import describe_policy
 from .._patches import Sampler
 from .._snapshot import Snapshot
@@ -29,16 +30,17 @@ class Reproduction:
     rerun: Evaluation
 
 
-def rerun_inputs(record: dict) -> tuple[Task, Sampler, Snapshot | None]:
-    """The task, sampler and start state a record's evaluation ran with, rebuilt here."""
+def rerun_inputs(
+    record: dict, assets: Mapping[str, bytes] | None = None
+) -> tuple[Task, Sampler, Snapshot | None]:
+    """The task (its scene compiled from `assets`, the files it loads), sampler and start state a
+    record's evaluation ran with, rebuilt here: MissingAssetError if a file is not given."""
     try:
-        task = Task(record["task"]["definition"])
+        task = Task(record["task"]["definition"], assets)
         sampler = Sampler.from_json(record["sampler"])
-        start = (
-            Snapshot.from_json(record["start"], task.definition["scene"])
-            if "start" in record
-            else None
-        )
+        start = Snapshot.from_json(record["start"], task.template) if "start" in record else None
+    except MissingAssetError:
+        raise  # not here: says nothing about the record
     except (SimError, KeyError, TypeError, ValueError) as exc:
         raise EvaluationRecordError(f"record cannot be re-run: {exc}") from exc
     return task, sampler, start
@@ -48,21 +50,24 @@ def reproduce(
     record: dict,
     policy: Any,
     *,
+    assets: Mapping[str, bytes] | None = None,
     threads: int = 0,
     workers: int = 1,
     interval: float = 0.99,
     progress: bool | None = None,
 ) -> Reproduction:
-    """Re-run a recorded evaluation with `policy` and compare.
+    """Re-run a recorded evaluation with `policy` and compare; `assets` are the bytes of the files
+    its task's scene loads, by name (`sim.fetch_assets` gets them from a knowledge base).
 
     On the same platform (equal environment and compiled-model hash) every branch outcome must match
     bit for bit; elsewhere the re-run success rate must lie in the recorded result's two-sided
     `interval` Clopper–Pearson interval. A record that is malformed, tampered with, or names
     another policy than `policy` raises EvaluationRecordError; one that does not reproduce returns
-    matches=False. (A plain callable cannot be identified: the caller vouches for it.)
+    matches=False; a scene file not given raises MissingAssetError. (A plain callable cannot be
+    identified: the caller vouches for it.)
     """
     recorded = outcomes_of(record)
-    task, sampler, start = rerun_inputs(record)
+    task, sampler, start = rerun_inputs(record, assets)
     try:
         sprt = None if record["sequential"] is None else SPRT.from_json(record["sequential"])
     except (SimError, KeyError, TypeError, ValueError) as exc:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from knowledge import Certificate, KnowledgeBase, SpotCheck
 from knowledge.stats import clopper_pearson_interval
 
+from .._assets import fetch_assets
 from .._errors import EvaluationRecordError
 from .._tasks import Task
 from ._certify import load_policy
@@ -53,8 +54,10 @@ def spot_check(
     """Re-run at least `branches` branches of `certificate` (default: this site's policy,
     `spot_check_size`), in random whole waves, stopping after the wave that passes `budget_s`
     (default: the policy's `spot_check_budget_s`); with `sign`, write the verdict as a spot check
-    (the writer needs the validate role). A record that cannot be re-run at all (malformed, or a
-    policy that cannot be loaded here) raises: that is no evidence against the validator."""
+    (the writer needs the validate role). A record that cannot be re-run at all raises, and nothing
+    is signed: that is no evidence against the validator (EvaluationRecordError if it is
+    malformed, MissingAssetError if a file its task's scene loads cannot be fetched, the policy's
+    errors if it cannot be loaded here)."""
     started = time.monotonic()
     policy = kb.policy.activation
     record = certificate.evaluation
@@ -62,7 +65,7 @@ def spot_check(
         raise EvaluationRecordError("the certificate carries no evaluation record to re-run")
     check_record(record)
     recorded = outcomes_of(record)
-    task, sampler, start = rerun_inputs(record)
+    task, sampler, start = rerun_inputs(record, fetch_assets(kb, record["task"]["definition"]))
     caller = PolicyCaller(load_policy(kb, certificate.skill), task)
     wave, planned = record["layout"]["wave"], record["layout"]["branches"]
     want = branches if branches is not None else max(1, policy.spot_check_size(len(recorded)))

@@ -7,10 +7,11 @@ policy wants it spot-checked first (`kb.certificates.awaiting_check`). So a vali
 evaluation loses nothing: on restart the same job is at the head of the queue again. What the
 knowledge base cannot say is kept in the state file (``validator.json`` in the site's home), which
 `simnet status` and the server's status page and /metrics read: progress, throughput, and jobs that
-failed or wait for something (weights no peer has yet, a task definition not arrived) with the
-reason, so nothing is retried in a tight loop. Order: skills requested by an operator (`simnet
-validate --request`), then spot checks (cheap, and they gate skills already certified), then skills
-by how often this site's own robots used them (what its devices ask for), oldest first.
+failed or wait for something (weights or a task's scene file no peer has yet, a task definition
+not arrived) with the reason, so nothing is retried in a tight loop. Order: skills requested by an
+operator (`simnet validate --request`), then spot checks (cheap, and they gate skills already
+certified), then skills by how often this site's own robots used them (what its devices ask for),
+oldest first.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ STATE_FILE = "validator.json"
 SETTINGS_FILE = "validator.toml"
 REQUESTS_FILE = "validator.requests"
 HEARTBEAT_S = 60.0  # an idle validator rewrites its state this often, so readers see it alive
-_WAITING = (BlobError, UnknownTaskError)  # may resolve by itself: weights or a task arrive later
+# may resolve by itself: weights, a task or a file its scene loads (MissingAssetError, a BlobError)
+# arrive later
+_WAITING = (BlobError, UnknownTaskError)
 
 
 class _Stopped(Exception):
@@ -59,7 +62,7 @@ class ValidatorSettings:
     threads: int = 1  # physics threads per wave
     embodiments: tuple[str, ...] = ()  # the bodies this fleet registers (a task's `embodiment`)
     samplers: dict[str, str] = field(default_factory=dict)  # task name -> sampler JSON file
-    retry_s: float = 30.0  # a job waiting on weights or a task is tried again after this
+    retry_s: float = 30.0  # a job waiting on weights, a task or an asset is tried again after this
     max_attempts: int = 3  # a job that fails this often is given up (shown in the status)
     idle_s: float = 1.0  # how often an idle validator looks at the knowledge base again
 

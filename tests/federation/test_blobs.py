@@ -288,6 +288,22 @@ def test_a_device_uploads_its_skills_weights_with_its_sync(chain):
     robot.close()
 
 
+def test_a_device_uploads_the_files_of_a_task_it_published(chain):
+    """A task's scene assets are blobs its record names: its site takes them as it takes weights."""
+    a, _b, _c, device, a_url = chain
+    robot = knowledge.open(":memory:", device, policy=TrustPolicy().for_device_of(a.key))
+    federation.sync_with(robot, a_url, a.key)
+    mesh = b"solid mesh of a link" * 50
+    digest = hashlib.sha256(mesh).hexdigest()
+    task = robot.tasks.publish(
+        {"scene": "<mujoco/>", "assets": {"link.stl": digest}}, assets={"link.stl": mesh}
+    )
+    report = federation.sync_with(robot, a_url, a.key, push_blobs=[digest])
+    assert report.blobs_pushed == 1 and a.kb.blobs.get(digest) == mesh
+    assert a.kb.tasks.assets(task) == {"link.stl": digest} and a.kb.blobs.is_named(digest)
+    robot.close()
+
+
 def test_an_upload_no_skill_names_a_wrong_hash_or_a_writer_without_publish_is_refused(chain):
     a, _b, _c, device, a_url = chain
     unnamed = hashlib.sha256(b"junk").hexdigest()
@@ -304,7 +320,7 @@ def test_an_upload_no_skill_names_a_wrong_hash_or_a_writer_without_publish_is_re
     with httpx.Client(base_url=a_url, auth=federation.SimnetAuth(reader, a.key)) as client:
         no_role = client.put(f"/v1/blobs/{named}", content=fresh)
     assert (nobody.status_code, nobody.json()["error"]) == (404, "not_found")
-    assert "push the skill's envelope first" in nobody.json()["detail"]
+    assert "push its envelope first" in nobody.json()["detail"]
     assert (wrong.status_code, wrong.json()["error"]) == (400, "bad_request")
     assert held.status_code == 200 and held.json() == {"stored": False, "bytes": len(BLOB)}
     assert (no_role.status_code, no_role.json()["error"]) == (403, "not_authorized")
@@ -338,21 +354,23 @@ def test_simnet_blobs_lists_and_collects_the_garbage(tmp_path, cli):
     config.limits = ServerLimits(max_blob_store_bytes=10_000)
     config.save()
     with knowledge.SiteHome(home).open_writer() as kb:
-        live, dead, loose = (kb.blobs.put(bytes([i]) * 1000) for i in range(3))
+        live, dead, loose, mesh = (kb.blobs.put(bytes([i]) * 1000) for i in range(4))
         kb.skills.publish("live", "pick", blobs=[live])
-        kb.revoke(kb.skills.publish("dead", "pick", blobs=[dead]).id)
+        kb.revoke(kb.skills.publish("dead", "pick", blobs=[dead, mesh]).id)
+        kb.tasks.publish({"name": "reach", "assets": {"link.stl": mesh}})
     listed = cli(home, "blobs", "list", "--json")
     assert listed.code == 0 and listed.traceback is None
     rows = {r["hash"]: r for r in listed.json["blobs"]}
-    assert (listed.json["bytes"], listed.json["quota"]) == (3000, 10_000)
+    assert (listed.json["bytes"], listed.json["quota"]) == (4000, 10_000)
     assert rows[live]["skills"] == ["live"] and not rows[live]["garbage"]
     assert rows[dead]["skills"] == ["dead"] and rows[dead]["garbage"]
     assert rows[loose]["skills"] == [] and not rows[loose]["garbage"]
+    assert rows[mesh]["tasks"] == ["reach:link.stl"] and not rows[mesh]["garbage"]
     assert cli(home, "blobs", "gc", "--dry-run").out.strip() == "would free 1000 bytes in 1 blob(s)"
     assert cli(home, "blobs", "gc", "--json").json == {dead: 1000}
     assert cli(home, "blobs", "gc").out.strip() == "freed 0 bytes in 0 blob(s)"
     with knowledge.SiteHome(home).open_readonly() as kb:
-        assert sorted(kb.blobs.list()) == sorted([live, loose])
+        assert sorted(kb.blobs.list()) == sorted([live, loose, mesh])
     with knowledge.SiteHome(home, blob_setup=["federation:attach_site_peers"]).open_writer() as kb:
         with pytest.raises(BlobQuotaError):
             kb.blobs.put(b"z" * 9000)  # simnet.toml's quota holds for every command

@@ -250,6 +250,24 @@ def test_garbage_is_what_only_withdrawn_or_revoked_skills_name(open_kb):
     assert kb.blobs.collect_garbage() == {}
 
 
+def test_the_files_of_held_tasks_and_certified_tasks_are_never_garbage(open_kb):
+    kb = open_kb()
+    mesh, certified_mesh, weights = (kb.blobs.put(bytes([i]) * 500) for i in range(3))
+    task = {"name": "reach", "assets": {"link.stl": mesh}}
+    kb.tasks.publish(task)
+    gone = kb.skills.publish(
+        "old", "pick", policy={"kind": "mlp", "weights": weights}, blobs=[mesh, certified_mesh]
+    )
+    other_task = {"name": "push", "assets": {"puck.obj": certified_mesh}}
+    record = {"task": {"hash": knowledge.content_hash(other_task), "definition": other_task}}
+    kb.certificates.add(gone.id, branches=1, successes=1, evaluation=record)
+    kb.revoke(gone.id)  # its blobs are garbage, but for the files the tasks still name
+    assert kb.blobs.is_named(mesh) and kb.blobs.is_named(certified_mesh)
+    assert not kb.blobs.is_named(weights) and not kb.blobs.is_named(DIGEST)
+    assert kb.blobs.collect_garbage() == {weights: 500}
+    assert mesh in kb.blobs and certified_mesh in kb.blobs
+
+
 def test_garbage_collection_drops_the_partial_bytes_no_live_skill_needs(open_kb):
     kb = open_kb()
     wanted = hashlib.sha256(b"wanted").hexdigest()

@@ -4,6 +4,7 @@ spot checks, disputes, and how each changes activation at sites with different p
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import pytest
 
@@ -14,6 +15,10 @@ TASK = {"format": "simnet.task/1", "name": "reach", "horizon": 50, "scene": "<mu
 OTHER_TASK = {**TASK, "name": "push"}
 WEIGHTS = "ab" * 32
 SKILL_HASH = "cd" * 32
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def evaluation(task: dict, successes: list[int], **policy) -> dict:
@@ -68,6 +73,29 @@ def test_a_task_is_named_by_its_definition_and_replicates():
     assert b.skills.get(skill.id).tasks == (task_hash,)
     with pytest.raises(UnknownTaskError, match="no task definition"):
         b.tasks.get("00" * 32)
+
+
+def test_a_task_carries_the_files_its_definition_names_as_blobs():
+    kb = knowledge.open(":memory:", Identity.generate())
+    mesh, texture = b"a mesh" * 100, b"a texture" * 100
+    names = {"meshes/link.stl": sha(mesh), "textures/grid.png": sha(texture)}
+    task = {**TASK, "assets": names}
+    with pytest.raises(knowledge.BlobError, match="'textures/grid.png'.*not stored here"):
+        kb.tasks.publish(task, assets={"meshes/link.stl": mesh})
+    with pytest.raises(knowledge.BlobError, match="'meshes/link.stl': its bytes hash to"):
+        kb.tasks.publish(task, assets={"meshes/link.stl": texture, "textures/grid.png": texture})
+    with pytest.raises(knowledge.BlobError, match="'other.stl' is not named"):
+        kb.tasks.publish(task, assets={"other.stl": mesh})
+    with pytest.raises(knowledge.RecordError, match="must map file names to blob sha256"):
+        kb.tasks.publish({**TASK, "assets": {"meshes/link.stl": "not a hash"}})
+    assert kb.tasks.list() == [] and kb.blobs.list() == []  # nothing of a refused task is kept
+    task_hash = kb.tasks.publish(
+        task, assets={"meshes/link.stl": mesh, "textures/grid.png": texture}
+    )
+    assert task_hash == knowledge.content_hash(task) and kb.tasks.assets(task_hash) == names
+    assert kb.blobs.get(names["meshes/link.stl"]) == mesh
+    assert kb.tasks.publish(task) == task_hash  # its files are held: publishing again needs none
+    assert kb.tasks.assets(kb.tasks.publish(OTHER_TASK)) == {}
 
 
 def test_a_task_too_large_for_a_record_is_refused_and_nothing_is_written():

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 from click.testing import CliRunner
 
 import knowledge
@@ -90,6 +91,7 @@ def test_publish_certify_and_verify_a_skill_by_its_name(tmp_path):
     assert by_id.exit_code == 0 and json.loads(by_id.output) == {
         "certificate": certificate,
         "valid": True,
+        "verdict": "valid",
         "detail": "all branch outcomes match",
     }
     by_skill = simnet("verify", "reach-good")
@@ -176,3 +178,101 @@ def test_certify_with_a_probe_and_refine_then_publish_a_new_version(tmp_path):
         (new,) = [s for s in kb.skills.list() if s.name == "reach-refined"]
         (old,) = [s for s in kb.skills.list() if s.name == "reach-bad"]
         assert new.parents == (old.id,) and new.tasks == old.tasks
+
+
+def test_a_mesh_task_file_certifies_and_a_site_without_its_files_cannot_verify(
+    tmp_path, mesh_robot
+):
+    """A task definition file whose scene loads meshes: `publish --for-task` and `certify --task`
+    carry its files by hash; `verify` is valid where they are and exits 3, "cannot verify here",
+    at a site that has the certificate and the weights but not the files."""
+    robot = mesh_robot(tmp_path / "robot")
+    task_file = tmp_path / "robot" / "still.json"
+    task_file.write_text(json.dumps(_mesh_definition(robot.read_text())))
+    skill_file = tmp_path / "still.json"
+    _still(obs_dim=4, act_dim=2).save(skill_file)
+
+    def simnet(home, *args):
+        return CliRunner().invoke(main, ["--home", str(tmp_path / home), *args])
+
+    assert simnet("site", "init", "--name", "site").exit_code == 0
+    published = simnet(
+        "site", "publish", str(skill_file), "--name", "still", "--task", "hold", "--for-task",
+        str(task_file),
+    )  # fmt: skip
+    assert published.exit_code == 0, published.output
+    certified = simnet("site", "certify", "still", "--task", str(task_file), "--branches", "8")
+    assert certified.exit_code == 0, certified.output
+    certificate = certified.output.split("certificate ")[1].split()[0]
+    valid = simnet("site", "verify", certificate, "--json")
+    assert valid.exit_code == 0 and json.loads(valid.output)["verdict"] == "valid", valid.output
+
+    assert simnet("bare", "init", "--name", "bare").exit_code == 0
+    site, bare = SiteHome(tmp_path / "site"), SiteHome(tmp_path / "bare")
+    policy = knowledge.TrustPolicy.load(bare.path / "trust.toml")
+    with site.open_readonly() as kb:
+        key = kb.policy.device_of or knowledge.Identity.load(site.path / "site.key").public_key
+        envelopes = kb.envelopes_since({}, limit=100_000)
+        (skill,) = kb.skills.list()
+        weights = kb.blobs.get(skill.policy["weights"])
+        (task_hash,) = kb.tasks.list()
+        assets = kb.tasks.assets(task_hash)
+    (bare.path / "trust.toml").write_text(policy.with_root(key).to_toml())
+    with bare.open_writer() as kb:
+        kb.ingest(envelopes)
+        kb.blobs.put(weights)
+    unverified = simnet("bare", "verify", certificate)
+    assert unverified.exit_code == 3, unverified.output
+    name = sorted(assets)[0]
+    assert unverified.output.startswith(
+        f"{certificate[:16]} UNVERIFIED: cannot verify here: asset {name!r} ({assets[name]})"
+    )
+    with site.open_readonly() as kb:
+        (cert,) = kb.certificates.for_skill(skill.id)
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(cert.evaluation))
+    rerun = simnet("site", "reproduce", str(record), str(skill_file))  # the site's store has them
+    assert rerun.exit_code == 0 and rerun.output.startswith("reproduces"), rerun.output
+    lacking = simnet("bare", "reproduce", str(record), str(skill_file))
+    assert lacking.exit_code == 3 and f"cannot re-run here: asset {name!r}" in lacking.output
+
+
+def _still(obs_dim: int, act_dim: int):
+    from sim import MLPSpec, Policy
+
+    zeros = np.zeros
+    return Policy.from_tensors(
+        MLPSpec(obs_dim=obs_dim, act_dim=act_dim, hidden=()),
+        {
+            "layers.0.weight": zeros((act_dim, obs_dim)),
+            "layers.0.bias": zeros(act_dim),
+            "obs_mean": zeros(obs_dim),
+            "obs_std": np.ones(obs_dim),
+            "act_offset": zeros(act_dim),
+            "act_scale": np.ones(act_dim),
+        },
+        {"note": "motors off"},
+    )
+
+
+def _mesh_definition(scene: str) -> dict:
+    return {
+        "format": "simnet.task/1",
+        "name": "meshbot_still",
+        "embodiment": "meshbot",
+        "scene": scene,
+        "keyframe": None,
+        "init": [
+            {"target": "joint/shoulder/qpos", "op": "add", "dist": "normal", "mean": 0, "std": 0.1}
+        ],
+        "observation": [
+            {"term": "qpos", "joints": ["shoulder", "elbow"]},
+            {"term": "qvel", "joints": ["shoulder", "elbow"]},
+        ],
+        "action": {"mode": "absolute"},
+        "reward": [],
+        "success": {"when": "end", "all": [{"term": "alive", "above": 0}]},
+        "failure": [],
+        "horizon": 5,
+        "control_substeps": 2,
+    }
