@@ -24,6 +24,7 @@ from knowledge import Certificate, KnowledgeBase
 
 from .._assets import declared, fetch_assets
 from .._errors import (
+    EntryPointError,
     EvaluationRecordError,
     MissingAssetError,
     PolicySpecError,
@@ -220,8 +221,9 @@ def verify_certificate(
     """Re-run a certificate's evaluation here: identical outcomes on the same platform, within the
     binomial interval elsewhere; and the measurement of its probe's worst region, if it has one.
     The files its task's scene loads are fetched from `kb`'s blobs and blob sources (peers).
-    A tampered or non-reproducing certificate comes back valid=False; one whose files no source
-    has, verifiable=False ("cannot verify here: asset ... is missing")."""
+    A tampered or non-reproducing certificate comes back valid=False; one whose files or weights no
+    source has, or whose entry point is not installed here at its version, verifiable=False
+    ("cannot verify here: ...")."""
     record = certificate.evaluation
     if not isinstance(record, dict):
         return Verification(False, "the certificate carries no evaluation record to re-run")
@@ -243,7 +245,13 @@ def verify_certificate(
             assets = fetch_assets(kb, record["task"]["definition"])
         except TaskDefinitionError as exc:  # a malformed "assets" field
             raise EvaluationRecordError(f"record cannot be re-run: {exc}") from exc
-        policy = load_policy(kb, certificate.skill)
+        try:
+            policy = load_policy(kb, certificate.skill)
+        except (
+            knowledge.BlobError,
+            EntryPointError,
+        ) as exc:  # weights no source has; code not here
+            return Verification(False, f"cannot verify here: {exc}", verifiable=False)
         reproduction = reproduce(
             record, policy, assets=assets, workers=workers, threads=threads, progress=False
         )

@@ -264,6 +264,17 @@ def test_a_site_without_an_asset_cannot_verify_and_says_so(tmp_path, certified):
     lacking.close()
 
 
+def test_a_site_without_the_weights_cannot_verify_and_says_so(tmp_path, certified):
+    site, task, _skill, cert = certified
+    lacking = other_site(tmp_path, site, "no-weights")  # no blob source: nobody to fetch from
+    for digest in task.definition["assets"].values():  # the scene's files, not the weights
+        lacking.blobs.put(site.blobs.get(digest))
+    verdict = sim.verify_certificate(lacking, cert)
+    assert not verdict.valid and not verdict.verifiable and verdict.verdict == "cannot verify here"
+    assert _weights(site, cert)[:16] in verdict.detail, verdict.detail
+    lacking.close()
+
+
 def test_a_peer_sending_tampered_asset_bytes_is_refused(tmp_path, certified):
     site, _task, _skill, cert = certified
     verifier = other_site(tmp_path, site, "verifier")
