@@ -1,6 +1,7 @@
 """Forks are found, not hidden: heads carry hashes, checkpoints are checked against the history they
-claim, and a writer that lost its store learns its own feed back before it writes (issue 13, class
-3).
+claim (where it is held, and where a feed was taken from a checkpoint, once a peer sends the
+history), and a writer that lost its store learns its own feed back before it writes (issue 13,
+class 3).
 
 Each test plays the forking writer with the public API, then lets honest sites exchange heads and
 envelopes exactly as the federation does (`heads` then `envelopes_since` then `ingest`).

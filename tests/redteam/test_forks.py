@@ -4,7 +4,9 @@ A writer that two sites trust signs two different envelopes at one seq and gives
 Their heads used to compare seqs only, so they kept different views for ever. Now heads carry
 hashes: the sites find the fork on their first sync, keep both envelopes as evidence, stop taking
 the writer, and show the same knowledge. A robot re-flashed with its old key and an empty store
-learns its feed back from its site before it writes, instead of forking it.
+learns its feed back from its site before it writes, instead of forking it. A site that took a feed
+from a checkpoint whose state is not the writer's history finds out from a peer holding the history,
+and an honest checkpoint is checked once.
 """
 
 from __future__ import annotations
