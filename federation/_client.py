@@ -61,8 +61,10 @@ class SyncReport:
     we hold until our clock reaches them. `refused_by_peer` counts ours that the peer refused, and
     `refused_by_peer_reasons` counts them by reason (`clock_skew`, `gap`, ...: docs/PROTOCOL.md);
     `held_by_peer`, those it holds until its clock reaches them (they are applied then). A peer
-    refuses the envelopes after a refused one of the same feed with `gap`. `clock_offset_ms` is the
-    peer's clock minus ours, from its `Simnet-Time` header (None if it sent none)."""
+    refuses the envelopes after a refused one of the same feed with `gap`. `verified` counts the
+    envelopes pulled to check checkpoints we took feeds from (`unchecked_checkpoints`; they are
+    not stored, bar the last of each check). `clock_offset_ms` is the peer's clock minus ours,
+    from its `Simnet-Time` header (None if it sent none)."""
 
     peer: str
     pulled: int = 0
@@ -70,6 +72,7 @@ class SyncReport:
     duplicates: int = 0
     rejected: list[Rejection] = field(default_factory=list)
     held: int = 0
+    verified: int = 0
     refused_by_peer: int = 0
     refused_by_peer_reasons: dict[str, int] = field(default_factory=dict)
     held_by_peer: int = 0
@@ -157,6 +160,13 @@ def exchange(
             "hashes": {a: h.hash for a, h in heads.items() if a not in refused_here and h.seq},
             "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None],
         }
+        unchecked = {  # checkpoints we took feeds from: a peer holding their history sends it
+            a: {"seq": seq, "after": after}
+            for a, (seq, after) in kb.unchecked_checkpoints().items()
+            if a not in refused_here
+        }
+        if unchecked:
+            body["unchecked"] = unchecked
         response = yield from send(_json_call(f"{base_url}{API}/sync", body))
         envelopes = decode_page(response.content, max_count=page, max_envelope_bytes=limit)
         if not envelopes:
@@ -166,12 +176,15 @@ def exchange(
         report.duplicates += ingested.duplicates
         report.rejected += ingested.rejected
         report.held += len(ingested.held)
+        report.verified += ingested.verified
         skipped = {r.author for r in ingested.rejected if r.author} | {
             h.author for h in ingested.held
         }
         newly_refused = skipped - refused_here.keys()
-        if not ingested.accepted and (
-            not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS
+        if (
+            not ingested.accepted
+            and not ingested.verified
+            and (not newly_refused or len(refused_here) >= MAX_REFUSED_AUTHORS)
         ):
             # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
             break

@@ -48,6 +48,7 @@ from ._wire import (
     encode_page,
     parse_heads,
     parse_json,
+    parse_unchecked,
     with_hashes,
 )
 
@@ -102,7 +103,7 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
         application/json:
           example:
             {"heads": {"<author hex>": 12}, "hashes": {"<author hex>": "<hash of envelope 12>"},
-             "limit": 1000}
+             "unchecked": {"<author hex>": {"seq": 10, "after": 0}}, "limit": 1000}
     responses:
       "200":
         description: >-
@@ -129,13 +130,16 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
         heads[author] = Head(
             seqs.get(author, 0), hashed[author].hash if author in hashed else "", equivocated_at=1
         )
+    unchecked = parse_unchecked(request_json.get("unchecked"), max_authors=1 << 20)
     limit = request_json.get("limit", site.config.limits.max_page)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")
     limit = min(limit, site.config.limits.max_page)
     async with site.sync_turn():
         withheld = await run_in_threadpool(site.withheld_from, caller)
-        page = await run_in_threadpool(site.kb.envelopes_since, heads, limit, exclude=withheld)
+        page = await run_in_threadpool(
+            site.kb.envelopes_since, heads, limit, exclude=withheld, unchecked=unchecked
+        )
     site.metrics.envelopes_out.labels("answer").inc(len(page))
     return Response(encode_page(page), media_type=PAGE_TYPE)
 

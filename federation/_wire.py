@@ -124,3 +124,39 @@ def check_hex64(value: str, what: str) -> str:
     if not _HEX64.fullmatch(value):
         raise WireError(f"{what} {value[:80]!r} is not 64 lowercase hex digits")
     return value
+
+
+def parse_unchecked(value: Any, *, max_authors: int) -> dict[str, tuple[int, int]]:
+    """The checkpoints a caller holds unchecked, from JSON: {author hex: {"seq": n, "after": k}}
+    (the checkpoint's seq, and how many envelopes below it its check has replayed); optional, so
+    None is none. WireError naming the first bad entry."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise WireError(
+            "'unchecked' must be an object mapping author keys (64 hex digits) to "
+            '{"seq": n, "after": k}'
+        )
+    if len(value) > max_authors:
+        raise WireError(
+            f"'unchecked' names {len(value)} authors; at most {max_authors} accepted", 413
+        )
+    out = {}
+    for author, entry in value.items():
+        if not isinstance(author, str) or not _HEX64.fullmatch(author):
+            raise WireError(f"unchecked key {str(author)[:80]!r} is not 64 lowercase hex digits")
+        seq = _seq(entry.get("seq")) if isinstance(entry, Mapping) else None
+        after = _seq(entry.get("after", 0)) if isinstance(entry, Mapping) else None
+        if seq is None or after is None or after >= seq:
+            raise WireError(
+                f'unchecked[{author[:16]}…] must be {{"seq": n, "after": k}} with '
+                f"0 <= k < n < 2^63, not {str(entry)[:80]}"
+            )
+        out[author] = (seq, after)
+    return out
+
+
+def _seq(value: Any) -> int | None:
+    """`value` if it is a seq (an integer in [0, 2^63)), else None."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+    return value if ok else None

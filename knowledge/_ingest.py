@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 
+from ._checking import CheckpointCheck
 from ._clock import wall_ms
 from ._envelope import Envelope, Kind, decode
 from ._errors import EnvelopeError, StoreError
@@ -178,6 +179,9 @@ class Ingestion:
         if env.seq <= have:
             self._store_rows()  # the lookup below must see this batch's envelopes too
             stored = replica.hash_at(author, env.seq)
+            check = replica.checks.next_for(env, stored)
+            if check is not None:
+                return self._check_below(env, check, reject)
             if not env.is_checkpoint and stored == env.hash:
                 report.duplicates += 1  # the very bytes held here: no need to verify again
                 return None
@@ -192,7 +196,7 @@ class Ingestion:
                         1  # this very checkpoint was checked against the history here
                     )
                     return None
-                conflict = self._checkpoint_conflict(env, stored)
+                conflict = replica.checks.conflict_with_history(env, stored)
                 if conflict is None:
                     replica.consistent_checkpoints.add(env.hash)
                     report.duplicates += 1
@@ -374,6 +378,39 @@ class Ingestion:
         log.info("holding envelope %d of %s until %d", env.seq, env.author.hex()[:16], due)
         return None
 
+    def _check_below(
+        self, env: Envelope, check: CheckpointCheck, reject: Callable[[str, str], Rejection]
+    ) -> Rejection | None:
+        """Replay `env` into the check of the checkpoint held here (see `_checking`); at the
+        checkpoint's seq, store the envelope (the checkpoint is checked) or, if the state differs,
+        keep both as evidence of a fork and cut the feed before it."""
+        replica, author = self.replica, env.author
+        if not env.signature_valid():
+            return reject("bad_signature", "signature does not verify for this author")
+        try:
+            refused = check.take(env, _record_refusal)
+        except BaseException as exc:
+            reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
+            replica.checks.drop(author)
+            return reject("malformed_update", f"pycrdt refused the update: {exc}")
+        if refused is not None:
+            return reject(*refused)
+        self.report.verified += 1
+        if not check.complete:
+            return None
+        checkpoint, differs = replica.checks.finish(author)
+        if differs is None:
+            self.rows.append((author, env.seq, env.hash, env.raw))  # the mark: checked for good
+            self._store_rows()
+            return None
+        log.warning("checkpoint of %s at seq %d: %s", author.hex()[:16], env.seq, differs)
+        self._end_run()
+        self.report.equivocations.append((author.hex(), env.seq))
+        self._record_fork(author, env.seq, env.raw, checkpoint.raw)
+        if author != replica.own_key:  # our own feed is never cut: our writes stop instead
+            self._cut(author, env.seq - 1)
+        return None
+
     def _drop_feed(self, feed: Feed) -> None:
         self._end_run()
         self._cut(feed.author, 0)
@@ -385,46 +422,6 @@ class Ingestion:
         self.replica.replay(self.replica.feeds[author])
         self.touched.add(author)
         self.trust_dirty = True
-
-    def _checkpoint_conflict(self, env: Envelope, stored: bytes) -> str | None:
-        """Why a checkpoint at a seq held here is not the author's own history, or None if it is.
-
-        Its `prev` must name the envelope held at its seq, and its state must be exactly the state
-        the envelopes held here reach at that seq (Yjs encodes equal documents to equal bytes).
-        """
-        if stored != env.prev:
-            return f"checkpoint names another envelope {env.seq} than the one held here"
-        replica, author = self.replica, env.author
-        self._store_rows()
-        held, after = Feed(author), 0
-        checkpoint = replica.store.checkpoint(author)
-        if checkpoint is not None:
-            if checkpoint[0] > env.seq:
-                return None  # this site holds no history below its own checkpoint to compare with
-            held.replay(decode(checkpoint[1], max_bytes=replica.limits.max_checkpoint_bytes).update)
-            after = checkpoint[0]
-        for raw in replica.store.envelopes(author, after=after, limit=env.seq - after):
-            held.replay(decode(raw, max_bytes=replica.limits.max_envelope_bytes).update)
-        held.apply_queued()
-        claimed = Feed(author)
-        try:
-            parsed = parse_update(
-                env.update
-            )  # read as strictly as any envelope before pycrdt sees it
-            odd = claimed.foreign_structure(parsed)
-            if parsed.clients() - {claimed.client_id} or odd is not None:
-                return (
-                    "checkpoint's update is no state of this author's feed: "
-                    f"{odd or 'foreign client ids'}"
-                )
-            claimed.replay(env.update)
-            claimed.apply_queued()
-        except BaseException as exc:
-            reraise_interrupts(exc)
-            return f"checkpoint's update is unreadable: {exc}"
-        if claimed.state() != held.state():
-            return f"checkpoint's state differs from the envelopes 1..{env.seq} held here"
-        return None
 
     def _equivocation(
         self, env: Envelope, pins: list[tuple[int, bytes]], *, report: bool = True

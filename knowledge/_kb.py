@@ -220,7 +220,12 @@ class KnowledgeBase:
             return dict(sorted(heads.items()))
 
     def envelopes_since(
-        self, heads: Mapping[str, Head | int], limit: int = 1000, *, exclude: Container[bytes] = ()
+        self,
+        heads: Mapping[str, Head | int],
+        limit: int = 1000,
+        *,
+        exclude: Container[bytes] = (),
+        unchecked: Mapping[str, tuple[int, int]] = {},  # noqa: B006 - read, never written
     ) -> list[bytes]:
         """Envelopes a peer with `heads` lacks, at most `limit`, trust roots first, each feed in
         order.
@@ -232,6 +237,10 @@ class KnowledgeBase:
         Heads carry hashes: where the peer's head names a seq held here under another hash, the feed
         has forked, and the peer gets this site's envelope at that seq first, so it finds the fork
         too.
+
+        `unchecked` is the peer's `unchecked_checkpoints()`: for each, if this site holds the
+        author's envelopes from 1 to the checkpoint's seq, the page ends with the next of them the
+        peer's check needs, so it can check the checkpoint against them.
         """
         replica = self._replica
         with replica.lock:
@@ -276,7 +285,21 @@ class KnowledgeBase:
                     out.append(checkpoint[1])
                     their_seq = checkpoint[0]
                 out += replica.store.envelopes(author, after=their_seq, limit=limit - len(out))
-            return out[: max(limit, 0)]
+            for name, (seq, after) in unchecked.items():
+                author = bytes.fromhex(name)
+                if len(out) < limit and author in replica.feeds and author not in exclude:
+                    out += replica.checks.history(author, seq, after, limit - len(out))
+            return list(dict.fromkeys(out))[: max(limit, 0)]  # evidence may be history too
+
+    def unchecked_checkpoints(self) -> dict[str, tuple[int, int]]:
+        """Per author whose feed this site took from a checkpoint it has not checked against the
+        envelopes the checkpoint summarizes (it holds none below it): (the checkpoint's seq, how
+        many of those envelopes a check under way has replayed). A sync names these to peers
+        (`envelopes_since`'s `unchecked`); a peer holding the history sends it, and ingest replays
+        it and compares: a checkpoint whose state is not its history's is kept as evidence of a
+        fork, one that matches is checked for good."""
+        with self._replica.lock:
+            return {a.hex(): done for a, done in self._replica.checks.unchecked().items()}
 
     def learn_site_heads(self, heads: Mapping[str, Head | int]) -> None:
         """As a device (`device_of` in the policy): take these heads, from the device's own site, as

@@ -227,6 +227,8 @@ class IngestReport:
     equivocations: list[tuple[str, int]] = field(default_factory=list)
     held: list[Held] = field(default_factory=list)  # from the future: applied when due
     released: list[tuple[str, int]] = field(default_factory=list)  # held before, applied now
+    # envelopes below a checkpoint held here, replayed to check it (see `unchecked_checkpoints`)
+    verified: int = 0
 
     @property
     def ok(self) -> bool:

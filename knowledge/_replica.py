@@ -20,6 +20,7 @@ from typing import Any
 
 from . import _snapshot
 from ._activation import Activations, Standing
+from ._checking import Checks
 from ._clock import HybridClock
 from ._envelope import Envelope, Kind, decode, seal
 from ._errors import NotAuthorizedError, RecordError, StoreError
@@ -106,6 +107,8 @@ class Replica:
             self.banned.setdefault(author, seq)  # rows come ordered by seq
         # checkpoints checked against the history held here
         self.consistent_checkpoints: set[bytes] = set()
+        # checks of checkpoints held here, and of those this site took feeds from (see _checking)
+        self.checks = Checks(store, limits.max_envelope_bytes, limits.max_checkpoint_bytes)
         self.authority = Authority(self.policy, self.own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge
         # records by it.
@@ -578,6 +581,7 @@ class Replica:
     def restore_fork_memory(self, saved: ForkMemory) -> None:
         self.banned, own, self.consistent_checkpoints = saved
         self.own.restore(own)
+        self.checks.clear()  # a check finished in the rolled-back transaction is undone: redo it
 
     def evidence(self, author: bytes) -> list[bytes]:
         return [

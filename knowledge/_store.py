@@ -322,6 +322,15 @@ class Store:
         ).fetchone()
         return None if row is None else (row[0], bytes(row[1]))
 
+    def unchecked_checkpoints(self) -> list[tuple[bytes, int, bytes]]:
+        """(author, seq, prev) of every checkpoint whose own envelope (at its seq) is not held: no
+        history here shows that its state is its author's (see `_checking`)."""
+        rows = self._db.execute(
+            f"SELECT author, seq, substr(body, {PREV_OFFSET + 1}, 32) FROM checkpoints c "
+            "WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.author=c.author AND e.seq=c.seq)"
+        )
+        return [(bytes(a), s, bytes(p)) for a, s, p in rows]
+
     def checkpoint_head(self, author: bytes) -> tuple[int, bytes] | None:
         """(seq, prev) of an author's checkpoint: the head it summarizes, read from its header
         alone."""

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from federation import WireError, decode_page, encode_page
-from federation._wire import _MAGIC, check_hex64, parse_heads, parse_json
+from federation._wire import _MAGIC, check_hex64, parse_heads, parse_json, parse_unchecked
 
 U32 = struct.Struct(">I")
 AUTHOR = "ab" * 32
@@ -213,3 +213,39 @@ def test_check_hex64():
     for bad in ["AB" * 32, "ab" * 31, "g" * 64, "../" + "a" * 61]:
         with pytest.raises(WireError, match="blob hash .* is not 64 lowercase hex digits"):
             check_hex64(bad, "blob hash")
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_author = st.sampled_from(["ab" * 32, "0" * 64, "AB" * 32, "x"])
+
+
+@given(
+    st.one_of(
+        _json,
+        st.dictionaries(
+            _author,
+            st.one_of(_json, st.fixed_dictionaries({"seq": _json}, optional={"after": _json})),
+            max_size=3,
+        ),
+    )
+)
+def test_parse_unchecked_returns_valid_checks_or_raises_wire_error(value):
+    """Whatever a peer sends as 'unchecked': seqs 0 <= after < seq < 2^63 by 64-hex authors, or a
+    WireError (a 400), never anything else."""
+    try:
+        parsed = parse_unchecked(value, max_authors=10)
+    except WireError as exc:
+        assert exc.status == 400 and "unchecked" in str(exc)
+        return
+    for author, (seq, after) in parsed.items():
+        assert check_hex64(author, "author") == author
+        assert type(seq) is int and type(after) is int and 0 <= after < seq < 2**63

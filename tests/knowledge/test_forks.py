@@ -1,6 +1,7 @@
 """Forks are found, not hidden: heads carry hashes, checkpoints are checked against the history they
-claim, and a writer that lost its store learns its own feed back before it writes (issue 13, class
-3).
+claim (where it is held, and where a feed was taken from a checkpoint, once a peer sends the
+history), and a writer that lost its store learns its own feed back before it writes (issue 13,
+class 3).
 
 Each test plays the forking writer with the public API, then lets honest sites exchange heads and
 envelopes exactly as the federation does (`heads` then `envelopes_since` then `ingest`).
@@ -26,8 +27,8 @@ def sync(a, b):
     """Both directions, a few rounds, as gossip does: each side sends what the other's heads
     lack."""
     for _ in range(3):
-        b.ingest(a.envelopes_since(b.heads(), limit=10_000))
-        a.ingest(b.envelopes_since(a.heads(), limit=10_000))
+        b.ingest(a.envelopes_since(b.heads(), limit=10_000, unchecked=b.unchecked_checkpoints()))
+        a.ingest(b.envelopes_since(a.heads(), limit=10_000, unchecked=a.unchecked_checkpoints()))
         for device, site in (
             (a, b),
             (b, a),
@@ -341,3 +342,108 @@ def test_a_key_that_forks_at_two_seqs_leaves_every_site_at_the_earlier_fork():
             and site.heads()[key.public_key_hex].equivocated_at == 3
         )
     assert a.snapshot() == c.snapshot()
+
+
+def forged_checkpoint(tmp_path, key, writer):
+    """`key`'s checkpoint naming the writer's real head but holding another state: a mug that is
+    not one."""
+    forger = open_site(key, path=tmp_path / "forger.db")
+    forger.ingest(writer.envelopes_since({}))
+    forger.learn_peer_heads(writer.heads())
+    forger.maps["m"].observe((1, 1), "not a mug", confidence=0.5)
+    feed = forger._replica.feeds[key.public_key]
+    head = writer.heads()[key.public_key_hex]
+    return seal(key, Kind.CHECKPOINT, head.seq, bytes.fromhex(head.hash), feed.hlc, feed.state())
+
+
+def history(key):
+    writer = open_site(key)
+    writer.skills.publish("real", "pick")
+    writer.maps["m"].observe((1, 1), "mug", confidence=0.5)
+    writer.skills.publish("more", "place")
+    return writer
+
+
+def pull_until_done(site, peer, limit=10_000):
+    """`site` pulls from `peer` as the federation client does, page by page; the reports."""
+    reports = []
+    while page := peer.envelopes_since(
+        site.heads(), limit=limit, unchecked=site.unchecked_checkpoints()
+    ):
+        reports.append(site.ingest(page))
+        if not reports[-1].accepted and not reports[-1].verified:
+            break
+    return reports
+
+
+def test_a_site_bootstrapped_from_a_forged_checkpoint_finds_the_fork_from_a_holder_of_the_history(
+    tmp_path,
+):
+    key = Identity.generate()
+    writer = history(key)
+    holder = open_site(trust=[key.public_key])
+    holder.ingest(writer.envelopes_since({}))
+    forged = forged_checkpoint(tmp_path, key, writer)
+    site = open_site(trust=[key.public_key])
+    assert site.ingest([forged.raw]).accepted == [(key.public_key_hex, 3)]
+    assert site.maps["m"].get((1, 1)).value == "not a mug"  # nothing here can tell, yet
+    assert site.unchecked_checkpoints() == {key.public_key_hex: (3, 0)}
+    assert site.heads()[key.public_key_hex] == holder.heads()[key.public_key_hex]  # same head
+
+    reports = pull_until_done(site, holder)
+    assert reports[0].verified == 3 and reports[0].equivocations == [(key.public_key_hex, 3)]
+    assert site.equivocations() == [(key.public_key_hex, 3)]
+    assert site.maps["m"].get((1, 1)).value == "mug"  # the writer's history up to the fork
+    assert site.unchecked_checkpoints() == {}
+    sync(site, holder)  # the holder learns of the fork from the evidence the site sends it
+    for one in (site, holder):
+        assert one.equivocations() == [(key.public_key_hex, 3)]
+        assert one.heads()[key.public_key_hex].seq == 2
+        assert [s.name for s in one.skills.list()] == ["real"]
+    assert site.snapshot() == holder.snapshot()
+    also = open_site(trust=[key.public_key])  # took the same forgery, and syncs only with `site`
+    also.ingest([forged.raw])
+    sync(also, site)
+    assert also.equivocations() == [(key.public_key_hex, 3)]
+    assert also.snapshot() == site.snapshot()
+
+
+def test_an_honest_checkpoint_is_checked_once_page_by_page_and_never_asked_about_again(tmp_path):
+    key = Identity.generate()
+    writer = history(key)
+    holder = open_site(trust=[key.public_key])
+    holder.ingest(writer.envelopes_since({}))
+    identity = Identity.generate()
+    site = open_site(identity, trust=[key.public_key], path=tmp_path / "site.db")
+    site.ingest([writer.checkpoint().raw])
+    before = site.snapshot()
+
+    reports = pull_until_done(site, holder, limit=2)
+    assert [r.verified for r in reports] == [2, 1] and all(r.ok for r in reports)
+    assert site.unchecked_checkpoints() == {}
+    assert site.snapshot() == before and site.heads() == holder.heads()
+    assert holder.envelopes_since(site.heads(), unchecked=site.unchecked_checkpoints()) == []
+    site.close()
+    again = open_site(identity, trust=[key.public_key], path=tmp_path / "site.db")
+    assert again.unchecked_checkpoints() == {}  # kept in the store: the check is not redone
+    assert again.snapshot() == before
+
+
+def test_a_check_in_progress_takes_only_the_next_signed_chained_envelope(tmp_path):
+    key = Identity.generate()
+    writer = history(key)
+    envelopes = writer.envelopes_since({})  # 1, 2, 3
+    site = open_site(trust=[key.public_key])
+    site.ingest([writer.checkpoint().raw])
+    assert site.ingest(envelopes[:1]).verified == 1
+    before = site.snapshot()
+    one, two = (decode(raw, max_bytes=1 << 20) for raw in envelopes[:2])
+    bad_signature = two.raw[:-1] + bytes([two.raw[-1] ^ 1])
+    unchained = seal(key, Kind.UPDATE, 2, b"\x07" * 32, two.hlc, two.update)  # not after 1
+    report = site.ingest([bad_signature, unchained.raw, b"\x01\x01garbage", envelopes[0]])
+    assert report.reasons() == ["bad_signature", "broken_chain", "truncated"]
+    assert report.verified == 0 and report.duplicates == 1  # envelope 1 again: nothing new
+    assert site.unchecked_checkpoints() == {key.public_key_hex: (3, 1)}
+    assert site.snapshot() == before and site.equivocations() == []
+    assert site.ingest(envelopes[1:]).verified == 2
+    assert site.unchecked_checkpoints() == {} and site.equivocations() == []

@@ -4,7 +4,9 @@ A writer that two sites trust signs two different envelopes at one seq and gives
 Their heads used to compare seqs only, so they kept different views for ever. Now heads carry
 hashes: the sites find the fork on their first sync, keep both envelopes as evidence, stop taking
 the writer, and show the same knowledge. A robot re-flashed with its old key and an empty store
-learns its feed back from its site before it writes, instead of forking it.
+learns its feed back from its site before it writes, instead of forking it. A site that took a feed
+from a checkpoint whose state is not the writer's history finds out from a peer holding the history,
+and an honest checkpoint is checked once.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import pytest
 
 import federation
 import knowledge
-from knowledge import Identity, NotAuthorizedError, Role, TrustPolicy
+from federation._wire import PAGE_TYPE, encode_page
+from knowledge import Identity, Kind, NotAuthorizedError, Role, TrustPolicy
+from knowledge._envelope import seal
 
-from .conftest import SIMNET
+from .conftest import SIMNET, assert_refused
 
 
 def simnet(site, *args: str) -> str:
@@ -155,3 +159,113 @@ def test_a_site_root_reinstalled_with_its_old_key_and_an_empty_store_learns_its_
         heads = site.heads()
         assert heads["heads"][a.key.public_key_hex] == 4 and heads["equivocators"] == []
         site.assert_no_traceback()
+
+
+def forged_and_real(tmp_path, writer_key):
+    """The writer's history in one store, and its checkpoint over another state naming the real
+    head: a map cell the history never wrote."""
+    real = knowledge.open(tmp_path / "real.db", writer_key)
+    real.skills.publish("real", "pick")
+    real.maps["m"].observe((1, 1), "mug", confidence=0.5)
+    twin = knowledge.open(tmp_path / "twin.db", writer_key)
+    twin.ingest(real.envelopes_since({}))
+    twin.learn_peer_heads(real.heads())  # a forger's store takes its twin's word
+    twin.maps["m"].observe((1, 1), "not a mug", confidence=0.5)
+    feed = twin._replica.feeds[writer_key.public_key]
+    head = real.heads()[writer_key.public_key_hex]
+    forged = seal(
+        writer_key, Kind.CHECKPOINT, head.seq, bytes.fromhex(head.hash), feed.hlc, feed.state()
+    )
+    twin.close()
+    return real, forged
+
+
+def push(site, identity, envelopes) -> dict:
+    with site.client(identity) as client:
+        answer = client.post(
+            "/v1/envelopes", content=encode_page(envelopes), headers={"content-type": PAGE_TYPE}
+        )
+    return answer.raise_for_status().json()
+
+
+def test_a_site_bootstrapped_from_a_forged_checkpoint_finds_the_fork_and_every_site_learns_it(
+    live, tmp_path
+):
+    """s and t take the writer's feed from its forged checkpoint; p holds the real history; t
+    syncs only with s."""
+    writer = Identity.generate()
+    s, p, t = live("s"), live("p"), live("t")
+    for site in (s, p, t):
+        trust(site, writer.public_key)
+        for other in (s, p, t):
+            if other is not site:
+                trust(site, other.key.public_key)
+        site.start()
+    simnet(s, "peer", "add", "p", p.url, "--key", p.key.public_key_hex)
+    simnet(t, "peer", "add", "s", s.url, "--key", s.key.public_key_hex)
+    real, forged = forged_and_real(tmp_path, writer)
+    federation.sync_with(real, p.url, p.key.public_key)  # the honest holder gets the history
+    for site in (s, t):
+        assert push(site, writer, [forged.raw])["accepted"] == 1  # bootstrapped from the forgery
+    hashes = {site: site.heads()["hashes"][writer.public_key_hex] for site in (s, p, t)}
+    assert len(set(hashes.values())) == 1  # the same head everywhere: nothing in heads tells
+
+    simnet(s, "sync", "p")  # s names its unchecked checkpoint; p sends the history; s pushes back
+    simnet(t, "sync", "s")  # s sends t the history before the fork and the envelope at it
+    for site in (s, p, t):
+        heads = site.heads()
+        assert heads["equivocators"] == [writer.public_key_hex]
+        assert heads["heads"][writer.public_key_hex] == 1, (site.home.name, heads)
+        site.assert_no_traceback()
+    for site in (s, t):
+        site.stop()
+        with knowledge.open(site.home / "site.db") as view:  # read-only: what the site shows
+            assert view.maps["m"].get((1, 1)) is None  # neither the forged cell nor the real one
+            assert [x.name for x in view.skills.list()] == ["real"]
+            assert view.unchecked_checkpoints() == {}
+    real.close()
+
+
+def test_an_honest_checkpoint_is_checked_over_the_wire_once_and_not_asked_about_again(
+    live, tmp_path
+):
+    writer, newcomer = Identity.generate(), Identity.generate()
+    p = live("p")
+    trust(p, writer.public_key)
+    trust(p, newcomer.public_key)  # a site that may read from p
+    p.start()
+    real = knowledge.open(tmp_path / "real.db", writer)
+    for i in range(5):
+        real.skills.publish(f"skill-{i}", "pick")
+    federation.sync_with(real, p.url, p.key.public_key)
+    policy = TrustPolicy().with_root(writer.public_key).with_root(p.key.public_key)
+    with knowledge.open(tmp_path / "new.db", newcomer, policy=policy) as site:
+        site.ingest([real.checkpoint().raw])
+        assert site.unchecked_checkpoints() == {writer.public_key_hex: (5, 0)}
+        first = federation.sync_with(site, p.url, p.key.public_key, page=2)
+        assert first.verified == 5 and first.pulled == 0 and not first.rejected
+        assert site.unchecked_checkpoints() == {}
+        assert len(site.skills.list()) == 5 and site.equivocations() == []
+        again = federation.sync_with(site, p.url, p.key.public_key)
+        assert again.verified == again.pulled == 0
+        assert again.bytes_received < first.bytes_received / 4  # nothing below the checkpoint
+    assert p.heads()["equivocators"] == []
+    p.assert_no_traceback()
+    real.close()
+
+
+def test_a_sync_naming_unchecked_checkpoints_badly_is_refused_with_400(live):
+    p = live("p").start()
+    with p.client() as client:
+        for unchecked, phrase in (
+            ([1, 2], "'unchecked' must be an object"),
+            ({"zz": {"seq": 2}}, "is not 64 lowercase hex digits"),
+            ({"ab" * 32: {"seq": 2, "after": 2}}, "0 <= k < n"),
+            ({"ab" * 32: {"seq": True}}, "0 <= k < n"),
+            ({"ab" * 32: 5}, "0 <= k < n"),
+        ):
+            answer = client.post("/v1/sync", json={"heads": {}, "unchecked": unchecked})
+            assert_refused(answer, 400, "bad_request", phrase)
+        answer = client.post("/v1/sync", json={"heads": {}, "unchecked": {"ab" * 32: {"seq": 9}}})
+        assert answer.status_code == 200  # a checkpoint nobody here holds the history of
+    p.assert_no_traceback()
