@@ -27,11 +27,13 @@ from typing import Any
 import mujoco
 
 from .._errors import EmbodimentError
-from ._descriptors import FORMAT, Embodiment
+from ._descriptors import FORMAT, Embodiment, describe
+from ._mjcf import prepare_mjcf
 from ._urdf import resolve_mesh, search_path, uses_xacro
 
-VERSION = f"simnet.descriptor-cache/1 format {FORMAT} mujoco {mujoco.__version__}"
-"""Part of every key: a new descriptor layout or MuJoCo version may describe a file differently."""
+VERSION = f"simnet.descriptor-cache/2 format {FORMAT} mujoco {mujoco.__version__}"
+"""Part of every key: a new descriptor layout, reader or MuJoCo version may describe a file
+differently (2: MJCF extents leave visual geoms out)."""
 _ASSET_DIRS = ("meshdir", "texturedir", "assetdir")
 
 
@@ -42,9 +44,10 @@ def _xml(path: Path) -> ET.Element | None:
         return None
 
 
-def mjcf_files(path: Path) -> list[Path] | None:
-    """The files an MJCF model reads: itself, its includes and every asset a `file` attribute
-    names (each place MuJoCo may look for it), or None when the model cannot be parsed."""
+def mjcf_files(path: Path, visual: set[str] = frozenset()) -> list[Path] | None:  # type: ignore[assignment]
+    """The files an MJCF description reads: the model, its includes and every asset a `file`
+    attribute names (each place MuJoCo may look for it) but the `visual` ones, or None when the
+    model cannot be parsed."""
     base = path.parent
     files, queue, seen = [], [path], set()
     named: list[str] = []
@@ -64,7 +67,7 @@ def mjcf_files(path: Path) -> list[Path] | None:
             if element.get("file"):
                 if element.tag == "include":
                     queue.append(base / element.get("file", ""))
-                else:
+                elif element.get("file") not in visual:
                     named.append(element.get("file", ""))
     for name in named:
         files += [base / d / name for d in dirs if (base / d / name).is_file()]
@@ -118,12 +121,14 @@ class DescriptorCache:
         """`Embodiment.from_urdf(path, **options)` or `from_mjcf(path)`, from the cache when the
         files are unchanged."""
         path = Path(path)
-        reader: Callable[[], Embodiment] = (
-            (lambda: Embodiment.from_urdf(path, **options))
-            if urdf
-            else (lambda: Embodiment.from_mjcf(path))
-        )
-        files = urdf_files(path, options.get("package_path")) if urdf else mjcf_files(path)
+        reader: Callable[[], Embodiment]
+        if urdf:
+            reader = lambda: Embodiment.from_urdf(path, **options)  # noqa: E731
+            files = urdf_files(path, options.get("package_path"))
+        else:  # parsed first (milliseconds) to leave the visual meshes out of the key
+            model = prepare_mjcf(path)
+            reader = lambda: describe(model.parts())  # noqa: E731
+            files = mjcf_files(path, model.visual_files())
         key = None
         if files is not None:
             os_path = os.environ.get("ROS_PACKAGE_PATH", "") if urdf else ""
