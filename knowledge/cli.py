@@ -13,6 +13,7 @@ import errno
 import importlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,62 @@ def skill_by_prefix(kb: knowledge.KnowledgeBase, prefix: str, shown: int = 5) ->
         )
     known = f"skills here: {listed}{more}" if skills else "this site holds no skills"
     raise click.ClickException(f"0 skills match {prefix!r}; {known}")
+
+
+def urdf_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add `Embodiment.from_urdf`'s options to a command that reads URDF files, as its parameters
+    `floating_base`, `package_paths` and `balance_inertia` (`urdf_reader_options` bundles them)."""
+    options = [
+        click.option(
+            "--floating-base/--fixed-base",
+            "floating_base",
+            default=None,
+            help="Whether the URDF robot's base floats. Default: it floats when it has legs or "
+            "wheels (docs/EMBODIMENT.md).",
+        ),
+        click.option(
+            "--package-path",
+            "package_paths",
+            multiple=True,
+            type=click.Path(exists=True, file_okay=False),
+            help="A folder where package:// URIs are looked up, before $ROS_PACKAGE_PATH and the "
+            "file's own folders (repeatable).",
+        ),
+        click.option(
+            "--balance-inertia",
+            is_flag=True,
+            help="Repair URDF inertias MuJoCo refuses (no rigid body has them).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def urdf_reader_options(
+    urdf_given: bool,
+    floating_base: bool | None,
+    package_paths: tuple[str, ...],
+    balance_inertia: bool,
+) -> dict[str, Any]:
+    """The keyword arguments of `from_urdf` from `urdf_options`' flags; a usage error names the
+    flags when no URDF file is given for them to apply to."""
+    given = [
+        flag
+        for flag, used in (
+            ("--floating-base/--fixed-base", floating_base is not None),
+            ("--package-path", bool(package_paths)),
+            ("--balance-inertia", balance_inertia),
+        )
+        if used
+    ]
+    if given and not urdf_given:
+        raise click.UsageError(f"{', '.join(given)} apply to a URDF file: give one with --urdf")
+    return {
+        "floating_base": floating_base,
+        "package_path": list(package_paths) or None,
+        "balance_inertia": balance_inertia,
+    }
 
 
 class LazyGroup(click.Group):
@@ -330,6 +387,7 @@ def skills_show(home: SiteHome, skill_id: str, as_json: bool) -> None:
     help="'features', 'learned' (the shipped weights) or a weights file from `simnet encoder "
     "train`.",
 )
+@urdf_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def skills_query(
@@ -341,16 +399,23 @@ def skills_query(
     include_inactive: bool,
     min_branches: int,
     encoder_spec: str,
+    floating_base: bool | None,
+    package_paths: tuple[str, ...],
+    balance_inertia: bool,
     as_json: bool,
 ) -> None:
-    """Skills that should work on this body, nearest first."""
+    """Skills that should work on this body, nearest first.
+
+    The model file is read through the site's descriptor cache: asking again with unchanged
+    files does not wait for MuJoCo."""
     if (mjcf is None) == (urdf is None):
         raise click.UsageError("give exactly one of --mjcf or --urdf")
-    body = knowledge.Embodiment.from_mjcf(mjcf) if mjcf else knowledge.Embodiment.from_urdf(urdf)  # type: ignore[arg-type]
+    options = urdf_reader_options(urdf is not None, floating_base, package_paths, balance_inertia)
     from .embodiment._cli import load_encoder  # the embodiment side loads only for a query
 
     encoder = load_encoder(encoder_spec)
     with home.open_readonly() as kb:
+        body = kb.skills.describe(mjcf or urdf or "", urdf=urdf is not None, **options)
         results = kb.skills.query(
             body,
             task=task,

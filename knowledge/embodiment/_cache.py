@@ -1,11 +1,12 @@
 """Descriptors cached by content, so that a robot asking again does not wait for MuJoCo again.
 
-Describing a model file compiles it, and an MJCF robot with large visual meshes takes seconds
-(MJCF's visual geoms bound each body's extent, so they are compiled). The key is a SHA-256 over the
-content of every file the description reads (the model, its includes, the meshes and other assets
-it names), the reader's options and the versions of the descriptor and of MuJoCo: the same content
-is a hit wherever the files lie, and any edit is a miss. Files whose reads cannot be listed (xacro,
-MJCF text) are not cached.
+Describing a model file compiles it: tens to hundreds of milliseconds for a mesh robot, even with
+its visual geoms left out (`_trim`). The key is a SHA-256 over the content of every file the
+description reads (the model, its includes, the meshes its physical geoms use and other assets it
+names, but not textures or meshes only visual geoms use), the reader's options and the versions of
+the descriptor reader and of MuJoCo: the same content is a hit wherever the files lie, and any edit
+that can change the description is a miss. Files whose reads cannot be listed (xacro, MJCF text)
+are not cached.
 
 Entries are `to_dict()` JSON, one file per key in a directory (`<store>.embodiments` beside a
 knowledge base), read back through `from_dict`, which checks them; a damaged entry is a miss.
@@ -28,7 +29,7 @@ import mujoco
 
 from .._errors import EmbodimentError
 from ._descriptors import FORMAT, Embodiment, describe
-from ._mjcf import prepare_mjcf
+from ._mjcf import MjcfModel, prepare_mjcf
 from ._urdf import resolve_mesh, search_path, uses_xacro
 
 VERSION = f"simnet.descriptor-cache/2 format {FORMAT} mujoco {mujoco.__version__}"
@@ -44,10 +45,10 @@ def _xml(path: Path) -> ET.Element | None:
         return None
 
 
-def mjcf_files(path: Path, visual: set[str] = frozenset()) -> list[Path] | None:  # type: ignore[assignment]
+def mjcf_files(path: Path, visual: Callable[[], set[str]] = set) -> list[Path] | None:
     """The files an MJCF description reads: the model, its includes and every asset a `file`
-    attribute names (each place MuJoCo may look for it) but the `visual` ones, or None when the
-    model cannot be parsed."""
+    attribute names (each place MuJoCo may look for it) but those `visual()` gives (asked only
+    when assets are named), or None when the model cannot be parsed."""
     base = path.parent
     files, queue, seen = [], [path], set()
     named: list[str] = []
@@ -67,9 +68,10 @@ def mjcf_files(path: Path, visual: set[str] = frozenset()) -> list[Path] | None:
             if element.get("file"):
                 if element.tag == "include":
                     queue.append(base / element.get("file", ""))
-                elif element.get("file") not in visual:
+                else:
                     named.append(element.get("file", ""))
-    for name in named:
+    skip = visual() if named else set()
+    for name in (name for name in named if name not in skip):
         files += [base / d / name for d in dirs if (base / d / name).is_file()]
     return files
 
@@ -125,10 +127,16 @@ class DescriptorCache:
         if urdf:
             reader = lambda: Embodiment.from_urdf(path, **options)  # noqa: E731
             files = urdf_files(path, options.get("package_path"))
-        else:  # parsed first (milliseconds) to leave the visual meshes out of the key
-            model = prepare_mjcf(path)
-            reader = lambda: describe(model.parts())  # noqa: E731
-            files = mjcf_files(path, model.visual_files())
+        else:
+            parsed: list[MjcfModel] = []
+
+            def visual() -> set[str]:
+                """Parse the model (milliseconds) to leave the visual meshes out of the key."""
+                parsed.append(prepare_mjcf(path))
+                return parsed[0].visual_files()
+
+            files = mjcf_files(path, visual)
+            reader = lambda: describe((parsed or [prepare_mjcf(path)])[0].parts())  # noqa: E731
         key = None
         if files is not None:
             os_path = os.environ.get("ROS_PACKAGE_PATH", "") if urdf else ""

@@ -112,23 +112,23 @@ def trim(spec: Any, plan: Plan) -> None:
         if geom.meshname:
             geom.type, geom.meshname, geom.size = mujoco.mjtGeom.mjGEOM_SPHERE, "", [1e-3, 0, 0]
     folder = Path(spec.modelfiledir) / (spec.compiler.meshdir or spec.meshdir)
+    strip = spec.strippath  # MuJoCo then reads meshdir/<file name>
     for mesh in spec.meshes:
         if mesh.plugin.active:
             continue
         if mesh.name not in plan.physical and all(mesh.scale):
             _inline(mesh, [0.0] * 3 + np.diag(1 / np.abs(mesh.scale)).ravel().tolist())
         elif mesh.name in plan.bounded:
-            _bound(mesh, folder, plan)
+            _bound(mesh, folder / Path(mesh.file).name if strip else folder / mesh.file, plan)
     for texture in spec.textures:
         texture.file, texture.content_type, texture.cubefiles = "", "", [""] * 6
         texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
         texture.width = texture.height = 1
 
 
-def _bound(mesh: Any, folder: Path, plan: Plan) -> None:
+def _bound(mesh: Any, path: Path, plan: Plan) -> None:
     """Replace a mesh by the vertices that keep its bounds; left whole when its file is not one
     numpy reads here or those vertices span no volume."""
-    path = Path(mesh.file) if Path(mesh.file).is_absolute() else folder / mesh.file
     moved = any(mesh.refpos) or list(mesh.refquat) != [1.0, 0.0, 0.0, 0.0]
     if len(mesh.uservert) or moved or path.suffix.lower() not in MESH_FORMATS:
         return
@@ -137,6 +137,8 @@ def _bound(mesh: Any, folder: Path, plan: Plan) -> None:
     except EmbodimentError:
         return  # MuJoCo reads it, or says what is wrong with it
     scaled = points * np.asarray(mesh.scale)
+    if not np.isfinite(scaled).all():
+        return
     sphere, keep = extremes(scaled)
     corner = scaled[keep]
     if np.linalg.matrix_rank(corner[1:] - corner[0], tol=1e-6 * sphere[1]) < 3:

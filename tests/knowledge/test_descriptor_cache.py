@@ -105,3 +105,27 @@ def test_queries_by_file_cache_bodies_beside_the_store(tmp_path):
             (found,) = kb.skills.query(ROBOTS / "quadruped12.urdf", k=1, active_only=False)
             assert found.skill.name == "walk"
     assert len(list(Path(f"{store}.embodiments").glob("*.json"))) == 1
+
+
+def test_files_only_visual_geoms_read_are_not_part_of_the_key(tmp_path, robots):
+    """Visual meshes and textures are never read (`_trim`): editing one is still a hit, so a
+    query does not hash them either; editing a collision mesh is a miss."""
+    package = robots / "meshbot_description"
+    shutil.copy(package / "meshes" / "link.stl", package / "meshes" / "shell.stl")
+    (package / "meshes" / "paint.png").write_bytes(b"never decoded")
+    model = package / "mjcf" / "meshbot.xml"
+    text = model.read_text().replace('file="link.stl" scale="1.5 2 2"', 'file="shell.stl"')
+    text = text.replace('builtin="checker" width="64" height="64"', 'file="../meshes/paint.png"')
+    model.write_text(text)
+    cache_dir = tmp_path / "cache"
+    first = DescriptorCache(cache_dir)
+    body = first.read(model, urdf=False)
+    assert first.misses == 1 and body == Embodiment.from_mjcf(
+        ROBOTS / "meshbot_description" / "mjcf" / "meshbot.xml"
+    )
+    (package / "meshes" / "shell.stl").write_bytes(b"\0" * 84)
+    (package / "meshes" / "paint.png").write_bytes(b"edited, still never decoded")
+    assert read_twice(cache_dir, model).hits == 1
+    tip = package / "meshes" / "tip.obj"
+    tip.write_text(tip.read_text().replace("v 0 0 0.08", "v 0 0 0.09"))
+    assert read_twice(cache_dir, model).misses == 1
