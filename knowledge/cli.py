@@ -13,7 +13,6 @@ import errno
 import importlib
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import click
 
 import knowledge
 
+from ._cli_urdf import urdf_options, urdf_reader_options
 from ._errors import SimnetError
 from ._home import SiteHome
 
@@ -162,62 +162,6 @@ def skill_by_prefix(kb: knowledge.KnowledgeBase, prefix: str, shown: int = 5) ->
         )
     known = f"skills here: {listed}{more}" if skills else "this site holds no skills"
     raise click.ClickException(f"0 skills match {prefix!r}; {known}")
-
-
-def urdf_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add `Embodiment.from_urdf`'s options to a command that reads URDF files, as its parameters
-    `floating_base`, `package_paths` and `balance_inertia` (`urdf_reader_options` bundles them)."""
-    options = [
-        click.option(
-            "--floating-base/--fixed-base",
-            "floating_base",
-            default=None,
-            help="Whether the URDF robot's base floats. Default: it floats when it has legs or "
-            "wheels (docs/EMBODIMENT.md).",
-        ),
-        click.option(
-            "--package-path",
-            "package_paths",
-            multiple=True,
-            type=click.Path(exists=True, file_okay=False),
-            help="A folder where package:// URIs are looked up, before $ROS_PACKAGE_PATH and the "
-            "file's own folders (repeatable).",
-        ),
-        click.option(
-            "--balance-inertia",
-            is_flag=True,
-            help="Repair URDF inertias MuJoCo refuses (no rigid body has them).",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def urdf_reader_options(
-    urdf_given: bool,
-    floating_base: bool | None,
-    package_paths: tuple[str, ...],
-    balance_inertia: bool,
-) -> dict[str, Any]:
-    """The keyword arguments of `from_urdf` from `urdf_options`' flags; a usage error names the
-    flags when no URDF file is given for them to apply to."""
-    given = [
-        flag
-        for flag, used in (
-            ("--floating-base/--fixed-base", floating_base is not None),
-            ("--package-path", bool(package_paths)),
-            ("--balance-inertia", balance_inertia),
-        )
-        if used
-    ]
-    if given and not urdf_given:
-        raise click.UsageError(f"{', '.join(given)} apply to a URDF file: give one with --urdf")
-    return {
-        "floating_base": floating_base,
-        "package_path": list(package_paths) or None,
-        "balance_inertia": balance_inertia,
-    }
 
 
 class LazyGroup(click.Group):

@@ -9,8 +9,7 @@ compiling them. By MuJoCo's rules a geom
 - *weighs* (sets its body's inertia) when `inertiafromgeom="true"`, or "auto" (the default) in a
   body without an `<inertial>`, and its group is inside `inertiagrouprange`, and its mass (when
   given) or else its density is above zero;
-- is *visual* when it does neither and nothing else names it (a sensor, a tendon wrapping around
-  it) or gives it fluid forces.
+- is *visual* when it does neither, nor feels fluid forces (`fluidshape`).
 
 Before compiling, the spec is edited, never pruned (deleting from a spec took milliseconds per
 element), so no reference can break:
@@ -19,7 +18,7 @@ element), so no reference can break:
 - a mesh only visual geoms use becomes a tetrahedron of four inline vertices (unit-sized once
   scaled: MuJoCo refuses meshes of almost no volume);
 - a mesh only geoms that collide but do not weigh use (the body's inertia is given) matters only
-  through its bounds (`bounds`), so it becomes the few vertices that keep them: the extreme
+  through its bounding sphere (`_meshes`), so it becomes the few vertices that keep it: the extreme
   vertex along each axis and the one farthest from the box's centre (STL and OBJ read with numpy);
 - textures become flat 1x1 builtins (decoding PNG files was most of some models' time).
 
@@ -39,10 +38,8 @@ import numpy as np
 from .._errors import EmbodimentError
 from ._meshes import MESH_FORMATS, Bounds, extremes, vertices
 
-_GEOM = mujoco.mjtObj.mjOBJ_GEOM
 _NEVER = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_FALSE
 _UNLESS_GIVEN = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_AUTO
-_WRAPS_GEOM = (mujoco.mjtWrap.mjWRAP_SPHERE, mujoco.mjtWrap.mjWRAP_CYLINDER)
 
 
 @dataclass
@@ -62,29 +59,11 @@ class Plan:
         return self.whole | self.bounded
 
 
-def _named_elsewhere(spec: Any) -> set[str]:
-    """Names of geoms that contact pairs, sensors or tendons refer to."""
-    names = {name for pair in spec.pairs for name in (pair.geomname1, pair.geomname2)}
-    for sensor in spec.sensors:
-        names |= {
-            name
-            for kind, name in ((sensor.objtype, sensor.objname), (sensor.reftype, sensor.refname))
-            if kind == _GEOM
-        }
-    for tendon in spec.tendons:
-        for wrap in tendon.path:
-            if wrap.type in _WRAPS_GEOM and wrap.target is not None:
-                names.add(wrap.target.name)
-    names.discard("")
-    return names
-
-
 def split(spec: Any) -> Plan:
     """Sort a parsed (not yet compiled) spec's geoms and meshes by what the physics needs."""
     compiler = spec.compiler
     low, high = compiler.inertiagrouprange
     rule = mujoco.mjtInertiaFromGeom(compiler.inertiafromgeom)
-    named = _named_elsewhere(spec)
 
     def weighs(geom: Any) -> bool:
         if rule == _NEVER or not low <= geom.group <= high:
@@ -93,11 +72,12 @@ def split(spec: Any) -> Plan:
             return False
         return geom.mass > 0 if not math.isnan(geom.mass) else geom.density > 0
 
+    paired = {name for pair in spec.pairs for name in (pair.geomname1, pair.geomname2)}
     plan = Plan([], set(), set())
     for geom in spec.geoms:
-        collides = geom.contype != 0 or geom.conaffinity != 0 or geom.name in named
         heavy = weighs(geom)
-        if not collides and not heavy and not geom.fluid_ellipsoid:
+        collides = geom.contype or geom.conaffinity or geom.name in paired
+        if not (heavy or collides or geom.fluid_ellipsoid):
             plan.visual.append(geom)
         elif geom.meshname:
             whole = heavy or geom.type != mujoco.mjtGeom.mjGEOM_MESH
