@@ -142,7 +142,8 @@ class Retrieval:
             options["balance_inertia"] = True
         if options and not urdf:
             raise EmbodimentError(
-                f"{path}: {', '.join(sorted(options))} apply to URDF files, and it is read as MJCF"
+                f"{path}: it is read as MJCF, and {', '.join(sorted(options))}: options of the "
+                "URDF reader, do not apply"
             )
         return self.descriptors.read(path, urdf=urdf, **options)
 
