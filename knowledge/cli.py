@@ -21,7 +21,8 @@ import click
 
 import knowledge
 
-from ._cli_urdf import urdf_options, urdf_reader_options
+from ._cli_urdf import urdf_options as urdf_options  # re-exported: sim reads URDF too
+from ._cli_urdf import urdf_reader_options as urdf_reader_options
 from ._errors import SimnetError
 from ._home import SiteHome
 
