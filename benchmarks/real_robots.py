@@ -11,9 +11,12 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   robot's variants) of its class? The skill index is exact (flat) at this size, so this is what
   `kb.skills.query` ranks.
 - first_query_ms: `kb.skills.query(path)` in a fresh process over a knowledge base holding one skill
-  per body: "cold" with an empty descriptor cache (MuJoCo compiles the file), "warm" in a second
-  process with the cache the first one left (`<store>.embodiments`); cold also by format (URDF
-  skips MuJoCo's mesh compiler, MJCF does not). Files needing options are not queried by path.
+  per body: "cold" with an empty descriptor cache (MuJoCo compiles the file's physics), "warm" in a
+  second process with the cache the first one left (`<store>.embodiments`); both also by format.
+  The raw baseline, "raw_mjcf", is MuJoCo compiling each MJCF file as it is (visual meshes and all)
+  in a third fresh process, and "cold_mjcf_ratio_to_raw" the cold MJCF query's p50 and p99 over it;
+  "cold_slowest" names the three slowest cold queries. Files needing options are not queried by
+  path.
 - ood_flags: out-of-distribution flags are later work; null until they exist.
 
 Prints one JSON line.
@@ -141,15 +144,30 @@ def class_first(bodies: dict[Entry, Embodiment], encoder: object) -> dict[str, f
     return {"all": round(sum(hits.values()) / max(sum(totals.values()), 1), 3), **rates}
 
 
-def time_queries(store: Path, paths: list[str]) -> list[float]:
-    """Run the timing child (a fresh process) and read its milliseconds."""
+def time_queries(store: Path | None, paths: list[str]) -> list[float]:
+    """Run the timing child (a fresh process) and read its milliseconds; without a store, the
+    child times MuJoCo compiling each file as it is (the raw baseline)."""
+    mode = ["--time", str(store)] if store else ["--raw"]
     done = subprocess.run(
-        [sys.executable, __file__, "--time", str(store), json.dumps(paths)],
+        [sys.executable, __file__, *mode, json.dumps(paths)],
         check=True,
         capture_output=True,
         text=True,
     )
     return json.loads(done.stdout)
+
+
+def child_raw(paths: list[str]) -> None:
+    import mujoco
+
+    times = []
+    with quiet_stderr():
+        mujoco.MjModel.from_xml_path(ROBOT)  # the imports first
+        for path in paths:
+            start = time.perf_counter()
+            mujoco.MjModel.from_xml_path(path)
+            times.append((time.perf_counter() - start) * 1000)
+    print(json.dumps(times))
 
 
 def child_time(store: str, paths: list[str]) -> None:
@@ -177,9 +195,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="every third file")
     parser.add_argument("--time", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--raw", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.time:
         child_time(args.time[0], json.loads(args.time[1]))
+        return
+    if args.raw:
+        child_raw(json.loads(args.raw))
         return
     if not fetched(CACHE):
         raise SystemExit("real_robots: no corpus; run python benchmarks/corpus.py first")
@@ -199,12 +221,24 @@ def main() -> None:
         paths = [str(e.file()) for e in by_path]
         cold = time_queries(store, paths)
         warm = time_queries(store, paths)
+    mjcf = [p for p, e in zip(paths, by_path, strict=True) if not e.urdf]
+    raw = percentiles(time_queries(None, mjcf))
     urdf = [e.urdf for e in by_path]
+    by_format = {
+        f"{kind}_{fmt}": percentiles([t for t, u in zip(times, urdf, strict=True) if u == is_urdf])
+        for kind, times in (("cold", cold), ("warm", warm))
+        for fmt, is_urdf in (("urdf", True), ("mjcf", False))
+    }
+    slowest = sorted(zip(cold, by_path, strict=True), key=lambda pair: -pair[0])[:3]
     summary["first_query_ms"] = {
         "cold": percentiles(cold),
         "warm": percentiles(warm),
-        "cold_urdf": percentiles([t for t, u in zip(cold, urdf, strict=True) if u]),
-        "cold_mjcf": percentiles([t for t, u in zip(cold, urdf, strict=True) if not u]),
+        **by_format,
+        "raw_mjcf": raw,
+        "cold_mjcf_ratio_to_raw": {
+            k: round(by_format["cold_mjcf"][k] / raw[k], 3) if raw[k] else None for k in raw
+        },
+        "cold_slowest": [["/".join(e.path.split("/")[-2:]), round(t)] for t, e in slowest],
     }
     summary["quick"] = args.quick
     print(json.dumps(summary))

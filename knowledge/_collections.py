@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from ._records import (
 from ._replica import Replica
 
 if TYPE_CHECKING:
+    from .embodiment._descriptors import Embodiment
     from .embodiment._encoders import Encoder
     from .embodiment._retrieval import EmbodimentInput, Retrieval
 
@@ -134,6 +136,27 @@ class Skills:
             active_only=active_only,
             min_certified_branches=min_certified_branches,
             encoder=encoder,
+        )
+
+    def describe(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        urdf: bool | None = None,
+        floating_base: bool | None = None,
+        package_path: Iterable[str | os.PathLike[str]] | None = None,
+        balance_inertia: bool = False,
+    ) -> Embodiment:
+        """A robot file's descriptor, read through this store's descriptor cache as `query` reads
+        one (a second process asking with unchanged files does not wait for MuJoCo). URDF when
+        `urdf` says so, else by the `.urdf` or `.xacro` suffix; the other options are
+        `Embodiment.from_urdf`'s, and an EmbodimentError for an MJCF file."""
+        return self._engine().describe(
+            path,
+            urdf=urdf,
+            floating_base=floating_base,
+            package_path=package_path,
+            balance_inertia=balance_inertia,
         )
 
     def _engine(self) -> Retrieval:

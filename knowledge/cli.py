@@ -21,6 +21,8 @@ import click
 
 import knowledge
 
+from ._cli_urdf import urdf_options as urdf_options  # re-exported: sim reads URDF too
+from ._cli_urdf import urdf_reader_options as urdf_reader_options
 from ._errors import SimnetError
 from ._home import SiteHome
 
@@ -332,6 +334,7 @@ def skills_show(home: SiteHome, skill_id: str, as_json: bool) -> None:
     help="'features', 'learned' (the shipped weights) or a weights file from `simnet encoder "
     "train`.",
 )
+@urdf_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def skills_query(
@@ -343,16 +346,23 @@ def skills_query(
     include_inactive: bool,
     min_branches: int,
     encoder_spec: str,
+    floating_base: bool | None,
+    package_paths: tuple[str, ...],
+    balance_inertia: bool,
     as_json: bool,
 ) -> None:
-    """Skills that should work on this body, nearest first."""
+    """Skills that should work on this body, nearest first.
+
+    The model file is read through the site's descriptor cache: asking again with unchanged
+    files does not wait for MuJoCo."""
     if (mjcf is None) == (urdf is None):
         raise click.UsageError("give exactly one of --mjcf or --urdf")
-    body = knowledge.Embodiment.from_mjcf(mjcf) if mjcf else knowledge.Embodiment.from_urdf(urdf)  # type: ignore[arg-type]
+    options = urdf_reader_options(urdf is not None, floating_base, package_paths, balance_inertia)
     from .embodiment._cli import load_encoder  # the embodiment side loads only for a query
 
     encoder = load_encoder(encoder_spec)
     with home.open_readonly() as kb:
+        body = kb.skills.describe(mjcf or urdf or "", urdf=urdf is not None, **options)
         results = kb.skills.query(
             body,
             task=task,

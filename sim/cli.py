@@ -16,7 +16,7 @@ import click
 
 import knowledge
 from knowledge import SiteHome
-from knowledge.cli import skill_by_prefix
+from knowledge.cli import skill_by_prefix, urdf_options, urdf_reader_options
 from knowledge.stats import SPRT
 
 from ._assets import fetch_assets
@@ -257,6 +257,14 @@ def _record_assets(record: dict) -> dict[str, bytes]:
     help="A body it was made for (repeatable): its embodiment scope.",
 )
 @click.option(
+    "--urdf",
+    "urdf_bodies",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A body it was made for, as URDF (repeatable; the URDF options below apply to each).",
+)
+@urdf_options
+@click.option(
     "--for-task",
     "for_tasks",
     multiple=True,
@@ -271,9 +279,14 @@ def publish_command(
     task_family: str,
     description: str,
     bodies: tuple[str, ...],
+    urdf_bodies: tuple[str, ...],
+    floating_base: bool | None,
+    package_paths: tuple[str, ...],
+    balance_inertia: bool,
     for_tasks: tuple[str, ...],
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
+    options = urdf_reader_options(bool(urdf_bodies), floating_base, package_paths, balance_inertia)
     policy = _skill(skill)
     if not isinstance(policy, Policy):
         raise click.BadParameter(
@@ -281,6 +294,7 @@ def publish_command(
             param_hint="SKILL",
         )
     embodiments = [knowledge.Embodiment.from_mjcf(b).to_dict() for b in bodies]
+    embodiments += [knowledge.Embodiment.from_urdf(u, **options).to_dict() for u in urdf_bodies]
     with home.open_writer() as kb:
         record = publish_skill(
             kb,

@@ -1,11 +1,12 @@
 """Descriptors cached by content, so that a robot asking again does not wait for MuJoCo again.
 
-Describing a model file compiles it, and an MJCF robot with large visual meshes takes seconds
-(MJCF's visual geoms bound each body's extent, so they are compiled). The key is a SHA-256 over the
-content of every file the description reads (the model, its includes, the meshes and other assets
-it names), the reader's options and the versions of the descriptor and of MuJoCo: the same content
-is a hit wherever the files lie, and any edit is a miss. Files whose reads cannot be listed (xacro,
-MJCF text) are not cached.
+Describing a model file compiles it: tens to hundreds of milliseconds for a mesh robot, even with
+its visual geoms left out (`_trim`). The key is a SHA-256 over the content of every file the
+description reads (the model, its includes, the meshes its physical geoms use and other assets it
+names, but not textures or meshes only visual geoms use), the reader's options and the versions of
+the descriptor reader and of MuJoCo: the same content is a hit wherever the files lie, and any edit
+that can change the description is a miss. Files whose reads cannot be listed (xacro, MJCF text)
+are not cached.
 
 Entries are `to_dict()` JSON, one file per key in a directory (`<store>.embodiments` beside a
 knowledge base), read back through `from_dict`, which checks them; a damaged entry is a miss.
@@ -27,11 +28,13 @@ from typing import Any
 import mujoco
 
 from .._errors import EmbodimentError
-from ._descriptors import FORMAT, Embodiment
+from ._descriptors import FORMAT, Embodiment, describe
+from ._mjcf import MjcfModel, prepare_mjcf
 from ._urdf import resolve_mesh, search_path, uses_xacro
 
-VERSION = f"simnet.descriptor-cache/1 format {FORMAT} mujoco {mujoco.__version__}"
-"""Part of every key: a new descriptor layout or MuJoCo version may describe a file differently."""
+VERSION = f"simnet.descriptor-cache/2 format {FORMAT} mujoco {mujoco.__version__}"
+"""Part of every key: a new descriptor layout, reader or MuJoCo version may describe a file
+differently (2: MJCF extents leave visual geoms out)."""
 _ASSET_DIRS = ("meshdir", "texturedir", "assetdir")
 
 
@@ -42,9 +45,10 @@ def _xml(path: Path) -> ET.Element | None:
         return None
 
 
-def mjcf_files(path: Path) -> list[Path] | None:
-    """The files an MJCF model reads: itself, its includes and every asset a `file` attribute
-    names (each place MuJoCo may look for it), or None when the model cannot be parsed."""
+def mjcf_files(path: Path, visual: Callable[[], set[str]] = set) -> list[Path] | None:
+    """The files an MJCF description reads: the model, its includes and every asset a `file`
+    attribute names (each place MuJoCo may look for it) but those `visual()` gives (asked only
+    when assets are named), or None when the model cannot be parsed."""
     base = path.parent
     files, queue, seen = [], [path], set()
     named: list[str] = []
@@ -66,7 +70,8 @@ def mjcf_files(path: Path) -> list[Path] | None:
                     queue.append(base / element.get("file", ""))
                 else:
                     named.append(element.get("file", ""))
-    for name in named:
+    skip = visual() if named else set()
+    for name in (name for name in named if name not in skip):
         files += [base / d / name for d in dirs if (base / d / name).is_file()]
     return files
 
@@ -118,12 +123,20 @@ class DescriptorCache:
         """`Embodiment.from_urdf(path, **options)` or `from_mjcf(path)`, from the cache when the
         files are unchanged."""
         path = Path(path)
-        reader: Callable[[], Embodiment] = (
-            (lambda: Embodiment.from_urdf(path, **options))
-            if urdf
-            else (lambda: Embodiment.from_mjcf(path))
-        )
-        files = urdf_files(path, options.get("package_path")) if urdf else mjcf_files(path)
+        reader: Callable[[], Embodiment]
+        if urdf:
+            reader = lambda: Embodiment.from_urdf(path, **options)  # noqa: E731
+            files = urdf_files(path, options.get("package_path"))
+        else:
+            parsed: list[MjcfModel] = []
+
+            def visual() -> set[str]:
+                """Parse the model (milliseconds) to leave the visual meshes out of the key."""
+                parsed.append(prepare_mjcf(path))
+                return parsed[0].visual_files()
+
+            files = mjcf_files(path, visual)
+            reader = lambda: describe((parsed or [prepare_mjcf(path)])[0].parts())  # noqa: E731
         key = None
         if files is not None:
             os_path = os.environ.get("ROS_PACKAGE_PATH", "") if urdf else ""

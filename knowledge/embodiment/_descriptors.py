@@ -17,7 +17,7 @@ from typing import Any
 
 from .._canonical import canonical_json, content_hash
 from .._errors import EmbodimentError
-from ._mjcf import read_mjcf, read_urdf
+from ._mjcf import Parts, read_mjcf, read_urdf
 from ._parts import (
     ACTUATOR_KINDS,
     JOINT_DOF,
@@ -209,6 +209,11 @@ class Embodiment:
             f"Embodiment({self.name!r}, dof={self.dof}, mass={self.mass}, "
             f"fingerprint={self.fingerprint[:12]!r})"
         )
+
+
+def describe(parts: Parts) -> Embodiment:
+    """The descriptor of the parts a reader gave (for callers that run the reader themselves)."""
+    return _canonical(*parts)
 
 
 _PARTS: dict[str, type] = {

@@ -1,9 +1,10 @@
-"""Bounding spheres of URDF collision meshes, read with numpy rather than compiled by MuJoCo.
+"""Bounding spheres of collision meshes, read with numpy rather than compiled by MuJoCo.
 
-A URDF link's inertia is written out in the file, so its collision meshes matter to the descriptor
-only through the link's extent. MuJoCo's mesh compiler (hull, volume, normals) took most of a
-second on a robot with large meshes; reading the vertices takes milliseconds. A mesh becomes the
-sphere around its vertices' bounding box, the bound MuJoCo's own `rbound` also is for a geom.
+Where a link's inertia is given (a URDF `<inertial>`, an MJCF body's), its collision meshes matter
+to the descriptor only through the link's extent. MuJoCo's mesh compiler (normals, bounding-volume
+hierarchy, hull, volume) took most of a second on a robot with large meshes; reading the vertices
+takes milliseconds. A mesh's extent is the sphere centred on its vertices' bounding box through
+its farthest vertex, in every format (`_mjcf` computes the same sphere for meshes MuJoCo compiles).
 """
 
 from __future__ import annotations
@@ -44,10 +45,26 @@ def vertices(label: str, path: Path) -> np.ndarray:
     return np.array(found, dtype=np.float64)
 
 
-def bounding_sphere(label: str, path: Path, scale: np.ndarray) -> tuple[np.ndarray, float]:
-    """Centre (in the mesh's frame) and radius of the sphere around the scaled vertices' box."""
+Bounds = tuple[np.ndarray, float]
+"""A mesh's bounding sphere in its own frame: centred on its vertices' box, through the farthest
+vertex."""
+
+
+def extremes(points: np.ndarray) -> tuple[Bounds, list[int]]:
+    """The bounding sphere of (n, 3) points, and the indices of the points that keep it: the
+    extreme one along each axis and the farthest from the centre."""
+    low, high = points.argmin(axis=0), points.argmax(axis=0)
+    axes = np.arange(3)
+    centre = (points[low, axes] + points[high, axes]) / 2
+    offset = points - centre
+    squared = np.einsum("ij,ij->i", offset, offset)
+    far = int(squared.argmax())
+    return (centre, float(np.sqrt(squared[far]))), sorted({*low.tolist(), *high.tolist(), far})
+
+
+def bounding_sphere(label: str, path: Path, scale: np.ndarray) -> Bounds:
+    """The bounding sphere of a mesh file's scaled vertices."""
     points = vertices(label, path) * scale
     if not np.isfinite(points).all():
         raise EmbodimentError(f"{label}: mesh {path} has non-finite vertices")
-    centre = (points.min(axis=0) + points.max(axis=0)) / 2
-    return centre, float(np.linalg.norm(points - centre, axis=1).max())
+    return extremes(points)[0]

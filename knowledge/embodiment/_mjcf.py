@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import mujoco
 import numpy as np
 
 from .._errors import EmbodimentError
+from ._meshes import Bounds, extremes
 from ._parts import Actuator, Body, EmbodimentSite, Joint, Range, Sensor, vec
+from ._trim import Plan, split, trim
 from ._urdf import compile_urdf, drives, floats_by_default, prepare_urdf
 
 Parts = tuple[str, list[Body], list[Joint], list[Actuator], list[EmbodimentSite], list[Sensor]]
@@ -38,12 +41,67 @@ def _read(path: Path) -> bytes:
 
 def read_mjcf(source: str | os.PathLike[str]) -> Parts:
     """The parts of an MJCF file, or of MJCF text (a string starting with `<`)."""
+    return prepare_mjcf(source).parts()
+
+
+@dataclass
+class MjcfModel:
+    """A parsed MJCF model whose geoms and meshes `_trim` has sorted, not yet compiled."""
+
+    label: str
+    load: Callable[[], Any]
+    """Parses the source again: a spec compiles once, and the untrimmed fallback needs its own."""
+    spec: Any
+    plan: Plan
+
+    def visual_files(self) -> set[str]:
+        """`file` attributes the description does not read: textures, skins, and the meshes only
+        visual geoms use (the descriptor cache leaves them out of its key)."""
+        meshes = self.spec.meshes
+        kept = {mesh.file for mesh in meshes if mesh.name in self.plan.physical}
+        dropped = {mesh.file for mesh in meshes if mesh.name not in self.plan.physical}
+        looks = {t.file for t in self.spec.textures} | {s.file for s in self.spec.skins}
+        return (dropped - kept) | looks
+
+    def parts(self) -> Parts:
+        """Compile the trimmed spec (once). Should that fail, the file compiles as it is, with
+        the same geoms ignored and the same mesh bounds: trimming never changes a description,
+        nor turns a file MuJoCo reads into a refusal; the refusal is then the file's own."""
+        trim(self.spec, self.plan)
+        try:
+            model, visual = self.spec.compile(), self.plan.visual
+        except ValueError:
+            spec = _parsed(self.label, self.load)
+            visual = split(spec).visual
+            model = _compiled(self.label, spec)
+        if model.njnt == 0:
+            raise EmbodimentError(
+                f"{self.label}: the model has no joints, so there is no robot to describe"
+            )
+        return _describe(model, {geom.id for geom in visual}, self.plan.bounds)
+
+
+def prepare_mjcf(source: str | os.PathLike[str]) -> MjcfModel:
+    """Parse an MJCF file or text (checking the XML and its root element ourselves, for clearer
+    messages) and find its visual geoms."""
     if isinstance(source, str) and source.lstrip().startswith("<"):
-        return _compile(
-            "<MJCF text>", source.encode(), "mujoco", mujoco.MjModel.from_xml_string, source
-        )
-    path = Path(source)
-    return _compile(str(path), _read(path), "mujoco", mujoco.MjModel.from_xml_path, str(path))
+        label, text = "<MJCF text>", source.encode()
+        parse: Callable[[], Any] = lambda: mujoco.MjSpec.from_string(source)  # noqa: E731
+    else:
+        path = Path(source)
+        label, text = str(path), _read(path)
+        parse = lambda: mujoco.MjSpec.from_file(str(path))  # noqa: E731
+
+    def load() -> Any:
+        """Parse, and merge meshes and textures that would compile alike (vendor models often
+        name one file twice, for a visual and a collision geom): MuJoCo's own `dedup_assets`."""
+        spec = parse()
+        spec.dedup_assets()
+        return spec
+
+    _check_root(label, text, "mujoco")
+    spec = _parsed(label, load)
+    return MjcfModel(label, load, spec, split(spec))
 
 
 def read_urdf(
@@ -66,11 +124,7 @@ def read_urdf(
     return _describe(model)
 
 
-def _compile(
-    label: str, text: bytes, root: str, compile_: Callable[[str], mujoco.MjModel], arg: str
-) -> Parts:
-    """Check the XML and its root element ourselves (clearer messages), then let MuJoCo compile
-    it."""
+def _check_root(label: str, text: bytes, root: str) -> None:
     try:
         tag = ET.fromstring(text.lstrip()).tag
     except ET.ParseError as exc:
@@ -83,14 +137,25 @@ def _compile(
         raise EmbodimentError(
             f"{label}: the root element is <{tag}>, not <{root}>{hint.get(tag, '')}"
         )
+
+
+def _refusal(label: str, exc: ValueError) -> EmbodimentError:
+    problem = " ".join(str(exc).split())
+    return EmbodimentError(f"{label}: MuJoCo cannot compile it: {problem}")
+
+
+def _parsed(label: str, load: Callable[[], Any]) -> Any:
     try:
-        model = compile_(arg)
+        return load()
     except ValueError as exc:
-        problem = " ".join(str(exc).split())
-        raise EmbodimentError(f"{label}: MuJoCo cannot compile it: {problem}") from exc
-    if model.njnt == 0:
-        raise EmbodimentError(f"{label}: the model has no joints, so there is no robot to describe")
-    return _describe(model)
+        raise _refusal(label, exc) from exc
+
+
+def _compiled(label: str, spec: Any) -> mujoco.MjModel:
+    try:
+        return spec.compile()
+    except ValueError as exc:
+        raise _refusal(label, exc) from exc
 
 
 # -- reading the compiled model -------------------------------------------------------------------
@@ -100,17 +165,32 @@ def _enum(value: Any, enum: Any, prefix: str) -> Any:
     return enum(int(value)).name.removeprefix(prefix).lower()
 
 
-def _describe(m: mujoco.MjModel) -> Parts:
-    """Read the compiled arrays. Model body b becomes descriptor body b - 1 (the world, -1)."""
+def _describe(
+    m: mujoco.MjModel,
+    ignored: Iterable[int] = (),
+    known: Mapping[str, Bounds] | None = None,
+) -> Parts:
+    """Read the compiled arrays. Model body b becomes descriptor body b - 1 (the world, -1).
+
+    A body's extent reaches its sites and the far side of its geoms' bounding spheres, but not
+    the `ignored` (visual) geoms'. A mesh's sphere is centred on its vertices' box (`_meshes`:
+    the rule URDF collision meshes follow), from the `known` bounds read from its file or else
+    from its compiled vertices, so that trimming a mesh to the vertices that keep its bounds
+    changes nothing."""
 
     def name(adr: int) -> str:
         return m.names[adr : m.names.index(b"\0", adr)].decode()
 
-    def bounds(limited: Any, values: np.ndarray) -> Range | None:
+    def limits(limited: Any, values: np.ndarray) -> Range | None:
         return (float(values[0]), float(values[1])) if limited else None
 
+    surface = np.linalg.norm(m.geom_pos, axis=1) + m.geom_rbound
+    for g in np.flatnonzero((m.geom_type == mujoco.mjtGeom.mjGEOM_MESH) & (m.geom_dataid >= 0)):
+        surface[g] = _mesh_surface(m, int(g), known or {}, name)
+    physical = np.ones(m.ngeom, bool)
+    physical[list(ignored)] = False
     extent = np.zeros(m.nbody)
-    np.maximum.at(extent, m.geom_bodyid, np.linalg.norm(m.geom_pos, axis=1) + m.geom_rbound)
+    np.maximum.at(extent, m.geom_bodyid[physical], surface[physical])
     np.maximum.at(extent, m.site_bodyid, np.linalg.norm(m.site_pos, axis=1))
     bodies = [
         Body(
@@ -131,11 +211,11 @@ def _describe(m: mujoco.MjModel) -> Parts:
             int(m.jnt_bodyid[j]) - 1,
             _enum(m.jnt_type[j], mujoco.mjtJoint, "mjJNT_"),
             vec(m.jnt_axis[j]),
-            bounds(m.jnt_limited[j], m.jnt_range[j]),
+            limits(m.jnt_limited[j], m.jnt_range[j]),
             float(m.dof_damping[m.jnt_dofadr[j]]),
             float(m.dof_armature[m.jnt_dofadr[j]]),
             float(m.dof_frictionloss[m.jnt_dofadr[j]]),
-            bounds(m.jnt_actfrclimited[j], m.jnt_actfrcrange[j]),
+            limits(m.jnt_actfrclimited[j], m.jnt_actfrcrange[j]),
         )
         for j in range(m.njnt)
     ]
@@ -148,8 +228,8 @@ def _describe(m: mujoco.MjModel) -> Parts:
             vec(m.actuator_gear[a]),
             float(m.actuator_gainprm[a, 0]),
             vec(m.actuator_biasprm[a, :3]),
-            bounds(m.actuator_ctrllimited[a], m.actuator_ctrlrange[a]),
-            bounds(m.actuator_forcelimited[a], m.actuator_forcerange[a]),
+            limits(m.actuator_ctrllimited[a], m.actuator_ctrlrange[a]),
+            limits(m.actuator_forcelimited[a], m.actuator_forcerange[a]),
         )
         for a in range(m.nu)
     ]
@@ -169,12 +249,35 @@ def _describe(m: mujoco.MjModel) -> Parts:
     return name(0), bodies, joints, actuators, sites, sensors
 
 
+def _rotation(quat: np.ndarray) -> np.ndarray:
+    matrix = np.zeros(9)
+    mujoco.mju_quat2Mat(matrix, quat)
+    return matrix.reshape(3, 3)
+
+
+def _mesh_surface(
+    m: mujoco.MjModel, g: int, known: Mapping[str, Bounds], name: Callable[[int], str]
+) -> float:
+    """How far from its body's origin mesh geom `g` reaches: MuJoCo centres a mesh on its
+    volume and turns it to its principal axes (`mesh_pos`, `mesh_quat`); the file's frame is
+    placed back first."""
+    mesh = int(m.geom_dataid[g])
+    turn = _rotation(m.mesh_quat[mesh])
+    found = known.get(name(m.name_meshadr[mesh]))
+    if found is None:
+        start, count = m.mesh_vertadr[mesh], m.mesh_vertnum[mesh]
+        if count == 0:
+            return float(np.linalg.norm(m.geom_pos[g]) + m.geom_rbound[g])
+        found = extremes(m.mesh_vert[start : start + count] @ turn.T + m.mesh_pos[mesh])[0]
+    centre, radius = found
+    local = turn.T @ (centre - m.mesh_pos[mesh])
+    return float(np.linalg.norm(m.geom_pos[g] + _rotation(m.geom_quat[g]) @ local) + radius)
+
+
 def _inertia(m: mujoco.MjModel, b: int) -> Any:
     """The inertia tensor in body axes: unique, where principal axes are not (equal moments,
     signs)."""
-    rot: np.ndarray = np.zeros(9)
-    mujoco.mju_quat2Mat(rot, m.body_iquat[b])
-    rot = rot.reshape(3, 3)
+    rot = _rotation(m.body_iquat[b])
     tensor = rot @ np.diag(m.body_inertia[b]) @ rot.T
     tensor[np.abs(tensor) < 1e-9 * max(float(np.abs(np.diag(tensor)).max()), 1e-300)] = (
         0.0  # rotation noise

@@ -60,6 +60,7 @@ _MAX_BODIES = 65_536
 _START = (-1, 0)
 """A views position no views have: the first sync reads every skill."""
 
+_URDF_SUFFIXES = (".urdf", ".xacro")
 Filter = tuple[str, Any]
 """("active", None), ("task", family) or ("branches", minimum)."""
 
@@ -118,6 +119,34 @@ class Retrieval:
                 library = self._libraries[encoder.space] = _Library(self._replica, encoder)
             return library.query(vector, k, filters)
 
+    def describe(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        urdf: bool | None,
+        floating_base: bool | None,
+        package_path: Iterable[str | os.PathLike[str]] | None,
+        balance_inertia: bool,
+    ) -> Embodiment:
+        """`Skills.describe`: only options that differ from the defaults join the cache key, so
+        that asking with the defaults spelled out is the same entry as a query by path."""
+        path = Path(path)
+        if urdf is None:
+            urdf = path.suffix.lower() in _URDF_SUFFIXES
+        options: dict[str, Any] = {}
+        if floating_base is not None:
+            options["floating_base"] = bool(floating_base)
+        if package_path:
+            options["package_path"] = [str(Path(p).resolve()) for p in package_path]
+        if balance_inertia:
+            options["balance_inertia"] = True
+        if options and not urdf:
+            raise EmbodimentError(
+                f"{path}: it is read as MJCF, and {', '.join(sorted(options))}: options of the "
+                "URDF reader, do not apply"
+            )
+        return self.descriptors.read(path, urdf=urdf, **options)
+
     def flush(self) -> None:
         """Save every index with unsaved changes (on close), so the next open need not re-encode."""
         with self._replica.lock:
@@ -134,7 +163,7 @@ def as_embodiment(embodiment: EmbodimentInput, cache: DescriptorCache | None = N
         return Embodiment.from_mjcf(embodiment)
     if isinstance(embodiment, (str, os.PathLike)):
         path = Path(embodiment)
-        urdf = path.suffix.lower() in (".urdf", ".xacro")
+        urdf = path.suffix.lower() in _URDF_SUFFIXES
         if cache is not None:
             return cache.read(path, urdf=urdf)
         return Embodiment.from_urdf(path) if urdf else Embodiment.from_mjcf(path)

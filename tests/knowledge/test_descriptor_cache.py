@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import knowledge
-from knowledge import Embodiment, Identity
+from knowledge import Embodiment, EmbodimentError, Identity
 from knowledge.embodiment._cache import DescriptorCache
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
@@ -105,3 +105,48 @@ def test_queries_by_file_cache_bodies_beside_the_store(tmp_path):
             (found,) = kb.skills.query(ROBOTS / "quadruped12.urdf", k=1, active_only=False)
             assert found.skill.name == "walk"
     assert len(list(Path(f"{store}.embodiments").glob("*.json"))) == 1
+
+
+def test_files_only_visual_geoms_read_are_not_part_of_the_key(tmp_path, robots):
+    """Visual meshes and textures are never read (`_trim`): editing one is still a hit, so a
+    query does not hash them either; editing a collision mesh is a miss."""
+    package = robots / "meshbot_description"
+    shutil.copy(package / "meshes" / "link.stl", package / "meshes" / "shell.stl")
+    (package / "meshes" / "paint.png").write_bytes(b"never decoded")
+    model = package / "mjcf" / "meshbot.xml"
+    text = model.read_text().replace('file="link.stl" scale="1.5 2 2"', 'file="shell.stl"')
+    text = text.replace('builtin="checker" width="64" height="64"', 'file="../meshes/paint.png"')
+    model.write_text(text)
+    cache_dir = tmp_path / "cache"
+    first = DescriptorCache(cache_dir)
+    body = first.read(model, urdf=False)
+    assert first.misses == 1 and body == Embodiment.from_mjcf(
+        ROBOTS / "meshbot_description" / "mjcf" / "meshbot.xml"
+    )
+    (package / "meshes" / "shell.stl").write_bytes(b"\0" * 84)
+    (package / "meshes" / "paint.png").write_bytes(b"edited, still never decoded")
+    assert read_twice(cache_dir, model).hits == 1
+    tip = package / "meshes" / "tip.obj"
+    tip.write_text(tip.read_text().replace("v 0 0 0.08", "v 0 0 0.09"))
+    assert read_twice(cache_dir, model).misses == 1
+
+
+def test_describe_reads_a_file_as_a_query_does(tmp_path):
+    """kb.skills.describe is the query's reader: the same cache entry, the URDF options in the
+    key only when they differ from the defaults, and refused for MJCF."""
+    store = tmp_path / "site.db"
+    with knowledge.open(store, Identity.generate()) as kb:
+        dog = kb.skills.describe(ROBOTS / "quadruped12.urdf")
+        assert dog == Embodiment.from_urdf(ROBOTS / "quadruped12.urdf") and dog.floating_base
+        spelled_out = kb.skills.describe(
+            ROBOTS / "quadruped12.urdf", urdf=True, balance_inertia=False, package_path=[]
+        )
+        assert spelled_out is dog  # the same entry, from memory
+        fixed = kb.skills.describe(ROBOTS / "quadruped12.urdf", floating_base=False)
+        assert not fixed.floating_base
+        with pytest.raises(
+            EmbodimentError,
+            match="arm7.xml: it is read as MJCF, and floating_base: options of the URDF reader",
+        ):
+            kb.skills.describe(ROBOTS / "arm7.xml", floating_base=False)
+    assert len(list(Path(f"{store}.embodiments").glob("*.json"))) == 2

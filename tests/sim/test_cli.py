@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
@@ -276,3 +277,30 @@ def _mesh_definition(scene: str) -> dict:
         "horizon": 5,
         "control_substeps": 2,
     }
+
+
+def test_publish_for_a_urdf_body_with_the_urdf_readers_options(tmp_path):
+    """`simnet publish --urdf` takes the URDF reader's flags: the scope is the body they read."""
+    robots = Path(__file__).parents[1] / "assets" / "robots"
+    home = tmp_path / "site"
+
+    def simnet(*args):
+        return CliRunner().invoke(main, ["--home", str(home), *args])
+
+    assert simnet("init", "--name", "site").exit_code == 0
+    dog, arm = str(robots / "quadruped12.urdf"), str(robots / "arm7.xml")
+    common = ["arm_reach_good", "--task", "reach", "--mjcf", arm, "--urdf", dog]
+    assert simnet("publish", *common, "--name", "floating").exit_code == 0
+    fixed = simnet("publish", *common, "--name", "fixed", "--fixed-base", "--balance-inertia")
+    assert fixed.exit_code == 0, fixed.output
+    with knowledge.SiteHome(home).open_readonly() as kb:
+        scopes = {
+            s.name: [knowledge.Embodiment.from_dict(e) for e in s.embodiments]
+            for s in kb.skills.list()
+        }
+    assert [b.floating_base for b in scopes["floating"]] == [False, True]
+    assert [b.floating_base for b in scopes["fixed"]] == [False, False]
+    misplaced = simnet(
+        "publish", "arm_reach_good", "--name", "x", "--task", "reach", "--fixed-base"
+    )
+    assert misplaced.exit_code == 2 and "apply to a URDF file" in misplaced.output

@@ -1,0 +1,134 @@
+"""MJCF trimmed to its physics before MuJoCo compiles it.
+
+Vendor MJCF models draw each link with detailed visual meshes beside simpler collision geometry,
+and MuJoCo's mesh compiler (file decoding, normals, bounding-volume hierarchy, hull, inertia)
+spent seconds on meshes that do not move the body; its own `discardvisual` drops them only after
+compiling them. By MuJoCo's rules a geom
+
+- *collides* when its contype or conaffinity is non-zero, or a contact pair names it;
+- *weighs* (sets its body's inertia) when `inertiafromgeom="true"`, or "auto" (the default) in a
+  body without an `<inertial>`, and its group is inside `inertiagrouprange`, and its mass (when
+  given) or else its density is above zero;
+- is *visual* when it does neither, nor feels fluid forces (`fluidshape`).
+
+Before compiling, the spec is edited, never pruned (deleting from a spec took milliseconds per
+element), so no reference can break:
+
+- visual geoms that use a mesh become tiny spheres, and the descriptor ignores visual geoms;
+- a mesh only visual geoms use becomes a tetrahedron of four inline vertices (unit-sized once
+  scaled: MuJoCo refuses meshes of almost no volume);
+- a mesh only geoms that collide but do not weigh use (the body's inertia is given) matters only
+  through its bounding sphere (`_meshes`), so it becomes the few vertices that keep it: the extreme
+  vertex along each axis and the one farthest from the box's centre (STL and OBJ read with numpy);
+- textures become flat 1x1 builtins (decoding PNG files was most of some models' time).
+
+Meshes that weigh compile as they are: their volume sets the body's inertia.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from .._errors import EmbodimentError
+from ._meshes import MESH_FORMATS, Bounds, extremes, vertices
+
+_NEVER = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_FALSE
+_UNLESS_GIVEN = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_AUTO
+
+
+@dataclass
+class Plan:
+    """What `split` found in a spec: its visual geoms and which meshes the others need whole."""
+
+    visual: list[Any]
+    whole: set[str]
+    """Meshes a weighing geom (or a primitive fitted to a mesh) uses: compiled as they are."""
+    bounded: set[str]
+    """Meshes only geoms that collide without weighing use: only their bounds matter."""
+    bounds: dict[str, Bounds] = field(default_factory=dict)
+    """Bounding spheres (`_meshes`) of the `bounded` meshes, read from their files."""
+
+    @property
+    def physical(self) -> set[str]:
+        return self.whole | self.bounded
+
+
+def split(spec: Any) -> Plan:
+    """Sort a parsed (not yet compiled) spec's geoms and meshes by what the physics needs."""
+    compiler = spec.compiler
+    low, high = compiler.inertiagrouprange
+    rule = mujoco.mjtInertiaFromGeom(compiler.inertiafromgeom)
+
+    def weighs(geom: Any) -> bool:
+        if rule == _NEVER or not low <= geom.group <= high:
+            return False
+        if rule == _UNLESS_GIVEN and geom.parent.explicitinertial:
+            return False
+        return geom.mass > 0 if not math.isnan(geom.mass) else geom.density > 0
+
+    paired = {name for pair in spec.pairs for name in (pair.geomname1, pair.geomname2)}
+    plan = Plan([], set(), set())
+    for geom in spec.geoms:
+        heavy = weighs(geom)
+        collides = geom.contype or geom.conaffinity or geom.name in paired
+        if not (heavy or collides or geom.fluid_ellipsoid):
+            plan.visual.append(geom)
+        elif geom.meshname:
+            whole = heavy or geom.type != mujoco.mjtGeom.mjGEOM_MESH
+            (plan.whole if whole else plan.bounded).add(geom.meshname)
+    plan.bounded -= plan.whole
+    return plan
+
+
+def trim(spec: Any, plan: Plan) -> None:
+    """Edit the spec as the module docstring says, filling `plan.bounds`."""
+    for geom in plan.visual:
+        if geom.meshname:
+            geom.type, geom.meshname, geom.size = mujoco.mjtGeom.mjGEOM_SPHERE, "", [1e-3, 0, 0]
+    folder = Path(spec.modelfiledir) / (spec.compiler.meshdir or spec.meshdir)
+    strip = spec.strippath  # MuJoCo then reads meshdir/<file name>
+    for mesh in spec.meshes:
+        if mesh.plugin.active:
+            continue
+        if mesh.name not in plan.physical and all(mesh.scale):
+            _inline(mesh, [0.0] * 3 + np.diag(1 / np.abs(mesh.scale)).ravel().tolist())
+        elif mesh.name in plan.bounded:
+            _bound(mesh, folder / Path(mesh.file).name if strip else folder / mesh.file, plan)
+    for texture in spec.textures:
+        texture.file, texture.content_type, texture.cubefiles = "", "", [""] * 6
+        texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
+        texture.width = texture.height = 1
+
+
+def _bound(mesh: Any, path: Path, plan: Plan) -> None:
+    """Replace a mesh by the vertices that keep its bounds; left whole when its file is not one
+    numpy reads here or those vertices span no volume."""
+    moved = any(mesh.refpos) or list(mesh.refquat) != [1.0, 0.0, 0.0, 0.0]
+    if len(mesh.uservert) or moved or path.suffix.lower() not in MESH_FORMATS:
+        return
+    try:
+        points = vertices(mesh.name, path)
+    except EmbodimentError:
+        return  # MuJoCo reads it, or says what is wrong with it
+    scaled = points * np.asarray(mesh.scale)
+    if not np.isfinite(scaled).all():
+        return
+    sphere, keep = extremes(scaled)
+    corner = scaled[keep]
+    if np.linalg.matrix_rank(corner[1:] - corner[0], tol=1e-6 * sphere[1]) < 3:
+        return
+    plan.bounds[mesh.name] = sphere
+    _inline(mesh, points[keep].ravel().tolist())
+
+
+def _inline(mesh: Any, vertex: list[float]) -> None:
+    mesh.file, mesh.content_type = "", ""
+    mesh.uservert = vertex
+    mesh.userface = mesh.usernormal = mesh.usertexcoord = []
+    mesh.userfacenormal = mesh.userfacetexcoord = []
