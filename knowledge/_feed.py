@@ -123,7 +123,7 @@ class Feed:
                     self.misplaced.append(key)
                     continue
                 self._changes[key] = None if change["action"] == "delete" else change["newValue"]
-                if key.startswith("cell/"):
+                if key.startswith(("cell/", "tile/")):
                     self.map_names.add(key[5:].partition("/")[0])
 
         return on_change

@@ -41,6 +41,8 @@ _DERIVING = (
     "_yjs",
     "_records",
     "_views",
+    "_mapview",
+    "_tiles",
     "_trust",
     "_policy",
     "_replica",
