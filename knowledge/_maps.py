@@ -33,28 +33,25 @@ class SemanticMap:
         self._replica = replica
         self.name = check_map_name(name)
 
-    def observe(self, cell: str | tuple[int, ...], value: Any, confidence: float) -> None:
-        """Record what this writer sees in `cell` (any JSON value) with a confidence in [0, 1]."""
-        self._put(cell, value, confidence, deleted=False)
+    def observe(self, cell: str | tuple[int, ...], value: Any, confidence: float) -> int:
+        """Record what this writer sees in `cell` (any JSON value) with a confidence in [0, 1];
+        returns the time stamped on it."""
+        return self._put(cell, value, confidence, deleted=False)
 
-    def delete(self, cell: str | tuple[int, ...], confidence: float) -> None:
+    def delete(self, cell: str | tuple[int, ...], confidence: float) -> int:
         """A tombstone: this writer, with `confidence`, says the cell is now empty."""
-        self._put(cell, None, confidence, deleted=True)
+        return self._put(cell, None, confidence, deleted=True)
 
     def _put(
         self, cell: str | tuple[int, ...], value: Any, confidence: float, *, deleted: bool
-    ) -> None:
+    ) -> int:
         replica = self._replica
         replica.require(Role.PUBLISH)
         key = cell_key(cell)
-        record = {
-            "v": 1,
-            "hlc": replica.now(),
-            "value": value,
-            "confidence": confidence,
-            "deleted": deleted,
-        }
+        hlc = replica.now()
+        record = {"v": 1, "hlc": hlc, "value": value, "confidence": confidence, "deleted": deleted}
         replica.put_record(RecordType.CELL, self.name, record, key)
+        return hlc
 
     def observe_many(
         self, cells: Any, values: Any, confidences: Any, *, palette: Sequence[Any] | None = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,16 +27,20 @@ import numpy as np
 from ._canonical import canonical_json
 from ._errors import RecordError
 from ._models import MapRegion
+from ._records import TILE_CELLS, FutureVersion, ParsedKey, RecordType, check_record, parse_key
 from ._records import TILE_EDGE as EDGE
-from ._records import FutureVersion, ParsedKey, RecordType, check_record, parse_key
 from ._tiles import (
+    _VOID,
     ROW,
     Tile,
     TileError,
     cell_coords,
     cells_of,
     decode,
+    join,
+    local_coords,
     locate,
+    pick,
     tile_coords,
 )
 
@@ -83,7 +88,7 @@ class _Tile:
 def _last_per_cell(rows: np.ndarray) -> np.ndarray:
     """Of rows sorted by cell index (then ascending preference), the last of each cell."""
     index = rows["idx"]
-    return rows[np.append(index[1:] != index[:-1], True)]
+    return pick(rows, np.append(index[1:] != index[:-1], True)) if len(rows) else rows
 
 
 def _best(by_author: dict[bytes, dict[str, Any]]) -> tuple[bytes, dict[str, Any]]:
@@ -216,11 +221,11 @@ class MapViews:
         for (name, tile_key, aid), changes in self._legacy.items():
             sources = self.maps[name].tiles.setdefault(tile_key, _Tile()).sources
             old = sources.get((aid, _LEGACY), np.empty(0, ROW))
-            kept = old[~np.isin(old["idx"], np.fromiter(changes, np.int64, len(changes)))]
+            kept = pick(old, ~np.isin(old["idx"], np.fromiter(changes, np.int64, len(changes))))
             new = np.array([row for row in changes.values() if row is not None], ROW)
-            rows = np.concatenate([kept, new])
+            rows = join([kept, new])
             if len(rows):
-                sources[(aid, _LEGACY)] = rows[np.argsort(rows["idx"], kind="stable")]
+                sources[(aid, _LEGACY)] = pick(rows, np.argsort(rows["idx"], kind="stable"))
             else:
                 sources.pop((aid, _LEGACY), None)
         self._legacy.clear()
@@ -249,16 +254,16 @@ class MapViews:
             if len(kinds) == 1:
                 parts.append(kinds[0][1])
                 continue
-            both = np.concatenate([rows for _kind, rows in kinds])
+            both = join([rows for _kind, rows in kinds])
             tiled = np.repeat([k for k, _rows in kinds], [len(rows) for _kind, rows in kinds])
             newest = np.lexsort([tiled, both["hlc"], both["idx"]])  # at equal times, the tile's
-            parts.append(_last_per_cell(both[newest]))
-        rows = np.concatenate(parts)
+            parts.append(_last_per_cell(pick(both, newest)))
+        rows = join(parts)
         ranked = sorted(by_author, key=lambda aid: self.authors[aid])
         rank = np.zeros(max(ranked) + 1, np.int64)
         rank[ranked] = np.arange(len(ranked))
         order = np.lexsort([rank[rows["author"]], rows["hlc"], rows["conf"], rows["idx"]])
-        return _last_per_cell(rows[order])
+        return _last_per_cell(pick(rows, order))
 
     # --- reads ----------------------------------------------------------------------------------
     def cell(self, map_name: str, cell: str) -> tuple[bytes, dict[str, Any]] | None:
@@ -330,42 +335,65 @@ class MapViews:
         ndim = len(low)
         if ndim not in EDGE or high.shape != low.shape:
             raise ValueError("a region is bounded by two points of 1 to 3 integer coordinates")
-        edge = EDGE[ndim]
         m = self.maps.get(map_name)
-        found: list[tuple[np.ndarray, np.ndarray]] = []
+        chosen = []
         if m is not None and np.all(high > low):
-            first, last = low // edge, (high - 1) // edge
-            ranges = [range(int(f), int(e) + 1) for f, e in zip(first, last, strict=True)]
-            span = int(np.prod([len(r) for r in ranges]))
-            keys: Iterable[tuple[int, ...]] = (
-                itertools.product(*ranges) if span <= len(m.tiles) else list(m.tiles)
-            )
-            for key in keys:
-                tile = m.tiles.get(key)
-                if tile is None or len(key) != ndim:
-                    continue
-                if any(k < f or k > e for k, f, e in zip(key, first, last, strict=True)):
-                    continue
-                rows = tile.merged
-                coords = cells_of(key, rows["idx"])
-                inside = np.all((coords >= low) & (coords < high), axis=1)
-                if not include_deleted:
-                    inside &= rows["deleted"] == 0
-                found.append((coords[inside], rows[inside]))
-        coords = np.concatenate([c for c, _r in found]) if found else np.empty((0, ndim), np.int64)
-        rows = np.concatenate([r for _c, r in found]) if found else np.empty(0, ROW)
-        authors, author = np.unique(rows["author"], return_inverse=True)
+            chosen = self._inside(m, low, high, include_deleted)
+        rows = join([r for _k, r in chosen])
+        origins = np.array([k for k, _r in chosen], np.int64).reshape(-1, ndim) * EDGE[ndim]
+        cells = np.repeat(origins, [len(r) for _k, r in chosen], axis=0)
+        cells += local_coords(rows["idx"], ndim)
+        present = np.flatnonzero(np.bincount(rows["author"]))  # the authors, without sorting
+        lut = np.zeros(len(self.authors), np.uint32)
+        lut[present] = np.arange(len(present))
         palette = m.palette() if m is not None else np.empty(0, dtype=object)
         return MapRegion(
             map=map_name,
-            cells=coords,
+            cells=cells,
             values=palette[rows["code"]],
             confidence=rows["conf"].copy(),
             hlc=rows["hlc"].copy(),
-            author=author.astype(np.uint32),
-            authors=tuple(self.authors[int(a)].hex() for a in authors),
+            author=lut[rows["author"]],
+            authors=tuple(self.authors[a].hex() for a in present.tolist()),
             deleted=rows["deleted"].astype(bool),
         )
+
+    def _inside(
+        self, m: _Map, low: np.ndarray, high: np.ndarray, include_deleted: bool
+    ) -> list[tuple[tuple[int, ...], np.ndarray]]:
+        """(tile, its rows in the box [low, high)) of every tile of `m` the box meets."""
+        ndim = len(low)
+        edge = EDGE[ndim]
+        first, last = low // edge, (high - 1) // edge
+        ranges = [range(int(f), int(e) + 1) for f, e in zip(first, last, strict=True)]
+        if math.prod(len(r) for r in ranges) <= len(m.tiles):
+            keys: Iterable[tuple[int, ...]] = itertools.product(*ranges)
+        else:  # a box larger than the map: look at the tiles there are
+            keys = [k for k in m.tiles if len(k) == ndim]
+        out = []
+        stride = edge ** (ndim - 1)  # cells of one step along the first axis
+        for key in keys:
+            tile = m.tiles.get(key)
+            if tile is None:
+                continue
+            origin = np.array(key, np.int64) * edge
+            a, b = np.maximum(low - origin, 0), np.minimum(high - origin, edge)
+            if np.any(b <= a):
+                continue
+            rows = tile.merged
+            if len(rows) == TILE_CELLS:  # every cell observed: the box is a slice
+                box = rows.view(_VOID).reshape((edge,) * ndim)[tuple(map(slice, a, b))]
+                rows = box.ravel().view(ROW)
+                keep = None if include_deleted else rows["deleted"] == 0
+            else:
+                start, stop = np.searchsorted(rows["idx"], [a[0] * stride, b[0] * stride])
+                rows = rows[start:stop]  # the rows within the box along the first axis
+                local = local_coords(rows["idx"], ndim)[:, 1:]
+                keep = np.all((local >= a[1:]) & (local < b[1:]), axis=1)
+                if not include_deleted:
+                    keep &= rows["deleted"] == 0
+            out.append((key, rows if keep is None or keep.all() else pick(rows, keep)))
+        return out
 
     def nbytes(self) -> int:
         """The bytes this view's columns and values take (what a map costs in memory)."""

@@ -391,7 +391,7 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
         if "value" not in rec:
             raise RecordError("a cell observation needs a 'value' (null for a deletion)")
     elif t is RecordType.TILE:
-        _int(rec, "n", 0, TILE_CELLS)
+        _int(rec, "n")  # at most TILE_CELLS: decoding says so (oversized_tile)
         if not isinstance(rec.get("cells"), str):
             raise RecordError("field 'cells' must be a string (base64 of the packed columns)")
         if not isinstance(rec.get("values"), list):

@@ -46,6 +46,7 @@ ROW = np.dtype(
         ("author", "<u4"),
     ]
 )
+_VOID = np.dtype((np.void, ROW.itemsize))
 _COLUMNS = ("idx", "conf", "hlc", "code", "deleted")  # what a record carries, in this order
 _WIDTHS = {"idx": 2, "conf": 8, "hlc": 8, "code": 4, "deleted": 1}  # bytes per cell in a record
 PACKED_BYTES = sum(_WIDTHS.values())  # 23
@@ -66,6 +67,19 @@ class Tile(NamedTuple):
     rows: np.ndarray
     texts: list[str]
     values: list[Any] | None  # the values themselves, when they came parsed
+
+
+def pick(rows: np.ndarray, which: Any) -> np.ndarray:
+    """`rows[which]` (a mask, indices or a slice) through a view as opaque bytes: numpy copies
+    structured rows field by field otherwise, ten times slower."""
+    return rows.view(_VOID)[which].view(ROW)
+
+
+def join(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The rows of `parts`, one after the other (as `pick`, without copying field by field)."""
+    if not parts:
+        return np.empty(0, ROW)
+    return np.concatenate([p.view(_VOID) for p in parts]).view(ROW)
 
 
 # --- geometry ---------------------------------------------------------------------------------
@@ -100,15 +114,20 @@ def locate(coords: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     return tuple(c // edge for c in coords), index
 
 
+def local_coords(index: np.ndarray, ndim: int) -> np.ndarray:
+    """The coordinates (k x ndim, int64) within their tile of the cells at `index`."""
+    edge = EDGE[ndim]
+    out = np.empty((len(index), ndim), np.int64)
+    rest = index.astype(np.int64)
+    for axis in reversed(range(ndim)):
+        out[:, axis] = rest % edge
+        rest //= edge
+    return out
+
+
 def cells_of(tile: tuple[int, ...], index: np.ndarray) -> np.ndarray:
     """The coordinates (k x d, int64) of the cells at `index` within `tile`."""
-    edge = EDGE[len(tile)]
-    out = np.empty((len(index), len(tile)), np.int64)
-    rest = index.astype(np.int64)
-    for axis in reversed(range(len(tile))):
-        out[:, axis] = rest % edge + tile[axis] * edge
-        rest = rest // edge
-    return out
+    return local_coords(index, len(tile)) + np.array(tile, np.int64) * EDGE[len(tile)]
 
 
 # --- a writer's batch -------------------------------------------------------------------------
@@ -221,9 +240,9 @@ def build(old: Tile | None, part: np.ndarray, texts: list[str], hlc: int) -> tup
         remap = np.array([known.setdefault(t, len(known)) for t in texts], np.uint32)
         if len(remap):
             part["code"] = remap[part["code"]]
-        kept = old.rows[~np.isin(old.rows["idx"], part["idx"], assume_unique=True)]
-        rows = np.concatenate([kept, part])
-        rows = rows[np.argsort(rows["idx"], kind="stable")]
+        kept = pick(old.rows, ~np.isin(old.rows["idx"], part["idx"], assume_unique=True))
+        rows = join([kept, part])
+        rows = pick(rows, np.argsort(rows["idx"], kind="stable"))
         texts = list(known)
     else:
         rows = part
