@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import pickle
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -89,6 +90,11 @@ def _last_per_cell(rows: np.ndarray) -> np.ndarray:
     """Of rows sorted by cell index (then ascending preference), the last of each cell."""
     index = rows["idx"]
     return pick(rows, np.append(index[1:] != index[:-1], True)) if len(rows) else rows
+
+
+def _apart(rows: np.ndarray) -> pickle.PickleBuffer:
+    """Rows as a buffer a snapshot keeps out of its pickle (loaded where it lies)."""
+    return pickle.PickleBuffer(rows.data)
 
 
 def _best(by_author: dict[bytes, dict[str, Any]]) -> tuple[bytes, dict[str, Any]]:
@@ -409,15 +415,16 @@ class MapViews:
 
     # --- snapshots ------------------------------------------------------------------------------
     def export(self) -> dict[str, Any]:
-        """Builtin values only (a snapshot's reader builds nothing else): rows as bytes."""
+        """Builtin values only (a snapshot's reader builds nothing else); the rows as buffers that
+        a snapshot keeps out of its pickle (`_snapshot`)."""
         self.flush()
         maps = {}
         for name, m in self.maps.items():
             tiles = {}
             for key, tile in m.tiles.items():
-                sources = {s: rows.tobytes() for s, rows in tile.sources.items()}
+                sources = {s: _apart(rows) for s, rows in tile.sources.items()}
                 shared = any(tile.merged is rows for rows in tile.sources.values())
-                tiles[key] = (sources, None if shared else tile.merged.tobytes())
+                tiles[key] = (sources, None if shared else _apart(tile.merged))
             maps[name] = {"values": m.values, "codes": m.codes, "named": m.named, "tiles": tiles}
         return {"authors": list(self.authors), "maps": maps}
 

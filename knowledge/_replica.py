@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import pickle
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from ._records import (
     parse_key,
     record_text,
 )
-from ._store import MEMORY, Store
+from ._store import MEMORY, SNAPSHOT_PART, Store
 from ._trust import Authority
 from ._views import Views
 
@@ -169,8 +170,8 @@ class Replica:
         """Rebuild the feeds and views: from their snapshots where those match the envelopes held
         (replaying only what follows them), by replaying the store otherwise (see `_snapshot`)."""
         saved = {
-            bytes.fromhex(name[5:]): _snapshot.unseal(body)
-            for name, body in self.store.snapshots("feed/").items()
+            bytes.fromhex(name[5:]): _snapshot.unseal(parts, SNAPSHOT_PART)
+            for name, parts in self.store.snapshots("feed/").items()
         }
         tails: dict[bytes, dict[str, str | None] | None] = {}  # None: replayed whole
         for author in self.store.authors():
@@ -180,7 +181,7 @@ class Replica:
             self.feeds[author] = feed
             self.clock.advance(feed.hlc)
             tails[author] = changes
-        views = _snapshot.unseal(self.store.snapshot("views"))
+        views = _snapshot.unseal(self.store.snapshot("views"), SNAPSHOT_PART)
         built_under = None
         if isinstance(views, dict) and self._views_match(views):
             try:
@@ -260,6 +261,8 @@ class Replica:
                     for author, at in vector.items():
                         if self.snapshotted.get(author) != at:
                             feed = {"feed": self.feeds[author].export()}
+                            state = feed["feed"]["state"]  # kept apart: loaded where it lies
+                            feed["feed"]["state"] = state and pickle.PickleBuffer(state)
                             feed["written"] = self.written.get(author, {})
                             self.store.put_snapshot(f"feed/{author.hex()}", _snapshot.seal(feed))
                     body = {"vector": vector, "authority": authority}

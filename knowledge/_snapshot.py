@@ -15,6 +15,11 @@ the grants they were judged by. A snapshot is used only when
 Anything else falls back to replaying the store, so a snapshot can make opening faster but never
 change what it shows. Bodies are pickles read by an unpickler that constructs only builtin
 containers and record types: a store's bytes cannot run code.
+
+Large binary values (a document's state, the map views' columns) are wrapped in
+`pickle.PickleBuffer` and kept out of the pickle, each a piece of its own that the store keeps in
+parts of its own: loading hands them to the unpickler where they lie, copied once from SQLite, so
+opening a store with ten million map cells reads its columns without copying them around.
 """
 
 from __future__ import annotations
@@ -25,15 +30,18 @@ import hashlib
 import importlib
 import io
 import pickle
+import struct
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ._records import RecordType, Role
 
-FORMAT = b"simnet-snapshot-v1\x00"
+FORMAT = b"simnet-snapshot-v2\x00"
+_COUNT = struct.Struct(">I")
 # The modules whose code decides what a snapshot holds: a change to any of them invalidates it.
 _DERIVING = (
     "_snapshot",
@@ -79,26 +87,56 @@ def fingerprint() -> bytes:
     return digest.digest()
 
 
-def seal(value: Any) -> bytes:
-    """`value` as a snapshot body: format, fingerprint, checksum, pickle."""
-    data = pickle.dumps(value, protocol=5)
-    return FORMAT + fingerprint() + hashlib.sha256(data).digest() + data
+def seal(value: Any) -> list[bytes | memoryview]:
+    """`value` as the pieces of a snapshot: a head (format, fingerprint, a checksum of the rest, the
+    lengths of the rest), its pickle, and each buffer the pickle keeps out of band."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    pieces: list[bytes | memoryview] = [data, *(b.raw() for b in buffers)]
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    lengths = [len(memoryview(p).cast("B")) for p in pieces]
+    head = FORMAT + fingerprint() + digest.digest() + _COUNT.pack(len(pieces))
+    return [head + struct.pack(f">{len(lengths)}Q", *lengths), *pieces]
 
 
-def unseal(body: bytes | None) -> Any | None:
-    """The value sealed in `body`, or None if it is absent, damaged or from other code."""
-    if body is None:
+def unseal(parts: Sequence[bytes] | None, part_bytes: int) -> Any | None:
+    """The value sealed in a snapshot stored as `parts` (each piece of `seal` in parts of at most
+    `part_bytes`), or None if it is absent, damaged or from other code."""
+    if not parts:
         return None
-    head = len(FORMAT)
-    if body[:head] != FORMAT or body[head : head + 32] != fingerprint():
+    head = parts[0]
+    top = len(FORMAT) + 64 + _COUNT.size
+    if head[: len(FORMAT)] != FORMAT or head[len(FORMAT) : len(FORMAT) + 32] != fingerprint():
         return None
-    checksum, data = body[head + 32 : head + 64], memoryview(body)[head + 64 :]
-    if hashlib.sha256(data).digest() != checksum:
+    try:
+        (count,) = _COUNT.unpack_from(head, top - _COUNT.size)
+        lengths = struct.unpack_from(f">{count}Q", head, top)
+    except struct.error:
+        return None
+    if not count or len(head) != top + 8 * count:
+        return None
+    pieces: list[bytes] = []
+    at = 1
+    for length in lengths:  # a piece takes ceil(length / part_bytes) parts, at least one
+        taken = max(1, -(-length // part_bytes))
+        within = parts[at : at + taken]
+        at += taken
+        pieces.append(within[0] if len(within) == 1 else b"".join(within))
+        if len(pieces[-1]) != length:
+            return None
+    if at != len(parts):
+        return None
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    if digest.digest() != head[len(FORMAT) + 32 : len(FORMAT) + 64]:
         return None
     collecting = gc.isenabled()
     gc.disable()  # many new containers, none garbage: the cyclic collector would only slow it
     try:
-        return _Unpickler(io.BytesIO(data)).load()
+        return _Unpickler(io.BytesIO(pieces[0]), buffers=pieces[1:]).load()
     except Exception:  # noqa: BLE001 - whatever is wrong with it, it is not used
         return None
     finally:

@@ -330,17 +330,36 @@ def test_a_store_without_the_snapshots_table_opens_and_is_snapshotted(tmp_path):
 
 
 def test_a_snapshot_cannot_run_code(tmp_path):
+    import hashlib
     import pickle
+    import struct
 
     class Evil:
         def __reduce__(self):
             return (shutil.rmtree, (str(tmp_path),))
 
-    body = _snapshot.seal({"x": 1})
-    head = len(_snapshot.FORMAT) + 32
     data = pickle.dumps(Evil())
-    import hashlib
-
-    forged = body[:head] + hashlib.sha256(data).digest() + data
-    assert _snapshot.unseal(forged) is None
+    head = _snapshot.FORMAT + _snapshot.fingerprint() + hashlib.sha256(data).digest()
+    forged = [head + struct.pack(">IQ", 1, len(data)), data]
+    assert _snapshot.unseal(forged, 1 << 20) is None
     assert tmp_path.exists()
+
+
+def test_pieces_kept_apart_are_loaded_where_they_lie():
+    """A buffer wrapped in a PickleBuffer is a piece of its own, split into parts and rejoined."""
+    import pickle
+
+    big, small = bytes(range(256)) * 40, b"xyz"
+    value = {"big": pickle.PickleBuffer(big), "small": pickle.PickleBuffer(small), "n": 1}
+    pieces = _snapshot.seal(value)
+    parts = []
+    for piece in pieces:
+        piece = bytes(piece)
+        parts += [piece[at : at + 1000] for at in range(0, max(len(piece), 1), 1000)]
+    loaded = _snapshot.unseal(parts, 1000)
+    assert loaded == {"big": big, "small": small, "n": 1}
+    assert loaded["small"] is parts[-1]  # one part: the very bytes handed in
+    assert _snapshot.unseal(parts[:-1], 1000) is None
+    assert _snapshot.unseal(parts + [b""], 1000) is None
+    assert _snapshot.unseal(parts[:-1] + [b"xyZ"], 1000) is None
+    assert _snapshot.unseal([parts[0][:-1], *parts[1:]], 1000) is None
