@@ -31,10 +31,10 @@ from ._models import MapRegion
 from ._records import TILE_CELLS, FutureVersion, ParsedKey, RecordType, check_record, parse_key
 from ._records import TILE_EDGE as EDGE
 from ._tiles import (
-    _VOID,
     ROW,
     Tile,
     TileError,
+    block,
     cell_coords,
     cells_of,
     decode,
@@ -388,8 +388,7 @@ class MapViews:
                 continue
             rows = tile.merged
             if len(rows) == TILE_CELLS:  # every cell observed: the box is a slice
-                box = rows.view(_VOID).reshape((edge,) * ndim)[tuple(map(slice, a, b))]
-                rows = box.ravel().view(ROW)
+                rows = block(rows, ndim, a, b)
                 keep = None if include_deleted else rows["deleted"] == 0
             else:
                 start, stop = np.searchsorted(rows["idx"], [a[0] * stride, b[0] * stride])

@@ -11,6 +11,7 @@ store (`replay`) and grants recomputed from the trust records (`refresh_trust`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import pickle
@@ -208,14 +209,16 @@ class Replica:
         if not isinstance(saved, dict):
             return Feed(author), None
         try:
-            feed = Feed.restore(author, saved["feed"])
+            at = (saved["feed"]["seq"], saved["feed"]["head"])
+            feed = Feed.restore(
+                author, saved["feed"], functools.partial(self._state_of, author, at)
+            )
             written = dict(saved["written"])
         except (KeyError, TypeError, ValueError):
             return Feed(author), None
         if feed.seq < 1 or self.hash_at(author, feed.seq) != feed.head:
             return Feed(author), None  # cut, dropped or replaced since
         self.written[author] = written
-        at = (feed.seq, feed.head)
         try:
             changes = self._replay_envelopes(feed, written)
         except StoreError:
@@ -225,6 +228,18 @@ class Replica:
             return Feed(author), None
         self.snapshotted[author] = at
         return feed, changes
+
+    def _state_of(self, author: bytes, at: tuple[int, bytes]) -> bytes | None:
+        """The document state saved with `author`'s feed snapshot, read when the feed's document is
+        first needed (opening reads only the feeds' bookkeeping); if it is gone or damaged, the
+        state the envelopes held build (Yjs takes the envelopes after it again as no change)."""
+        saved = _snapshot.unseal(self.store.snapshot(f"state/{author.hex()}"), SNAPSHOT_PART)
+        if isinstance(saved, dict) and saved.get("at") == at:
+            state = saved.get("state")
+            if state is None or isinstance(state, bytes):
+                return state
+        log.warning("the saved document of feed %s is unusable: replaying it", author.hex()[:16])
+        return self.replay(Feed(author)).state()
 
     def _views_match(self, views: dict[str, Any]) -> bool:
         """Whether the saved views cover exactly the feeds restored from their snapshots."""
@@ -257,14 +272,17 @@ class Replica:
             try:
                 with self.store.transaction():
                     gone = [a for a in self.snapshotted if a not in vector]
-                    self.store.delete_snapshots([f"feed/{a.hex()}" for a in gone])
+                    self.store.delete_snapshots(
+                        [f"{kind}/{a.hex()}" for a in gone for kind in ("feed", "state")]
+                    )
                     for author, at in vector.items():
                         if self.snapshotted.get(author) != at:
-                            feed = {"feed": self.feeds[author].export()}
-                            state = feed["feed"]["state"]  # kept apart: loaded where it lies
-                            feed["feed"]["state"] = state and pickle.PickleBuffer(state)
-                            feed["written"] = self.written.get(author, {})
+                            exported = self.feeds[author].export()
+                            state = exported.pop("state")  # apart: read when the doc is needed
+                            feed = {"feed": exported, "written": self.written.get(author, {})}
                             self.store.put_snapshot(f"feed/{author.hex()}", _snapshot.seal(feed))
+                            saved = {"at": at, "state": state and pickle.PickleBuffer(state)}
+                            self.store.put_snapshot(f"state/{author.hex()}", _snapshot.seal(saved))
                     body = {"vector": vector, "authority": authority}
                     body["state"] = self.views.export_state()
                     self.store.put_snapshot("views", _snapshot.seal(body))

@@ -5,9 +5,9 @@ document's encoded state and its bookkeeping (head, clocks, immutable ranges, wh
 wrote each key); the views' snapshot holds the merged views, the heads they cover and a digest of
 the grants they were judged by. A snapshot is used only when
 
-- it is intact: its checksum matches, and it was written by this very code (a fingerprint of the
-  modules that derive the state, of pycrdt's version and of Python's: another version's snapshot is
-  ignored, and the store is replayed once and snapshotted again);
+- it is intact: each piece's CRC-32 matches, and it was written by this very code (a fingerprint
+  of the modules that derive the state, of pycrdt's version and of Python's: another version's
+  snapshot is ignored, and the store is replayed once and snapshotted again);
 - it matches the envelopes held: the envelope held at the snapshot's seq has the snapshot's head
   hash (a feed cut or replaced since is replayed), and the views cover exactly the feeds' snapshots
   and the grants computed now.
@@ -32,6 +32,7 @@ import io
 import pickle
 import struct
 import sys
+import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from importlib import metadata
@@ -42,6 +43,7 @@ from ._records import RecordType, Role
 
 FORMAT = b"simnet-snapshot-v2\x00"
 _COUNT = struct.Struct(">I")
+_PIECE = struct.Struct(">QI")  # a piece's length and CRC-32
 # The modules whose code decides what a snapshot holds: a change to any of them invalidates it.
 _DERIVING = (
     "_snapshot",
@@ -88,17 +90,14 @@ def fingerprint() -> bytes:
 
 
 def seal(value: Any) -> list[bytes | memoryview]:
-    """`value` as the pieces of a snapshot: a head (format, fingerprint, a checksum of the rest, the
-    lengths of the rest), its pickle, and each buffer the pickle keeps out of band."""
+    """`value` as the pieces of a snapshot: a head (format, fingerprint, the length and CRC-32 of
+    each other piece), its pickle, and each buffer the pickle keeps out of band."""
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
     pieces: list[bytes | memoryview] = [data, *(b.raw() for b in buffers)]
-    digest = hashlib.sha256()
-    for piece in pieces:
-        digest.update(piece)
-    lengths = [len(memoryview(p).cast("B")) for p in pieces]
-    head = FORMAT + fingerprint() + digest.digest() + _COUNT.pack(len(pieces))
-    return [head + struct.pack(f">{len(lengths)}Q", *lengths), *pieces]
+    head = [FORMAT, fingerprint(), _COUNT.pack(len(pieces))]
+    head += [_PIECE.pack(len(memoryview(p).cast("B")), zlib.crc32(p)) for p in pieces]
+    return [b"".join(head), *pieces]
 
 
 def unseal(parts: Sequence[bytes] | None, part_bytes: int) -> Any | None:
@@ -106,32 +105,27 @@ def unseal(parts: Sequence[bytes] | None, part_bytes: int) -> Any | None:
     `part_bytes`), or None if it is absent, damaged or from other code."""
     if not parts:
         return None
-    head = parts[0]
-    top = len(FORMAT) + 64 + _COUNT.size
-    if head[: len(FORMAT)] != FORMAT or head[len(FORMAT) : len(FORMAT) + 32] != fingerprint():
+    head, top = parts[0], len(FORMAT) + 32
+    if head[: len(FORMAT)] != FORMAT or head[len(FORMAT) : top] != fingerprint():
         return None
     try:
-        (count,) = _COUNT.unpack_from(head, top - _COUNT.size)
-        lengths = struct.unpack_from(f">{count}Q", head, top)
+        (count,) = _COUNT.unpack_from(head, top)
+        pieces_of = list(_PIECE.iter_unpack(head[top + _COUNT.size :]))
     except struct.error:
         return None
-    if not count or len(head) != top + 8 * count:
+    if not count or len(pieces_of) != count:
         return None
     pieces: list[bytes] = []
     at = 1
-    for length in lengths:  # a piece takes ceil(length / part_bytes) parts, at least one
+    for length, crc in pieces_of:  # a piece takes ceil(length / part_bytes) parts, at least one
         taken = max(1, -(-length // part_bytes))
         within = parts[at : at + taken]
         at += taken
-        pieces.append(within[0] if len(within) == 1 else b"".join(within))
-        if len(pieces[-1]) != length:
+        piece = within[0] if len(within) == 1 else b"".join(within)
+        if len(piece) != length or zlib.crc32(piece) != crc:
             return None
+        pieces.append(piece)
     if at != len(parts):
-        return None
-    digest = hashlib.sha256()
-    for piece in pieces:
-        digest.update(piece)
-    if digest.digest() != head[len(FORMAT) + 32 : len(FORMAT) + 64]:
         return None
     collecting = gc.isenabled()
     gc.disable()  # many new containers, none garbage: the cyclic collector would only slow it

@@ -304,7 +304,8 @@ class Store:
         """Drop an author's envelopes after `seq` (and a checkpoint beyond it)."""
         self._db.execute("DELETE FROM envelopes WHERE author=? AND seq>?", (author, seq))
         self._db.execute("DELETE FROM checkpoints WHERE author=? AND seq>?", (author, seq))
-        self.delete_snapshots([f"feed/{author.hex()}"])  # it may cover what was dropped
+        # they may cover what was dropped
+        self.delete_snapshots([f"feed/{author.hex()}", f"state/{author.hex()}"])
 
     def count_envelopes(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM envelopes").fetchone()[0]

@@ -82,6 +82,13 @@ def join(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate([p.view(_VOID) for p in parts]).view(ROW)
 
 
+def block(rows: np.ndarray, ndim: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The rows of a full tile (every cell, in index order) whose coordinates within the tile lie
+    in [lo, hi): a slice of the rows seen as a block."""
+    whole = rows.view(_VOID).reshape((EDGE[ndim],) * ndim)
+    return whole[tuple(map(slice, lo, hi))].ravel().view(ROW)
+
+
 # --- geometry ---------------------------------------------------------------------------------
 
 
