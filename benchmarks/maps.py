@@ -8,10 +8,14 @@ site ingests both feeds page by page, as sync delivers them. Figures:
 - `write_cells_per_s`: A's `observe_many`, durable; raw: the same cells inserted into an SQLite
   table (one row per cell, keyed by coordinates, one transaction), `raw_sqlite_cells_per_s`;
 - `ingest_cells_per_s`: the site's ingest of A's and B's envelopes (every check included); raw:
-  `raw_apply_cells_per_s`, pycrdt applying the same updates to empty documents;
+  `raw_apply_cells_per_s`, pycrdt applying the same updates to empty documents, and
+  `raw_verify_cells_per_s`, verifying their signatures;
 - `replication_bytes_per_cell`: the envelope pages that cross (the SNP1 body, uncompressed) per
   cell written, against `payload_bytes_per_cell`, the cells as packed rows (x, y int32, confidence
   float64, hlc uint64, value uint32, deleted uint8: 29 bytes) plus the palette's JSON;
+- `strip_replication_ratio_to_payload`, `strip_write_cells_per_s`: the same for a robot sweeping
+  (up to a million cells) in strips 100 cells wide, which cut across tiles: each tile a strip
+  touches is written again, whole;
 - `resident_bytes_per_cell`: the site's merged view (`MapViews.nbytes`) per distinct cell; raw:
   the winners as packed rows (29 bytes); `open_traced_bytes_per_cell`: everything opening the
   store allocates (documents, views, bookkeeping; tracemalloc), per distinct cell;
@@ -40,14 +44,16 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pycrdt import Doc
 
 import knowledge
 from federation._wire import encode_page
-from knowledge._envelope import decode
+from knowledge._envelope import SIGNING_CONTEXT, decode
 from knowledge._store import Store
 
 BLOCK = 256  # a batch: one 256 x 256 region (whole tiles)
+STRIP = 100  # cells across a sweeping robot's strip (5 m at 5 cm), cutting across tiles
 LABELS = [{"label": f"class-{i}"} for i in range(16)]
 RAW = np.dtype(
     [("x", "<i4"), ("y", "<i4"), ("conf", "<f8"), ("hlc", "<u8"), ("code", "<u4"), ("del", "u1")]
@@ -70,6 +76,16 @@ def scan(side: int, rng: np.random.Generator, fraction: float = 1.0):
             cells = np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.int32)
             codes = rng.integers(0, len(LABELS), len(cells))
             yield cells, codes, rng.uniform(0.5, 1.0, len(cells))
+
+
+def strips(side: int, rows: int, rng: np.random.Generator):
+    """The batches of a robot sweeping a side x side square in strips `rows` cells wide (they cut
+    across tiles: a tile is written again by each strip that touches it)."""
+    for x0 in range(0, side, rows):
+        xs, ys = np.meshgrid(np.arange(x0, min(x0 + rows, side)), np.arange(side), indexing="ij")
+        cells = np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.int32)
+        codes = rng.integers(0, len(LABELS), len(cells))
+        yield cells, codes, rng.uniform(0.5, 1.0, len(cells))
 
 
 def write(path: Path, identity, batches) -> tuple[float, np.ndarray, list[bytes]]:
@@ -129,6 +145,19 @@ def raw_sqlite_read(path: Path) -> float:
     found = db.execute("SELECT x, y, conf, hlc, code, deleted FROM cells").fetchall()
     np.array(found, dtype=np.float64)
     db.close()
+    return time.perf_counter() - start
+
+
+def raw_verify(envelopes: list[bytes]) -> float:
+    """Seconds to verify the envelopes' Ed25519 signatures (`cryptography`), nothing else."""
+    decoded = [decode(raw, max_bytes=1 << 20) for raw in envelopes]
+    items = [
+        (Ed25519PublicKey.from_public_bytes(e.author), e.signature, SIGNING_CONTEXT + e.raw[:-64])
+        for e in decoded
+    ]
+    start = time.perf_counter()
+    for key, signature, message in items:
+        key.verify(signature, message)
     return time.perf_counter() - start
 
 
@@ -264,6 +293,7 @@ def main() -> None:
         envelopes = a_envelopes + b_envelopes
         written = len(a_rows) + len(b_rows)
         raw_apply_s = raw_apply(envelopes)
+        raw_verify_s = raw_verify(envelopes)
         site = folder / "site.db"
         ingest_s, sent = ingest(site, envelopes, args.page)
         winners = expected_winners(a_rows, b_rows)
@@ -275,6 +305,10 @@ def main() -> None:
         raw_read_s = raw_sqlite_read(folder / "raw.db")
         replay_s = replay(site)
         ours, cpu, theirs = regions(site, folder / "raw.db", side, args.queries, rng)
+        strip_side = min(side, 1000)  # a million cells at most
+        strip_s, strip_rows, strip_envelopes = write(
+            folder / "strips.db", A, strips(strip_side, STRIP, rng)
+        )
     cells = len(winners)
     payload = written * RAW.itemsize + sum(len(json.dumps(v)) for v in LABELS)
     result = {
@@ -287,10 +321,16 @@ def main() -> None:
         "ingest_cells_per_s": round(written / ingest_s),
         "raw_apply_cells_per_s": round(written / raw_apply_s),
         "ingest_ratio_to_raw_apply": round(raw_apply_s / ingest_s, 3),
+        "raw_verify_cells_per_s": round(written / raw_verify_s),
+        "ingest_ratio_to_raw_verify": round(raw_verify_s / ingest_s, 3),
         "envelopes": len(envelopes),
         "replication_bytes_per_cell": round(sent / written, 2),
         "payload_bytes_per_cell": round(payload / written, 2),
         "replication_ratio_to_payload": round(sent / payload, 3),
+        "strip_write_cells_per_s": round(len(strip_rows) / strip_s),
+        "strip_replication_ratio_to_payload": round(
+            len(encode_page(strip_envelopes)) / (len(strip_rows) * RAW.itemsize), 3
+        ),
         "resident_bytes_per_cell": round(view_bytes / cells, 1),
         "raw_resident_bytes_per_cell": RAW.itemsize,
         "resident_ratio_to_raw": round(view_bytes / cells / RAW.itemsize, 2),

@@ -16,7 +16,6 @@ from ._records import (
     check_record,
     make_key,
     parse_key,
-    record_limits,
 )
 from ._replica import Replica
 
@@ -85,7 +84,7 @@ class SemanticMap:
             for tile, part in batch.parts():
                 key = make_key(RecordType.TILE, self.name, ",".join(map(str, tile)))
                 text, built = _tiles.build(self._own_tile(key), part, batch.texts, hlc)
-                refusal = record_limits(text)
+                refusal = _tiles.limits(text, built)
                 if refusal is not None:
                     raise RecordError(f"tile {key} would be refused by peers: {refusal}")
                 if chunk and size + len(text) > budget and replica.pending is None:

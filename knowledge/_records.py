@@ -392,8 +392,9 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
             raise RecordError("a cell observation needs a 'value' (null for a deletion)")
     elif t is RecordType.TILE:
         _int(rec, "n")  # at most TILE_CELLS: decoding says so (oversized_tile)
-        if not isinstance(rec.get("cells"), str):
-            raise RecordError("field 'cells' must be a string (base64 of the packed columns)")
+        for field in ("cells", "confidence"):
+            if not isinstance(rec.get(field), str):
+                raise RecordError(f"field {field!r} must be a string (base64 of packed columns)")
         if not isinstance(rec.get("values"), list):
             raise RecordError("field 'values' must be a list (the tile's distinct cell values)")
     elif t is RecordType.COUNTER:

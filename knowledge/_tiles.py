@@ -6,15 +6,18 @@ cells: 4096 on a line, 64 x 64 in a plane, 16 x 16 x 16 in a volume. A writer's 
 it has observed, tombstones included, and replaces the writer's previous version of the tile: one
 record per writer and tile where per-cell records took one per writer and cell.
 
-The record is JSON: ``{"cells": C, "hlc": H, "n": N, "v": 1, "values": [...]}``. ``values`` lists
-the tile's distinct cell values (any JSON); ``C`` is the base64 of the zlib-compressed concatenation
-of five little-endian columns of N entries each (columns compress: a batch shares its time):
+The record is JSON: ``{"cells": C, "confidence": F, "hlc": H, "n": N, "v": 1, "values": [...]}``.
+``values`` lists the tile's distinct cell values (any JSON); ``C`` is the base64 of the
+zlib-compressed concatenation of four little-endian columns of N entries each (they compress: a
+batch shares its time, cells run in order, values repeat), and ``F`` the base64 of the
+confidences, N little-endian float64 (a sensor's confidences do not compress: zlib would spend
+most of a write's time on them):
 
     index      u16  the cell's row-major index within the tile, strictly increasing, < 4096
-    confidence f64  finite, in [0, 1]
     hlc        u64  the time of that observation, at most H (H is at most the envelope's time)
     value      u32  an index into ``values``; 0 for a tombstone
     deleted    u8   1 for a tombstone, else 0
+    confidence f64  finite, in [0, 1] (in ``F``)
 
 A writer stamps one time on a batch of observations; cells it does not observe again keep theirs.
 """
@@ -32,7 +35,7 @@ import numpy as np
 
 from ._canonical import canonical_json
 from ._errors import RecordError
-from ._records import COORD_MAX, COORD_MIN, TILE_CELLS
+from ._records import COORD_MAX, COORD_MIN, MAX_RECORD_BYTES, TILE_CELLS, record_limits
 from ._records import TILE_EDGE as EDGE
 
 # One row per cell, as the merged view holds them too (`author`: the view's index of the writer).
@@ -47,9 +50,8 @@ ROW = np.dtype(
     ]
 )
 _VOID = np.dtype((np.void, ROW.itemsize))
-_COLUMNS = ("idx", "conf", "hlc", "code", "deleted")  # what a record carries, in this order
-_WIDTHS = {"idx": 2, "conf": 8, "hlc": 8, "code": 4, "deleted": 1}  # bytes per cell in a record
-PACKED_BYTES = sum(_WIDTHS.values())  # 23
+_WIDTHS = {"idx": 2, "hlc": 8, "code": 4, "deleted": 1}  # the columns of `cells`, in order
+PACKED_BYTES = sum(_WIDTHS.values())  # 15 a cell
 
 
 class TileError(RecordError):
@@ -263,9 +265,23 @@ def build(old: Tile | None, part: np.ndarray, texts: list[str], hlc: int) -> tup
 
 def encode(rows: np.ndarray, texts: list[str], hlc: int) -> str:
     """The record text of a tile (canonical JSON: its keys are in order)."""
-    packed = b"".join(rows[c].tobytes() for c in _COLUMNS)
+    packed = b"".join(rows[c].tobytes() for c in _WIDTHS)
     cells = base64.b64encode(zlib.compress(packed, 1)).decode("ascii")
-    return f'{{"cells":"{cells}","hlc":{hlc},"n":{len(rows)},"v":1,"values":[{",".join(texts)}]}}'
+    conf = base64.b64encode(rows["conf"].tobytes()).decode("ascii")
+    return (
+        f'{{"cells":"{cells}","confidence":"{conf}","hlc":{hlc},"n":{len(rows)},"v":1,'
+        f'"values":[{",".join(texts)}]}}'
+    )
+
+
+def limits(text: str, tile: Tile) -> str | None:
+    """`record_limits` of a tile record `build` made: only its values can break them (nesting,
+    long numbers, surrogates; they nest in the record as in this text) or its size."""
+    refusal = record_limits('{"values":[' + ",".join(tile.texts) + "]}")
+    size = len(text.encode())
+    return refusal or (
+        f"record of {size} bytes exceeds {MAX_RECORD_BYTES}" if size > MAX_RECORD_BYTES else None
+    )
 
 
 # --- a receiver's check -----------------------------------------------------------------------
@@ -281,10 +297,21 @@ def decode(record: dict[str, Any]) -> Tile:
         raise TileError("invalid_tile", f"field 'n' must be a count of cells, not {n!r:.40}")
     if n > TILE_CELLS:
         raise TileError("oversized_tile", f"a tile holds at most {TILE_CELLS} cells, not {n}")
-    if not isinstance(record.get("cells"), str) or not isinstance(values, list):
-        raise TileError("invalid_tile", "fields 'cells' (a string) and 'values' (a list) needed")
+    cells, conf = record.get("cells"), record.get("confidence")
+    if not isinstance(cells, str) or not isinstance(conf, str) or not isinstance(values, list):
+        raise TileError(
+            "invalid_tile", "fields 'cells', 'confidence' (strings) and 'values' (a list) needed"
+        )
     try:
-        packed = base64.b64decode(record["cells"], validate=True)
+        confidence = base64.b64decode(conf, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise TileError("invalid_tile", f"field 'confidence' is no base64: {exc}") from None
+    if len(confidence) != 8 * n:
+        raise TileError(
+            "invalid_tile", f"field 'confidence' holds {len(confidence)} bytes, not {n} float64"
+        )
+    try:
+        packed = base64.b64decode(cells, validate=True)
         inflate = zlib.decompressobj()
         raw = inflate.decompress(packed, n * PACKED_BYTES + 1)
     except (binascii.Error, zlib.error, ValueError) as exc:
@@ -297,9 +324,10 @@ def decode(record: dict[str, Any]) -> Tile:
         )
     rows = np.zeros(n, ROW)
     at = 0
-    for column in _COLUMNS:
+    for column, width in _WIDTHS.items():
         rows[column] = np.frombuffer(raw, ROW[column], n, at)
-        at += n * _WIDTHS[column]
+        at += n * width
+    rows["conf"] = np.frombuffer(confidence, "<f8", n)
     _check_rows(rows, hlc, len(values))
     return Tile(rows, [canonical_json(v).decode() for v in values], values)
 

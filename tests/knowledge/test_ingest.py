@@ -86,9 +86,11 @@ def _tile_text(columns=(), **fields) -> str:
     }
     for name, value in dict(columns).items():
         packed[name] = (packed[name][0], value)
+    conf = packed.pop("conf")
     raw = b"".join(np.array(v, dtype).tobytes() for dtype, v in packed.values())
     record = {"v": 1, "hlc": 2, "n": 2, "values": ["wall"]}
     record["cells"] = base64.b64encode(zlib.compress(raw)).decode()
+    record["confidence"] = base64.b64encode(np.array(conf[1], conf[0]).tobytes()).decode()
     record.update(fields)
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
@@ -101,7 +103,7 @@ def _tile_text(columns=(), **fields) -> str:
         (_tile_text({"idx": [0, 4096]}), "invalid_tile", "outside the tile"),
         (_tile_text(n=5000), "oversized_tile", "at most 4096 cells"),
         (_tile_text(cells="AAAA"), "invalid_tile", "no base64 of zlib"),
-        (_tile_text(n=3), "invalid_tile", "where 3 cells take 69"),
+        (_tile_text(n=3), "invalid_tile", "holds 16 bytes, not 3 float64"),
         (_tile_text(hlc=1), "record_clock_ahead", "later than its tile record's"),
         (_tile_text(values="wall"), "invalid_tile", "'values' must be a list"),
     ],

@@ -152,7 +152,7 @@ def suspend_record(**overrides):
 
 
 def tile_record(**overrides):
-    rec = {"v": 1, "hlc": 5, "n": 0, "cells": "eAEDAAAAAAE=", "values": []}
+    rec = {"v": 1, "hlc": 5, "n": 0, "cells": "eAEDAAAAAAE=", "confidence": "", "values": []}
     rec.update(overrides)
     return rec
 
@@ -236,7 +236,8 @@ def test_delegation_without_roles_or_expiry_is_valid():
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("n", -1), ("n", 2**53), ("n", True), ("cells", 5), ("values", {})]
+    ("field", "value"),
+    [("n", -1), ("n", 2**53), ("n", True), ("cells", 5), ("confidence", None), ("values", {})],
 )
 def test_tile_record_fields(field, value):
     rejects(RecordType.TILE, repr(field), **{field: value})

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from knowledge import RecordError
-from knowledge._records import COORD_MAX, COORD_MIN, TILE_CELLS, cell_key
+from knowledge._records import COORD_MAX, COORD_MIN, TILE_CELLS, cell_key, record_limits
 from knowledge._tiles import (
     EDGE,
     PACKED_BYTES,
@@ -24,6 +24,7 @@ from knowledge._tiles import (
     cell_coords,
     cells_of,
     decode,
+    limits,
     locate,
 )
 
@@ -183,12 +184,13 @@ def test_a_rebuilt_tile_holds_the_newest_observation_of_each_cell_and_decodes_as
 
 
 def _record(rows, palette=("x",), hlc=100, **overrides):
-    packed = b"".join(rows[c].tobytes() for c in ("idx", "conf", "hlc", "code", "deleted"))
+    packed = b"".join(rows[c].tobytes() for c in ("idx", "hlc", "code", "deleted"))
     record = {
         "v": 1,
         "hlc": hlc,
         "n": len(rows),
         "cells": base64.b64encode(zlib.compress(packed)).decode(),
+        "confidence": base64.b64encode(rows["conf"].tobytes()).decode(),
         "values": list(palette),
     }
     record.update(overrides)
@@ -218,8 +220,11 @@ def test_a_good_record_decodes():
         (_record(GOOD, n=-1), "invalid_tile", "count of cells"),
         (_record(GOOD, cells="not base64!"), "invalid_tile", "no base64"),
         (_record(GOOD, cells=base64.b64encode(b"not zlib").decode()), "invalid_tile", "zlib"),
-        (_record(GOOD, n=2), "invalid_tile", "where 2 cells take 46"),
-        (_record(GOOD, n=4), "invalid_tile", "where 4 cells take 92"),
+        (_record(GOOD, n=2), "invalid_tile", "holds 24 bytes, not 2 float64"),
+        (_record(GOOD, n=4), "invalid_tile", "holds 24 bytes, not 4 float64"),
+        (_record(GOOD, confidence="AAAAAAAAAAA="), "invalid_tile", "holds 8 bytes, not 3"),
+        (_record(GOOD, confidence="%%%"), "invalid_tile", "'confidence' is no base64"),
+        (_record(GOOD, confidence=None), "invalid_tile", "'confidence' (strings)"),
         (_record(GOOD, values={}), "invalid_tile", "'values' (a list)"),
         (_record(_rows((0, 0.5, 1, 0, 0), (4096, 0.5, 1, 0, 0))), "invalid_tile", "outside"),
         (_record(_rows((5, 0.5, 1, 0, 0), (5, 0.5, 1, 0, 0))), "invalid_tile", "increasing"),
@@ -247,7 +252,14 @@ def test_a_record_that_inflates_beyond_its_cells_is_refused_without_inflating_it
     with pytest.raises(TileError) as info:
         decode(_record(GOOD, cells=bomb))
     assert f"where 3 cells take {3 * PACKED_BYTES}" in str(info.value)
-    assert "70+" in str(info.value)  # it stopped one byte past what the cells take
+    assert f"{3 * PACKED_BYTES + 1}+" in str(info.value)  # it stopped one byte past the cells
+
+
+def test_columns_shorter_than_the_count_are_refused():
+    record = _record(GOOD)
+    short = _record(GOOD[:2])
+    with pytest.raises(TileError, match="holds 30 bytes of columns where 3 cells take 45"):
+        decode(dict(record, cells=short["cells"]))
 
 
 def test_trailing_bytes_after_the_compressed_columns_are_refused():
@@ -255,3 +267,26 @@ def test_trailing_bytes_after_the_compressed_columns_are_refused():
     record["cells"] = base64.b64encode(base64.b64decode(record["cells"]) + b"x").decode()
     with pytest.raises(TileError, match="where 3 cells take"):
         decode(record)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("x" * 300_000, "exceeds 262144"),
+        (10**50, "more than 40 digits"),
+        (json.loads("[" * 63 + "]" * 63), "nests 65 deep"),
+    ],
+)
+def test_a_built_tile_is_held_to_every_records_limits(value, message):
+    found = batch([(0, 0)], [value], 0.5)
+    assert found is not None
+    text, tile = build(None, found.rows, found.texts, 1)
+    refusal = limits(text, tile)
+    assert refusal is not None and message in refusal
+    assert record_limits(text) is not None  # what a receiver finds too
+
+
+def test_a_built_tile_within_the_limits_passes_them():
+    found = batch([(0, 0)], [json.loads("[" * 62 + "]" * 62)], 0.5)
+    text, tile = build(None, found.rows, found.texts, 1)
+    assert limits(text, tile) is None and record_limits(text) is None
