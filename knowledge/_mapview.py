@@ -130,8 +130,9 @@ class MapViews:
 
     # --- changes --------------------------------------------------------------------------------
     def admit(self, author: bytes, changes: Mapping[str, str | None]) -> tuple[str, str] | None:
-        """(reason, detail) if a tile record among an envelope's `changes` is one every receiver
-        refuses, else None; the tiles decoded are kept for the views (`take_prepared`).
+        """(reason, detail) if a tile record among an envelope's `changes` (strings within the
+        record limits) is one every receiver refuses, else None; the tiles decoded are kept for the
+        views (`take_prepared`).
 
         A tile record of a newer schema version is let through (kept, forwarded, not shown)."""
         for key, text in changes.items():
@@ -140,7 +141,8 @@ class MapViews:
             try:
                 parsed = parse_key(key)
                 assert parsed is not None  # "tile" is a type this version knows
-                tile = decode(check_record(parsed, text, author.hex()))
+                # ingest held every string of the update to the record limits before applying it
+                tile = decode(check_record(parsed, text, author.hex(), within_limits=True))
             except FutureVersion:
                 continue
             except TileError as exc:

@@ -263,12 +263,12 @@ def record_limits(text: str) -> str | None:
     return None
 
 
-def load_record(text: str) -> dict[str, Any]:
-    """Parse a record's JSON object within the limits every record obeys; RecordError says what is
-    wrong."""
+def load_record(text: str, *, within_limits: bool = False) -> dict[str, Any]:
+    """Parse a record's JSON object within the limits every record obeys (`within_limits`: the
+    caller checked them already); RecordError says what is wrong."""
     if not isinstance(text, str):
         raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
-    refusal = record_limits(text)
+    refusal = None if within_limits else record_limits(text)
     if refusal is not None:
         raise RecordError(refusal)
     try:
@@ -307,9 +307,11 @@ def _version(rec: dict[str, Any]) -> None:
         raise FutureVersion(v)
 
 
-def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
+def check_record(
+    key: ParsedKey, text: str, author_hex: str, *, within_limits: bool = False
+) -> dict[str, Any]:
     """Parse and check one record written by `author_hex`; RecordError says what is wrong."""
-    rec = load_record(text)
+    rec = load_record(text, within_limits=within_limits)
     _version(rec)
     _int(rec, "hlc", 0, MAX_TIMESTAMP)
     t = key.type
