@@ -62,8 +62,8 @@ class SemanticMap:
         The batch shares one time, which this returns (0 for no cell); a cell given twice takes its
         last observation. Each tile the batch touches becomes this writer's new tile record, in as
         many envelopes as they need (inside `kb.batch()`, in the batch's one envelope, which must
-        stay within the envelope limit). Durable on return. RecordError names the first bad input
-        and writes nothing.
+        stay within the envelope limit), each durable when written. RecordError names the first
+        bad input and writes nothing.
         """
         return self._put_many(_tiles.batch(cells, values, confidences, palette=palette))
 
@@ -79,38 +79,41 @@ class SemanticMap:
         budget = replica.limits.max_envelope_bytes * 7 // 8  # room for the keys and the envelope
         with replica.lock:
             hlc = replica.now()
-            chunk: dict[str, str | None] = {}
-            size = 0
-            for tile, part in batch.parts():
+            tiles = []
+            for tile, part in batch.parts():  # every tile made and checked before any is written
                 key = make_key(RecordType.TILE, self.name, ",".join(map(str, tile)))
-                text, built = _tiles.build(self._own_tile(key), part, batch.texts, hlc)
+                text, built = _tiles.build(self._own_tile(own, key), part, batch.texts, hlc)
                 refusal = _tiles.limits(text, built)
                 if refusal is not None:
                     raise RecordError(f"tile {key} would be refused by peers: {refusal}")
+                tiles.append((key, text, built))
+            chunk: dict[str, str | None] = {}
+            size = 0
+            for key, text, built in tiles:
                 if chunk and size + len(text) > budget and replica.pending is None:
                     replica.write(chunk)
                     chunk, size = {}, 0
-                replica.views.maps.prepared[(own, key)] = (text, built)
+                replica.views.maps.prepared[(own, key)] = (text, built)  # the views take it
                 chunk[key] = text
                 size += len(text)
             replica.write(chunk)
         return hlc
 
-    def _own_tile(self, key: str) -> _tiles.Tile | None:
+    def _own_tile(self, own: bytes, key: str) -> _tiles.Tile | None:
         """This writer's current tile under `key` (a write pending in a batch first), if any."""
         replica = self._replica
         text = replica.pending.get(key) if replica.pending is not None else None
         if text is None:
-            feed = replica.feeds.get(replica.own_key) if replica.own_key else None
+            feed = replica.feeds.get(own)
             text = feed.get(key) if feed is not None else None
         if text is None:
             return None
-        prepared = replica.views.maps.prepared.get((replica.own_key, key))  # type: ignore[arg-type]
+        prepared = replica.views.maps.prepared.get((own, key))
         if prepared is not None and prepared[0] == text:
             return prepared[1]
         parsed = parse_key(key)
         assert parsed is not None
-        return _tiles.decode(check_record(parsed, text, replica.own_key.hex()))  # type: ignore[union-attr]
+        return _tiles.decode(check_record(parsed, text, own.hex()))
 
     def get(self, cell: str | tuple[int, ...]) -> Observation | None:
         """The winning observation of a cell (a tombstone shows as deleted=True), or None if never

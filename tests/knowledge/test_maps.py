@@ -75,8 +75,8 @@ def test_a_bad_batch_writes_nothing(kb):
     floor = kb.maps["floor"]
     with pytest.raises(RecordError, match="finite number"):
         floor.observe_many([(0, 0), (1, 1)], ["a", "b"], [0.5, float("nan")])
-    with pytest.raises(RecordError, match="refused by peers"):
-        floor.observe_many([(0, 0)], ["x" * 300_000], 0.5)  # beyond a record's 256 KiB
+    with pytest.raises(RecordError, match="refused by peers"):  # the second tile is too large
+        floor.observe_many([(0, 0), (64, 0)], ["fine", "x" * 300_000], 0.5)
     assert kb.heads() == {} and floor.cells() == {}
 
 
