@@ -311,3 +311,11 @@ def test_the_record_a_batch_writes_is_within_every_records_limits(kb):
     ]
     assert key == "tile/floor/0,0" and record_limits(text) is None
     assert json.loads(text)["values"] == [{"label": "x"}]
+
+
+def test_a_writer_of_tiles_counts_as_writing_the_map_for_private_map_rules(tmp_path):
+    with knowledge.open(tmp_path / "a.db", identity(0)) as kb:
+        kb.maps["secret"].observe_many([(0, 0)], ["x"], 0.5)
+        assert kb.authors_writing(["secret"]) == {kb.identity.public_key}
+    with knowledge.open(tmp_path / "a.db", identity(0)) as kb:  # from its snapshot too
+        assert kb.authors_writing(["secret"]) == {kb.identity.public_key}
