@@ -25,7 +25,7 @@ from ._blobs import BlobSource, IncomingBlob
 from ._canonical import canonical_json, content_hash, sha256_hex
 from ._certificates import Certificates, Tasks
 from ._clock import HybridClock
-from ._collections import Blobs, Counters, Maps, SemanticMap, Skills
+from ._collections import Blobs, Counters, Skills
 from ._envelope import Envelope, Kind
 from ._errors import (
     BlobError,
@@ -51,6 +51,7 @@ from ._home import SiteHome
 from ._identity import Identity, key_id, parse_public_key, verify_signature
 from ._kb import KnowledgeBase, open
 from ._ledger import Ledger, Outcomes
+from ._maps import Maps, SemanticMap
 from ._models import (
     Activation,
     Certificate,
@@ -59,6 +60,7 @@ from ._models import (
     Head,
     Held,
     IngestReport,
+    MapRegion,
     Observation,
     QueryResult,
     RecordIssue,
@@ -187,6 +189,7 @@ __all__ = [
     "Ledger",
     "LedgerRow",
     "Limits",
+    "MapRegion",
     "Maps",
     "NotAuthorizedError",
     "Observation",

@@ -12,14 +12,12 @@ from typing import TYPE_CHECKING, Any
 from ._blobs import BlobSource, Fetching, collect_garbage, named_blobs
 from ._canonical import content_hash
 from ._errors import BlobError, BlobQuotaError, RecordError, UnknownSkillError
-from ._models import Counts, Observation, QueryResult, Skill
+from ._models import Counts, QueryResult, Skill
 from ._records import (
     COUNTER_FIELDS,
     MAX_INT,
     RecordType,
     Role,
-    cell_key,
-    check_map_name,
     check_skill_id,
 )
 from ._replica import Replica
@@ -186,81 +184,6 @@ class Skills:
         replica.put_record(
             RecordType.WITHDRAW, skill_id, {"v": 1, "hlc": replica.now(), "reason": reason}
         )
-
-
-class SemanticMap:
-    """One named semantic map: per cell, the observation with the highest (confidence, hlc,
-    author)."""
-
-    def __init__(self, replica: Replica, name: str) -> None:
-        self._replica = replica
-        self.name = check_map_name(name)
-
-    def observe(self, cell: str | tuple[int, ...], value: Any, confidence: float) -> None:
-        """Record what this writer sees in `cell` (any JSON value) with a confidence in [0, 1]."""
-        self._put(cell, value, confidence, deleted=False)
-
-    def delete(self, cell: str | tuple[int, ...], confidence: float) -> None:
-        """A tombstone: this writer, with `confidence`, says the cell is now empty."""
-        self._put(cell, None, confidence, deleted=True)
-
-    def _put(
-        self, cell: str | tuple[int, ...], value: Any, confidence: float, *, deleted: bool
-    ) -> None:
-        replica = self._replica
-        replica.require(Role.PUBLISH)
-        key = cell_key(cell)
-        record = {
-            "v": 1,
-            "hlc": replica.now(),
-            "value": value,
-            "confidence": confidence,
-            "deleted": deleted,
-        }
-        replica.put_record(RecordType.CELL, self.name, record, key)
-
-    def get(self, cell: str | tuple[int, ...]) -> Observation | None:
-        """The winning observation of a cell (a tombstone shows as deleted=True), or None if never
-        seen."""
-        key = cell_key(cell)
-        with self._replica.lock:
-            best = self._replica.views.cell(self.name, key)
-        if best is None:
-            return None
-        author, rec = best
-        return Observation(
-            self.name,
-            key,
-            rec["value"],
-            rec["confidence"],
-            rec["hlc"],
-            author.hex(),
-            rec.get("deleted", False),
-        )
-
-    def cells(self, *, include_deleted: bool = False) -> dict[str, Observation]:
-        with self._replica.lock:
-            names = self._replica.views.cells(self.name)
-        out = {}
-        for cell in names:
-            obs = self.get(cell)
-            if obs is not None and (include_deleted or not obs.deleted):
-                out[cell] = obs
-        return out
-
-
-class Maps:
-    """kb.maps[name] gives a SemanticMap; iterating gives the names of maps that hold cells."""
-
-    def __init__(self, replica: Replica) -> None:
-        self._replica = replica
-
-    def __getitem__(self, name: str) -> SemanticMap:
-        return SemanticMap(self._replica, name)
-
-    def names(self) -> list[str]:
-        with self._replica.lock:
-            return self._replica.views.map_names()
 
 
 class Counters:

@@ -56,6 +56,7 @@ class Feed:
         self.seq, self.head, self.hlc = 0, ZERO_HASH, 0
         self._doc: Doc[Map[str]] | None = None  # made on first use (`doc`)
         self._state: bytes | None = None  # a snapshot's document state, applied on first use
+        self._load_state: Callable[[], bytes | None] | None = None  # or where to read it then
         self._maps: dict[bool, Map[str]] = {}
         self._frozen: list[
             int
@@ -83,11 +84,17 @@ class Feed:
             for immutable, root in self._maps.items():
                 root.observe(self._observer(immutable))
             self._doc.observe(self._on_transaction)
-            if self._state is not None:
-                state, self._state, misplaced = self._state, None, list(self.misplaced)
+            state = self._saved_state()
+            if state is not None:
+                self._state, misplaced = None, list(self.misplaced)
                 self._doc.apply_update(state)
                 self._changes, self.misplaced = {}, misplaced  # nothing changed: it was there
         return self._doc
+
+    def _saved_state(self) -> bytes | None:
+        if self._state is None and self._load_state is not None:
+            self._state, self._load_state = self._load_state(), None
+        return self._state
 
     def export(self) -> dict[str, Any]:
         """What a snapshot keeps of this feed (see `restore`)."""
@@ -95,7 +102,7 @@ class Feed:
             "seq": self.seq,
             "head": self.head,
             "hlc": self.hlc,
-            "state": self._state if self._doc is None else self.state(),
+            "state": self._saved_state() if self._doc is None else self.state(),
             "frozen": list(self._frozen),
             "next_clock": self.next_clock,
             "map_names": set(self.map_names),
@@ -103,11 +110,18 @@ class Feed:
         }
 
     @classmethod
-    def restore(cls, author: bytes, saved: dict[str, Any]) -> Feed:
-        """A feed as `export` saw it; its Doc is built when first used."""
+    def restore(
+        cls,
+        author: bytes,
+        saved: dict[str, Any],
+        load_state: Callable[[], bytes | None] | None = None,
+    ) -> Feed:
+        """A feed as `export` saw it; its Doc is built when first used, from the saved state, or
+        without one, from what `load_state` returns then."""
         feed = cls(author)
         feed.seq, feed.head, feed.hlc = saved["seq"], saved["head"], saved["hlc"]
-        feed._state = saved["state"]
+        feed._state = saved.get("state")
+        feed._load_state = load_state
         feed._frozen = list(saved["frozen"])
         feed.next_clock = saved["next_clock"]
         feed.map_names = set(saved["map_names"])
@@ -123,7 +137,7 @@ class Feed:
                     self.misplaced.append(key)
                     continue
                 self._changes[key] = None if change["action"] == "delete" else change["newValue"]
-                if key.startswith("cell/"):
+                if key.startswith(("cell/", "tile/")):
                     self.map_names.add(key[5:].partition("/")[0])
 
         return on_change

@@ -111,6 +111,7 @@ class Ingestion:
                     replica.replay(replica.feeds[author])
             replica.refresh_trust()
             raise
+        replica.views.maps.prepared.clear()  # tiles checked here that the views did not show
         report.rejected.sort(key=lambda r: r.index)
         return report
 
@@ -120,7 +121,18 @@ class Ingestion:
         except BaseException as exc:
             reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
             raise UpdateRejected(str(exc)) from exc
+        refusal = self.replica.views.maps.admit(feed.author, changes)
+        if refusal is not None:  # careful mode refuses this envelope alone
+            raise UpdateRejected(f"{refusal[0]}: {refusal[1]}")
         self._note(feed, env, changes)
+
+    def _undo(self, feed: Feed) -> None:
+        """Take the update just applied out of `feed` again: rebuilt from the store, where what
+        this run changed before it stays (a delegation may need a trust refresh)."""
+        self._end_run()
+        self.replica.replay(feed)
+        self.replica.views.reset_author(feed.author, feed.items())
+        self.current, self.current_changes = None, {}
 
     def _note(self, feed: Feed, env: Envelope, changes: dict[str, str | None]) -> None:
         note_written(self.replica.written.setdefault(feed.author, {}), changes, env)
@@ -307,12 +319,12 @@ class Ingestion:
                 reraise_interrupts(
                     exc
                 )  # pycrdt raises ValueError, or a Rust panic (a BaseException)
-                # what this run changed before stays (a delegation may need a trust refresh)
-                self._end_run()
-                self.replica.replay(feed)
-                self.replica.views.reset_author(feed.author, feed.items())
-                self.current, self.current_changes = None, {}
+                self._undo(feed)
                 return reject("malformed_update", f"pycrdt refused the update: {exc}")
+            refused = self.replica.views.maps.admit(feed.author, changes)
+            if refused is not None:  # a tile record every receiver refuses (see _tiles)
+                self._undo(feed)
+                return reject(*refused)
             self._note(feed, env, changes)
         else:
             feed.queue(env.update)

@@ -17,13 +17,14 @@ from typing import Any
 
 from ._certificates import Certificates, Tasks
 from ._clock import HybridClock
-from ._collections import Blobs, Counters, Maps, Skills
+from ._collections import Blobs, Counters, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, seal
 from ._errors import RecordError, StoreError
 from ._hold import due_ms
 from ._identity import Identity, key_id
 from ._ingest import Ingestion, UpdateRejected
 from ._ledger import Ledger, Outcomes
+from ._maps import Maps
 from ._models import Activation, Head, IngestReport
 from ._policy import TrustPolicy
 from ._records import MAX_INT, RecordType, Role, make_key

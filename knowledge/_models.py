@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,37 @@ class Observation:
     hlc: int
     author: str
     deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MapRegion:
+    """The winning observations of the cells in a box of a map, as columns (row i is one cell):
+    `cells` (n x d coordinates), `values`, `confidence`, `hlc`, `deleted`, and `author`, an index
+    into `authors` (hex keys). Rows come tile by tile, in each tile in row-major order."""
+
+    map: str
+    cells: np.ndarray  # int64, n x d
+    values: np.ndarray  # objects: each cell's JSON value (None for a tombstone)
+    confidence: np.ndarray  # float64
+    hlc: np.ndarray  # uint64
+    author: np.ndarray  # uint32 indices into `authors`
+    authors: tuple[str, ...]
+    deleted: np.ndarray  # bool
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def observation(self, i: int) -> Observation:
+        """Row `i` as an Observation."""
+        return Observation(
+            self.map,
+            ",".join(str(int(c)) for c in self.cells[i]),
+            self.values[i],
+            float(self.confidence[i]),
+            int(self.hlc[i]),
+            self.authors[int(self.author[i])],
+            bool(self.deleted[i]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,15 @@ MAX_TIMESTAMP = (
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAP_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_CELL_CHARS = 256
+TILE_CELLS = 4096  # the most cells a tile record holds (see _tiles)
+TILE_EDGE = {1: 4096, 2: 64, 3: 16}  # cells along each axis of a tile, by number of coordinates
+COORD_MIN, COORD_MAX = -(2**31), 2**31 - 1  # the coordinates of cells that tiles hold
 MAX_DEPTH = 64  # JSON nesting a record may have: checked before anything deep is parsed
 MAX_NUMBER_CHARS = 40  # a run of digits longer than this is no number a record needs
 _STRINGS = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.S)  # possessive: linear even on unclosed strings
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _BRACKETS = re.compile(r"[\[\]{}]")
+_TILE_NAME = re.compile(r"(?:0|-?[1-9][0-9]{0,9})(?:,(?:0|-?[1-9][0-9]{0,9})){0,2}")
 _LONG_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_NUMBER_CHARS + 1))
 
 
@@ -54,6 +58,7 @@ class RecordType(str, Enum):
     SKILL = "skill"
     WITHDRAW = "withdraw"
     CELL = "cell"
+    TILE = "tile"
     COUNTER = "counter"
     CERT = "cert"
     REVOKE = "revoke"
@@ -70,6 +75,7 @@ REQUIRED_ROLE: dict[RecordType, Role | None] = {
     RecordType.SKILL: Role.PUBLISH,
     RecordType.WITHDRAW: Role.PUBLISH,
     RecordType.CELL: Role.PUBLISH,
+    RecordType.TILE: Role.PUBLISH,
     RecordType.COUNTER: Role.PUBLISH,
     RecordType.CERT: Role.VALIDATE,
     RecordType.REVOKE: Role.REVOKE,
@@ -156,8 +162,8 @@ def task_assets(definition: Any) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     type: RecordType
-    name: str  # the id, device key or skill id; for cells the map name
-    cell: str | None = None
+    name: str  # the id, device key or skill id; for cells and tiles the map name
+    cell: str | None = None  # a cell's name; a tile's coordinates ("3,-1")
 
 
 def parse_key(key: str) -> ParsedKey | None:
@@ -173,6 +179,15 @@ def parse_key(key: str) -> ParsedKey | None:
         if not sep:
             raise RecordError(f"cell key {key!r} lacks a cell name")
         return ParsedKey(rtype, check_map_name(name), cell_key(cell))
+    if rtype is RecordType.TILE:
+        name, sep, tile = rest.partition("/")
+        if not sep or not _TILE_NAME.fullmatch(tile):
+            raise RecordError(f"tile key {key!r} does not end in 1 to 3 integer tile coordinates")
+        coords = [int(c) for c in tile.split(",")]
+        edge = TILE_EDGE[len(coords)]
+        if not all(COORD_MIN // edge <= c <= COORD_MAX // edge for c in coords):
+            raise RecordError(f"tile key {key!r} lies beyond 32-bit cell coordinates")
+        return ParsedKey(rtype, check_map_name(name), tile)
     if rtype in (RecordType.DELEGATE, RecordType.KEY_REVOKE):
         return ParsedKey(rtype, check_skill_id(rest, "device key"))
     return ParsedKey(rtype, check_skill_id(rest))
@@ -262,12 +277,12 @@ def record_limits(text: str) -> str | None:
     return None
 
 
-def load_record(text: str) -> dict[str, Any]:
-    """Parse a record's JSON object within the limits every record obeys; RecordError says what is
-    wrong."""
+def load_record(text: str, *, within_limits: bool = False) -> dict[str, Any]:
+    """Parse a record's JSON object within the limits every record obeys (`within_limits`: the
+    caller checked them already); RecordError says what is wrong."""
     if not isinstance(text, str):
         raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
-    refusal = record_limits(text)
+    refusal = None if within_limits else record_limits(text)
     if refusal is not None:
         raise RecordError(refusal)
     try:
@@ -306,9 +321,11 @@ def _version(rec: dict[str, Any]) -> None:
         raise FutureVersion(v)
 
 
-def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
+def check_record(
+    key: ParsedKey, text: str, author_hex: str, *, within_limits: bool = False
+) -> dict[str, Any]:
     """Parse and check one record written by `author_hex`; RecordError says what is wrong."""
-    rec = load_record(text)
+    rec = load_record(text, within_limits=within_limits)
     _version(rec)
     _int(rec, "hlc", 0, MAX_TIMESTAMP)
     t = key.type
@@ -389,6 +406,13 @@ def check_record(key: ParsedKey, text: str, author_hex: str) -> dict[str, Any]:
             raise RecordError("field 'deleted' must be a boolean")
         if "value" not in rec:
             raise RecordError("a cell observation needs a 'value' (null for a deletion)")
+    elif t is RecordType.TILE:
+        _int(rec, "n")  # at most TILE_CELLS: decoding says so (oversized_tile)
+        for field in ("cells", "confidence"):
+            if not isinstance(rec.get(field), str):
+                raise RecordError(f"field {field!r} must be a string (base64 of packed columns)")
+        if not isinstance(rec.get("values"), list):
+            raise RecordError("field 'values' must be a list (the tile's distinct cell values)")
     elif t is RecordType.COUNTER:
         for part in ("p", "n"):
             counts = _obj(rec.get(part), f"field {part!r}")

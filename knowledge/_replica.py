@@ -11,8 +11,10 @@ store (`replay`) and grants recomputed from the trust records (`refresh_trust`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import pickle
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ from ._records import (
     parse_key,
     record_text,
 )
-from ._store import MEMORY, Store
+from ._store import MEMORY, SNAPSHOT_PART, Store
 from ._trust import Authority
 from ._views import Views
 
@@ -165,8 +167,8 @@ class Replica:
         """Rebuild the feeds and views: from their snapshots where those match the envelopes held
         (replaying only what follows them), by replaying the store otherwise (see `_snapshot`)."""
         saved = {
-            bytes.fromhex(name[5:]): _snapshot.unseal(body)
-            for name, body in self.store.snapshots("feed/").items()
+            bytes.fromhex(name[5:]): _snapshot.unseal(parts, SNAPSHOT_PART)
+            for name, parts in self.store.snapshots("feed/").items()
         }
         tails: dict[bytes, dict[str, str | None] | None] = {}  # None: replayed whole
         for author in self.store.authors():
@@ -176,7 +178,7 @@ class Replica:
             self.feeds[author] = feed
             self.clock.advance(feed.hlc)
             tails[author] = changes
-        views = _snapshot.unseal(self.store.snapshot("views"))
+        views = _snapshot.unseal(self.store.snapshot("views"), SNAPSHOT_PART)
         built_under = None
         if isinstance(views, dict) and self._views_match(views):
             try:
@@ -203,14 +205,16 @@ class Replica:
         if not isinstance(saved, dict):
             return Feed(author), None
         try:
-            feed = Feed.restore(author, saved["feed"])
+            at = (saved["feed"]["seq"], saved["feed"]["head"])
+            feed = Feed.restore(
+                author, saved["feed"], functools.partial(self._state_of, author, at)
+            )
             written = dict(saved["written"])
         except (KeyError, TypeError, ValueError):
             return Feed(author), None
         if feed.seq < 1 or self.hash_at(author, feed.seq) != feed.head:
             return Feed(author), None  # cut, dropped or replaced since
         self.written[author] = written
-        at = (feed.seq, feed.head)
         try:
             changes = self._replay_envelopes(feed, written)
         except StoreError:
@@ -220,6 +224,18 @@ class Replica:
             return Feed(author), None
         self.snapshotted[author] = at
         return feed, changes
+
+    def _state_of(self, author: bytes, at: tuple[int, bytes]) -> bytes | None:
+        """The document state saved with `author`'s feed snapshot, read when the feed's document is
+        first needed (opening reads only the feeds' bookkeeping); if it is gone or damaged, the
+        state the envelopes held build (Yjs takes the envelopes after it again as no change)."""
+        saved = _snapshot.unseal(self.store.snapshot(f"state/{author.hex()}"), SNAPSHOT_PART)
+        if isinstance(saved, dict) and saved.get("at") == at:
+            state = saved.get("state")
+            if state is None or isinstance(state, bytes):
+                return state
+        log.warning("the saved document of feed %s is unusable: replaying it", author.hex()[:16])
+        return self.replay(Feed(author)).state()
 
     def _views_match(self, views: dict[str, Any]) -> bool:
         """Whether the saved views cover exactly the feeds restored from their snapshots."""
@@ -252,12 +268,17 @@ class Replica:
             try:
                 with self.store.transaction():
                     gone = [a for a in self.snapshotted if a not in vector]
-                    self.store.delete_snapshots([f"feed/{a.hex()}" for a in gone])
+                    self.store.delete_snapshots(
+                        [f"{kind}/{a.hex()}" for a in gone for kind in ("feed", "state")]
+                    )
                     for author, at in vector.items():
                         if self.snapshotted.get(author) != at:
-                            feed = {"feed": self.feeds[author].export()}
-                            feed["written"] = self.written.get(author, {})
+                            exported = self.feeds[author].export()
+                            state = exported.pop("state")  # apart: read when the doc is needed
+                            feed = {"feed": exported, "written": self.written.get(author, {})}
                             self.store.put_snapshot(f"feed/{author.hex()}", _snapshot.seal(feed))
+                            saved = {"at": at, "state": state and pickle.PickleBuffer(state)}
+                            self.store.put_snapshot(f"state/{author.hex()}", _snapshot.seal(saved))
                     body = {"vector": vector, "authority": authority}
                     body["state"] = self.views.export_state()
                     self.store.put_snapshot("views", _snapshot.seal(body))

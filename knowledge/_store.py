@@ -31,7 +31,7 @@ import errno
 import fcntl
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 from urllib.parse import quote
@@ -307,7 +307,8 @@ class Store:
         """Drop an author's envelopes after `seq` (and a checkpoint beyond it)."""
         self._db.execute("DELETE FROM envelopes WHERE author=? AND seq>?", (author, seq))
         self._db.execute("DELETE FROM checkpoints WHERE author=? AND seq>?", (author, seq))
-        self.delete_snapshots([f"feed/{author.hex()}"])  # it may cover what was dropped
+        # they may cover what was dropped
+        self.delete_snapshots([f"feed/{author.hex()}", f"state/{author.hex()}"])
 
     def count_envelopes(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM envelopes").fetchone()[0]
@@ -514,32 +515,36 @@ class Store:
             return []
 
     # --- snapshots of derived state (see _snapshot): checked on load, dropped when stale --------
-    def put_snapshot(self, name: str, body: bytes) -> None:
-        """Replace the snapshot `name` by `body` (in parts); within the caller's transaction."""
+    def put_snapshot(self, name: str, pieces: Sequence[bytes | memoryview]) -> None:
+        """Replace the snapshot `name` by `pieces`, each in parts of its own of at most
+        SNAPSHOT_PART bytes (an empty piece takes one empty part); within the caller's
+        transaction."""
         self._db.execute("DELETE FROM snapshots WHERE name=?", (name,))
-        view = memoryview(body)
+        parts = []
+        for piece in pieces:
+            view = memoryview(piece).cast("B")
+            parts += [
+                view[at : at + SNAPSHOT_PART] for at in range(0, max(len(view), 1), SNAPSHOT_PART)
+            ]
         self._db.executemany(
-            "INSERT INTO snapshots VALUES (?, ?, ?)",
-            [
-                (name, i, view[start : start + SNAPSHOT_PART])
-                for i, start in enumerate(range(0, max(len(view), 1), SNAPSHOT_PART))
-            ],
+            "INSERT INTO snapshots VALUES (?, ?, ?)", [(name, i, p) for i, p in enumerate(parts)]
         )
 
-    def snapshot(self, name: str) -> bytes | None:
+    def snapshot(self, name: str) -> list[bytes] | None:
+        """The parts of the snapshot `name`, in order (None if there is none)."""
         try:
             parts = [
-                bytes(r[0])
+                r[0]
                 for r in self._db.execute(
                     "SELECT data FROM snapshots WHERE name=? ORDER BY part", (name,)
                 )
             ]
         except sqlite3.OperationalError:  # a store from before this table, opened read-only
             return None
-        return b"".join(parts) if parts else None
+        return parts or None
 
-    def snapshots(self, prefix: str) -> dict[str, bytes]:
-        """Every snapshot whose name starts with `prefix`, by name."""
+    def snapshots(self, prefix: str) -> dict[str, list[bytes]]:
+        """The parts of every snapshot whose name starts with `prefix`, by name."""
         out: dict[str, list[bytes]] = {}
         try:
             rows = self._db.execute(
@@ -547,10 +552,10 @@ class Store:
                 (prefix, prefix + "\U0010ffff"),
             )
             for name, data in rows:
-                out.setdefault(name, []).append(bytes(data))
+                out.setdefault(name, []).append(data)
         except sqlite3.OperationalError:  # a store from before this table, opened read-only
             return {}
-        return {name: b"".join(parts) for name, parts in out.items()}
+        return out
 
     def delete_snapshots(self, names: list[str] | None = None) -> None:
         """Drop these snapshots (all of them if `names` is None)."""

@@ -7,7 +7,7 @@ current record of each author allowed to write it, and merge across authors on r
   for the publisher (every publish is a fresh element whose id covers author and time, so
   observed-remove reduces to this);
 - semantic-map cells: the record with the highest (confidence, hlc, author key), tombstones
-  included;
+  included, over per-cell records and tile records alike (`MapViews`);
 - counters: per author a PN pair of grow-only counts; the value is the sum of P minus the sum of N;
 - certificates, spot checks, task definitions and revocations: grow-only unions (a revoked skill
   stays revoked).
@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._errors import RecordError
+from ._mapview import MapViews
 from ._models import Counts, RecordIssue
 from ._records import (
     COUNTER_FIELDS,
@@ -35,6 +36,7 @@ from ._records import (
     check_record,
     parse_key,
 )
+from ._tiles import Tile, decode
 from ._trust import Authority
 
 Index = str | tuple[str, str]
@@ -62,13 +64,11 @@ _VOUCHED = frozenset(
         RecordType.SUSPEND,
     }
 )  # sites read
+_MAP_TYPES = (RecordType.CELL, RecordType.TILE)  # merged by MapViews
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 
 
 def _index(key: ParsedKey) -> Index:
-    if key.type is RecordType.CELL:
-        assert key.cell is not None  # parse_key gives every cell key its cell
-        return (key.name, key.cell)
     return key.name
 
 
@@ -86,7 +86,7 @@ class Views:
         self._entries: dict[RecordType, dict[Index, dict[bytes, dict[str, Any]]]] = {
             t: {} for t in RecordType
         }
-        self._cells_by_map: dict[str, set[str]] = defaultdict(set)
+        self.maps = MapViews()
         self._certs_by_skill: dict[str, set[str]] = defaultdict(set)
         self._checks_by_cert: dict[str, set[str]] = defaultdict(set)
         self._disputes_by_validator: dict[str, set[str]] = defaultdict(set)
@@ -124,6 +124,9 @@ class Views:
                     RecordIssue(author_hex, key, "unknown_type: kept and forwarded, not shown")
                 )
                 continue
+            if parsed.type in _MAP_TYPES:
+                self._update_map(author, parsed, key, text, written.get(key), issues)
+                continue
             bucket = self._entries[parsed.type]
             index = _index(parsed)
             old = bucket.get(index, {}).get(author)
@@ -159,9 +162,7 @@ class Views:
                 self._sites[(parsed.type, index, author)] = sites
             if parsed.type in _ABOUT_SKILL:
                 self._log(record["skill"])
-            if parsed.type is RecordType.CELL:
-                self._cells_by_map[parsed.name].add(parsed.cell or "")
-            elif parsed.type is RecordType.CERT:
+            if parsed.type is RecordType.CERT:
                 self._certs_by_skill[record["skill"]].add(parsed.name)
             elif parsed.type is RecordType.CHECK:
                 self._checks_by_cert[record["certificate"]].add(parsed.name)
@@ -170,17 +171,69 @@ class Views:
                     # it may stop every certificate of that validator counting: start over
                     self.generation += 1
                     self._skill_log.clear()
+        self.maps.flush()
+
+    def _update_map(
+        self,
+        author: bytes,
+        parsed: ParsedKey,
+        key: str,
+        text: str | None,
+        written: tuple[int, int] | None,
+        issues: list[RecordIssue],
+    ) -> None:
+        """Hand a cell or tile record to the map views: its content if it counts, else None."""
+        content = None
+        if text is not None:
+            content = self._map_content(author, parsed, key, text, written, issues)
+        self.maps.put(author, parsed, content)
+
+    def _map_content(
+        self,
+        author: bytes,
+        parsed: ParsedKey,
+        key: str,
+        text: str,
+        written: tuple[int, int] | None,
+        issues: list[RecordIssue],
+    ) -> Tile | dict[str, Any] | None:
+        seq, hlc = written or (None, 0)
+        if not self.authority.sites(author, REQUIRED_ROLE[parsed.type], seq, hlc):
+            issues.append(RecordIssue(author.hex(), key, "unauthorized: needs the publish role"))
+            return None
+        if parsed.type is RecordType.TILE:
+            tile = self.maps.take_prepared(author, key, text)  # checked by ingest or its writer
+            if tile is not None:
+                return tile
+        try:
+            record = check_record(parsed, text, author.hex())
+            return decode(record) if parsed.type is RecordType.TILE else record
+        except FutureVersion as exc:
+            issues.append(
+                RecordIssue(author.hex(), key, f"newer_schema: v{exc.args[0]} kept, not shown")
+            )
+        except RecordError as exc:
+            issues.append(RecordIssue(author.hex(), key, f"invalid_record: {exc}"))
+        return None
 
     def export_state(self) -> dict[str, Any]:
-        """Everything the views hold but the grants and `written` (a snapshot keeps it)."""
-        return {k: v for k, v in vars(self).items() if k not in ("authority", "written")}
+        """Everything the views hold but the grants and `written` (a snapshot keeps it), as
+        builtin values."""
+        state = {k: v for k, v in vars(self).items() if k not in ("authority", "written")}
+        state["maps"] = self.maps.export()
+        return state
 
     def import_state(self, state: dict[str, Any]) -> None:
         """Hold what `export_state` gave (ValueError if it is not the same shape); readers of
         `skill_changes` start over."""
         if set(state) != set(vars(self)) - {"authority", "written"}:
             raise ValueError("the saved views hold other indexes than these views")
+        try:
+            maps = MapViews.restore(state["maps"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"the saved map views are unreadable: {exc}") from None
         vars(self).update(state)
+        self.maps = maps
         self.generation += 1
         self._skill_log.clear()
 
@@ -192,6 +245,7 @@ class Views:
         for rtype, bucket in self._entries.items():
             for index in [i for i, by_author in bucket.items() if author in by_author]:
                 self._discard(rtype, index, author)
+        self.maps.drop(author)
         self.update(author, dict(items), [])
 
     def _log(self, skill_id: str) -> None:
@@ -299,22 +353,13 @@ class Views:
         return next(iter(by_author.values())) if by_author else None
 
     def cell(self, map_name: str, cell: str) -> tuple[bytes, dict[str, Any]] | None:
-        by_author = self._entries[RecordType.CELL].get((map_name, cell))
-        if not by_author:
-            return None
-        return max(
-            by_author.items(), key=lambda item: (item[1]["confidence"], item[1]["hlc"], item[0])
-        )
+        return self.maps.cell(map_name, cell)
 
     def cells(self, map_name: str) -> list[str]:
-        return sorted(
-            c
-            for c in self._cells_by_map.get(map_name, ())
-            if (map_name, c) in self._entries[RecordType.CELL]
-        )
+        return self.maps.cells(map_name)
 
     def map_names(self) -> list[str]:
-        return sorted(m for m in self._cells_by_map if self.cells(m))
+        return self.maps.map_names()
 
     def counts(self, skill_id: str) -> dict[bytes, Counts]:
         """Per site: the PN-counter values recorded for a skill by that site's writers (a writer

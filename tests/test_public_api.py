@@ -86,6 +86,7 @@ PUBLIC: dict[str, list[str]] = {
         "Ledger",
         "LedgerRow",
         "Limits",
+        "MapRegion",
         "Maps",
         "NotAuthorizedError",
         "Observation",

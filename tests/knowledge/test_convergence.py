@@ -38,6 +38,15 @@ op = st.one_of(
         st.integers(),
     ),
     st.tuples(st.just("delete"), st.integers(0, 7), st.integers(0, 3), st.floats(0, 1, width=16)),
+    st.tuples(
+        st.just("observe_many"),
+        st.integers(0, 7),
+        st.lists(
+            st.tuples(st.integers(0, 3), st.sampled_from([0, 63, 64])), min_size=1, max_size=4
+        ),
+        st.floats(0, 1, width=16),
+        st.integers(),
+    ),
     st.tuples(st.just("count"), st.integers(0, 7), st.integers(0, 20), st.booleans()),
     st.tuples(
         st.just("certify"),
@@ -70,6 +79,8 @@ def _apply(writers, skills, operation) -> None:
             w.maps["m"].observe((operation[2], 0), operation[4], operation[3])
         elif kind == "delete":
             w.maps["m"].delete((operation[2], 0), operation[3])
+        elif kind == "observe_many":  # tiles, over cells that per-cell records also write
+            w.maps["m"].observe_many(operation[2], [operation[4]] * len(operation[2]), operation[3])
         elif kind == "gossip":
             _sync(w, writers[operation[2] % len(writers)])
         elif kind == "checkpoint":

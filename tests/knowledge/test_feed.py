@@ -624,3 +624,25 @@ def test_a_full_state_must_continue_what_the_feed_holds():
     writer.write({"cell/m/1,1": "x"})
     assert replica.lacks_held(writer.state()) is None  # the honest one
     assert _refusal(replica, writer.state()) is None and replica.next_clock == 3
+
+
+# --- export / restore (snapshots) -----------------------------------------------------------------
+
+
+def test_a_restored_feed_builds_its_document_from_the_saved_state_when_first_used():
+    writer = Feed(AUTHOR)
+    writer.write({"cell/m/1,2": '{"v":1}', "tile/m/0,0": '{"n":0}'})
+    saved = writer.export()
+    assert saved["map_names"] == {"m"}
+    loads = []
+
+    def load_state():
+        loads.append(1)
+        return saved["state"]
+
+    kept = {k: v for k, v in saved.items() if k != "state"}
+    restored = Feed.restore(AUTHOR, kept, load_state)
+    assert loads == [] and restored.next_clock == writer.next_clock  # nothing read yet
+    assert dict(restored.items()) == dict(writer.items()) and loads == [1]
+    assert restored.export()["state"] == writer.state() and loads == [1]  # read once
+    assert dict(Feed.restore(AUTHOR, saved).items()) == dict(writer.items())

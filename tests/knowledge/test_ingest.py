@@ -3,8 +3,12 @@ isolates an update pycrdt refuses (security cases are in test_ingest_security.py
 
 from __future__ import annotations
 
+import base64
+import json
 import random
+import zlib
 
+import numpy as np
 import pytest
 
 import knowledge
@@ -66,3 +70,60 @@ def test_a_refused_batch_is_redone_one_update_at_a_time(writers, monkeypatch):
     monkeypatch.undo()
     assert careful.snapshot() == reference.snapshot()
     assert careful.heads() == reference.heads()
+
+
+# --- tile records a receiver refuses (their checks: test_tiles.py) ------------------------------
+
+
+def _tile_text(columns=(), **fields) -> str:
+    """A tile record of two cells, with some of its columns or fields changed."""
+    packed = {
+        "idx": ("<u2", [0, 5]),
+        "conf": ("<f8", [0.5, 0.9]),
+        "hlc": ("<u8", [1, 2]),
+        "code": ("<u4", [0, 0]),
+        "deleted": ("u1", [0, 0]),
+    }
+    for name, value in dict(columns).items():
+        packed[name] = (packed[name][0], value)
+    conf = packed.pop("conf")
+    raw = b"".join(np.array(v, dtype).tobytes() for dtype, v in packed.values())
+    record = {"v": 1, "hlc": 2, "n": 2, "values": ["wall"]}
+    record["cells"] = base64.b64encode(zlib.compress(raw)).decode()
+    record["confidence"] = base64.b64encode(np.array(conf[1], conf[0]).tobytes()).decode()
+    record.update(fields)
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    ("text", "reason", "detail"),
+    [
+        (_tile_text({"conf": [0.5, float("nan")]}), "invalid_tile", "confidence nan"),
+        (_tile_text({"conf": [0.5, float("inf")]}), "invalid_tile", "confidence inf"),
+        (_tile_text({"idx": [0, 4096]}), "invalid_tile", "outside the tile"),
+        (_tile_text(n=5000), "oversized_tile", "at most 4096 cells"),
+        (_tile_text(cells="AAAA"), "invalid_tile", "no base64 of zlib"),
+        (_tile_text(n=3), "invalid_tile", "holds 16 bytes, not 3 float64"),
+        (_tile_text(hlc=1), "record_clock_ahead", "later than its tile record's"),
+        (_tile_text(values="wall"), "invalid_tile", "'values' must be a list"),
+    ],
+)
+def test_a_bad_tile_record_is_refused_with_its_reason_and_changes_nothing(text, reason, detail):
+    writer, good_writer = Identity.generate(), Identity.generate()
+    policy = TrustPolicy().with_root(writer.public_key).with_root(good_writer.public_key)
+    with (
+        knowledge.open(":memory:", writer) as bad,
+        knowledge.open(":memory:", good_writer) as good,
+        knowledge.open(":memory:", Identity.generate(), policy=policy) as site,
+    ):
+        bad.maps["m"].observe_many([(0, 0)], ["fine"], 0.5)
+        bad._replica.write({"tile/m/1,1": text})  # as a writer that skips its own checks
+        good.maps["m"].observe_many([(0, 0)], ["other"], 0.5)
+        envelopes = bad.envelopes_since({}) + good.envelopes_since({})
+        report = site.ingest(envelopes)
+        (refused,) = report.rejected
+        assert (refused.reason, refused.seq) == (reason, 2)
+        assert detail in refused.detail and "tile/m/1,1" in refused.detail
+        assert len(report.accepted) == 2  # the other envelopes
+        assert site.heads()[writer.public_key_hex].seq == 1
+        assert site.maps["m"].region((0, 0), (200, 200)).values.tolist() in (["fine"], ["other"])

@@ -151,6 +151,12 @@ def suspend_record(**overrides):
     return rec
 
 
+def tile_record(**overrides):
+    rec = {"v": 1, "hlc": 5, "n": 0, "cells": "eAEDAAAAAAE=", "confidence": "", "values": []}
+    rec.update(overrides)
+    return rec
+
+
 BUILDERS = {
     RecordType.SKILL: skill_record,
     RecordType.CERT: cert_record,
@@ -164,6 +170,7 @@ BUILDERS = {
     RecordType.CHECK: check_record_of,
     RecordType.OUTCOME: outcome_record,
     RecordType.SUSPEND: suspend_record,
+    RecordType.TILE: tile_record,
 }
 
 
@@ -176,6 +183,8 @@ def keyed(rtype: RecordType, rec, *, text: str | None = None) -> tuple[ParsedKey
         key = make_key(rtype, content_hash(rec.get("definition", {})))
     elif rtype is RecordType.CELL:
         key = make_key(rtype, "floor1", "12,7")
+    elif rtype is RecordType.TILE:
+        key = make_key(rtype, "floor1", "0,-1")
     elif rtype in (RecordType.DELEGATE, RecordType.KEY_REVOKE):
         key = make_key(rtype, DEVICE)
     else:
@@ -224,6 +233,14 @@ def test_minimal_cell_tombstone():
 def test_delegation_without_roles_or_expiry_is_valid():
     assert check(RecordType.DELEGATE, {"v": 1, "hlc": 1}) == {"v": 1, "hlc": 1}
     assert check(RecordType.DELEGATE, roles=[], expires=MAX_TIMESTAMP)["expires"] == MAX_TIMESTAMP
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n", -1), ("n", 2**53), ("n", True), ("cells", 5), ("confidence", None), ("values", {})],
+)
+def test_tile_record_fields(field, value):
+    rejects(RecordType.TILE, repr(field), **{field: value})
 
 
 def test_hlc_bounds():
@@ -701,6 +718,9 @@ def test_parse_key_known_types():
     assert parse_key("keyrevoke/" + DEVICE) == ParsedKey(RecordType.KEY_REVOKE, DEVICE)
     assert parse_key("cell/floor1/12,7") == ParsedKey(RecordType.CELL, "floor1", "12,7")
     assert parse_key("cell/floor1/a/b") == ParsedKey(RecordType.CELL, "floor1", "a/b")
+    assert parse_key("tile/floor1/3,-1") == ParsedKey(RecordType.TILE, "floor1", "3,-1")
+    assert parse_key("tile/f/-524288") == ParsedKey(RecordType.TILE, "f", "-524288")
+    assert parse_key("tile/f/0,0,134217727") == ParsedKey(RecordType.TILE, "f", "0,0,134217727")
 
 
 @pytest.mark.parametrize(
@@ -720,6 +740,16 @@ def test_parse_key_known_types():
         "cell/bad name/1",
         "cell/m/" + "x" * (MAX_CELL_CHARS + 1),
         "revoke/" + SKILL_ID + "/extra",
+        "tile/floor1",
+        "tile/floor1/",
+        "tile/floor1/a,b",
+        "tile/floor1/01,2",  # one spelling per tile
+        "tile/floor1/-0,2",
+        "tile/floor1/1,2,3,4",  # tiles hold cells of 1 to 3 coordinates
+        "tile/floor1/1, 2",
+        "tile/floor1/33554432,0",  # beyond 32-bit cells: 2**31 / 64
+        "tile/floor1/-524289",  # -2**31 / 4096 - 1
+        "tile/bad name/1,2",
     ],
 )
 def test_parse_key_malformed_known_type(key):
@@ -727,7 +757,9 @@ def test_parse_key_malformed_known_type(key):
         parse_key(key)
 
 
-@pytest.mark.parametrize("rtype", [t for t in RecordType if t is not RecordType.CELL])
+@pytest.mark.parametrize(
+    "rtype", [t for t in RecordType if t not in (RecordType.CELL, RecordType.TILE)]
+)
 def test_make_key_parse_key_round_trip(rtype):
     assert parse_key(make_key(rtype, SKILL_ID)) == ParsedKey(rtype, SKILL_ID)
 

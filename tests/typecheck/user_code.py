@@ -26,6 +26,7 @@ from knowledge import (
     IngestReport,
     KnowledgeBase,
     LearnedEncoder,
+    MapRegion,
     Observation,
     QueryResult,
     Role,
@@ -72,6 +73,11 @@ def knowledge_base(weights: bytes) -> None:
     assert_type(seen, Observation | None)
     for cell, observation in kitchen.cells().items():
         print(cell, observation.confidence)
+    stamp = kitchen.observe_many([(0, 0), (0, 1)], ["floor", "wall"], [0.5, 0.7])
+    assert_type(stamp, int)
+    box = kitchen.region((0, 0), (10, 10))
+    assert_type(box, MapRegion)
+    print(len(box), box.values, box.observation(0).author)
 
     kb.counters.record(skill.id, success=True)
     assert_type(kb.counters.get(skill.id), Counts)
