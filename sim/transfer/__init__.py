@@ -3,16 +3,10 @@ planar legged bodies; and shaped like real robots, industrial arms, two-armed to
 manipulators, quadrupeds and humanoids) and transfer datasets (a native skill per body, evaluated on
 the other bodies of its task family), with the `simnet encoder dataset` command."""
 
-from ._bodies import (
-    Robot,
-    Slot,
-    procedural_arm,
-    procedural_legged,
-    robot_population,
-    shipped_robots,
-)
+from ._bodies import procedural_arm, procedural_legged, robot_population, shipped_robots
 from ._datasets import NativeSkill, native_skill, retarget, transfer_dataset
 from ._manipulators import industrial_arm, mobile_manipulator, two_armed
+from ._robot import Robot, Slot
 from ._standing import procedural_humanoid, procedural_quadruped
 
 __all__ = [

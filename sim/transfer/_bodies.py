@@ -1,12 +1,10 @@
-"""Robot bodies for transfer experiments: procedural arms and legged bodies from a seed, and real
-models.
+"""Robot bodies for transfer experiments: procedural arms and legged bodies from a seed, the shipped
+models, and populations of them with the bodies shaped like real robots (`_manipulators`,
+`_standing`).
 
-A `Robot` is a scene (the body plus what its task needs: a floor; a home marker and a goal for an
-arm; markers at the torso's ends, where they start and where they should go, for a legged body) and
-the body's skill interface: its actuated joints, each placed by a `Slot` (which limb, how far out
-along it). Skills move between bodies through slots, never through names or file order, so that a
-posture for a four-legged body drives a six-legged one by matching legs front to back, and an arm
-skill drives another arm joint by joint from the base.
+A `Robot` (`_robot`) is a scene (the body plus what its task needs: a floor; a home marker and a
+goal for an arm; markers at the torso's ends, where they start and where they should go, for a
+legged body) and the body's skill interface: its actuated joints, each placed by a `Slot`.
 
 Arms follow one of three kinematic patterns (articulated, anthropomorphic, with a roll joint), with
 3-7 hinge joints, the home posture built into the link frames (qpos 0 is home), gravity compensation
@@ -20,23 +18,15 @@ from the seed: the same seed gives the same MJCF text.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from importlib import resources
-from typing import Literal
 
 import mujoco
 import numpy as np
-from numpy.typing import ArrayLike
 
-from knowledge import Embodiment
+from . import _manipulators, _standing
+from ._families import posture_markers
+from ._robot import _AXES, Robot, Slot, _conditioning, _f, _quat
 
-from ._families import posture_markers, posture_task, reach_task
-
-Kind = Literal["arm", "legged"]
-TASKS: dict[str, tuple[str, ...]] = {"arm": ("reach",), "legged": ("posture",)}
-"""The task families each kind of body has."""
-_AXES = {"z": (0.0, 0.0, 1.0), "y": (0.0, 1.0, 0.0), "x": (1.0, 0.0, 0.0)}
 # kinematic patterns of arms: joint axes from the base, nominal link proportions, home bends
 # (radians)
 _ARM_PATTERNS = (
@@ -44,63 +34,6 @@ _ARM_PATTERNS = (
     ("zyzyzyz", (1.0, 1.0, 0.9, 0.9, 0.6, 0.4, 0.3), (0.0, 0.5, 0.0, 1.4, 0.0, 0.9, 0.0)),
     ("zyyxyzy", (0.8, 1.3, 1.1, 0.5, 0.5, 0.4, 0.3), (0.0, 0.4, 1.3, 0.0, 0.7, 0.0, 0.5)),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """Where an actuated joint sits: `limb` along the body (0 front or base .. 1 back), `joint`
-    outward (or, from `_morphologies.HELD` on, a part only like bodies have), `side` across the
-    body (1 left, -1 right, 0 on the middle line)."""
-
-    limb: float
-    joint: int
-    side: float = 0.0
-
-
-@dataclass(frozen=True)
-class Robot:
-    """A body in its family's scene, with the interface its skills use (actuator k drives
-    `joints[k]`)."""
-
-    name: str
-    kind: Kind
-    scene: str = field(repr=False)
-    joints: tuple[str, ...]
-    slots: tuple[Slot, ...]
-    gear: tuple[float, ...]
-    """Actuator length per joint radian: position targets are `gear * angle`."""
-    size: float
-    """The length tasks scale with: an arm's reach, a legged body's leg length (metres)."""
-    home: tuple[float, ...]
-    """Joint angles at home, the keyframe the task starts from (zeros for procedural bodies)."""
-    keyframe: str | None = None
-    source: str = ""
-    morphology: str = ""
-    """What kind of robot it stands for ("arm", "planar legged", "quadruped", "humanoid", ...)."""
-
-    def embodiment(self) -> Embodiment:
-        return Embodiment.from_mjcf(self.scene)
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        return TASKS[self.kind]
-
-    def task(self, family: str) -> Task:
-        """This body's task of a family (one of `tasks`)."""
-        if family not in self.tasks:
-            raise ValueError(
-                f"{self.name} is a{'n' if self.kind == 'arm' else ''} {self.kind} body: "
-                f"its tasks are {list(self.tasks)}, not {family!r}"
-            )
-        return reach_task(self) if family == "reach" else posture_task(self)
-
-
-def _f(values: ArrayLike) -> str:
-    return " ".join(f"{float(v):.6g}" for v in np.atleast_1d(values))
-
-
-def _quat(axis: str, angle: float) -> np.ndarray:
-    return np.array([math.cos(angle / 2), *(math.sin(angle / 2) * np.array(_AXES[axis]))])
 
 
 def procedural_arm(seed: int) -> Robot:
@@ -204,20 +137,6 @@ def _arm_scene(
         '<site name="target" size="0.025" rgba="0 1 0 0.6"/></body>'
     )
     return robot.replace("MARKERS", markers)
-
-
-def _conditioning(scene: str, joints: Sequence[str] | None = None) -> float:
-    """Smallest over largest singular value of the tool's position Jacobian at home (qpos 0), over
-    `joints` (default: every degree of freedom)."""
-    model = mujoco.MjModel.from_xml_string(scene)
-    data = mujoco.MjData(model)
-    mujoco.mj_forward(model, data)
-    jac = np.zeros((3, model.nv))
-    mujoco.mj_jacSite(model, data, jac, None, model.site("ee").id)
-    if joints is not None:
-        jac = jac[:, [model.joint(j).dofadr[0] for j in joints]]
-    values = np.linalg.svd(jac, compute_uv=False)
-    return float(values[-1] / values[0])
 
 
 def procedural_legged(seed: int) -> Robot:
@@ -356,19 +275,16 @@ def robot_population(
     humanoids: int = 0,
 ) -> list[Robot]:
     """`arms` procedural arms and `legged` planar legged bodies, and of the bodies shaped like real
-    robots (`_morphologies`) `industrial` arms, `two_armed` torsos, `mobile` manipulators,
-    `quadrupeds` and `humanoids` (seeds from `seed` on), plus the shipped robots."""
-    from . import _manipulators as manipulators  # they build on this module
-    from . import _standing as standing
-
+    robots (`_manipulators`, `_standing`) `industrial` arms, `two_armed` torsos, `mobile`
+    manipulators, `quadrupeds` and `humanoids` (seeds from `seed` on), plus the shipped robots."""
     makers = [
         (procedural_arm, arms),
-        (manipulators.industrial_arm, industrial),
-        (manipulators.two_armed, two_armed),
-        (manipulators.mobile_manipulator, mobile),
+        (_manipulators.industrial_arm, industrial),
+        (_manipulators.two_armed, two_armed),
+        (_manipulators.mobile_manipulator, mobile),
         (procedural_legged, legged),
-        (standing.procedural_quadruped, quadrupeds),
-        (standing.procedural_humanoid, humanoids),
+        (_standing.procedural_quadruped, quadrupeds),
+        (_standing.procedural_humanoid, humanoids),
     ]
     population = [make(seed + i) for make, count in makers for i in range(count)]
     return population + (shipped_robots() if shipped else [])

@@ -1,5 +1,6 @@
-"""Writing procedural robot bodies as MJCF: a tree of parts, joints and geoms, actuators of the kinds
-vendors ship, a scene with a floor, and the roles (`Slot`) that let skills move between bodies.
+"""Writing procedural robot bodies as MJCF: a tree of parts, joints and geoms, actuators of the
+kinds vendors ship, a scene with a floor, and the roles (`Slot`) that let skills move between
+bodies.
 
 A `Slot`'s joint is a role: arm joints count from the base (0-6) as in `_bodies`; leg joints are
 0 hip pitch, 1 knee, 2 hip roll, 3 ankle pitch, 4 hip yaw, 5 ankle roll, so that a planar body's
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from ._bodies import Slot, _f
+from ._robot import Slot, _f
 
 HELD = 100
 """Slot roles from here on are parts that only bodies with the same part have skills for."""
@@ -30,7 +31,7 @@ class _Part:
 
     name: str
     pos: Sequence[float]
-    quat: Sequence[float] | None = None
+    quat: Sequence[float] | np.ndarray | None = None
     inner: str = ""
     children: list[_Part] = field(default_factory=list)
     attrs: str = ""

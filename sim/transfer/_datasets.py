@@ -1,26 +1,13 @@
 """The transfer dataset: skills made for source bodies, evaluated by branch evaluation on target
 bodies.
 
-Each body gets a native skill per task family, computed on that body alone and expressed as
-data (a linear `MLPSpec`, hidden=()):
-
-- reach (arms): an open-loop inverse-kinematics map. Goals are sampled in the task's box around the
-  home tool position and solved by damped least squares on the body's own model; a linear map from
-  goal offset to joint angles is fitted to the solutions (least squares). It moves the joints once,
-  with no feedback on the tool: on another arm it works as far as that arm's kinematics and gear
-  agree.
-- posture (legged): an open-loop map from the goal heights of the torso's two ends to joint angles.
-  Goals are sampled in the task's range; each is solved by the body's own leg geometry (torso pitch
-  and height from the goal, then two-link inverse kinematics per leg, feet staying where they
-  stand), then corrected on the body's own model: the pose is held with its actuators until it
-  settles, and what it missed (sag under gravity, feet slipping) corrects the aim it is solved for
-  by Broyden's method, the best of five tries kept. A linear map from goal to angles is fitted to
-  the corrected solutions (least squares). On another body it works as far as that body's legs
-  (lengths, knee direction, limits), gear, stiffness and masses agree.
-
-A skill drives another body of its kind through `retarget` (slots matched: same joint index, nearest
-limb). Every cell of a success matrix is one `evaluate` of the retargeted skill on the target's task
-under the family's dynamics randomization, all sources of a target on the same branches (paired).
+Each body gets a native skill per task family, computed on that body alone (`_skills`: an inverse-
+kinematics reach map or a corrected posture map, sent to servos as targets or closed by the policy
+as a PD law for motors). A skill drives another body of its family through `retarget` (slots
+matched: same joint role, nearest limb, then nearest side; parts the source has no counterpart for
+hold still). Every cell of a success matrix is one `evaluate` of the retargeted skill on the
+target's task under the family's dynamics randomization, all sources of a target on the same
+branches (paired); `sources=k` measures each target with its own skill and k others drawn for it.
 Targets run in `workers` processes; the outcomes do not depend on how many.
 """
 
@@ -41,7 +28,7 @@ from .._patches import Sampler
 from ..evaluation._evaluate import evaluate
 from ..evaluation._evaluation_record import environment
 from ..evaluation._executors import process_pool
-from ._bodies import Robot, Slot
+from ._robot import Robot, Slot
 from ._skills import posture_skill, reach_skill
 
 _LEGGED = [

@@ -5,14 +5,35 @@ heights below where they start, and hold them), with the markers their scenes ca
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import mujoco
 
 from .._tasks import Task
 
-if TYPE_CHECKING:
-    from ._bodies import Robot
+
+class Robot(Protocol):
+    """What a task definition reads of a `_robot.Robot` (which builds its tasks from here)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def scene(self) -> str: ...
+    @property
+    def joints(self) -> tuple[str, ...]: ...
+    @property
+    def slots(self) -> Sequence[_Slot]: ...
+    @property
+    def size(self) -> float: ...
+    @property
+    def keyframe(self) -> str | None: ...
+
+
+class _Slot(Protocol):
+    @property
+    def joint(self) -> int: ...
+
 
 _BOX = (0.12, 0.12, 0.1)
 """Half-extents of the reach goals around the home tool position, in units of the arm's reach."""

@@ -8,11 +8,11 @@ task's markers. The first arm reaches; every other joint holds (its skills are P
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import mujoco
 import numpy as np
 
-from ._bodies import Robot, Slot, _conditioning, _f, _quat
 from ._building import (
     _G,
     FINGER,
@@ -33,6 +33,7 @@ from ._building import (
     _scene,
 )
 from ._families import reach_markers
+from ._robot import Robot, Slot, _conditioning, _f, _quat
 
 # arm patterns: joint axes, per link (sideways, along) offsets to the next joint as fractions of
 # the reach (the last one to the tool), the base's height, home bends of the pitch joints
@@ -191,7 +192,7 @@ def _reach(model: mujoco.MjModel, arm: list[int]) -> float:
     data = mujoco.MjData(model)
     mujoco.mj_kinematics(model, data)
     points = [data.xanchor[j] for j in arm] + [data.site("ee").xpos]
-    return float(sum(np.linalg.norm(b - a) for a, b in zip(points, points[1:])))
+    return float(sum(np.linalg.norm(b - a) for a, b in pairwise(points)))
 
 
 def industrial_arm(seed: int) -> Robot:
@@ -318,7 +319,8 @@ def mobile_manipulator(seed: int) -> Robot:
             (0, 0, height),
             None,
             (_joint("lift", "0 0 1", (0.0, 0.35), 50.0, 1.0, "slide") if lift else "")
-            + f'<geom type="box" size="0.1 0.15 0.15" pos="0 0 0.15" mass="{rng.uniform(5, 20):.6g}"/>',
+            + '<geom type="box" size="0.1 0.15 0.15" pos="0 0 0.15" '
+            + f'mass="{rng.uniform(5, 20):.6g}"/>',
             arms,
         )
         extra = [_Drive("lift", Slot(0.0, LIFT), 2000.0, (0.0, 0.35))] if lift else []
@@ -356,7 +358,8 @@ def mobile_manipulator(seed: int) -> Robot:
             (0, 0, 0),
             None,
             '<freejoint name="root"/>'
-            + f'<geom type="box" size="{half:.6g} {0.9 * half:.6g} {height / 2:.6g}" mass="{base_mass:.6g}"/>'
+            + f'<geom type="box" size="{half:.6g} {0.9 * half:.6g} {height / 2:.6g}" '
+            + f'mass="{base_mass:.6g}"/>'
             + casters,
             [*wheels, torso],
         )

@@ -30,8 +30,8 @@ import mujoco
 import numpy as np
 
 from .._mlp import MLPSpec, Policy
-from ._bodies import Robot
 from ._families import POSTURE_RANGE
+from ._robot import Robot
 
 _REACH_BANDWIDTH = 2 * math.pi * 1.5
 """Natural frequency (rad/s) of a motor arm's PD law, critically damped: slow enough for the
@@ -109,11 +109,11 @@ class _Law:
         n, gear = self.n, self.gear
         weight, bias = np.zeros((n, obs_dim)), np.zeros(n)
         servo, motor = self.servo, self.motor
-        weight[np.ix_(servo, goal_columns)] = gear[servo, None] * a[servo]
+        weight[np.ix_(servo, np.array(goal_columns))] = gear[servo, None] * a[servo]
         bias[servo] = gear[servo] * c[servo]
         rows = np.flatnonzero(motor)
         scale = 1.0 / gear[rows]
-        weight[np.ix_(rows, goal_columns)] = (scale * self.kp[rows])[:, None] * a[rows]
+        weight[np.ix_(rows, np.array(goal_columns))] = (scale * self.kp[rows])[:, None] * a[rows]
         weight[rows, rows] = -scale * self.kp[rows]
         weight[rows, n + rows] = -scale * self.kd[rows]
         bias[rows] = scale * (self.kp[rows] * c[rows] + self.hold[rows])

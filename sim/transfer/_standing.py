@@ -15,7 +15,6 @@ import math
 
 import numpy as np
 
-from ._bodies import Robot, Slot, _quat
 from ._building import (
     _G,
     BODY_ARM,
@@ -34,6 +33,7 @@ from ._building import (
     _scene,
 )
 from ._families import posture_markers
+from ._robot import Robot, Slot, _quat
 
 
 def _legged(
@@ -219,7 +219,10 @@ def procedural_humanoid(seed: int) -> Robot:
             [hip],
         )
         legs.append(top)
-        slot = lambda role: Slot(0.5, role, side)  # noqa: E731 - one leg's slots
+
+        def slot(role: int, side: float = side) -> Slot:
+            return Slot(0.5, role, side)
+
         drives += [_Drive(f"hip_yaw{i}", slot(4), leg_effort * 0.5, (-0.6, 0.6))] if yaw else []
         drives += [
             _Drive(f"hip_roll{i}", slot(2), leg_effort, (-0.5, 0.5)),
@@ -299,7 +302,8 @@ def procedural_humanoid(seed: int) -> Robot:
         (0, 0, 0),
         None,
         '<freejoint name="root"/>'
-        + f'<geom name="torso" type="capsule" fromto="{-0.05 * tall:.6g} 0 0 {0.05 * tall:.6g} 0 0" '
+        + '<geom name="torso" type="capsule" '
+        + f'fromto="{-0.05 * tall:.6g} 0 0 {0.05 * tall:.6g} 0 0" '
         f'size="{0.06 * tall:.6g}" mass="{0.15 * mass:.6g}"/>',
         [*legs, outer],
     )
@@ -319,8 +323,8 @@ def _limb(
     rng: np.random.Generator,
     fingers: int = 0,
 ) -> tuple[_Part, list[_Drive]]:
-    """A hanging arm (shoulder, upper arm, forearm, hand along -z) of len(axes) joints, and hand
-    fingers (pairs of slide joints); drive roles count joints from the shoulder, fingers FINGER+k."""
+    """A hanging arm (shoulder, upper arm, forearm, hand along -z) of len(axes) joints, and
+    `fingers` finger joints; drive roles count joints from the shoulder, fingers FINGER+k."""
     upper, fore, hand = lengths
     where = {1: upper, 3: fore}  # the link that follows joint k is this long
     unit = {"x": "1 0 0", "y": "0 1 0", "z": "0 0 1"}
