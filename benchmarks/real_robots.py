@@ -9,7 +9,14 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
 - class_first: for every loaded body of a labelled class (not "other"), is the nearest other body
   (by each encoder's distance, over every loaded body, leaving out the query's own family: one
   robot's variants) of its class? The skill index is exact (flat) at this size, so this is what
-  `kb.skills.query` ranks.
+  `kb.skills.query` ranks. "transfer-attention" is the learned encoder's own distance;
+  "as queried" is what a query with it ranks by: the feature encoder's distance for a query body
+  out of the learned encoder's distribution, its own otherwise.
+- ood_flags: corpus bodies whose out-of-distribution score under the learned encoder is above 1
+  (so queries with them fall back to the feature encoder), per class.
+- twins: the same robot as MJCF and as URDF (`TWINS`, both files in the corpus), per encoder: for
+  each pair, how many bodies of other robots are nearer to either file than the two files are to
+  each other, and the share of pairs of distinct robots nearer to each other than the pair.
 - first_query_ms: `kb.skills.query(path)` in a fresh process over a knowledge base holding one skill
   per body: "cold" with an empty descriptor cache (MuJoCo compiles the file's physics), "warm" in a
   second process with the cache the first one left (`<store>.embodiments`); both also by format.
@@ -17,7 +24,6 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   in a third fresh process, and "cold_mjcf_ratio_to_raw" the cold MJCF query's p50 and p99 over it;
   "cold_slowest" names the three slowest cold queries. Files needing options are not queried by
   path.
-- ood_flags: out-of-distribution flags are later work; null until they exist.
 
 Prints one JSON line.
 
@@ -43,9 +49,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import CACHE, Entry, fetched, table  # noqa: E402
 
 import knowledge  # noqa: E402
-from knowledge import Embodiment, EmbodimentError, FeatureEncoder, Identity, LearnedEncoder  # noqa: E402
+from knowledge import (  # noqa: E402
+    Embodiment,
+    EmbodimentError,
+    Encoder,
+    FeatureEncoder,
+    Identity,
+    LearnedEncoder,
+)
 
 LABELLED = ("arm", "legged", "humanoid", "wheeled")
+_RS = "robosuite/models/assets"
+_ERD = "cmeel.prefix/share/example-robot-data/robots"
+TWINS = (
+    (f"{_RS}/robots/panda/robot.xml", f"{_RS}/bullet_data/panda_description/urdf/panda_arm.urdf"),
+    (f"{_RS}/robots/iiwa/robot.xml", "pybullet_data/kuka_iiwa/model.urdf"),
+    (
+        f"{_RS}/robots/sawyer/robot.xml",
+        f"{_RS}/bullet_data/sawyer_description/urdf/sawyer_arm.urdf",
+    ),
+    (f"{_RS}/robots/xarm7/robot.xml", f"{_ERD}/xarm_description/urdf/xarm7.urdf"),
+)
+"""One robot, one arm, as MJCF and as URDF (their vendors' packagings differ in mounts and masses).
+Baxter and TIAGo also come in both, but as different robots: the MJCF has 14 and 15 joints, the
+URDFs 19 and 54 (grippers, casters, a head)."""
 
 
 @contextlib.contextmanager
@@ -124,9 +151,13 @@ def load(entries: list[Entry]) -> tuple[dict, dict[Entry, Embodiment], list[Entr
     return summary, bodies, by_path
 
 
-def class_first(bodies: dict[Entry, Embodiment], encoder: object) -> dict[str, float]:
+def vectors_of(bodies: dict[Entry, Embodiment], encoder: Encoder) -> np.ndarray:
+    return encoder.encode_many(list(bodies.values()))
+
+
+def class_first(bodies: dict[Entry, Embodiment], vectors: np.ndarray) -> dict[str, float]:
+    """Per class, the share of bodies whose nearest body of another family is of their class."""
     entries = list(bodies)
-    vectors = encoder.encode_many([bodies[e] for e in entries])  # type: ignore[attr-defined]
     hits: Counter[str] = Counter()
     totals: Counter[str] = Counter()
     for i, entry in enumerate(entries):
@@ -142,6 +173,55 @@ def class_first(bodies: dict[Entry, Embodiment], encoder: object) -> dict[str, f
         hits[entry.label] += entries[others[0]].label == entry.label
     rates = {label: round(hits[label] / totals[label], 3) for label in LABELLED if totals[label]}
     return {"all": round(sum(hits.values()) / max(sum(totals.values()), 1), 3), **rates}
+
+
+def as_queried(
+    bodies: dict[Entry, Embodiment], learned: np.ndarray, features: np.ndarray, out: np.ndarray
+) -> dict[str, float]:
+    """class_first as queries rank: by the feature encoder for a query body out of distribution."""
+    entries = list(bodies)
+    hits: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    for i, entry in enumerate(entries):
+        if entry.label not in LABELLED:
+            continue
+        vectors = features if out[i] else learned
+        distance = np.linalg.norm(vectors - vectors[i], axis=1)
+        others = [
+            j for j in np.argsort(distance, kind="stable") if entries[j].family != entry.family
+        ]
+        totals[entry.label] += 1
+        hits[entry.label] += entries[others[0]].label == entry.label
+    rates = {label: round(hits[label] / totals[label], 3) for label in LABELLED if totals[label]}
+    return {"all": round(sum(hits.values()) / max(sum(totals.values()), 1), 3), **rates}
+
+
+def twins(bodies: dict[Entry, Embodiment], vectors: np.ndarray) -> dict[str, object]:
+    """For each `TWINS` pair loaded: bodies of other robots nearer to either file than the pair's
+    distance, and the share of distinct-robot pairs (labelled bodies) nearer than it."""
+    entries = list(bodies)
+    where = {e.path: i for i, e in enumerate(entries)}
+    labelled = [i for i, e in enumerate(entries) if e.label in LABELLED]
+    distance = np.linalg.norm(vectors[:, None] - vectors[None], axis=2)
+    distinct = np.array(
+        [
+            distance[i, j]
+            for i in labelled
+            for j in labelled
+            if entries[i].family < entries[j].family
+        ]
+    )
+    closer, shares = {}, []
+    for a, b in TWINS:
+        if a not in where or b not in where:
+            continue
+        i, j = where[a], where[b]
+        other = [k for k, e in enumerate(entries) if e.family != entries[i].family]
+        closer[entries[i].family] = int(
+            sum(distance[i, k] < distance[i, j] or distance[j, k] < distance[i, j] for k in other)
+        )
+        shares.append(float((distinct < distance[i, j]).mean()))
+    return {"closer": closer, "distinct_pairs_closer": round(float(np.mean(shares)), 4)}
 
 
 def time_queries(store: Path | None, paths: list[str]) -> list[float]:
@@ -207,11 +287,30 @@ def main() -> None:
         raise SystemExit("real_robots: no corpus; run python benchmarks/corpus.py first")
     entries = table()[:: 3 if args.quick else 1]
     summary, bodies, by_path = load(entries)
+    learned = LearnedEncoder()
+    features = vectors_of(bodies, FeatureEncoder())
+    vectors = vectors_of(bodies, learned)
+    scores = learned.ood_many(bodies.values())
+    out = scores > 1.0 if scores is not None else np.zeros(len(bodies), bool)
     summary["class_first"] = {
-        "morphology-features": class_first(bodies, FeatureEncoder()),
-        "transfer-attention": class_first(bodies, LearnedEncoder()),
+        "morphology-features": class_first(bodies, features),
+        "transfer-attention": class_first(bodies, vectors),
+        "transfer-attention as queried": as_queried(bodies, vectors, features, out),
     }
-    summary["ood_flags"] = None
+    labels = [e.label for e in bodies]
+    summary["ood_flags"] = {
+        "flagged": int(out.sum()),
+        "of": len(bodies),
+        **{
+            label: f"{sum(o for o, lab in zip(out, labels, strict=True) if lab == label)}/"
+            f"{labels.count(label)}"
+            for label in (*LABELLED, "other")
+        },
+    }
+    summary["twins"] = {
+        "morphology-features": twins(bodies, features),
+        "transfer-attention": twins(bodies, vectors),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         store, me = Path(tmp) / "site.db", Identity.generate()
         me.save(store.with_suffix(".key"))

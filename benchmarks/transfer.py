@@ -1,18 +1,23 @@
 """Does distance predict transfer? The learned encoder against the feature encoder, on held-out
 bodies.
 
-    python benchmarks/transfer.py [--quick] [--dataset FILE] [--save FILE] [--workers N]
+    python benchmarks/transfer.py [--quick] [--dataset FILE ...] [--save FILE] [--workers N]
                                   [--plot FILE]
 
 1. A transfer dataset: procedural arms and legged bodies plus the shipped arm and walker; every
    body's native skill evaluated on every body of its kind (`sim.transfer.transfer_dataset`, 16
-   branches per cell), or a dataset file made the same way (`simnet encoder dataset`).
+   branches per cell), or dataset files made the same way (`simnet encoder dataset`; several are
+   merged, as `simnet encoder train` merges them: the first is "the population" below).
 2. A quarter of the bodies are held out (`TransferDataset.split(0.25, seed=0)`, by fingerprint
    hash): the learned encoder is trained from scratch on the transfers among the other bodies only.
 3. For every held-out body and its task family: Spearman correlation between -distance and the
    measured success of every other body's skill on it, and recall@5 of the skills that succeed in at
    least 80% of branches; means over held-out bodies, for the learned encoder and for the feature
-   encoder (the baseline), overall and per task family.
+   encoder (the baseline), overall and per task family. With several files, also on the first
+   file's held-out bodies measured among its own bodies only ("population_": the figures a run on
+   that file alone reports, for the encoder trained on all), and on the held-out bodies the other
+   files add ("added_"). `heldout_ood` is the share of held-out bodies the learned encoder calls
+   out of distribution (it should rarely: they are drawn like its training bodies).
 
 Prints one JSON line.
 """
@@ -27,7 +32,13 @@ import torch
 
 import sim
 import sim.transfer
-from knowledge import FeatureEncoder, TransferDataset, evaluate_encoder, train_encoder
+from knowledge import (
+    EncoderReport,
+    FeatureEncoder,
+    TransferDataset,
+    evaluate_encoder,
+    train_encoder,
+)
 from knowledge.embodiment._cli import _panel
 from knowledge.embodiment._plot import scatter_png
 
@@ -39,7 +50,11 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a smaller population (24 arms, 16 legged bodies)"
     )
-    parser.add_argument("--dataset", help="use this dataset file instead of generating one")
+    parser.add_argument(
+        "--dataset",
+        action="append",
+        help="use this dataset file instead of generating one (repeatable: merged)",
+    )
     parser.add_argument("--save", help="write the generated dataset here")
     parser.add_argument("--workers", type=int, default=2, help="worker processes for the dataset")
     parser.add_argument(
@@ -49,43 +64,53 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     if args.dataset:
-        data = TransferDataset.load(args.dataset)
+        files = [TransferDataset.load(f) for f in args.dataset]
     else:
         arms, legged = (24, 16) if args.quick else (64, 40)
-        data = sim.transfer.transfer_dataset(
-            sim.transfer.robot_population(arms, legged),
-            branches=16,
-            workers=args.workers,
-            progress=False,
-        )
+        files = [
+            sim.transfer.transfer_dataset(
+                sim.transfer.robot_population(arms, legged),
+                branches=16,
+                workers=args.workers,
+                progress=False,
+            )
+        ]
         if args.save:
-            data.save(args.save)
+            files[0].save(args.save)
+    data = files[0] if len(files) == 1 else merged(files)
     generated = time.perf_counter() - start
     train, held = data.split(0.25, seed=0)
     start = time.perf_counter()
     learned = train_encoder(data.subset(train))
     trained = time.perf_counter() - start
-    reports = {
-        "learned": evaluate_encoder(data, learned, held),
-        "features": evaluate_encoder(data, FeatureEncoder(), held),
-    }
     line = {
         "benchmark": "transfer",
         "bodies": len(data.bodies),
         "heldout_bodies": len(held),
         "transfers": len(data.transfers),
     }
-    for name, report in reports.items():
-        line[f"spearman_{name}"] = round(report.spearman, 4)
-        line[f"recall_at_5_{name}"] = round(report.recall_at_k, 4)
+    encoders = {"learned": learned, "features": FeatureEncoder()}
+    reports = {name: evaluate_encoder(data, enc, held) for name, enc in encoders.items()}
+    line |= figures("", reports, data.tasks)
     line["spearman_gain"] = round(line["spearman_learned"] - line["spearman_features"], 4)
-    for task in data.tasks:
-        for name, report in reports.items():
-            part = type(report)(
-                report.encoder, tuple(s for s in report.scores if s.task == task), 5, 0.8
-            )
-            line[f"{task}_spearman_{name}"] = round(part.spearman, 4)
-            line[f"{task}_recall_at_5_{name}"] = round(part.recall_at_k, 4)
+    if len(files) > 1:
+        first = files[0]
+        _, own = first.split(0.25, seed=0)
+        line |= figures(
+            "population_",
+            {name: evaluate_encoder(first, enc, own) for name, enc in encoders.items()},
+            first.tasks,
+        )
+        known = {b.fingerprint for b in first.bodies}
+        added = [i for i in held if data.bodies[i].fingerprint not in known]
+        line["added_heldout_bodies"] = len(added)
+        line |= figures(
+            "added_",
+            {name: evaluate_encoder(data, enc, added) for name, enc in encoders.items()},
+            data.tasks,
+        )
+    scores = learned.ood_many(data.bodies[i] for i in held)
+    line["heldout_ood"] = round(float((scores > 1.0).mean()), 4) if scores is not None else None
     line.update(
         dataset_seconds=round(generated, 1),
         train_seconds=round(trained, 1),
@@ -101,6 +126,31 @@ def main() -> None:
             data.tasks,
         )
     print(json.dumps(line))
+
+
+def merged(files: list[TransferDataset]) -> TransferDataset:
+    """One dataset of every file's transfers (a pair measured twice adds its trials)."""
+    return TransferDataset.from_outcomes(
+        (d.bodies[t.source], d.bodies[t.target], t.task, t.successes, t.trials)
+        for d in files
+        for t in d.transfers
+    )
+
+
+def figures(prefix: str, reports: dict[str, EncoderReport], tasks: tuple[str, ...]) -> dict:
+    """Spearman and recall@5 per encoder, overall and per task family, keyed with `prefix`."""
+    out = {}
+    for name, report in reports.items():
+        out[f"{prefix}spearman_{name}"] = round(report.spearman, 4)
+        out[f"{prefix}recall_at_5_{name}"] = round(report.recall_at_k, 4)
+    for task in tasks:
+        for name, report in reports.items():
+            part = EncoderReport(
+                report.encoder, tuple(s for s in report.scores if s.task == task), 5, 0.8
+            )
+            out[f"{prefix}{task}_spearman_{name}"] = round(part.spearman, 4)
+            out[f"{prefix}{task}_recall_at_5_{name}"] = round(part.recall_at_k, 4)
+    return out
 
 
 if __name__ == "__main__":

@@ -195,13 +195,19 @@ class CertificateSummary:
 @dataclass(frozen=True, slots=True)
 class QueryResult:
     """A skill found by embodiment: `distance` from the query body to the nearest body of its scope,
-    which is `skill.embodiments[scope]`."""
+    which is `skill.embodiments[scope]`, in the space of the encoder named `ranked_by`."""
 
     distance: float
     skill: Skill
     activation: Activation
     certificates: CertificateSummary
     scope: int
+    ood: float | None = None
+    """How far the query body lies from what the learned encoder was trained on (above 1: out of
+    distribution); None for an encoder without the notion (the feature encoder)."""
+    ranked_by: str = ""
+    """The encoder whose distance ranks the result: the one asked for, or its fallback (the
+    feature encoder, "morphology-features") when the query body was out of distribution."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -377,6 +377,8 @@ def skills_query(
             "name": r.skill.name,
             "task": r.skill.task,
             "distance": r.distance,
+            "ranked_by": r.ranked_by,
+            "ood": r.ood,
             "active": r.activation.active,
             "certificates": asdict(r.certificates),
         }
@@ -388,6 +390,12 @@ def skills_query(
         f"{r['task'][:12]:12} {r['active']}"
         for r in rows
     ]
+    if results and results[0].ood is not None:  # the learned encoder says how it ranked
+        fell = results[0].ranked_by != encoder.name
+        lines.append(
+            f"out-of-distribution score {results[0].ood:.2f}"
+            + (f" (above 1: ranked by {results[0].ranked_by})" if fell else "")
+        )
     emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
 
 

@@ -54,9 +54,18 @@ class Encoder(ABC):
     def space(self) -> EmbeddingSpace:
         return EmbeddingSpace(self.name, self.version, self.dim, self.metric)
 
+    fallback: Encoder | None = None
+    """The encoder a query is ranked by instead when `assess` finds its body out of this
+    encoder's depth (an out-of-distribution score above 1)."""
+
     @abstractmethod
     def encode(self, embodiment: Embodiment) -> np.ndarray:
         """One vector, shape (dim,), dtype float32."""
+
+    def assess(self, embodiment: Embodiment) -> tuple[np.ndarray, float | None]:
+        """The body's vector and how far it lies from what the encoder knows (above 1: out of
+        distribution; None: the encoder has no such notion, as the feature encoder)."""
+        return self.encode(embodiment), None
 
     def encode_many(self, embodiments: Iterable[Embodiment]) -> np.ndarray:
         """Vectors stacked in order, shape (n, dim), dtype float32."""

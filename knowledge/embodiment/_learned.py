@@ -2,11 +2,16 @@
 transfer.
 
 A body becomes a set of tokens, one per moving joint (type, axis, where it sits at the home pose,
-the link and subtree it moves, where that subtree's chain ends and how the joint moves that end per
-unit of actuator command, limits, dynamics, the actuator that drives it) plus one token for the
-whole body (mass, reach, dof, feet). A small transformer with no positional encoding attends over
-the set and pools it into a vector, so the vector cannot depend on the order joints are listed in;
-what the kinematic tree makes different (a shoulder and a wrist) differs in the tokens themselves.
+the link and subtree it moves, where that subtree's chain ends and how the joint moves that end,
+its range, the actuator that drives it: kind, strength, stiffness and damping over the load it
+holds) plus one token for the whole body (mass, reach, dof, feet, and the feature encoder's
+structural aggregates). Nothing a file's format decides rather than the robot (local joint axes, a
+motor's gear against its control range, armature, friction) is in a token. A small transformer
+with no positional encoding attends over the set and pools it into a vector, so the vector cannot
+depend on the order joints are listed in; what the kinematic tree makes different (a shoulder and
+a wrist) differs in the tokens themselves. The vector has one coordinate more: how far the body is
+out of the distribution the network was trained on (`_ood`), scaled so that such bodies lie beyond
+every body it knows.
 
 Training (`train_encoder`, in `_training`) uses measured transfers: for every target body, the
 skills of the other bodies are ranked by their success there, and a pairwise logistic loss asks the
@@ -14,8 +19,9 @@ distances to rank them the same way (RankNet, weighted by the difference in succ
 the better one succeeds), plus the same across targets so that one distance means about one success
 rate everywhere.
 
-The weights are a safetensors file with the network's configuration in its metadata; the version is
-a hash of both, so retrained weights are a new embedding space and get their own index.
+The weights are a safetensors file with the network's configuration in its metadata and the
+out-of-distribution reference beside the tensors; the version is a hash of all of it, so retrained
+or recalibrated weights are a new embedding space and get their own index.
 
 This module is the inference side and runs on numpy alone: the forward pass of the network that
 `_training` defines in torch, reproduced operation by operation, so that a robot which only queries
@@ -31,24 +37,51 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import mujoco
 import numpy as np
 import safetensors.numpy
 
 from .._errors import SimnetError
+from . import _ood
 from ._descriptors import Embodiment
-from ._encoders import Encoder
+from ._encoders import Encoder, FeatureEncoder, morphology_features
+from ._parts import Actuator
 
-FORMAT = "simnet.encoder/2"
-"""/2: joint tokens carry the lever to their chain's end and its Jacobian column (/1 files are
-refused)."""
+FORMAT = "simnet.encoder/3"
+"""/3: joint tokens say what survives a change of file format (no local axes, gear, control ranges,
+armature or friction; actuators by their strength, stiffness and damping over the load they hold);
+inputs are clipped; files carry the out-of-distribution reference. /1 and /2 files are refused."""
 SHIPPED = "transfer-attention.safetensors"
 _TYPES = ("hinge", "slide", "ball")
 _KINDS = ("motor", "position", "velocity")
-JOINT_FEATURES = 43
-BODY_FEATURES = 8
+JOINT_FEATURES = 36
+_G = 9.81
+_SHAPE = (
+    "end_effectors",
+    "chain_depth",
+    "branching",
+    "hinge_fraction",
+    "slide_fraction",
+    "ball_fraction",
+    "actuated_fraction",
+    "base_mass_fraction",
+    "heaviest_body_fraction",
+    "longest_link",
+    "mean_link",
+    "hinge_range",
+)
+"""The feature encoder's structural features the body token carries too (`morphology_features`):
+aggregates that read alike whatever format or vendor wrote a file."""
+BODY_FEATURES = 8 + len(_SHAPE)
 DEFAULT_CONFIG = {"width": 64, "heads": 4, "layers": 2, "dim": 32}
+CLIP = 6.0
+OUTSIDE = 10.0
+"""How far out of distribution bodies are put (the last coordinate, `LearnedEncoder._run`), per unit
+of score above 1, in the reference's median distances."""
+"""Standardized inputs are clipped to +-CLIP: a value no training body had (a gear of 1e15, a
+friction ten thousand times any seen) saturates instead of swamping the network."""
 
 
 class EncoderWeightsError(SimnetError, ValueError):
@@ -99,20 +132,19 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
             continue
         b, body = joint.body, e.bodies[joint.body]
         act = drives.get(j)
-        gear = abs(act.gear[0]) if act is not None and act.gear[0] else 1.0
         low, high = joint.range or (0.0, 0.0)
-        ctrl = act.ctrl_range if act is not None and act.ctrl_range else (0.0, 0.0)
-        force = act.force_range if act is not None and act.force_range else joint.force_range
         scale = math.pi if joint.type != "slide" else reach
         axis = rot[b] @ np.array(joint.axis)
         lever = (ends[b] - pos[b]) / reach
+        strength = _strength(act, joint.force_range)
+        load = _G * subtree_mass[b] * max(tip[b], 1e-3)  # holding its subtree straight out
+        stiffness = _stiffness(act)
         tokens.append(
             [
                 *(float(joint.type == t) for t in _TYPES),
                 *axis,
-                *joint.axis,
                 *lever,
-                *((np.cross(axis, lever) if joint.type != "slide" else axis) / gear),
+                *(np.cross(axis, lever) if joint.type != "slide" else axis),
                 *((pos[b] - pos[root[b]]) / reach),
                 body.link_length / reach,
                 _log(body.link_length),
@@ -124,21 +156,18 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
                 tip[b] / reach,
                 _log(tip[b]),
                 float(joint.range is not None),
-                low / scale,
-                high / scale,
-                math.log1p(joint.damping),
-                math.log1p(10 * joint.armature),
-                math.log1p(joint.frictionloss),
+                min(high - low, 2 * scale) / scale,
+                math.log1p(joint.damping / max(load, 1e-6)),
                 float(act is not None),
                 *(float(act is not None and act.kind == k) for k in _KINDS),
                 float(act is not None and act.kind not in _KINDS),
-                math.log(gear),
-                math.log1p(abs(act.gain) if act else 0.0),
-                ctrl[0] / gear / scale,
-                ctrl[1] / gear / scale,
-                math.log1p(max(abs(force[0]), abs(force[1])) if force else 0.0),
+                math.log1p(stiffness / load) if load > 0 else 0.0,
+                math.log(_command_gear(act)),
+                math.log1p(strength),
+                math.log1p(strength / load) if load > 0 else 0.0,
             ]
         )
+    shape = morphology_features(e)
     body_token = [
         _log(e.mass),
         _log(e.reach),
@@ -148,10 +177,42 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
         len(e.actuators) / 16,
         len(tokens) / 16,
         max(depth, default=0) / 8,
+        *(shape[name] for name in _SHAPE),
     ]
     return np.array(tokens, np.float32).reshape(-1, JOINT_FEATURES), np.array(
         body_token, np.float32
     )
+
+
+def _command_gear(act: Actuator | None) -> float:
+    """A servo's gear: how its command scales to the joint's target (a position skill's commands
+    mean other angles under another gear). 1 for a motor, whose gear only scales its strength."""
+    if act is None or act.kind not in ("position", "velocity") or not act.gear[0]:
+        return 1.0
+    return abs(act.gear[0])
+
+
+def _stiffness(act: Actuator | None) -> float:
+    """A servo's stiffness at its joint (torque per radian, or force per metre; 0 for a motor)."""
+    if act is None or act.kind != "position":
+        return 0.0
+    return abs(act.gear[0]) ** 2 * abs(act.gain)
+
+
+def _strength(act: Actuator | None, limit: tuple[float, float] | None) -> float:
+    """The largest torque (or force) a joint's actuator applies, however the file says it: a force
+    limit, a motor's control range, a servo's push at a tenth of a radian (or metre) of error (the
+    stiffness `from_urdf` gives an effort), else the joint's own effort limit (URDF); all at the
+    joint (times the gear). 0 when nothing bounds it."""
+    if act is not None:
+        gear = abs(act.gear[0]) or 1.0
+        if act.force_range:
+            return gear * max(map(abs, act.force_range))
+        if act.kind == "motor" and act.ctrl_range:
+            return gear * max(map(abs, act.ctrl_range))
+        if act.kind == "position":
+            return gear * gear * abs(act.gain) * 0.1
+    return max(map(abs, limit)) if limit else 0.0
 
 
 def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
@@ -249,7 +310,7 @@ def _forward(
         return x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
 
     def embed(x: np.ndarray, name: str) -> np.ndarray:
-        x = (x - w[f"{name}_mean"]) / w[f"{name}_std"]
+        x = np.clip((x - w[f"{name}_mean"]) / w[f"{name}_std"], -CLIP, CLIP)
         return linear(_gelu(linear(x, f"{name}_in.0")), f"{name}_in.2")
 
     x = np.concatenate([embed(body, "body")[:, None], embed(joints, "joint")], 1)
@@ -287,19 +348,31 @@ class LearnedEncoder(Encoder):
     (or its bytes) written by `save` or `simnet encoder train` to use retrained ones. `version`
     names the weights. Encoding runs on numpy: torch is not needed (only training imports it:
     `_training.untrained_encoder` and `train_encoder`).
+
+    `ood(body)` says how far a body lies from the population the weights were trained on (`_ood`:
+    above 1, out of distribution; None for weights without a reference). A query with such a body
+    is ranked by `fallback` instead (the feature encoder unless given; None: never fall back).
     """
 
     name = "transfer-attention"
     metric = "l2"
 
-    def __init__(self, weights: str | os.PathLike[str] | bytes | None = None) -> None:
+    def __init__(
+        self,
+        weights: str | os.PathLike[str] | bytes | None = None,
+        *,
+        fallback: Encoder | None | Literal["features"] = "features",
+    ) -> None:
         if weights is None:
             weights = (resources.files("knowledge") / "assets" / SHIPPED).read_bytes()
         elif not isinstance(weights, bytes):
             weights = Path(weights).read_bytes()
-        self._tensors, self.config, self.meta = _read(weights)
-        self.dim = self.config["dim"]
-        self.version = _version(self.config, self._tensors)
+        self._tensors, self.reference, self.config, self.meta = _read(weights)
+        self.dim = self.config["dim"] + 1
+        reference = self.reference.tensors() if self.reference is not None else {}
+        self.version = _version(self.config, {**self._tensors, **reference})
+        self._spread = _spread(self.reference)
+        self.fallback = FeatureEncoder() if fallback == "features" else fallback
         # float64 copies to compute with: the forward pass rounds once, at its end
         self._weights = {k: v.astype(np.float64) for k, v in self._tensors.items()}
 
@@ -307,22 +380,76 @@ class LearnedEncoder(Encoder):
         return self.encode_many([embodiment])[0]
 
     def encode_many(self, embodiments: Iterable[Embodiment]) -> np.ndarray:
-        bodies = list(embodiments)
+        return self._run(list(embodiments))[0]
+
+    def assess(self, embodiment: Embodiment) -> tuple[np.ndarray, float | None]:
+        vectors, scores = self._run([embodiment], ood=True)
+        return vectors[0], None if scores is None else float(scores[0])
+
+    def ood_many(self, embodiments: Iterable[Embodiment]) -> np.ndarray | None:
+        """Out-of-distribution scores of bodies (see `_ood`); None without a reference."""
+        return self._run(list(embodiments), ood=True)[1]
+
+    def ood_components(self, embodiments: Iterable[Embodiment]) -> np.ndarray | None:
+        """(B, 3) each body's distances to the reference (joints, body, vector) over their
+        thresholds: which part makes a body out of distribution."""
+        scores = self._run(list(embodiments), ood=True, parts=True)[1]
+        return scores
+
+    def _run(
+        self, bodies: list[Embodiment], *, ood: bool = False, parts: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Vectors (B, dim) float32 and, with `ood` and a reference, their scores (or components
+        over thresholds, with `parts`). A vector is the network's output and one coordinate more:
+        `OUTSIDE` times the reference's typical distance times how far the body's score is above
+        1 (0 within the distribution), so that the bodies the network does not know lie far from
+        every body it does, and never come up as a known body's nearest."""
         if not bodies:
-            return np.empty((0, self.dim), np.float32)
+            return np.empty((0, self.dim), np.float32), None
+        network = self._network_vectors(bodies)
+        if self.reference is None:
+            return np.pad(network, ((0, 0), (0, 1))).astype(np.float32), None
         joints, mask, body = token_batch(bodies)
-        vectors = _forward(
-            self._weights,
-            int(self.config["heads"]),
-            int(self.config["layers"]),
-            joints.astype(np.float64),
-            mask,
-            body.astype(np.float64),
+        ref = self.reference
+        distances = _ood.components(
+            *_standardized(self._weights, joints, body, mask),
+            network,
+            ref.tokens,
+            ref.bodies,
+            ref.vectors,
         )
-        return vectors.astype(np.float32)
+        scores = _ood.score(distances, ref.thresholds)
+        outside = OUTSIDE * self._spread * np.maximum(scores - 1.0, 0.0)
+        vectors = np.concatenate([network, outside[:, None]], 1).astype(np.float32)
+        if not ood:
+            return vectors, None
+        return vectors, distances / ref.thresholds if parts else scores
+
+    def _network_vectors(self, bodies: list[Embodiment]) -> np.ndarray:
+        """The network's output (B, config dim), float64."""
+        joints, mask, body = token_batch(bodies)
+        return (
+            _forward(
+                self._weights,
+                int(self.config["heads"]),
+                int(self.config["layers"]),
+                joints.astype(np.float64),
+                mask,
+                body.astype(np.float64),
+            )
+            .astype(np.float32)
+            .astype(np.float64)
+        )
+
+    def with_reference(self, reference: _ood.Reference) -> LearnedEncoder:
+        """These weights with another out-of-distribution reference (a new version: the vectors'
+        last coordinate depends on it)."""
+        return LearnedEncoder(
+            weights_file(self._tensors, self.config, self.meta, reference), fallback=self.fallback
+        )
 
     def to_bytes(self) -> bytes:
-        return weights_file(self._tensors, self.config, self.meta)
+        return weights_file(self._tensors, self.config, self.meta, self.reference)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         Path(path).write_bytes(self.to_bytes())
@@ -331,21 +458,59 @@ class LearnedEncoder(Encoder):
         return f"LearnedEncoder(version={self.version!r}, dim={self.dim})"
 
 
-def weights_file(tensors: dict[str, np.ndarray], config: dict, meta: dict) -> bytes:
-    """A weights file: the tensors (float32, by their torch state_dict names), the configuration
-    and `meta` in the safetensors metadata."""
+def population_reference(
+    encoder: LearnedEncoder,
+    bodies: Sequence[Embodiment],
+    seed: int = 0,
+    groups: Sequence[int] | None = None,
+) -> _ood.Reference:
+    """The out-of-distribution reference of `encoder` for the population `bodies` (its training
+    bodies), calibrated on them leaving out each body with its group (`groups`, default: each body
+    alone; one robot's descriptions are one group) (`_ood.build`)."""
+    joints, mask, body = token_batch(bodies)
+    return _ood.build(
+        *_standardized(encoder._weights, joints, body, mask),
+        encoder._network_vectors(list(bodies)),
+        np.arange(len(bodies)) if groups is None else np.asarray(groups),
+        seed,
+    )
+
+
+def _standardized(
+    w: dict[str, np.ndarray], joints: np.ndarray, body: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Joint tokens, their mask and body tokens as the network sees them: standardized, clipped."""
+    return (
+        np.clip((joints - w["joint_mean"]) / w["joint_std"], -CLIP, CLIP),
+        mask,
+        np.clip((body - w["body_mean"]) / w["body_std"], -CLIP, CLIP),
+    )
+
+
+def weights_file(
+    tensors: dict[str, np.ndarray],
+    config: dict,
+    meta: dict,
+    reference: _ood.Reference | None = None,
+) -> bytes:
+    """A weights file: the tensors (float32, by their torch state_dict names), the
+    out-of-distribution reference (`ood.*`, float16), the configuration and `meta` in the
+    safetensors metadata."""
     header = {
         "format": FORMAT,
         "config": json.dumps(config, sort_keys=True),
         "meta": json.dumps(meta, sort_keys=True),
     }
-    arrays = {k: np.ascontiguousarray(tensors[k], np.float32) for k in sorted(tensors)}
-    return safetensors.numpy.save(arrays, metadata=header)
+    arrays = {k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}
+    if reference is not None:  # the reference needs no more than half precision
+        arrays |= {k: np.ascontiguousarray(v, np.float16) for k, v in reference.tensors().items()}
+    return safetensors.numpy.save(dict(sorted(arrays.items())), metadata=header)
 
 
-def _read(blob: bytes) -> tuple[dict[str, np.ndarray], dict, dict]:
-    """(tensors as float32 arrays, configuration, meta) of a weights file, every tensor checked
-    against the configuration's shapes; EncoderWeightsError if anything is off."""
+def _read(blob: bytes) -> tuple[dict[str, np.ndarray], _ood.Reference | None, dict, dict]:
+    """(network tensors as float32 arrays, out-of-distribution reference or None, configuration,
+    meta) of a weights file, every tensor checked against the configuration's shapes;
+    EncoderWeightsError if anything is off."""
     try:
         loaded = safetensors.numpy.load(blob)
         header = (
@@ -357,24 +522,43 @@ def _read(blob: bytes) -> tuple[dict[str, np.ndarray], dict, dict]:
         raise EncoderWeightsError(
             f"encoder weights: format {header.get('format')!r} is not {FORMAT!r}"
         )
+    extra = {
+        k: np.ascontiguousarray(v, np.float32)
+        for k, v in loaded.items()
+        if k.startswith(_ood.PREFIX)
+    }
+    network = {k: v for k, v in loaded.items() if not k.startswith(_ood.PREFIX)}
     try:
         config = json.loads(header["config"])
         meta = json.loads(header.get("meta", "{}"))
         shapes = _shapes(**{key: int(config[key]) for key in DEFAULT_CONFIG})
-        missing, unexpected = sorted(shapes.keys() - loaded), sorted(loaded.keys() - shapes)
+        missing, unexpected = sorted(shapes.keys() - network), sorted(network.keys() - shapes)
         if missing or unexpected:
             raise ValueError(f"missing tensors {missing}, unexpected tensors {unexpected}")
-        wrong = [f"{k} {loaded[k].shape} != {s}" for k, s in shapes.items() if loaded[k].shape != s]
+        wrong = [
+            f"{k} {network[k].shape} != {s}" for k, s in shapes.items() if network[k].shape != s
+        ]
         if wrong:
             raise ValueError(f"tensor shapes do not match: {', '.join(wrong)}")
-        tensors = {k: np.ascontiguousarray(loaded[k], np.float32) for k in sorted(shapes)}
+        tensors = {k: np.ascontiguousarray(network[k], np.float32) for k in sorted(shapes)}
+        reference = _ood.Reference.from_tensors(
+            extra, JOINT_FEATURES, BODY_FEATURES, int(config["dim"])
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise EncoderWeightsError(
             f"encoder weights do not match their configuration: {exc}"
         ) from exc
-    if not all(np.isfinite(t).all() for t in tensors.values()):
+    if not all(np.isfinite(t).all() for t in [*tensors.values(), *extra.values()]):
         raise EncoderWeightsError("encoder weights hold NaN or inf")
-    return tensors, config, meta
+    return tensors, reference, config, meta
+
+
+def _spread(reference: _ood.Reference | None) -> float:
+    """The median distance between the reference's vectors: the scale of the space."""
+    if reference is None:
+        return 0.0
+    vectors = reference.vectors.astype(np.float64)
+    return float(np.median(np.linalg.norm(vectors[:, None] - vectors[None], axis=2)))
 
 
 def _version(config: dict, tensors: dict[str, np.ndarray]) -> str:

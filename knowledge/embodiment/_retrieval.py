@@ -21,7 +21,7 @@ import os
 import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,7 +109,10 @@ class Retrieval:
             raise ValueError(f"min_certified_branches must be >= 0, got {min_certified_branches}")
         encoder = encoder or FeatureEncoder()
         body = as_embodiment(embodiment, self.descriptors)  # compiling a file needs no lock
-        vector = encoder.encode(body)
+        vector, ood = encoder.assess(body)
+        if ood is not None and ood > 1.0 and encoder.fallback is not None:
+            encoder = encoder.fallback  # out of the learned encoder's depth: rank by the fallback
+            vector = encoder.encode(body)
         filters: list[Filter] = [("active", None)] if active_only else []
         filters += [("task", task)] if task is not None else []
         filters += [("branches", min_certified_branches)] if min_certified_branches else []
@@ -117,7 +120,8 @@ class Retrieval:
             library = self._libraries.get(encoder.space)
             if library is None:
                 library = self._libraries[encoder.space] = _Library(self._replica, encoder)
-            return library.query(vector, k, filters)
+            results = library.query(vector, k, filters)
+        return [replace(r, ood=ood, ranked_by=encoder.name) for r in results]
 
     def describe(
         self,

@@ -19,13 +19,16 @@ from torch import nn
 from ._descriptors import Embodiment
 from ._learned import (
     BODY_FEATURES,
+    CLIP,
     DEFAULT_CONFIG,
     JOINT_FEATURES,
     LearnedEncoder,
+    population_reference,
     token_batch,
     weights_file,
 )
 from ._transfer_data import TransferDataError, TransferDataset
+from ._views import urdf_view
 
 
 def _torch_batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -63,9 +66,21 @@ class _Network(nn.Module):
             nn.LayerNorm(2 * width), nn.Linear(2 * width, width), nn.GELU(), nn.Linear(width, dim)
         )
 
-    def forward(self, joints: torch.Tensor, mask: torch.Tensor, body: torch.Tensor) -> torch.Tensor:
-        j = self.joint_in((joints - self.joint_mean) / self.joint_std)
-        g = self.body_in((body - self.body_mean) / self.body_std)
+    def forward(
+        self,
+        joints: torch.Tensor,
+        mask: torch.Tensor,
+        body: torch.Tensor,
+        noise: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Vectors of a batch; `noise` (training only) jitters the standardized inputs."""
+        j = ((joints - self.joint_mean) / self.joint_std).clamp(-CLIP, CLIP)
+        g = ((body - self.body_mean) / self.body_std).clamp(-CLIP, CLIP)
+        if noise:
+            j = j + noise * torch.randn(j.shape, generator=generator)
+            g = g + noise * torch.randn(g.shape, generator=generator)
+        j, g = self.joint_in(j), self.body_in(g)
         x = self.blocks(
             torch.cat([g[:, None], j], 1),
             src_key_padding_mask=torch.cat([torch.zeros_like(mask[:, :1]), mask], 1),
@@ -113,31 +128,48 @@ def untrained_encoder(
         torch.manual_seed(seed)
         network = _Network(**config)
     network.normalize_from(bodies)
-    return LearnedEncoder(
+    encoder = LearnedEncoder(
         weights_file(_arrays(network), config, {"trained_on": "nothing (untrained)"})
     )
+    return encoder.with_reference(population_reference(encoder, bodies, seed))
 
 
-def _pairs(dataset: TransferDataset, margin: float) -> tuple[torch.Tensor, ...]:
+def _pairs(dataset: TransferDataset, margin: float, unskilled: bool) -> tuple[torch.Tensor, ...]:
     """Measured transfers between distinct bodies as (source, target, rate) columns, and for each
-    target and task the (better, worse) pairs of them whose rates differ by more than `margin`."""
-    measured = [t for t in dataset.transfers if t.source != t.target]
+    target and task the (better, worse) pairs of them whose rates differ by more than `margin`.
+    With `unskilled`, every body with no skill of a task family (never its source in the dataset)
+    joins each target's group of that family at rate 0: nothing it has runs there."""
+    measured = [
+        (t.source, t.target, t.task, t.rate) for t in dataset.transfers if t.source != t.target
+    ]
     if not measured:
         raise TransferDataError("no transfers between distinct bodies to train on")
+    if unskilled:
+        skilled: dict[str, set[int]] = defaultdict(set)
+        for source, _, task, _ in measured:
+            skilled[task].add(source)
+        targets = sorted({(target, task) for _, target, task, _ in measured})
+        measured += [
+            (source, target, task, 0.0)
+            for target, task in targets
+            for source in range(len(dataset.bodies))
+            if source not in skilled[task] and source != target
+        ]
     groups: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for k, t in enumerate(measured):
-        groups[t.target, t.task].append(k)
+    for k, (_, target, task, _) in enumerate(measured):
+        groups[target, task].append(k)
+    rates = np.array([m[3] for m in measured])
     better, worse = [], []
-    for rows in groups.values():
-        for a in rows:
-            better += [a] * sum(measured[a].rate > measured[b].rate + margin for b in rows)
-            worse += [b for b in rows if measured[a].rate > measured[b].rate + margin]
+    for rows in map(np.array, groups.values()):
+        a, b = np.nonzero(rates[rows][:, None] > rates[rows][None, :] + margin)
+        better.append(rows[a])
+        worse.append(rows[b])
     return (
-        torch.tensor([t.source for t in measured]),
-        torch.tensor([t.target for t in measured]),
-        torch.tensor([t.rate for t in measured], dtype=torch.float32),
-        torch.tensor(better, dtype=torch.long),
-        torch.tensor(worse, dtype=torch.long),
+        torch.tensor([m[0] for m in measured]),
+        torch.tensor([m[1] for m in measured]),
+        torch.tensor(rates, dtype=torch.float32),
+        torch.from_numpy(np.concatenate(better)).long(),
+        torch.from_numpy(np.concatenate(worse)).long(),
     )
 
 
@@ -154,30 +186,49 @@ def train_encoder(
     good: float = 0.8,
     start: LearnedEncoder | None = None,
     meta: dict | None = None,
+    unskilled: bool = True,
+    views: bool = True,
+    noise: float = 0.15,
 ) -> LearnedEncoder:
     """Train on every transfer in `dataset` (full batch, Adam); returns a new encoder.
 
     The loss is scale-free (distances over their mean), so the space does not grow to win it. A pair
     whose better skill succeeds (rate at least `good`, the report's threshold) weighs 1 + `favour`
-    times as much: retrieval is judged by whether the skills that work come first.
+    times as much: retrieval is judged by whether the skills that work come first. With `unskilled`
+    (the default), a body without a skill of a target's task family counts as a source that fails
+    there (`_pairs`): that is what keeps arms, legged bodies and humanoids apart. With `views` (the
+    default), every body is also seen as its URDF would describe it (`_views.urdf_view`): either
+    description stands in for the body in the ranking, at random in each epoch, so the format a
+    file was written in does not move the body. The encoder comes with the out-of-distribution
+    reference of the dataset's bodies and their views (`_ood`). `noise` jitters the standardized
+    inputs in training (Gaussian, in standard deviations), so that bodies a little off the
+    population's values, as real ones are, land where their neighbours do.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    source, target, rate, better, worse = _pairs(dataset, margin)
+    source, target, rate, better, worse = _pairs(dataset, margin, unskilled)
     if not len(better):
         raise TransferDataError("every transfer scored alike: nothing to rank")
-    encoder = start or untrained_encoder(dataset.bodies, seed=seed)
+    n = len(dataset.bodies)
+    seen = list(dataset.bodies) + ([urdf_view(b) for b in dataset.bodies] if views else [])
+    encoder = start or untrained_encoder(seen, seed=seed)
     network = _network(encoder)
     network.train()
     generator = torch.Generator().manual_seed(seed)
-    batch = _torch_batch(dataset.bodies)
+    batch = _torch_batch(seen)
     optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
     weight = (rate[better] - rate[worse]).clamp(min=0) * (1 + favour * (rate[better] >= good))
     for _ in range(epochs):
-        vectors = network(*batch)
+        everything = network(*batch, noise, generator)
+        vectors = everything[:n]
+        if views:  # each body as either of its descriptions: the ranking holds for both
+            vectors = torch.where(
+                (torch.rand(n, generator=generator) < 0.5)[:, None], everything[n:], vectors
+            )
         distance = (vectors[source] - vectors[target]).pow(2).sum(1).add(1e-9).sqrt()
-        scaled = distance / distance.mean().detach().clamp(min=1e-6) / temperature
+        mean = distance.mean().detach().clamp(min=1e-6)
+        scaled = distance / mean / temperature
         within = (
             nn.functional.softplus(scaled[better] - scaled[worse]) * weight
         ).sum() / weight.sum()
@@ -199,4 +250,6 @@ def train_encoder(
         "seed": seed,
         **(meta or {}),
     }
-    return LearnedEncoder(weights_file(_arrays(network), encoder.config, info))
+    trained = LearnedEncoder(weights_file(_arrays(network), encoder.config, info))
+    groups = [i % n for i in range(len(seen))]  # a body and its view are one robot
+    return trained.with_reference(population_reference(trained, seen, seed, groups))

@@ -1,12 +1,10 @@
-"""Robot bodies for transfer experiments: procedural arms and legged bodies from a seed, and real
-models.
+"""Robot bodies for transfer experiments: procedural arms and legged bodies from a seed, the shipped
+models, and populations of them with the bodies shaped like real robots (`_manipulators`,
+`_standing`).
 
-A `Robot` is a scene (the body plus what its task needs: a floor; a home marker and a goal for an
-arm; markers at the torso's ends, where they start and where they should go, for a legged body) and
-the body's skill interface: its actuated joints, each placed by a `Slot` (which limb, how far out
-along it). Skills move between bodies through slots, never through names or file order, so that a
-posture for a four-legged body drives a six-legged one by matching legs front to back, and an arm
-skill drives another arm joint by joint from the base.
+A `Robot` (`_robot`) is a scene (the body plus what its task needs: a floor; a home marker and a
+goal for an arm; markers at the torso's ends, where they start and where they should go, for a
+legged body) and the body's skill interface: its actuated joints, each placed by a `Slot`.
 
 Arms follow one of three kinematic patterns (articulated, anthropomorphic, with a roll joint), with
 3-7 hinge joints, the home posture built into the link frames (qpos 0 is home), gravity compensation
@@ -20,22 +18,15 @@ from the seed: the same seed gives the same MJCF text.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from importlib import resources
-from typing import Literal
 
 import mujoco
 import numpy as np
-from numpy.typing import ArrayLike
 
-from knowledge import Embodiment
+from . import _manipulators, _standing
+from ._families import posture_markers
+from ._robot import _AXES, Robot, Slot, _conditioning, _f, _quat
 
-from .._tasks import Task
-
-Kind = Literal["arm", "legged"]
-TASKS: dict[str, tuple[str, ...]] = {"arm": ("reach",), "legged": ("posture",)}
-"""The task families each kind of body has."""
-_AXES = {"z": (0.0, 0.0, 1.0), "y": (0.0, 1.0, 0.0), "x": (1.0, 0.0, 0.0)}
 # kinematic patterns of arms: joint axes from the base, nominal link proportions, home bends
 # (radians)
 _ARM_PATTERNS = (
@@ -43,59 +34,6 @@ _ARM_PATTERNS = (
     ("zyzyzyz", (1.0, 1.0, 0.9, 0.9, 0.6, 0.4, 0.3), (0.0, 0.5, 0.0, 1.4, 0.0, 0.9, 0.0)),
     ("zyyxyzy", (0.8, 1.3, 1.1, 0.5, 0.5, 0.4, 0.3), (0.0, 0.4, 1.3, 0.0, 0.7, 0.0, 0.5)),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """Where an actuated joint sits: `limb` along the body (0 front or base .. 1 back), `joint`
-    outward."""
-
-    limb: float
-    joint: int
-
-
-@dataclass(frozen=True)
-class Robot:
-    """A body in its family's scene, with the interface its skills use (actuator k drives
-    `joints[k]`)."""
-
-    name: str
-    kind: Kind
-    scene: str = field(repr=False)
-    joints: tuple[str, ...]
-    slots: tuple[Slot, ...]
-    gear: tuple[float, ...]
-    """Actuator length per joint radian: position targets are `gear * angle`."""
-    size: float
-    """The length tasks scale with: an arm's reach, a legged body's leg length (metres)."""
-    home: tuple[float, ...]
-    """Joint angles at home, the keyframe the task starts from (zeros for procedural bodies)."""
-    keyframe: str | None = None
-    source: str = ""
-
-    def embodiment(self) -> Embodiment:
-        return Embodiment.from_mjcf(self.scene)
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        return TASKS[self.kind]
-
-    def task(self, family: str) -> Task:
-        """This body's task of a family (one of `tasks`)."""
-        if family not in self.tasks:
-            raise ValueError(
-                f"{self.name} is a{'n' if self.kind == 'arm' else ''} {self.kind} body: "
-                f"its tasks are {list(self.tasks)}, not {family!r}"
-            )
-        return _reach_task(self) if family == "reach" else _posture_task(self)
-
-
-def _f(values: ArrayLike) -> str:
-    return " ".join(f"{float(v):.6g}" for v in np.atleast_1d(values))
-
-
-def _quat(axis: str, angle: float) -> np.ndarray:
-    return np.array([math.cos(angle / 2), *(math.sin(angle / 2) * np.array(_AXES[axis]))])
 
 
 def procedural_arm(seed: int) -> Robot:
@@ -135,6 +73,7 @@ def procedural_arm(seed: int) -> Robot:
         (0.0,) * n,
         None,
         f"procedural arm, seed {seed}",
+        "arm",
     )
 
 
@@ -200,17 +139,6 @@ def _arm_scene(
     return robot.replace("MARKERS", markers)
 
 
-def _conditioning(scene: str) -> float:
-    """Smallest over largest singular value of the tool's position Jacobian at home (qpos 0)."""
-    model = mujoco.MjModel.from_xml_string(scene)
-    data = mujoco.MjData(model)
-    mujoco.mj_forward(model, data)
-    jac = np.zeros((3, model.nv))
-    mujoco.mj_jacSite(model, data, jac, None, model.site("ee").id)
-    values = np.linalg.svd(jac, compute_uv=False)
-    return float(values[-1] / values[0])
-
-
 def procedural_legged(seed: int) -> Robot:
     """A procedural planar legged body: 2-6 legs spread along a torso; leg, torso, mass, gain and
     gear vary."""
@@ -272,7 +200,7 @@ def procedural_legged(seed: int) -> Robot:
     return Robot(
         f"legged-{seed}",
         "legged",
-        _posture_markers(scene),
+        posture_markers(scene),
         tuple(joints),
         tuple(slots),
         (gear,) * len(joints),
@@ -280,6 +208,7 @@ def procedural_legged(seed: int) -> Robot:
         (0.0,) * len(joints),
         None,
         f"procedural legged body, seed {seed}",
+        "planar legged",
     )
 
 
@@ -304,12 +233,13 @@ def shipped_robots() -> list[Robot]:
         tuple(float(q) for q in data.qpos),
         "home",
         "sim/assets/scenes/arm7.xml",
+        "arm",
     )
     # the walker's actuators run hind hip, hind knee, fore hip, fore knee; legs count from the front
     walker = Robot(
         "simnet-walker",
         "legged",
-        _posture_markers((scenes / "walker.xml").read_text()),
+        posture_markers((scenes / "walker.xml").read_text()),
         ("hhip", "hknee", "fhip", "fknee"),
         (Slot(1.0, 0), Slot(1.0, 1), Slot(0.0, 0), Slot(0.0, 1)),
         (1.0,) * 4,
@@ -317,25 +247,9 @@ def shipped_robots() -> list[Robot]:
         (0.0,) * 4,
         None,
         "sim/assets/scenes/walker.xml",
+        "planar legged",
     )
     return [arm7, walker]
-
-
-def _posture_markers(scene: str) -> str:
-    """The legged scene plus what its posture task reads: sites at the torso's ends, where they are
-    at the start ("home_*", fixed) and where they should go ("goal_*", bodies the task moves)."""
-    spec = mujoco.MjSpec.from_string(scene)
-    model = spec.compile()
-    half, height = float(model.geom("torso").size[1]), float(model.body("torso").pos[2])
-    torso = spec.body("torso")
-    for end, x in (("front", half), ("back", -half)):
-        torso.add_site(name=end, pos=[x, 0, 0], size=[0.015, 0, 0])
-        spec.worldbody.add_site(
-            name=f"home_{end}", pos=[x, 0, height], size=[0.01, 0, 0], rgba=[1, 1, 1, 0.3]
-        )
-        goal = spec.worldbody.add_body(name=f"goal_{end}", pos=[x, 0, height])
-        goal.add_site(name=f"goal_{end}", size=[0.02, 0, 0], rgba=[0, 1, 0, 0.6])
-    return spec.to_xml()
 
 
 def _arm_reach(model: mujoco.MjModel) -> float:
@@ -348,143 +262,29 @@ def _arm_reach(model: mujoco.MjModel) -> float:
     return total
 
 
-def robot_population(arms: int, legged: int, *, seed: int = 0, shipped: bool = True) -> list[Robot]:
-    """`arms` procedural arms and `legged` legged bodies (seeds from `seed` on), plus the shipped
-    robots."""
-    population = [procedural_arm(seed + i) for i in range(arms)] + [
-        procedural_legged(seed + i) for i in range(legged)
+def robot_population(
+    arms: int,
+    legged: int,
+    *,
+    seed: int = 0,
+    shipped: bool = True,
+    industrial: int = 0,
+    two_armed: int = 0,
+    mobile: int = 0,
+    quadrupeds: int = 0,
+    humanoids: int = 0,
+) -> list[Robot]:
+    """`arms` procedural arms and `legged` planar legged bodies, and of the bodies shaped like real
+    robots (`_manipulators`, `_standing`) `industrial` arms, `two_armed` torsos, `mobile`
+    manipulators, `quadrupeds` and `humanoids` (seeds from `seed` on), plus the shipped robots."""
+    makers = [
+        (procedural_arm, arms),
+        (_manipulators.industrial_arm, industrial),
+        (_manipulators.two_armed, two_armed),
+        (_manipulators.mobile_manipulator, mobile),
+        (procedural_legged, legged),
+        (_standing.procedural_quadruped, quadrupeds),
+        (_standing.procedural_humanoid, humanoids),
     ]
+    population = [make(seed + i) for make, count in makers for i in range(count)]
     return population + (shipped_robots() if shipped else [])
-
-
-_BOX = (0.12, 0.12, 0.1)
-"""Half-extents of the reach goals around the home tool position, in units of the arm's reach."""
-REACH_TOLERANCE = 0.05
-"""A reach succeeds when the tool ends within this fraction of the arm's reach from the goal."""
-POSTURE_RANGE = (-0.15, -0.03)
-"""Goal heights of the torso's ends, each drawn in this range from where it starts, in leg
-lengths."""
-POSTURE_TOLERANCE = 0.05
-"""A posture succeeds when both ends of the torso end within this fraction of the leg length of
-their goals."""
-
-
-def _reach_task(robot: Robot) -> Task:
-    joints = list(robot.joints)
-    box = [b * robot.size for b in _BOX]
-    return Task(
-        {
-            "format": "simnet.task/1",
-            "name": f"reach-{robot.name}",
-            "embodiment": robot.name,
-            "scene": robot.scene,
-            "keyframe": robot.keyframe,
-            "init": [
-                {
-                    "target": "body/target/pos",
-                    "op": "add",
-                    "dist": "uniform",
-                    "low": [-b for b in box],
-                    "high": box,
-                },
-                {
-                    "target": "joint/j*/qpos",
-                    "op": "add",
-                    "dist": "normal",
-                    "mean": 0.0,
-                    "std": 0.02,
-                },
-            ],
-            "observation": [
-                {"term": "qpos", "joints": joints},
-                {"term": "qvel", "joints": joints},
-                {"term": "site_delta", "from": "home", "to": "target"},
-            ],
-            "action": {"mode": "absolute"},
-            "reward": [{"term": "site_distance", "from": "ee", "to": "target", "weight": -1.0}],
-            "success": {
-                "when": "end",
-                "all": [
-                    {
-                        "term": "site_distance",
-                        "from": "ee",
-                        "to": "target",
-                        "below": REACH_TOLERANCE * robot.size,
-                    }
-                ],
-            },
-            "failure": [],
-            "horizon": 30,
-            "control_substeps": 10,
-        }
-    )
-
-
-def _posture_task(robot: Robot) -> Task:
-    joints = list(robot.joints)
-    height = float(mujoco.MjModel.from_xml_string(robot.scene).body("torso").pos[2])
-    low, high = (round(z * robot.size, 6) for z in POSTURE_RANGE)
-    ends = ("front", "back")
-    return Task(
-        {
-            "format": "simnet.task/1",
-            "name": f"posture-{robot.name}",
-            "embodiment": robot.name,
-            "scene": robot.scene,
-            "keyframe": robot.keyframe,
-            "init": [
-                *(
-                    {
-                        "target": f"body/goal_{end}/pos",
-                        "op": "add",
-                        "dist": "uniform",
-                        "low": [0, 0, low],
-                        "high": [0, 0, high],
-                    }
-                    for end in ends
-                ),
-                *(
-                    {
-                        "target": f"joint/{j}/qpos",
-                        "op": "add",
-                        "dist": "normal",
-                        "mean": 0.0,
-                        "std": 0.03,
-                    }
-                    for j, slot in zip(joints, robot.slots, strict=True)
-                    if slot.joint == 0
-                ),
-            ],
-            "observation": [
-                {"term": "qpos", "joints": joints},
-                {"term": "qvel", "joints": joints},
-                *(
-                    {"term": "site_delta", "from": f"home_{end}", "to": f"goal_{end}"}
-                    for end in ends
-                ),
-            ],
-            "action": {"mode": "absolute"},
-            "reward": [
-                {"term": "site_distance", "from": end, "to": f"goal_{end}", "weight": -1.0}
-                for end in ends
-            ],
-            "success": {
-                "when": "end",
-                "all": [
-                    {
-                        "term": "site_distance",
-                        "from": end,
-                        "to": f"goal_{end}",
-                        "below": round(POSTURE_TOLERANCE * robot.size, 6),
-                    }
-                    for end in ends
-                ],
-            },
-            "failure": [
-                {"term": "body_upright", "body": "torso", "below": 0.5},
-                {"term": "body_height", "body": "torso", "below": round(0.4 * height, 6)},
-            ],
-            "horizon": 75,
-            "control_substeps": 4,
-        }
-    )

@@ -1,36 +1,22 @@
 """The transfer dataset: skills made for source bodies, evaluated by branch evaluation on target
 bodies.
 
-Each body gets a native skill per task family, computed on that body alone and expressed as
-data (a linear `MLPSpec`, hidden=()):
-
-- reach (arms): an open-loop inverse-kinematics map. Goals are sampled in the task's box around the
-  home tool position and solved by damped least squares on the body's own model; a linear map from
-  goal offset to joint angles is fitted to the solutions (least squares). It moves the joints once,
-  with no feedback on the tool: on another arm it works as far as that arm's kinematics and gear
-  agree.
-- posture (legged): an open-loop map from the goal heights of the torso's two ends to joint angles.
-  Goals are sampled in the task's range; each is solved by the body's own leg geometry (torso pitch
-  and height from the goal, then two-link inverse kinematics per leg, feet staying where they
-  stand), then corrected on the body's own model: the pose is held with its actuators until it
-  settles, and what it missed (sag under gravity, feet slipping) corrects the aim it is solved for
-  by Broyden's method, the best of five tries kept. A linear map from goal to angles is fitted to
-  the corrected solutions (least squares). On another body it works as far as that body's legs
-  (lengths, knee direction, limits), gear, stiffness and masses agree.
-
-A skill drives another body of its kind through `retarget` (slots matched: same joint index, nearest
-limb). Every cell of a success matrix is one `evaluate` of the retargeted skill on the target's task
-under the family's dynamics randomization, all sources of a target on the same branches (paired).
+Each body gets a native skill per task family, computed on that body alone (`_skills`: an inverse-
+kinematics reach map or a corrected posture map, sent to servos as targets or closed by the policy
+as a PD law for motors). A skill drives another body of its family through `retarget` (slots
+matched: same joint role, nearest limb, then nearest side; parts the source has no counterpart for
+hold still). Every cell of a success matrix is one `evaluate` of the retargeted skill on the
+target's task under the family's dynamics randomization, all sources of a target on the same
+branches (paired); `sources=k` measures each target with its own skill and k others drawn for it.
 Targets run in `workers` processes; the outcomes do not depend on how many.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import mujoco
 import numpy as np
 import torch
 from tqdm.auto import tqdm
@@ -42,7 +28,8 @@ from .._patches import Sampler
 from ..evaluation._evaluate import evaluate
 from ..evaluation._evaluation_record import environment
 from ..evaluation._executors import process_pool
-from ._bodies import POSTURE_RANGE, Robot, Slot
+from ._robot import Robot, Slot
+from ._skills import posture_skill, reach_skill
 
 _LEGGED = [
     {"target": "geom/*/friction", "op": "scale", "dist": "uniform", "low": 0.8, "high": 1.2},
@@ -86,7 +73,8 @@ def observation_slots(robot: Robot, family: str) -> list[tuple[str, Slot | int]]
 
 
 def _match(wanted: tuple[str, Slot | int], offered: Sequence[tuple[str, Slot | int]]) -> int | None:
-    """Index of the offered entry that stands for `wanted`: same kind and joint, nearest limb."""
+    """Index of the offered entry that stands for `wanted`: same kind and joint, nearest limb, then
+    nearest side."""
     kind, slot = wanted
     if not isinstance(slot, Slot):
         return next((i for i, entry in enumerate(offered) if entry == wanted), None)
@@ -95,7 +83,12 @@ def _match(wanted: tuple[str, Slot | int], offered: Sequence[tuple[str, Slot | i
         for i, (k, s) in enumerate(offered)
         if k == kind and isinstance(s, Slot) and s.joint == slot.joint
     ]
-    return min(same, key=lambda i: (abs(offered[i][1].limb - slot.limb), i)) if same else None  # type: ignore[union-attr]
+
+    def far(i: int) -> tuple[float, float, int]:
+        other: Slot = offered[i][1]  # type: ignore[assignment]
+        return abs(other.limb - slot.limb), abs(other.side - slot.side), i
+
+    return min(same, key=far) if same else None
 
 
 def retarget(skill: Policy, source: Robot, target: Robot, family: str) -> Policy:
@@ -146,151 +139,6 @@ def retarget(skill: Policy, source: Robot, target: Robot, family: str) -> Policy
     return Policy.from_tensors(spec, tensors, {**skill.metadata, "retargeted_to": target.name})
 
 
-def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Policy:
-    act_dim, obs_dim = weight.shape
-    spec = MLPSpec(obs_dim, act_dim, (), "tanh", None)
-    return Policy.from_tensors(
-        spec,
-        {
-            "layers.0.weight": weight,
-            "layers.0.bias": bias,
-            "obs_mean": np.zeros(obs_dim),
-            "obs_std": np.ones(obs_dim),
-            "act_offset": np.zeros(act_dim),
-            "act_scale": np.ones(act_dim),
-        },
-        {"note": note},
-    )
-
-
-def reach_skill(robot: Robot, samples: int = 200) -> Policy:
-    """Fit the linear inverse-kinematics map of an arm over its task's goal box (see the module
-    doc)."""
-    task = robot.task("reach")
-    model = task.template.model
-    data = mujoco.MjData(model)
-    home = np.array(robot.home)
-    address = np.array([model.joint(j).qposadr[0] for j in robot.joints])
-    dofs = np.array([model.joint(j).dofadr[0] for j in robot.joints])
-    box = task.definition["init"][0]  # the goal's offsets from the home tool position
-    offsets = np.random.default_rng(0).uniform(box["low"], box["high"], (samples, 3))
-    tool, jac = model.site("ee").id, np.zeros((3, model.nv))
-    solutions = []
-    for offset in offsets:
-        data.qpos[address] = home
-        mujoco.mj_kinematics(model, data)
-        goal = data.site_xpos[tool] + offset
-        for _ in range(30):
-            mujoco.mj_kinematics(model, data)
-            mujoco.mj_comPos(model, data)
-            mujoco.mj_jacSite(model, data, jac, None, tool)
-            columns = jac[:, dofs]
-            error = goal - data.site_xpos[tool]
-            data.qpos[address] += columns.T @ np.linalg.solve(
-                columns @ columns.T + 0.05**2 * np.eye(3), error
-            )
-        solutions.append(data.qpos[address] - home)
-    ik = np.linalg.lstsq(offsets, np.array(solutions), rcond=None)[0].T  # (joints, 3)
-    gear, n = np.array(robot.gear), len(robot.joints)
-    weight = np.zeros((n, task.obs_dim))
-    weight[:, 2 * n :] = gear[:, None] * ik
-    return _linear_skill(weight, gear * home, f"linear inverse kinematics of {robot.name}")
-
-
-def _leg_pose(model: mujoco.MjModel, robot: Robot, aim: np.ndarray) -> np.ndarray:
-    """Joint angles that put the torso's ends `aim[:2]` (front, back) above where they start and the
-    torso `aim[2]` ahead of where it starts, every foot staying where it stands: the torso's pitch
-    and height from the aim, then each leg's own two-link inverse kinematics, its knee bent the way
-    its range allows."""
-    front, back = model.site("front").pos[0], model.site("back").pos[0]
-    pitch = math.asin(float(np.clip((aim[1] - aim[0]) / (front - back), -1, 1)))
-    centre = model.body("torso").pos[2] + aim[0] + front * math.sin(pitch)
-    angles = np.zeros(len(robot.joints))
-    for hip, knee in _legs(robot):
-        thigh, shin = (model.joint(robot.joints[k]).bodyid[0] for k in (hip, knee))
-        foot = next(g for g in range(model.ngeom) if model.geom_bodyid[g] == shin)
-        upper, lower = (
-            float(np.linalg.norm(model.body_pos[shin])),
-            2 * float(model.geom_size[foot, 1]),
-        )
-        x = model.body_pos[thigh][0]
-        reach = np.array(
-            [
-                x * math.cos(pitch) - x + aim[2],  # foot behind the hip by this much
-                centre - x * math.sin(pitch) - model.geom_size[foot, 0],
-            ]
-        )
-        span = min(float(np.linalg.norm(reach)), upper + lower - 1e-6)
-        lean = math.acos(np.clip((upper**2 + span**2 - lower**2) / (2 * upper * span), -1, 1))
-        bend = math.asin(np.clip(upper * math.sin(lean) / lower, -1, 1))
-        low, high = model.jnt_range[model.joint(robot.joints[knee]).id]
-        sign = 1.0 if -low > high else -1.0  # the knee bends the way its range is wider
-        direction = math.atan2(reach[0], reach[1])
-        angles[hip], angles[knee] = direction + sign * lean - pitch, -sign * (lean + bend)
-    return angles
-
-
-def _legs(robot: Robot) -> list[tuple[int, int]]:
-    """(hip, knee) actuator indices of each leg."""
-    knees = {s.limb: k for k, s in enumerate(robot.slots) if s.joint == 1}
-    return [(k, knees[s.limb]) for k, s in enumerate(robot.slots) if s.joint == 0]
-
-
-def posture_skill(robot: Robot, samples: int = 32, corrections: int = 4) -> Policy:
-    """Fit the linear map from goal heights to joint angles of a legged body (see the module doc).
-
-    Each sampled goal is solved by `_leg_pose`, then corrected on the body's own model by Broyden's
-    method: the pose is held with the body's actuators until it settles, and what it missed (height
-    of each end, the torso's drift forward) moves the aim it is solved for; the best aim found is
-    kept. So the skill offsets its own sag under gravity and the slip of its feet.
-    """
-    task = robot.task("posture")
-    model = task.template.model
-    data = mujoco.MjData(model)
-    gear = np.array(robot.gear)
-    ends = [model.site(end).id for end in ("front", "back")]
-    homes = np.array([model.site(f"home_{end}").pos for end in ("front", "back")])
-    steps = task.definition["horizon"] * task.definition["control_substeps"]
-
-    def settle(aim: np.ndarray) -> np.ndarray:
-        """Where the pose solved for `aim` takes the torso: (front height, back height, forward
-        drift)."""
-        mujoco.mj_resetData(model, data)
-        data.ctrl[:] = gear * _leg_pose(model, robot, aim)
-        mujoco.mj_step(model, data, nstep=steps)
-        moved = data.site_xpos[ends] - homes
-        return np.array([moved[0, 2], moved[1, 2], moved[:, 0].mean()])
-
-    low, high = np.array(POSTURE_RANGE) * robot.size
-    goals = np.random.default_rng(0).uniform(low, high, (samples, 2))
-    poses = []
-    for goal in goals:
-        want = np.array([*goal, 0.0])
-        aim, jacobian = want.copy(), np.eye(3)
-        reached = settle(aim)
-        best = (np.linalg.norm(want - reached), aim)
-        for _ in range(corrections):
-            step = np.linalg.lstsq(jacobian, want - reached, rcond=None)[0]
-            aim = aim + step
-            moved, reached = -reached, settle(aim)
-            moved += reached
-            jacobian += np.outer(moved - jacobian @ step, step) / max(step @ step, 1e-12)
-            best = min(best, (np.linalg.norm(want - reached), aim), key=lambda pair: pair[0])
-        poses.append(_leg_pose(model, robot, best[1]))
-    fit = np.linalg.lstsq(np.column_stack([goals, np.ones(samples)]), np.array(poses), rcond=None)[
-        0
-    ]  # (3, joints)
-    n = len(robot.joints)
-    weight = np.zeros((n, task.obs_dim))
-    weight[:, 2 * n + 2], weight[:, 2 * n + 5] = (
-        gear * fit[0],
-        gear * fit[1],
-    )  # the z of each goal offset
-    return _linear_skill(
-        weight, gear * fit[2], f"posture map of {robot.name}, corrected on its own model"
-    )
-
-
 def native_skill(robot: Robot, family: str) -> NativeSkill:
     """The body's own skill for a task family (see the module doc for how each is made)."""
     return NativeSkill(
@@ -337,6 +185,20 @@ def _pool(
                 bar.update(1)
 
 
+def _sources(
+    natives: list[tuple[int, NativeSkill]], target: Robot, count: int | None, seed: int
+) -> list[tuple[int, NativeSkill]]:
+    """The target's own skill and `count` others drawn for it (all when None or fewer)."""
+    own = [pair for pair in natives if pair[1].robot.name == target.name]
+    others = [pair for pair in natives if pair[1].robot.name != target.name]
+    if count is None or len(others) <= count:
+        return natives
+    digest = hashlib.sha256(f"{seed}:{target.name}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "big"))
+    picked = sorted(rng.choice(len(others), count, replace=False))
+    return sorted(own + [others[i] for i in picked], key=lambda pair: pair[0])
+
+
 def transfer_dataset(
     robots: Sequence[Robot],
     *,
@@ -344,14 +206,18 @@ def transfer_dataset(
     workers: int = 1,
     seed: int = 0,
     progress: bool | None = None,
+    sources: int | None = None,
 ) -> TransferDataset:
     """Make every body's native skills, then evaluate each on every body with that task (itself
-    included).
+    included), or with `sources`, on its own body and `sources` others drawn for it (seeded by
+    `seed` and its name): a large population's matrix in a fraction of the time.
 
     Worker processes need the caller under `if __name__ == "__main__":` (as `evaluate` does).
     """
     if branches < 1 or workers < 1:
         raise ValueError(f"branches and workers must be >= 1, got {branches} and {workers}")
+    if sources is not None and sources < 1:
+        raise ValueError(f"sources must be >= 1, got {sources}")
     names = [r.name for r in robots]
     if len(set(names)) != len(names):
         raise ValueError(
@@ -363,7 +229,9 @@ def transfer_dataset(
         (
             target,
             family,
-            [(i, s) for i, s in enumerate(natives) if s.family == family],
+            _sources(
+                [(i, s) for i, s in enumerate(natives) if s.family == family], target, sources, seed
+            ),
             branches,
             seed,
         )
@@ -382,7 +250,11 @@ def transfer_dataset(
         "generator": "sim.transfer_dataset",
         "branches": branches,
         "seed": seed,
-        "robots": [{"name": r.name, "kind": r.kind, "source": r.source} for r in robots],
+        "sources_per_target": sources,
+        "robots": [
+            {"name": r.name, "kind": r.kind, "morphology": r.morphology, "source": r.source}
+            for r in robots
+        ],
         "samplers": SAMPLERS,
         "environment": environment(),
     }

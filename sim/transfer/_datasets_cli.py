@@ -30,6 +30,47 @@ from ._datasets import transfer_dataset
     help="Procedural legged bodies.",
 )
 @click.option(
+    "--industrial-arms",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="6-7 dof arms of vendor patterns, mostly torque-driven.",
+)
+@click.option(
+    "--two-armed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Two-armed torsos.",
+)
+@click.option(
+    "--mobile-manipulators",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Wheeled bases with one or two arms.",
+)
+@click.option(
+    "--quadrupeds",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Floating-base 3D quadrupeds.",
+)
+@click.option(
+    "--humanoids",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Floating-base humanoids.",
+)
+@click.option(
+    "--sources",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Evaluate each body with its own skill and this many others drawn for it (default: all).",
+)
+@click.option(
     "--shipped/--no-shipped",
     default=True,
     show_default=True,
@@ -61,6 +102,12 @@ def encoder_dataset_command(
     out: str,
     arms: int,
     legged: int,
+    industrial_arms: int,
+    two_armed: int,
+    mobile_manipulators: int,
+    quadrupeds: int,
+    humanoids: int,
+    sources: int | None,
     shipped: bool,
     seed: int,
     branches: int,
@@ -69,11 +116,21 @@ def encoder_dataset_command(
 ) -> None:
     """Make every body's native skills and evaluate each on every body of its kind: a success
     matrix."""
-    robots = robot_population(arms, legged, seed=seed, shipped=shipped)
+    robots = robot_population(
+        arms,
+        legged,
+        seed=seed,
+        shipped=shipped,
+        industrial=industrial_arms,
+        two_armed=two_armed,
+        mobile=mobile_manipulators,
+        quadrupeds=quadrupeds,
+        humanoids=humanoids,
+    )
     if not robots:
-        raise click.UsageError("no bodies: give --arms or --legged, or keep --shipped")
+        raise click.UsageError("no bodies: give a number of some kind of body, or keep --shipped")
     start = time.perf_counter()
-    data = transfer_dataset(robots, branches=branches, workers=workers, seed=seed)
+    data = transfer_dataset(robots, branches=branches, workers=workers, seed=seed, sources=sources)
     data.save(out)
     summary = {
         "out": out,

@@ -40,11 +40,12 @@ from knowledge.embodiment._learned import (
     FORMAT,
     JOINT_FEATURES,
     body_tokens,
+    population_reference,
 )
 from knowledge.embodiment._retrieval import index_path
 from knowledge.embodiment._training import untrained_encoder
 
-SHIPPED_VERSION = "1-f86991dda831a217"
+SHIPPED_VERSION = "1-a1c52412ab20328f"
 """The shipped weights' embedding space: indexes key on it, so loading them another way (numpy
 rather than torch) must not change it."""
 
@@ -109,10 +110,9 @@ BENT_ARM = f"""<mujoco><worldbody><body name="a" pos="0 0 0.1"><joint name="j1" 
   {_BENT_ARM_ACTUATORS}</mujoco>"""
 
 
-def test_a_joint_token_holds_how_its_joint_moves_the_tool_per_unit_of_command():
+def test_a_joint_token_holds_how_its_joint_moves_the_tool():
     """The lever from the joint to the chain's end (the tool site, not the longer link's tip) and
-    the tool's Jacobian column over the actuator's gear, as MuJoCo computes them at the home
-    pose."""
+    the tool's Jacobian column, as MuJoCo computes them at the home pose."""
 
     body = Embodiment.from_mjcf(BENT_ARM)
     joints, _ = body_tokens(body)
@@ -123,9 +123,9 @@ def test_a_joint_token_holds_how_its_joint_moves_the_tool_per_unit_of_command():
     mujoco.mj_jacSite(model, data, jacobian, None, model.site("tool").id)
     for k in range(model.njnt):
         lever = (data.site("tool").xpos - data.xpos[model.jnt_bodyid[k]]) / body.reach
-        assert np.allclose(joints[k, 9:12], lever, atol=1e-5)
-        assert np.allclose(joints[k, 12:15], jacobian[:, k] / 2 / body.reach, atol=1e-5)
-    assert np.abs(joints[:, 12:15]).max() > 0.1  # the bend makes both joints move the tool
+        assert np.allclose(joints[k, 6:9], lever, atol=1e-5)
+        assert np.allclose(joints[k, 9:12], jacobian[:, k] / body.reach, atol=1e-5)
+    assert np.abs(joints[:, 9:12]).max() > 0.1  # the bend makes both joints move the tool
 
 
 def test_vectors_are_deterministic_and_batching_does_not_change_them():
@@ -173,7 +173,7 @@ def test_shipped_weights_load_without_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
     encoder = LearnedEncoder()
     assert encoder.space == knowledge.EmbeddingSpace(
-        "transfer-attention", encoder.version, DEFAULT_CONFIG["dim"], "l2"
+        "transfer-attention", encoder.version, DEFAULT_CONFIG["dim"] + 1, "l2"
     )
     assert encoder.version.startswith("1-") and encoder.meta["trained_on"]
 
@@ -202,7 +202,17 @@ def test_bad_weights_are_refused(tmp_path):
         "truncated": good[: len(good) // 2],
         "other format": safetensors.torch.save(tensors, metadata={**header, "format": "other/1"}),
         "older tokens": safetensors.torch.save(
-            tensors, metadata={**header, "format": "simnet.encoder/1"}
+            tensors, metadata={**header, "format": "simnet.encoder/2"}
+        ),
+        "half a reference": safetensors.torch.save(
+            {k: v for k, v in tensors.items() if k != "ood.thresholds"}, metadata=header
+        ),
+        "reference of other tokens": safetensors.torch.save(
+            {**tensors, "ood.tokens": tensors["ood.tokens"][:, :-1].contiguous()}, metadata=header
+        ),
+        "zero threshold": safetensors.torch.save(
+            {**tensors, "ood.thresholds": torch.zeros_like(tensors["ood.thresholds"])},
+            metadata=header,
         ),
         "wrong shapes": safetensors.torch.save(
             tensors, metadata={**header, "config": json.dumps({**DEFAULT_CONFIG, "width": 48})}
@@ -303,7 +313,7 @@ def _robots() -> list[Embodiment]:
 
 def _torch_vectors(encoder: LearnedEncoder, bodies: list[Embodiment]) -> np.ndarray:
     """What the torch network (training's `_Network`) holding `encoder`'s weights makes of
-    `bodies`."""
+    `bodies`: the vectors but their last coordinate (the out-of-distribution one, numpy's)."""
     import torch
 
     from knowledge.embodiment._training import _network, _torch_batch
@@ -321,9 +331,10 @@ def test_the_numpy_forward_pass_is_the_torch_network_on_the_shipped_weights():
     robots = _robots()
     assert len(robots) >= 6
     bodies = robots + BODIES
-    assert np.allclose(shipped.encode_many(bodies), _torch_vectors(shipped, bodies), atol=1e-5)
+    vectors = shipped.encode_many(bodies)[:, :-1]
+    assert np.allclose(vectors, _torch_vectors(shipped, bodies), atol=1e-5)
     for body in robots:  # one at a time: no padding
-        assert np.allclose(shipped.encode(body), _torch_vectors(shipped, [body])[0], atol=1e-5)
+        assert np.allclose(shipped.encode(body)[:-1], _torch_vectors(shipped, [body])[0], atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -336,7 +347,9 @@ def test_the_numpy_forward_pass_is_the_torch_network_on_freshly_trained_weights(
     assert trained.version != start.version and trained.config == start.config
     bodies = _robots() + list(SMALL.bodies[:12])
     for encoder in (start, trained, LearnedEncoder(trained.to_bytes())):
-        assert np.allclose(encoder.encode_many(bodies), _torch_vectors(encoder, bodies), atol=1e-5)
+        assert np.allclose(
+            encoder.encode_many(bodies)[:, :-1], _torch_vectors(encoder, bodies), atol=1e-5
+        )
 
 
 def test_weights_whose_heads_do_not_divide_their_width_are_refused():
@@ -397,4 +410,82 @@ def test_the_learned_encoder_encodes_without_torch():
     assert version == SHIPPED_VERSION
     arm = Embodiment.from_mjcf(ROBOTS / "arm7.xml")
     assert np.array_equal(np.array(numbers, np.float32), shipped.encode(arm))
-    assert np.allclose(np.array(numbers, np.float32), _torch_vectors(shipped, [arm])[0], atol=1e-5)
+    assert np.allclose(
+        np.array(numbers, np.float32)[:-1], _torch_vectors(shipped, [arm])[0], atol=1e-5
+    )
+
+
+# -- out of distribution --------------------------------------------------------------------------
+
+ARMS_ONLY = train_encoder(SMALL.subset(SMALL.split(0.25, seed=0)[0]), epochs=40)
+"""An encoder that has seen 3-7 dof procedural arms only: a quadruped is out of its depth."""
+
+
+def test_bodies_like_the_training_ones_are_in_distribution_and_others_not():
+    _, held = SMALL.split(0.25, seed=0)
+    scores = ARMS_ONLY.ood_many([SMALL.bodies[i] for i in held])
+    assert scores is not None and np.median(scores) < 1.0  # calibrated on 22 bodies only
+    strangers = [Embodiment.from_mjcf(ROBOTS / n) for n in ("quadruped.xml", "humanoid_small.xml")]
+    assert (ARMS_ONLY.ood_many(strangers) > 1.0).all()
+    parts = ARMS_ONLY.ood_components(strangers)
+    assert parts.shape == (2, 3) and np.allclose(parts.max(1), ARMS_ONLY.ood_many(strangers))
+    vector, score = ARMS_ONLY.assess(strangers[0])
+    assert np.array_equal(vector, ARMS_ONLY.encode(strangers[0])) and score > 1.0
+
+
+def test_the_reference_travels_with_the_weights_and_is_part_of_the_space(tmp_path):
+    path = tmp_path / "arms.safetensors"
+    ARMS_ONLY.save(path)
+    again = LearnedEncoder(path)
+    assert again.version == ARMS_ONLY.version and again.reference is not None
+    assert np.array_equal(again.ood_many(BODIES), ARMS_ONLY.ood_many(BODIES))
+    other = ARMS_ONLY.with_reference(
+        population_reference(ARMS_ONLY, list(SMALL.bodies) + BODIES)
+    )  # recalibrated on more bodies: the network's part is the same, the last coordinate not
+    assert other.version != ARMS_ONLY.version
+    assert np.array_equal(other.encode_many(BODIES)[:, :-1], ARMS_ONLY.encode_many(BODIES)[:, :-1])
+    assert (other.ood_many(BODIES) <= 1.0).mean() > (ARMS_ONLY.ood_many(BODIES) <= 1.0).mean()
+
+
+def test_bodies_out_of_distribution_lie_beyond_every_known_body():
+    """Their last coordinate grows with the score: no body the encoder knows has a stranger (a
+    quadruped, a humanoid) as its nearest."""
+    _, held = SMALL.split(0.25, seed=0)
+    known = [SMALL.bodies[i] for i in held]
+    strangers = [Embodiment.from_mjcf(ROBOTS / n) for n in ("quadruped.xml", "humanoid_small.xml")]
+    vectors = ARMS_ONLY.encode_many(known + strangers)
+    scores = ARMS_ONLY.ood_many(known + strangers)
+    assert (vectors[scores <= 1.0, -1] == 0).all() and (vectors[scores > 1.0, -1] > 0).all()
+    for i in np.flatnonzero(scores <= 1.0):
+        distance = np.linalg.norm(vectors - vectors[i], axis=1)
+        distance[i] = np.inf
+        assert np.argmin(distance) < len(known)
+
+
+def test_a_query_out_of_distribution_is_ranked_by_the_feature_encoder(open_kb):
+    kb = open_kb()
+    scopes = [*SMALL.bodies[:12], *(Embodiment.from_mjcf(ROBOTS / n) for n in ("quadruped.xml",))]
+    for i, body in enumerate(scopes):
+        kb.skills.publish(f"skill-{i}", "any", embodiments=[body.to_dict()])
+    stranger = Embodiment.from_mjcf(ROBOTS / "humanoid_small.xml")
+    results = kb.skills.query(stranger, k=5, active_only=False, encoder=ARMS_ONLY)
+    features = FeatureEncoder()
+    expected = np.argsort(
+        np.linalg.norm(features.encode_many(scopes) - features.encode(stranger), axis=1),
+        kind="stable",
+    )[:5]
+    assert [r.skill.name for r in results] == [f"skill-{i}" for i in expected]
+    assert {r.ranked_by for r in results} == {"morphology-features"}
+    assert all(r.ood == pytest.approx(ARMS_ONLY.ood_many([stranger])[0]) for r in results)
+    # a body it knows is ranked by its own distance, and says so
+    arm = SMALL.bodies[30]
+    results = kb.skills.query(arm, k=5, active_only=False, encoder=ARMS_ONLY)
+    assert {r.ranked_by for r in results} == {"transfer-attention"}
+    assert results[0].ood is not None and results[0].ood <= 1.0
+    # without a fallback it ranks everything itself, and still reports the score
+    alone = LearnedEncoder(ARMS_ONLY.to_bytes(), fallback=None)
+    results = kb.skills.query(stranger, k=5, active_only=False, encoder=alone)
+    assert {r.ranked_by for r in results} == {"transfer-attention"} and results[0].ood > 1.0
+    # the feature encoder has no notion of its distribution
+    results = kb.skills.query(stranger, k=5, active_only=False)
+    assert results[0].ood is None and results[0].ranked_by == "morphology-features"

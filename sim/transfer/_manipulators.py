@@ -1,0 +1,377 @@
+"""Procedural manipulators shaped like real ones: 6-7 dof arms of vendors' patterns (UR, Panda,
+iiwa, xArm, a wrist-roll 7-dof) with real masses, gear and motors, some with a gripper; two-armed
+torsos; wheeled mobile manipulators with a lift and one or two arms, from a seed, with the "reach"
+task's markers. The first arm reaches; every other joint holds (its skills are PD laws for motors,
+`_skills`; wheels brake).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+
+import mujoco
+import numpy as np
+
+from ._building import (
+    _G,
+    FINGER,
+    HEAD,
+    HELD,
+    LIFT,
+    SECOND_ARM,
+    WAIST,
+    WHEEL,
+    _actuation,
+    _actuators,
+    _capsule,
+    _contact,
+    _Drive,
+    _joint,
+    _lowest,
+    _Part,
+    _scene,
+)
+from ._families import reach_markers
+from ._robot import Robot, Slot, _conditioning, _f, _quat
+
+# arm patterns: joint axes, per link (sideways, along) offsets to the next joint as fractions of
+# the reach (the last one to the tool), the base's height, home bends of the pitch joints
+_ARMS = (
+    (
+        "zyyyzy",
+        ((0.14, 0), (-0.12, 0.43), (0, 0.39), (0.09, 0), (0, 0.1), (0.08, 0)),
+        0.09,
+        (0, 0.5, 1.3, 0.6, 0, 0.5),
+    ),  # UR: shoulder and wrist offsets
+    (
+        "zyzyzyz",
+        ((0, 0), (0, 0.32), (0.08, 0), (-0.08, 0.38), (0, 0), (0.09, 0), (0, 0.2)),
+        0.33,
+        (0, 0.4, 0, 1.6, 0, 1.2, 0),
+    ),  # Panda: elbow offset
+    (
+        "zyzyzyz",
+        ((0, 0), (0, 0.42), (0, 0), (0, 0.4), (0, 0), (0, 0.18), (0, 0.05)),
+        0.36,
+        (0, 0.5, 0, 1.3, 0, 0.9, 0),
+    ),  # KUKA iiwa
+    (
+        "zyyzyz",
+        ((0, 0), (0.05, 0.3), (0.08, 0.34), (0, 0), (0.08, 0), (0, 0.15)),
+        0.27,
+        (0, 0.3, 1.2, 0, 1.0, 0),
+    ),  # xArm6 / Jaco
+    (
+        "zyyzyzz",
+        ((0, 0), (0, 0.35), (0, 0.3), (0, 0.1), (0, 0.1), (0, 0.08), (0, 0.07)),
+        0.2,
+        (0, 0.5, 1.2, 0, 0.8, 0, 0),
+    ),  # 7-dof with a wrist roll
+)
+
+
+def _arm(
+    prefix: str,
+    rng: np.random.Generator,
+    reach: float,
+    mass: float,
+    role: int = 0,
+    tool: bool = True,
+) -> tuple[_Part, list[_Drive], str]:
+    """An industrial arm's chain on its base (a pattern of `_ARMS`), gravity-compensated, with a
+    tool site "ee" when `tool`; its drives' roles count from `role`. Returns (chain, drives,
+    axes)."""
+    axes, links, base_height, bends = _ARMS[int(rng.integers(len(_ARMS)))]
+    n = len(axes)
+    scale = np.exp(rng.normal(0.0, 0.1, (n, 2)))
+    offsets = [
+        (side * reach * s, along * reach * a)
+        for (side, along), (s, a) in zip(links, scale, strict=True)
+    ]
+    weights = np.array([1.0, 1.0, 0.8, 0.5, 0.35, 0.25, 0.2][:n]) * rng.uniform(0.8, 1.25, n)
+    masses = mass * weights / weights.sum()
+    damping, armature = rng.uniform(0.0, 2.0, n), rng.uniform(0.0, 0.3, n) * mass / 20
+    home = np.array(bends) * (np.array([a == "y" for a in axes])) + rng.normal(0, 0.1, n) * (
+        np.array([a == "y" for a in axes])
+    )
+    unit = {"x": "1 0 0", "y": "0 1 0", "z": "0 0 1"}
+    parts, drives = [], []
+    radius = 0.05 * reach
+    beyond = np.cumsum(masses[::-1])[::-1]
+    for k in range(n):
+        pos = (0, 0, base_height * reach) if k == 0 else (0, *offsets[k - 1])
+        side, along = offsets[k]
+        width = rng.uniform(2.0, 3.0)
+        parts.append(
+            _Part(
+                f"{prefix}{k + 1}",
+                pos,
+                _quat(axes[k], float(home[k])),
+                _joint(
+                    f"{prefix}{k + 1}" if prefix != "link" else f"j{k + 1}",
+                    unit[axes[k]],
+                    (-width, width),
+                    float(damping[k]),
+                    float(armature[k]),
+                )
+                + _capsule(
+                    (0, 0, 0),
+                    (0, side, along) if (side or along) else (0, 0, 0.3 * radius),
+                    radius * (1 - 0.5 * k / n),
+                    float(masses[k]),
+                ),
+                attrs=' gravcomp="1"',
+            )
+        )
+        effort = _G * float(beyond[k]) * reach * (1 - k / n) * rng.uniform(1.5, 3.0) + 2.0
+        joint = f"{prefix}{k + 1}" if prefix != "link" else f"j{k + 1}"
+        drives.append(_Drive(joint, Slot(0.0, role + k), effort, (-width, width)))
+    if tool:
+        parts[-1].inner += f'<site name="ee" pos="0 {_f(offsets[-1])}" size="0.02"/>'
+    for outer, inner in zip(reversed(parts[:-1]), reversed(parts[1:]), strict=True):
+        outer.children.insert(0, inner)
+    return parts[0], drives, axes
+
+
+def _gripper(tip: _Part, prefix: str, reach: float, drives: list[_Drive]) -> None:
+    """Two slide fingers on an arm's last link (as a Panda's hand): held still by reach skills."""
+    for k, side in enumerate((1, -1)):
+        tip.children.append(
+            _Part(
+                f"{prefix}finger{k}",
+                (0, 0, 0.04 * reach),
+                None,
+                _joint(f"{prefix}finger{k}", f"0 {side} 0", (0.0, 0.04), 0.1, 0.0, "slide")
+                + _capsule((0, 0, 0), (0, 0, 0.05 * reach), 0.01 * reach, 0.02),
+            )
+        )
+        drives.append(_Drive(f"{prefix}finger{k}", Slot(0.0, FINGER + k), 20.0, (0.0, 0.04)))
+
+
+def _last(part: _Part) -> _Part:
+    while part.children:
+        part = part.children[0]
+    return part
+
+
+def _reaching(
+    name: str,
+    world: str,
+    drives: list[_Drive],
+    actuation: tuple[str, float],
+    rng: np.random.Generator,
+    morphology: str,
+) -> Robot | None:
+    """A body whose first arm reaches: actuated, its home posture checked for conditioning, with
+    the reach task's markers; None if the home posture is near singular."""
+    kind, gear = actuation
+    scene = _scene(name, 0.004, world, _actuators(drives, kind, gear, rng.uniform(2, 6)))
+    if _conditioning(scene, [d.joint for d in drives if d.slot.joint < HELD]) < 0.15:
+        return None
+    model = mujoco.MjModel.from_xml_string(scene)
+    arm = [model.joint(d.joint).id for d in drives if d.slot.joint < HELD]
+    reach = _reach(model, arm)
+    return Robot(
+        name,
+        "arm",
+        reach_markers(scene),
+        tuple(d.joint for d in drives),
+        tuple(d.slot for d in drives),
+        tuple(gear if kind == "motor" else 1.0 for _ in drives),
+        reach,
+        (0.0,) * len(drives),
+        None,
+        f"procedural {morphology}, seed {name.rsplit('-', 1)[1]}",
+        morphology,
+    )
+
+
+def _reach(model: mujoco.MjModel, arm: list[int]) -> float:
+    """The arm's reach: the distance from its first joint to the tool, summed link by link."""
+    data = mujoco.MjData(model)
+    mujoco.mj_kinematics(model, data)
+    points = [data.xanchor[j] for j in arm] + [data.site("ee").xpos]
+    return float(sum(np.linalg.norm(b - a) for a, b in pairwise(points)))
+
+
+def industrial_arm(seed: int) -> Robot:
+    """A 6-7 dof arm of a vendor's pattern (UR, Panda, iiwa, xArm, a wrist-roll 7-dof) on a fixed
+    base: 0.5-1.3 m, 3-40 kg, mostly torque-driven, some with a two-finger gripper."""
+    for attempt in range(20):
+        rng = np.random.default_rng([seed, 5, attempt])
+        reach = float(np.exp(rng.uniform(math.log(0.5), math.log(1.3))))
+        mass = 20 * (reach / 0.9) ** 2 * rng.uniform(0.4, 1.6)
+        chain, drives, _ = _arm("link", rng, reach, mass)
+        if rng.uniform() < 0.4:
+            _gripper(_last(chain), "", reach, drives)
+        base = _Part(
+            "base",
+            (0, 0, 0),
+            None,
+            f'<geom type="cylinder" size="{0.07 * reach:.6g} 0.03" mass="{0.2 * mass:.6g}"/>',
+            [chain],
+        )
+        robot = _reaching(
+            f"industrial-arm-{seed}",
+            base.xml(),
+            drives,
+            _actuation(rng, 0.7),
+            rng,
+            "industrial arm",
+        )
+        if robot is not None:
+            return robot
+    raise RuntimeError(f"no well-conditioned home posture for industrial arm {seed}")
+
+
+def two_armed(seed: int) -> Robot:
+    """A torso on a fixed pedestal with two 6-7 dof arms (Baxter, YuMi), maybe a waist and a head;
+    the right arm reaches."""
+    for attempt in range(20):
+        rng = np.random.default_rng([seed, 6, attempt])
+        reach = float(np.exp(rng.uniform(math.log(0.5), math.log(1.1))))
+        mass = 15 * (reach / 0.9) ** 2 * rng.uniform(0.5, 1.5)
+        shoulders = reach * rng.uniform(0.2, 0.35)
+        right, drives, _ = _arm("link", rng, reach, mass)
+        left, left_drives, _ = _arm(
+            "left",
+            np.random.default_rng([seed, 6, attempt, 1]),
+            reach,
+            mass,
+            SECOND_ARM,
+            tool=False,
+        )
+        right.pos, left.pos = (0, -shoulders, 0), (0, shoulders, 0)
+        right.quat, left.quat = _quat("x", -0.6), _quat("x", 0.6)
+        chest = _Part(
+            "chest",
+            (0, 0, 0.3 * reach),
+            None,
+            _capsule((0, -shoulders, 0), (0, shoulders, 0), 0.1 * reach, 0.5 * mass),
+            [right, left],
+        )
+        extra = []
+        if rng.uniform() < 0.5:
+            chest.inner = _joint("waist", "0 0 1", (-1.0, 1.0), 1.0, 0.1) + chest.inner
+            extra.append(_Drive("waist", Slot(0.0, WAIST), 5 * mass, (-1.0, 1.0)))
+        if rng.uniform() < 0.6:
+            chest.children.append(
+                _Part(
+                    "head",
+                    (0, 0, 0.15 * reach),
+                    None,
+                    _joint("head_pan", "0 0 1", (-1.5, 1.5), 0.1, 0.01)
+                    + '<geom type="sphere" size="0.08" mass="1"/>',
+                )
+            )
+            extra.append(_Drive("head_pan", Slot(0.0, HEAD), 5.0, (-1.5, 1.5)))
+        pedestal = _Part(
+            "base",
+            (0, 0, 0.8),
+            None,
+            f'<geom type="cylinder" size="0.15 0.4" pos="0 0 -0.4" mass="{mass:.6g}"/>',
+            [chest],
+        )
+        all_drives = extra + drives + left_drives
+        robot = _reaching(
+            f"two-armed-{seed}",
+            pedestal.xml(),
+            all_drives,
+            _actuation(rng, 0.8),
+            rng,
+            "two-armed torso",
+        )
+        if robot is not None:
+            return robot
+    raise RuntimeError(f"no well-conditioned home posture for two-armed robot {seed}")
+
+
+def mobile_manipulator(seed: int) -> Robot:
+    """A floating wheeled base (two driven wheels and casters) with a lift, one or two arms and
+    maybe a head (Fetch, TIAGo, PR2); the first arm reaches while the wheels brake."""
+    for attempt in range(20):
+        rng = np.random.default_rng([seed, 7, attempt])
+        reach = float(np.exp(rng.uniform(math.log(0.6), math.log(1.1))))
+        mass = 12 * (reach / 0.9) ** 2 * rng.uniform(0.5, 1.5)
+        base_mass = rng.uniform(30, 120)
+        radius, half = rng.uniform(0.06, 0.12), rng.uniform(0.2, 0.35)
+        height = rng.uniform(0.3, 0.6)
+        arm, drives, _ = _arm("link", rng, reach, mass)
+        arms = [arm]
+        if rng.uniform() < 0.3:
+            left, left_drives, _ = _arm(
+                "left",
+                np.random.default_rng([seed, 7, attempt, 1]),
+                reach,
+                mass,
+                SECOND_ARM,
+                tool=False,
+            )
+            arm.pos, left.pos = (0.1, -0.2, 0), (0.1, 0.2, 0)
+            arms.append(left)
+            drives += left_drives
+        else:
+            arm.pos = (0.1, 0, 0)
+        lift = rng.uniform() < 0.6
+        torso = _Part(
+            "torso",
+            (0, 0, height),
+            None,
+            (_joint("lift", "0 0 1", (0.0, 0.35), 50.0, 1.0, "slide") if lift else "")
+            + '<geom type="box" size="0.1 0.15 0.15" pos="0 0 0.15" '
+            + f'mass="{rng.uniform(5, 20):.6g}"/>',
+            arms,
+        )
+        extra = [_Drive("lift", Slot(0.0, LIFT), 2000.0, (0.0, 0.35))] if lift else []
+        wheels = []
+        for k, side in enumerate((1, -1)):
+            wheels.append(
+                _Part(
+                    f"wheel{k}",
+                    (0, side * half, radius - height / 2),
+                    None,
+                    _joint(f"wheel{k}", "0 1 0", None, 0.5, 0.05)
+                    + _contact(
+                        f"wheel{k}",
+                        "cylinder",
+                        (radius, 0.025),
+                        2.0,
+                        extra=' zaxis="0 1 0" friction="1 0.05 0.001"',
+                    ),
+                )
+            )
+            extra.append(_Drive(f"wheel{k}", Slot(0.5, WHEEL, side), 100.0, None))
+        casters = "".join(
+            _contact(
+                f"caster{k}",
+                "sphere",
+                (0.4 * radius,),
+                0.5,
+                (x * half, 0, 0.4 * radius - height / 2),
+                ' condim="1" priority="1" friction="0"',
+            )
+            for k, x in enumerate((0.8, -0.8))
+        )
+        base = _Part(
+            "base",
+            (0, 0, 0),
+            None,
+            '<freejoint name="root"/>'
+            + f'<geom type="box" size="{half:.6g} {0.9 * half:.6g} {height / 2:.6g}" '
+            + f'mass="{base_mass:.6g}"/>'
+            + casters,
+            [*wheels, torso],
+        )
+        base.pos = (0, 0, -_lowest(base.xml()) + 0.001)
+        robot = _reaching(
+            f"mobile-manipulator-{seed}",
+            base.xml(),
+            extra + drives,
+            _actuation(rng, 0.8),
+            rng,
+            "mobile manipulator",
+        )
+        if robot is not None:
+            return robot
+    raise RuntimeError(f"no well-conditioned home posture for mobile manipulator {seed}")
