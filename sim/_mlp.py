@@ -189,6 +189,25 @@ class Policy:
         return cls(spec, blob, dict(metadata or {}))
 
     @classmethod
+    def linear(cls, weight: Any, bias: Any, metadata: Mapping[str, str] | None = None) -> Policy:
+        """An affine policy, act = weight @ obs + bias (no normalisation, no hidden layer): PD and
+        CPG controllers, and "motors off" (zeros)."""
+        weight, bias = np.asarray(weight, float), np.asarray(bias, float)
+        act_dim, obs_dim = weight.shape
+        return cls.from_tensors(
+            MLPSpec(obs_dim, act_dim, hidden=()),
+            {
+                "layers.0.weight": weight,
+                "layers.0.bias": bias,
+                "obs_mean": np.zeros(obs_dim),
+                "obs_std": np.ones(obs_dim),
+                "act_offset": np.zeros(act_dim),
+                "act_scale": np.ones(act_dim),
+            },
+            metadata,
+        )
+
+    @classmethod
     def load(cls, spec_path: str | Path, weights_path: str | Path | None = None) -> Policy:
         """Read `name.json` (the spec and optional metadata) and `name.safetensors` beside it."""
         spec_path = Path(spec_path)

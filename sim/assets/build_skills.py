@@ -37,22 +37,10 @@ PUSH_CLEARANCE = 0.03 + 0.012 + 0.006  # puck radius + pusher radius + a margin 
 
 
 def walker_skill(scale: float, note: str) -> Policy:
-    spec = MLPSpec(obs_dim=11, act_dim=4, hidden=(), activation="tanh", output_activation=None)
     weight = np.zeros((4, 11))
     weight[:, 0] = scale * AMPLITUDE * np.cos(PHASE)  # coefficient of sin(wt)
     weight[:, 1] = scale * AMPLITUDE * np.sin(PHASE)  # coefficient of cos(wt)
-    return Policy.from_tensors(
-        spec,
-        {
-            "layers.0.weight": weight,
-            "layers.0.bias": OFFSET,
-            "obs_mean": np.zeros(11),
-            "obs_std": np.ones(11),
-            "act_offset": np.zeros(4),
-            "act_scale": np.ones(4),
-        },
-        {"task": "walker_forward", "note": note},
-    )
+    return Policy.linear(weight, OFFSET, {"task": "walker_forward", "note": note})
 
 
 def arm_expert(

@@ -29,7 +29,7 @@ import math
 import mujoco
 import numpy as np
 
-from .._mlp import MLPSpec, Policy
+from .._mlp import Policy
 from ._families import POSTURE_RANGE
 from ._robot import Robot
 
@@ -38,23 +38,6 @@ _REACH_BANDWIDTH = 2 * math.pi * 1.5
 reach task's 25 Hz control, fast enough to settle in its 1.2 s."""
 _LEG_STIFFNESS = 0.15
 """A standing body's PD law reaches its joint's effort at this error (radians)."""
-
-
-def _linear_skill(weight: np.ndarray, bias: np.ndarray, note: str) -> Policy:
-    act_dim, obs_dim = weight.shape
-    spec = MLPSpec(obs_dim, act_dim, (), "tanh", None)
-    return Policy.from_tensors(
-        spec,
-        {
-            "layers.0.weight": weight,
-            "layers.0.bias": bias,
-            "obs_mean": np.zeros(obs_dim),
-            "obs_std": np.ones(obs_dim),
-            "act_offset": np.zeros(act_dim),
-            "act_scale": np.ones(act_dim),
-        },
-        {"note": note},
-    )
 
 
 def _kinds(model: mujoco.MjModel) -> list[str]:
@@ -117,7 +100,7 @@ class _Law:
         weight[rows, rows] = -scale * self.kp[rows]
         weight[rows, n + rows] = -scale * self.kd[rows]
         bias[rows] = scale * (self.kp[rows] * c[rows] + self.hold[rows])
-        return _linear_skill(weight, bias, note)
+        return Policy.linear(weight, bias, {"note": note})
 
     def control(self, data: mujoco.MjData, target: np.ndarray) -> None:
         """Set the controls that hold `target` (joint angles) now."""

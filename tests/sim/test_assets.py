@@ -46,17 +46,8 @@ class StoreSource:
 
 def still(task: sim.Task) -> sim.Policy:
     """A linear skill that holds every motor at zero: data, so it publishes and certifies."""
-    return sim.Policy.from_tensors(
-        sim.MLPSpec(obs_dim=task.obs_dim, act_dim=task.act_dim, hidden=()),
-        {
-            "layers.0.weight": np.zeros((task.act_dim, task.obs_dim)),
-            "layers.0.bias": np.zeros(task.act_dim),
-            "obs_mean": np.zeros(task.obs_dim),
-            "obs_std": np.ones(task.obs_dim),
-            "act_offset": np.zeros(task.act_dim),
-            "act_scale": np.ones(task.act_dim),
-        },
-        {"note": "motors off"},
+    return sim.Policy.linear(
+        np.zeros((task.act_dim, task.obs_dim)), np.zeros(task.act_dim), {"note": "motors off"}
     )
 
 

@@ -239,21 +239,9 @@ def test_a_mesh_task_file_certifies_and_a_site_without_its_files_cannot_verify(
 
 
 def _still(obs_dim: int, act_dim: int):
-    from sim import MLPSpec, Policy
+    from sim import Policy
 
-    zeros = np.zeros
-    return Policy.from_tensors(
-        MLPSpec(obs_dim=obs_dim, act_dim=act_dim, hidden=()),
-        {
-            "layers.0.weight": zeros((act_dim, obs_dim)),
-            "layers.0.bias": zeros(act_dim),
-            "obs_mean": zeros(obs_dim),
-            "obs_std": np.ones(obs_dim),
-            "act_offset": zeros(act_dim),
-            "act_scale": np.ones(act_dim),
-        },
-        {"note": "motors off"},
-    )
+    return Policy.linear(np.zeros((act_dim, obs_dim)), np.zeros(act_dim), {"note": "motors off"})
 
 
 def _mesh_definition(scene: str) -> dict:
