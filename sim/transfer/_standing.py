@@ -147,7 +147,7 @@ def procedural_humanoid(seed: int) -> Robot:
     at qpos 0."""
     rng = np.random.default_rng([seed, 4])
     tall = rng.uniform(1.0, 1.9)
-    mass = 65 * (tall / 1.75) ** 3 * rng.uniform(0.65, 1.5)
+    mass = max(15.0, 65 * (tall / 1.75) ** 3 * rng.uniform(0.65, 1.5))  # a small child's, at least
     leg = 0.47 * tall * rng.uniform(0.93, 1.07)
     thigh = leg * rng.uniform(0.47, 0.53)
     shin = leg - thigh
@@ -158,6 +158,7 @@ def procedural_humanoid(seed: int) -> Robot:
     bend = rng.uniform(0.1, 0.35)
     leg_effort = mass * _G * leg * rng.uniform(0.5, 1.0)
     yaw, roll = rng.uniform() < 0.85, rng.uniform() < 0.8
+    roll = roll or not yaw  # legs of 5-6 joints: a hip yaw, an ankle roll or both
     drives: list[_Drive] = []
     legs = []
     for i, side in enumerate((1, -1)):
