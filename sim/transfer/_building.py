@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from ._robot import Slot, _f
+from ._robot import Kind, Robot, Slot, _f
 
 HELD = 100
 """Slot roles from here on are parts that only bodies with the same part have skills for."""
@@ -53,6 +53,33 @@ class _Drive:
     slot: Slot
     effort: float
     range: tuple[float, float] | None
+
+
+def _procedural_robot(
+    name: str,
+    family: Kind,
+    scene: str,
+    drives: list[_Drive],
+    actuation: tuple[str, float],
+    size: float,
+    morphology: str,
+) -> Robot:
+    """A generated body as a `Robot`: its drives' joints and slots, their gear (a motor's; servos
+    1), home at zeros, and its seed in the description."""
+    kind, gear = actuation
+    return Robot(
+        name,
+        family,
+        scene,
+        tuple(d.joint for d in drives),
+        tuple(d.slot for d in drives),
+        tuple(gear if kind == "motor" else 1.0 for _ in drives),
+        size,
+        (0.0,) * len(drives),
+        None,
+        f"procedural {morphology}, seed {name.rsplit('-', 1)[1]}",
+        morphology,
+    )
 
 
 def _joint(

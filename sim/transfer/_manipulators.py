@@ -30,6 +30,7 @@ from ._building import (
     _joint,
     _lowest,
     _Part,
+    _procedural_robot,
     _scene,
 )
 from ._families import reach_markers
@@ -172,18 +173,8 @@ def _reaching(
     model = mujoco.MjModel.from_xml_string(scene)
     arm = [model.joint(d.joint).id for d in drives if d.slot.joint < HELD]
     reach = _reach(model, arm)
-    return Robot(
-        name,
-        "arm",
-        reach_markers(scene),
-        tuple(d.joint for d in drives),
-        tuple(d.slot for d in drives),
-        tuple(gear if kind == "motor" else 1.0 for _ in drives),
-        reach,
-        (0.0,) * len(drives),
-        None,
-        f"procedural {morphology}, seed {name.rsplit('-', 1)[1]}",
-        morphology,
+    return _procedural_robot(
+        name, "arm", reach_markers(scene), drives, actuation, reach, morphology
     )
 
 

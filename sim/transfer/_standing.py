@@ -30,6 +30,7 @@ from ._building import (
     _knot,
     _lowest,
     _Part,
+    _procedural_robot,
     _scene,
 )
 from ._families import posture_markers
@@ -50,18 +51,8 @@ def _legged(
     torso.pos = (0, 0, -_lowest(torso.xml()) + 0.001)
     kind, gear = actuation
     scene = _scene(name, 0.005, torso.xml(), _actuators(drives, kind, gear, rng.uniform(3, 10)))
-    return Robot(
-        name,
-        "legged",
-        posture_markers(scene, tied=tied),
-        tuple(d.joint for d in drives),
-        tuple(d.slot for d in drives),
-        tuple(gear if kind == "motor" else 1.0 for _ in drives),
-        leg,
-        (0.0,) * len(drives),
-        None,
-        f"procedural {morphology}, seed {name.rsplit('-', 1)[1]}",
-        morphology,
+    return _procedural_robot(
+        name, "legged", posture_markers(scene, tied=tied), drives, actuation, leg, morphology
     )
 
 
