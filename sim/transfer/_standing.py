@@ -59,7 +59,7 @@ def _legged(
 def procedural_quadruped(seed: int) -> Robot:
     """A floating-base quadruped: hip roll, hip pitch and knee per leg under a box torso, standing
     on bent knees at qpos 0 (all one way, or front and hind facing each other); legs 0.2-0.6 m,
-    1.5-70 kg."""
+    0.6-42 kg (mass grows with the leg's cube: a toy at the short end, Spot's size at the long)."""
     rng = np.random.default_rng([seed, 3])
     leg = float(np.exp(rng.uniform(math.log(0.2), math.log(0.6))))
     thigh = leg * rng.uniform(0.45, 0.55)
