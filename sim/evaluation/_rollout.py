@@ -232,8 +232,11 @@ def _closed_loop(
     warn_ids = np.array(sorted(_UNSTABLE))
     warned = batch.warning[:, warn_ids, 1].copy()
     ctrl = runtime.ctrl
+    first_success = task.definition["success"]["when"] == "first"
 
     def end(rows: np.ndarray, reason: str | list[str]) -> None:
+        if not rows.any():  # the usual case, every control step: nothing ended
+            return
         for k, row in enumerate(np.flatnonzero(rows)):
             reasons[row] = reason if isinstance(reason, str) else reason[k]
         live[rows] = False
@@ -247,8 +250,13 @@ def _closed_loop(
             break
         actions = _actions(caller, obs, live, ids, step, task.act_dim)
         target = actions if task.action_mode == "absolute" else ctrl + actions
-        ctrl[live] = np.clip(target, runtime.ctrl_low, runtime.ctrl_high)[live]
-        stepping = None if live.all() else np.flatnonzero(live).astype(np.int32)
+        clipped = np.clip(target, runtime.ctrl_low, runtime.ctrl_high)
+        everyone = live.all()
+        if everyone:
+            ctrl[...] = clipped
+        else:
+            ctrl[live] = clipped[live]
+        stepping = None if everyone else np.flatnonzero(live).astype(np.int32)
         try:
             batch.step(stepping, nstep=task.control_substeps, stage=_POS)
         except mjbatch.SimulationError as exc:
@@ -263,14 +271,14 @@ def _closed_loop(
         if rising.any():
             rows = rising.any(axis=1)
             end(rows, [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]])
-        warned = counts.copy()
+        warned = counts  # a copy already: fancy indexing
         steps[live] += 1
         gained = runtime.reward()
         end(live & ~np.isfinite(gained), "unstable:nonfinite")
         reward[live] += gained[live]
         for reason, hit in runtime.failures():
             end(live & hit, reason)
-        if task.definition["success"]["when"] == "first":
+        if first_success:
             done = live & runtime.succeeded()
             success |= done
             end(done, "success")
