@@ -4,6 +4,8 @@ The batch is built fresh per wave from the shared template, so memory follows th
 concurrency), not the branch count; and a branch's dynamics depend on its own patch alone. The
 policy sees every row of the wave in one call per control step, dead rows zeroed, so the batch
 layout of policy calls (wave size, row = branch % wave) is fixed whatever happens to the others.
+On two threads or more, a torch policy that gives each row the same bits in a call on half the wave
+is called per half instead, each half a lane of its own (`run_wave`): the outcomes do not change.
 """
 
 from __future__ import annotations
