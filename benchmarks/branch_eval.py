@@ -7,7 +7,9 @@
   `mj_step` loop on the same model whose joint targets sweep every control period, as the policy's
   do (`ratio_to_raw`); the same loop holding the home pose is reported too (`ratio_to_raw_still`).
   Env steps are physics steps. Library and raw runs alternate and the medians are reported, so
-  that load from other processes hits both alike.
+  that load from other processes hits both alike. `physics_scaling`: the same batch of 256 stepped
+  with no policy on all threads over one thread, alternating with the rest: the ceiling of the ratio
+  on this machine as loaded during the run (~2 on a quiet 2-core machine).
 - Memory: resident-set growth over the footprint after imports and template compilation, for the
   library's 256 branches against 256 independent MjModel+MjData copies of the same patched models;
   each measured in a fresh subprocess (peak RSS, VmHWM).
@@ -30,6 +32,7 @@ import time
 
 import mujoco
 import numpy as np
+from mujoco import batch as mjbatch
 
 import knowledge.stats
 import sim
@@ -83,6 +86,17 @@ def raw_rate(task: sim.Task, steps: int, moving: bool) -> float:
         for _ in range(substeps):
             step(model, data)
     return periods * substeps / (time.perf_counter() - start)
+
+
+def physics_rate(task: sim.Task, threads: int) -> float:
+    """mj_step/s of the template's batch of 256 stepped on `threads` threads, no policy: how far
+    plain physics scales on this machine as it is loaded now (the ceiling `ratio_to_raw` has)."""
+    batch = mjbatch.Batch(task.template.model, BRANCHES, threads)
+    batch.reset(keyframe=task.keyframe)
+    start = time.perf_counter()
+    for _ in range(task.horizon // 3):
+        batch.step(None, nstep=task.control_substeps)
+    return BRANCHES * (task.horizon // 3) * task.control_substeps / (time.perf_counter() - start)
 
 
 def naive_copies(task: sim.Task, sampler: sim.Sampler) -> list:
@@ -174,11 +188,12 @@ def main() -> None:
     sampler = sim.load_sampler(TASK, seed=0)
     raw_steps = BRANCHES * task.horizon * task.control_substeps // (4 if args.quick else 1)
     library_rate(task, skill, sampler, threads)  # warm up: first torch call, page faults
-    library, raw, still = [], [], []
+    library, raw, still, scaling = [], [], [], []
     for _ in range(repeats):
         library.append(library_rate(task, skill, sampler, threads))
         raw.append(raw_rate(task, raw_steps, moving=True))
         still.append(raw_rate(task, raw_steps, moving=False))
+        scaling.append(physics_rate(task, threads) / physics_rate(task, 1))
     env_steps, raw_steps_per_s = statistics.median(library), statistics.median(raw)
     growth, naive = memory_growth_mb("library"), memory_growth_mb("naive")
     line = {
@@ -193,12 +208,13 @@ def main() -> None:
         "ratio_to_raw": round(env_steps / raw_steps_per_s, 3),
         "raw_still_mj_step_per_s": round(statistics.median(still)),
         "ratio_to_raw_still": round(env_steps / statistics.median(still), 3),
+        "physics_scaling": round(statistics.median(scaling), 3),
         "rss_growth_mb": round(growth, 2),
         "naive_rss_growth_mb": round(naive, 2),
         "memory_ratio": round(growth / naive, 3),
         "policy": (
-            f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, "
-            "one batched call per control step"
+            f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, one batched call per control "
+            "step and lane (two lanes of 128 rows on two threads)"
         ),
         **sprt_figures(seeds),
     }

@@ -4,10 +4,14 @@ The batch is built fresh per wave from the shared template, so memory follows th
 concurrency), not the branch count; and a branch's dynamics depend on its own patch alone. The
 policy sees every row of the wave in one call per control step, dead rows zeroed, so the batch
 layout of policy calls (wave size, row = branch % wave) is fixed whatever happens to the others.
+On two threads or more, a torch policy that gives each row the same bits in a call on half the wave
+is called per half instead, each half a lane of its own (`run_wave`): the outcomes do not change.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +66,25 @@ class PolicyCaller:
         if isinstance(policy, torch.nn.Module):
             first = next(iter(policy.parameters()), None)
             self.dtype = first.dtype if first is not None else torch.float64
+        self._splits: dict[tuple[int, int], bool] = {}
+
+    def splits_exactly(self, rows: int, at: int, obs_dim: int) -> bool:
+        """Whether calls on rows [0, at) and [at, rows) give every row the bits one call on all
+        `rows` gives it. Only torch modules are asked (a callable is promised one call per wave).
+        Which kernels a module's operations take depends on the shapes, not on the values, so one
+        probe of seeded random observations per (rows, at) tells."""
+        if not self.torch:
+            return False
+        if (rows, at) not in self._splits:
+            probe = np.random.default_rng(rows * 65_537 + at).standard_normal((rows, obs_dim))
+            try:
+                whole = np.asarray(self(probe))
+                parts = np.concatenate([self(probe[:at].copy()), self(probe[at:].copy())])
+                exact = whole.shape == parts.shape and whole.tobytes() == parts.tobytes()
+            except Exception:  # noqa: BLE001 - the wave's own calls raise it, named
+                exact = False
+            self._splits[(rows, at)] = exact and bool(np.isfinite(whole).all())
+        return self._splits[(rows, at)]
 
     def __call__(self, obs: np.ndarray) -> object:
         if not self.torch:
@@ -97,24 +120,125 @@ def run_wave(
 ) -> list[BranchOutcome]:
     """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order. With
     `start`, every branch begins at that world snapshot (its model patch, then its state) instead of
-    a reset."""
-    ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
-    n = len(ids)
-    if patches is None:
-        patches = branch_patches(task, sampler, ids[0], n)
-    batch, runtime = prepared_batch(task, patches, ids, wave, threads, start)
+    a reset.
 
-    live = np.zeros(wave, bool)
+    On two or more threads, where the policy gives each row the bits it gives it in a call on the
+    whole wave (checked once per caller, see `PolicyCaller.splits_exactly`), the wave runs as two
+    lanes of rows, each a closed loop on its own thread: one lane's policy call and bookkeeping
+    overlap the other's physics. The outcomes are those of one lane; an error in a lane re-runs the
+    wave as one lane, which raises it as a single policy call names it."""
+    ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
+    if patches is None:
+        patches = branch_patches(task, sampler, ids[0], len(ids))
+    at = _lane_split(task, caller, wave, threads)
+    if at:
+        try:
+            return _two_lanes(task, caller, patches, ids, wave, at, threads, on_step, start)
+        except Exception:  # noqa: BLE001 - the single lane below raises it, named as one call names it
+            pass
+    return _closed_loop(task, caller, patches, ids, wave, threads, on_step, start)
+
+
+_LANE_ROWS = 32  # a lane's rows are whole multiples of this, and it has at least this many
+
+
+def _lane_split(task: Task, caller: PolicyCaller, rows: int, threads: int) -> int:
+    """The first row of the second lane, or 0 to run the wave as one lane: one thread, a wave too
+    small to share, a task with Python terms (they see all rows at once), or a policy whose rows
+    depend on the batch."""
+    at = rows // 2 // _LANE_ROWS * _LANE_ROWS
+    if threads < 2 or at < _LANE_ROWS or _has_python_terms(task):
+        return 0
+    return at if caller.splits_exactly(rows, at, task.obs_dim) else 0
+
+
+def _has_python_terms(task: Task) -> bool:
+    data = task.definition
+    terms = [*data["reward"], *data["success"]["all"], *data.get("failure", [])]
+    return any(term.get("term") == "entry_point" for term in terms)
+
+
+def _two_lanes(
+    task: Task,
+    caller: PolicyCaller,
+    patches: Sequence[Patch],
+    ids: list[int],
+    rows: int,
+    at: int,
+    threads: int,
+    on_step: Callable[[], None] | None,
+    start: Snapshot | None,
+) -> list[BranchOutcome]:
+    """Rows [0, at) here and [at, rows) on a second thread, the threads shared between them; the
+    first lane to fail stops the other at its next control step."""
+    failed = threading.Event()
+
+    def unless_failed() -> None:
+        if failed.is_set():
+            raise _LaneStopped
+
+    def lane(first: int, end: int, lane_threads: int, tick: Callable[[], None]) -> list:
+        try:
+            return _closed_loop(
+                task,
+                caller,
+                patches[first:end],
+                ids[first:end],
+                end - first,
+                lane_threads,
+                tick,
+                start,
+            )
+        except BaseException:
+            failed.set()
+            raise
+
+    def here_tick() -> None:
+        unless_failed()
+        if on_step is not None:
+            on_step()
+
+    if len(ids) <= at:  # the second lane would hold no branch
+        return lane(0, at, threads, here_tick)
+    with concurrent.futures.ThreadPoolExecutor(1, "lane") as pool:
+        later = pool.submit(lane, at, rows, threads - threads // 2, unless_failed)
+        first = lane(0, at, threads // 2, here_tick)
+        return first + later.result()
+
+
+class _LaneStopped(Exception):
+    """The other lane failed: this one stops (internal)."""
+
+
+def _closed_loop(
+    task: Task,
+    caller: PolicyCaller,
+    patches: Sequence[Patch],
+    ids: list[int],
+    size: int,
+    threads: int,
+    on_step: Callable[[], None] | None,
+    start: Snapshot | None,
+) -> list[BranchOutcome]:
+    """Branches `ids` in the first rows of a batch of `size`, stepped to the horizon, the policy
+    called on all `size` rows at once per control step."""
+    n = len(ids)
+    batch, runtime = prepared_batch(task, patches, ids, size, threads, start)
+
+    live = np.zeros(size, bool)
     live[:n] = True
-    success = np.zeros(wave, bool)
-    reward = np.zeros(wave)
-    steps = np.zeros(wave, np.int64)
-    reasons = [""] * wave
+    success = np.zeros(size, bool)
+    reward = np.zeros(size)
+    steps = np.zeros(size, np.int64)
+    reasons = [""] * size
     warn_ids = np.array(sorted(_UNSTABLE))
     warned = batch.warning[:, warn_ids, 1].copy()
     ctrl = runtime.ctrl
+    first_success = task.definition["success"]["when"] == "first"
 
     def end(rows: np.ndarray, reason: str | list[str]) -> None:
+        if not rows.any():  # the usual case, every control step: nothing ended
+            return
         for k, row in enumerate(np.flatnonzero(rows)):
             reasons[row] = reason if isinstance(reason, str) else reason[k]
         live[rows] = False
@@ -128,12 +252,17 @@ def run_wave(
             break
         actions = _actions(caller, obs, live, ids, step, task.act_dim)
         target = actions if task.action_mode == "absolute" else ctrl + actions
-        ctrl[live] = np.clip(target, runtime.ctrl_low, runtime.ctrl_high)[live]
-        stepping = None if live.all() else np.flatnonzero(live).astype(np.int32)
+        clipped = np.clip(target, runtime.ctrl_low, runtime.ctrl_high)
+        everyone = live.all()
+        if everyone:
+            ctrl[...] = clipped
+        else:
+            ctrl[live] = clipped[live]
+        stepping = None if everyone else np.flatnonzero(live).astype(np.int32)
         try:
             batch.step(stepping, nstep=task.control_substeps, stage=_POS)
         except mjbatch.SimulationError as exc:
-            failed = np.zeros(wave, bool)
+            failed = np.zeros(size, bool)
             failed[exc.ids] = True
             messages = [
                 batch.error(s).splitlines()[0] for s in sorted(map(int, exc.ids)) if live[s]
@@ -144,14 +273,14 @@ def run_wave(
         if rising.any():
             rows = rising.any(axis=1)
             end(rows, [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]])
-        warned = counts.copy()
+        warned = counts  # a copy already: fancy indexing
         steps[live] += 1
         gained = runtime.reward()
         end(live & ~np.isfinite(gained), "unstable:nonfinite")
         reward[live] += gained[live]
         for reason, hit in runtime.failures():
             end(live & hit, reason)
-        if task.definition["success"]["when"] == "first":
+        if first_success:
             done = live & runtime.succeeded()
             success |= done
             end(done, "success")

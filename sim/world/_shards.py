@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -180,17 +180,8 @@ class Shards:
             head = self.log(shard, key).head
             _, last = self.store.last_event(shard, key)
             tick = head if at is None else check_tick("at", at)
-            where = f"shard {shard!r}{' branch ' + key if key else ''}"
-            if tick < head or tick < last:
-                raise HistoryError(
-                    f"{where} is at tick {head} (last event at {last}): events cannot go to tick "
-                    f"{tick}; fork at {tick} to change the past"
-                )
-            if tick > head + MAX_AHEAD:  # it would hold back every later event until then
-                raise HistoryError(
-                    f"{where} is at tick {head}: an event can be scheduled at most {MAX_AHEAD} "
-                    f"ticks ahead, not at {tick}"
-                )
+            if tick < head or tick < last or tick > head + MAX_AHEAD:
+                _refuse_tick(shard, key, head, last, tick)
             event = mutate_event(self.template(shard, key), tick, batch, provenance)
             with self.store.transaction():
                 return self.store.append(shard, key, (event,))[0]
@@ -474,3 +465,18 @@ class Shards:
         self.recoveries += 1
         self._delivered[shard].clear()
         self._workers[shard].restart()
+
+
+def _refuse_tick(shard: str, key: str, head: int, last: int, tick: int) -> NoReturn:
+    """HistoryError for an event at a tick its log cannot take (off the path of every event)."""
+    where = f"shard {shard!r}{' branch ' + key if key else ''}"
+    if tick < head or tick < last:
+        raise HistoryError(
+            f"{where} is at tick {head} (last event at {last}): events cannot go to tick "
+            f"{tick}; fork at {tick} to change the past"
+        )
+    # it would hold back every later event until then
+    raise HistoryError(
+        f"{where} is at tick {head}: an event can be scheduled at most {MAX_AHEAD} "
+        f"ticks ahead, not at {tick}"
+    )

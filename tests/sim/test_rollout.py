@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from sim import (
     Mutation,
@@ -12,7 +13,7 @@ from sim import (
     load_skill,
 )
 from sim.evaluation import branch_patch
-from sim.evaluation._rollout import PolicyCaller, run_wave
+from sim.evaluation._rollout import PolicyCaller, _lane_split, run_wave
 
 
 def _zeros(act_dim):
@@ -145,3 +146,72 @@ def test_mujoco_errors_end_branches_with_their_message(walker):
             and "\n" not in outcome.reason
         )
         assert not outcome.success and outcome.steps < 50
+
+
+def test_two_lanes_give_the_outcomes_of_one(short_arm):
+    """On two threads a wave of an MLP skill runs as two lanes of rows, each calling the policy on
+    its own rows; every branch ends exactly as it does with one call on the whole wave."""
+    skill = load_skill("arm_reach_degraded")
+    caller = PolicyCaller(skill, short_arm)
+    assert _lane_split(short_arm, caller, 96, 2) == 32  # the lanes really run
+    runs = [
+        evaluate(
+            short_arm,
+            skill,
+            branches=80,
+            wave=96,
+            sampler=load_sampler("arm_reach", seed=4),
+            threads=n,
+            progress=False,
+        ).outcomes
+        for n in (1, 2)
+    ]
+    assert runs[0] == runs[1]
+    assert 0 < sum(o.success for o in runs[0]) < 80
+
+
+class _BatchMean(torch.nn.Module):
+    """A module whose rows depend on each other: it must see the whole wave at once."""
+
+    def forward(self, obs):
+        return torch.tanh(obs[:, :7] - obs[:, :7].mean(dim=0))
+
+
+def test_a_module_whose_rows_depend_on_the_batch_runs_as_one_lane(short_arm):
+    shapes = []
+    module = _BatchMean()
+    module.register_forward_hook(lambda _m, args, _out: shapes.append(tuple(args[0].shape)))
+    caller = PolicyCaller(module, short_arm)
+    assert not caller.splits_exactly(64, 32, short_arm.obs_dim)
+    assert not PolicyCaller(_zeros(7), short_arm).splits_exactly(64, 32, short_arm.obs_dim)
+    shapes.clear()
+    evaluate(short_arm, module, branches=64, threads=2, progress=False)
+    # the probe's two half calls, then every control step one call on the whole wave
+    assert shapes.count((32, short_arm.obs_dim)) == 2
+    assert shapes.count((64, short_arm.obs_dim)) > 1 and set(shapes) == {(32, 17), (64, 17)}
+
+
+def test_an_error_in_a_lane_is_the_error_one_call_names(short_arm):
+    """A policy that fails in both lanes: the wave runs again as one lane, whose single call names
+    the bad branches of both, as without lanes."""
+    sentinel = 1.234567
+
+    class NanAtSentinel(torch.nn.Module):  # row by row: the lanes run
+        def forward(self, obs):
+            out = obs[:, :7] * 0.0
+            out[(obs[:, 0] - sentinel).abs() < 1e-12] = float("nan")
+            return out
+
+    sampler = Sampler()
+    marked = Patch((Mutation("joint/j1/qpos", "set", (sentinel,)),))
+    patches = [
+        branch_patch(short_arm, sampler, b) + marked
+        if b in (5, 40)
+        else branch_patch(short_arm, sampler, b)
+        for b in range(64)
+    ]
+    caller = PolicyCaller(NanAtSentinel(), short_arm)
+    assert _lane_split(short_arm, caller, 64, 2) == 32
+    with pytest.raises(PolicyOutputError, match="step 0, branch\\(es\\) 5, 40: the policy") as info:
+        run_wave(short_arm, caller, sampler, 0, 64, 64, 2, patches=patches)
+    assert info.value.branches == (5, 40)
