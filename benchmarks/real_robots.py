@@ -16,7 +16,9 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   (so queries with them fall back to the feature encoder), per class.
 - twins: the same robot as MJCF and as URDF (`TWINS`, both files in the corpus), per encoder: for
   each pair, how many bodies of other robots are nearer to either file than the two files are to
-  each other, and the share of pairs of distinct robots nearer to each other than the pair.
+  each other, and the share of pairs of distinct robots nearer to each other than the pair;
+  each pair's distance beside the nearest other robot's (`twin_margins`) and the smallest
+  distance between two labelled bodies of distinct robots.
 - first_query_ms: `kb.skills.query(path)` in a fresh process over a knowledge base holding one skill
   per body: "cold" with an empty descriptor cache (MuJoCo compiles the file's physics), "warm" in a
   second process with the cache the first one left (`<store>.embodiments`); both also by format.

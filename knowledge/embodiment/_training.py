@@ -104,8 +104,7 @@ class _Network(nn.Module):
             [joints] + [turned(joints, random_turns(len(joints), rng)) for _ in range(turns)]
         )
         valid = torch.from_numpy(joints[~np.tile(mask, (turns + 1, 1))])
-        body = torch.from_numpy(body)
-        for name, values in (("joint", valid), ("body", body)):
+        for name, values in (("joint", valid), ("body", torch.from_numpy(body))):
             getattr(self, f"{name}_mean").copy_(values.mean(0))
             getattr(self, f"{name}_std").copy_(
                 values.std(0).clamp(min=1e-3) if len(values) > 1 else torch.ones(values.shape[1])
