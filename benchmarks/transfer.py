@@ -10,8 +10,7 @@ bodies.
    merged, as `simnet encoder train` merges them: the first is "the population" below).
 2. A quarter of the bodies are held out (`TransferDataset.split(0.25, seed=0)`, by fingerprint
    hash): the learned encoder is trained from scratch on the transfers among the other bodies only
-   (the shipped recipe: `train_encoder`'s defaults and each robot's class from the datasets'
-   records, `sim.transfer.body_classes`).
+   (the shipped recipe: `train_encoder`'s defaults).
 3. For every held-out body and its task family: Spearman correlation between -distance and the
    measured success of every other body's skill on it, and recall@5 of the skills that succeed in at
    least 80% of branches; means over held-out bodies, for the learned encoder and for the feature
@@ -84,8 +83,7 @@ def main() -> None:
     train, held = data.split(0.25, seed=0)
     start = time.perf_counter()
     training = data.subset(train)
-    classes = sim.transfer.body_classes(files)
-    learned = train_encoder(training, classes=[classes[b.name] for b in training.bodies])
+    learned = train_encoder(training)
     trained = time.perf_counter() - start
     line = {
         "benchmark": "transfer",

@@ -11,9 +11,11 @@ Makes the two datasets the weights are trained on, unless given them (in this or
    --quadrupeds 24 --humanoids 16 --sources 32`, the first population included).
 
 Then it holds out a quarter of the bodies exactly as benchmarks/transfer.py does and trains on the
-rest (`train_encoder`'s defaults, with each robot's class, `sim.transfer.body_classes`, for the
-contrastive term): the bodies the benchmark reports on are never seen by the shipped weights
-either. Datasets take 10-35 minutes with 2 workers (the second most), training 2-3.
+rest (`train_encoder`'s defaults: bodies turned about the vertical, no class term; with the class
+term, `classes=` from `sim.transfer.body_classes`, real robots ranked classes slightly better but
+transfer recall@5 fell to 0.72, docs/EMBODIMENT.md): the bodies the benchmark reports on are never
+seen by the shipped weights either. Datasets take 10-35 minutes with 2 workers (the second most),
+training 2-3.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 import torch
 
 from knowledge import TransferDataset, train_encoder
-from sim.transfer import body_classes, robot_population, transfer_dataset
+from sim.transfer import robot_population, transfer_dataset
 
 WEIGHTS = resources.files("knowledge") / "assets" / "transfer-attention.safetensors"
 SOURCES = 32
@@ -72,10 +74,8 @@ def main() -> None:
     )
     train, _ = data.split(0.25, seed=0)
     training = data.subset(train)
-    classes = body_classes(files)
     encoder = train_encoder(
         training,
-        classes=[classes[b.name] for b in training.bodies],
         meta={
             "dataset": (
                 "sim.robot_population(64, 40), every transfer; and "
