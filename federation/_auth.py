@@ -23,6 +23,14 @@ A server checks in two steps so that nothing is read before the caller is known:
 (the header's form, the time window, and that the nonce is unused) before the body, then after the
 body `check(claim, ...)` (the signature over the body's hash) and `remember(claim)` (the atomic,
 durable record of the nonce). `verify` does all three.
+
+**Answers a client acts on are signed too.** A site root re-installed with its old key, or a device,
+learns how far its own feed goes from its peers' heads; an unsigned answer would let whoever answers
+at a peer's address (plain HTTP, a spoofed or reassigned address) say "none" and make it write its
+old seqs again: a fork. So `GET /v1/heads` carries `Simnet-Signature: <128 hex>`, the site's
+signature over ``simnet-answer-v1``, the request's method, path and nonce, and the SHA-256 of the
+body (`answer_message`); the client takes heads as the peer's word only if `answer_signed_by` the
+key it meant to reach.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ _HEADER = re.compile(
     r"Simnet key=(?P<key>[0-9a-f]{64}), ts=(?P<ts>[0-9]{1,16}), "
     r"nonce=(?P<nonce>[0-9a-f]{32}), sig=(?P<sig>[0-9a-f]{128})"
 )
+_SIG = re.compile(r"[0-9a-f]{128}")
+ANSWER_HEADER = "Simnet-Signature"  # a site's signature over its answer: see `answer_message`
 _PRUNE_EVERY = 1000  # expired rows are deleted from disk after this many have expired in memory
 
 
@@ -65,6 +75,41 @@ def signed_message(
     return "\n".join(
         ["simnet-request-v1", method.upper(), target, digest, str(ts), nonce, audience.hex()]
     ).encode()
+
+
+def answer_message(method: str, target: str, nonce: str, body: bytes) -> bytes:
+    """What a site signs to vouch for an answer: the request it answers (method, path, the nonce of
+    its Authorization header) and the SHA-256 of the answer's body."""
+    digest = hashlib.sha256(body).hexdigest()
+    return "\n".join(["simnet-answer-v1", method.upper(), target, nonce, digest]).encode()
+
+
+def nonce_of(header: str | None) -> str | None:
+    """The nonce of a well-formed Authorization header, else None."""
+    match = _HEADER.fullmatch(header or "")
+    return match["nonce"] if match else None
+
+
+def answer_signature(
+    identity: Identity, method: str, target: str, authorization: str | None, body: bytes
+) -> dict[str, str]:
+    """The `ANSWER_HEADER` a site adds to its answer to a signed request (none if unsigned)."""
+    nonce = nonce_of(authorization)
+    if nonce is None:
+        return {}
+    return {ANSWER_HEADER: identity.sign(answer_message(method, target, nonce, body)).hex()}
+
+
+def answer_signed_by(response: httpx.Response, key: bytes | None) -> bool:
+    """Whether `key` signed this answer to the very request it answers (see `answer_message`):
+    what an answer says can be taken as that peer's word, not whoever answered at its address."""
+    nonce = nonce_of(response.request.headers.get("authorization"))
+    signature = response.headers.get(ANSWER_HEADER, "")
+    if key is None or nonce is None or not _SIG.fullmatch(signature):
+        return False
+    target = response.request.url.raw_path.decode("ascii")
+    message = answer_message(response.request.method, target, nonce, response.content)
+    return verify_signature(key, bytes.fromhex(signature), message)
 
 
 class SimnetAuth(httpx.Auth):

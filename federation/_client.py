@@ -31,7 +31,7 @@ import httpx
 
 from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase, Rejection
 
-from ._auth import SimnetAuth
+from ._auth import SimnetAuth, answer_signed_by
 from ._errors import PeerError, WireError
 from ._wire import (
     PAGE_TYPE,
@@ -64,7 +64,9 @@ class SyncReport:
     refuses the envelopes after a refused one of the same feed with `gap`. `verified` counts the
     envelopes pulled to check checkpoints we took feeds from (`unchecked_checkpoints`; they are
     not stored, bar the last of each check). `clock_offset_ms` is the peer's clock minus ours,
-    from its `Simnet-Time` header (None if it sent none)."""
+    from its `Simnet-Time` header (None if it sent none). `heads_signed`: the peer signed its heads
+    answer (see `federation._auth`); only then does a writer take them as the peer's word on how
+    far its own feed goes."""
 
     peer: str
     pulled: int = 0
@@ -77,6 +79,7 @@ class SyncReport:
     refused_by_peer_reasons: dict[str, int] = field(default_factory=dict)
     held_by_peer: int = 0
     clock_offset_ms: int | None = None
+    heads_signed: bool = False
     blobs: int = 0
     blobs_pushed: int = 0
     bytes_sent: int = 0
@@ -135,8 +138,8 @@ def exchange(
     are never pushed (read rules: a peer without read rights to a private map must not be sent it).
     A device syncing with its own site (`peer_key` is its policy's `device_of`) takes the site's
     heads as the word on how far its own feed goes, after pulling: see
-    `KnowledgeBase.learn_site_heads`; a site root whose store does not know yet takes any peer's:
-    see `KnowledgeBase.learn_peer_heads`."""
+    `KnowledgeBase.learn_site_heads`; a site root whose store does not know yet takes its peers':
+    see `KnowledgeBase.learn_peer_heads`. Either only from heads signed by `peer_key`."""
     report = SyncReport(peer=base_url)
     started = time.perf_counter()
     limit = kb.limits.max_checkpoint_bytes
@@ -198,11 +201,13 @@ def exchange(
     site_ms = peer_time(response.headers)
     if site_ms is not None:
         report.clock_offset_ms = site_ms - kb.clock.physical()
-    if peer_key is not None and peer_key == kb.policy.device_of:
+    report.heads_signed = answer_signed_by(response, peer_key)
+    if report.heads_signed and peer_key == kb.policy.device_of:
         kb.learn_site_heads(theirs)
         if site_ms is not None:
             kb.learn_site_time(site_ms)
-    kb.learn_peer_heads(theirs, peer=peer_key)  # a re-installed site root: how far its feed goes
+    if report.heads_signed:  # a re-installed site root: how far its feed goes, in the peer's word
+        kb.learn_peer_heads(theirs, peer=peer_key)
     push_page = page
     for _ in range(MAX_PAGES):
         envelopes = kb.envelopes_since(

@@ -167,6 +167,14 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
     return wrap
 
 
+def request_target(request: Request) -> str:
+    """The path and query as the client signed them (`SimnetAuth` signs the raw target)."""
+    target = request.scope["raw_path"].decode("latin-1")
+    if request.scope.get("query_string"):
+        target += "?" + request.scope["query_string"].decode("latin-1")
+    return target
+
+
 def _refusal(request: Request, exc: SimnetError) -> JSONResponse:
     """The answer to an error the knowledge base raised on purpose: a 4xx naming it (507 for a full
     disk, 503 for another failure of the store)."""
@@ -213,10 +221,7 @@ async def _authenticate(request: Request, site: Site, role: str) -> tuple[bytes,
     elif not await run_in_threadpool(site.kb.can_read, claim.key):
         raise AuthError(await run_in_threadpool(_no_grant, site, claim.key), 403)
     body = await _read(request, site)
-    target = request.scope["raw_path"].decode("latin-1")
-    if request.scope.get("query_string"):
-        target += "?" + request.scope["query_string"].decode("latin-1")
-    site.verifier.check(claim, request.method, target, body)
+    site.verifier.check(claim, request.method, request_target(request), body)
     await run_in_threadpool(site.verifier.remember, claim)
     return claim.key, body
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -32,8 +33,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase, Role
 
 from ._admin import admin_delegate, admin_revoke, admin_revoke_key, admin_sync
+from ._auth import answer_signature
 from ._blobs import fetch_for_device, parse_range
-from ._endpoint import CatchAll, endpoint, error_response
+from ._endpoint import CatchAll, endpoint, error_response, request_target
 from ._errors import WireError
 from ._metrics import CONTENT_TYPE as METRICS_TYPE
 from ._openapi import describe
@@ -150,9 +152,18 @@ async def heads(request: Request, site: Site, body: bytes, caller: bytes) -> Res
     summary: >-
       The newest seq this site holds per author, and its envelope's hash (what you would push
       against).
-    responses: {"200": {description: "Heads, hashes and the authors caught forking."}}
+    responses:
+      "200":
+        description: >-
+          Heads, hashes and the authors caught forking; signed by the site (Simnet-Signature), so
+          a writer learning how far its own feed goes can take it as this site's word.
     """
-    return JSONResponse(await run_in_threadpool(_visible_heads, site, caller))
+    body = json.dumps(await run_in_threadpool(_visible_heads, site, caller)).encode()
+    authorization = request.headers.get("authorization")
+    signature = answer_signature(
+        site.identity, request.method, request_target(request), authorization, body
+    )
+    return Response(body, media_type="application/json", headers=signature)
 
 
 def _visible_heads(site: Site, caller: bytes) -> dict[str, Any]:

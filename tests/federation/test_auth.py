@@ -11,7 +11,13 @@ import httpx
 import pytest
 
 from federation import AuthError, RequestVerifier, SimnetAuth
-from federation._auth import DEFAULT_WINDOW_MS, signed_message
+from federation._auth import (
+    ANSWER_HEADER,
+    DEFAULT_WINDOW_MS,
+    answer_signature,
+    answer_signed_by,
+    signed_message,
+)
 from knowledge import Identity
 
 WINDOW = DEFAULT_WINDOW_MS
@@ -525,3 +531,38 @@ def test_a_client_whose_clock_is_off_re_signs_once_on_the_peers_clock(make_site,
     with httpx.Client(base_url=url, auth=stranger, event_hooks=hooks, timeout=10) as client:
         sent.clear()
         assert client.get("/v1/heads").status_code == 403 and len(sent) == 1
+
+
+# --- signed answers ------------------------------------------------------------------------------
+
+
+def answered(request: httpx.Request, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return httpx.Response(200, content=body, headers=headers, request=request)
+
+
+def test_an_answer_counts_only_signed_by_the_key_meant_for_this_very_request(caller, server):
+    """`answer_signed_by` holds for the site's signature over this request's method, path and
+    nonce and this body; not for another key, another request's signature (a replay), another
+    path, a changed body, or none."""
+    body = b'{"heads":{}}'
+    first = sign(httpx.Request("GET", "http://site/v1/heads"), caller, server.public_key)
+    second = sign(httpx.Request("GET", "http://site/v1/heads"), caller, server.public_key)
+    other_path = sign(httpx.Request("GET", "http://site/v1/status"), caller, server.public_key)
+
+    def signature(identity: Identity, request: httpx.Request, content: bytes = body) -> dict:
+        header = request.headers["authorization"]
+        return answer_signature(identity, "GET", request.url.raw_path.decode(), header, content)
+
+    good = signature(server, first)
+    assert set(good) == {ANSWER_HEADER}
+    assert answer_signed_by(answered(first, body, good), server.public_key)
+    assert not answer_signed_by(answered(first, body, good), caller.public_key)
+    assert not answer_signed_by(answered(first, body, signature(caller, first)), server.public_key)
+    assert not answer_signed_by(answered(second, body, good), server.public_key)  # replayed
+    assert not answer_signed_by(answered(other_path, body, good), server.public_key)
+    assert not answer_signed_by(answered(first, b'{"heads":{"x":1}}', good), server.public_key)
+    assert not answer_signed_by(answered(first, body, {}), server.public_key)
+    assert not answer_signed_by(answered(first, body, {ANSWER_HEADER: "zz"}), server.public_key)
+    unsigned = httpx.Request("GET", "http://site/v1/heads")
+    assert answer_signature(server, "GET", "/v1/heads", None, body) == {}
+    assert not answer_signed_by(answered(unsigned, body, good), server.public_key)

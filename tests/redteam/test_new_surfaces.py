@@ -12,7 +12,9 @@ peers that are plain HTTP servers an attacker wrote (`HostilePeer`), not simnet 
   the history then checks it.
 - Own feed: a peer that pulls from a re-installed root does not confirm its feed for it, and a
   configured peer claiming more of the root's feed, or another envelope at its head, keeps the
-  root waiting (named in the refusal), never writing at a seq that forks it.
+  root waiting (named in the refusal), never writing at a seq that forks it. Whoever answers at a
+  configured peer's address without its key (a man in the middle) confirms nothing either, not
+  even by replaying a heads answer that peer once signed.
 - Tiles: a trusted device pushing a hostile tile record to a live site gets the envelope refused
   with the tile's reason; the site's map and heads are unchanged.
 """
@@ -57,6 +59,7 @@ class HostilePeer:
     ) -> None:
         self.page_for = page
         self.heads_for = heads or (lambda: {"heads": {}, "hashes": {}, "equivocators": []})
+        self.heads_answer: tuple[bytes, dict[str, str]] | None = None  # replayed as is, if set
         self.pulls = 0
         peer = self
 
@@ -64,15 +67,18 @@ class HostilePeer:
             def log_message(self, *args) -> None:  # quiet
                 pass
 
-            def _answer(self, status: int, body: bytes, content_type: str) -> None:
+            def _answer(self, status: int, body: bytes, content_type: str, **headers: str) -> None:
                 self.send_response(status)
                 self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(body)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
 
             def do_GET(self) -> None:
-                self._answer(200, json.dumps(peer.heads_for()).encode(), "application/json")
+                body, headers = peer.heads_answer or (json.dumps(peer.heads_for()).encode(), {})
+                self._answer(200, body, "application/json", **headers)
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", "0")))
@@ -485,6 +491,42 @@ def test_a_configured_peer_claiming_more_of_a_roots_feed_keeps_it_waiting_and_ne
             root.expect_own_feed_from([b.key.public_key])  # the operator drops h
             root.skills.publish("after", "pick")
             assert root.heads()[root_key.public_key_hex].seq == 4
+    assert b.heads()["equivocators"] == []
+    b.assert_no_traceback()
+
+
+def test_whoever_answers_at_a_peers_address_without_its_key_confirms_nothing(
+    live, tmp_path, hostile_peers
+):
+    """A man in the middle answers in b's place with heads showing none of the re-installed root's
+    feed: first unsigned, then replaying a heads answer b really signed (captured before b held
+    the feed). Neither is b's word on this request, so the root keeps waiting; b itself then
+    confirms and the root writes seq 4, not seq 1 again."""
+    b = live("b")
+    root_key = Identity.generate()
+    key_path = tmp_path / "root.key"
+    root_key.save(key_path)
+    trust(b, root_key.public_key, (Role.PUBLISH, Role.VALIDATE))
+    b.start()
+    auth = federation.SimnetAuth(root_key, b.key.public_key)
+    captured = httpx.get(f"{b.url}/v1/heads", auth=auth)  # genuine, signed, none of the feed
+    signature = {"simnet-signature": captured.headers["simnet-signature"]}
+    policy = TrustPolicy().with_root(b.key.public_key)
+    with knowledge.open(tmp_path / "old.db", root_key, policy=policy) as old:
+        for i in range(3):
+            old.skills.publish(f"s{i}", "pick")
+        federation.sync_with(old, b.url, b.key.public_key)
+    impostor = hostile_peers(lambda n: [])
+    with reinstalled_root(tmp_path, "new", key_path, [b.key.public_key], policy) as root:
+        for answer in (None, (captured.content, signature)):
+            impostor.heads_answer = answer
+            report = federation.sync_with(root, impostor.url, b.key.public_key)
+            assert not report.heads_signed
+            with pytest.raises(NotAuthorizedError, match=b.key.public_key.hex()[:16]):
+                root.skills.publish("would fork", "pick")
+        assert federation.sync_with(root, b.url, b.key.public_key).heads_signed
+        root.skills.publish("after", "pick")
+        assert root.heads()[root_key.public_key_hex].seq == 4
     assert b.heads()["equivocators"] == []
     b.assert_no_traceback()
 
