@@ -268,7 +268,8 @@ def _mesh_surface(
         start, count = m.mesh_vertadr[mesh], m.mesh_vertnum[mesh]
         if count == 0:
             return float(np.linalg.norm(m.geom_pos[g]) + m.geom_rbound[g])
-        found = extremes(m.mesh_vert[start : start + count] @ turn.T + m.mesh_pos[mesh])[0]
+        points = np.asarray(m.mesh_vert[start : start + count], dtype=np.float64)
+        found = extremes(points @ turn.T + m.mesh_pos[mesh])[0]  # float32 @ float64: 30x slower
     centre, radius = found
     local = turn.T @ (centre - m.mesh_pos[mesh])
     return float(np.linalg.norm(m.geom_pos[g] + _rotation(m.geom_quat[g]) @ local) + radius)
