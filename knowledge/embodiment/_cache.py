@@ -176,7 +176,8 @@ class DescriptorCache:
             with tempfile.NamedTemporaryFile(
                 "w", dir=self.directory, suffix=".tmp", delete=False
             ) as out:
-                json.dump(embodiment.to_dict(), out, separators=(",", ":"))
+                # dumps, not dump: json.dump encodes in Python, dumps in C (a tenth of a query)
+                out.write(json.dumps(embodiment.to_dict(), separators=(",", ":")))
             os.replace(out.name, self.directory / f"{key}.json")
         except OSError:
             pass  # a cache that cannot be written (a read-only store) only costs time

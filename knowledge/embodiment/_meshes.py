@@ -64,7 +64,7 @@ def _obj_vertices(data: bytes) -> np.ndarray | None:
             return None
     width, rest = divmod(flat.size, len(lines))
     if rest or width < 3 or {len(lines[0].split()), len(lines[-1].split())} != {width}:
-        return None  # not one count per line (first and last checked: a file mixes none)
+        return None  # two counts per line never pass this; only three mixed could
     return flat.reshape(len(lines), width)[:, :3].copy()
 
 
