@@ -59,7 +59,7 @@ def _obj_vertices(data: bytes) -> np.ndarray | None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy warns where it stops parsing: text it cannot read
         try:
-            flat = np.fromstring(b" ".join(lines), sep=" ")  # type: ignore[call-overload]
+            flat = np.fromstring(b" ".join(lines), sep=" ")
         except (DeprecationWarning, ValueError):
             return None
     width, rest = divmod(flat.size, len(lines))
