@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -366,7 +366,9 @@ def _rounded(item: Any) -> Any:
 
 
 def _fields(item: Any) -> dict[str, Any]:
-    return {f.name: getattr(item, f.name) for f in fields(item)}
+    """A part's fields by name, in order (the parts declare no pseudo-fields, so this is what
+    `dataclasses.fields` gives, at a fraction of its cost on descriptors of thousands of parts)."""
+    return {name: getattr(item, name) for name in item.__dataclass_fields__}
 
 
 def _plain(value: Any, *, names: bool = True, refs: bool = True) -> Any:
