@@ -11,15 +11,20 @@ between clients and threads); a client for an http:// peer needs no anchors at a
 from __future__ import annotations
 
 import functools
+import heapq
+import logging
 import random
 import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 
 from ._errors import PeerError
+
+log = logging.getLogger("federation")
 
 WIRE_BYTES = "simnet.wire_bytes"
 DEADLINE_FACTOR = 4  # a round's default deadline, in multiples of the per-operation timeout
@@ -126,15 +131,15 @@ class Deadline:
 class Watchdog:
     """Shuts down every socket a blocking round opened once its deadline passes, so that a read or
     write blocked in the kernel returns (it fails, and the round with it). Sockets are learnt from
-    httpcore's `trace` extension as they connect."""
+    httpcore's `trace` extension as they connect. Every round's watchdog waits on one shared
+    thread (`_ALARMS`): a thread started per round costs a busy peer as much as a request."""
 
     def __init__(self, deadline: Deadline) -> None:
         self.deadline = deadline
         self.sockets: list[socket.socket] = []
         self.fired = False
         self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, deadline.remaining()), self._fire)
-        self._timer.daemon = True
+        self._alarm: list | None = None
 
     def trace(self, event: str, info: dict) -> None:
         if event == "connection.connect_tcp.complete":
@@ -153,11 +158,60 @@ class Watchdog:
                 shut(sock)
 
     def __enter__(self) -> Watchdog:
-        self._timer.start()
+        self._alarm = _ALARMS.add(self.deadline.at, self._fire)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
+        if self._alarm is not None:
+            _ALARMS.cancel(self._alarm)
+
+
+class _Alarms:
+    """Callbacks due at `time.monotonic()` instants, run on one daemon thread (started when first
+    needed, and again in a forked child). A cancelled alarm is dropped when it comes due."""
+
+    def __init__(self) -> None:
+        self._due: list[list] = []  # heap of [at, order, callback or None once cancelled]
+        self._order = 0
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, at: float, callback: Callable[[], None]) -> list:
+        with self._changed:
+            self._order += 1
+            alarm = [at, self._order, callback]
+            heapq.heappush(self._due, alarm)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="deadlines", daemon=True)
+                self._thread.start()
+            elif self._due[0] is alarm:
+                self._changed.notify()  # due before whatever the thread waits for
+        return alarm
+
+    def cancel(self, alarm: list) -> None:
+        with self._changed:
+            alarm[2] = None
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while self._due and self._due[0][2] is None:
+                    heapq.heappop(self._due)
+                if not self._due:
+                    self._changed.wait()
+                    continue
+                wait = self._due[0][0] - time.monotonic()
+                if wait > 0:
+                    self._changed.wait(wait)
+                    continue
+                callback = heapq.heappop(self._due)[2]
+            try:
+                callback()
+            except Exception:  # one round's alarm failing must not stop the others'
+                log.exception("a sync round's deadline alarm failed")
+
+
+_ALARMS = _Alarms()
 
 
 def shut(sock: socket.socket) -> None:
