@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase, Role
+from knowledge import BlobError, BlobQuotaError, Head, IngestReport, KnowledgeBase, Role
 
 from ._admin import admin_delegate, admin_revoke, admin_revoke_key, admin_sync
 from ._auth import answer_signature
@@ -56,6 +56,9 @@ from ._wire import (
 
 log = logging.getLogger("federation")
 BLOB_TYPE = "application/octet-stream"
+# Pages compress at level 1: a page of 212 skill envelopes (114 KB) came to 44 KB in 0.8 ms, against
+# 42 KB in 2.2 ms at level 9 (Starlette's default); a busy site spends its CPU on the latter.
+GZIP_LEVEL = 1
 
 
 @endpoint(None)
@@ -138,10 +141,7 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")
     limit = min(limit, site.config.limits.max_page)
     async with site.sync_turn():
-        withheld = await run_in_threadpool(site.withheld_from, caller)
-        page = await run_in_threadpool(
-            site.kb.envelopes_since, heads, limit, exclude=withheld, unchecked=unchecked
-        )
+        page = await run_in_threadpool(_page_for, site, caller, heads, limit, unchecked)
     site.metrics.envelopes_out.labels("answer").inc(len(page))
     return Response(encode_page(page), media_type=PAGE_TYPE)
 
@@ -164,6 +164,26 @@ async def heads(request: Request, site: Site, body: bytes, caller: bytes) -> Res
         site.identity, request.method, request_target(request), authorization, body
     )
     return Response(body, media_type="application/json", headers=signature)
+
+
+def _page_for(
+    site: Site,
+    caller: bytes,
+    heads: dict[str, Head | int],
+    limit: int,
+    unchecked: dict[str, tuple[int, int]],
+) -> list[bytes]:
+    """The page a pull answers with (in one worker-thread call: a busy site's every hop between
+    the event loop and a thread costs)."""
+    withheld = site.withheld_from(caller)
+    return site.kb.envelopes_since(heads, limit, exclude=withheld, unchecked=unchecked)
+
+
+def _ingest_page(
+    site: Site, caller: bytes, page: list[bytes]
+) -> tuple[IngestReport, dict[str, Any]]:
+    """A pushed page applied, and the heads the caller sees after it (one worker-thread call)."""
+    return site.kb.ingest(page), _visible_heads(site, caller)
 
 
 def _visible_heads(site: Site, caller: bytes) -> dict[str, Any]:
@@ -198,8 +218,7 @@ async def envelopes(request: Request, site: Site, body: bytes, caller: bytes) ->
         body, max_count=site.config.limits.max_page, max_envelope_bytes=limits.max_checkpoint_bytes
     )
     async with site.sync_turn():
-        report = await run_in_threadpool(site.kb.ingest, page)
-        current = await run_in_threadpool(_visible_heads, site, caller)
+        report, current = await run_in_threadpool(_ingest_page, site, caller, page)
     site.metrics.ingested(report, "push")
     return JSONResponse(
         {
@@ -480,6 +499,7 @@ def create_app(
     gzip = Middleware(
         GZipMiddleware,
         minimum_size=1024,  # blobs are opaque (and streamed with their length)
+        compresslevel=GZIP_LEVEL,
         exclude_content_types=(*DEFAULT_EXCLUDED_CONTENT_TYPES, BLOB_TYPE),
     )
     app = Starlette(
