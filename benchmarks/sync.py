@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import signal
 import socket
@@ -198,6 +199,15 @@ def gossip_rounds(root: Path, count: int, per_site: int, rng: random.Random) -> 
     }
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """A process's CPU time so far (user + system; Linux's /proc, else None)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def busy_server(root: Path, peers: int, records: int) -> dict:
     server = Site(root, "busy")
     clients = [Identity.generate() for _ in range(peers + 1)]  # the last one: the baseline round
@@ -238,11 +248,17 @@ def busy_server(root: Path, peers: int, records: int) -> dict:
 
     try:
         alone = one_round(clients.pop())  # one round with nobody else syncing: the baseline
+        assert server.process is not None
+        server_cpu, own_cpu, wall = cpu_seconds(server.process.pid), time.process_time(), time.time()
         prober = ThreadPoolExecutor(1)
         prober.submit(probe)
         with ThreadPoolExecutor(peers) as pool:
             times = list(pool.map(one_round, clients))
         stop = True
+        wall = time.time() - wall
+        own_cpu = time.process_time() - own_cpu
+        after = cpu_seconds(server.process.pid)
+        server_cpu = None if after is None or server_cpu is None else after - server_cpu
         prober.shutdown(wait=True)
     finally:
         server.stop()
@@ -259,6 +275,13 @@ def busy_server(root: Path, peers: int, records: int) -> dict:
         if probes
         else None,
         "health_failures": failures,
+        # where the time goes: the whole burst's wall time, the server's CPU per round, and this
+        # process's (the 64 peers: opening, publishing, syncing; and the probe)
+        "busy_wall_s": round(wall, 3),
+        "busy_server_cpu_ms_per_round": round(1000 * server_cpu / peers, 1)
+        if server_cpu is not None
+        else None,
+        "busy_peers_cpu_ms_per_round": round(1000 * own_cpu / peers, 1),
     }
 
 
