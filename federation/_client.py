@@ -41,6 +41,7 @@ from ._calls import (
 )
 from ._errors import PeerError, WireError
 from ._wire import (
+    COMPLETE_HEADER,
     PAGE_TYPE,
     decode_page,
     encode_page,
@@ -165,9 +166,10 @@ def exchange(
             "hashes": {a: h.hash for a, h in heads.items() if a not in refused_here and h.seq},
             "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None],
         }
+        to_check = kb.unchecked_checkpoints()
         unchecked = {  # checkpoints we took feeds from: a peer holding their history sends it
             a: {"seq": seq, "after": after}
-            for a, (seq, after) in kb.unchecked_checkpoints().items()
+            for a, (seq, after) in to_check.items()
             if a not in refused_here
         }
         if unchecked:
@@ -194,6 +196,15 @@ def exchange(
             # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
             break
         refused_here.update(dict.fromkeys(newly_refused, HELD_EVERYTHING))
+        if (
+            response.headers.get(COMPLETE_HEADER) == "1"
+            and not ingested.verified
+            and not ingested.equivocations
+            and kb.unchecked_checkpoints() == to_check
+        ):
+            # the peer sent all it has for our heads, and our next request would ask for no more
+            # (what we took moved our heads to theirs; what we refused we would not ask for again)
+            break
 
     # Push: what their heads lack, page by page, until they hold everything we hold. Feeds they
     # refuse are left out for the rest of the round, for the same reason.

@@ -28,14 +28,13 @@ from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddle
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge import BlobError, BlobQuotaError, Head, IngestReport, KnowledgeBase, Role
 
 from ._admin import admin_delegate, admin_revoke, admin_revoke_key, admin_sync
 from ._auth import answer_signature
 from ._blobs import fetch_for_device, parse_range
-from ._endpoint import CatchAll, endpoint, error_response, request_target
+from ._endpoint import CatchAll, ClockHeader, endpoint, error_response, request_target
 from ._errors import WireError
 from ._metrics import CONTENT_TYPE as METRICS_TYPE
 from ._openapi import describe
@@ -43,8 +42,8 @@ from ._page import render
 from ._site import Site
 from ._status import knowledge_counts, read_validator_state
 from ._wire import (
+    COMPLETE_HEADER,
     PAGE_TYPE,
-    TIME_HEADER,
     check_hex64,
     decode_page,
     encode_page,
@@ -112,7 +111,8 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     responses:
       "200":
         description: >-
-          A page (application/x-simnet-envelopes). Call again with new heads until empty.
+          A page (application/x-simnet-envelopes). Call again with new heads until empty; an
+          answer with `Simnet-Complete: 1` holds everything this site has for the heads sent.
       "400": {description: Malformed JSON or heads.}
       "503":
         description: >-
@@ -141,9 +141,10 @@ async def sync(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
         raise WireError(f"'limit' must be a positive integer, not {limit!r}")
     limit = min(limit, site.config.limits.max_page)
     async with site.sync_turn():
-        page = await run_in_threadpool(_page_for, site, caller, heads, limit, unchecked)
+        page, complete = await run_in_threadpool(_page_for, site, caller, heads, limit, unchecked)
     site.metrics.envelopes_out.labels("answer").inc(len(page))
-    return Response(encode_page(page), media_type=PAGE_TYPE)
+    headers = {COMPLETE_HEADER: "1"} if complete else None
+    return Response(encode_page(page), media_type=PAGE_TYPE, headers=headers)
 
 
 @endpoint("read")
@@ -172,11 +173,15 @@ def _page_for(
     heads: dict[str, Head | int],
     limit: int,
     unchecked: dict[str, tuple[int, int]],
-) -> list[bytes]:
-    """The page a pull answers with (in one worker-thread call: a busy site's every hop between
-    the event loop and a thread costs)."""
+) -> tuple[list[bytes], bool]:
+    """The page a pull answers with, and whether it holds everything this site has for `heads`
+    (one envelope more is asked for to know; not claimed while a fork is known here, whose evidence
+    can stand in for history). One worker-thread call: a busy site's every hop between the event
+    loop and a thread costs."""
     withheld = site.withheld_from(caller)
-    return site.kb.envelopes_since(heads, limit, exclude=withheld, unchecked=unchecked)
+    page = site.kb.envelopes_since(heads, limit + 1, exclude=withheld, unchecked=unchecked)
+    complete = len(page) <= limit and not site.kb.equivocations()
+    return page[:limit], complete
 
 
 def _ingest_page(
@@ -449,28 +454,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(
         exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail)
     )
-
-
-class ClockHeader:
-    """ASGI middleware: every answer carries the site's clock, `Simnet-Time: <unix ms>`, read as
-    the answer starts, so a client measures the offset between its clock and the site's (a device
-    refuses to write what its site would refuse; see `KnowledgeBase.learn_site_time`)."""
-
-    def __init__(self, app: ASGIApp, clock: Callable[[], int]) -> None:
-        self.app, self.clock = app, clock
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def stamped(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                stamp = (TIME_HEADER.encode(), str(self.clock()).encode())
-                message = {**message, "headers": [*message.get("headers", ()), stamp]}
-            await send(message)
-
-        await self.app(scope, receive, stamped)
 
 
 def create_app(
