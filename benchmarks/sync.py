@@ -249,13 +249,14 @@ def busy_server(root: Path, peers: int, records: int) -> dict:
     try:
         alone = one_round(clients.pop())  # one round with nobody else syncing: the baseline
         assert server.process is not None
-        server_cpu, own_cpu, wall = cpu_seconds(server.process.pid), time.process_time(), time.time()
+        server_cpu = cpu_seconds(server.process.pid)
+        own_cpu, wall = time.process_time(), time.perf_counter()
         prober = ThreadPoolExecutor(1)
         prober.submit(probe)
         with ThreadPoolExecutor(peers) as pool:
             times = list(pool.map(one_round, clients))
         stop = True
-        wall = time.time() - wall
+        wall = time.perf_counter() - wall
         own_cpu = time.process_time() - own_cpu
         after = cpu_seconds(server.process.pid)
         server_cpu = None if after is None or server_cpu is None else after - server_cpu
