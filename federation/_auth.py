@@ -35,6 +35,7 @@ key it meant to reach.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -43,7 +44,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -189,6 +190,9 @@ class RequestVerifier:
         self._expired = 0
         self._lock = threading.Lock()
         self._db_lock = threading.Lock()
+        self._group = threading.Condition()  # guards the group commit below
+        self._open_batch = _Batch()  # the nonces waiting for the next commit
+        self._committing = False
         self._db: sqlite3.Connection | None = None
         self._durable = path is not None
         if path is not None:
@@ -269,7 +273,7 @@ class RequestVerifier:
 
     def remember(self, claim: Claim) -> None:
         """Record the nonce as used — atomically (one of two simultaneous copies wins) and
-        durably."""
+        durably: this returns once the nonce is on disk."""
         now = self._clock()
         with self._lock:
             while self._seen and next(iter(self._seen.values())) < now:
@@ -286,21 +290,66 @@ class RequestVerifier:
                 self._expired = 0
         if not self._durable:
             return
-        with (
-            self._db_lock
-        ):  # not under self._lock: the fsync must not hold up `claim` on the event loop
+        error = self._record((*claim.id, expires), now if prune else None)
+        if error is not None:
+            with self._lock:
+                self._seen.pop(claim.id, None)
+            full = (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+            raise AuthError(
+                f"cannot record the request's nonce ({error}); retry later", 507 if full else 503
+            ) from None
+
+    def _record(self, row: tuple[str, str, int], prune_before: int | None) -> sqlite3.Error | None:
+        """Write `row` to the log, in a group commit: the nonces of requests that arrive while one
+        commit is being synced go into the next, one fsync for them all (a busy site's requests
+        would otherwise queue for one fsync each). Not under `self._lock`: `claim` on the event
+        loop must not wait for a sync. The error that kept the row off the disk, if any."""
+        with self._group:
+            batch = self._open_batch
+            batch.rows.append(row)
+            if prune_before is not None:
+                batch.prune_before = prune_before
+            while not batch.done and self._committing:
+                self._group.wait()
+            if batch.done:  # a commit led by another request took this row
+                return batch.error
+            self._committing, self._open_batch = True, _Batch()  # this request leads the commit
+        try:
+            self._commit(batch)
+        finally:
+            with self._group:
+                batch.done, self._committing = True, False
+                self._group.notify_all()
+        return batch.error
+
+    def _commit(self, batch: _Batch) -> None:
+        """Every row of the batch in one transaction, or none. (A row can only be on disk already
+        if this site's clock stepped back: it is replaced, so that it alone does not fail the
+        batch.)"""
+        with self._db_lock:
+            db = self._db
             try:
-                if self._db is None:
+                if db is None:
                     raise sqlite3.ProgrammingError(
                         "the replay log is closed (the site is shutting down)"
                     )
-                self._db.execute("INSERT INTO seen VALUES (?, ?, ?)", (*claim.id, expires))
-                if prune:
-                    self._db.execute("DELETE FROM seen WHERE expires < ?", (now,))
+                db.execute("BEGIN")
+                db.executemany("INSERT OR REPLACE INTO seen VALUES (?, ?, ?)", batch.rows)
+                if batch.prune_before is not None:
+                    db.execute("DELETE FROM seen WHERE expires < ?", (batch.prune_before,))
+                db.execute("COMMIT")
             except sqlite3.Error as exc:
-                with self._lock:
-                    self._seen.pop(claim.id, None)
-                full = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
-                raise AuthError(
-                    f"cannot record the request's nonce ({exc}); retry later", 507 if full else 503
-                ) from None
+                batch.error = exc
+                if db is not None and db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+
+
+@dataclass
+class _Batch:
+    """The nonces of one group commit of the replay log."""
+
+    rows: list[tuple[str, str, int]] = field(default_factory=list)
+    prune_before: int | None = None
+    done: bool = False
+    error: sqlite3.Error | None = None

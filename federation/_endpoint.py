@@ -35,6 +35,7 @@ from knowledge import (
 
 from ._errors import AuthError, BusyError, WireError
 from ._site import Site
+from ._wire import TIME_HEADER
 
 log = logging.getLogger("federation")
 
@@ -238,3 +239,25 @@ def _no_grant(site: Site, key: bytes) -> str:
     if not roles:
         return f"{who} is delegated no roles here; {need}"
     return f"{who} holds no current grant here: its delegation was revoked or has expired; {need}"
+
+
+class ClockHeader:
+    """ASGI middleware: every answer carries the site's clock, `Simnet-Time: <unix ms>`, read as
+    the answer starts, so a client measures the offset between its clock and the site's (a device
+    refuses to write what its site would refuse; see `KnowledgeBase.learn_site_time`)."""
+
+    def __init__(self, app: ASGIApp, clock: Callable[[], int]) -> None:
+        self.app, self.clock = app, clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                stamp = (TIME_HEADER.encode(), str(self.clock()).encode())
+                message = {**message, "headers": [*message.get("headers", ()), stamp]}
+            await send(message)
+
+        await self.app(scope, receive, stamped)

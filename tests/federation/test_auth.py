@@ -440,6 +440,37 @@ def test_an_accepted_nonce_is_on_disk_before_verify_returns_and_refused_by_the_n
     restarted.close()
 
 
+def test_simultaneous_requests_share_commits_and_each_is_on_disk_when_it_returns(
+    caller, server, tmp_path
+):
+    """Many requests at once (a busy site): their nonces go to disk in group commits; each verify
+    returns only once its own row is there, and of simultaneous copies of one request exactly one
+    gets through."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "replay.db"
+    verifier = RequestVerifier(server.public_key, clock=Clock(), path=path)
+    one = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    requests = [
+        header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW) for _ in range(48)
+    ]
+
+    def attempt(auth: str) -> bool:
+        try:
+            verifier.verify("GET", "/v1/heads", b"", auth)
+        except AuthError:
+            return False
+        nonce = auth.split("nonce=")[1][:32]
+        return (caller.public_key_hex, nonce, NOW + 2 * WINDOW) in rows(path)
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(attempt, [*requests, *[one] * 16]))
+    assert results[:48] == [True] * 48
+    assert results[48:].count(True) == 1
+    assert len(rows(path)) == 49
+    verifier.close()
+
+
 def test_the_replay_log_forgets_what_has_expired(caller, server, tmp_path):
     path, clock = tmp_path / "replay.db", Clock()
     verifier = RequestVerifier(server.public_key, clock=clock, path=path)
