@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from ._checking import CheckpointCheck
 from ._clock import wall_ms
 from ._envelope import Envelope, Kind, decode
-from ._errors import EnvelopeError, StoreError
+from ._errors import EnvelopeError, RecordError, StoreError
 from ._feed import Feed
 from ._hold import due_ms
 from ._models import Held, IngestReport, RecordIssue, Rejection
-from ._records import TRUST_PREFIXES, record_limits
+from ._records import TRUST_PREFIXES, load_record, record_limits
 from ._replica import Replica, note_written
 from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
 
@@ -100,6 +101,7 @@ class Ingestion:
                 if self.trust_dirty:
                     replica.refresh_trust()
         except BaseException as exc:
+            replica.views.loaded.clear()
             if isinstance(exc, StoreError):  # the disk, not a bug: its message says it all
                 log.error("ingest failed (%s); restoring the feeds it touched from the store", exc)
             elif not isinstance(exc, UpdateRejected):
@@ -112,6 +114,7 @@ class Ingestion:
             replica.refresh_trust()
             raise
         replica.views.maps.prepared.clear()  # tiles checked here that the views did not show
+        replica.views.loaded.clear()  # likewise records
         report.rejected.sort(key=lambda r: r.index)
         return report
 
@@ -293,7 +296,7 @@ class Ingestion:
         odd = feed.foreign_structure(parsed)
         if odd is not None:
             return reject("malformed_update", odd)
-        bad_record = _record_refusal(parsed, env.hlc)
+        bad_record = _record_refusal(parsed, env.hlc, replica.views.loaded)
         if bad_record is not None:
             return reject(*bad_record)
         if env.is_checkpoint and have:
@@ -482,10 +485,12 @@ def reraise_interrupts(exc: BaseException) -> None:
         raise exc
 
 
-def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:
+def _record_refusal(
+    parsed: ParsedUpdate, hlc: int, loaded: dict[str, dict[str, Any]] | None = None
+) -> tuple[str, str] | None:
     """(reason, detail) if a record the update writes is beyond every record's limits, or claims a
     time later than its envelope's (which would win its map cell for ever); None if every record is
-    fine.
+    fine. Each record parsed is left in `loaded` for the views (`Views.loaded`).
 
     Records of types this version does not know are held to the same rules, so nothing deep is
     parsed.
@@ -494,10 +499,17 @@ def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:
         refusal = record_limits(text)
         if refusal is not None:
             return "oversized_record", refusal
+        record: Any
         try:
-            record = json.loads(text)
-        except ValueError:
-            continue  # not a record this version can read: kept, forwarded, reported by the views
+            record = load_record(text, within_limits=True)
+        except RecordError:  # the views will say why; its time counts all the same
+            try:
+                record = json.loads(text)
+            except ValueError:
+                continue  # not a record this version can read: kept, forwarded, reported
+        else:
+            if loaded is not None:
+                loaded[text] = record
         claimed = record.get("hlc") if isinstance(record, dict) else None
         if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > hlc:
             return (

@@ -47,12 +47,13 @@ from ._tiles import (
 
 _LEGACY, _TILED = 0, 1  # the kinds of a writer's rows in a tile: from cell/ records, from its tile
 _NULL = "null"  # code 0 of every map: a tombstone's value
+_MAX_SEEN = 1 << 16  # values a map remembers by their repr (`_Map.code_of`) before starting over
 
 Source = tuple[int, int]  # (author id, kind)
 
 
 class _Map:
-    __slots__ = ("tiles", "codes", "values", "named", "_palette")
+    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen")
 
     def __init__(self) -> None:
         self.tiles: dict[tuple[int, ...], _Tile] = {}
@@ -60,6 +61,19 @@ class _Map:
         self.values: list[Any] = [None]
         self.named: dict[str, dict[bytes, dict[str, Any]]] = {}  # non-coordinate cells
         self._palette: np.ndarray | None = None
+        self._seen: dict[str, int] = {}  # a parsed value's repr -> its code
+
+    def code_of(self, value: Any) -> int:
+        """The code of a value parsed from a record's JSON. Of such values (dicts, lists, strings,
+        numbers, booleans, None), equal reprs mean equal values, and a repr costs a fraction of
+        the canonical JSON that `codes` is keyed by."""
+        seen = repr(value)
+        code = self._seen.get(seen)
+        if code is None:
+            if len(self._seen) >= _MAX_SEEN:
+                self._seen.clear()
+            code = self._seen[seen] = self.intern(canonical_json(value).decode(), value)
+        return code
 
     def intern(self, text: str, value: Any) -> int:
         code = self.codes.get(text)
@@ -174,25 +188,43 @@ class MapViews:
                 sources[(aid, _TILED)] = self._rows(m, content, aid)
             return
         assert not isinstance(content, Tile)
-        coords = cell_coords(key.cell)
+        self.put_cell(author, key.name, key.cell, content)
+
+    def put_cell(
+        self,
+        author: bytes,
+        map_name: str,
+        cell: str,
+        content: dict[str, Any] | None,
+        fields: tuple[float, int, bool, Any] | None = None,
+    ) -> None:
+        """`put` for a cell record (`fields`: its `plain_cell`, if the caller has it)."""
+        aid = self._author_ids.get(author)
+        if aid is None:
+            aid = self._author(author)
+        m = self.maps.get(map_name) or self._map(map_name)
+        coords = cell_coords(cell)
         if coords is None:
-            by_author = m.named.setdefault(key.cell, {})
+            by_author = m.named.setdefault(cell, {})
             if content is None:
                 by_author.pop(author, None)
                 if not by_author:
-                    del m.named[key.cell]
+                    del m.named[cell]
             else:
                 by_author[author] = content
             return
         tile, index = locate(coords)
         row = None
         if content is not None:
-            deleted = bool(content.get("deleted", False))
-            value = content["value"]
-            code = 0 if deleted else m.intern(canonical_json(value).decode(), value)
-            row = (index, float(content["confidence"]), content["hlc"], code, deleted, aid)
-        self._legacy.setdefault((key.name, tile, aid), {})[index] = row
-        self._touched.add((key.name, tile))
+            confidence, hlc, deleted, value = fields or (
+                float(content["confidence"]),
+                content["hlc"],
+                bool(content.get("deleted", False)),
+                content["value"],
+            )
+            row = (index, confidence, hlc, 0 if deleted else m.code_of(value), deleted, aid)
+        self._legacy.setdefault((map_name, tile, aid), {})[index] = row
+        self._touched.add((map_name, tile))
 
     def _rows(self, m: _Map, tile: Tile, aid: int) -> np.ndarray:
         """A decoded tile's rows with this map's value codes and the author's id."""
