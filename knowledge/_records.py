@@ -10,7 +10,6 @@ are kept and forwarded but skipped by the views (mixed-version fleets).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -20,9 +19,13 @@ from typing import Any
 
 from ._canonical import canonical_json, content_hash, sha256_hex
 from ._errors import RecordError
+from ._recordtext import MAX_DEPTH as MAX_DEPTH
+from ._recordtext import MAX_NUMBER_CHARS as MAX_NUMBER_CHARS
+from ._recordtext import MAX_RECORD_BYTES as MAX_RECORD_BYTES
+from ._recordtext import load_record
+from ._recordtext import record_limits as record_limits
 
 SCHEMA_VERSION = 1
-MAX_RECORD_BYTES = 256 * 1024
 MAX_TEXT = 4000
 MAX_INT = 2**53 - 1  # counts must survive JSON parsers that use float64
 MAX_TIMESTAMP = (
@@ -34,16 +37,7 @@ MAX_CELL_CHARS = 256
 TILE_CELLS = 4096  # the most cells a tile record holds (see _tiles)
 TILE_EDGE = {1: 4096, 2: 64, 3: 16}  # cells along each axis of a tile, by number of coordinates
 COORD_MIN, COORD_MAX = -(2**31), 2**31 - 1  # the coordinates of cells that tiles hold
-MAX_DEPTH = 64  # JSON nesting a record may have: checked before anything deep is parsed
-MAX_NUMBER_CHARS = 40  # a run of digits longer than this is no number a record needs
-_STRINGS = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.S)  # possessive: linear even on unclosed strings
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_BRACKETS = re.compile(r"[\[\]{}]")
 _TILE_NAME = re.compile(r"(?:0|-?[1-9][0-9]{0,9})(?:,(?:0|-?[1-9][0-9]{0,9})){0,2}")
-_LONG_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_NUMBER_CHARS + 1))
-# Every digit as "0" and every exponent letter as "e": digit runs and exponents found by `in`.
-_NUMERALS = bytes.maketrans(b"0123456789E", b"0000000000e")
-_LONG_RUN = b"0" * (MAX_NUMBER_CHARS + 1)
 
 
 class Role(str, Enum):
@@ -134,8 +128,12 @@ def cell_key(cell: str | tuple[int, ...] | list[int]) -> str:
     return text
 
 
+def is_map_name(name: str) -> bool:
+    return isinstance(name, str) and _MAP_NAME.fullmatch(name) is not None
+
+
 def check_map_name(name: str) -> str:
-    if not isinstance(name, str) or not _MAP_NAME.fullmatch(name):
+    if not is_map_name(name):
         raise RecordError(
             f"map name {name!r} must be 1-128 characters of letters, digits and . _ : -"
         )
@@ -254,92 +252,6 @@ def _optional_obj(rec: dict[str, Any], field: str) -> None:
     value = rec.get(field)
     if value is not None and not isinstance(value, dict):
         raise RecordError(f"field {field!r} must be a JSON object or absent")
-
-
-def record_limits(text: str) -> str | None:
-    """Why a record's text is beyond what any record may be (size, nesting, number length), or None.
-
-    These limits hold for every record type, known or not, so a receiver checks them before parsing
-    anything: a record nested 20,000 deep or with a 500-digit number never reaches the JSON parser.
-    """
-    if (
-        text.isascii()
-        and len(text) <= MAX_RECORD_BYTES
-        and text.count("[") + text.count("{") <= MAX_DEPTH
-        and _LONG_RUN not in text.encode().translate(_NUMERALS)
-    ):
-        # the common case, at C speed: no more brackets than the depth allowed (strings included),
-        # no long digit run anywhere (removing strings cannot make one: a quote stays between)
-        return None
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "record holds a lone UTF-16 surrogate: it is no UTF-8 text (Yjs would panic on it)"
-    if size > MAX_RECORD_BYTES:
-        return f"record of {size} bytes exceeds {MAX_RECORD_BYTES}"
-    bare = _STRINGS.sub('""', text)
-    depth = deepest = 0
-    for bracket in _BRACKETS.findall(bare):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    if deepest > MAX_DEPTH:
-        return f"record nests {deepest} deep; the limit is {MAX_DEPTH}"
-    if _LONG_NUMBER.search(bare):
-        return f"record holds a number of more than {MAX_NUMBER_CHARS} digits"
-    return None
-
-
-def load_record(text: str, *, within_limits: bool = False) -> dict[str, Any]:
-    """Parse a record's JSON object within the limits every record obeys (`within_limits`: the
-    caller checked them already); RecordError says what is wrong."""
-    if not isinstance(text, str):
-        raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
-    refusal = None if within_limits else record_limits(text)
-    if refusal is not None:
-        raise RecordError(refusal)
-    if (  # no exponent, constant or escape: plain parsing is as strict as the careful one
-        text.isascii()
-        and "\\u" not in text
-        and "NaN" not in text
-        and "Infinity" not in text
-        and b"0e" not in text.encode().translate(_NUMERALS)
-    ):
-        try:
-            value, end = _SCAN(text, 0)
-        except (StopIteration, ValueError, RecursionError):
-            value, end = None, -1  # the careful parse below says what is wrong
-        if end == len(text):
-            return _obj(value, "a record")
-    try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-        if _SURROGATE_ESCAPE.search(
-            text
-        ):  # an escaped lone surrogate is valid JSON but no text at all
-            json.dumps(value, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        raise RecordError(
-            "record holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)"
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise RecordError(f"record is not valid JSON: {exc}") from None
-    return _obj(value, "a record")
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not standard JSON")
-
-
-# What makes plain parsing differ from `load_record`'s careful one: an exponent (an infinite
-# float: digit runs are at most MAX_NUMBER_CHARS long, so only an exponent overflows), NaN or
-# Infinity (constants), a \u escape (a lone surrogate). Without them, the C scanner alone decides.
-_SCAN = json.JSONDecoder(parse_constant=_refuse_constant).scan_once
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is beyond a 64-bit float")
-    return value
 
 
 class FutureVersion(Exception):

@@ -36,6 +36,7 @@ from ._records import (
     RecordType,
     Role,
     check_record,
+    is_map_name,
     parse_key,
     plain_cell,
 )
@@ -122,9 +123,8 @@ class Views:
         author_hex = author.hex()
         written = self.written.get(author, {})
         grants: Grants = {}  # one envelope writes many keys: its grants are looked up once
-        for key, text in changes.items():
-            if key.startswith("cell/") and self._cell(author, key, text, written, grants):
-                continue
+        cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]] = {}  # by map
+        for key, text in self._cells(author, changes, written, grants, cells):
             try:
                 parsed = parse_key(key)
             except RecordError as exc:
@@ -136,7 +136,8 @@ class Views:
                 )
                 continue
             if parsed.type in _MAP_TYPES:
-                self._update_map(author, parsed, key, text, written.get(key), issues, grants)
+                entry = (author, parsed, key, text, written.get(key))
+                self._update_map(*entry, issues, grants, cells)
                 continue
             bucket = self._entries[parsed.type]
             index = _index(parsed)
@@ -181,6 +182,8 @@ class Views:
                     # it may stop every certificate of that validator counting: start over
                     self.generation += 1
                     self._skill_log.clear()
+        for name, entries in cells.items():
+            self.maps.put_cells(author, name, entries)
         self.maps.flush()
 
     def _update_map(
@@ -192,37 +195,55 @@ class Views:
         written: tuple[int, int] | None,
         issues: list[RecordIssue],
         grants: Grants,
+        cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]],
     ) -> None:
-        """Hand a cell or tile record to the map views: its content if it counts, else None."""
+        """Hand a tile record to the map views, or queue a cell record in `cells`: its content if
+        it counts, else None."""
         content = None
         if text is not None:
             content = self._map_content(author, parsed, key, text, written, issues, grants)
-        self.maps.put(author, parsed, content)
+        if parsed.type is RecordType.CELL:
+            assert parsed.cell is not None and not isinstance(content, Tile)
+            cells.setdefault(parsed.name, []).append((parsed.cell, content, None))
+        else:
+            self.maps.put(author, parsed, content)
 
-    def _cell(
+    def _cells(
         self,
         author: bytes,
-        key: str,
-        text: str | None,
+        changes: dict[str, str | None],
         written: Mapping[str, tuple[int, int]],
         grants: Grants,
-    ) -> bool:
-        """Fold a cell record of the common kind at one go (a bulk ingest's many): in a map known
-        already, by an author it counts for, in the shape writers make (`plain_cell`). False if
-        it is not that: the general path then does what it does."""
-        name, _, cell = key[5:].partition("/")
-        if name not in self.maps.maps or not 0 < len(cell) <= MAX_CELL_CHARS:
-            return False  # a map new here, or no cell name: parse_key checks them
-        if text is None:
-            self.maps.put_cell(author, name, cell, None)
-            return True
-        loaded = self.loaded.get(text)
-        fields = None if loaded is None else plain_cell(loaded)
-        if fields is None or not self._vouching(author, Role.PUBLISH, written.get(key), grants):
-            return False
-        del self.loaded[text]
-        self.maps.put_cell(author, name, cell, loaded, fields)
-        return True
+        cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]],
+    ) -> list[tuple[str, str | None]]:
+        """Queue the cell records of the common kind in `cells` (a bulk ingest's many), to be put
+        in the maps at one go: by an author they count for, in the shape writers make
+        (`plain_cell`). Returns the other changes: the general path takes them."""
+        rest = []
+        names: dict[str, bool] = {}  # map names seen, and whether they are valid
+        loaded = self.loaded
+        for key, text in changes.items():
+            if not key.startswith("cell/"):
+                rest.append((key, text))
+                continue
+            name, _, cell = key[5:].partition("/")
+            valid = names.get(name)
+            if valid is None:
+                valid = names[name] = is_map_name(name)
+            if not valid or not 0 < len(cell) <= MAX_CELL_CHARS:
+                rest.append((key, text))  # parse_key says what is wrong
+                continue
+            if text is None:
+                cells.setdefault(name, []).append((cell, None, None))
+                continue
+            record = loaded.get(text)
+            plain = None if record is None else plain_cell(record)
+            if plain is None or not self._vouching(author, Role.PUBLISH, written.get(key), grants):
+                rest.append((key, text))
+                continue
+            del loaded[text]
+            cells.setdefault(name, []).append((cell, record, plain))
+        return rest
 
     def _vouching(
         self, author: bytes, role: Role | None, written: tuple[int, int] | None, grants: Grants
