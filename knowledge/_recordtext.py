@@ -45,6 +45,11 @@ def record_limits(text: str) -> str | None:
         # the common case, at C speed: no more brackets than the depth allowed (strings included),
         # no long digit run anywhere (removing strings cannot make one: a quote stays between)
         return None
+    return _scan_limits(text)
+
+
+def _scan_limits(text: str) -> str | None:
+    """`record_limits`, read character by character (what the common case saves)."""
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -98,6 +103,11 @@ def load_record(text: str, *, within_limits: bool = False) -> dict[str, Any]:
     refusal = None if within_limits else record_limits(text)
     if refusal is not None:
         raise RecordError(refusal)
+    return _careful_load(text)
+
+
+def _careful_load(text: str) -> dict[str, Any]:
+    """`load_record` of a text within the limits, whatever it holds (what `parse_plain` saves)."""
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         if _SURROGATE_ESCAPE.search(
