@@ -73,17 +73,21 @@ def parse_plain(text: str) -> dict[str, Any] | None:
     ASCII, no more brackets than the nesting allowed, no long digit run (so within every limit),
     no exponent, constant or escape (so plain parsing is as strict as the careful one). None for
     any other text: `record_limits` and `load_record` judge it."""
-    if not (
-        text.isascii()
-        and len(text) <= MAX_RECORD_BYTES
-        and "\\u" not in text
-        and "NaN" not in text
-        and "Infinity" not in text
-        and text.count("[") + text.count("{") <= MAX_DEPTH
-    ):
-        return None
+    return _object(text) if _plain(text) else None
+
+
+def _plain(text: str) -> bool:
+    """ASCII, with no escape, constant, exponent or digit run beyond the limit (see `parse_plain`);
+    true of several texts joined by a NUL iff true of each."""
+    if not text.isascii() or "\\u" in text or "NaN" in text or "Infinity" in text:
+        return False
     numerals = text.encode().translate(_NUMERALS)
-    if _LONG_RUN in numerals or b"0e" in numerals:
+    return _LONG_RUN not in numerals and b"0e" not in numerals
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    """`parse_plain` of a text `_plain` holds true of."""
+    if len(text) > MAX_RECORD_BYTES or text.count("[") + text.count("{") > MAX_DEPTH:
         return None
     try:
         value, end = _SCAN(text, 0)
@@ -152,8 +156,9 @@ def record_refusal(
     Records of types this version does not know are held to the same rules, so nothing deep is
     parsed.
     """
+    plain = _plain("\x00".join(parsed.strings))  # most updates' records, at one go
     for text in parsed.strings:
-        record: Any = parse_plain(text)  # most records, at one go
+        record: Any = _object(text) if plain else parse_plain(text)
         if record is None:
             refusal = record_limits(text)
             if refusal is not None:

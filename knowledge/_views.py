@@ -238,7 +238,11 @@ class Views:
                 continue
             record = loaded.get(text)
             plain = None if record is None else plain_cell(record)
-            if plain is None or not self._vouching(author, Role.PUBLISH, written.get(key), grants):
+            stamp = written.get(key)
+            sites = grants.get((Role.PUBLISH, *stamp)) if stamp else None  # see _vouching
+            if sites is None:
+                sites = self._vouching(author, Role.PUBLISH, stamp, grants)
+            if plain is None or not sites:
                 rest.append((key, text))
                 continue
             del loaded[text]

@@ -119,3 +119,17 @@ def test_the_screen_hands_each_parse_to_the_views_and_refuses_as_before():
     deep = '{"a":' + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "}"
     refused = record_refusal(ParsedUpdate(strings=[deep]), 5)
     assert refused == ("oversized_record", f"record nests {MAX_DEPTH + 1} deep; the limit is 64")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(record_texts(), max_size=6), st.integers(0, 2**64 - 1))
+def test_the_screen_of_an_update_is_the_screen_of_each_record(texts, hlc):
+    together: dict = {}
+    verdict = record_refusal(ParsedUpdate(strings=texts), hlc, together)
+    alone: dict = {}
+    for text in texts:
+        one = record_refusal(ParsedUpdate(strings=[text]), hlc, alone)
+        if one is not None:
+            assert verdict == one  # the first refusal is the update's
+            return
+    assert verdict is None and together == alone
