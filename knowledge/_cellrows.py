@@ -40,7 +40,8 @@ def locate_all(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
     joined = ";".join(names)
     if d not in _GRIDS or not _GRIDS[d].fullmatch(joined):
         return None
-    coords = np.array(joined.replace(";", ",").split(","), dtype=np.int64).reshape(-1, d)
+    parts = joined.replace(";", ",").split(",")
+    coords = np.fromiter(map(int, parts), np.int64, len(parts)).reshape(-1, d)
     if coords.min() < COORD_MIN or coords.max() > COORD_MAX:
         return None
     edge = EDGE[d]
@@ -63,7 +64,7 @@ def rows_of(
     fields = [plain or read(content) for content, plain in entries if content is not None]
     if fields:
         conf, hlc, deleted, values = zip(*fields, strict=True)
-        at = np.flatnonzero(present)
+        at = slice(None) if len(fields) == n else np.flatnonzero(present)
         rows["conf"][at] = np.array(conf, np.float64)
         rows["hlc"][at] = np.array(hlc, np.uint64)
         rows["deleted"][at] = deleted
