@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from json.scanner import make_scanner
 from typing import Any
 
 from ._errors import RecordError
@@ -136,7 +137,8 @@ def _refuse_constant(name: str) -> None:
 # What makes plain parsing differ from `load_record`'s careful one: an exponent (an infinite
 # float: digit runs are at most MAX_NUMBER_CHARS long, so only an exponent overflows), NaN or
 # Infinity (constants), a \u escape (a lone surrogate). Without them, the C scanner alone decides.
-_SCAN = json.JSONDecoder(parse_constant=_refuse_constant).scan_once
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_SCAN = make_scanner(_DECODER)  # type: ignore[arg-type]  # typeshed: it takes a decoder
 
 
 def _finite_float(text: str) -> float:

@@ -267,10 +267,10 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
     if info == _MAP_ENTRY:
         entry = _map_entry(data, pos)
         if entry is not None:
-            pos, root, text = entry
-            found.roots.add(root)
+            pos, name, text = entry
+            found.roots.add(name)
             found.strings.append(text)
-            found.root_inserts.append((root, client, clock, 1))
+            found.root_inserts.append((name, client, clock, 1))
             return pos, 1
     if ref in (_GC, _SKIP):
         length, pos = _u32(data, pos, "length")
