@@ -68,12 +68,11 @@ def note_written(
     written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope
 ) -> None:
     """Record that `env` last wrote each changed key (a deleted key is written by no one)."""
-    stamp = (env.seq, env.hlc)
     for key, text in changes.items():
         if text is None:
             written.pop(key, None)
         else:
-            written[key] = stamp
+            written[key] = (env.seq, env.hlc)
 
 
 class Replica:
