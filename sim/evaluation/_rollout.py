@@ -21,9 +21,21 @@ import numpy as np
 import torch
 from mujoco import batch as mjbatch
 
-from .._errors import IncompatibleTemplateError, PolicyCallError, PolicyOutputError
+from .._errors import (
+    IncompatibleTemplateError,
+    PolicyCallError,
+    PolicyOutputError,
+    TaskDefinitionError,
+)
 from .._mlp import EntryPointRef, Policy
-from .._patches import Patch, Sampler, apply_model_patches, apply_state_patches
+from .._patches import (
+    Draws,
+    Patch,
+    Sampler,
+    apply_model_patches,
+    apply_state_patches,
+    sample_draws,
+)
 from .._snapshot import Snapshot, apply_stepwise
 from .._tasks import Runtime, Task
 
@@ -96,10 +108,16 @@ class PolicyCaller:
 def branch_patches(task: Task, sampler: Sampler, first: int, count: int) -> list[Patch]:
     """What makes each branch differ from the template: its dynamics draws, then its initial
     state."""
-    dynamics = sampler.sample_many(task.template, first, count)
-    return [
-        d + i for d, i in zip(dynamics, task.init_patches(sampler.seed, first, count), strict=True)
-    ]
+    return branch_draws(task, sampler, first, count).patches()
+
+
+def branch_draws(task: Task, sampler: Sampler, first: int, count: int) -> Draws:
+    """`branch_patches` as columns, which a batch applies without a `Mutation` per branch."""
+    dynamics = sample_draws(sampler.terms, task.template, sampler.seed, first, count, "dynamics")
+    init = sample_draws(
+        task.init_terms, task.template, sampler.seed, first, count, "init", TaskDefinitionError
+    )
+    return dynamics + init
 
 
 def branch_patch(task: Task, sampler: Sampler, branch: int) -> Patch:
@@ -115,7 +133,7 @@ def run_wave(
     branches: int,
     threads: int,
     on_step: Callable[[], None] | None = None,
-    patches: Sequence[Patch] | None = None,
+    patches: Sequence[Patch] | Draws | None = None,
     start: Snapshot | None = None,
 ) -> list[BranchOutcome]:
     """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order. With
@@ -129,7 +147,7 @@ def run_wave(
     wave as one lane, which raises it as a single policy call names it."""
     ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
     if patches is None:
-        patches = branch_patches(task, sampler, ids[0], len(ids))
+        patches = branch_draws(task, sampler, ids[0], len(ids))
     at = _lane_split(task, caller, wave, threads)
     if at:
         try:
@@ -161,7 +179,7 @@ def _has_python_terms(task: Task) -> bool:
 def _two_lanes(
     task: Task,
     caller: PolicyCaller,
-    patches: Sequence[Patch],
+    patches: Sequence[Patch] | Draws,
     ids: list[int],
     rows: int,
     at: int,
@@ -213,7 +231,7 @@ class _LaneStopped(Exception):
 def _closed_loop(
     task: Task,
     caller: PolicyCaller,
-    patches: Sequence[Patch],
+    patches: Sequence[Patch] | Draws,
     ids: list[int],
     size: int,
     threads: int,
@@ -302,7 +320,7 @@ def _closed_loop(
 
 def prepared_batch(
     task: Task,
-    patches: Sequence[Patch],
+    patches: Sequence[Patch] | Draws,
     ids: list[int],
     rows: int,
     threads: int,
