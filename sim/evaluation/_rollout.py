@@ -11,6 +11,7 @@ is called per half instead, each half a lane of its own (`run_wave`): the outcom
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from .._errors import (
     PolicyOutputError,
     TaskDefinitionError,
 )
-from .._mlp import EntryPointRef, Policy
+from .._mlp import MLP, EntryPointRef, Policy
 from .._patches import (
     Draws,
     Patch,
@@ -99,6 +100,8 @@ class PolicyCaller:
         return self._splits[(rows, at)]
 
     def __call__(self, obs: np.ndarray) -> object:
+        if isinstance(self.policy, MLP):
+            return self.policy.act(obs)
         if not self.torch:
             return self.policy(obs)
         with torch.inference_mode():
@@ -245,6 +248,7 @@ def _closed_loop(
 
     live = np.zeros(size, bool)
     live[:n] = True
+    everyone = n == size  # every row live: the usual case, which skips the row masks below
     success = np.zeros(size, bool)
     reward = np.zeros(size)
     steps = np.zeros(size, np.int64)
@@ -255,23 +259,27 @@ def _closed_loop(
     first_success = task.definition["success"]["when"] == "first"
 
     def end(rows: np.ndarray, reason: str | list[str]) -> None:
+        nonlocal everyone
         if not rows.any():  # the usual case, every control step: nothing ended
             return
         for k, row in enumerate(np.flatnonzero(rows)):
             reasons[row] = reason if isinstance(reason, str) else reason[k]
         live[rows] = False
+        everyone = False
 
+    # A finite sum means finite terms (NaN and inf propagate; an overflow only sends the check to
+    # the exact, per-row path), so one reduction clears a whole array in the usual case.
     for step in range(task.horizon):
         obs = runtime.observe()
-        obs[~live] = 0.0
-        bad = live & ~np.isfinite(obs).all(axis=1)
-        end(bad, "unstable:nonfinite")
-        if not live.any():
-            break
+        if not (everyone and math.isfinite(obs.sum())):
+            obs[~live] = 0.0
+            end(live & ~np.isfinite(obs).all(axis=1), "unstable:nonfinite")
+            if not live.any():
+                break
         actions = _actions(caller, obs, live, ids, step, task.act_dim)
         target = actions if task.action_mode == "absolute" else ctrl + actions
-        clipped = np.clip(target, runtime.ctrl_low, runtime.ctrl_high)
-        everyone = live.all()
+        # np.clip's bits (the values are finite), without its Python wrapper
+        clipped = np.minimum(np.maximum(target, runtime.ctrl_low), runtime.ctrl_high)
         if everyone:
             ctrl[...] = clipped
         else:
@@ -286,16 +294,24 @@ def _closed_loop(
                 batch.error(s).splitlines()[0] for s in sorted(map(int, exc.ids)) if live[s]
             ]
             end(failed & live, [f"mujoco:{m}" for m in messages])
-        counts = batch.warning[:, warn_ids, 1]
-        rising = (counts > warned) & live[:, None]
-        if rising.any():
-            rows = rising.any(axis=1)
-            end(rows, [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]])
-        warned = counts  # a copy already: fancy indexing
-        steps[live] += 1
+        counts = batch.warning[:, warn_ids, 1]  # a copy: fancy indexing
+        if (counts != warned).any():
+            rising = (counts > warned) & live[:, None]
+            if rising.any():
+                rows = rising.any(axis=1)
+                end(
+                    rows,
+                    [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]],
+                )
+            warned = counts
         gained = runtime.reward()
-        end(live & ~np.isfinite(gained), "unstable:nonfinite")
-        reward[live] += gained[live]
+        if everyone and math.isfinite(gained.sum()):
+            steps += 1
+            reward += gained
+        else:
+            steps[live] += 1
+            end(live & ~np.isfinite(gained), "unstable:nonfinite")
+            reward[live] += gained[live]
         for reason, hit in runtime.failures():
             end(live & hit, reason)
         if first_success:
@@ -305,7 +321,7 @@ def _closed_loop(
         runtime.end_step()
         if on_step is not None:
             on_step()
-        if not live.any():
+        if not everyone and not live.any():
             break
     if live.any():
         done = live & runtime.succeeded()
@@ -352,7 +368,7 @@ def _actions(
         return tuple(ids[i] for i in np.flatnonzero(live))
 
     try:
-        raw = caller(obs.copy())
+        raw = caller(obs)  # the policy's own: nothing reads it after
     except Exception as exc:
         raise PolicyCallError(
             f"the policy raised {type(exc).__name__}: {exc}", live_branches(), step
@@ -368,6 +384,8 @@ def _actions(
             live_branches(),
             step,
         )
+    if math.isfinite(actions.sum()):  # the usual case (see `_closed_loop`)
+        return actions
     nonfinite = live & ~np.isfinite(actions).all(axis=1)
     if nonfinite.any():
         bad = tuple(ids[i] for i in np.flatnonzero(nonfinite))
