@@ -59,7 +59,8 @@ import sim
 from sim import Event
 from sim.world._engine import Engine
 from sim.world._world_input import mutate_event
-from sim.world._worldstore import Checkpoint, WorldStore
+from sim.world._worldrows import Checkpoint
+from sim.world._worldstore import WorldStore
 
 REGION = """<mujoco model="cell"><option timestep="0.005"/>
   <worldbody><geom name="floor" type="plane" size="200 200 0.1"/></worldbody></mujoco>"""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import safetensors.torch
@@ -175,7 +175,8 @@ class MLP(torch.nn.Module):
             x = (x - self.obs_mean).div_(self.obs_std)
             last = len(self.layers) - 1
             for i, layer in enumerate(self.layers):
-                x = torch.nn.functional.linear(x, layer.weight, layer.bias)
+                linear = cast(torch.nn.Linear, layer)
+                x = torch.nn.functional.linear(x, linear.weight, linear.bias)
                 if i < last:
                     hidden(x)
             if out is not None:

@@ -391,10 +391,10 @@ def _groups(
     such groups already: one per column, every simulation in it.)"""
     if isinstance(patches, Draws):
         everyone = np.arange(patches.count)
-        for target, op, values in patches.columns:
-            slot = _slot(template, target, branches, everyone)
+        for target, op, column in patches.columns:
+            slot = _slot(template, target, branches, 0)
             if slot.state == state:
-                yield slot, target, op, everyone, values
+                yield slot, target, op, everyone, column
         return
     longest = max((len(p.mutations) for p in patches if p is not None), default=0)
     for position in range(longest):
@@ -406,16 +406,17 @@ def _groups(
                 sims.append(sim)
                 values.append(m.value)
         for (target, op, _), (sims, values) in groups.items():
-            slot = _slot(template, target, branches, sims)
+            slot = _slot(template, target, branches, sims[0])
             if slot.state == state:
                 yield slot, target, op, np.array(sims), np.array(values, dtype=np.float64)
 
 
-def _slot(template: Template, target: str, branches: Sequence[int], sims: Sequence[int]) -> Slot:
+def _slot(template: Template, target: str, branches: Sequence[int], sim: int) -> Slot:
+    """A target's slot, or a MutationError naming the branch of simulation `sim` that asked."""
     try:
         return template.slot(target)
     except MutationError as exc:
-        raise MutationError(exc.target, exc.detail, branches[sims[0]]) from None
+        raise MutationError(exc.target, exc.detail, branches[sim]) from None
 
 
 def apply_model_patches(
