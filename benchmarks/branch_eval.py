@@ -9,7 +9,10 @@
   Env steps are physics steps. Library and raw runs alternate and the medians are reported, so
   that load from other processes hits both alike. `physics_scaling`: the same batch of 256 stepped
   with no policy on all threads over one thread, alternating with the rest: the ceiling of the ratio
-  on this machine as loaded during the run (~2 on a quiet 2-core machine).
+  on this machine as loaded during the run (~2 on a quiet 2-core machine). `cpu_over_physics`: CPU
+  seconds (all threads) per env step of the library over those of that batch on all threads, both
+  per step: what the policy, the bookkeeping and the lanes' waits add to the physics, which other
+  processes loading the machine distort less than wall-clock figures.
 - Memory: resident-set growth over the footprint after imports and template compilation, for the
   library's 256 branches against 256 independent MjModel+MjData copies of the same patched models;
   each measured in a fresh subprocess (peak RSS, VmHWM).
@@ -51,8 +54,11 @@ def _rss_kb(key: str) -> int:
     raise RuntimeError(f"{key} not in /proc/self/status")
 
 
-def library_rate(task: sim.Task, skill: sim.Policy, sampler: sim.Sampler, threads: int) -> float:
-    start = time.perf_counter()
+def library_rate(
+    task: sim.Task, skill: sim.Policy, sampler: sim.Sampler, threads: int
+) -> tuple[float, float]:
+    """Env steps/s, and CPU seconds (all threads) per env step."""
+    start, cpu = time.perf_counter(), time.process_time()
     result = sim.evaluate(
         task,
         skill,
@@ -62,8 +68,9 @@ def library_rate(task: sim.Task, skill: sim.Policy, sampler: sim.Sampler, thread
         threads=threads,
         progress=False,
     )
-    elapsed = time.perf_counter() - start
-    return sum(o.steps for o in result.outcomes) * task.control_substeps / elapsed
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    steps = sum(o.steps for o in result.outcomes) * task.control_substeps
+    return steps / elapsed, cpu / steps
 
 
 def raw_rate(task: sim.Task, steps: int, moving: bool) -> float:
@@ -88,15 +95,17 @@ def raw_rate(task: sim.Task, steps: int, moving: bool) -> float:
     return periods * substeps / (time.perf_counter() - start)
 
 
-def physics_rate(task: sim.Task, threads: int) -> float:
+def physics_rate(task: sim.Task, threads: int) -> tuple[float, float]:
     """mj_step/s of the template's batch of 256 stepped on `threads` threads, no policy: how far
-    plain physics scales on this machine as it is loaded now (the ceiling `ratio_to_raw` has)."""
+    plain physics scales on this machine as it is loaded now (the ceiling `ratio_to_raw` has); and
+    CPU seconds (all threads) per step."""
     batch = mjbatch.Batch(task.template.model, BRANCHES, threads)
     batch.reset(keyframe=task.keyframe)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(task.horizon // 3):
         batch.step(None, nstep=task.control_substeps)
-    return BRANCHES * (task.horizon // 3) * task.control_substeps / (time.perf_counter() - start)
+    steps = BRANCHES * (task.horizon // 3) * task.control_substeps
+    return steps / (time.perf_counter() - start), (time.process_time() - cpu) / steps
 
 
 def naive_copies(task: sim.Task, sampler: sim.Sampler) -> list:
@@ -188,12 +197,15 @@ def main() -> None:
     sampler = sim.load_sampler(TASK, seed=0)
     raw_steps = BRANCHES * task.horizon * task.control_substeps // (4 if args.quick else 1)
     library_rate(task, skill, sampler, threads)  # warm up: first torch call, page faults
-    library, raw, still, scaling = [], [], [], []
+    library, raw, still, scaling, cpu = [], [], [], [], []
     for _ in range(repeats):
-        library.append(library_rate(task, skill, sampler, threads))
+        rate, library_cpu = library_rate(task, skill, sampler, threads)
+        library.append(rate)
         raw.append(raw_rate(task, raw_steps, moving=True))
         still.append(raw_rate(task, raw_steps, moving=False))
-        scaling.append(physics_rate(task, threads) / physics_rate(task, 1))
+        (on_all, physics_cpu), (on_one, _) = physics_rate(task, threads), physics_rate(task, 1)
+        scaling.append(on_all / on_one)
+        cpu.append(library_cpu / physics_cpu)
     env_steps, raw_steps_per_s = statistics.median(library), statistics.median(raw)
     growth, naive = memory_growth_mb("library"), memory_growth_mb("naive")
     line = {
@@ -209,6 +221,7 @@ def main() -> None:
         "raw_still_mj_step_per_s": round(statistics.median(still)),
         "ratio_to_raw_still": round(env_steps / statistics.median(still), 3),
         "physics_scaling": round(statistics.median(scaling), 3),
+        "cpu_over_physics": round(statistics.median(cpu), 3),
         "rss_growth_mb": round(growth, 2),
         "naive_rss_growth_mb": round(naive, 2),
         "memory_ratio": round(growth / naive, 3),

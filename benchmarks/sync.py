@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import signal
 import socket
@@ -198,6 +199,15 @@ def gossip_rounds(root: Path, count: int, per_site: int, rng: random.Random) -> 
     }
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """A process's CPU time so far (user + system; Linux's /proc, else None)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def busy_server(root: Path, peers: int, records: int) -> dict:
     server = Site(root, "busy")
     clients = [Identity.generate() for _ in range(peers + 1)]  # the last one: the baseline round
@@ -210,15 +220,20 @@ def busy_server(root: Path, peers: int, records: int) -> dict:
     stop = False
 
     def probe() -> None:
+        """/v1/health every 50 ms, a new connection each time, as a load balancer checks. One
+        client for all: a client per probe would load the CA bundle each time (~30 ms of CPU, over
+        half a core at this rate), loading the machine it measures."""
         nonlocal failures
-        while not stop:
-            start = time.perf_counter()
-            try:
-                httpx.get(f"{server.url}/v1/health", timeout=5).raise_for_status()
-                probes.append(time.perf_counter() - start)
-            except httpx.HTTPError:
-                failures += 1
-            time.sleep(0.05)
+        fresh = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(timeout=5, limits=fresh) as client:
+            while not stop:
+                start = time.perf_counter()
+                try:
+                    client.get(f"{server.url}/v1/health").raise_for_status()
+                    probes.append(time.perf_counter() - start)
+                except httpx.HTTPError:
+                    failures += 1
+                time.sleep(0.05)
 
     def one_round(identity: Identity) -> float | None:
         with knowledge.open(":memory:", identity, policy=policy) as kb:
@@ -233,11 +248,18 @@ def busy_server(root: Path, peers: int, records: int) -> dict:
 
     try:
         alone = one_round(clients.pop())  # one round with nobody else syncing: the baseline
+        assert server.process is not None
+        server_cpu = cpu_seconds(server.process.pid)
+        own_cpu, wall = time.process_time(), time.perf_counter()
         prober = ThreadPoolExecutor(1)
         prober.submit(probe)
         with ThreadPoolExecutor(peers) as pool:
             times = list(pool.map(one_round, clients))
         stop = True
+        wall = time.perf_counter() - wall
+        own_cpu = time.process_time() - own_cpu
+        after = cpu_seconds(server.process.pid)
+        server_cpu = None if after is None or server_cpu is None else after - server_cpu
         prober.shutdown(wait=True)
     finally:
         server.stop()
@@ -254,6 +276,13 @@ def busy_server(root: Path, peers: int, records: int) -> dict:
         if probes
         else None,
         "health_failures": failures,
+        # where the time goes: the whole burst's wall time, the server's CPU per round, and this
+        # process's (the 64 peers: opening, publishing, syncing; and the probe)
+        "busy_wall_s": round(wall, 3),
+        "busy_server_cpu_ms_per_round": round(1000 * server_cpu / peers, 1)
+        if server_cpu is not None
+        else None,
+        "busy_peers_cpu_ms_per_round": round(1000 * own_cpu / peers, 1),
     }
 
 

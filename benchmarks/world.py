@@ -15,14 +15,16 @@ baseline in the same run.
   the world's bookkeeping. Both run in this process (backend "inline"). Runs alternate; the figure
   is the median over rounds of (with / without - 1), which load drifting between rounds does not
   bias. persistence_overhead_1hz: the same with a setpoint every 200 ticks.
-  persistence_overhead_vs_prebuilt: against the engine fed events built before timing (nothing
-  checked or shaped while it runs), the stricter figure. persistence_overhead_long_run: the 10 Hz
-  figure in one world that keeps running, stretch after stretch, each against the checked stepping
-  from the stretch's starting state; the other runs last about a second in a new world each, so they
-  leave out what a long-lived store adds (its redo file folded into the SQLite file every 4 MiB,
-  about every 900 commits here; its WAL copied into the database file every 5 s, beside the writer;
-  a growing file). event_cost_us: what persistence adds per event at 10 Hz, commits and checkpoints
-  included.
+  persistence_overhead_cpu: the 10 Hz figure on this thread's CPU time (the inline backend runs
+  everything on it): what other processes loading the machine distort least (they preempt the run,
+  which wall-clock time counts). persistence_overhead_vs_prebuilt: against the engine fed events
+  built before timing (nothing checked or shaped while it runs), the stricter figure.
+  persistence_overhead_long_run: the 10 Hz figure in one world that keeps running, stretch after
+  stretch, each against the checked stepping from the stretch's starting state; the other runs last
+  about a second in a new world each, so they leave out what a long-lived store adds (its redo file
+  folded into the SQLite file every 4 MiB, about every 900 commits here; its WAL copied into the
+  database file every 5 s, beside the writer; a growing file). event_cost_us: what persistence adds
+  per event at 10 Hz, commits and checkpoints included.
 - fork_ms: fork the shard at a random recorded tick and materialize the branch in the shard's worker
   process (restore the nearest checkpoint, re-execute the log to the tick), median; fork_log_ms: the
   fork alone (a checkpoint reference and a new log).
@@ -59,7 +61,8 @@ import sim
 from sim import Event
 from sim.world._engine import Engine
 from sim.world._world_input import mutate_event
-from sim.world._worldstore import Checkpoint, WorldStore
+from sim.world._worldrows import Checkpoint
+from sim.world._worldstore import WorldStore
 
 REGION = """<mujoco model="cell"><option timestep="0.005"/>
   <worldbody><geom name="floor" type="plane" size="200 200 0.1"/></worldbody></mujoco>"""
@@ -90,22 +93,33 @@ def world(path: Path) -> sim.World:
     )
 
 
-def persistent(twin: sim.World, ticks: int, period: int) -> float:
-    """Seconds to run the twin `ticks` further from its head, a setpoint every `period` ticks."""
+def clock() -> tuple[float, float]:
+    """Wall-clock and this thread's CPU seconds (everything of the inline backend runs on it)."""
+    return time.perf_counter(), time.thread_time()
+
+
+def since(start: tuple[float, float]) -> tuple[float, float]:
+    now = clock()
+    return now[0] - start[0], now[1] - start[1]
+
+
+def persistent(twin: sim.World, ticks: int, period: int) -> tuple[float, float]:
+    """Seconds (wall, CPU) to run the twin `ticks` further from its head, a setpoint every `period`
+    ticks."""
     first = twin.head("cell")
     setpoints = {tick: gait(tick) for tick in range(first, first + ticks, period)}
-    start = time.perf_counter()
+    start = clock()
     for window in range(first, first + ticks, WINDOW):
         with twin.batch():  # the window's events, the advance and its checkpoint: one commit
             for tick in range(window, window + WINDOW, period):
                 twin.apply("cell", setpoints[tick], at=tick, provenance="setpoint")
             twin.advance(WINDOW)
-    return time.perf_counter() - start
+    return since(start)
 
 
 def volatile(
     snap: sim.Snapshot, ticks: int, period: int, prebuilt: bool
-) -> tuple[float, np.ndarray]:
+) -> tuple[tuple[float, float], np.ndarray]:
     """The same stepping from the same state with nothing logged and no checkpoints: the same
     setpoints checked and shaped into events as the engine goes (or, `prebuilt`, before it starts),
     applied by the same engine."""
@@ -124,23 +138,24 @@ def volatile(
 
     windows = range(first, first + ticks, WINDOW)
     built = {window: window_events(window) for window in windows} if prebuilt else {}
-    start = time.perf_counter()
+    start = clock()
     for window in windows:
         engine.advance(
             window + WINDOW,
             built[window] if prebuilt else window_events(window),
             lambda checkpoint: None,
         )
-    return time.perf_counter() - start, engine.row
+    return since(start), engine.row
 
 
 def overhead(
     tmp: Path, ticks: int, period: int, repeats: int
-) -> tuple[float, float, float, float, Path]:
+) -> tuple[float, float, float, float, float, Path]:
     """Rounds of runs, with persistence, then without (checked as it goes, then prebuilt): the
-    medians over rounds of (with / without - 1) against each, the median seconds with and without
-    (checked), and the last persistent world. A round's ratio is robust to load that drifts between
-    rounds; a ratio of medians is not."""
+    medians over rounds of (with / without - 1) against each, the same on CPU time against the
+    checked run (what other processes loading the machine distort least), the median seconds with
+    and without (checked), and the last persistent world. A round's ratio is robust to load that
+    drifts between rounds; a ratio of medians is not."""
     on, off, prebuilt = [], [], []
     for rep in range(repeats):
         path = tmp / f"w{period}-{rep}.db"
@@ -152,9 +167,11 @@ def overhead(
             elapsed, row = volatile(start, ticks, period, ready)
             runs.append(elapsed)
             assert row.tobytes() == final.state.tobytes(), "persistence changed the simulation"
-    ratio = statistics.median(a / b - 1 for a, b in zip(on, off, strict=True))
-    strict = statistics.median(a / b - 1 for a, b in zip(on, prebuilt, strict=True))
-    return ratio, strict, statistics.median(on), statistics.median(off), path
+    ratio = statistics.median(a[0] / b[0] - 1 for a, b in zip(on, off, strict=True))
+    strict = statistics.median(a[0] / b[0] - 1 for a, b in zip(on, prebuilt, strict=True))
+    cpu = statistics.median(a[1] / b[1] - 1 for a, b in zip(on, off, strict=True))
+    median_on, median_off = (statistics.median(run[0] for run in runs) for runs in (on, off))
+    return ratio, strict, cpu, median_on, median_off, path
 
 
 def long_run(path: Path, ticks: int, period: int, repeats: int) -> float:
@@ -164,8 +181,8 @@ def long_run(path: Path, ticks: int, period: int, repeats: int) -> float:
     with world(path) as twin:
         for _ in range(repeats):
             start = twin.snapshot("cell")
-            elapsed = persistent(twin, ticks, period)
-            without, row = volatile(start, ticks, period, False)
+            elapsed, _ = persistent(twin, ticks, period)
+            (without, _), row = volatile(start, ticks, period, False)
             assert row.tobytes() == twin.snapshot("cell").state.tobytes(), (
                 "persistence changed the simulation"
             )
@@ -203,8 +220,8 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     with tempfile.TemporaryDirectory() as tmp:
-        slow, _, _, _, _ = overhead(Path(tmp), ticks, 200, repeats)
-        fast, strict, median_on, median_off, path = overhead(Path(tmp), ticks, 20, repeats)
+        slow, *_ = overhead(Path(tmp), ticks, 200, repeats)
+        fast, strict, cpu, median_on, median_off, path = overhead(Path(tmp), ticks, 20, repeats)
         lasting = long_run(Path(tmp) / "long.db", ticks, 20, repeats)
         # forks, checkpoints and replays of the last run's history, in a worker process
         with sim.World.open(path, backend="process") as world:
@@ -244,6 +261,7 @@ def main() -> None:
         "persistence_overhead": fast,
         "persistence_overhead_1hz": slow,
         "persistence_overhead_vs_prebuilt": strict,
+        "persistence_overhead_cpu": cpu,
         "persistence_overhead_long_run": lasting,
         "steps_per_s_persistent": ticks / median_on,
         "steps_per_s_volatile": ticks / median_off,

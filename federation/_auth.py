@@ -23,10 +23,19 @@ A server checks in two steps so that nothing is read before the caller is known:
 (the header's form, the time window, and that the nonce is unused) before the body, then after the
 body `check(claim, ...)` (the signature over the body's hash) and `remember(claim)` (the atomic,
 durable record of the nonce). `verify` does all three.
+
+**Answers a client acts on are signed too.** A site root re-installed with its old key, or a device,
+learns how far its own feed goes from its peers' heads; an unsigned answer would let whoever answers
+at a peer's address (plain HTTP, a spoofed or reassigned address) say "none" and make it write its
+old seqs again: a fork. So `GET /v1/heads` carries `Simnet-Signature: <128 hex>`, the site's
+signature over ``simnet-answer-v1``, the request's method, path and nonce, and the SHA-256 of the
+body (`answer_message`); the client takes heads as the peer's word only if `answer_signed_by` the
+key it meant to reach.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -35,7 +44,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -51,6 +60,8 @@ _HEADER = re.compile(
     r"Simnet key=(?P<key>[0-9a-f]{64}), ts=(?P<ts>[0-9]{1,16}), "
     r"nonce=(?P<nonce>[0-9a-f]{32}), sig=(?P<sig>[0-9a-f]{128})"
 )
+_SIG = re.compile(r"[0-9a-f]{128}")
+ANSWER_HEADER = "Simnet-Signature"  # a site's signature over its answer: see `answer_message`
 _PRUNE_EVERY = 1000  # expired rows are deleted from disk after this many have expired in memory
 
 
@@ -65,6 +76,41 @@ def signed_message(
     return "\n".join(
         ["simnet-request-v1", method.upper(), target, digest, str(ts), nonce, audience.hex()]
     ).encode()
+
+
+def answer_message(method: str, target: str, nonce: str, body: bytes) -> bytes:
+    """What a site signs to vouch for an answer: the request it answers (method, path, the nonce of
+    its Authorization header) and the SHA-256 of the answer's body."""
+    digest = hashlib.sha256(body).hexdigest()
+    return "\n".join(["simnet-answer-v1", method.upper(), target, nonce, digest]).encode()
+
+
+def nonce_of(header: str | None) -> str | None:
+    """The nonce of a well-formed Authorization header, else None."""
+    match = _HEADER.fullmatch(header or "")
+    return match["nonce"] if match else None
+
+
+def answer_signature(
+    identity: Identity, method: str, target: str, authorization: str | None, body: bytes
+) -> dict[str, str]:
+    """The `ANSWER_HEADER` a site adds to its answer to a signed request (none if unsigned)."""
+    nonce = nonce_of(authorization)
+    if nonce is None:
+        return {}
+    return {ANSWER_HEADER: identity.sign(answer_message(method, target, nonce, body)).hex()}
+
+
+def answer_signed_by(response: httpx.Response, key: bytes | None) -> bool:
+    """Whether `key` signed this answer to the very request it answers (see `answer_message`):
+    what an answer says can be taken as that peer's word, not whoever answered at its address."""
+    nonce = nonce_of(response.request.headers.get("authorization"))
+    signature = response.headers.get(ANSWER_HEADER, "")
+    if key is None or nonce is None or not _SIG.fullmatch(signature):
+        return False
+    target = response.request.url.raw_path.decode("ascii")
+    message = answer_message(response.request.method, target, nonce, response.content)
+    return verify_signature(key, bytes.fromhex(signature), message)
 
 
 class SimnetAuth(httpx.Auth):
@@ -144,6 +190,9 @@ class RequestVerifier:
         self._expired = 0
         self._lock = threading.Lock()
         self._db_lock = threading.Lock()
+        self._group = threading.Condition()  # guards the group commit below
+        self._open_batch = _Batch()  # the nonces waiting for the next commit
+        self._committing = False
         self._db: sqlite3.Connection | None = None
         self._durable = path is not None
         if path is not None:
@@ -224,7 +273,7 @@ class RequestVerifier:
 
     def remember(self, claim: Claim) -> None:
         """Record the nonce as used — atomically (one of two simultaneous copies wins) and
-        durably."""
+        durably: this returns once the nonce is on disk."""
         now = self._clock()
         with self._lock:
             while self._seen and next(iter(self._seen.values())) < now:
@@ -241,21 +290,66 @@ class RequestVerifier:
                 self._expired = 0
         if not self._durable:
             return
-        with (
-            self._db_lock
-        ):  # not under self._lock: the fsync must not hold up `claim` on the event loop
+        error = self._record((*claim.id, expires), now if prune else None)
+        if error is not None:
+            with self._lock:
+                self._seen.pop(claim.id, None)
+            full = (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+            raise AuthError(
+                f"cannot record the request's nonce ({error}); retry later", 507 if full else 503
+            ) from None
+
+    def _record(self, row: tuple[str, str, int], prune_before: int | None) -> sqlite3.Error | None:
+        """Write `row` to the log, in a group commit: the nonces of requests that arrive while one
+        commit is being synced go into the next, one fsync for them all (a busy site's requests
+        would otherwise queue for one fsync each). Not under `self._lock`: `claim` on the event
+        loop must not wait for a sync. The error that kept the row off the disk, if any."""
+        with self._group:
+            batch = self._open_batch
+            batch.rows.append(row)
+            if prune_before is not None:
+                batch.prune_before = prune_before
+            while not batch.done and self._committing:
+                self._group.wait()
+            if batch.done:  # a commit led by another request took this row
+                return batch.error
+            self._committing, self._open_batch = True, _Batch()  # this request leads the commit
+        try:
+            self._commit(batch)
+        finally:
+            with self._group:
+                batch.done, self._committing = True, False
+                self._group.notify_all()
+        return batch.error
+
+    def _commit(self, batch: _Batch) -> None:
+        """Every row of the batch in one transaction, or none. (A row can only be on disk already
+        if this site's clock stepped back: it is replaced, so that it alone does not fail the
+        batch.)"""
+        with self._db_lock:
+            db = self._db
             try:
-                if self._db is None:
+                if db is None:
                     raise sqlite3.ProgrammingError(
                         "the replay log is closed (the site is shutting down)"
                     )
-                self._db.execute("INSERT INTO seen VALUES (?, ?, ?)", (*claim.id, expires))
-                if prune:
-                    self._db.execute("DELETE FROM seen WHERE expires < ?", (now,))
+                db.execute("BEGIN")
+                db.executemany("INSERT OR REPLACE INTO seen VALUES (?, ?, ?)", batch.rows)
+                if batch.prune_before is not None:
+                    db.execute("DELETE FROM seen WHERE expires < ?", (batch.prune_before,))
+                db.execute("COMMIT")
             except sqlite3.Error as exc:
-                with self._lock:
-                    self._seen.pop(claim.id, None)
-                full = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
-                raise AuthError(
-                    f"cannot record the request's nonce ({exc}); retry later", 507 if full else 503
-                ) from None
+                batch.error = exc
+                if db is not None and db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+
+
+@dataclass
+class _Batch:
+    """The nonces of one group commit of the replay log."""
+
+    rows: list[tuple[str, str, int]] = field(default_factory=list)
+    prune_before: int | None = None
+    done: bool = False
+    error: sqlite3.Error | None = None

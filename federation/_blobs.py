@@ -25,7 +25,8 @@ import httpx
 from knowledge import BlobError, Identity, IncomingBlob, KnowledgeBase, SiteHome
 
 from ._auth import SimnetAuth
-from ._client import API, DEADLINE_FACTOR, _Deadline, _Watchdog, retry_after
+from ._calls import DEADLINE_FACTOR, Deadline, Watchdog, client_verify, retry_after
+from ._client import API
 from ._config import CONFIG_FILE, SiteConfig
 from ._errors import PeerError, WireError
 
@@ -67,12 +68,15 @@ class PeerBlobSource:
     def fetch_blob(self, blob: IncomingBlob) -> bool:
         """Write the blob's bytes from `blob.offset` on into `blob`; False if the peer lacks it."""
         url = f"{self.url}{API}/blobs/{blob.hash}"
-        limit = _Deadline(url, self.deadline)
+        limit = Deadline(url, self.deadline)
         auth = SimnetAuth(self.identity, self.peer_key)
         with (
-            _Watchdog(limit) as watchdog,
+            Watchdog(limit) as watchdog,
             httpx.Client(
-                auth=auth, verify=self.verify, transport=self.transport, follow_redirects=False
+                auth=auth,
+                verify=client_verify(url, self.verify),
+                transport=self.transport,
+                follow_redirects=False,
             ) as client,
         ):
             busy, restarted = 0, False
@@ -103,7 +107,7 @@ class PeerBlobSource:
                         raise limit.error() from None
                     raise PeerError(f"cannot fetch blob from {self.name} ({url}): {exc}") from exc
 
-    def _take(self, answer: httpx.Response, blob: IncomingBlob, limit: _Deadline) -> bool:
+    def _take(self, answer: httpx.Response, blob: IncomingBlob, limit: Deadline) -> bool:
         status, size = answer.status_code, None
         if status == 404:
             return False

@@ -17,10 +17,7 @@ passes, so a blocked read or write ends too.
 from __future__ import annotations
 
 import json
-import random
-import socket
 import ssl
-import threading
 import time
 from collections.abc import Container, Generator, Iterable
 from dataclasses import dataclass, field
@@ -31,9 +28,20 @@ import httpx
 
 from knowledge import BlobError, BlobQuotaError, Head, KnowledgeBase, Rejection
 
-from ._auth import SimnetAuth
+from ._auth import SimnetAuth, answer_signed_by
+from ._calls import (
+    MAX_RETRIES,
+    WIRE_BYTES,
+    Body,
+    Deadline,
+    Watchdog,
+    client_verify,
+    deadline_s,
+    retry_after,
+)
 from ._errors import PeerError, WireError
 from ._wire import (
+    COMPLETE_HEADER,
     PAGE_TYPE,
     decode_page,
     encode_page,
@@ -48,11 +56,6 @@ DEFAULT_PAGE = 1000
 MAX_PAGES = 100_000  # a hard stop: a round never loops forever, whatever the peer answers
 HELD_EVERYTHING = 2**62  # a head that tells the peer to send nothing of a feed
 MAX_REFUSED_AUTHORS = 10_000  # feeds skipped in one round before the round gives up on the peer
-WIRE_BYTES = "simnet.wire_bytes"
-DEADLINE_FACTOR = 4  # a round's default deadline, in multiples of the per-operation timeout
-MAX_RETRIES = 8  # a busy peer (503, 429) is asked again up to this many times per request
-RETRY_BASE_S = 0.25  # the first wait when a busy peer says nothing of when to come back
-RETRY_CAP_S = 10.0  # no single wait is longer, whatever Retry-After says
 
 
 @dataclass
@@ -64,7 +67,9 @@ class SyncReport:
     refuses the envelopes after a refused one of the same feed with `gap`. `verified` counts the
     envelopes pulled to check checkpoints we took feeds from (`unchecked_checkpoints`; they are
     not stored, bar the last of each check). `clock_offset_ms` is the peer's clock minus ours,
-    from its `Simnet-Time` header (None if it sent none)."""
+    from its `Simnet-Time` header (None if it sent none). `heads_signed`: the peer signed its heads
+    answer (see `federation._auth`); only then does a writer take them as the peer's word on how
+    far its own feed goes."""
 
     peer: str
     pulled: int = 0
@@ -77,6 +82,7 @@ class SyncReport:
     refused_by_peer_reasons: dict[str, int] = field(default_factory=dict)
     held_by_peer: int = 0
     clock_offset_ms: int | None = None
+    heads_signed: bool = False
     blobs: int = 0
     blobs_pushed: int = 0
     bytes_sent: int = 0
@@ -135,8 +141,8 @@ def exchange(
     are never pushed (read rules: a peer without read rights to a private map must not be sent it).
     A device syncing with its own site (`peer_key` is its policy's `device_of`) takes the site's
     heads as the word on how far its own feed goes, after pulling: see
-    `KnowledgeBase.learn_site_heads`; a site root whose store does not know yet takes any peer's:
-    see `KnowledgeBase.learn_peer_heads`."""
+    `KnowledgeBase.learn_site_heads`; a site root whose store does not know yet takes its peers':
+    see `KnowledgeBase.learn_peer_heads`. Either only from heads signed by `peer_key`."""
     report = SyncReport(peer=base_url)
     started = time.perf_counter()
     limit = kb.limits.max_checkpoint_bytes
@@ -160,9 +166,10 @@ def exchange(
             "hashes": {a: h.hash for a, h in heads.items() if a not in refused_here and h.seq},
             "equivocators": [a for a, h in heads.items() if h.equivocated_at is not None],
         }
+        to_check = kb.unchecked_checkpoints()
         unchecked = {  # checkpoints we took feeds from: a peer holding their history sends it
             a: {"seq": seq, "after": after}
-            for a, (seq, after) in kb.unchecked_checkpoints().items()
+            for a, (seq, after) in to_check.items()
             if a not in refused_here
         }
         if unchecked:
@@ -189,6 +196,15 @@ def exchange(
             # nothing we can use, and nothing new to skip (or a peer feeding us endless strangers)
             break
         refused_here.update(dict.fromkeys(newly_refused, HELD_EVERYTHING))
+        if (
+            response.headers.get(COMPLETE_HEADER) == "1"
+            and not ingested.verified
+            and not ingested.equivocations
+            and kb.unchecked_checkpoints() == to_check
+        ):
+            # the peer sent all it has for our heads, and our next request would ask for no more
+            # (what we took moved our heads to theirs; what we refused we would not ask for again)
+            break
 
     # Push: what their heads lack, page by page, until they hold everything we hold. Feeds they
     # refuse are left out for the rest of the round, for the same reason.
@@ -198,11 +214,13 @@ def exchange(
     site_ms = peer_time(response.headers)
     if site_ms is not None:
         report.clock_offset_ms = site_ms - kb.clock.physical()
-    if peer_key is not None and peer_key == kb.policy.device_of:
+    report.heads_signed = answer_signed_by(response, peer_key)
+    if report.heads_signed and peer_key == kb.policy.device_of:
         kb.learn_site_heads(theirs)
         if site_ms is not None:
             kb.learn_site_time(site_ms)
-    kb.learn_peer_heads(theirs, peer=peer_key)  # a re-installed site root: how far its feed goes
+    if report.heads_signed:  # a re-installed site root: how far its feed goes, in the peer's word
+        kb.learn_peer_heads(theirs, peer=peer_key)
     push_page = page
     for _ in range(MAX_PAGES):
         envelopes = kb.envelopes_since(
@@ -265,37 +283,6 @@ def exchange(
 
     report.seconds = time.perf_counter() - started
     return report
-
-
-class _Body:
-    """An answer's body, read as it arrives (decoded, so a compressed bomb hits the cap too), up to
-    a cap."""
-
-    def __init__(self, call: Call, cap: int) -> None:
-        self.call, self.cap, self.data = call, cap, bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > self.cap:
-            raise PeerError(
-                f"{self.call.method} {self.call.url}: the answer exceeds {self.cap} bytes; refused",
-                code="too_large",
-            )
-
-    def response(self, answer: httpx.Response) -> httpx.Response:
-        """The answer with its body in memory; the number of bytes on the wire kept aside."""
-        headers = [
-            (k, v)
-            for k, v in answer.headers.multi_items()
-            if k.lower() not in ("content-encoding", "content-length")
-        ]
-        return httpx.Response(
-            answer.status_code,
-            headers=headers,
-            content=bytes(self.data),
-            request=answer.request,
-            extensions={WIRE_BYTES: answer.num_bytes_downloaded},
-        )
 
 
 class _Either:
@@ -361,7 +348,7 @@ def _answer_cap(kb: KnowledgeBase) -> int:
 
 
 def _client_kwargs(
-    kb: KnowledgeBase, peer_key: bytes, timeout: float, verify: ssl.SSLContext | bool
+    kb: KnowledgeBase, url: str, peer_key: bytes, timeout: float, verify: ssl.SSLContext | bool
 ) -> dict:
     if kb.identity is None:
         raise PeerError(
@@ -371,23 +358,8 @@ def _client_kwargs(
         "auth": SimnetAuth(kb.identity, peer_key),
         "timeout": timeout,
         "follow_redirects": False,
-        "verify": verify,
+        "verify": client_verify(url, verify),
     }
-
-
-def retry_after(response: httpx.Response, attempt: int, remaining: float) -> float | None:
-    """Seconds to wait before asking again, if the peer said it is busy (503, 429) and the round has
-    time left and retries; else None (the answer stands). Honours Retry-After (in seconds),
-    otherwise backs off exponentially from `RETRY_BASE_S`; either way with jitter, so waiting
-    clients spread."""
-    if response.status_code not in (429, 503) or attempt >= MAX_RETRIES:
-        return None
-    try:
-        base = float(response.headers.get("retry-after", ""))
-    except ValueError:
-        base = RETRY_BASE_S * 2**attempt
-    wait = min(max(base, 0.0), RETRY_CAP_S) * random.uniform(1.0, 1.5)
-    return wait if wait < remaining else None
 
 
 def _step(rounds: Exchange, response: httpx.Response | None) -> Call | SyncReport:
@@ -396,80 +368,6 @@ def _step(rounds: Exchange, response: httpx.Response | None) -> Call | SyncRepor
         return next(rounds) if response is None else rounds.send(response)
     except StopIteration as done:
         return done.value
-
-
-class _Deadline:
-    """A round's wall-clock limit (`time.monotonic`)."""
-
-    def __init__(self, url: str, seconds: float) -> None:
-        if not seconds > 0:
-            raise ValueError(
-                f"a sync round's deadline must be more than 0 seconds, not {seconds!r}"
-            )
-        self.url, self.seconds = url, seconds
-        self.at = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        return self.at - time.monotonic()
-
-    def error(self) -> PeerError:
-        return PeerError(
-            f"the sync round with {self.url} did not finish within its deadline "
-            f"of {self.seconds:g} s (the peer answers too slowly); abandoned",
-            code="deadline",
-        )
-
-    def check(self) -> None:
-        if self.remaining() <= 0:
-            raise self.error()
-
-
-class _Watchdog:
-    """Shuts down every socket a blocking round opened once its deadline passes, so that a read or
-    write blocked in the kernel returns (it fails, and the round with it). Sockets are learnt from
-    httpcore's `trace` extension as they connect."""
-
-    def __init__(self, deadline: _Deadline) -> None:
-        self.deadline = deadline
-        self.sockets: list[socket.socket] = []
-        self.fired = False
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, deadline.remaining()), self._fire)
-        self._timer.daemon = True
-
-    def trace(self, event: str, info: dict) -> None:
-        if event == "connection.connect_tcp.complete":
-            stream = info.get("return_value")
-            sock = stream.get_extra_info("socket") if stream is not None else None
-            if isinstance(sock, socket.socket):
-                with self._lock:
-                    self.sockets.append(sock)
-                    if self.fired:
-                        _shut(sock)
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self.sockets:
-                _shut(sock)
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # closed already
-
-
-def _deadline_s(deadline: float | None, timeout: float) -> float:
-    return DEADLINE_FACTOR * timeout if deadline is None else deadline
 
 
 def sync_with(
@@ -495,16 +393,16 @@ def sync_with(
     checks an https:// peer's certificate (an `ssl.SSLContext` with the fleet's anchors; True: the
     system's)."""
     url = url.rstrip("/")
-    limit = _Deadline(url, _deadline_s(deadline, timeout))
+    limit = Deadline(url, deadline_s(deadline, timeout))
     rounds = exchange(
         kb, url, page=page, blobs=blobs, push_blobs=push_blobs, withhold=withhold, peer_key=peer_key
     )
     cap = _answer_cap(kb)
     try:
         with (
-            _Watchdog(limit) as watchdog,
+            Watchdog(limit) as watchdog,
             httpx.Client(
-                transport=transport, **_client_kwargs(kb, peer_key, timeout, verify)
+                transport=transport, **_client_kwargs(kb, url, peer_key, timeout, verify)
             ) as client,
         ):
             step = _step(rounds, None)
@@ -522,7 +420,7 @@ def sync_with(
                             timeout=min(timeout, max(limit.remaining(), 0.001)),
                             extensions={"trace": watchdog.trace},
                         ) as answer:
-                            body = _Body(step, cap)
+                            body = Body(step.method, step.url, cap)
                             for chunk in answer.iter_bytes():
                                 body.add(chunk)
                                 limit.check()
@@ -561,7 +459,7 @@ async def async_sync_with(
     The whole round runs in a cancel scope that expires at the deadline (a knowledge-base step
     already running in its thread finishes first: those are bounded by the page size)."""
     url = url.rstrip("/")
-    limit = _Deadline(url, _deadline_s(deadline, timeout))
+    limit = Deadline(url, deadline_s(deadline, timeout))
     rounds = exchange(
         kb,
         url,
@@ -575,7 +473,7 @@ async def async_sync_with(
     try:
         with anyio.move_on_after(limit.seconds):
             async with httpx.AsyncClient(
-                transport=transport, **_client_kwargs(kb, peer_key, timeout, verify)
+                transport=transport, **_client_kwargs(kb, url, peer_key, timeout, verify)
             ) as client:
                 step = await anyio.to_thread.run_sync(_step, rounds, None)
                 while isinstance(step, Call):
@@ -584,7 +482,7 @@ async def async_sync_with(
                             async with client.stream(
                                 step.method, step.url, content=step.content, headers=step.headers
                             ) as answer:
-                                body = _Body(step, cap)
+                                body = Body(step.method, step.url, cap)
                                 async for chunk in answer.aiter_bytes():
                                     body.add(chunk)
                                 response = body.response(answer)

@@ -53,6 +53,7 @@ readers = ["<64 hex>"]
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import ssl
@@ -120,15 +121,32 @@ class TlsConfig:
     def client_context(self) -> ssl.SSLContext:
         """How this site verifies the servers it calls: the system's anchors, plus `ca`, plus its
         own certificate (so its CLI can call its own server when that certificate is
-        self-signed)."""
-        context = ssl.create_default_context()
-        for anchors in (self.ca, self.cert):
-            if anchors is not None:
-                try:
-                    context.load_verify_locations(cafile=anchors)
-                except (OSError, ssl.SSLError) as exc:
-                    raise ConfigError(f"[tls] cannot load {anchors}: {exc}") from None
-        return context
+        self-signed). Built once per set of files as they are on disk (loading anchors costs tens
+        of milliseconds; gossip asks for every round), and again when one is replaced."""
+        return _client_context(self.ca, self.cert, _stamp(self.ca), _stamp(self.cert))
+
+
+def _stamp(path: Path | None) -> tuple[int, int] | None:
+    """A file's (mtime, size), so a cached context is rebuilt when the file changes."""
+    try:
+        stat = path.stat() if path is not None else None
+    except OSError:
+        return None  # loading it says what is wrong
+    return None if stat is None else (stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _client_context(
+    ca: Path | None, cert: Path | None, *stamps: tuple[int, int] | None
+) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    for anchors in (ca, cert):
+        if anchors is not None:
+            try:
+                context.load_verify_locations(cafile=anchors)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"[tls] cannot load {anchors}: {exc}") from None
+    return context
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from knowledge import (
 
 from ._errors import AuthError, BusyError, WireError
 from ._site import Site
+from ._wire import TIME_HEADER
 
 log = logging.getLogger("federation")
 
@@ -167,6 +168,14 @@ def endpoint(role: str | None) -> Callable[[Callable[..., Awaitable[Response]]],
     return wrap
 
 
+def request_target(request: Request) -> str:
+    """The path and query as the client signed them (`SimnetAuth` signs the raw target)."""
+    target = request.scope["raw_path"].decode("latin-1")
+    if request.scope.get("query_string"):
+        target += "?" + request.scope["query_string"].decode("latin-1")
+    return target
+
+
 def _refusal(request: Request, exc: SimnetError) -> JSONResponse:
     """The answer to an error the knowledge base raised on purpose: a 4xx naming it (507 for a full
     disk, 503 for another failure of the store)."""
@@ -213,10 +222,7 @@ async def _authenticate(request: Request, site: Site, role: str) -> tuple[bytes,
     elif not await run_in_threadpool(site.kb.can_read, claim.key):
         raise AuthError(await run_in_threadpool(_no_grant, site, claim.key), 403)
     body = await _read(request, site)
-    target = request.scope["raw_path"].decode("latin-1")
-    if request.scope.get("query_string"):
-        target += "?" + request.scope["query_string"].decode("latin-1")
-    site.verifier.check(claim, request.method, target, body)
+    site.verifier.check(claim, request.method, request_target(request), body)
     await run_in_threadpool(site.verifier.remember, claim)
     return claim.key, body
 
@@ -233,3 +239,25 @@ def _no_grant(site: Site, key: bytes) -> str:
     if not roles:
         return f"{who} is delegated no roles here; {need}"
     return f"{who} holds no current grant here: its delegation was revoked or has expired; {need}"
+
+
+class ClockHeader:
+    """ASGI middleware: every answer carries the site's clock, `Simnet-Time: <unix ms>`, read as
+    the answer starts, so a client measures the offset between its clock and the site's (a device
+    refuses to write what its site would refuse; see `KnowledgeBase.learn_site_time`)."""
+
+    def __init__(self, app: ASGIApp, clock: Callable[[], int]) -> None:
+        self.app, self.clock = app, clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                stamp = (TIME_HEADER.encode(), str(self.clock()).encode())
+                message = {**message, "headers": [*message.get("headers", ()), stamp]}
+            await send(message)
+
+        await self.app(scope, receive, stamped)

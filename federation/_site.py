@@ -32,6 +32,7 @@ class Site:
         self.kb = kb
         # a re-installed root writes only once every configured peer has shown its feed back
         kb.expect_own_feed_from(p.key for p in config.peers)
+        self.identity = kb.identity
         self.key = kb.identity.public_key
         self.verifier = RequestVerifier(self.key, path=config.replay_path)
         self.syncs = asyncio.Semaphore(config.limits.max_concurrent_syncs)

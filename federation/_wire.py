@@ -20,6 +20,9 @@ from ._errors import WireError
 
 PAGE_TYPE = "application/x-simnet-envelopes"
 TIME_HEADER = "simnet-time"  # a site's clock, in ms since the epoch, on its every answer
+# On a pull's answer: "1" when the page holds everything the site has for the heads sent (no need to
+# ask again unless the caller's next request says more: checkpoints to check, forks learnt).
+COMPLETE_HEADER = "simnet-complete"
 
 
 def peer_time(headers: Mapping[str, str]) -> int | None:

@@ -68,6 +68,7 @@ from ._models import (
     Skill,
     SpotCheck,
 )
+from ._packages import PackageNotFoundError, package_search_path, resolve_package_uri
 from ._policy import ActivationPolicy, TrustedRoot, TrustPolicy
 from ._records import Role
 from ._replica import Limits
@@ -194,6 +195,7 @@ __all__ = [
     "NotAuthorizedError",
     "Observation",
     "Outcomes",
+    "PackageNotFoundError",
     "PolicyError",
     "Prediction",
     "QueryResult",
@@ -227,7 +229,9 @@ __all__ = [
     "evaluate_encoder",
     "key_id",
     "open",
+    "package_search_path",
     "parse_public_key",
+    "resolve_package_uri",
     "sha256_hex",
     "train_encoder",
     "verify_signature",

@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pycrdt import Doc, Map, MapEvent, TransactionEvent
+from pycrdt import Doc, Map, TransactionEvent
 
 from ._envelope import ZERO_HASH
 from ._errors import RecordError
@@ -55,6 +55,7 @@ class Feed:
         """Forget everything (before rebuilding the feed from the store)."""
         self.seq, self.head, self.hlc = 0, ZERO_HASH, 0
         self._doc: Doc[Map[str]] | None = None  # made on first use (`doc`)
+        self._subscriptions: list[Any] = []  # the observers of its two root maps
         self._state: bytes | None = None  # a snapshot's document state, applied on first use
         self._load_state: Callable[[], bytes | None] | None = None  # or where to read it then
         self._maps: dict[bool, Map[str]] = {}
@@ -81,9 +82,12 @@ class Feed:
                 True: self._doc.get(IMMUTABLE_MAP, type=Map),
                 False: self._doc.get(RECORDS_MAP, type=Map),
             }
-            for immutable, root in self._maps.items():
-                root.observe(self._observer(immutable))
-            self._doc.observe(self._on_transaction)
+            # Observed below pycrdt's event wrapper, which walks every change for nested types to
+            # wrap (a feed holds none: only strings) and took most of a remote update's apply.
+            self._subscriptions = [
+                root.integrated.observe(self._observer(immutable))
+                for immutable, root in self._maps.items()
+            ]
             state = self._saved_state()
             if state is not None:
                 self._state, misplaced = None, list(self.misplaced)
@@ -128,17 +132,17 @@ class Feed:
         feed.misplaced = list(saved["misplaced"])
         return feed
 
-    def _observer(self, immutable: bool) -> Callable[[MapEvent], None]:
-        def on_change(event: MapEvent) -> None:
-            # pycrdt declares MapEvent.keys in __slots__ only
-            keys: dict[str, dict[str, Any]] = event.keys  # type: ignore[attr-defined]
+    def _observer(self, immutable: bool) -> Callable[[Any], None]:
+        def on_change(event: Any) -> None:
+            keys: dict[str, dict[str, Any]] = event.keys  # {key: {"action", "newValue", ...}}
+            changes, names = self._changes, self.map_names
             for key, change in keys.items():
-                if is_immutable(key) != immutable:
+                if key.startswith(IMMUTABLE_PREFIXES) != immutable:
                     self.misplaced.append(key)
                     continue
-                self._changes[key] = None if change["action"] == "delete" else change["newValue"]
+                changes[key] = None if change["action"] == "delete" else change["newValue"]
                 if key.startswith(("cell/", "tile/")):
-                    self.map_names.add(key[5:].partition("/")[0])
+                    names.add(key[5:].partition("/")[0])
 
         return on_change
 
@@ -312,13 +316,17 @@ class Feed:
         holds the change already, and the caller must restore the feed from its store.
         """
         self._last_update = b""
-        with self.doc.transaction():
-            for key, text in changes.items():
-                root = self._roots()[is_immutable(key)]
-                if text is None:
-                    root.pop(key, None)
-                else:
-                    root[key] = text
+        watching = self.doc.observe(self._on_transaction)  # only local writes need the update
+        try:
+            with self.doc.transaction():
+                for key, text in changes.items():
+                    root = self._roots()[is_immutable(key)]
+                    if text is None:
+                        root.pop(key, None)
+                    else:
+                        root[key] = text
+        finally:
+            self.doc.unobserve(watching)
         update = self._last_update
         refusal = (
             self.check(parse_update(update)) if update else None

@@ -10,7 +10,6 @@ redone in careful mode, rolling back and isolating the update.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 
@@ -21,9 +20,11 @@ from ._errors import EnvelopeError, StoreError
 from ._feed import Feed
 from ._hold import due_ms
 from ._models import Held, IngestReport, RecordIssue, Rejection
-from ._records import TRUST_PREFIXES, record_limits
+from ._records import TRUST_PREFIXES
+from ._recordtext import record_refusal
 from ._replica import Replica, note_written
-from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
+from ._verify import Verdicts
+from ._yjs import MalformedUpdate, parse_update
 
 log = logging.getLogger("knowledge")
 
@@ -43,15 +44,15 @@ class Ingestion:
         self.report = IngestReport()
         self.trust_dirty = False
         self.touched: set[bytes] = set()
-        self.restamp: set[bytes] = (
-            set()
-        )  # feeds a checkpoint jumped ahead of: rebuilt from the store at the end
+        # feeds a checkpoint jumped ahead of: rebuilt from the store at the end
+        self.restamp: set[bytes] = set()
         # The current run of one author's envelopes: their updates are queued as they pass the
         # checks, applied in one transaction, and the keys they changed folded into the views once,
         # when it ends.
         self.current: Feed | None = None
         self.current_changes: dict[str, str | None] = {}
         self.rows: list[tuple[bytes, int, bytes, bytes]] = []  # accepted envelopes not yet inserted
+        self.verdicts = Verdicts(())
 
     def run(self, envelopes: list[bytes]) -> IngestReport:
         replica, report = self.replica, self.report
@@ -69,9 +70,7 @@ class Ingestion:
         # What a rolled-back call must restore besides the feeds: what it learnt of forks, in
         # memory.
         before = replica.fork_memory()
-        roots = set(
-            replica.authority.roots()
-        )  # roots first: their delegations admit the devices after them
+        roots = set(replica.authority.roots())  # first: their delegations admit devices after them
         decoded.sort(
             key=lambda item: (
                 item[1].author not in roots,
@@ -80,6 +79,7 @@ class Ingestion:
                 -item[1].kind,
             )
         )
+        self.verdicts = Verdicts([e for _i, e in decoded if self._will_verify(e)])
         try:
             with replica.store.transaction():
                 pending = decoded
@@ -92,14 +92,13 @@ class Ingestion:
                         break
                     report.rejected += [r for *_x, r in retry if r.reason not in RETRYABLE]
                     pending = cured
-                for (
-                    author
-                ) in self.restamp:  # as a reopen would see them: keys stamped by the checkpoint
+                for author in self.restamp:  # as a reopen sees them: keys the checkpoint stamped
                     replica.replay(replica.feeds[author])
                     replica.views.reset_author(author, replica.feeds[author].items())
                 if self.trust_dirty:
                     replica.refresh_trust()
         except BaseException as exc:
+            replica.views.loaded.clear()
             if isinstance(exc, StoreError):  # the disk, not a bug: its message says it all
                 log.error("ingest failed (%s); restoring the feeds it touched from the store", exc)
             elif not isinstance(exc, UpdateRejected):
@@ -112,8 +111,21 @@ class Ingestion:
             replica.refresh_trust()
             raise
         replica.views.maps.prepared.clear()  # tiles checked here that the views did not show
+        replica.views.loaded.clear()  # likewise records
         report.rejected.sort(key=lambda r: r.index)
         return report
+
+    def _will_verify(self, env: Envelope) -> bool:
+        """Whether `_one` will verify `env` unless something before it in the call changes that:
+        an update of a writer known here, banned for nothing, past what this site holds."""
+        replica, author = self.replica, env.author
+        feed = replica.feeds.get(author)
+        return (
+            env.kind is Kind.UPDATE
+            and env.seq > (feed.seq if feed else 0)
+            and author not in replica.banned
+            and replica.authority.knows(author)
+        )
 
     def _apply(self, feed: Feed, env: Envelope) -> None:
         try:
@@ -197,7 +209,7 @@ class Ingestion:
             if not env.is_checkpoint and stored == env.hash:
                 report.duplicates += 1  # the very bytes held here: no need to verify again
                 return None
-            if not env.signature_valid():
+            if not self.verdicts.valid(env):
                 return reject("bad_signature", "signature does not verify for this author")
             if stored is None:
                 report.duplicates += 1  # covered by a checkpoint held here
@@ -246,11 +258,10 @@ class Ingestion:
                 and feed is not None
                 and feed.seq == seq - 1  # it follows what is held
                 and env.prev != feed.head
-                and env.signature_valid()
+                and self.verdicts.valid(env)
             ):
-                self._drop_feed(
-                    feed
-                )  # the pinned envelope does not follow what is held: that is another history
+                # the pinned envelope does not follow what is held: that is another history
+                self._drop_feed(feed)
                 return reject(
                     "broken_chain",
                     f"the history held here is not the one pinned at {seq}: dropped, "
@@ -261,15 +272,15 @@ class Ingestion:
             report.held.append(Held(index, author.hex(), env.seq, due_ms(env.hlc, replica.clock)))
             return None  # held here already
         if env.kind is Kind.UPDATE and env.seq > have + 1:
-            if (
-                author == replica.own_key and env.signature_valid()
+            if author == replica.own_key and self.verdicts.valid(
+                env
             ):  # proof that our key wrote beyond this store
                 replica.own.note(floor=env.seq)
             tip = replica.hold.tip(author)
             if tip is not None and env.seq == tip[0] + 1 and env.prev == tip[1].hash:
                 return self._hold(index, env, tip[1].hlc, reject)  # behind a held envelope
             return reject("gap", f"seq {env.seq} but this site holds only up to {have}")
-        if not env.signature_valid():
+        if not self.verdicts.valid(env):
             return reject("bad_signature", "signature does not verify for this author")
         feed = feed or Feed(author)
         if env.kind is Kind.UPDATE and env.prev != feed.head:
@@ -293,7 +304,7 @@ class Ingestion:
         odd = feed.foreign_structure(parsed)
         if odd is not None:
             return reject("malformed_update", odd)
-        bad_record = _record_refusal(parsed, env.hlc)
+        bad_record = record_refusal(parsed, env.hlc, replica.views.loaded)
         if bad_record is not None:
             return reject(*bad_record)
         if env.is_checkpoint and have:
@@ -301,9 +312,7 @@ class Ingestion:
             if lost is not None:  # signed envelopes and a signed checkpoint that disagree: a fork
                 self._end_run()
                 first = replica.store.envelope(author, have) or replica.store.checkpoint(author)[1]  # type: ignore[index]
-                self._record_fork(
-                    author, env.seq, first, env.raw
-                )  # nothing held is cut: the fork lies ahead
+                self._record_fork(author, env.seq, first, env.raw)  # the fork lies ahead: no cut
                 return reject("checkpoint_conflict", lost)
         rewrite = feed.check(parsed)
         if rewrite is not None:
@@ -316,9 +325,7 @@ class Ingestion:
             try:
                 changes = feed.apply(env.update)
             except BaseException as exc:
-                reraise_interrupts(
-                    exc
-                )  # pycrdt raises ValueError, or a Rust panic (a BaseException)
+                reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic
                 self._undo(feed)
                 return reject("malformed_update", f"pycrdt refused the update: {exc}")
             refused = self.replica.views.maps.admit(feed.author, changes)
@@ -355,7 +362,7 @@ class Ingestion:
         (see `_hold`); or refuse it: too far ahead, a checkpoint, not after the envelope it
         follows, another envelope held at its seq, or the hold is full."""
         replica = self.replica
-        if not env.signature_valid():
+        if not self.verdicts.valid(env):
             return reject("bad_signature", "signature does not verify for this author")
         if env.hlc <= after:
             return reject("clock_regressed", "timestamp is not after the author's previous one")
@@ -397,10 +404,10 @@ class Ingestion:
         checkpoint's seq, store the envelope (the checkpoint is checked) or, if the state differs,
         keep both as evidence of a fork and cut the feed before it."""
         replica, author = self.replica, env.author
-        if not env.signature_valid():
+        if not self.verdicts.valid(env):
             return reject("bad_signature", "signature does not verify for this author")
         try:
-            refused = check.take(env, _record_refusal)
+            refused = check.take(env, record_refusal)
         except BaseException as exc:
             reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
             replica.checks.drop(author)
@@ -480,31 +487,6 @@ def reraise_interrupts(exc: BaseException) -> None:
     fault."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
         raise exc
-
-
-def _record_refusal(parsed: ParsedUpdate, hlc: int) -> tuple[str, str] | None:
-    """(reason, detail) if a record the update writes is beyond every record's limits, or claims a
-    time later than its envelope's (which would win its map cell for ever); None if every record is
-    fine.
-
-    Records of types this version does not know are held to the same rules, so nothing deep is
-    parsed.
-    """
-    for text in parsed.strings:
-        refusal = record_limits(text)
-        if refusal is not None:
-            return "oversized_record", refusal
-        try:
-            record = json.loads(text)
-        except ValueError:
-            continue  # not a record this version can read: kept, forwarded, reported by the views
-        claimed = record.get("hlc") if isinstance(record, dict) else None
-        if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > hlc:
-            return (
-                "record_clock_ahead",
-                f"a record claims time {claimed}, later than its envelope's {hlc}",
-            )
-    return None
 
 
 def _is_checkpoint(raw: object) -> bool:

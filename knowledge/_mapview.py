@@ -20,12 +20,13 @@ import json
 import math
 import pickle
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._canonical import canonical_json
+from ._cellrows import Changes, Entry, by_tile, fold, locate_all, rows_of
 from ._errors import RecordError
 from ._models import MapRegion
 from ._records import TILE_CELLS, FutureVersion, ParsedKey, RecordType, check_record, parse_key
@@ -47,12 +48,13 @@ from ._tiles import (
 
 _LEGACY, _TILED = 0, 1  # the kinds of a writer's rows in a tile: from cell/ records, from its tile
 _NULL = "null"  # code 0 of every map: a tombstone's value
+_MAX_SEEN = 1 << 16  # values a map remembers by their repr (`_Map.code_of`) before starting over
 
 Source = tuple[int, int]  # (author id, kind)
 
 
 class _Map:
-    __slots__ = ("tiles", "codes", "values", "named", "_palette")
+    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen")
 
     def __init__(self) -> None:
         self.tiles: dict[tuple[int, ...], _Tile] = {}
@@ -60,6 +62,19 @@ class _Map:
         self.values: list[Any] = [None]
         self.named: dict[str, dict[bytes, dict[str, Any]]] = {}  # non-coordinate cells
         self._palette: np.ndarray | None = None
+        self._seen: dict[str, int] = {}  # a parsed value's repr -> its code
+
+    def code_of(self, value: Any) -> int:
+        """The code of a value parsed from a record's JSON. Of such values (dicts, lists, strings,
+        numbers, booleans, None), equal reprs mean equal values, and a repr costs a fraction of
+        the canonical JSON that `codes` is keyed by."""
+        seen = repr(value)
+        code = self._seen.get(seen)
+        if code is None:
+            if len(self._seen) >= _MAX_SEEN:
+                self._seen.clear()
+            code = self._seen[seen] = self.intern(canonical_json(value).decode(), value)
+        return code
 
     def intern(self, text: str, value: Any) -> int:
         code = self.codes.get(text)
@@ -112,7 +127,8 @@ class MapViews:
         # tiles decoded before the views see them (by ingest's check, by the writer): (author, key)
         # -> (record text, tile); the views take the tile instead of decoding the text again
         self.prepared: dict[tuple[bytes, str], tuple[str, Tile]] = {}
-        self._legacy: dict[tuple[str, tuple[int, ...], int], dict[int, tuple | None]] = {}
+        # per-cell records' changes to fold into the writers' rows at the next flush
+        self._legacy: dict[tuple[str, tuple[int, ...], int], list[Changes]] = {}
         self._touched: set[tuple[str, tuple[int, ...]]] = set()
 
     def _author(self, author: bytes) -> int:
@@ -174,25 +190,52 @@ class MapViews:
                 sources[(aid, _TILED)] = self._rows(m, content, aid)
             return
         assert not isinstance(content, Tile)
-        coords = cell_coords(key.cell)
-        if coords is None:
-            by_author = m.named.setdefault(key.cell, {})
-            if content is None:
-                by_author.pop(author, None)
-                if not by_author:
-                    del m.named[key.cell]
-            else:
-                by_author[author] = content
+        self.put_cells(author, key.name, [(key.cell, content, None)])
+
+    def put_cells(
+        self,
+        author: bytes,
+        map_name: str,
+        cells: Sequence[tuple[str, dict[str, Any] | None, tuple[float, int, bool, Any] | None]],
+    ) -> None:
+        """`put` for many (cell name, record or None, its `plain_cell` if the caller has it) of
+        one map, at one go."""
+        aid = self._author_ids.get(author)
+        if aid is None:
+            aid = self._author(author)
+        m = self.maps.get(map_name) or self._map(map_name)
+        located = locate_all([cell for cell, _content, _plain in cells])
+        if located is not None:
+            tiles, index = located
+            changes = rows_of(index, [(c, p) for _cell, c, p in cells], m.code_of, aid)
+            for tile, part in by_tile(tiles, changes):
+                self._legacy.setdefault((map_name, tile, aid), []).append(part)
+                self._touched.add((map_name, tile))
             return
-        tile, index = locate(coords)
-        row = None
-        if content is not None:
-            deleted = bool(content.get("deleted", False))
-            value = content["value"]
-            code = 0 if deleted else m.intern(canonical_json(value).decode(), value)
-            row = (index, float(content["confidence"]), content["hlc"], code, deleted, aid)
-        self._legacy.setdefault((key.name, tile, aid), {})[index] = row
-        self._touched.add((key.name, tile))
+        grouped: dict[tuple[int, ...], tuple[list[int], list[Entry]]] = {}
+        for cell, content, plain in cells:  # names of several kinds: one by one
+            coords = cell_coords(cell)
+            if coords is None:
+                self._put_named(m, author, cell, content)
+                continue
+            tile, at = locate(coords)
+            indexes, entries = grouped.setdefault(tile, ([], []))
+            indexes.append(at)
+            entries.append((content, plain))
+        for tile, (indexes, entries) in grouped.items():
+            part = rows_of(np.array(indexes, np.int64), entries, m.code_of, aid)
+            self._legacy.setdefault((map_name, tile, aid), []).append(part)
+            self._touched.add((map_name, tile))
+
+    @staticmethod
+    def _put_named(m: _Map, author: bytes, cell: str, content: dict[str, Any] | None) -> None:
+        by_author = m.named.setdefault(cell, {})
+        if content is None:
+            by_author.pop(author, None)
+            if not by_author:
+                del m.named[cell]
+        else:
+            by_author[author] = content
 
     def _rows(self, m: _Map, tile: Tile, aid: int) -> np.ndarray:
         """A decoded tile's rows with this map's value codes and the author's id."""
@@ -226,14 +269,11 @@ class MapViews:
 
     def flush(self) -> None:
         """Merge every tile changed since the last flush."""
-        for (name, tile_key, aid), changes in self._legacy.items():
+        for (name, tile_key, aid), pending in self._legacy.items():
             sources = self.maps[name].tiles.setdefault(tile_key, _Tile()).sources
-            old = sources.get((aid, _LEGACY), np.empty(0, ROW))
-            kept = pick(old, ~np.isin(old["idx"], np.fromiter(changes, np.int64, len(changes))))
-            new = np.array([row for row in changes.values() if row is not None], ROW)
-            rows = join([kept, new])
+            rows = fold(sources.get((aid, _LEGACY), np.empty(0, ROW)), pending)
             if len(rows):
-                sources[(aid, _LEGACY)] = pick(rows, np.argsort(rows["idx"], kind="stable"))
+                sources[(aid, _LEGACY)] = rows
             else:
                 sources.pop((aid, _LEGACY), None)
         self._legacy.clear()

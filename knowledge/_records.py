@@ -10,7 +10,6 @@ are kept and forwarded but skipped by the views (mixed-version fleets).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -20,9 +19,13 @@ from typing import Any
 
 from ._canonical import canonical_json, content_hash, sha256_hex
 from ._errors import RecordError
+from ._recordtext import MAX_DEPTH as MAX_DEPTH
+from ._recordtext import MAX_NUMBER_CHARS as MAX_NUMBER_CHARS
+from ._recordtext import MAX_RECORD_BYTES as MAX_RECORD_BYTES
+from ._recordtext import load_record
+from ._recordtext import record_limits as record_limits
 
 SCHEMA_VERSION = 1
-MAX_RECORD_BYTES = 256 * 1024
 MAX_TEXT = 4000
 MAX_INT = 2**53 - 1  # counts must survive JSON parsers that use float64
 MAX_TIMESTAMP = (
@@ -34,13 +37,7 @@ MAX_CELL_CHARS = 256
 TILE_CELLS = 4096  # the most cells a tile record holds (see _tiles)
 TILE_EDGE = {1: 4096, 2: 64, 3: 16}  # cells along each axis of a tile, by number of coordinates
 COORD_MIN, COORD_MAX = -(2**31), 2**31 - 1  # the coordinates of cells that tiles hold
-MAX_DEPTH = 64  # JSON nesting a record may have: checked before anything deep is parsed
-MAX_NUMBER_CHARS = 40  # a run of digits longer than this is no number a record needs
-_STRINGS = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.S)  # possessive: linear even on unclosed strings
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_BRACKETS = re.compile(r"[\[\]{}]")
 _TILE_NAME = re.compile(r"(?:0|-?[1-9][0-9]{0,9})(?:,(?:0|-?[1-9][0-9]{0,9})){0,2}")
-_LONG_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_NUMBER_CHARS + 1))
 
 
 class Role(str, Enum):
@@ -131,8 +128,12 @@ def cell_key(cell: str | tuple[int, ...] | list[int]) -> str:
     return text
 
 
+def is_map_name(name: str) -> bool:
+    return isinstance(name, str) and _MAP_NAME.fullmatch(name) is not None
+
+
 def check_map_name(name: str) -> str:
-    if not isinstance(name, str) or not _MAP_NAME.fullmatch(name):
+    if not is_map_name(name):
         raise RecordError(
             f"map name {name!r} must be 1-128 characters of letters, digits and . _ : -"
         )
@@ -253,64 +254,6 @@ def _optional_obj(rec: dict[str, Any], field: str) -> None:
         raise RecordError(f"field {field!r} must be a JSON object or absent")
 
 
-def record_limits(text: str) -> str | None:
-    """Why a record's text is beyond what any record may be (size, nesting, number length), or None.
-
-    These limits hold for every record type, known or not, so a receiver checks them before parsing
-    anything: a record nested 20,000 deep or with a 500-digit number never reaches the JSON parser.
-    """
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "record holds a lone UTF-16 surrogate: it is no UTF-8 text (Yjs would panic on it)"
-    if size > MAX_RECORD_BYTES:
-        return f"record of {size} bytes exceeds {MAX_RECORD_BYTES}"
-    bare = _STRINGS.sub('""', text)
-    depth = deepest = 0
-    for bracket in _BRACKETS.findall(bare):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    if deepest > MAX_DEPTH:
-        return f"record nests {deepest} deep; the limit is {MAX_DEPTH}"
-    if _LONG_NUMBER.search(bare):
-        return f"record holds a number of more than {MAX_NUMBER_CHARS} digits"
-    return None
-
-
-def load_record(text: str, *, within_limits: bool = False) -> dict[str, Any]:
-    """Parse a record's JSON object within the limits every record obeys (`within_limits`: the
-    caller checked them already); RecordError says what is wrong."""
-    if not isinstance(text, str):
-        raise RecordError(f"record value must be a JSON string, not {type(text).__name__}")
-    refusal = None if within_limits else record_limits(text)
-    if refusal is not None:
-        raise RecordError(refusal)
-    try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-        if _SURROGATE_ESCAPE.search(
-            text
-        ):  # an escaped lone surrogate is valid JSON but no text at all
-            json.dumps(value, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        raise RecordError(
-            "record holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)"
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise RecordError(f"record is not valid JSON: {exc}") from None
-    return _obj(value, "a record")
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not standard JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is beyond a 64-bit float")
-    return value
-
-
 class FutureVersion(Exception):
     """A record of a newer schema version: kept and forwarded, skipped by this version's views."""
 
@@ -321,11 +264,36 @@ def _version(rec: dict[str, Any]) -> None:
         raise FutureVersion(v)
 
 
+def plain_cell(rec: dict[str, Any]) -> tuple[float, int, bool, Any] | None:
+    """(confidence, hlc, deleted, value) of a parsed cell record of the shape writers make (version
+    1, a float confidence), which `check_record` accepts: the checks at one go, for bulk ingest.
+    None for any other shape: `check_record` judges those."""
+    hlc, confidence, deleted = rec.get("hlc"), rec.get("confidence"), rec.get("deleted", False)
+    if (
+        rec.get("v") == 1
+        and type(rec["v"]) is int
+        and type(hlc) is int
+        and 0 <= hlc <= MAX_TIMESTAMP
+        and type(confidence) is float
+        and 0.0 <= confidence <= 1.0
+        and type(deleted) is bool
+        and "value" in rec
+    ):
+        return confidence, hlc, deleted, rec["value"]
+    return None
+
+
 def check_record(
-    key: ParsedKey, text: str, author_hex: str, *, within_limits: bool = False
+    key: ParsedKey,
+    text: str,
+    author_hex: str,
+    *,
+    within_limits: bool = False,
+    loaded: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Parse and check one record written by `author_hex`; RecordError says what is wrong."""
-    rec = load_record(text, within_limits=within_limits)
+    """Parse and check one record written by `author_hex` (`loaded`: what `load_record(text)`
+    gave); RecordError says what is wrong."""
+    rec = load_record(text, within_limits=within_limits) if loaded is None else loaded
     _version(rec)
     _int(rec, "hlc", 0, MAX_TIMESTAMP)
     t = key.type

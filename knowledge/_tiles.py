@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ ROW = np.dtype(
 _VOID = np.dtype((np.void, ROW.itemsize))
 _WIDTHS = {"idx": 2, "hlc": 8, "code": 4, "deleted": 1}  # the columns of `cells`, in order
 PACKED_BYTES = sum(_WIDTHS.values())  # 15 a cell
+_INTEGERS = re.compile(r"(?:0|-?[1-9][0-9]{0,9})(?:,(?:0|-?[1-9][0-9]{0,9})){0,2}")
 
 
 class TileError(RecordError):
@@ -97,16 +99,10 @@ def block(rows: np.ndarray, ndim: int, lo: np.ndarray, hi: np.ndarray) -> np.nda
 def cell_coords(name: str) -> tuple[int, ...] | None:
     """The coordinates of a cell named as `cell_key` names an integer tuple ("12,-7"), if it has 1
     to 3 within 32 bits; None for any other name (such cells are not tiled)."""
-    parts = name.split(",")
-    if len(parts) > 3:
+    if not _INTEGERS.fullmatch(name):  # each as `str` writes it: no "+1", "01", "-0" or " 1"
         return None
-    try:
-        coords = tuple(int(p) for p in parts)
-    except ValueError:
-        return None
-    if ",".join(map(str, coords)) != name or not all(COORD_MIN <= c <= COORD_MAX for c in coords):
-        return None
-    return coords
+    coords = tuple(map(int, name.split(",")))
+    return coords if COORD_MIN <= min(coords) and max(coords) <= COORD_MAX else None
 
 
 def tile_coords(name: str) -> tuple[int, ...]:
@@ -117,6 +113,9 @@ def tile_coords(name: str) -> tuple[int, ...]:
 def locate(coords: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     """(the tile holding a cell, the cell's index within it)."""
     edge = EDGE[len(coords)]
+    if len(coords) == 2:  # the common case, spelled out
+        (t0, c0), (t1, c1) = divmod(coords[0], edge), divmod(coords[1], edge)
+        return (t0, t1), c0 * edge + c1
     index = 0
     for c in coords:
         index = index * edge + c % edge

@@ -29,12 +29,16 @@ from ._mapview import MapViews
 from ._models import Counts, RecordIssue
 from ._records import (
     COUNTER_FIELDS,
+    MAX_CELL_CHARS,
     REQUIRED_ROLE,
     FutureVersion,
     ParsedKey,
     RecordType,
+    Role,
     check_record,
+    is_map_name,
     parse_key,
+    plain_cell,
 )
 from ._tiles import Tile, decode
 from ._trust import Authority
@@ -66,6 +70,8 @@ _VOUCHED = frozenset(
 )  # sites read
 _MAP_TYPES = (RecordType.CELL, RecordType.TILE)  # merged by MapViews
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
+_TRANSIENT = ("authority", "written", "loaded")  # what a snapshot of the views leaves out
+Grants = dict[tuple[Role | None, int | None, int], frozenset[bytes]]  # sites, by role, seq, hlc
 
 
 def _index(key: ParsedKey) -> Index:
@@ -77,6 +83,9 @@ class Views:
         self.authority = authority
         self.written: Written = {} if written is None else written
         self.generation = 0  # bumped by every rebuild: derived caches built before it are stale
+        # records ingest parsed while checking them, by text: what `load_record` gives for it,
+        # taken (once) instead of parsing again; ingest clears what is left
+        self.loaded: dict[str, dict[str, Any]] = {}
         self._skill_log: list[
             str
         ] = []  # skills whose record, withdrawal, revocation or certificates changed
@@ -113,7 +122,9 @@ class Views:
         `issues`."""
         author_hex = author.hex()
         written = self.written.get(author, {})
-        for key, text in changes.items():
+        grants: Grants = {}  # one envelope writes many keys: its grants are looked up once
+        cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]] = {}  # by map
+        for key, text in self._cells(author, changes, written, grants, cells):
             try:
                 parsed = parse_key(key)
             except RecordError as exc:
@@ -125,7 +136,8 @@ class Views:
                 )
                 continue
             if parsed.type in _MAP_TYPES:
-                self._update_map(author, parsed, key, text, written.get(key), issues)
+                entry = (author, parsed, key, text, written.get(key))
+                self._update_map(*entry, issues, grants, cells)
                 continue
             bucket = self._entries[parsed.type]
             index = _index(parsed)
@@ -139,8 +151,7 @@ class Views:
             if text is None:
                 continue
             role = REQUIRED_ROLE[parsed.type]
-            seq, hlc = written.get(key, (None, 0))
-            sites = self.authority.sites(author, role, seq, hlc)
+            sites = self._vouching(author, role, written.get(key), grants)
             if not sites:
                 needed = role.value if role else "site root"
                 issues.append(
@@ -148,7 +159,7 @@ class Views:
                 )
                 continue
             try:
-                record = check_record(parsed, text, author_hex)
+                record = check_record(parsed, text, author_hex, loaded=self.loaded.pop(text, None))
             except FutureVersion as exc:
                 issues.append(
                     RecordIssue(author_hex, key, f"newer_schema: v{exc.args[0]} kept, not shown")
@@ -171,6 +182,8 @@ class Views:
                     # it may stop every certificate of that validator counting: start over
                     self.generation += 1
                     self._skill_log.clear()
+        for name, entries in cells.items():
+            self.maps.put_cells(author, name, entries)
         self.maps.flush()
 
     def _update_map(
@@ -181,12 +194,71 @@ class Views:
         text: str | None,
         written: tuple[int, int] | None,
         issues: list[RecordIssue],
+        grants: Grants,
+        cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]],
     ) -> None:
-        """Hand a cell or tile record to the map views: its content if it counts, else None."""
+        """Hand a tile record to the map views, or queue a cell record in `cells`: its content if
+        it counts, else None."""
         content = None
         if text is not None:
-            content = self._map_content(author, parsed, key, text, written, issues)
-        self.maps.put(author, parsed, content)
+            content = self._map_content(author, parsed, key, text, written, issues, grants)
+        if parsed.type is RecordType.CELL:
+            assert parsed.cell is not None and not isinstance(content, Tile)
+            cells.setdefault(parsed.name, []).append((parsed.cell, content, None))
+        else:
+            self.maps.put(author, parsed, content)
+
+    def _cells(
+        self,
+        author: bytes,
+        changes: dict[str, str | None],
+        written: Mapping[str, tuple[int, int]],
+        grants: Grants,
+        cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]],
+    ) -> list[tuple[str, str | None]]:
+        """Queue the cell records of the common kind in `cells` (a bulk ingest's many), to be put
+        in the maps at one go: by an author they count for, in the shape writers make
+        (`plain_cell`). Returns the other changes: the general path takes them."""
+        rest = []
+        names: dict[str, bool] = {}  # map names seen, and whether they are valid
+        loaded = self.loaded
+        for key, text in changes.items():
+            if not key.startswith("cell/"):
+                rest.append((key, text))
+                continue
+            name, _, cell = key[5:].partition("/")
+            valid = names.get(name)
+            if valid is None:
+                valid = names[name] = is_map_name(name)
+            if not valid or not 0 < len(cell) <= MAX_CELL_CHARS:
+                rest.append((key, text))  # parse_key says what is wrong
+                continue
+            if text is None:
+                cells.setdefault(name, []).append((cell, None, None))
+                continue
+            record = loaded.get(text)
+            plain = None if record is None else plain_cell(record)
+            stamp = written.get(key)
+            sites = grants.get((Role.PUBLISH, *stamp)) if stamp else None  # see _vouching
+            if sites is None:
+                sites = self._vouching(author, Role.PUBLISH, stamp, grants)
+            if plain is None or not sites:
+                rest.append((key, text))
+                continue
+            del loaded[text]
+            cells.setdefault(name, []).append((cell, record, plain))
+        return rest
+
+    def _vouching(
+        self, author: bytes, role: Role | None, written: tuple[int, int] | None, grants: Grants
+    ) -> frozenset[bytes]:
+        """`authority.sites` for a record `written` by the envelope at (seq, hlc), through
+        `grants` (the authority does not change while one author's changes are folded)."""
+        seq, hlc = written or (None, 0)
+        found = grants.get((role, seq, hlc))
+        if found is None:
+            found = grants[(role, seq, hlc)] = self.authority.sites(author, role, seq, hlc)
+        return found
 
     def _map_content(
         self,
@@ -196,17 +268,20 @@ class Views:
         text: str,
         written: tuple[int, int] | None,
         issues: list[RecordIssue],
+        grants: Grants,
     ) -> Tile | dict[str, Any] | None:
-        seq, hlc = written or (None, 0)
-        if not self.authority.sites(author, REQUIRED_ROLE[parsed.type], seq, hlc):
+        if not self._vouching(author, REQUIRED_ROLE[parsed.type], written, grants):
             issues.append(RecordIssue(author.hex(), key, "unauthorized: needs the publish role"))
             return None
         if parsed.type is RecordType.TILE:
             tile = self.maps.take_prepared(author, key, text)  # checked by ingest or its writer
             if tile is not None:
                 return tile
+        loaded = self.loaded.pop(text, None)
+        if loaded is not None and parsed.type is RecordType.CELL and plain_cell(loaded):
+            return loaded  # the common shape: what check_record would accept
         try:
-            record = check_record(parsed, text, author.hex())
+            record = check_record(parsed, text, author.hex(), loaded=loaded)
             return decode(record) if parsed.type is RecordType.TILE else record
         except FutureVersion as exc:
             issues.append(
@@ -219,14 +294,14 @@ class Views:
     def export_state(self) -> dict[str, Any]:
         """Everything the views hold but the grants and `written` (a snapshot keeps it), as
         builtin values."""
-        state = {k: v for k, v in vars(self).items() if k not in ("authority", "written")}
+        state = {k: v for k, v in vars(self).items() if k not in _TRANSIENT}
         state["maps"] = self.maps.export()
         return state
 
     def import_state(self, state: dict[str, Any]) -> None:
         """Hold what `export_state` gave (ValueError if it is not the same shape); readers of
         `skill_changes` start over."""
-        if set(state) != set(vars(self)) - {"authority", "written"}:
+        if set(state) != set(vars(self)) - set(_TRANSIENT):
             raise ValueError("the saved views hold other indexes than these views")
         try:
             maps = MapViews.restore(state["maps"])

@@ -44,6 +44,7 @@ MAP_CONTENTS = frozenset({_GC, _DELETED, _ANY})
 MAX_CLOCK = 2**32 - 1  # yrs holds clocks, and clock + length, in a u32
 MAX_CLIENT = 2**53 - 1  # yrs keeps the low 53 bits of a client id
 _MAX_DEPTH = 64
+_MAP_ENTRY = _ANY | 0x20  # an item of Any content with a parent sub (a map key) and no origins
 _MAX_VARINT_BYTES = 10
 
 
@@ -211,7 +212,8 @@ def parse_update(update: bytes) -> ParsedUpdate:
         for _ in range(structs):
             pos, length = _struct(data, pos, client, clock, found)
             found.structs.append((client, clock, length))
-            clock = _end(clock, length, "a struct")
+            end = clock + length
+            clock = end if end <= MAX_CLOCK else _end(clock, length, "a struct")
         found.groups.append((client, start, clock - start))
     clients, pos = _u32(data, pos, "delete set size")
     seen: set[int] = set()
@@ -262,6 +264,14 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
             f"struct info byte {info:#x} at byte {pos - 1} is read differently by yrs"
         )
     found.contents.add(ref)
+    if info == _MAP_ENTRY:
+        entry = _map_entry(data, pos)
+        if entry is not None:
+            pos, name, text = entry
+            found.roots.add(name)
+            found.strings.append(text)
+            found.root_inserts.append((name, client, clock, 1))
+            return pos, 1
     if ref in (_GC, _SKIP):
         length, pos = _u32(data, pos, "length")
         return pos, _nonzero(length, clock)
@@ -288,6 +298,29 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
     if root is not None:
         found.root_inserts.append((root, client, clock, length))
     return pos, _nonzero(length, clock)
+
+
+def _map_entry(data: bytes, pos: int) -> tuple[int, str, str] | None:
+    """(next position, root name, value) of a struct that sets one string under a key of a root
+    map, with short names and no origins: what feeds are mostly made of, read as the general path
+    reads it, in fewer steps. None if the struct is anything else (the general path reads it, and
+    says what is wrong with it)."""
+    try:
+        if data[pos] != 1 or data[pos + 1] >= 0x80:  # a root parent with a short name
+            return None
+        end = pos + 2 + data[pos + 1]
+        root = data[pos + 2 : end].decode("utf-8")
+        size = data[end]  # the key's
+        if size >= 0x80:
+            return None
+        data[end + 1 : end + 1 + size].decode("utf-8")
+        end += 1 + size
+        if data[end] != 1 or data[end + 1] != 119:  # one value: a string
+            return None
+    except (IndexError, UnicodeDecodeError):
+        return None
+    text, end = _string(data, end + 2)
+    return end, root, text
 
 
 def _nonzero(length: int, clock: int) -> int:

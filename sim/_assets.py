@@ -6,9 +6,10 @@ MuJoCo reads them from memory: a compiled task gets a virtual file system holdin
 assets, and a scene that would load anything else (a file the task does not carry, an `<include>`,
 an element whose file this module does not know) is refused, so nothing is read from the working
 directory of whoever compiles it. `bundle` does the authoring side: it reads the files a model
-spec loads (from the model's directory, and for URDF `package://` URIs from a package search
-path), renames them to portable relative names and returns their bytes. An `<include>`d file
-becomes part of the scene text: MuJoCo's reader inlines it and its writer writes it out.
+spec loads (from the model's directory, and URDF `package://` URIs by knowledge's one search
+order, as `Embodiment.from_urdf` resolves them), renames them to portable relative names and
+returns their bytes. An `<include>`d file becomes part of the scene text: MuJoCo's reader inlines
+it and its writer writes it out.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from typing import Any
 
 import mujoco
 
-from knowledge import BlobError, BlobQuotaError, KnowledgeBase
+from knowledge import (
+    BlobError,
+    BlobQuotaError,
+    KnowledgeBase,
+    PackageNotFoundError,
+    resolve_package_uri,
+)
 
 from ._errors import MissingAssetError, TaskDefinitionError
 
@@ -142,15 +149,16 @@ def bundle(
     """Read the files a model spec loads, rename them in the spec to portable names and give it
     their bytes (`spec.assets`); returns name -> bytes. Relative paths resolve against the model
     file's directory (or `directory`, or the working directory, for a spec read from text);
-    `package://pkg/...` against `package_path` and then ROS_PACKAGE_PATH. Names are paths relative
-    to the model's directory when every file is under it, else to the deepest directory holding
-    them all. TaskDefinitionError names a file that cannot be read."""
+    `package://pkg/...` by `knowledge.resolve_package_uri`: `package_path`, ROS_PACKAGE_PATH,
+    then that directory and those above it (as `Embodiment.from_urdf` does). Names are paths
+    relative to the model's directory when every file is under it, else to the deepest directory
+    holding them all. TaskDefinitionError names a file that cannot be read."""
     base = Path(os.path.normpath(spec.modelfiledir or directory or "."))
     found = []  # (element, cube face or None, file on disk)
     for reference in _files(spec):
         kind, element, face, file, where = reference
         if file.startswith(_PACKAGE):
-            path = _package_file(file, package_path, where)
+            path = _package_file(file, package_path, base, where)
         else:
             name = posixpath.basename(file) if spec.strippath else file
             path = base / getattr(spec, _DIRS[kind]) / name
@@ -244,20 +252,13 @@ def _lookup(spec: Any, kind: str, file: str) -> str:
     return posixpath.normpath(posixpath.join(getattr(spec, _DIRS[kind]), name))
 
 
-def _package_file(uri: str, package_path: Sequence[PathLike], where: str) -> Path:
-    """The file a `package://pkg/rest` URI names: `pkg/rest` under a search-path entry that is the
-    package itself or holds it."""
-    package, _, rest = uri.removeprefix(_PACKAGE).partition("/")
-    roots = [Path(p) for p in package_path]
-    roots += [Path(p) for p in os.environ.get("ROS_PACKAGE_PATH", "").split(os.pathsep) if p]
-    for root in roots:
-        for candidate in (root, root / package):
-            if candidate.name == package and candidate.is_dir():
-                return candidate / rest
-    searched = ", ".join(map(str, roots)) or "nothing (no package_path, ROS_PACKAGE_PATH unset)"
-    raise TaskDefinitionError(
-        "scene", f"{where} loads {uri!r}: package {package!r} is not in the search path: {searched}"
-    )
+def _package_file(uri: str, package_path: Sequence[PathLike], base: Path, where: str) -> Path:
+    """The file a `package://pkg/rest` URI names, by knowledge's one search order: `package_path`,
+    ROS_PACKAGE_PATH, then the model's folder and those above it."""
+    try:
+        return resolve_package_uri(uri, package_path=package_path, relative_to=base)
+    except PackageNotFoundError as exc:
+        raise TaskDefinitionError("scene", f"{where} loads {uri!r}: {exc}") from None
 
 
 def _portable_names(paths: list[Path], base: Path) -> dict[Path, str]:

@@ -67,7 +67,7 @@ def reach_task(
     position servo of gain `servo_gain` on each of `joints`. `home` (joint name -> position) adds a
     start keyframe, with position servos aimed at it; or `keyframe` names one the scene has.
     `package_path` lists directories to find a URDF's `package://` meshes in (then
-    ROS_PACKAGE_PATH).
+    ROS_PACKAGE_PATH, then the folders holding the file: `knowledge.resolve_package_uri`).
     """
     spec, source = _load(scene, package_path)
     model = _compile(spec, source)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import safetensors.torch
@@ -30,6 +30,13 @@ ACTIVATIONS: dict[str, Callable[[], torch.nn.Module]] = {
     "relu": torch.nn.ReLU,
     "elu": torch.nn.ELU,
     "silu": torch.nn.SiLU,
+}
+# the same kernels in place, for inference (`MLP.act`): the same bits without new tensors
+_IN_PLACE: dict[str, Callable[[torch.Tensor], object]] = {
+    "tanh": torch.tanh_,
+    "relu": torch.relu_,
+    "elu": lambda x: torch.nn.functional.elu(x, inplace=True),
+    "silu": lambda x: torch.nn.functional.silu(x, inplace=True),
 }
 _DTYPES = {"float64": (torch.float64, "F64"), "float32": (torch.float32, "F32")}
 MAX_WEIGHTS_BYTES = 256 * 2**20
@@ -155,6 +162,27 @@ class MLP(torch.nn.Module):
         if self.output_activation is not None:
             x = self.output_activation(x)
         return self.act_offset + self.act_scale * x
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """`forward` on a float64 array, as float64, with no autograd: the same kernels on the same
+        operands (in place, and without the submodules' call machinery, which costs as much as the
+        arithmetic at a wave's batch sizes), so the same bits. What a rollout calls every control
+        step."""
+        spec = self.spec
+        hidden, out = _IN_PLACE[spec.activation], spec.output_activation
+        with torch.inference_mode():
+            x = torch.from_numpy(obs).to(self.obs_mean.dtype)
+            x = (x - self.obs_mean).div_(self.obs_std)
+            last = len(self.layers) - 1
+            for i, layer in enumerate(self.layers):
+                linear = cast(torch.nn.Linear, layer)
+                x = torch.nn.functional.linear(x, linear.weight, linear.bias)
+                if i < last:
+                    hidden(x)
+            if out is not None:
+                _IN_PLACE[out](x)
+            # offset + scale * x: IEEE products and sums commute, bit for bit
+            return x.mul_(self.act_scale).add_(self.act_offset).to(torch.float64).numpy()
 
 
 @dataclass(frozen=True)

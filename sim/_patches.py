@@ -266,6 +266,61 @@ def _draw(term: SamplerTerm, u: np.ndarray) -> np.ndarray:
     )
 
 
+class Draws:
+    """Sampled patches of consecutive branches as columns: per mutation position, its target, op
+    and a (branches, width) array of values. Sampled patches all have the same targets in the same
+    order, so a batch applies them column by column, without a `Mutation` per branch and value
+    (what `Patch` lists cost to build and to regroup is most of a wave's setup)."""
+
+    def __init__(self, count: int, columns: Sequence[tuple[str, str, np.ndarray]]) -> None:
+        self.count = count
+        self.columns = tuple(columns)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __add__(self, other: Draws) -> Draws:
+        """Each branch's mutations followed by its mutations in `other` (as `Patch.__add__`)."""
+        if other.count != self.count:
+            raise ValueError(f"draws of {self.count} and {other.count} branches do not add up")
+        return Draws(self.count, self.columns + other.columns)
+
+    def __getitem__(self, rows: slice) -> Draws:
+        """The draws of a slice of these branches (as a list of patches slices)."""
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise TypeError(f"draws are sliced by a contiguous slice, not {rows!r}")
+        start, stop, _ = rows.indices(self.count)
+        return Draws(max(stop - start, 0), [(t, op, v[start:stop]) for t, op, v in self.columns])
+
+    def patches(self) -> list[Patch]:
+        """As one `Patch` per branch."""
+        mutations: list[list[Mutation]] = [[] for _ in range(self.count)]
+        for target, op, values in self.columns:
+            for row, value in zip(mutations, values.tolist(), strict=True):
+                row.append(Mutation(target, op, tuple(value)))
+        return [Patch(tuple(row)) for row in mutations]
+
+
+def sample_draws(
+    terms: Sequence[SamplerTerm],
+    template: Template,
+    seed: int,
+    first: int,
+    count: int,
+    stream: str,
+    error: SpecErrorType = SamplerSpecError,
+) -> Draws:
+    """The draws of branches first .. first+count-1; each branch's a pure function of the terms,
+    seed, stream and its own branch index."""
+    columns = []
+    for i, term in enumerate(terms):
+        for target in expand_targets(term, template, f"terms[{i}]", error):
+            size = template.slot(target).size if term.per_component else 1
+            values = _draw(term, _uniforms(seed, stream, i, target, first, count, 2 * size))
+            columns.append((target, term.op, np.ascontiguousarray(values, dtype=np.float64)))
+    return Draws(count, columns)
+
+
 def sample_terms(
     terms: Sequence[SamplerTerm],
     template: Template,
@@ -275,18 +330,8 @@ def sample_terms(
     stream: str,
     error: SpecErrorType = SamplerSpecError,
 ) -> list[Patch]:
-    """The patches of branches first .. first+count-1; each a pure function of the terms, seed,
-    stream and its own branch index."""
-    mutations: list[list[Mutation]] = [[] for _ in range(count)]
-    for i, term in enumerate(terms):
-        for target in expand_targets(term, template, f"terms[{i}]", error):
-            size = template.slot(target).size if term.per_component else 1
-            values = _draw(
-                term, _uniforms(seed, stream, i, target, first, count, 2 * size)
-            ).tolist()
-            for row, value in zip(mutations, values, strict=True):
-                row.append(Mutation(target, term.op, tuple(value)))
-    return [Patch(tuple(row)) for row in mutations]
+    """`sample_draws` as one `Patch` per branch."""
+    return sample_draws(terms, template, seed, first, count, stream, error).patches()
 
 
 def _checked(
@@ -335,11 +380,22 @@ def _checked(
 
 
 def _groups(
-    template: Template, patches: Sequence[Patch | None], branches: Sequence[int], state: bool
+    template: Template,
+    patches: Sequence[Patch | None] | Draws,
+    branches: Sequence[int],
+    state: bool,
 ) -> Iterator[tuple[Slot, str, str, np.ndarray, np.ndarray]]:
     """Mutations in application order, vectorized: position by position along the patches, one group
     per (target, op, width) holding its simulations and their values. Each simulation has one
-    mutation per position, so the groups of a position touch disjoint simulations."""
+    mutation per position, so the groups of a position touch disjoint simulations. (`Draws` are
+    such groups already: one per column, every simulation in it.)"""
+    if isinstance(patches, Draws):
+        everyone = np.arange(patches.count)
+        for target, op, column in patches.columns:
+            slot = _slot(template, target, branches, 0)
+            if slot.state == state:
+                yield slot, target, op, everyone, column
+        return
     longest = max((len(p.mutations) for p in patches if p is not None), default=0)
     for position in range(longest):
         groups: dict[tuple[str, str, int], tuple[list[int], list[tuple[float, ...]]]] = {}
@@ -350,18 +406,23 @@ def _groups(
                 sims.append(sim)
                 values.append(m.value)
         for (target, op, _), (sims, values) in groups.items():
-            try:
-                slot = template.slot(target)
-            except MutationError as exc:
-                raise MutationError(exc.target, exc.detail, branches[sims[0]]) from None
+            slot = _slot(template, target, branches, sims[0])
             if slot.state == state:
                 yield slot, target, op, np.array(sims), np.array(values, dtype=np.float64)
+
+
+def _slot(template: Template, target: str, branches: Sequence[int], sim: int) -> Slot:
+    """A target's slot, or a MutationError naming the branch of simulation `sim` that asked."""
+    try:
+        return template.slot(target)
+    except MutationError as exc:
+        raise MutationError(exc.target, exc.detail, branches[sim]) from None
 
 
 def apply_model_patches(
     batch: mjbatch.Batch,
     template: Template,
-    patches: Sequence[Patch | None],
+    patches: Sequence[Patch | None] | Draws,
     branches: Sequence[int],
 ) -> None:
     """Write each simulation's model mutations into expanded fields, then recompute derived
@@ -385,7 +446,7 @@ def apply_model_patches(
 def apply_state_patches(
     batch: mjbatch.Batch,
     template: Template,
-    patches: Sequence[Patch | None],
+    patches: Sequence[Patch | None] | Draws,
     branches: Sequence[int],
 ) -> None:
     """Write each simulation's initial-state mutations (after reset, before the first forward)."""

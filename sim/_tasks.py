@@ -192,11 +192,11 @@ class Task:
         package_path: Sequence[str | os.PathLike[str]] = (),
     ) -> Task:
         """A task whose scene's files are read from the disk and carried by hash: relative paths
-        (and `<include>`s) resolve against `directory`, `package://` URIs against `package_path`
-        and ROS_PACKAGE_PATH. The scene is rewritten by MuJoCo's own writer with included files
-        inlined and each file renamed to a portable name (`sim._assets.bundle`); a scene that loads
-        nothing is kept as it is. A definition that names its assets already has them read from
-        `directory`/<name>."""
+        (and `<include>`s) resolve against `directory`, `package://` URIs against `package_path`,
+        ROS_PACKAGE_PATH and `directory`'s folders (`knowledge.resolve_package_uri`). The scene is
+        rewritten by MuJoCo's own writer with included files inlined and each file renamed to a
+        portable name (`sim._assets.bundle`); a scene that loads nothing is kept as it is. A
+        definition that names its assets already has them read from `directory`/<name>."""
         data = dict(definition)
         if "assets" in data:
             names = declared(data)

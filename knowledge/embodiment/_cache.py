@@ -30,7 +30,7 @@ import mujoco
 from .._errors import EmbodimentError
 from ._descriptors import FORMAT, Embodiment, describe
 from ._mjcf import MjcfModel, prepare_mjcf
-from ._urdf import resolve_mesh, search_path, uses_xacro
+from ._urdf import resolve_mesh, uses_xacro
 
 VERSION = f"simnet.descriptor-cache/2 format {FORMAT} mujoco {mujoco.__version__}"
 """Part of every key: a new descriptor layout, reader or MuJoCo version may describe a file
@@ -83,7 +83,7 @@ def urdf_files(path: Path, package_path: Any, label: str = "<cache>") -> list[Pa
     if root is None or path.name.endswith(".xacro") or uses_xacro(root):
         return None
     files = [path]
-    roots = search_path(package_path)
+    roots = list(package_path or ())
     for mesh in root.iterfind("link/collision/geometry/mesh"):
         try:
             files.append(resolve_mesh(label, path, mesh.get("filename", ""), roots))
@@ -176,7 +176,8 @@ class DescriptorCache:
             with tempfile.NamedTemporaryFile(
                 "w", dir=self.directory, suffix=".tmp", delete=False
             ) as out:
-                json.dump(embodiment.to_dict(), out, separators=(",", ":"))
+                # dumps, not dump: json.dump encodes in Python, dumps in C (a tenth of a query)
+                out.write(json.dumps(embodiment.to_dict(), separators=(",", ":")))
             os.replace(out.name, self.directory / f"{key}.json")
         except OSError:
             pass  # a cache that cannot be written (a read-only store) only costs time

@@ -7,9 +7,9 @@ edited (`compile_urdf`), by these rules:
 - xacro: a file in the xacro namespace (or named `*.xacro`) is expanded by the `xacro` package
   (ROS's own, on PyPI) when it is installed, with `$(find pkg)` resolved from the package search
   path below; without it the file is refused, saying so.
-- `package://NAME/...` mesh URIs resolve against a search path: the `package_path` argument, then
-  `ROS_PACKAGE_PATH`, then the file's own folders; on each, NAME is a directory of that name in the
-  folder or the folder itself. `file://` URIs and relative names resolve as paths.
+- `package://NAME/...` mesh URIs resolve by `knowledge.resolve_package_uri` (the one search order,
+  shared with sim's task files): the `package_path` argument, then `ROS_PACKAGE_PATH`, then the
+  file's own folders. `file://` URIs and relative names resolve as paths.
 - Visual elements are dropped: they do not change the physics, and reading their meshes was most
   of the time a first query took. In a link whose `<inertial>` is given, a collision mesh only
   bounds the link's extent, so it becomes its bounding sphere (`_meshes`: STL and OBJ read with
@@ -50,6 +50,7 @@ import mujoco
 import numpy as np
 
 from .._errors import EmbodimentError
+from .._packages import PACKAGE_SCHEME, PackageNotFoundError, resolve_package_uri
 from ._meshes import MESH_FORMATS, bounding_sphere
 
 XACRO_NS = "http://www.ros.org/wiki/xacro"
@@ -57,6 +58,7 @@ _MOVABLE = frozenset({"revolute", "continuous", "prismatic"})
 _KINDS = {"effort": "motor", "position": "position", "velocity": "velocity"}
 _SERVO_ERROR = 0.1
 _xacro_lock = threading.Lock()
+PackagePath = list[str | os.PathLike[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,22 +70,6 @@ class _Drive:
     range: tuple[float, float] | None
 
 
-def search_path(package_path: Iterable[str | os.PathLike[str]] | None) -> list[Path]:
-    """Where `package://` URIs are looked up: the argument, then ROS_PACKAGE_PATH."""
-    roots = [Path(p) for p in package_path or ()]
-    env = os.environ.get("ROS_PACKAGE_PATH", "")
-    return roots + [Path(p) for p in env.split(os.pathsep) if p]
-
-
-def find_package(name: str, roots: list[Path], file: Path) -> Path | None:
-    """A package's directory: NAME in or as a search root, then in or as the file's folders."""
-    for root in [*roots, *file.resolve().parents]:
-        for candidate in (root / name, root):
-            if candidate.name == name and candidate.is_dir():
-                return candidate
-    return None
-
-
 def prepare_urdf(
     label: str,
     path: Path,
@@ -93,7 +79,7 @@ def prepare_urdf(
     balance_inertia: bool,
 ) -> tuple[str, ET.Element]:
     """The URDF text MuJoCo will compile, and its parsed tree (for the mobility and drive rules)."""
-    roots = search_path(package_path)
+    roots = list(package_path or ())
     robot = _parse(label, text)
     if path.name.endswith(".xacro") or uses_xacro(robot):
         robot = _parse(label, _expand_xacro(label, path, roots))
@@ -164,17 +150,14 @@ def uses_xacro(robot: ET.Element) -> bool:
     )
 
 
-def resolve_mesh(label: str, path: Path, name: str, roots: list[Path]) -> Path:
-    if name.startswith("package://"):
-        package, _, rest = name.removeprefix("package://").lstrip("/").partition("/")
-        found = find_package(package, roots, path)
-        if found is None:
-            searched = ", ".join(str(r) for r in roots) or "none given"
-            raise EmbodimentError(
-                f"{label}: cannot resolve {name}: no package {package!r} in the search path"
-                f" ({searched}) or the file's folders; pass package_path= or set ROS_PACKAGE_PATH"
-            )
-        return found / rest
+def resolve_mesh(label: str, path: Path, name: str, package_path: PackagePath) -> Path:
+    """The file a URDF mesh `filename` names: `package://` URIs by the one search order
+    (`knowledge._packages`), `file://` URIs and other names as paths from the URDF's folder."""
+    if name.startswith(PACKAGE_SCHEME):
+        try:
+            return resolve_package_uri(name, package_path=package_path, relative_to=path)
+        except PackageNotFoundError as exc:
+            raise exc.at(label) from None
     name = name.removeprefix("file://")
     return Path(name) if os.path.isabs(name) else path.parent / name
 
@@ -209,7 +192,7 @@ def _diagonal_if_not_positive(inertia: ET.Element) -> None:
             inertia.set(key, "0")
 
 
-def _expand_xacro(label: str, path: Path, roots: list[Path]) -> bytes:
+def _expand_xacro(label: str, path: Path, roots: PackagePath) -> bytes:
     """The URDF a xacro file expands to, with `$(find pkg)` looked up on the search path."""
     try:
         import xacro
@@ -221,10 +204,11 @@ def _expand_xacro(label: str, path: Path, roots: list[Path]) -> bytes:
         ) from None
 
     def find(package: str) -> str:
-        found = find_package(package, roots, path)
-        if found is None:
-            raise EmbodimentError(f"{label}: $(find {package}): no such package on the search path")
-        return str(found)
+        try:
+            uri = f"{PACKAGE_SCHEME}{package}"
+            return str(resolve_package_uri(uri, package_path=roots, relative_to=path))
+        except PackageNotFoundError as exc:
+            raise exc.at(f"{label}: $(find {package})") from None
 
     with _xacro_lock:  # xacro keeps its state in module globals
         original = substitution._eval_find

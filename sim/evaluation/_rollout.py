@@ -11,6 +11,7 @@ is called per half instead, each half a lane of its own (`run_wave`): the outcom
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,9 +22,21 @@ import numpy as np
 import torch
 from mujoco import batch as mjbatch
 
-from .._errors import IncompatibleTemplateError, PolicyCallError, PolicyOutputError
-from .._mlp import EntryPointRef, Policy
-from .._patches import Patch, Sampler, apply_model_patches, apply_state_patches
+from .._errors import (
+    IncompatibleTemplateError,
+    PolicyCallError,
+    PolicyOutputError,
+    TaskDefinitionError,
+)
+from .._mlp import MLP, EntryPointRef, Policy
+from .._patches import (
+    Draws,
+    Patch,
+    Sampler,
+    apply_model_patches,
+    apply_state_patches,
+    sample_draws,
+)
 from .._snapshot import Snapshot, apply_stepwise
 from .._tasks import Runtime, Task
 
@@ -87,6 +100,8 @@ class PolicyCaller:
         return self._splits[(rows, at)]
 
     def __call__(self, obs: np.ndarray) -> object:
+        if isinstance(self.policy, MLP):
+            return self.policy.act(obs)
         if not self.torch:
             return self.policy(obs)
         with torch.inference_mode():
@@ -96,10 +111,16 @@ class PolicyCaller:
 def branch_patches(task: Task, sampler: Sampler, first: int, count: int) -> list[Patch]:
     """What makes each branch differ from the template: its dynamics draws, then its initial
     state."""
-    dynamics = sampler.sample_many(task.template, first, count)
-    return [
-        d + i for d, i in zip(dynamics, task.init_patches(sampler.seed, first, count), strict=True)
-    ]
+    return branch_draws(task, sampler, first, count).patches()
+
+
+def branch_draws(task: Task, sampler: Sampler, first: int, count: int) -> Draws:
+    """`branch_patches` as columns, which a batch applies without a `Mutation` per branch."""
+    dynamics = sample_draws(sampler.terms, task.template, sampler.seed, first, count, "dynamics")
+    init = sample_draws(
+        task.init_terms, task.template, sampler.seed, first, count, "init", TaskDefinitionError
+    )
+    return dynamics + init
 
 
 def branch_patch(task: Task, sampler: Sampler, branch: int) -> Patch:
@@ -115,7 +136,7 @@ def run_wave(
     branches: int,
     threads: int,
     on_step: Callable[[], None] | None = None,
-    patches: Sequence[Patch] | None = None,
+    patches: Sequence[Patch] | Draws | None = None,
     start: Snapshot | None = None,
 ) -> list[BranchOutcome]:
     """Roll out branches [wave_index * wave, ...) closed loop; outcomes in branch order. With
@@ -129,7 +150,7 @@ def run_wave(
     wave as one lane, which raises it as a single policy call names it."""
     ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
     if patches is None:
-        patches = branch_patches(task, sampler, ids[0], len(ids))
+        patches = branch_draws(task, sampler, ids[0], len(ids))
     at = _lane_split(task, caller, wave, threads)
     if at:
         try:
@@ -161,7 +182,7 @@ def _has_python_terms(task: Task) -> bool:
 def _two_lanes(
     task: Task,
     caller: PolicyCaller,
-    patches: Sequence[Patch],
+    patches: Sequence[Patch] | Draws,
     ids: list[int],
     rows: int,
     at: int,
@@ -213,7 +234,7 @@ class _LaneStopped(Exception):
 def _closed_loop(
     task: Task,
     caller: PolicyCaller,
-    patches: Sequence[Patch],
+    patches: Sequence[Patch] | Draws,
     ids: list[int],
     size: int,
     threads: int,
@@ -227,6 +248,7 @@ def _closed_loop(
 
     live = np.zeros(size, bool)
     live[:n] = True
+    everyone = n == size  # every row live: the usual case, which skips the row masks below
     success = np.zeros(size, bool)
     reward = np.zeros(size)
     steps = np.zeros(size, np.int64)
@@ -237,23 +259,27 @@ def _closed_loop(
     first_success = task.definition["success"]["when"] == "first"
 
     def end(rows: np.ndarray, reason: str | list[str]) -> None:
+        nonlocal everyone
         if not rows.any():  # the usual case, every control step: nothing ended
             return
         for k, row in enumerate(np.flatnonzero(rows)):
             reasons[row] = reason if isinstance(reason, str) else reason[k]
         live[rows] = False
+        everyone = False
 
+    # A finite sum means finite terms (NaN and inf propagate; an overflow only sends the check to
+    # the exact, per-row path), so one reduction clears a whole array in the usual case.
     for step in range(task.horizon):
         obs = runtime.observe()
-        obs[~live] = 0.0
-        bad = live & ~np.isfinite(obs).all(axis=1)
-        end(bad, "unstable:nonfinite")
-        if not live.any():
-            break
+        if not (everyone and math.isfinite(obs.sum())):
+            obs[~live] = 0.0
+            end(live & ~np.isfinite(obs).all(axis=1), "unstable:nonfinite")
+            if not live.any():
+                break
         actions = _actions(caller, obs, live, ids, step, task.act_dim)
         target = actions if task.action_mode == "absolute" else ctrl + actions
-        clipped = np.clip(target, runtime.ctrl_low, runtime.ctrl_high)
-        everyone = live.all()
+        # np.clip's bits (the values are finite), without its Python wrapper
+        clipped = np.minimum(np.maximum(target, runtime.ctrl_low), runtime.ctrl_high)
         if everyone:
             ctrl[...] = clipped
         else:
@@ -268,16 +294,24 @@ def _closed_loop(
                 batch.error(s).splitlines()[0] for s in sorted(map(int, exc.ids)) if live[s]
             ]
             end(failed & live, [f"mujoco:{m}" for m in messages])
-        counts = batch.warning[:, warn_ids, 1]
-        rising = (counts > warned) & live[:, None]
-        if rising.any():
-            rows = rising.any(axis=1)
-            end(rows, [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]])
-        warned = counts  # a copy already: fancy indexing
-        steps[live] += 1
+        counts = batch.warning[:, warn_ids, 1]  # a copy: fancy indexing
+        if (counts != warned).any():
+            rising = (counts > warned) & live[:, None]
+            if rising.any():
+                rows = rising.any(axis=1)
+                end(
+                    rows,
+                    [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]],
+                )
+            warned = counts
         gained = runtime.reward()
-        end(live & ~np.isfinite(gained), "unstable:nonfinite")
-        reward[live] += gained[live]
+        if everyone and math.isfinite(gained.sum()):
+            steps += 1
+            reward += gained
+        else:
+            steps[live] += 1
+            end(live & ~np.isfinite(gained), "unstable:nonfinite")
+            reward[live] += gained[live]
         for reason, hit in runtime.failures():
             end(live & hit, reason)
         if first_success:
@@ -287,7 +321,7 @@ def _closed_loop(
         runtime.end_step()
         if on_step is not None:
             on_step()
-        if not live.any():
+        if not everyone and not live.any():
             break
     if live.any():
         done = live & runtime.succeeded()
@@ -302,7 +336,7 @@ def _closed_loop(
 
 def prepared_batch(
     task: Task,
-    patches: Sequence[Patch],
+    patches: Sequence[Patch] | Draws,
     ids: list[int],
     rows: int,
     threads: int,
@@ -334,7 +368,7 @@ def _actions(
         return tuple(ids[i] for i in np.flatnonzero(live))
 
     try:
-        raw = caller(obs.copy())
+        raw = caller(obs)  # the policy's own: nothing reads it after
     except Exception as exc:
         raise PolicyCallError(
             f"the policy raised {type(exc).__name__}: {exc}", live_branches(), step
@@ -350,6 +384,8 @@ def _actions(
             live_branches(),
             step,
         )
+    if math.isfinite(actions.sum()):  # the usual case (see `_closed_loop`)
+        return actions
     nonfinite = live & ~np.isfinite(actions).all(axis=1)
     if nonfinite.any():
         bad = tuple(ids[i] for i in np.flatnonzero(nonfinite))

@@ -26,7 +26,8 @@ from ._entities import Entity, compose
 from ._segments import Event
 from ._shards import Shards
 from ._world_input import as_int, check_steps, check_text, check_tick, mutate_event
-from ._worldstore import CANONICAL, Checkpoint, Log
+from ._worldrows import Checkpoint, Log
+from ._worldstore import CANONICAL
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from .._snapshot import apply_stepwise
 from .._templates import Template, cached_template
 from ._entities import entity_patch, moved_row, named_state
 from ._segments import Event
-from ._worldstore import Checkpoint
+from ._worldrows import Checkpoint
 
 log = logging.getLogger(__name__)
 _INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION

@@ -22,7 +22,7 @@ from ..evaluation._evaluate import evaluate
 from ..evaluation._executors import Worker, make_worker
 from ._engine import Engine
 from ._segments import Event
-from ._worldstore import Checkpoint
+from ._worldrows import Checkpoint
 
 
 class ShardHost:

@@ -65,6 +65,10 @@ class RedoFile:
         self.path = path
         self.folded = self.last = folded
         self._salt = world_id.encode()
+        # the salt's share of each record's checksums, computed once: a CRC-32 and a SHA-256 resume
+        # from it (the same values as over salt + bytes)
+        self._salt_crc = zlib.crc32(self._salt)
+        self._salted = hashlib.sha256(self._salt)
         self._fsync = fsync
         try:
             created = not path.exists()
@@ -173,11 +177,13 @@ class RedoFile:
             raise WorldError(
                 f"{self.path}: the commit cannot be stored ({exc}); nothing of it was kept"
             ) from None
+        digest = self._salted.copy()
+        digest.update(payload)
         data = (
             _HEADER.pack(
                 len(payload),
-                zlib.crc32(self._salt + _LENGTH.pack(len(payload))),
-                hashlib.sha256(self._salt + payload).digest(),
+                zlib.crc32(_LENGTH.pack(len(payload)), self._salt_crc),
+                digest.digest(),
             )
             + payload
         )

@@ -39,7 +39,8 @@ from ._entities import Entity
 from ._hosts import host_worker
 from ._segments import Event
 from ._world_input import MAX_AHEAD, MAX_TICK, as_int, check_text, check_tick, mutate_event
-from ._worldstore import CANONICAL, Checkpoint, Log, WorldStore
+from ._worldrows import Checkpoint, Log
+from ._worldstore import CANONICAL, WorldStore
 
 log = logging.getLogger(__name__)
 _RETRIES = 3
@@ -179,7 +180,13 @@ class Shards:
         with self.lock:
             head = self.log(shard, key).head
             _, last = self.store.last_event(shard, key)
-            tick = head if at is None else check_tick("at", at)
+            # an int in range (the usual case) as is; anything else through the full check
+            if at is None:
+                tick = head
+            elif type(at) is int and 0 <= at <= MAX_TICK:
+                tick = at
+            else:
+                tick = check_tick("at", at)
             if tick < head or tick < last or tick > head + MAX_AHEAD:
                 _refuse_tick(shard, key, head, last, tick)
             event = mutate_event(self.template(shard, key), tick, batch, provenance)

@@ -31,7 +31,8 @@ from ._segments import Event
 from ._shards import Shards
 from ._world_input import as_int, check_steps, check_text
 from ._worldfiles import check_folder
-from ._worldstore import CANONICAL, Log, WorldStore
+from ._worldrows import Log
+from ._worldstore import CANONICAL, WorldStore
 
 
 class World:

@@ -381,13 +381,10 @@ class WorldFiles(abc.ABC):
     def _checksum(self, table: str, *fields: str | int | bytes) -> str:
         """SHA-256 over the world id and the fields (text as UTF-8), after their lengths
         (unambiguous, and cheap)."""
-        parts = [
-            field if isinstance(field, bytes) else str(field).encode()
-            for field in (table, self.id, *fields)
-        ]
-        return hashlib.sha256(
-            b",".join(b"%d" % len(p) for p in parts) + b"|" + b"".join(parts)
-        ).hexdigest()
+        parts = [table.encode(), self.id.encode()]
+        parts += [field if isinstance(field, bytes) else str(field).encode() for field in fields]
+        lengths = b",".join([b"%d" % len(p) for p in parts])  # a list: join takes it without a copy
+        return hashlib.sha256(b"%s|%s" % (lengths, b"".join(parts))).hexdigest()
 
     def _rows(
         self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None

@@ -22,9 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import orjson
 
@@ -34,6 +32,7 @@ from .._errors import CorruptCheckpointError, CorruptLogError, CorruptWorldError
 from . import _segments as segments
 from ._segments import Event
 from ._worldfiles import WorldFiles
+from ._worldrows import Checkpoint, Log
 
 CANONICAL = ""  # the branch key of a shard's canonical log
 # Events per log at least kept in memory after this process appended them: the engine's next advance
@@ -49,69 +48,21 @@ _SQLITE_INT_MAX = 2**63 - 1  # ticks and heads are SQLite integers
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    """A shard's state on arrival at `tick`, before that tick's events: template, patch, state
-    row."""
-
-    tick: int
-    template: str  # source hash
-    model_hash: str
-    patch: list
-    state: bytes
-
-    def to_json(self) -> dict:
-        return {
-            "tick": self.tick,
-            "template": self.template,
-            "model_hash": self.model_hash,
-            "patch": self.patch,
-            "state": self.state,
-        }
-
-
-class Log(
-    NamedTuple
-):  # a tuple: its row and checksum are rewritten at every commit that advances it
-    """A log's extent: its history runs from `base_tick` (a fork's tick, or where pruning left the
-    canonical log) to `head`; events up to `anchor_seq` (tick `anchor_tick`) were pruned, and
-    `anchor` is the checksum of their last segment, which the first remaining segment chains from;
-    `tip` is the checksum of its newest segment (its anchor while it has none)."""
-
-    shard: str
-    branch: str
-    base_tick: int
-    head: int
-    label: str
-    anchor_seq: int = 0
-    anchor_tick: int = 0
-    anchor: str = ""
-    tip: str = ""
-
-
 class WorldStore(WorldFiles):
     """A world's rows; one process at a time (an exclusive lock beside the file)."""
 
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self._logs: dict[tuple[str, str], Log] = {}  # with its head as of now
-        self._unsaved: set[tuple[str, str]] = (
-            set()
-        )  # logs whose row (head, tip) changed, not yet written
-        self._last: dict[
-            tuple[str, str], tuple[int, int]
-        ] = {}  # log -> (seq, tick) of its last event
-        self._recent: dict[
-            tuple[str, str], list[Event]
-        ] = {}  # events this process appended (its own bytes)
-        self._pending: dict[
-            tuple[str, str], list[tuple[Event, bytes]]
-        ] = {}  # appended, encoded, not yet written
-        self._pending_checkpoints: dict[
-            tuple[str, str], list[tuple]
-        ] = {}  # their rows, not yet written
-        super().__init__(
-            path, create=create, fsync=fsync
-        )  # which may fold the redo file in: after the above
+        # logs whose row (head, tip) changed, not yet written
+        self._unsaved: set[tuple[str, str]] = set()
+        self._last: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, tick) of its last event
+        # events this process appended (its own bytes)
+        self._recent: dict[tuple[str, str], list[Event]] = {}
+        # appended, encoded, not yet written
+        self._pending: dict[tuple[str, str], list[tuple[Event, bytes]]] = {}
+        self._pending_checkpoints: dict[tuple[str, str], list[tuple]] = {}  # rows not yet written
+        # which may fold the redo file in: after the above
+        super().__init__(path, create=create, fsync=fsync)
 
     def _take_pending(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The rows of what this transaction appended, advanced and checkpointed since they were
@@ -121,7 +72,7 @@ class WorldStore(WorldFiles):
             log = self._logs[key]
             written, tip = segments.rows(self._checksum, *key, events, log.head, log.tip)
             new += written
-            self._logs[key] = log._replace(tip=tip)
+            self._logs[key] = log.with_tip(tip)
             self._unsaved.add(key)
         heads = []
         for key in self._unsaved:  # the logs' rows: heads and tips
@@ -231,7 +182,7 @@ class WorldStore(WorldFiles):
             raise WorldError(
                 f"log {shard}/{branch or 'canonical'}: head {head!r} is not an int in 0..2**63-1"
             )
-        self._logs[shard, branch] = self.log(shard, branch)._replace(head=head)
+        self._logs[shard, branch] = self.log(shard, branch).with_head(head)
         self._unsaved.add((shard, branch))
 
     def prune(self, shard: str, branch: str, tick: int) -> None:

@@ -11,7 +11,13 @@ import httpx
 import pytest
 
 from federation import AuthError, RequestVerifier, SimnetAuth
-from federation._auth import DEFAULT_WINDOW_MS, signed_message
+from federation._auth import (
+    ANSWER_HEADER,
+    DEFAULT_WINDOW_MS,
+    answer_signature,
+    answer_signed_by,
+    signed_message,
+)
 from knowledge import Identity
 
 WINDOW = DEFAULT_WINDOW_MS
@@ -434,6 +440,37 @@ def test_an_accepted_nonce_is_on_disk_before_verify_returns_and_refused_by_the_n
     restarted.close()
 
 
+def test_simultaneous_requests_share_commits_and_each_is_on_disk_when_it_returns(
+    caller, server, tmp_path
+):
+    """Many requests at once (a busy site): their nonces go to disk in group commits; each verify
+    returns only once its own row is there, and of simultaneous copies of one request exactly one
+    gets through."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "replay.db"
+    verifier = RequestVerifier(server.public_key, clock=Clock(), path=path)
+    one = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+    requests = [
+        header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW) for _ in range(48)
+    ]
+
+    def attempt(auth: str) -> bool:
+        try:
+            verifier.verify("GET", "/v1/heads", b"", auth)
+        except AuthError:
+            return False
+        nonce = auth.split("nonce=")[1][:32]
+        return (caller.public_key_hex, nonce, NOW + 2 * WINDOW) in rows(path)
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(attempt, [*requests, *[one] * 16]))
+    assert results[:48] == [True] * 48
+    assert results[48:].count(True) == 1
+    assert len(rows(path)) == 49
+    verifier.close()
+
+
 def test_the_replay_log_forgets_what_has_expired(caller, server, tmp_path):
     path, clock = tmp_path / "replay.db", Clock()
     verifier = RequestVerifier(server.public_key, clock=clock, path=path)
@@ -525,3 +562,38 @@ def test_a_client_whose_clock_is_off_re_signs_once_on_the_peers_clock(make_site,
     with httpx.Client(base_url=url, auth=stranger, event_hooks=hooks, timeout=10) as client:
         sent.clear()
         assert client.get("/v1/heads").status_code == 403 and len(sent) == 1
+
+
+# --- signed answers ------------------------------------------------------------------------------
+
+
+def answered(request: httpx.Request, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return httpx.Response(200, content=body, headers=headers, request=request)
+
+
+def test_an_answer_counts_only_signed_by_the_key_meant_for_this_very_request(caller, server):
+    """`answer_signed_by` holds for the site's signature over this request's method, path and
+    nonce and this body; not for another key, another request's signature (a replay), another
+    path, a changed body, or none."""
+    body = b'{"heads":{}}'
+    first = sign(httpx.Request("GET", "http://site/v1/heads"), caller, server.public_key)
+    second = sign(httpx.Request("GET", "http://site/v1/heads"), caller, server.public_key)
+    other_path = sign(httpx.Request("GET", "http://site/v1/status"), caller, server.public_key)
+
+    def signature(identity: Identity, request: httpx.Request, content: bytes = body) -> dict:
+        header = request.headers["authorization"]
+        return answer_signature(identity, "GET", request.url.raw_path.decode(), header, content)
+
+    good = signature(server, first)
+    assert set(good) == {ANSWER_HEADER}
+    assert answer_signed_by(answered(first, body, good), server.public_key)
+    assert not answer_signed_by(answered(first, body, good), caller.public_key)
+    assert not answer_signed_by(answered(first, body, signature(caller, first)), server.public_key)
+    assert not answer_signed_by(answered(second, body, good), server.public_key)  # replayed
+    assert not answer_signed_by(answered(other_path, body, good), server.public_key)
+    assert not answer_signed_by(answered(first, b'{"heads":{"x":1}}', good), server.public_key)
+    assert not answer_signed_by(answered(first, body, {}), server.public_key)
+    assert not answer_signed_by(answered(first, body, {ANSWER_HEADER: "zz"}), server.public_key)
+    unsigned = httpx.Request("GET", "http://site/v1/heads")
+    assert answer_signature(server, "GET", "/v1/heads", None, body) == {}
+    assert not answer_signed_by(answered(unsigned, body, good), server.public_key)

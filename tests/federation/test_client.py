@@ -97,7 +97,7 @@ def test_exchange_yields_calls_and_two_knowledge_bases_converge(pair):
 
     report, sent = run(go())
     assert sent == (
-        [("POST", "/v1/sync")] * (math.ceil(6 / 2) + 1)
+        [("POST", "/v1/sync")] * math.ceil(6 / 2)  # the last page says it holds all there is
         + [("GET", "/v1/heads")]
         + [("POST", "/v1/envelopes")] * math.ceil(3 / 2)
     )
@@ -146,16 +146,26 @@ def test_devices_sync_through_their_site(make_site, make_device):
     assert other.maps["floor"].get((3, 4)).value == {"label": "shelf"}
 
 
-@pytest.mark.parametrize("client_page, server_page", [(4, 1000), (10, 3), (1, 1000)])
-def test_paging_with_small_pages(pair, fault, client_page, server_page):
+@pytest.mark.parametrize("client_page, server_page", [(4, 1000), (10, 3), (1, 1000), (5, 1000)])
+@pytest.mark.parametrize("says_complete", [True, False])
+def test_paging_with_small_pages(pair, fault, client_page, server_page, says_complete):
+    """Pages of the smaller of the two limits. A page that holds everything says so (Simnet-
+    Complete) and the round asks no more; from a site that does not say (an older one), the round
+    asks until a page comes back empty."""
     a, b = pair
     b.site.config.limits = ServerLimits(max_page=server_page)
     publish(b.kb, 25, "b")
-    counting = fault(httpx.ASGITransport(app=b.app))
+
+    def older(request, status, headers, body):
+        headers.pop("simnet-complete", None)
+        return status, headers, body
+
+    counting = fault(httpx.ASGITransport(app=b.app), None if says_complete else older)
     report = run(async_sync_with(a.kb, "http://b", b.key, page=client_page, transport=counting))
     per_page = min(client_page, server_page)
     assert report.pulled == 25
-    assert counting.requests.count(("POST", "/v1/sync")) == math.ceil(25 / per_page) + 1
+    pages = math.ceil(25 / per_page) + (not says_complete)
+    assert counting.requests.count(("POST", "/v1/sync")) == pages
     assert a.kb.heads() == b.kb.heads()
 
 

@@ -133,3 +133,24 @@ def test_a_sites_tls_anchors_let_it_verify_a_peer(https_site, tmp_path):
     with knowledge.open(":memory:", robot) as kb:
         kb.skills.publish("pick-mug", "pick")
         assert sync_with(kb, url, b_key, verify=anchors).pushed == 1
+
+
+def test_a_replaced_anchor_file_is_read_again(https_site, tmp_path):
+    """The anchors are loaded once per file as it is on disk (gossip asks every round); a fleet CA
+    file replaced while the site runs is read again."""
+    url, b_key, robot, cert, _ = https_site
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    other, _ = self_signed(caller, "other")
+    (caller / "fleet-ca.pem").write_bytes(other.read_bytes())
+    SiteConfig(caller).save()
+    with open(caller / "simnet.toml", "a") as toml:
+        toml.write('\n[tls]\nca = "fleet-ca.pem"\n')
+    tls = SiteConfig.load(caller).tls
+    assert tls.client_context() is tls.client_context()
+    with knowledge.open(":memory:", robot) as kb:
+        kb.skills.publish("pick-mug", "pick")
+        with pytest.raises(PeerError, match="CERTIFICATE_VERIFY_FAILED"):
+            sync_with(kb, url, b_key, verify=tls.client_context())
+        (caller / "fleet-ca.pem").write_bytes(other.read_bytes() + cert.read_bytes())
+        assert sync_with(kb, url, b_key, verify=tls.client_context()).pushed == 1

@@ -249,6 +249,38 @@ def test_sync_with_ends_at_its_deadline(drip, mode):
     assert drips(log, mode) >= before + 1  # it was the dripping answer that ran out of time
 
 
+def test_rounds_at_once_each_end_at_their_own_deadline(drip):
+    """The rounds of one process share one thread that watches their deadlines: a round with a
+    shorter deadline, started after one with a longer, still ends at its own."""
+    body_url, headers_url, _ = drip
+
+    def round_with(url: str, delay: float, deadline: float) -> tuple[str | None, float]:
+        time.sleep(delay)
+        with knowledge.open(":memory:", Identity.generate()) as kb:
+            started = time.monotonic()
+            try:
+                federation.sync_with(
+                    kb, url, Identity.generate().public_key, timeout=READ_TIMEOUT, deadline=deadline
+                )
+            except federation.PeerError as exc:
+                return exc.code, time.monotonic() - started
+            return None, time.monotonic() - started
+
+    with ThreadPoolExecutor(3) as pool:
+        long = pool.submit(round_with, body_url, 0.0, 3.0)
+        short = pool.submit(round_with, headers_url, 0.3, 1.0)
+        other = pool.submit(round_with, body_url, 0.3, 1.5)
+        (long_code, long_s), (short_code, short_s), (other_code, other_s) = (
+            long.result(),
+            short.result(),
+            other.result(),
+        )
+    assert long_code == short_code == other_code == "deadline"
+    assert 0.9 <= short_s < 1.8, short_s
+    assert 1.4 <= other_s < 2.3, other_s
+    assert 2.9 <= long_s < 3.8, long_s
+
+
 # --- a blob site and its slow readers -------------------------------------------------------------
 
 

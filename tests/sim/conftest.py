@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import sim
-from sim.world._worldstore import Checkpoint, Log, WorldStore
+from sim.world._worldrows import Checkpoint, Log
+from sim.world._worldstore import WorldStore
 
 
 @pytest.fixture(scope="session")

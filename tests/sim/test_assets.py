@@ -201,11 +201,10 @@ def test_bytes_that_do_not_match_their_hash_are_refused(robot_dir, tmp_path):
 def test_a_urdf_with_package_and_relative_meshes_carries_both(tmp_path, mesh_urdf, monkeypatch):
     urdf = mesh_urdf(tmp_path / "ws")
     monkeypatch.delenv("ROS_PACKAGE_PATH", raising=False)
-    with pytest.raises(sim.TaskDefinitionError, match="package 'meshbot_description' is not in"):
-        sim.reach_task(urdf, end_effector="tool")
     task = sim.reach_task(urdf, end_effector="tool", package_path=[tmp_path / "ws"])
     assert sorted(task.definition["assets"]) == ["collision/link.stl", "visual/link.stl"]
     assert "package://" not in task.definition["scene"]
+    assert sim.reach_task(urdf, end_effector="tool").hash == task.hash  # the URDF's own package
     monkeypatch.setenv("ROS_PACKAGE_PATH", str(tmp_path / "ws" / "meshbot_description"))
     assert sim.reach_task(urdf, end_effector="tool").hash == task.hash
 

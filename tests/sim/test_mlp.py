@@ -4,6 +4,8 @@ import struct
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim import (
     EntryPointError,
@@ -48,6 +50,29 @@ def test_skill_round_trip_and_forward_matches_numpy(tmp_path):
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     # the same spec and tensors give the same blob, so the same address
     assert Policy.from_tensors(spec, tensors).weights_sha256 == skill.weights_sha256
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["tanh", "relu", "elu", "silu"]),
+    st.sampled_from([None, "tanh", "relu", "elu", "silu"]),
+    st.sampled_from(["float64", "float32"]),
+    st.lists(st.integers(1, 70), max_size=3).map(tuple),
+    st.integers(1, 300),
+    st.integers(0, 2**32 - 1),
+)
+def test_act_gives_forward_bits(activation, output, dtype, hidden, rows, seed):
+    """What rollouts call each control step (in place, functional) against the module's forward."""
+    rng = np.random.default_rng(seed)
+    spec = MLPSpec(
+        int(rng.integers(1, 30)), int(rng.integers(1, 9)), hidden, activation, output, dtype
+    )
+    module = Policy.from_tensors(spec, _tensors(spec, rng)).module()
+    obs = rng.normal(scale=3.0, size=(rows, spec.obs_dim))
+    with torch.inference_mode():
+        expected = module(torch.from_numpy(obs).to(module.obs_mean.dtype)).to(torch.float64)
+    got = module.act(obs.copy())
+    assert got.dtype == np.float64 and got.tobytes() == expected.numpy().tobytes()
 
 
 def test_a_tampered_sidecar_hash_is_refused(tmp_path):

@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 from mujoco import batch as mjbatch
 
 from sim import Mutation, MutationError, Patch, Sampler, SamplerSpecError, SamplerTerm, load_sampler
-from sim._patches import apply_model_patches, apply_state_patches, patches_digest
+from sim._patches import (
+    apply_model_patches,
+    apply_state_patches,
+    patches_digest,
+    sample_draws,
+)
 from sim.evaluation import branch_patch
 from sim.evaluation._rollout import PolicyCaller, run_wave
 
@@ -84,6 +89,52 @@ def test_sampler_spec_round_trip_and_pure_sampling(arm, spec_terms, seed, branch
             assert all(
                 term.params[0] <= v <= term.params[1] for m in single.mutations for v in m.value
             )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(terms, min_size=1, max_size=4),
+    st.lists(terms, max_size=2),
+    st.integers(0, 2**40),
+    st.integers(0, 10_000),
+    st.integers(1, 9),
+    st.integers(0, 9),
+)
+def test_draws_apply_as_their_patches_do_bit_for_bit(arm, dyn, init, seed, first, count, cut):
+    """Columns of draws (what a wave applies) against one Patch per branch (what is recorded)."""
+    template = arm.template
+    dynamics = Sampler.from_json({"seed": seed, "terms": dyn})
+    starts = Sampler.from_json({"seed": seed, "terms": init})
+    draws = sample_draws(dynamics.terms, template, seed, first, count, "dynamics") + sample_draws(
+        starts.terms, template, seed, first, count, "init"
+    )
+    patches = [
+        d + i
+        for d, i in zip(
+            dynamics.sample_many(template, first, count),
+            starts.sample_many(template, first, count, "init"),
+            strict=True,
+        )
+    ]
+    assert draws.patches() == patches
+    assert draws[cut:].patches() == patches[cut:] and draws[:cut].patches() == patches[:cut]
+    states = []
+    for given_patches in (draws, patches):
+        batch = mjbatch.Batch(template.model, count, 1)
+        ids = list(range(first, first + count))
+        try:
+            apply_model_patches(batch, template, given_patches, ids)
+            batch.reset(keyframe=arm.keyframe)
+            apply_state_patches(batch, template, given_patches, ids)
+        except MutationError as exc:  # a draw out of a field's domain: both name the same branch
+            states.append(("error", exc.target, exc.branch))
+            continue
+        batch.forward()  # what the model fields give: accelerations, forces
+        states.append(
+            tuple(batch.bind(f).tobytes() for f in ("qacc", "qfrc_passive", "actuator_force"))
+            + (batch.state.tobytes(),)
+        )
+    assert states[0] == states[1]
 
 
 def test_seeds_and_branches_give_different_draws(arm):

@@ -14,7 +14,8 @@ import pytest
 from knowledge import StoreFullError
 from sim import CorruptLogError, CorruptWorldError, WorldError, WorldFullError, WorldLockedError
 from sim.world._redo import RedoFile
-from sim.world._worldstore import Checkpoint, WorldStore
+from sim.world._worldrows import Checkpoint
+from sim.world._worldstore import WorldStore
 
 
 def test_one_process_at_a_time_and_files_that_are_no_world(store, tmp_path):

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import CorruptCheckpointError, CorruptLogError, CorruptWorldError, WorldError
-from sim.world._worldstore import Log, WorldStore
+from sim.world._worldrows import Log
+from sim.world._worldstore import WorldStore
 
 
 def _sql(store, statement, *args):

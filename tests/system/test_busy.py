@@ -5,6 +5,8 @@ refused as busy (honouring Retry-After), and the site keeps answering /v1/health
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import knowledge
 from federation import SiteConfig, sync_with
+from federation._auth import signed_message
 from knowledge import Identity, TrustPolicy
 
 PEERS = 24
@@ -68,3 +71,35 @@ def test_every_round_of_many_concurrent_peers_succeeds(fleet):
         if sample.name == "simnet_requests_total" and sample.labels["status"] == "503"
     )
     assert turned_away > 0  # the queue was full at times: those rounds succeeded by retrying
+
+
+def test_requests_accepted_at_once_stay_refused_as_replays_after_a_crash(fleet):
+    """A busy site writes the nonces of simultaneous requests to disk together (group commits), yet
+    each request is answered only once its own nonce is there: killed right after answering them,
+    the restarted site refuses every one of them replayed."""
+    site = fleet.add("replays", interval_s=3600)
+    site.start()
+    target = "/v1/heads"
+
+    def signed() -> dict[str, str]:
+        ts, nonce = time.time_ns() // 1_000_000, os.urandom(16).hex()
+        message = signed_message("GET", target, b"", ts, nonce, site.key.public_key)
+        sig = site.key.sign(message).hex()
+        return {
+            "authorization": f"Simnet key={site.key.public_key_hex}, ts={ts}, nonce={nonce}, "
+            f"sig={sig}"
+        }
+
+    requests = [signed() for _ in range(48)]
+
+    def send(headers: dict[str, str]) -> httpx.Response:
+        return httpx.get(f"{site.url}{target}", headers=headers, timeout=30)
+
+    with ThreadPoolExecutor(16) as pool:
+        assert [r.status_code for r in pool.map(send, requests)] == [200] * len(requests)
+    site.stop(signal.SIGKILL)
+    site.start()
+    with ThreadPoolExecutor(16) as pool:
+        again = list(pool.map(send, requests))
+    assert [r.status_code for r in again] == [401] * len(requests)
+    assert all("replayed" in r.json()["detail"] for r in again)

@@ -1,0 +1,135 @@
+"""Tests of knowledge._recordtext: the limits every record obeys, and the one parse of a record.
+
+The common case takes a few C-speed passes instead of the character-by-character scan and the
+careful parse; property tests hold it to exactly what those give, on texts built to sit at the
+edges (deep brackets, long digit runs, exponents, constants, escapes, non-ASCII, lone surrogates).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from knowledge._errors import RecordError
+from knowledge._recordtext import (
+    MAX_DEPTH,
+    MAX_NUMBER_CHARS,
+    _careful_load,
+    _scan_limits,
+    load_record,
+    parse_plain,
+    record_limits,
+    record_refusal,
+)
+from knowledge._yjs import ParsedUpdate
+
+PIECES = [
+    '{"a":',
+    '"b"',
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "1",
+    "0.5",
+    "-2",
+    "1e5",
+    "1E400",
+    "9" * MAX_NUMBER_CHARS,
+    "9" * (MAX_NUMBER_CHARS + 1),
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    '"\\ud800"',
+    '"\\u00e9"',
+    '"é"',
+    '"\ud800"',
+    "true",
+    "null",
+    " ",
+    '"x\\"y"',
+    '"[[["',
+]
+
+
+@st.composite
+def record_texts(draw):
+    """A record's JSON with edge pieces spliced in, or a nest of brackets around one."""
+    value = draw(
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner),
+            max_leaves=6,
+        )
+    )
+    text = json.dumps({"hlc": draw(st.integers(0, 2**64 - 1)), "v": 1, "value": value})
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + "".join(draw(st.lists(st.sampled_from(PIECES), max_size=4))) + text[at:]
+    if draw(st.integers(0, 4)) == 0:
+        depth = draw(st.integers(MAX_DEPTH - 2, MAX_DEPTH + 2))
+        text = '{"a":' + "[" * (depth - 1) + "1" + "]" * (depth - 1) + "}"
+    return text
+
+
+def _outcome(load, text: str) -> object:
+    try:
+        return load(text)
+    except RecordError as exc:
+        return str(exc)
+
+
+@settings(max_examples=600, deadline=None)
+@given(record_texts())
+def test_the_common_case_agrees_with_the_scans(text):
+    assert record_limits(text) == _scan_limits(text)
+    plain = parse_plain(text)
+    if _scan_limits(text) is None:
+        careful = _outcome(_careful_load, text)
+        assert plain is None or plain == careful
+        assert _outcome(load_record, text) == careful
+    else:
+        assert plain is None  # nothing beyond the limits is parsed
+        assert isinstance(_outcome(load_record, text), str)
+
+
+def test_plain_records_are_parsed_at_one_go_and_others_are_left_to_the_careful_parse():
+    text = '{"confidence":0.5,"deleted":false,"hlc":7,"v":1,"value":{"occupied":true}}'
+    assert parse_plain(text) == json.loads(text)
+    for other in ['{"a":1e400}', '{"a":NaN}', '{"a":"\\ud800"}', "[1]", ' {"a":1}', '{"a":1} ']:
+        assert parse_plain(other) is None
+    with pytest.raises(RecordError, match="beyond a 64-bit float"):
+        load_record('{"a":1e400}')
+    assert load_record('{"a":1} ') == {"a": 1}
+
+
+def test_the_screen_hands_each_parse_to_the_views_and_refuses_as_before():
+    ok = '{"hlc":5,"v":1}'
+    odd = '{"hlc":5,"v":NaN}'  # kept (the views report it), its time still counted
+    loaded: dict = {}
+    assert record_refusal(ParsedUpdate(strings=[ok, odd, "not json"]), 5, loaded) is None
+    assert loaded == {ok: {"hlc": 5, "v": 1}}
+    ahead = record_refusal(ParsedUpdate(strings=['{"hlc":6,"v":NaN}']), 5)
+    assert ahead is not None and ahead[0] == "record_clock_ahead"
+    deep = '{"a":' + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "}"
+    refused = record_refusal(ParsedUpdate(strings=[deep]), 5)
+    assert refused == ("oversized_record", f"record nests {MAX_DEPTH + 1} deep; the limit is 64")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(record_texts(), max_size=6), st.integers(0, 2**64 - 1))
+def test_the_screen_of_an_update_is_the_screen_of_each_record(texts, hlc):
+    together: dict = {}
+    verdict = record_refusal(ParsedUpdate(strings=texts), hlc, together)
+    alone: dict = {}
+    for text in texts:
+        one = record_refusal(ParsedUpdate(strings=[text]), hlc, alone)
+        if one is not None:
+            assert verdict == one  # the first refusal is the update's
+            return
+    assert verdict is None and together == alone
