@@ -281,9 +281,11 @@ PUBLIC: dict[str, list[str]] = {
         "verify_certificate",
     ],
     "sim.transfer": [
+        "CLASSES",
         "NativeSkill",
         "Robot",
         "Slot",
+        "body_classes",
         "industrial_arm",
         "mobile_manipulator",
         "native_skill",

@@ -24,11 +24,17 @@ from ._learned import (
     JOINT_FEATURES,
     LearnedEncoder,
     population_reference,
+    random_turns,
     token_batch,
+    turned,
     weights_file,
 )
 from ._transfer_data import TransferDataError, TransferDataset
 from ._views import urdf_view
+
+TURNS = 8
+"""Random turns of each body the input normalization and the out-of-distribution reference see
+beside it (training turns every body at random in every epoch)."""
 
 
 def _torch_batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -89,11 +95,16 @@ class _Network(nn.Module):
         mean = (x[:, 1:] * keep).sum(1) / keep.sum(1).clamp(min=1.0)
         return self.out(torch.cat([x[:, 0], mean], 1))
 
-    def normalize_from(self, bodies: Sequence[Embodiment]) -> None:
-        """Set the input normalization to the statistics of these bodies' tokens."""
-        joints, mask, body = _torch_batch(bodies)
-        valid = joints[~mask]
-        for name, values in (("joint", valid), ("body", body)):
+    def normalize_from(self, bodies: Sequence[Embodiment], turns: int = 0, seed: int = 0) -> None:
+        """Set the input normalization to the statistics of these bodies' tokens (and of `turns`
+        random turns of each, `_learned.random_turns`)."""
+        joints, mask, body = token_batch(bodies)
+        rng = np.random.default_rng(seed)
+        joints = np.concatenate(
+            [joints] + [turned(joints, random_turns(len(joints), rng)) for _ in range(turns)]
+        )
+        valid = torch.from_numpy(joints[~np.tile(mask, (turns + 1, 1))])
+        for name, values in (("joint", valid), ("body", torch.from_numpy(body))):
             getattr(self, f"{name}_mean").copy_(values.mean(0))
             getattr(self, f"{name}_std").copy_(
                 values.std(0).clamp(min=1e-3) if len(values) > 1 else torch.ones(values.shape[1])
@@ -119,19 +130,19 @@ def _arrays(network: _Network) -> dict[str, np.ndarray]:
 
 
 def untrained_encoder(
-    bodies: Sequence[Embodiment], *, seed: int = 0, **config: int
+    bodies: Sequence[Embodiment], *, seed: int = 0, turns: int = TURNS, **config: int
 ) -> LearnedEncoder:
-    """A randomly initialized network (seeded), its inputs normalized over `bodies`: where
-    training starts."""
+    """A randomly initialized network (seeded), its inputs normalized over `bodies` and `turns`
+    random turns of each: where training starts."""
     config = {**DEFAULT_CONFIG, **config}
     with torch.random.fork_rng():  # seeded, without touching the caller's random state
         torch.manual_seed(seed)
         network = _Network(**config)
-    network.normalize_from(bodies)
+    network.normalize_from(bodies, turns, seed)
     encoder = LearnedEncoder(
         weights_file(_arrays(network), config, {"trained_on": "nothing (untrained)"})
     )
-    return encoder.with_reference(population_reference(encoder, bodies, seed))
+    return encoder.with_reference(population_reference(encoder, bodies, seed, turns=turns))
 
 
 def _pairs(dataset: TransferDataset, margin: float, unskilled: bool) -> tuple[torch.Tensor, ...]:
@@ -189,6 +200,9 @@ def train_encoder(
     unskilled: bool = True,
     views: bool = True,
     noise: float = 0.15,
+    turn: bool = True,
+    classes: Sequence[str] | None = None,
+    contrast: float = 1.0,
 ) -> LearnedEncoder:
     """Train on every transfer in `dataset` (full batch, Adam); returns a new encoder.
 
@@ -202,7 +216,13 @@ def train_encoder(
     file was written in does not move the body. The encoder comes with the out-of-distribution
     reference of the dataset's bodies and their views (`_ood`). `noise` jitters the standardized
     inputs in training (Gaussian, in standard deviations), so that bodies a little off the
-    population's values, as real ones are, land where their neighbours do.
+    population's values, as real ones are, land where their neighbours do. With `turn` (the
+    default), every body is turned about the vertical at random in every epoch
+    (`_learned.random_turns`), and the normalization and the reference see `TURNS` turns of each:
+    which way a file has a robot face is its vendor's choice.
+    `classes` (one per body, e.g. its morphology) adds a contrastive term weighted `contrast`:
+    each body nearer to another of its class than to one of another class, so that bodies of one
+    kind embed together even where no transfer was measured between them.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -210,16 +230,24 @@ def train_encoder(
     if not len(better):
         raise TransferDataError("every transfer scored alike: nothing to rank")
     n = len(dataset.bodies)
+    if classes is not None and len(classes) != n:
+        raise ValueError(f"classes: {len(classes)} given for {n} bodies")
     seen = list(dataset.bodies) + ([urdf_view(b) for b in dataset.bodies] if views else [])
-    encoder = start or untrained_encoder(seen, seed=seed)
+    turns = TURNS if turn else 0
+    encoder = start or untrained_encoder(seen, seed=seed, turns=turns)
     network = _network(encoder)
     network.train()
     generator = torch.Generator().manual_seed(seed)
-    batch = _torch_batch(seen)
+    rng = np.random.default_rng(seed)
+    joints, mask, body = token_batch(seen)
+    batch = torch.from_numpy(joints), torch.from_numpy(mask), torch.from_numpy(body)
+    kinds = _kinds(classes)
     optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
     weight = (rate[better] - rate[worse]).clamp(min=0) * (1 + favour * (rate[better] >= good))
     for _ in range(epochs):
+        if turn:
+            batch = (torch.from_numpy(turned(joints, random_turns(len(joints), rng))), *batch[1:])
         everything = network(*batch, noise, generator)
         vectors = everything[:n]
         if views:  # each body as either of its descriptions: the ranking holds for both
@@ -239,6 +267,8 @@ def train_encoder(
             nn.functional.softplus(sign * (scaled[a] - scaled[b])) * strength
         ).sum() / strength.sum().clamp(min=1e-6)
         loss = within + 0.5 * across
+        if kinds is not None and contrast:
+            loss = loss + contrast * _contrastive(vectors / mean / temperature, kinds, rng)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -252,4 +282,34 @@ def train_encoder(
     }
     trained = LearnedEncoder(weights_file(_arrays(network), encoder.config, info))
     groups = [i % n for i in range(len(seen))]  # a body and its view are one robot
-    return trained.with_reference(population_reference(trained, seen, seed, groups))
+    return trained.with_reference(population_reference(trained, seen, seed, groups, turns))
+
+
+def _kinds(classes: Sequence[str] | None) -> np.ndarray | None:
+    """Class indices per body; None when there is nothing to contrast (no class with two bodies
+    beside another class)."""
+    if classes is None:
+        return None
+    names, kinds = np.unique(np.asarray(classes, dtype=str), return_inverse=True)
+    counts = np.bincount(kinds)
+    return kinds if len(names) > 1 and (counts > 1).sum() >= 1 else None
+
+
+def _contrastive(
+    vectors: torch.Tensor, kinds: np.ndarray, rng: np.random.Generator
+) -> torch.Tensor:
+    """Each body against one random body of its class and one of another (drawn by `rng`): a
+    logistic loss on (distance to the same class - distance to the other)."""
+    anchors, positives, negatives = [], [], []
+    for i, kind in enumerate(kinds):
+        same = np.flatnonzero(kinds == kind)
+        other = np.flatnonzero(kinds != kind)
+        if len(same) < 2 or not len(other):
+            continue
+        anchors.append(i)
+        positives.append(rng.choice(same[same != i]))
+        negatives.append(rng.choice(other))
+    a, p, q = (torch.as_tensor(np.array(x)) for x in (anchors, positives, negatives))
+    near = (vectors[a] - vectors[p]).pow(2).sum(1).add(1e-9).sqrt()
+    far = (vectors[a] - vectors[q]).pow(2).sum(1).add(1e-9).sqrt()
+    return nn.functional.softplus(near - far).mean()

@@ -11,8 +11,11 @@ Makes the two datasets the weights are trained on, unless given them (in this or
    --quadrupeds 24 --humanoids 16 --sources 32`, the first population included).
 
 Then it holds out a quarter of the bodies exactly as benchmarks/transfer.py does and trains on the
-rest (`train_encoder`'s defaults): the bodies the benchmark reports on are never seen by the
-shipped weights either. Datasets take 10-35 minutes with 2 workers (the second most), training 2-3.
+rest (`train_encoder`'s defaults: bodies turned about the vertical, no class term; with the class
+term, `classes=` from `sim.transfer.body_classes`, real robots ranked classes slightly better but
+transfer recall@5 fell to 0.72, docs/EMBODIMENT.md): the bodies the benchmark reports on are never
+seen by the shipped weights either. Datasets take 10-35 minutes with 2 workers (the second most),
+training 2-3.
 """
 
 from __future__ import annotations
@@ -70,8 +73,9 @@ def main() -> None:
         for t in d.transfers
     )
     train, _ = data.split(0.25, seed=0)
+    training = data.subset(train)
     encoder = train_encoder(
-        data.subset(train),
+        training,
         meta={
             "dataset": (
                 "sim.robot_population(64, 40), every transfer; and "

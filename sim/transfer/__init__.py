@@ -4,15 +4,17 @@ manipulators, quadrupeds and humanoids) and transfer datasets (a native skill pe
 the other bodies of its task family), with the `simnet encoder dataset` command."""
 
 from ._bodies import procedural_arm, procedural_legged, robot_population, shipped_robots
-from ._datasets import NativeSkill, native_skill, retarget, transfer_dataset
+from ._datasets import CLASSES, NativeSkill, body_classes, native_skill, retarget, transfer_dataset
 from ._manipulators import industrial_arm, mobile_manipulator, two_armed
 from ._robot import Robot, Slot
 from ._standing import procedural_humanoid, procedural_quadruped
 
 __all__ = [
+    "CLASSES",
     "NativeSkill",
     "Robot",
     "Slot",
+    "body_classes",
     "industrial_arm",
     "mobile_manipulator",
     "native_skill",

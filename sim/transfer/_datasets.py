@@ -259,3 +259,30 @@ def transfer_dataset(
         "environment": environment(),
     }
     return TransferDataset.from_outcomes(outcomes, meta)
+
+
+CLASSES = {
+    "arm": "arm",
+    "industrial arm": "arm",
+    "two-armed torso": "arm",
+    "mobile manipulator": "mobile manipulator",
+    "planar legged": "planar legged",
+    "quadruped": "quadruped",
+    "humanoid": "humanoid",
+}
+"""The class each morphology counts as for `train_encoder(classes=...)`: the kinds of robot a
+user tells apart (an arm is an arm however many of them a torso carries)."""
+
+
+def body_classes(datasets: Sequence[TransferDataset]) -> dict[str, str]:
+    """Each robot's class (`CLASSES`) by name, from the robots `transfer_dataset` recorded in the
+    datasets' meta (files from before morphologies were recorded held arms and planar legged
+    bodies only: their kind says which)."""
+    classes = {}
+    for data in datasets:
+        for robot in data.meta.get("robots", []):
+            morphology = (
+                robot.get("morphology") or {"arm": "arm", "legged": "planar legged"}[robot["kind"]]
+            )
+            classes[robot["name"]] = CLASSES[morphology]
+    return classes

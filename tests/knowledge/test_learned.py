@@ -45,7 +45,7 @@ from knowledge.embodiment._learned import (
 from knowledge.embodiment._retrieval import index_path
 from knowledge.embodiment._training import untrained_encoder
 
-SHIPPED_VERSION = "1-a1c52412ab20328f"
+SHIPPED_VERSION = "1-ca43ddf1eddcff0f"
 """The shipped weights' embedding space: indexes key on it, so loading them another way (numpy
 rather than torch) must not change it."""
 

@@ -174,3 +174,21 @@ def test_the_dataset_command_writes_a_file(tmp_path):
         encoder_dataset_command, ["--arms", "0", "--legged", "0", "--no-shipped", "--out", str(out)]
     )
     assert empty.exit_code == 2
+
+
+def test_body_classes_name_each_robot_s_kind_from_the_dataset_records():
+    """The recipe's classes come from what `transfer_dataset` recorded: the morphology, or for
+    files written before it was recorded (arms and planar legged bodies only), the kind."""
+    robots = sim.transfer.robot_population(1, 1, industrial=1, quadrupeds=1)
+    records = [
+        {"name": r.name, "kind": r.kind, "morphology": r.morphology, "source": r.source}
+        for r in robots
+    ]
+    now = TransferDataset((), (), {"robots": records})
+    older = TransferDataset((), (), {"robots": [{"name": "arm-9", "kind": "arm"}]})
+    classes = sim.transfer.body_classes([now, older])
+    assert classes == {
+        **{r.name: sim.transfer.CLASSES[r.morphology] for r in robots},
+        "arm-9": "arm",
+    }
+    assert {classes[r.name] for r in robots} == {"arm", "planar legged", "quadruped"}
