@@ -57,13 +57,15 @@ def declared(definition: Mapping[str, Any]) -> dict[str, str]:
 
 
 def check_name(name: object, field: str) -> str:
-    """A portable asset name: a relative POSIX path without '.', '..' or empty parts."""
+    """A portable asset name: a relative POSIX path without '.', '..' or empty parts, and no
+    control characters (a NUL would reach the file system as an error of its own)."""
     if (
         not isinstance(name, str)
         or not name
         or name.startswith("/")
         or "\\" in name
         or ":" in name
+        or not name.isprintable()
         or any(part in ("", ".", "..") for part in name.split("/"))
     ):
         raise TaskDefinitionError(

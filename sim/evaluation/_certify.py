@@ -222,8 +222,8 @@ def verify_certificate(
     binomial interval elsewhere; and the measurement of its probe's worst region, if it has one.
     The files its task's scene loads are fetched from `kb`'s blobs and blob sources (peers).
     A tampered or non-reproducing certificate comes back valid=False; one whose files or weights no
-    source has, or whose entry point is not installed here at its version, verifiable=False
-    ("cannot verify here: ...")."""
+    source has or the blob quota has no room for, or whose entry point is not installed here at
+    its version, verifiable=False ("cannot verify here: ...")."""
     record = certificate.evaluation
     if not isinstance(record, dict):
         return Verification(False, "the certificate carries no evaluation record to re-run")
@@ -261,7 +261,7 @@ def verify_certificate(
             )
             if replayed is not None:
                 return Verification(False, replayed, reproduction)
-    except MissingAssetError as exc:
+    except (MissingAssetError, knowledge.BlobQuotaError) as exc:  # absent, or no room to keep it
         return Verification(False, f"cannot verify here: {exc}", verifiable=False)
     except EvaluationRecordError as exc:
         return Verification(False, f"the evaluation record is inconsistent: {exc}")

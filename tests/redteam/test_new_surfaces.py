@@ -240,6 +240,8 @@ def carried_task(tmp_path_factory) -> sim.Task:
         "meshes\\..\\..\\link.obj",
         "meshes/./link.obj",
         "",
+        "meshes/link\x00.obj",
+        "meshes/\nlink.obj",
     ],
 )
 def test_an_asset_name_that_could_leave_the_tasks_files_is_refused_naming_it(carried_task, name):

@@ -265,6 +265,25 @@ def test_a_site_without_the_weights_cannot_verify_and_says_so(tmp_path, certifie
     lacking.close()
 
 
+def test_a_site_without_room_for_an_asset_cannot_verify_and_says_so(tmp_path, certified):
+    """The blob quota holds the weights but not the meshes: a verdict, not a BlobQuotaError."""
+    site, task, _skill, cert = certified
+    weights = site.blobs.get(_weights(site, cert))
+    small = knowledge.open(
+        tmp_path / "small.db",
+        Identity.generate(),
+        policy=TrustPolicy().with_root(site.identity.public_key),
+        limits=knowledge.Limits(max_blob_store_bytes=len(weights) + 16),
+    )
+    small.ingest(site.envelopes_since(small.heads()))
+    small.blobs.put(weights)
+    small.blobs.add_source(StoreSource(site))
+    verdict = sim.verify_certificate(small, cert)
+    assert not verdict.valid and not verdict.verifiable and verdict.verdict == "cannot verify here"
+    assert small.blobs.list() == [_weights(site, cert)]  # nothing beyond the quota was kept
+    small.close()
+
+
 def test_a_peer_sending_tampered_asset_bytes_is_refused(tmp_path, certified):
     site, _task, _skill, cert = certified
     verifier = other_site(tmp_path, site, "verifier")
