@@ -439,6 +439,27 @@ def test_a_pull_naming_many_unchecked_writers_gets_only_the_histories_it_may_rea
 # --- own-feed waiting ----------------------------------------------------------------------------
 
 
+def root_trusted_by_b(live, tmp_path):
+    """(b, root_key, key_path, policy): a live site b trusting a site root whose key is saved to a
+    file, and the root's policy trusting b."""
+    b = live("b")
+    root_key = Identity.generate()
+    key_path = tmp_path / "root.key"
+    root_key.save(key_path)
+    trust(b, root_key.public_key, (Role.PUBLISH, Role.VALIDATE))
+    b.start()
+    return b, root_key, key_path, TrustPolicy().with_root(b.key.public_key)
+
+
+def three_envelopes_at_b(tmp_path, b, root_key: Identity, policy: TrustPolicy) -> str:
+    """The root writes 3 envelopes and gives them to b; the hash of its head."""
+    with knowledge.open(tmp_path / "old.db", root_key, policy=policy) as old:
+        for i in range(3):
+            old.skills.publish(f"s{i}", "pick")
+        federation.sync_with(old, b.url, b.key.public_key)
+        return old.heads()[root_key.public_key_hex].hash
+
+
 def reinstalled_root(tmp_path, name: str, key_path, peers: list[bytes], policy: TrustPolicy):
     """A site root's store re-created empty for its old key, loaded from its file (not new)."""
     kb = knowledge.open(tmp_path / f"{name}.db", Identity.load(key_path), policy=policy)
@@ -453,18 +474,8 @@ def test_a_configured_peer_claiming_more_of_a_roots_feed_keeps_it_waiting_and_ne
     syncs with b (its feed back) and with a hostile configured peer h whose heads claim the root's
     feed at seq 10^6, or at seq 3 under another hash: h never confirms, so the root does not
     write, and says it waits for h. Dropping h from the peers it waits for lets it write seq 4."""
-    b = live("b")
-    root_key = Identity.generate()
-    key_path = tmp_path / "root.key"
-    root_key.save(key_path)
-    trust(b, root_key.public_key, (Role.PUBLISH, Role.VALIDATE))
-    b.start()
-    policy = TrustPolicy().with_root(b.key.public_key)
-    with knowledge.open(tmp_path / "old.db", root_key, policy=policy) as old:
-        for i in range(3):
-            old.skills.publish(f"s{i}", "pick")
-        federation.sync_with(old, b.url, b.key.public_key)
-        real_hash = old.heads()[root_key.public_key_hex].hash
+    b, root_key, key_path, policy = root_trusted_by_b(live, tmp_path)
+    real_hash = three_envelopes_at_b(tmp_path, b, root_key, policy)
     h_key = Identity.generate().public_key
     for claim in ({"seq": 10**6, "hash": "ab" * 32}, {"seq": 3, "hash": "cd" * 32}):
 
@@ -504,20 +515,11 @@ def test_whoever_answers_at_a_peers_address_without_its_key_confirms_nothing(
     feed: first unsigned, then replaying a heads answer b really signed (captured before b held
     the feed). Neither is b's word on this request, so the root keeps waiting; b itself then
     confirms and the root writes seq 4, not seq 1 again."""
-    b = live("b")
-    root_key = Identity.generate()
-    key_path = tmp_path / "root.key"
-    root_key.save(key_path)
-    trust(b, root_key.public_key, (Role.PUBLISH, Role.VALIDATE))
-    b.start()
+    b, root_key, key_path, policy = root_trusted_by_b(live, tmp_path)
     auth = federation.SimnetAuth(root_key, b.key.public_key)
     captured = httpx.get(f"{b.url}/v1/heads", auth=auth)  # genuine, signed, none of the feed
     signature = {"simnet-signature": captured.headers["simnet-signature"]}
-    policy = TrustPolicy().with_root(b.key.public_key)
-    with knowledge.open(tmp_path / "old.db", root_key, policy=policy) as old:
-        for i in range(3):
-            old.skills.publish(f"s{i}", "pick")
-        federation.sync_with(old, b.url, b.key.public_key)
+    three_envelopes_at_b(tmp_path, b, root_key, policy)
     impostor = hostile_peers(lambda n: [])
     with reinstalled_root(tmp_path, "new", key_path, [b.key.public_key], policy) as root:
         for answer in (None, (captured.content, signature)):
