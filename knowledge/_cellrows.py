@@ -38,8 +38,8 @@ def locate_all(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     d = names[0].count(",") + 1
     joined = ";".join(names)
-    if d not in _GRIDS or not _GRIDS[d].fullmatch(joined):
-        return None
+    if d not in _GRIDS or joined.count(";") != len(names) - 1 or not _GRIDS[d].fullmatch(joined):
+        return None  # (a ';' inside a name, "5;6", would read as two cells)
     parts = joined.replace(";", ",").split(",")
     coords = np.fromiter(map(int, parts), np.int64, len(parts)).reshape(-1, d)
     if coords.min() < COORD_MIN or coords.max() > COORD_MAX:

@@ -17,7 +17,9 @@ from knowledge._tiles import ROW, cell_coords, locate
 
 coordinate = st.integers(COORD_MIN, COORD_MAX) | st.integers(-70, 70)
 names = st.lists(coordinate, min_size=1, max_size=3).map(lambda c: ",".join(map(str, c)))
-odd_names = st.sampled_from(["door-3", "01,2", "-0", "+1", "1,2,3,4", "", str(COORD_MAX + 1)])
+odd_names = st.sampled_from(
+    ["door-3", "01,2", "-0", "+1", "1,2,3,4", "", str(COORD_MAX + 1), "5;6", "3,4;5,6", "1;"]
+)
 
 
 @settings(max_examples=300, deadline=None)

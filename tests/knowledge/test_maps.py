@@ -96,6 +96,26 @@ def test_a_large_batch_travels_in_envelopes_within_the_limit_and_a_batch_block_i
     assert [floor.get((0, y)).value for y in range(3)] == ["a", "b", "d"]
 
 
+def test_a_cell_named_with_a_semicolon_is_a_named_cell_wherever_it_arrives(tmp_path):
+    """'5;6' is a name, not two cells: written between coordinate cells and ingested envelope by
+    envelope, it neither raises nor stops the envelopes after it (a review found both)."""
+    a = knowledge.open(tmp_path / "a.db", identity(0))
+    b = knowledge.open(
+        tmp_path / "b.db", identity(1), policy=TrustPolicy().with_root(identity(0).public_key)
+    )
+    floor = a.maps["floor"]
+    for cell in [(1, 2), "5;6", "3,4;5,6", (7, 8)]:
+        floor.observe(cell, "seen", 0.5)
+    for envelope in a.envelopes_since(b.heads()):
+        report = b.ingest([envelope])
+        assert not report.rejected and not report.record_issues
+    assert b.snapshot()["cells"] == a.snapshot()["cells"]
+    assert sorted(map(str, b.maps["floor"].cells())) == sorted(map(str, floor.cells()))
+    assert len(floor.cells()) == 4
+    a.close()
+    b.close()
+
+
 def test_tiles_replicate_and_reopen_from_snapshots_and_from_a_replay(tmp_path):
     a = knowledge.open(tmp_path / "a.db", identity(0))
     b = knowledge.open(
