@@ -28,9 +28,10 @@ durable record of the nonce). `verify` does all three.
 learns how far its own feed goes from its peers' heads; an unsigned answer would let whoever answers
 at a peer's address (plain HTTP, a spoofed or reassigned address) say "none" and make it write its
 old seqs again: a fork. So `GET /v1/heads` carries `Simnet-Signature: <128 hex>`, the site's
-signature over ``simnet-answer-v1``, the request's method, path and nonce, and the SHA-256 of the
-body (`answer_message`); the client takes heads as the peer's word only if `answer_signed_by` the
-key it meant to reach.
+signature over ``simnet-answer-v1``, the request's method and path, the SHA-256 of its whole
+Authorization header (so an answer to another caller reusing the nonce does not pass) and the
+SHA-256 of the body (`answer_message`); the client takes heads as the peer's word only if
+`answer_signed_by` the key it meant to reach.
 """
 
 from __future__ import annotations
@@ -78,38 +79,34 @@ def signed_message(
     ).encode()
 
 
-def answer_message(method: str, target: str, nonce: str, body: bytes) -> bytes:
-    """What a site signs to vouch for an answer: the request it answers (method, path, the nonce of
-    its Authorization header) and the SHA-256 of the answer's body."""
+def answer_message(method: str, target: str, authorization: str, body: bytes) -> bytes:
+    """What a site signs to vouch for an answer: the request it answers (method, path, the SHA-256
+    of its whole Authorization header: the caller's key, time, nonce and signature, so an answer
+    to another caller's request reusing a nonce does not pass for it) and the SHA-256 of the
+    answer's body."""
+    request = hashlib.sha256(authorization.encode()).hexdigest()
     digest = hashlib.sha256(body).hexdigest()
-    return "\n".join(["simnet-answer-v1", method.upper(), target, nonce, digest]).encode()
-
-
-def nonce_of(header: str | None) -> str | None:
-    """The nonce of a well-formed Authorization header, else None."""
-    match = _HEADER.fullmatch(header or "")
-    return match["nonce"] if match else None
+    return "\n".join(["simnet-answer-v1", method.upper(), target, request, digest]).encode()
 
 
 def answer_signature(
     identity: Identity, method: str, target: str, authorization: str | None, body: bytes
 ) -> dict[str, str]:
     """The `ANSWER_HEADER` a site adds to its answer to a signed request (none if unsigned)."""
-    nonce = nonce_of(authorization)
-    if nonce is None:
+    if authorization is None or not _HEADER.fullmatch(authorization):
         return {}
-    return {ANSWER_HEADER: identity.sign(answer_message(method, target, nonce, body)).hex()}
+    return {ANSWER_HEADER: identity.sign(answer_message(method, target, authorization, body)).hex()}
 
 
 def answer_signed_by(response: httpx.Response, key: bytes | None) -> bool:
     """Whether `key` signed this answer to the very request it answers (see `answer_message`):
     what an answer says can be taken as that peer's word, not whoever answered at its address."""
-    nonce = nonce_of(response.request.headers.get("authorization"))
+    authorization = response.request.headers.get("authorization", "")
     signature = response.headers.get(ANSWER_HEADER, "")
-    if key is None or nonce is None or not _SIG.fullmatch(signature):
+    if key is None or not _HEADER.fullmatch(authorization) or not _SIG.fullmatch(signature):
         return False
     target = response.request.url.raw_path.decode("ascii")
-    message = answer_message(response.request.method, target, nonce, response.content)
+    message = answer_message(response.request.method, target, authorization, response.content)
     return verify_signature(key, bytes.fromhex(signature), message)
 
 

@@ -572,9 +572,9 @@ def answered(request: httpx.Request, body: bytes, headers: dict[str, str]) -> ht
 
 
 def test_an_answer_counts_only_signed_by_the_key_meant_for_this_very_request(caller, server):
-    """`answer_signed_by` holds for the site's signature over this request's method, path and
-    nonce and this body; not for another key, another request's signature (a replay), another
-    path, a changed body, or none."""
+    """`answer_signed_by` holds for the site's signature over this request (method, path, its whole
+    Authorization header) and this body; not for another key, another request's signature (a
+    replay), another caller's request reusing the nonce, another path, a changed body, or none."""
     body = b'{"heads":{}}'
     first = sign(httpx.Request("GET", "http://site/v1/heads"), caller, server.public_key)
     second = sign(httpx.Request("GET", "http://site/v1/heads"), caller, server.public_key)
@@ -594,6 +594,15 @@ def test_an_answer_counts_only_signed_by_the_key_meant_for_this_very_request(cal
     assert not answer_signed_by(answered(first, b'{"heads":{"x":1}}', good), server.public_key)
     assert not answer_signed_by(answered(first, body, {}), server.public_key)
     assert not answer_signed_by(answered(first, body, {ANSWER_HEADER: "zz"}), server.public_key)
+    attacker = Identity.generate()  # its own request, reusing the first one's nonce
+    nonce = first.headers["authorization"].split("nonce=")[1][:32]
+    theirs = httpx.Request("GET", "http://site/v1/heads")
+    theirs.headers["authorization"] = header(
+        attacker, server.public_key, "GET", "/v1/heads", b"", ts=NOW, nonce=nonce
+    )
+    relayed = signature(server, theirs)
+    assert answer_signed_by(answered(theirs, body, relayed), server.public_key)
+    assert not answer_signed_by(answered(first, body, relayed), server.public_key)
     unsigned = httpx.Request("GET", "http://site/v1/heads")
     assert answer_signature(server, "GET", "/v1/heads", None, body) == {}
     assert not answer_signed_by(answered(unsigned, body, good), server.public_key)
