@@ -313,6 +313,9 @@ class RequestVerifier:
             self._committing, self._open_batch = True, _Batch()  # this request leads the commit
         try:
             self._commit(batch)
+        except BaseException as exc:  # not a database error (memory, a bug): still not on disk
+            batch.error = sqlite3.OperationalError(f"the replay log was not written: {exc!r}")
+            raise
         finally:
             with self._group:
                 batch.done, self._committing = True, False

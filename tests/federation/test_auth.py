@@ -471,6 +471,57 @@ def test_simultaneous_requests_share_commits_and_each_is_on_disk_when_it_returns
     verifier.close()
 
 
+def test_requests_sharing_a_commit_that_fails_otherwise_than_sqlite_are_refused(
+    caller, server, tmp_path, monkeypatch
+):
+    """A group commit that raises something other than a database error (a fault injected here)
+    leaves its rows off the disk: the request leading it fails, and one that shared it is refused
+    (503), not answered as if its nonce were recorded."""
+    import threading
+
+    verifier = RequestVerifier(server.public_key, clock=Clock(), path=tmp_path / "replay.db")
+    real_commit, first_started, release = verifier._commit, threading.Event(), threading.Event()
+    calls = []
+
+    def commit(batch) -> None:
+        calls.append(len(batch.rows))
+        if len(calls) == 1:  # the first commit holds, so the next two requests share the second
+            first_started.set()
+            release.wait(10)
+            real_commit(batch)
+        else:
+            raise MemoryError("injected")
+
+    monkeypatch.setattr(verifier, "_commit", commit)
+    outcomes: dict[int, str] = {}
+
+    def attempt(i: int) -> None:
+        auth = header(caller, server.public_key, "GET", "/v1/heads", b"", ts=NOW)
+        try:
+            verifier.verify("GET", "/v1/heads", b"", auth)
+            outcomes[i] = "recorded"
+        except AuthError as exc:
+            outcomes[i] = f"refused {exc.status}"
+        except MemoryError:
+            outcomes[i] = "failed"
+
+    threads = [threading.Thread(target=attempt, args=(0,))]
+    threads[0].start()
+    assert first_started.wait(10)
+    threads += [threading.Thread(target=attempt, args=(i,)) for i in (1, 2)]
+    for thread in threads[1:]:
+        thread.start()
+    while len(verifier._open_batch.rows) < 2:  # both wait in the next batch
+        threading.Event().wait(0.01)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert calls == [1, 2]
+    assert outcomes[0] == "recorded"
+    assert sorted([outcomes[1], outcomes[2]]) == ["failed", "refused 503"]
+    verifier.close()
+
+
 def test_the_replay_log_forgets_what_has_expired(caller, server, tmp_path):
     path, clock = tmp_path / "replay.db", Clock()
     verifier = RequestVerifier(server.public_key, clock=clock, path=path)
