@@ -17,18 +17,8 @@ import torch
 from torch import nn
 
 from ._descriptors import Embodiment
-from ._learned import (
-    BODY_FEATURES,
-    CLIP,
-    DEFAULT_CONFIG,
-    JOINT_FEATURES,
-    LearnedEncoder,
-    population_reference,
-    random_turns,
-    token_batch,
-    turned,
-    weights_file,
-)
+from ._learned import CLIP, DEFAULT_CONFIG, LearnedEncoder, population_reference, weights_file
+from ._tokens import BODY_FEATURES, JOINT_FEATURES, random_turns, token_batch, turned
 from ._transfer_data import TransferDataError, TransferDataset
 from ._views import urdf_view
 
@@ -38,7 +28,7 @@ beside it (training turns every body at random in every epoch)."""
 
 
 def _torch_batch(bodies: Sequence[Embodiment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`_learned.token_batch` as tensors: padded joint tokens, padding mask (True = padding), body
+    """`_tokens.token_batch` as tensors: padded joint tokens, padding mask (True = padding), body
     tokens."""
     joints, mask, body = token_batch(bodies)
     return torch.from_numpy(joints), torch.from_numpy(mask), torch.from_numpy(body)
@@ -97,7 +87,7 @@ class _Network(nn.Module):
 
     def normalize_from(self, bodies: Sequence[Embodiment], turns: int = 0, seed: int = 0) -> None:
         """Set the input normalization to the statistics of these bodies' tokens (and of `turns`
-        random turns of each, `_learned.random_turns`)."""
+        random turns of each, `_tokens.random_turns`)."""
         joints, mask, body = token_batch(bodies)
         rng = np.random.default_rng(seed)
         joints = np.concatenate(
@@ -218,7 +208,7 @@ def train_encoder(
     inputs in training (Gaussian, in standard deviations), so that bodies a little off the
     population's values, as real ones are, land where their neighbours do. With `turn` (the
     default), every body is turned about the vertical at random in every epoch
-    (`_learned.random_turns`), and the normalization and the reference see `TURNS` turns of each:
+    (`_tokens.random_turns`), and the normalization and the reference see `TURNS` turns of each:
     which way a file has a robot face is its vendor's choice.
     `classes` (one per body, e.g. its morphology) adds a contrastive term weighted `contrast`:
     each body nearer to another of its class than to one of another class, so that bodies of one

@@ -18,7 +18,7 @@ import mujoco
 import numpy as np
 
 from ._descriptors import Embodiment
-from ._learned import _strength
+from ._tokens import _strength
 
 
 def urdf_view(e: Embodiment) -> Embodiment:

@@ -34,15 +34,9 @@ from knowledge import (
     evaluate_encoder,
     train_encoder,
 )
-from knowledge.embodiment._learned import (
-    BODY_FEATURES,
-    DEFAULT_CONFIG,
-    FORMAT,
-    JOINT_FEATURES,
-    body_tokens,
-    population_reference,
-)
+from knowledge.embodiment._learned import DEFAULT_CONFIG, FORMAT, population_reference
 from knowledge.embodiment._retrieval import index_path
+from knowledge.embodiment._tokens import BODY_FEATURES, JOINT_FEATURES, body_tokens
 from knowledge.embodiment._training import untrained_encoder
 
 SHIPPED_VERSION = "1-ca43ddf1eddcff0f"
