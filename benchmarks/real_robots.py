@@ -157,41 +157,27 @@ def vectors_of(bodies: dict[Entry, Embodiment], encoder: Encoder) -> np.ndarray:
     return encoder.encode_many(list(bodies.values()))
 
 
-def class_first(bodies: dict[Entry, Embodiment], vectors: np.ndarray) -> dict[str, float]:
-    """Per class, the share of bodies whose nearest body of another family is of their class."""
+def class_first(
+    bodies: dict[Entry, Embodiment],
+    vectors: np.ndarray,
+    fallback: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Per class, the share of bodies whose nearest body of another family is of their class; with
+    `fallback` and `out`, as queries rank: by `fallback` for a query body out of distribution."""
     entries = list(bodies)
     hits: Counter[str] = Counter()
     totals: Counter[str] = Counter()
     for i, entry in enumerate(entries):
         if entry.label not in LABELLED:
             continue
-        distance = np.linalg.norm(vectors - vectors[i], axis=1)
+        ranked_by = fallback if fallback is not None and out is not None and out[i] else vectors
+        distance = np.linalg.norm(ranked_by - ranked_by[i], axis=1)
         others = [
             j for j in np.argsort(distance, kind="stable") if entries[j].family != entry.family
         ]
         if not others:
             continue
-        totals[entry.label] += 1
-        hits[entry.label] += entries[others[0]].label == entry.label
-    rates = {label: round(hits[label] / totals[label], 3) for label in LABELLED if totals[label]}
-    return {"all": round(sum(hits.values()) / max(sum(totals.values()), 1), 3), **rates}
-
-
-def as_queried(
-    bodies: dict[Entry, Embodiment], learned: np.ndarray, features: np.ndarray, out: np.ndarray
-) -> dict[str, float]:
-    """class_first as queries rank: by the feature encoder for a query body out of distribution."""
-    entries = list(bodies)
-    hits: Counter[str] = Counter()
-    totals: Counter[str] = Counter()
-    for i, entry in enumerate(entries):
-        if entry.label not in LABELLED:
-            continue
-        vectors = features if out[i] else learned
-        distance = np.linalg.norm(vectors - vectors[i], axis=1)
-        others = [
-            j for j in np.argsort(distance, kind="stable") if entries[j].family != entry.family
-        ]
         totals[entry.label] += 1
         hits[entry.label] += entries[others[0]].label == entry.label
     rates = {label: round(hits[label] / totals[label], 3) for label in LABELLED if totals[label]}
@@ -322,7 +308,7 @@ def main() -> None:
     summary["class_first"] = {
         "morphology-features": class_first(bodies, features),
         "transfer-attention": class_first(bodies, vectors),
-        "transfer-attention as queried": as_queried(bodies, vectors, features, out),
+        "transfer-attention as queried": class_first(bodies, vectors, features, out),
     }
     labels = [e.label for e in bodies]
     summary["ood_flags"] = {
