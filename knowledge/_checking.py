@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ._envelope import Envelope, Kind, decode
+from ._errors import reraise_interrupts
 from ._feed import Feed
 from ._store import Store
 from ._yjs import MalformedUpdate, ParsedUpdate, parse_update
@@ -187,9 +188,8 @@ def _differs(checkpoint: Envelope, held: Feed, what: str) -> str | None:
     claimed = Feed(checkpoint.author)
     try:
         claimed.apply(checkpoint.update)
-    except BaseException as exc:  # pycrdt raises ValueError, or a Rust panic (a BaseException)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-            raise
+    except BaseException as exc:
+        reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
         return f"checkpoint's update is unreadable: {exc}"
     if claimed.state() != held.state():
         return f"checkpoint's state differs from {what}"

@@ -109,3 +109,10 @@ class UnknownTaskError(SimnetError, KeyError):
 class EmbodimentError(SimnetError):
     """A robot description (MJCF or URDF) cannot be read, compiled or described; names the file and
     the problem."""
+
+
+def reraise_interrupts(exc: BaseException) -> None:
+    """Let Ctrl-C and interpreter exit through; everything else from pycrdt is the update's
+    fault."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise exc

@@ -23,7 +23,7 @@ from typing import Any
 from pycrdt import Doc, Map, TransactionEvent
 
 from ._envelope import ZERO_HASH
-from ._errors import RecordError
+from ._errors import RecordError, reraise_interrupts
 from ._records import IMMUTABLE_PREFIXES
 from ._yjs import _SKIP, MAP_CONTENTS, ParsedUpdate, parse_update
 
@@ -259,9 +259,8 @@ class Feed:
             claimed.apply_update(state)
             rebuilt.apply_update(self.state())
             rebuilt.apply_update(claimed.get_update(self.doc.get_state()))
-        except BaseException as exc:  # pycrdt raises ValueError, or a Rust panic (a BaseException)
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-                raise
+        except BaseException as exc:
+            reraise_interrupts(exc)  # pycrdt raises ValueError, or a Rust panic (a BaseException)
             return f"checkpoint's update is unreadable: {exc}"
         if rebuilt.get_update() != claimed.get_update():
             return f"checkpoint lacks or changes what the author's envelopes 1..{self.seq} wrote"

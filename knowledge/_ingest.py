@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ._checking import CheckpointCheck
 from ._clock import wall_ms
 from ._envelope import Envelope, Kind, decode
-from ._errors import EnvelopeError, StoreError
+from ._errors import EnvelopeError, StoreError, reraise_interrupts
 from ._feed import Feed
 from ._hold import due_ms
 from ._models import Held, IngestReport, RecordIssue, Rejection
@@ -480,13 +480,6 @@ class Ingestion:
         if author == replica.own_key:
             replica.own.note(fork=seq)
         self._regrant()
-
-
-def reraise_interrupts(exc: BaseException) -> None:
-    """Let Ctrl-C and interpreter exit through; everything else from pycrdt is the update's
-    fault."""
-    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-        raise exc
 
 
 def _is_checkpoint(raw: object) -> bool:
