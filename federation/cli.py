@@ -1,5 +1,5 @@
 """The site commands of `simnet`: init, key, serve, stop, peer add/list/remove, sync, status,
-revoke, device add/revoke.
+revoke, device add/revoke (status is `_cli_status`'s).
 
 Commands that write (sync, revoke) use the running server when there is one — a store has one writer
 process — and open the store themselves otherwise.
@@ -25,17 +25,15 @@ from knowledge import Identity, Role, SiteHome, TrustPolicy
 from knowledge.cli import emit, skill_by_prefix
 
 from ._auth import SimnetAuth
+from ._cli_status import last_sync, peer_states
+from ._cli_status import status as status  # `simnet status` is registered from here
 from ._client import sync_with
 from ._config import PeerConfig, SiteConfig, withheld_from
 from ._errors import FederationError, PeerError
 from ._status import (
     SERVE_FILE,
-    STATE_FILE,
-    ago,
-    knowledge_counts,
     local_verify,
     pid_alive,
-    read_validator_state,
     running_server,
 )
 
@@ -254,12 +252,12 @@ def peer_add(home: SiteHome, name: str, url: str, key: str | None, trust: str) -
 def peer_list(home: SiteHome, as_json: bool) -> None:
     """List peers and the state of the last sync with each."""
     config = _config(home)
-    states = {s["name"]: s for s in _peer_states(home)}
+    states = {s["name"]: s for s in peer_states(home)}
     rows = [
         {"name": p.name, "url": p.url, "key": p.key.hex(), **states.get(p.name, {})}
         for p in config.peers
     ]
-    lines = [f"{r['name']:16} {r['url']:32} {_last_sync(r)}" for r in rows]
+    lines = [f"{r['name']:16} {r['url']:32} {last_sync(r)}" for r in rows]
     emit(
         rows,
         as_json,
@@ -278,22 +276,6 @@ def peer_remove(home: SiteHome, name: str) -> None:
     config.peers = [p for p in config.peers if p.name != name]
     config.save()
     click.echo(f"peer {name} removed")
-
-
-def _peer_states(home: SiteHome) -> list[dict]:
-    try:
-        return json.loads((home.path / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return []
-
-
-def _last_sync(state: dict) -> str:
-    if state.get("last_success"):
-        ago = time.time() - state["last_success"]
-        text = f"last sync {ago:.0f} s ago"
-    else:
-        text = "never synced"
-    return text + (f"; failing: {state['last_error']}" if state.get("last_error") else "")
 
 
 @click.command("sync")
@@ -344,110 +326,6 @@ def sync_command(home: SiteHome, peer_name: str | None, as_json: bool) -> None:
     emit(reports, as_json, "\n".join(lines) if lines else "no peers")
     if any(not r["ok"] for r in reports):
         raise SystemExit(1)
-
-
-@click.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_obj
-def status(home: SiteHome, as_json: bool) -> None:
-    """This site: key, server, peers (last sync, lag), counts of what it knows, and its
-    validator."""
-    config = _config(home)
-    identity = Identity.load(config.key_path)
-    with home.open_readonly() as kb:
-        counts = knowledge_counts(kb)
-    states = {s["name"]: s for s in _peer_states(home)}
-    now = time.time()
-    peers = [
-        {
-            "name": p.name,
-            "url": p.url,
-            **{
-                k: states.get(p.name, {}).get(k)
-                for k in ("last_success", "last_error", "failures", "last_pulled", "last_pushed")
-            },
-            "lag_s": round(now - states[p.name]["last_success"], 1)
-            if states.get(p.name, {}).get("last_success")
-            else None,
-        }
-        for p in config.peers
-    ]
-    data = {
-        "name": config.name,
-        "key": identity.public_key_hex,
-        "key_id": identity.key_id,
-        "server": running_server(home.path),
-        **counts,
-        "peers": peers,
-        "validator": (validator := read_validator_state(home.path, now)),
-    }
-    human = [
-        f"site {config.name}  key {identity.key_id}  server {data['server'] or 'not running'}",
-        "  ".join(
-            f"{k} {counts[k]}"
-            for k in (
-                "skills",
-                "active_skills",
-                "certificates",
-                "revocations",
-                "equivocations",
-                "writers",
-            )
-        ),
-    ]
-    human += [f"  peer {p['name']:14} {_last_sync(states.get(p['name'], {}))}" for p in peers]
-    if validator is not None:
-        human += _validator_lines(validator, now)
-    emit(data, as_json, "\n".join(human))
-
-
-SHOWN_JOBS = 5  # queued jobs `simnet status` lists (--json has the file's first 50)
-
-
-def _validator_lines(v: dict, now: float) -> list[str]:
-    """The validator section of `simnet status` (`v` from `read_validator_state`)."""
-    if v["error"]:
-        return [f"validator unreadable: {v['error']}"]
-    head = f"validator {v['state']}"
-    if v["validator"]:
-        head += f"  key {v['validator'][:16]}"
-    if v["age_s"] is not None:
-        head += f"  updated {ago(v['age_s'])}"
-    lines = [head + (f"  STALE: {v['stale']}" if v["stale"] else "")]
-    if v["current"]:
-        lines.append(f"  now      {_job(v['current'])}: {_progress(v['current'])}")
-    shown = v["queue"][:SHOWN_JOBS]
-    lines.append(f"  queue    {v['queued']} jobs")
-    lines += [f"           {_job(j)}" for j in shown]
-    if shown and v["queued"] > len(shown):
-        lines.append(f"           and {v['queued'] - len(shown)} more")
-    branches = v["branches_evaluated"] + v["branches_spot_checked"]
-    lines.append(
-        f"  done     certificates {v['certificates']}  spot_checks {v['spot_checks']}  "
-        f"disputes {v['disputes']}  branches {branches} ({v['branches_per_s']:.1f}/s busy)"
-    )
-    for label, jobs in (("failed", v["failed"]), ("waiting", v["waiting"])):
-        lines += [f"  {label:8} {_job(j)}: {j['reason']} ({_retry(j, now)})" for j in jobs]
-    return lines
-
-
-def _job(job: dict) -> str:
-    kind = "spot check" if job["kind"] == "spot_check" else job["kind"] or "job"
-    return f"{kind} {job['name'] or job['skill'][:16]}" + (f" ({job['why']})" if job["why"] else "")
-
-
-def _progress(job: dict) -> str:
-    if not job["total"]:
-        return "starting" if job["kind"] != "spot_check" else "re-running waves"
-    return f"{job['done']}/{job['total']} branches ({100 * job['done'] // job['total']}%)"
-
-
-def _retry(job: dict, now: float) -> str:
-    tries = f"{job['attempts']} attempt{'s' if job['attempts'] != 1 else ''}"
-    if job["retry_at"] is None:
-        return f"{tries}, given up"
-    wait = job["retry_at"] - now
-    return f"{tries}, retry in {wait:.0f} s" if wait > 0 else f"{tries}, retry due"
 
 
 def _write(

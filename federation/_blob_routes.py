@@ -1,0 +1,197 @@
+"""The blob endpoints: `GET /v1/blobs/{hash}` streams a stored blob (a device's site fetches one it
+lacks from its peers first) and `PUT /v1/blobs/{hash}` takes a blob that a held skill or task names.
+
+Blobs are sent a stored part at a time, as fast as the client takes them in (the connection layer,
+`_http`, drops a client that stops), and are hashed on the way out, so a corrupt stored blob is
+never delivered whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+from typing import Any
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from knowledge import BlobError, BlobQuotaError, KnowledgeBase, Role
+
+from ._blobs import fetch_for_device, parse_range
+from ._endpoint import endpoint, error_response
+from ._errors import WireError
+from ._site import Site
+from ._wire import check_hex64
+
+log = logging.getLogger("federation")
+BLOB_TYPE = "application/octet-stream"
+
+
+@endpoint("read")
+async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: >-
+      A blob by its SHA-256 (streamed; one byte range with Range: bytes=N-). The receiver verifies
+      the hash. A device's site fetches a blob it lacks from its peers first.
+    parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
+    responses:
+      "200": {description: The blob's bytes.}
+      "206": {description: The bytes of the range asked for (Content-Range says which).}
+      "404": {description: "Not stored here (nor, for a device, at any peer of this site)."}
+      "416": {description: The range starts past the blob's end.}
+      "504": {description: "A device's blob is still being fetched from the peers; ask again."}
+      "507": {description: A device's blob does not fit in this site's blob quota.}
+    """
+    blob_hash = check_hex64(request.path_params["hash"], "blob hash")
+    size = await run_in_threadpool(site.kb.blobs.size, blob_hash)
+    if size is None and site.config.peers and _is_device(site, caller):
+        fetched = await _fetch_for_device(site, blob_hash)
+        if isinstance(fetched, Response):
+            return fetched
+        size = fetched
+    if size is None:
+        return error_response(404, "not_found", f"blob {blob_hash[:16]}… is not stored here")
+    try:
+        span = parse_range(request.headers.get("range"), size)
+    except WireError as exc:
+        if exc.status != 416:
+            raise
+        refused = error_response(416, "range_not_satisfiable", str(exc))
+        refused.headers["content-range"] = f"bytes */{size}"
+        return refused
+    return BlobResponse(site.kb, blob_hash, size, span)
+
+
+@endpoint("push")
+async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
+    """
+    summary: >-
+      Give this site a blob that a live skill or a task it holds names (a device uploads the
+      weights of a skill it published, or the scene assets of a task, after pushing the record's
+      envelope). The caller needs the publish role here; the body must hash to the path's hash and
+      fit in the body limit and the site's blob quota.
+    parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
+    requestBody:
+      content: {application/octet-stream: {schema: {type: string, format: binary}}}
+    responses:
+      "200": {description: Held already; nothing changed.}
+      "201": {description: Stored.}
+      "400": {description: The body does not hash to the blob hash.}
+      "403": {description: The caller lacks the publish role here.}
+      "404": {description: "No live skill or task here names the blob (push its record first)."}
+      "507": {description: The blob does not fit in this site's blob quota.}
+    """
+    blob_hash = check_hex64(request.path_params["hash"], "blob hash")
+    kb = site.kb
+    if Role.PUBLISH not in (await run_in_threadpool(kb.roles_of, caller) or ()):
+        return error_response(
+            403, "not_authorized", "uploading a blob needs the publish role at this site"
+        )
+    if not await run_in_threadpool(kb.blobs.is_named, blob_hash):
+        return error_response(
+            404,
+            "not_found",
+            f"no skill or task held here names blob {blob_hash[:16]}…: push its envelope first",
+        )
+    if await run_in_threadpool(kb.blobs.size, blob_hash) is not None:
+        return JSONResponse({"stored": False, "bytes": len(body)})
+    try:
+        await run_in_threadpool(functools.partial(kb.blobs.put, body, expected=blob_hash))
+    except BlobQuotaError as exc:
+        return error_response(507, "insufficient_storage", str(exc))
+    except BlobError as exc:
+        return error_response(400, "bad_request", str(exc))
+    return JSONResponse({"stored": True, "bytes": len(body)}, status_code=201)
+
+
+def _is_device(site: Site, caller: bytes) -> bool:
+    """A caller that is neither this site nor a site root it trusts (sites get what is held)."""
+    return caller != site.key and all(root.key != caller for root in site.kb.policy.roots)
+
+
+async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
+    """The size of a blob fetched now from this site's peers, or the answer saying why not."""
+    try:
+        async with asyncio.timeout(site.config.limits.sync_deadline_s):
+            return await anyio.to_thread.run_sync(
+                fetch_for_device, site.config, site.kb, blob_hash, abandon_on_cancel=True
+            )
+    except TimeoutError:  # the fetch goes on in its thread, and stores the blob when it is done
+        return error_response(
+            504, "timeout", f"blob {blob_hash[:16]}… is still being fetched from this site's peers"
+        )
+    except BlobQuotaError as exc:
+        return error_response(507, "insufficient_storage", str(exc))
+    except BlobError as exc:
+        return error_response(404, "not_found", str(exc))
+
+
+def _blob_part(kb: KnowledgeBase, blob_hash: str, index: int, digest: Any) -> bytes | None:
+    part = kb.blobs.part(blob_hash, index)
+    if part is not None:
+        digest.update(part)
+    return part
+
+
+class BlobResponse(StreamingResponse):
+    """A stored blob, read and sent a part at a time (`knowledge._store.BLOB_PART` bytes) as the
+    client takes it in: each send waits while the connection's buffer is full, so a client that
+    reads slowly or not at all holds one part here, never the blob (and `_http` drops it when it
+    stalls). The parts are hashed as they go and the last is sent only if the whole matches its
+    hash: a corrupt stored blob is logged and its answer cut short (the connection is closed), never
+    delivered complete. With a `span` [start, end) only those bytes are sent (206), but every part
+    is read and hashed all the same."""
+
+    def __init__(
+        self, kb: KnowledgeBase, blob_hash: str, size: int, span: tuple[int, int] | None = None
+    ) -> None:
+        start, end = span or (0, size)
+        headers = {"content-length": str(end - start), "accept-ranges": "bytes"}
+        if span is not None:
+            headers["content-range"] = f"bytes {start}-{end - 1}/{size}"
+        super().__init__(
+            (), status_code=206 if span else 200, media_type=BLOB_TYPE, headers=headers
+        )
+        self.kb, self.blob_hash, self.size, self.start, self.end = kb, blob_hash, size, start, end
+
+    async def stream_response(self, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        digest, read, held = hashlib.sha256(), 0, None
+        for index in range(1 << 40):
+            try:
+                part = await run_in_threadpool(_blob_part, self.kb, self.blob_hash, index, digest)
+            except Exception as exc:  # noqa: BLE001 - the store failed (or closed, at shutdown) mid-answer
+                log.error(
+                    "blob %s…: reading its part %d failed (%s: %s): its answer was cut short",
+                    self.blob_hash[:16],
+                    index,
+                    type(exc).__name__,
+                    exc,
+                )
+                return
+            if part is None:
+                break
+            piece = part[max(self.start - read, 0) : max(self.end - read, 0)]
+            read += len(part)
+            if piece:
+                if held is not None:
+                    await send({"type": "http.response.body", "body": held, "more_body": True})
+                held = piece
+            if read > self.size:
+                break
+        if read != self.size or digest.hexdigest() != self.blob_hash:
+            log.error(
+                "stored blob %s… is corrupt (%d bytes, %d expected, or a hash mismatch): "
+                "its answer was cut short",
+                self.blob_hash[:16],
+                read,
+                self.size,
+            )
+            return  # without the end of the body: the server closes the connection
+        await send({"type": "http.response.body", "body": held or b"", "more_body": False})
