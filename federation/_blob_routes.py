@@ -36,12 +36,13 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     """
     summary: >-
       A blob by its SHA-256 (streamed; one byte range with Range: bytes=N-). The receiver verifies
-      the hash. A device's site fetches a blob it lacks from its peers first.
+      the hash. A device's site fetches a blob it lacks from its peers first, if a skill or task
+      held here names it.
     parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
     responses:
       "200": {description: The blob's bytes.}
       "206": {description: The bytes of the range asked for (Content-Range says which).}
-      "404": {description: "Not stored here (nor, for a device, at any peer of this site)."}
+      "404": {description: "Not stored here (nor, for a device, named here or at any peer)."}
       "416": {description: The range starts past the blob's end.}
       "504": {description: "A device's blob is still being fetched from the peers; ask again."}
       "507": {description: A device's blob does not fit in this site's blob quota.}
@@ -49,6 +50,13 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
     size = await run_in_threadpool(site.kb.blobs.size, blob_hash)
     if size is None and site.config.peers and _is_device(site, caller):
+        if not await run_in_threadpool(site.kb.blobs.is_named, blob_hash):
+            return error_response(
+                404,
+                "not_found",
+                f"blob {blob_hash[:16]}… is not stored here, and no skill or task held here names "
+                "it: a site fetches for its devices only the blobs its records name",
+            )
         fetched = await _fetch_for_device(site, blob_hash)
         if isinstance(fetched, Response):
             return fetched

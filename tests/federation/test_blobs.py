@@ -235,6 +235,7 @@ def chain(make_site, serve_app):
     a.config.peers = [PeerConfig("b", serve_app(b.app), b.key)]
     device = Identity.generate()
     a.kb.delegate(device.public_key, ["publish"])
+    a.kb.skills.publish("reach", "reach", policy={"weights": HASH}, blobs=[HASH])
     return a, b, c, device, serve_app(a.app)
 
 
@@ -257,10 +258,23 @@ def test_a_site_asking_a_site_gets_only_what_it_holds(chain):
 def test_a_device_asking_for_a_blob_no_peer_has_gets_a_404_naming_the_peers(chain):
     a, _b, _c, device, a_url = chain
     missing = hashlib.sha256(b"nowhere").hexdigest()
+    a.kb.skills.publish("lost", "reach", blobs=[missing])
     with httpx.Client(base_url=a_url, auth=federation.SimnetAuth(device, a.key)) as client:
         answer = client.get(f"/v1/blobs/{missing}")
     assert answer.status_code == 404 and answer.json()["error"] == "not_found"
     assert "no source could supply it (b: does not hold it)" in answer.json()["detail"]
+
+
+def test_a_site_fetches_for_a_device_only_what_its_records_name(chain):
+    """Otherwise a device could fill its site's blob quota with blobs nothing here needs, which
+    the garbage collector never frees (it frees what withdrawn and revoked skills name)."""
+    a, b, _c, device, a_url = chain
+    stray = b.kb.blobs.put(b"a blob b holds that no record at a names" * 10)
+    with httpx.Client(base_url=a_url, auth=federation.SimnetAuth(device, a.key)) as client:
+        answer = client.get(f"/v1/blobs/{stray}")
+    assert (answer.status_code, answer.json()["error"]) == (404, "not_found")
+    assert "no skill or task held here names it" in answer.json()["detail"]
+    assert stray not in a.kb.blobs and a.kb.blobs.stored_bytes() == 0
 
 
 def test_a_device_blob_past_the_site_quota_is_a_507(chain):
@@ -313,13 +327,17 @@ def test_an_upload_no_skill_names_a_wrong_hash_or_a_writer_without_publish_is_re
     fresh = b"other weights"
     named = hashlib.sha256(fresh).hexdigest()
     a.kb.skills.publish("s2", "t", blobs=[named])
+    old = b"weights of a withdrawn skill"
+    a.kb.skills.withdraw(a.kb.skills.publish("s3", "t", blobs=[hashlib.sha256(old).hexdigest()]).id)
     with httpx.Client(base_url=a_url, auth=federation.SimnetAuth(device, a.key)) as client:
+        withdrawn = client.put(f"/v1/blobs/{hashlib.sha256(old).hexdigest()}", content=old)
         nobody = client.put(f"/v1/blobs/{unnamed}", content=b"junk")
         wrong = client.put(f"/v1/blobs/{named}", content=b"not those bytes")
         held = client.put(f"/v1/blobs/{HASH}", content=BLOB)
     with httpx.Client(base_url=a_url, auth=federation.SimnetAuth(reader, a.key)) as client:
         no_role = client.put(f"/v1/blobs/{named}", content=fresh)
     assert (nobody.status_code, nobody.json()["error"]) == (404, "not_found")
+    assert withdrawn.status_code == 404  # its skill's blobs are garbage here
     assert "push its envelope first" in nobody.json()["detail"]
     assert (wrong.status_code, wrong.json()["error"]) == (400, "bad_request")
     assert held.status_code == 200 and held.json() == {"stored": False, "bytes": len(BLOB)}
