@@ -9,7 +9,8 @@ the robot does not have is a TaskDefinitionError naming the argument and the nam
 
 The files a scene loads (meshes, textures, heightfields; for URDF, relative and `package://` mesh
 paths) are read once and carried by the task as assets, by hash, under portable names
-(`sim._assets.bundle`); included files are inlined. Such a task runs on any machine.
+(`sim._assets.bundle`, through `sim._scenes`); included files are inlined. Such a task runs on
+any machine.
 """
 
 from __future__ import annotations
@@ -23,13 +24,10 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from knowledge import sha256_hex
-
-from ._assets import bundle
 from ._errors import TaskDefinitionError
+from ._scenes import Scene, compile_scene, load_scene, scene_task
 from ._tasks import FORMAT, Task
 
-Scene = str | os.PathLike[str]
 Posture = Mapping[str, float | Sequence[float]]
 TARGET = "reach_target"  # the body and site a reach task adds
 END_EFFECTOR = "reach_ee"  # the site added when the end effector is a body
@@ -54,6 +52,7 @@ def reach_task(
     name: str | None = None,
     embodiment: str | None = None,
     package_path: Sequence[str | os.PathLike[str]] = (),
+    balance_inertia: bool = False,
 ) -> Task:
     """A task in which the arm brings `end_effector` (a site, or a body: a site is added at its
     origin) within `tolerance` metres of a target drawn uniformly from `target_box` ((low xyz),
@@ -68,9 +67,12 @@ def reach_task(
     start keyframe, with position servos aimed at it; or `keyframe` names one the scene has.
     `package_path` lists directories to find a URDF's `package://` meshes in (then
     ROS_PACKAGE_PATH, then the folders holding the file: `knowledge.resolve_package_uri`).
+    `balance_inertia=True` repairs inertias MuJoCo refuses, as `Embodiment.from_urdf` does: a full
+    inertia that is not positive definite keeps its diagonal, MuJoCo's `balanceinertia` raises the
+    smallest moment to the triangle inequality, massless links that carry a joint get 1e-6 kg.
     """
-    spec, source = _load(scene, package_path)
-    model = _compile(spec, source)
+    spec, source = load_scene(scene, package_path, balance_inertia)
+    model = compile_scene(spec, source)
     site, body = _end_effector(spec, model, end_effector, source)
     chain = _chain_joints(model, body, joints, "joints")
     _check_new_names(model, [TARGET, END_EFFECTOR] if site is None else [TARGET])
@@ -82,7 +84,7 @@ def reach_task(
     if model.nu == 0:
         _add_servos(spec, model, chain, servo_gain)
     start = _start_keyframe(spec, keyframe, home, "home")
-    model = _compile(spec, source)
+    model = compile_scene(spec, source)
     low, high = _target_box(model, site, start, target_box)
     centre = (low + high) / 2
     target = spec.worldbody.add_body(name=TARGET, pos=centre.tolist())
@@ -99,7 +101,7 @@ def reach_task(
         }
     ]
     init += _joint_noise(chain, joint_noise)
-    return _task(
+    return scene_task(
         spec,
         source,
         {
@@ -141,6 +143,7 @@ def stand_task(
     name: str | None = None,
     embodiment: str | None = None,
     package_path: Sequence[str | os.PathLike[str]] = (),
+    balance_inertia: bool = False,
 ) -> Task:
     """A task in which a legged robot keeps `base_body` (a floating body: its free joint) above
     `height` metres and upright (the cosine between its z axis and the world's above `upright`)
@@ -154,10 +157,10 @@ def stand_task(
     free joint takes its 7 qpos values) adds a start keyframe with position servos aimed at it; or
     `keyframe` names one the scene has. `floating_base=True` gives a base welded to the world (a
     URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free"; a scene with no ground
-    plane gets one at z = 0. `package_path`: as for `reach_task`.
+    plane gets one at z = 0. `package_path` and `balance_inertia`: as for `reach_task`.
     """
-    spec, source = _load(scene, package_path)
-    model = _compile(spec, source)
+    spec, source = load_scene(scene, package_path, balance_inertia)
+    model = compile_scene(spec, source)
     base = _named(model, "body", base_body, "base_body", source)
     free = [
         j
@@ -166,7 +169,7 @@ def stand_task(
     ]
     if not free and floating_base and int(model.body_parentid[base]) == 0:
         spec.body(base_body).add_freejoint(name=f"{base_body}_free")
-        model = _compile(spec, source)
+        model = compile_scene(spec, source)
         free = [int(model.joint(f"{base_body}_free").id)]
     if not free:
         hint = (
@@ -194,11 +197,11 @@ def stand_task(
     if model.nu == 0:
         _add_servos(spec, model, moving, servo_gain)
     start = _start_keyframe(spec, keyframe, posture, "posture")
-    model = _compile(spec, source)
+    model = compile_scene(spec, source)
     label = embodiment or _model_name(spec, source)
     high = {"term": "body_height", "body": base_body}
     level = {"term": "body_upright", "body": base_body}
-    return _task(
+    return scene_task(
         spec,
         source,
         {
@@ -231,56 +234,6 @@ def stand_task(
 
 
 # ---- reading and writing the scene ----
-
-
-def _load(scene: Scene, package_path: Sequence[str | os.PathLike[str]]) -> tuple[Any, str]:
-    """The model spec of MJCF text, an MJCF file or a URDF file, with the files it loads read and
-    renamed (`bundle`: the spec compiles from their bytes), and how to name it in errors.
-
-    Bodies without joints stay bodies (MuJoCo fuses them into their parents when reading URDF):
-    a URDF's tool frame can be the end effector, and the target a reach task adds stays a body.
-    """
-    if isinstance(scene, str) and scene.lstrip().startswith("<"):
-        source = "the scene"
-        try:
-            spec = mujoco.MjSpec.from_string(scene)
-        except ValueError as exc:
-            raise TaskDefinitionError("scene", f"MuJoCo cannot read it: {_one_line(exc)}") from exc
-    else:
-        path = Path(scene)
-        source = str(path)
-        if not path.is_file():
-            raise TaskDefinitionError("scene", f"{path}: no such file (nor MJCF text)")
-        try:
-            spec = mujoco.MjSpec.from_file(source)
-        except ValueError as exc:
-            detail = f"{path}: MuJoCo cannot read it: {_one_line(exc)}"
-            raise TaskDefinitionError("scene", detail) from exc
-        spec.modelname = spec.modelname or path.stem
-    spec.compiler.fusestatic = False
-    bundle(spec, package_path=package_path)
-    return spec, source
-
-
-def _compile(spec: Any, source: str) -> mujoco.MjModel:
-    try:
-        return spec.compile()
-    except ValueError as exc:
-        raise TaskDefinitionError("scene", f"{source}: does not compile: {_one_line(exc)}") from exc
-
-
-def _task(spec: Any, source: str, definition: dict[str, Any]) -> Task:
-    """The task of `definition` on the scene `spec` holds, carrying the files it loads."""
-    _compile(spec, source)
-    files = dict(spec.assets)
-    definition["scene"] = str(spec.to_xml())
-    if files:
-        definition["assets"] = {name: sha256_hex(data) for name, data in sorted(files.items())}
-    return Task(definition, files)
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
 
 
 def _model_name(spec: Any, source: str) -> str:

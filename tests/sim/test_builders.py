@@ -7,6 +7,7 @@ import mujoco
 import numpy as np
 import pytest
 
+import knowledge
 import sim
 from sim import TaskDefinitionError, reach_task, stand_task
 
@@ -113,6 +114,30 @@ def test_reach_defaults_follow_the_chain_and_urdf_arms_get_servos():
     )
     patch = part.init_patches(seed=0, first=0, count=4)
     assert all(len(p.mutations) == 1 + 4 for p in patch)  # the target, then noise on each joint
+
+
+def test_inertias_mujoco_refuses_are_repaired_as_the_descriptor_repairs_them():
+    """A URDF whose inertias no rigid body has: refused with the way out named, then built with
+    `balance_inertia=True`, its links weighing what `Embodiment.from_urdf` says they weigh."""
+    path = f"{ROBOTS}/unbalanced_inertia.urdf"
+    with pytest.raises(TaskDefinitionError, match="balance_inertia=True repairs such inertias"):
+        reach_task(path, end_effector="lower")
+    task = reach_task(path, end_effector="lower", balance_inertia=True)
+    body = knowledge.Embodiment.from_urdf(path, balance_inertia=True)
+    model = task.template.model
+    for link in ("upper", "lower"):
+        (described,) = [b for b in body.bodies if b.name == link]
+        assert model.body(link).mass[0] == pytest.approx(described.mass)
+        assert np.allclose(
+            sorted(model.body(link).inertia),
+            sorted(np.linalg.eigvalsh(_matrix(described.inertia))),
+            atol=1e-9,
+        )
+
+
+def _matrix(inertia: tuple[float, ...]) -> np.ndarray:
+    xx, yy, zz, xy, xz, yz = inertia
+    return np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
 
 
 def test_stand_tasks_for_legged_robots():

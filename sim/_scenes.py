@@ -1,0 +1,95 @@
+"""A task builder's scene: MJCF text, an MJCF file or a URDF file read into a model spec with the
+files it loads bundled (`sim._assets.bundle`), compiled with errors that name the scene, and
+written back into a `Task` that carries those files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from knowledge import sha256_hex
+
+from ._assets import bundle
+from ._errors import TaskDefinitionError
+from ._tasks import Task
+
+Scene = str | os.PathLike[str]
+"""MJCF text (a string starting with `<`), or the path of an MJCF or URDF file."""
+
+
+def load_scene(
+    scene: Scene, package_path: Sequence[str | os.PathLike[str]], balance_inertia: bool = False
+) -> tuple[Any, str]:
+    """The model spec of MJCF text, an MJCF file or a URDF file, with the files it loads read and
+    renamed (`bundle`: the spec compiles from their bytes), and how to name it in errors.
+
+    Bodies without joints stay bodies (MuJoCo fuses them into their parents when reading URDF):
+    a URDF's tool frame can be the end effector, and the target a reach task adds stays a body.
+    """
+    if isinstance(scene, str) and scene.lstrip().startswith("<"):
+        source = "the scene"
+        try:
+            spec = mujoco.MjSpec.from_string(scene)
+        except ValueError as exc:
+            raise TaskDefinitionError("scene", f"MuJoCo cannot read it: {_one_line(exc)}") from exc
+    else:
+        path = Path(scene)
+        source = str(path)
+        if not path.is_file():
+            raise TaskDefinitionError("scene", f"{path}: no such file (nor MJCF text)")
+        try:
+            spec = mujoco.MjSpec.from_file(source)
+        except ValueError as exc:
+            detail = f"{path}: MuJoCo cannot read it: {_one_line(exc)}"
+            raise TaskDefinitionError("scene", detail) from exc
+        spec.modelname = spec.modelname or path.stem
+    spec.compiler.fusestatic = False
+    if balance_inertia:
+        _balance_inertia(spec)
+    bundle(spec, package_path=package_path)
+    return spec, source
+
+
+def _balance_inertia(spec: Any) -> None:
+    """`Embodiment.from_urdf(balance_inertia=True)`'s repairs, on the spec (a task is compiled
+    from it, not from the file)."""
+    for body in spec.bodies:
+        full = np.asarray(body.fullinertia)  # ixx iyy izz ixy ixz iyz, NaN when not given
+        if np.isnan(full[0]):
+            continue
+        xx, yy, zz, xy, xz, yz = full
+        if np.linalg.eigvalsh(np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])).min() <= 0:
+            body.fullinertia = [xx, yy, zz, 0.0, 0.0, 0.0]
+    spec.compiler.balanceinertia = True
+    spec.compiler.boundmass = 1e-6
+    spec.compiler.boundinertia = 1e-9
+
+
+def compile_scene(spec: Any, source: str) -> mujoco.MjModel:
+    try:
+        return spec.compile()
+    except ValueError as exc:
+        problem = _one_line(exc)
+        if any(w in problem for w in ("balanceinertia", "positive eigenvalues", "mjMINVAL")):
+            problem += "; balance_inertia=True repairs such inertias"
+        raise TaskDefinitionError("scene", f"{source}: does not compile: {problem}") from exc
+
+
+def scene_task(spec: Any, source: str, definition: dict[str, Any]) -> Task:
+    """The task of `definition` on the scene `spec` holds, carrying the files it loads."""
+    compile_scene(spec, source)
+    files = dict(spec.assets)
+    definition["scene"] = str(spec.to_xml())
+    if files:
+        definition["assets"] = {name: sha256_hex(data) for name, data in sorted(files.items())}
+    return Task(definition, files)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
