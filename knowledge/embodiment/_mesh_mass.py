@@ -6,9 +6,12 @@ or the dog's hundreds of thousands of triangles, where the descriptor needs the 
 centre of mass, inertia and bounds only. This module follows `mjCMesh::Process` with the `legacy`
 inertia (MuJoCo's default): each triangle spans a pyramid to a reference point, its volume taken
 positive whatever the winding, first to the area-weighted centroid of the faces (for the centre of
-mass), then to the centre of mass (for the volume and the second moments). The principal axes come
-from MuJoCo's own `mju_eig3`, and the bounds are those of the vertices as MuJoCo stores them
-(float32, in the principal frame), so that the descriptor reads the digits it read before.
+mass), then to the centre of mass (for the volume and the second moments), summed in MuJoCo's order:
+the volume and centre of mass are MuJoCo's to the last bit. The principal axes come from the
+engine's `mju_eig3`, exact to 1e-14; MuJoCo 4.0's compiler stops its own short of exact (by up to
+1e-7 radians, 1e-5 where two moments are close), in a way not reproduced here, so the inertia a body
+gets differs from MuJoCo's by up to 1e-7 of its largest moment. The bounds are those of the vertices
+as MuJoCo stores them (float32, in the principal frame), within 5e-8 of MuJoCo's.
 
 Only binary STL and MuJoCo's MSH are read, with the checks MuJoCo's readers make; anything else
 (or a mesh MuJoCo would refuse) is None, and MuJoCo then compiles the mesh itself.
@@ -91,7 +94,7 @@ def _msh(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _total(values: np.ndarray) -> float:
     """A sum taken left to right, as MuJoCo's loops take it (numpy's own is pairwise): the same
-    last bits, so that MuJoCo's eigen solver, sensitive to them, turns the same way."""
+    last bits."""
     return float(np.cumsum(values)[-1])
 
 

@@ -66,8 +66,9 @@ class MjcfModel:
 
     def parts(self) -> Parts:
         """Compile the trimmed spec (once). Should that fail, the file compiles as it is, with
-        the same geoms ignored and the same mesh bounds: trimming never changes a description,
-        nor turns a file MuJoCo reads into a refusal; the refusal is then the file's own."""
+        the same geoms ignored and the same mesh bounds: trimming never changes a description
+        (but for the last digits of inertias weighed with numpy, `_mesh_mass`), nor turns a file
+        MuJoCo reads into a refusal; the refusal is then the file's own."""
         trim(self.spec, self.plan)
         try:
             model, visual = self.spec.compile(), self.plan.visual
