@@ -9,7 +9,7 @@ positive whatever the winding, first to the area-weighted centroid of the faces 
 mass), then to the centre of mass (for the volume and the second moments), summed in MuJoCo's order:
 the volume and centre of mass are MuJoCo's to the last bit. The principal axes come from the
 engine's `mju_eig3`, exact to 1e-14; MuJoCo 4.0's compiler stops its own short of exact (by up to
-1e-7 radians, 1e-5 where two moments are close), in a way not reproduced here, so the inertia a body
+2e-7 radians, 1e-4 where two moments are close), in a way not reproduced here, so the inertia a body
 gets differs from MuJoCo's by up to 1e-7 of its largest moment. The bounds are those of the vertices
 as MuJoCo stores them (float32, in the principal frame), within 5e-8 of MuJoCo's.
 

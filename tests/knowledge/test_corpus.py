@@ -47,7 +47,7 @@ def test_trimming_a_corpus_mjcf_file_changes_nothing(entry, untrimmed, untrimmed
     """Visual geoms, their meshes and textures left out, collision meshes cut to their bounds:
     the same description (masses, inertias, extents) as the whole file compiled. Where meshes that
     weigh became their inertia boxes, the same to MuJoCo's precision: its principal axes of a mesh
-    stop short of the exact ones (by up to 1e-5 radians where two moments are close), so a body's
+    stop short of the exact ones (by 2e-7 radians, 1e-4 where two moments are close), so a body's
     inertia moves by up to 1e-7 of its largest moment (its sixth digits, where small products of
     inertia have them, and with them the order of mirror-image limbs) and its extent by 5e-8: the
     raw parts are compared in model order.
