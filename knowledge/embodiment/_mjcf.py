@@ -19,6 +19,7 @@ import mujoco
 import numpy as np
 
 from .._errors import EmbodimentError
+from ._mesh_mass import MeshMass
 from ._meshes import Bounds, extremes
 from ._parts import Actuator, Body, EmbodimentSite, Joint, Range, Sensor, vec
 from ._trim import Plan, split, trim
@@ -65,8 +66,9 @@ class MjcfModel:
 
     def parts(self) -> Parts:
         """Compile the trimmed spec (once). Should that fail, the file compiles as it is, with
-        the same geoms ignored and the same mesh bounds: trimming never changes a description,
-        nor turns a file MuJoCo reads into a refusal; the refusal is then the file's own."""
+        the same geoms ignored and the same mesh bounds: trimming never changes a description
+        (but for the last digits of inertias weighed with numpy, `_mesh_mass`), nor turns a file
+        MuJoCo reads into a refusal; the refusal is then the file's own."""
         trim(self.spec, self.plan)
         try:
             model, visual = self.spec.compile(), self.plan.visual
@@ -74,11 +76,14 @@ class MjcfModel:
             spec = _parsed(self.label, self.load)
             visual = split(spec).visual
             model = _compiled(self.label, spec)
+            boxed = {}
+        else:
+            boxed = {geom.id: self.plan.stand_ins[name] for geom, name in self.plan.boxed}
         if model.njnt == 0:
             raise EmbodimentError(
                 f"{self.label}: the model has no joints, so there is no robot to describe"
             )
-        return _describe(model, {geom.id for geom in visual}, self.plan.bounds)
+        return _describe(model, {geom.id for geom in visual}, self.plan.bounds, boxed)
 
 
 def prepare_mjcf(source: str | os.PathLike[str]) -> MjcfModel:
@@ -169,6 +174,7 @@ def _describe(
     m: mujoco.MjModel,
     ignored: Iterable[int] = (),
     known: Mapping[str, Bounds] | None = None,
+    boxed: Mapping[int, MeshMass] | None = None,
 ) -> Parts:
     """Read the compiled arrays. Model body b becomes descriptor body b - 1 (the world, -1).
 
@@ -176,7 +182,8 @@ def _describe(
     the `ignored` (visual) geoms'. A mesh's sphere is centred on its vertices' box (`_meshes`:
     the rule URDF collision meshes follow), from the `known` bounds read from its file or else
     from its compiled vertices, so that trimming a mesh to the vertices that keep its bounds
-    changes nothing."""
+    changes nothing. A geom `_trim` made the inertia box of its mesh (`boxed`) reaches as far as
+    that mesh's bounds."""
 
     def name(adr: int) -> str:
         return m.names[adr : m.names.index(b"\0", adr)].decode()
@@ -187,6 +194,8 @@ def _describe(
     surface = np.linalg.norm(m.geom_pos, axis=1) + m.geom_rbound
     for g in np.flatnonzero((m.geom_type == mujoco.mjtGeom.mjGEOM_MESH) & (m.geom_dataid >= 0)):
         surface[g] = _mesh_surface(m, int(g), known or {}, name)
+    for box, mass in (boxed or {}).items():
+        surface[box] = _placed(m, box, mass.bounds, mass.centre, _rotation(mass.quat))
     physical = np.ones(m.ngeom, bool)
     physical[list(ignored)] = False
     extent = np.zeros(m.nbody)
@@ -272,8 +281,14 @@ def _mesh_surface(
         # slower (the same numbers)
         points = np.asarray(m.mesh_vert[start : start + count], dtype=np.float64)
         found = extremes(points @ np.ascontiguousarray(turn.T) + m.mesh_pos[mesh])[0]
-    centre, radius = found
-    local = turn.T @ (centre - m.mesh_pos[mesh])
+    return _placed(m, g, found, m.mesh_pos[mesh], turn)
+
+
+def _placed(m: mujoco.MjModel, g: int, bounds: Bounds, pos: np.ndarray, turn: np.ndarray) -> float:
+    """How far from its body's origin a mesh's bounding sphere (in the mesh file's frame) reaches
+    in geom `g`, whose frame MuJoCo moved by `pos` and turned by `turn` from the file's."""
+    centre, radius = bounds
+    local = turn.T @ (centre - pos)
     return float(np.linalg.norm(m.geom_pos[g] + _rotation(m.geom_quat[g]) @ local) + radius)
 
 

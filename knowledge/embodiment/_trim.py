@@ -22,7 +22,10 @@ element), so no reference can break:
   vertex along each axis and the one farthest from the box's centre (STL and OBJ read with numpy);
 - textures become flat 1x1 builtins (decoding PNG files was most of some models' time).
 
-Meshes that weigh compile as they are: their volume sets the body's inertia.
+A mesh that weighs, in binary STL or MSH with MuJoCo's default (`legacy`) inertia, is replaced by
+its inertia box (`_mesh_mass`, computed with numpy): each mesh geom using it becomes a box of the
+same mass, centre of mass, principal axes and inertia, and the descriptor reads its extent from the
+mesh's bounds. Other meshes that weigh compile as they are.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import mujoco
 import numpy as np
 
 from .._errors import EmbodimentError
+from ._mesh_mass import MeshMass, big_enough, mesh_mass, triangles
 from ._meshes import MESH_FORMATS, Bounds, extremes, vertices
 
 _NEVER = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_FALSE
@@ -53,6 +57,10 @@ class Plan:
     """Meshes only geoms that collide without weighing use: only their bounds matter."""
     bounds: dict[str, Bounds] = field(default_factory=dict)
     """Bounding spheres (`_meshes`) of the `bounded` meshes, read from their files."""
+    stand_ins: dict[str, MeshMass] = field(default_factory=dict)
+    """Mass properties of the `whole` meshes whose geoms became their inertia boxes."""
+    boxed: list[tuple[Any, str]] = field(default_factory=list)
+    """Those geoms, each with the name of the mesh it used."""
 
     @property
     def physical(self) -> set[str]:
@@ -100,6 +108,7 @@ def trim(spec: Any, plan: Plan) -> None:
             _inline(mesh, [0.0] * 3 + np.diag(1 / np.abs(mesh.scale)).ravel().tolist())
         elif mesh.name in plan.bounded:
             _bound(mesh, folder / Path(mesh.file).name if strip else folder / mesh.file, plan)
+    _box_weighing_meshes(spec, plan, folder)
     for texture in spec.textures:
         texture.file, texture.content_type, texture.cubefiles = "", "", [""] * 6
         texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
@@ -132,3 +141,66 @@ def _inline(mesh: Any, vertex: list[float]) -> None:
     mesh.uservert = vertex
     mesh.userface = mesh.usernormal = mesh.usertexcoord = []
     mesh.userfacenormal = mesh.userfacetexcoord = []
+
+
+_QUAT = mujoco.mjtOrientation.mjORIENTATION_QUAT
+_LEGACY = mujoco.mjtMeshInertia.mjMESH_INERTIA_LEGACY
+
+
+def _box_weighing_meshes(spec: Any, plan: Plan, folder: Path) -> None:
+    """Replace each `whole` mesh that `_mesh_mass` can weigh by its inertia box: in every geom
+    using it (mesh geoms only, oriented by a quaternion), then in the asset (a tetrahedron)."""
+    users: dict[str, list[Any]] = {}
+    for geom in spec.geoms:
+        if geom.meshname in plan.whole:
+            users.setdefault(geom.meshname, []).append(geom)
+    for mesh in spec.meshes:
+        geoms = users.get(mesh.name, [])
+        if not geoms or not _boxable(mesh, geoms):
+            continue
+        found = triangles(folder / Path(mesh.file).name if spec.strippath else folder / mesh.file)
+        mass = found and mesh_mass(*found, np.asarray(mesh.scale))
+        if not mass or not big_enough(mass):
+            continue
+        for geom in geoms:
+            _to_box(geom, mass)
+            plan.boxed.append((geom, mesh.name))
+        plan.stand_ins[mesh.name] = mass
+        _inline(mesh, [0.0] * 3 + np.diag(1 / np.abs(mesh.scale)).ravel().tolist())
+
+
+def _boxable(mesh: Any, geoms: list[Any]) -> bool:
+    moved = any(mesh.refpos) or list(mesh.refquat) != [1.0, 0.0, 0.0, 0.0]
+    if (
+        mesh.plugin.active
+        or moved
+        or len(mesh.uservert)
+        or mesh.content_type
+        or not all(mesh.scale)
+    ):
+        return False
+    if mesh.inertia != _LEGACY:
+        return False
+    return all(
+        g.type == mujoco.mjtGeom.mjGEOM_MESH
+        and g.alt.type == _QUAT
+        and g.typeinertia == mujoco.mjtGeomInertia.mjINERTIA_VOLUME
+        for g in geoms
+    )
+
+
+def _to_box(geom: Any, mass: MeshMass) -> None:
+    """The geom's frame moves to the mesh's centre of mass and principal axes, as MuJoCo moves a
+    mesh geom's; its mass is what the mesh's volume gave it."""
+    quat = np.asarray(geom.quat, dtype=np.float64)
+    norm = float(np.sqrt(quat @ quat))
+    if norm >= 1e-14 and abs(norm - 1) > 1e-14:
+        quat = quat / norm
+    offset, turned = np.zeros(3), np.zeros(4)
+    mujoco.mju_rotVecQuat(offset, mass.centre, quat)
+    mujoco.mju_mulQuat(turned, quat, mass.quat)
+    if math.isnan(geom.mass):
+        geom.mass = geom.density * mass.volume
+    geom.pos = np.asarray(geom.pos) + offset
+    geom.quat = turned
+    geom.type, geom.meshname, geom.size = mujoco.mjtGeom.mjGEOM_BOX, "", mass.box

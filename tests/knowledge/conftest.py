@@ -27,7 +27,7 @@ import pytest
 
 from knowledge import Embodiment
 from knowledge.embodiment._descriptors import describe
-from knowledge.embodiment._mjcf import _describe, prepare_mjcf
+from knowledge.embodiment._mjcf import Parts, _describe, prepare_mjcf
 from knowledge.embodiment._trim import split, trim
 
 _CAP_VERSION_3 = 0x20080522
@@ -126,17 +126,27 @@ def small_disk(tmp_path):
     return _run
 
 
-def _untrimmed(path: Path) -> Embodiment:
+def _untrimmed_parts(path: Path) -> Parts:
     """The file compiled whole by MuJoCo, its visual geoms left out of the extents and its meshes
-    bounded by the vertices `trim` read from their files."""
+    bounded by the vertices `trim` read from their files: the parts, in model order."""
     trimmed = prepare_mjcf(path)
     trim(trimmed.spec, trimmed.plan)
     spec = mujoco.MjSpec.from_file(str(path))
     visual = split(spec).visual
     model = spec.compile()
-    return describe(_describe(model, {geom.id for geom in visual}, trimmed.plan.bounds))
+    return _describe(model, {geom.id for geom in visual}, trimmed.plan.bounds)
+
+
+def _untrimmed(path: Path) -> Embodiment:
+    """The description of `_untrimmed_parts`."""
+    return describe(_untrimmed_parts(path))
 
 
 @pytest.fixture
 def untrimmed():
     return _untrimmed
+
+
+@pytest.fixture
+def untrimmed_parts():
+    return _untrimmed_parts

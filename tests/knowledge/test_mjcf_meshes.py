@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import knowledge
-from knowledge import Embodiment, Identity
+from knowledge import Embodiment, EmbodimentError, Identity
 from knowledge.embodiment._mjcf import prepare_mjcf
 
 ROBOTS = Path(__file__).parent.parent / "assets" / "robots"
@@ -107,3 +107,57 @@ def test_a_descriptor_stored_before_visual_extents_were_left_out_still_works(tmp
         found = kb.skills.query(MJCF, active_only=False)
     assert [r.skill.name for r in found] == ["reach-meshbot", "reach-arm7"]
     assert 0 < found[0].distance < found[1].distance
+
+
+def weighing_robot(tmp_path: Path, geom: str) -> Path:
+    """A body whose inertia a 5 cm STL cube sets (no <inertial>), turned and moved in its body."""
+    write_cube_stl(tmp_path / "cube.stl", 0.05)
+    (tmp_path / "robot.xml").write_text(
+        '<mujoco><asset><mesh name="cube" file="cube.stl" scale="1 2 0.5"/></asset><worldbody>'
+        f'<body name="link"><joint/><geom type="mesh" mesh="cube" {geom}/>'
+        '<geom type="sphere" size="0.01" pos="0 0 0.2"/></body></worldbody></mujoco>'
+    )
+    return tmp_path / "robot.xml"
+
+
+@pytest.mark.parametrize(
+    "geom",
+    ['pos="0.1 0 0" quat="0.9 0.1 0.3 0"', 'mass="2" quat="0 1 0 0"', 'density="300"'],
+)
+def test_a_weighing_stl_mesh_becomes_a_box_of_its_mass_and_inertia(tmp_path, geom, untrimmed_parts):
+    """MuJoCo never reads the mesh; the body weighs what MuJoCo weighing it gives (float noise)."""
+    path = weighing_robot(tmp_path, geom)
+    model = prepare_mjcf(path)
+    parts = model.parts()
+    assert [name for _, name in model.plan.boxed] == ["cube"]
+    whole = mujoco.MjModel.from_xml_path(str(path))
+    body = parts[1][0]
+    assert body.mass == pytest.approx(whole.body_mass[1], rel=1e-12)
+    assert body.com == pytest.approx(whole.body_ipos[1], abs=1e-12)
+    assert sorted(np.linalg.eigvalsh(full_inertia(body.inertia))) == pytest.approx(
+        sorted(whole.body_inertia[1]), rel=1e-9
+    )
+    assert body.extent == pytest.approx(untrimmed_parts(path)[1][0].extent, rel=1e-7)
+
+
+def full_inertia(six: tuple[float, ...]) -> np.ndarray:
+    xx, yy, zz, xy, xz, yz = six
+    return np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+
+
+@pytest.mark.parametrize("geom", ['euler="0 0 30"', 'axisangle="0 0 1 30"'])
+def test_a_weighing_mesh_oriented_otherwise_than_by_quaternion_compiles_whole(
+    tmp_path, geom, untrimmed
+):
+    path = weighing_robot(tmp_path, geom)
+    model = prepare_mjcf(path)
+    model.parts()
+    assert not model.plan.boxed
+    assert Embodiment.from_mjcf(path) == untrimmed(path)
+
+
+def test_a_weighing_mesh_mujoco_refuses_is_still_refused(tmp_path):
+    path = weighing_robot(tmp_path, "")
+    (tmp_path / "cube.stl").write_text("solid cube\nendsolid cube\n")  # ASCII: MuJoCo reads none
+    with pytest.raises(EmbodimentError, match="MuJoCo cannot compile it"):
+        Embodiment.from_mjcf(path)
