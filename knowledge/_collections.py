@@ -148,7 +148,8 @@ class Skills:
         """A robot file's descriptor, read through this store's descriptor cache as `query` reads
         one (a second process asking with unchanged files does not wait for MuJoCo). URDF when
         `urdf` says so, else by the `.urdf` or `.xacro` suffix; the other options are
-        `Embodiment.from_urdf`'s, and an EmbodimentError for an MJCF file."""
+        `Embodiment.from_urdf`'s (`floating_base` is `from_mjcf`'s too; the others are an
+        EmbodimentError for an MJCF file)."""
         return self._engine().describe(
             path,
             urdf=urdf,

@@ -35,7 +35,8 @@ from ._urdf import resolve_mesh, uses_xacro
 VERSION = f"simnet.descriptor-cache/3 format {FORMAT} mujoco {mujoco.__version__}"
 """Part of every key: a new descriptor layout, reader or MuJoCo version may describe a file
 differently (2: MJCF extents leave visual geoms out; 3: MJCF meshes that weigh are weighed with
-numpy, whose principal axes are not MuJoCo's to the last digits)."""
+numpy, whose principal axes are not MuJoCo's to the last digits, and an MJCF scene's undriven
+objects are left out)."""
 _ASSET_DIRS = ("meshdir", "texturedir", "assetdir")
 
 
@@ -121,8 +122,8 @@ class DescriptorCache:
         self._lock = threading.Lock()  # queries run on several threads; reads run unlocked
 
     def read(self, path: str | os.PathLike[str], *, urdf: bool, **options: Any) -> Embodiment:
-        """`Embodiment.from_urdf(path, **options)` or `from_mjcf(path)`, from the cache when the
-        files are unchanged."""
+        """`Embodiment.from_urdf(path, **options)` or `from_mjcf(path, **options)`, from the cache
+        when the files are unchanged."""
         path = Path(path)
         reader: Callable[[], Embodiment]
         if urdf:
@@ -137,7 +138,9 @@ class DescriptorCache:
                 return parsed[0].visual_files()
 
             files = mjcf_files(path, visual)
-            reader = lambda: describe((parsed or [prepare_mjcf(path)])[0].parts())  # noqa: E731
+            reader = lambda: describe(  # noqa: E731
+                (parsed or [prepare_mjcf(path)])[0].parts(**options)
+            )
         key = None
         if files is not None:
             os_path = os.environ.get("ROS_PACKAGE_PATH", "") if urdf else ""

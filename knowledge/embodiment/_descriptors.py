@@ -17,7 +17,7 @@ from typing import Any
 
 from .._canonical import canonical_json, content_hash
 from .._errors import EmbodimentError
-from ._mjcf import Parts, read_mjcf, read_urdf
+from ._mjcf import read_mjcf, read_urdf
 from ._parts import (
     ACTUATOR_KINDS,
     JOINT_DOF,
@@ -25,6 +25,7 @@ from ._parts import (
     Body,
     EmbodimentSite,
     Joint,
+    Parts,
     Sensor,
 )
 
@@ -50,10 +51,18 @@ class Embodiment:
     sensors: tuple[Sensor, ...] = field(repr=False)
 
     @classmethod
-    def from_mjcf(cls, source: str | os.PathLike[str]) -> Embodiment:
+    def from_mjcf(
+        cls, source: str | os.PathLike[str], *, floating_base: bool | None = None
+    ) -> Embodiment:
         """Describe an MJCF file, or MJCF text (a string starting with `<`; includes resolve from
-        the cwd)."""
-        return _canonical(*read_mjcf(source))
+        the cwd).
+
+        The robot is the trees an actuator drives: a task's objects beside it (a ball, a free
+        target, a table) are left out. A walker whose one root body hangs on the world without a
+        joint gets a free joint when it has legs, or with `floating_base=True`;
+        `floating_base=False` keeps the file as written (`knowledge/embodiment/_scene.py`).
+        """
+        return _canonical(*read_mjcf(source, floating_base=floating_base))
 
     @classmethod
     def from_urdf(

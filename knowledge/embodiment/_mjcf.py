@@ -21,12 +21,10 @@ import numpy as np
 from .._errors import EmbodimentError
 from ._mesh_mass import MeshMass
 from ._meshes import Bounds, extremes
-from ._parts import Actuator, Body, EmbodimentSite, Joint, Range, Sensor, vec
+from ._parts import Actuator, Body, EmbodimentSite, Joint, Parts, Range, Sensor, vec
+from ._scene import robot_only, with_floating_base
 from ._trim import Plan, split, trim
 from ._urdf import compile_urdf, drives, floats_by_default, prepare_urdf
-
-Parts = tuple[str, list[Body], list[Joint], list[Actuator], list[EmbodimentSite], list[Sensor]]
-"""A model's name and its parts in model order (not yet canonical)."""
 
 
 def _read(path: Path) -> bytes:
@@ -40,9 +38,9 @@ def _read(path: Path) -> bytes:
         raise EmbodimentError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
 
 
-def read_mjcf(source: str | os.PathLike[str]) -> Parts:
+def read_mjcf(source: str | os.PathLike[str], *, floating_base: bool | None = None) -> Parts:
     """The parts of an MJCF file, or of MJCF text (a string starting with `<`)."""
-    return prepare_mjcf(source).parts()
+    return prepare_mjcf(source).parts(floating_base=floating_base)
 
 
 @dataclass
@@ -64,11 +62,12 @@ class MjcfModel:
         looks = {t.file for t in self.spec.textures} | {s.file for s in self.spec.skins}
         return (dropped - kept) | looks
 
-    def parts(self) -> Parts:
+    def parts(self, *, floating_base: bool | None = None) -> Parts:
         """Compile the trimmed spec (once). Should that fail, the file compiles as it is, with
         the same geoms ignored and the same mesh bounds: trimming never changes a description
         (but for the last digits of inertias weighed with numpy, `_mesh_mass`), nor turns a file
-        MuJoCo reads into a refusal; the refusal is then the file's own."""
+        MuJoCo reads into a refusal; the refusal is then the file's own. The robot is then told
+        from its scene, and a welded walker given its free joint (`_scene`)."""
         trim(self.spec, self.plan)
         try:
             model, visual = self.spec.compile(), self.plan.visual
@@ -83,7 +82,8 @@ class MjcfModel:
             raise EmbodimentError(
                 f"{self.label}: the model has no joints, so there is no robot to describe"
             )
-        return _describe(model, {geom.id for geom in visual}, self.plan.bounds, boxed)
+        parts = robot_only(_describe(model, {geom.id for geom in visual}, self.plan.bounds, boxed))
+        return with_floating_base(self.label, parts, floating_base)
 
 
 def prepare_mjcf(source: str | os.PathLike[str]) -> MjcfModel:

@@ -101,6 +101,10 @@ class Sensor:
     body: int
 
 
+Parts = tuple[str, list[Body], list[Joint], list[Actuator], list[EmbodimentSite], list[Sensor]]
+"""A model's name and its parts in model order (not yet canonical)."""
+
+
 def vec(values: Any) -> Any:
     """A tuple of Python floats (of whatever length the field has)."""
     return tuple(float(v) for v in values)

@@ -138,8 +138,6 @@ class Retrieval:
         if urdf is None:
             urdf = path.suffix.lower() in _URDF_SUFFIXES
         options: dict[str, Any] = {}
-        if floating_base is not None:
-            options["floating_base"] = bool(floating_base)
         if package_path:
             options["package_path"] = [str(Path(p).resolve()) for p in package_path]
         if balance_inertia:
@@ -149,6 +147,8 @@ class Retrieval:
                 f"{path}: it is read as MJCF, and {', '.join(sorted(options))}: options of the "
                 "URDF reader, do not apply"
             )
+        if floating_base is not None:
+            options["floating_base"] = bool(floating_base)
         return self.descriptors.read(path, urdf=urdf, **options)
 
     def flush(self) -> None:

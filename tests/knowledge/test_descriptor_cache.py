@@ -133,7 +133,7 @@ def test_files_only_visual_geoms_read_are_not_part_of_the_key(tmp_path, robots):
 
 def test_describe_reads_a_file_as_a_query_does(tmp_path):
     """kb.skills.describe is the query's reader: the same cache entry, the URDF options in the
-    key only when they differ from the defaults, and refused for MJCF."""
+    key only when they differ from the defaults; for MJCF, floating_base only."""
     store = tmp_path / "site.db"
     with knowledge.open(store, Identity.generate()) as kb:
         dog = kb.skills.describe(ROBOTS / "quadruped12.urdf")
@@ -146,7 +146,10 @@ def test_describe_reads_a_file_as_a_query_does(tmp_path):
         assert not fixed.floating_base
         with pytest.raises(
             EmbodimentError,
-            match="arm7.xml: it is read as MJCF, and floating_base: options of the URDF reader",
+            match="arm7.xml: it is read as MJCF, and balance_inertia: options of the URDF reader",
         ):
-            kb.skills.describe(ROBOTS / "arm7.xml", floating_base=False)
-    assert len(list(Path(f"{store}.embodiments").glob("*.json"))) == 2
+            kb.skills.describe(ROBOTS / "arm7.xml", balance_inertia=True)
+        floating_arm = kb.skills.describe(ROBOTS / "arm7.xml", floating_base=True)
+        assert floating_arm == Embodiment.from_mjcf(ROBOTS / "arm7.xml", floating_base=True)
+        assert floating_arm.floating_base
+    assert len(list(Path(f"{store}.embodiments").glob("*.json"))) == 3

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import gymnasium
 import mujoco
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -223,12 +224,18 @@ def test_gymnasium_ant_matches_its_file():
 
 @pytest.mark.parametrize("path", GYM_MODELS, ids=lambda p: p.stem)
 def test_gymnasium_models_agree_with_mujoco(path):
+    """The robot is MuJoCo's model less the trees no actuator drives (the reacher's target, the
+    pusher's object and goal), counted here from MuJoCo's own `body_rootid`."""
     model = mujoco.MjModel.from_xml_path(str(path))
+    driven = {int(model.body_rootid[model.jnt_bodyid[j]]) for j in model.actuator_trnid[:, 0]}
+    robot = np.isin(model.body_rootid, list(driven))
+    robot[0] = False  # the world
+    joints = np.isin(model.jnt_bodyid, np.flatnonzero(robot))
     described = Embodiment.from_mjcf(path)
-    assert described.dof == model.nv
+    assert described.dof == int(model.body_dofnum[robot].sum())
     parts = (len(described.bodies), len(described.joints), len(described.actuators))
-    assert parts == (model.nbody - 1, model.njnt, model.nu)
-    assert described.mass == pytest.approx(float(model.body_mass.sum()), rel=1e-5)
+    assert parts == (int(robot.sum()), int(joints.sum()), model.nu)
+    assert described.mass == pytest.approx(float(model.body_mass[robot].sum()), rel=1e-5)
     assert Embodiment.from_dict(json.loads(json.dumps(described.to_dict()))) == described
 
 
@@ -341,8 +348,10 @@ def test_fingerprints_tell_the_robots_apart():
         for path in files
     }
     # gymnasium ships walker2d twice with identical bodies (v5 changes only the feet's contact
-    # friction, which the fingerprint leaves out by design); all else differ
+    # friction, which the fingerprint leaves out by design), and the pusher twice with one arm (v5
+    # changes only the object it pushes, which is not the robot); all else differ
     assert fingerprints.pop("walker2d_v5.xml") == fingerprints["walker2d.xml"]
+    assert fingerprints.pop("pusher_v5.xml") == fingerprints["pusher.xml"]
     assert len(set(fingerprints.values())) == len(fingerprints)
     assert all(len(f) == 64 and int(f, 16) >= 0 for f in fingerprints.values())
 
