@@ -392,9 +392,12 @@ class WorldFiles(abc.ABC):
         """SHA-256 over the world id and the fields (text as UTF-8), after their lengths
         (unambiguous, and cheap)."""
         parts = [table.encode(), self.id.encode()]
-        parts += [field if isinstance(field, bytes) else str(field).encode() for field in fields]
-        lengths = b",".join([b"%d" % len(p) for p in parts])  # a list: join takes it without a copy
-        return hashlib.sha256(b"%s|%s" % (lengths, b"".join(parts))).hexdigest()
+        parts += [field if type(field) is bytes else str(field).encode() for field in fields]
+        # lists: join takes them without a copy; the parts hashed as they are, not copied together
+        digest = hashlib.sha256(b"%s|" % b",".join([b"%d" % len(p) for p in parts]))
+        for part in parts:
+            digest.update(part)
+        return digest.hexdigest()
 
     def _rows(
         self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None
