@@ -57,7 +57,7 @@ def rows(
     out = []
     for start in range(0, len(events), SEGMENT_EVENTS):
         chunk = events[start : start + SEGMENT_EVENTS] if len(events) > SEGMENT_EVENTS else events
-        text = b"[%s]" % b",".join([encoded for _, encoded in chunk])
+        text = b"[" + b",".join([encoded for _, encoded in chunk]) + b"]"
         first, last = chunk[0][0], chunk[-1][0]
         fields = (shard, branch, first.seq, last.seq, first.tick, last.tick, head)
         prev = checksum("segment", *fields, text, prev)
