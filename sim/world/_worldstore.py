@@ -78,7 +78,7 @@ class WorldStore(WorldFiles):
         heads = []
         for key in self._unsaved:  # the logs' rows: heads and tips
             log = self._logs[key]
-            heads.append((log.head, log.tip, self._log_row(log)[-1], *key))
+            heads.append((log.head, log.tip, self._checksum("log", *log), *key))
         checkpoints = [row for rows in self._pending_checkpoints.values() for row in rows]
         self._pending, self._pending_checkpoints = {}, {}
         self._unsaved.clear()
