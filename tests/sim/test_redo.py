@@ -254,20 +254,34 @@ def test_records_of_format_1_are_read_and_a_torn_one_cut_off(tmp_path, format_1)
     redo.close()
 
 
-def test_a_record_of_another_format_is_refused_naming_it(tmp_path):
-    payload = b"\x00" * 10
+def sealed(mark, payload, world_id=b"world"):
+    """A record under sound checksums, whatever its payload."""
     length = struct.pack("<Q", len(payload))
-    salted = zlib.crc32(b"world")
-    header = struct.pack(
-        "<8sQII",
-        b"SIMREDO\x03",
-        len(payload),
-        zlib.crc32(length, zlib.crc32(b"SIMREDO\x03", salted)),
-        zlib.crc32(payload, salted),
+    salted = zlib.crc32(world_id)
+    return (
+        struct.pack(
+            "<8sQII",
+            mark,
+            len(payload),
+            zlib.crc32(length, zlib.crc32(mark, salted)),
+            zlib.crc32(payload, salted),
+        )
+        + payload
     )
-    (tmp_path / "w-redo").write_bytes(header + payload)
+
+
+@pytest.mark.parametrize(
+    ("mark", "payload", "error"),
+    [
+        (b"SIMREDO\x03", b"\x00" * 10, "is in redo format 3, which this simnet does not read"),
+        (b"SIMREDO\x02", struct.pack("<I", 3) + b"[1,", "passes its checksum but cannot be read"),
+    ],
+)
+def test_a_record_of_another_format_or_unreadable_is_refused(tmp_path, mark, payload, error):
+    record = sealed(mark, payload)
+    (tmp_path / "w-redo").write_bytes(record)
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
-    with pytest.raises(CorruptLogError, match="is in redo format 3, which this simnet does not"):
+    with pytest.raises(CorruptLogError, match=error):
         redo.unfolded_records()
-    assert (tmp_path / "w-redo").read_bytes() == header + payload
+    assert (tmp_path / "w-redo").read_bytes() == record
     redo.close()

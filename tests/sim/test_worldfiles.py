@@ -210,6 +210,16 @@ def test_commits_an_older_simnet_left_in_the_redo_file_are_folded_in(store, monk
     reopened.close()
 
 
+def test_a_redo_record_whose_blobs_do_not_match_its_rows_is_refused(store):
+    folded = store._redo.folded
+    _as_killed(store)
+    redo = RedoFile(store.path.parent / "w.db-redo", store.id, fsync=False, folded=folded)
+    redo.append([[["west", "", 7, 7, 20, 20, 20, "c" * 64]], [], []])  # a segment, no events
+    redo.close()
+    with pytest.raises(CorruptWorldError, match=r"w.db-redo: commit \d+ holds 0 blobs, not 1"):
+        WorldStore(store.path, create=False)
+
+
 def test_a_missing_redo_record_is_a_gap(store):
     for tick in (20, 21):
         with store.transaction():
