@@ -8,16 +8,22 @@ touch, and on close); the SQLite file remembers the number of the last record fo
 a record is folded exactly once even if the process dies between the fold's commit and the file's
 truncation.
 
-A record is a header (its payload's length, a CRC-32 of the world id and that length, and a SHA-256
-over the world id and the payload) and the payload (its number and the rows to insert, as JSON). It
-is durable against a killed process once `append` returns (it is in the kernel's page cache), and
-against power loss too if the world was created with `fsync`. A record the file ends inside, with a
-sound header or with too few bytes left for one, was being written when its writer died: it was
-never acknowledged, and is cut off; so is a tail of zero bytes (blocks a power loss allocated but
-never wrote), and a last record whose payload fails its checksum (a power loss that kept its length,
-not all its bytes; as SQLite ends its WAL at a bad last frame; logged). Anything else that fails a
-check (a header, a record with more after it, a number out of sequence) is corruption: an error, and
-the file is left as it is.
+A record is a header (a marker of its format, its payload's length, a CRC-32 of the world id, the
+marker and that length, and a CRC-32 of the world id and the payload) and the payload: a small JSON
+head (its number, the lengths of its blobs, and what the caller gave to store with them) followed by
+the blobs as they are (a twin's segment text and checkpoint states: no escaping, no base64). The
+rows in a record carry SHA-256 checksums of their own, checked when they are read from the tables;
+the record's CRC-32 finds a torn or damaged record. Records of redo format 1 (a SHA-256 of the world
+id and a JSON payload, nothing raw: before the marker) are still read, so a world that an older
+simnet left with unfolded commits opens and folds them; a marker of another format is refused,
+naming it. A record is durable against a killed process once `append` returns (it is in the
+kernel's page cache), and against power loss too if the world was created with `fsync`. A record the
+file ends inside, with a sound header or with too few bytes left for one, was being written when its
+writer died: it was never acknowledged, and is cut off; so is a tail of zero bytes (blocks a power
+loss allocated but never wrote), and a last record whose payload fails its checksum (a power loss
+that kept its length, not all its bytes; as SQLite ends its WAL at a bad last frame; logged).
+Anything else that fails a check (a header, a record with more after it, a number out of sequence)
+is corruption: an error, and the file is left as it is.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import os
 import sqlite3
 import struct
 import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -41,9 +49,26 @@ FOLD_BYTES = (
     4 << 20
 )  # as SQLite's own WAL: folded at about 4 MiB (~900 of a twin's commits; ~17 ms to fold)
 _LENGTH = struct.Struct("<Q")
-_HEADER = struct.Struct(
-    "<QI32s"
-)  # payload length, CRC-32 of world id and length, SHA-256 of world id and payload
+_MARK = b"SIMREDO"  # then the format's number: a record of format 1 has no marker (its bytes 4..7
+# are the high bytes of a length under 4 GiB: zeros)
+FORMAT = 2
+# marker and format, payload length, CRC-32 of world id, marker and length, CRC-32 of world id and
+# payload
+_HEADER = struct.Struct("<8sQII")
+_HEAD_LENGTH = struct.Struct("<I")  # the payload's JSON head, before the blobs
+# format 1: payload length, CRC-32 of world id and length, SHA-256 of world id and JSON payload
+_HEADER_1 = struct.Struct("<QI32s")
+
+
+class Record(NamedTuple):
+    """A record read back: its number, what was stored with its blobs, and the blobs (None: a record
+    of format 1, whose `meta` is its whole JSON payload)."""
+
+    n: int
+    meta: Any
+    blobs: list[bytes] | None
+
+
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -65,10 +90,11 @@ class RedoFile:
         self.path = path
         self.folded = self.last = folded
         self._salt = world_id.encode()
-        # the salt's share of each record's checksums, computed once: a CRC-32 and a SHA-256 resume
-        # from it (the same values as over salt + bytes)
+        # the salt's share of each record's checksums, computed once: a CRC-32 resumes from it (the
+        # same value as over salt + bytes)
         self._salt_crc = zlib.crc32(self._salt)
-        self._salted = hashlib.sha256(self._salt)
+        self._mark = _MARK + bytes([FORMAT])
+        self._mark_crc = zlib.crc32(self._mark, self._salt_crc)
         self._fsync = fsync
         try:
             created = not path.exists()
@@ -95,36 +121,30 @@ class RedoFile:
             os.close(self._fd)
             self._fd = -1
 
-    def unfolded_records(self) -> list[dict]:
+    def unfolded_records(self) -> list[Record]:
         """The records after `folded`, checked, in order (their numbers run on from it); a torn tail
         (its writer died) is cut off the file."""
         if (
             self._kept is not None and len(self._kept) == self.last - self.folded
         ):  # none lost track of
-            return [orjson.loads(payload) for payload in self._kept]
+            return [_parsed(payload) for payload in self._kept]
         try:
             data = os.pread(self._fd, self.size, 0)
         except OSError as exc:  # closed after a write it could not undo
             raise WorldError(f"{self.path} cannot be read ({exc}); it is kept as it is") from None
-        out: list[dict] = []
+        out: list[Record] = []
         at = 0
         while at < len(data):
             if not any(memoryview(data)[at:]):
                 self._cut(at)  # blocks a power loss allocated but never wrote
                 break
-            if at + _HEADER.size <= len(data):
-                length, check, digest = _HEADER.unpack_from(data, at)
-                if check != zlib.crc32(self._salt + _LENGTH.pack(length)):
-                    raise CorruptLogError(
-                        f"{self.path}: the header of the commit at byte {at} fails its checksum; "
-                        f"nothing was applied from it or after it"
-                    )
-            if at + _HEADER.size > len(data) or at + _HEADER.size + length > len(data):
+            found = self._header(data, at)
+            if found is None:
                 self._cut(at)  # never acknowledged: its writer died in the middle of it
                 break
-            payload = data[at + _HEADER.size : at + _HEADER.size + length]
-            if hashlib.sha256(self._salt + payload).digest() != digest:
-                if at + _HEADER.size + length == len(data):  # the last record: see above
+            start, end, sound = found
+            if not sound(data[start:end]):
+                if end == len(data):  # the last record: see above
                     _logger.warning(
                         "%s: the last commit (byte %d) fails its checksum and is cut off, "
                         "as a torn write (a power loss while it was written)",
@@ -137,26 +157,70 @@ class RedoFile:
                     f"{self.path}: the commit at byte {at} fails its checksum; nothing was applied "
                     f"from it or after it"
                 )
-            record = orjson.loads(payload)
-            if out and record["n"] <= self.folded:
+            try:
+                record = (_parsed if start - at == _HEADER.size else _parsed_1)(data[start:end])
+            except (ValueError, TypeError, KeyError, struct.error):
                 raise CorruptLogError(
-                    f"{self.path}: commit {record['n']} comes after commit {out[-1]['n']}"
+                    f"{self.path}: the commit at byte {at} passes its checksum but cannot be read"
+                ) from None
+            if out and record.n <= self.folded:
+                raise CorruptLogError(
+                    f"{self.path}: commit {record.n} comes after commit {out[-1].n}"
                 )
-            if record["n"] > self.folded:
-                expected = out[-1]["n"] + 1 if out else self.folded + 1
-                if record["n"] != expected:
+            if record.n > self.folded:
+                expected = out[-1].n + 1 if out else self.folded + 1
+                if record.n != expected:
                     raise CorruptLogError(
-                        f"{self.path}: commit {expected} is missing (found {record['n']})"
+                        f"{self.path}: commit {expected} is missing (found {record.n})"
                     )
                 out.append(record)
-            at += _HEADER.size + length
-        if self.last > (
-            out[-1]["n"] if out else self.folded
-        ):  # this process wrote it: it cannot be torn
+            at = end
+        if self.last > (out[-1].n if out else self.folded):  # this process wrote it: not torn
             raise CorruptLogError(
                 f"{self.path}: commit {self.last} is missing (the file ends before it)"
             )
         return out
+
+    def _header(self, data: bytes, at: int) -> tuple[int, int, Callable[[bytes], bool]] | None:
+        """Where the payload of the record at `at` starts and ends, and its check; None if the file
+        ends inside it (torn). CorruptLogError if its header fails its checksum."""
+        if at + _HEADER.size > len(data):  # too few bytes left for any header
+            return None
+        if data[at : at + len(_MARK)] == _MARK:
+            mark, length, check, crc = _HEADER.unpack_from(data, at)
+            if check != zlib.crc32(_LENGTH.pack(length), zlib.crc32(mark, self._salt_crc)):
+                raise self._bad_header(at)
+            if mark != self._mark:
+                raise CorruptLogError(
+                    f"{self.path}: the commit at byte {at} is in redo format {mark[-1]}, which "
+                    f"this simnet does not read (it writes format {FORMAT}); open the world with "
+                    "the simnet that wrote it, which folds its commits in"
+                )
+            start = at + _HEADER.size
+            return (
+                (start, start + length, lambda payload: zlib.crc32(payload, self._salt_crc) == crc)
+                if start + length <= len(data)
+                else None
+            )
+        if any(data[at + 4 : at + 8]):  # the high bytes of a format-1 length: a damaged marker
+            raise self._bad_header(at)
+        if at + _HEADER_1.size > len(data):  # too few bytes left for a header of format 1
+            return None
+        length, check, digest = _HEADER_1.unpack_from(data, at)
+        if check != zlib.crc32(_LENGTH.pack(length), self._salt_crc):
+            raise self._bad_header(at)
+        start = at + _HEADER_1.size
+        return (
+            (start, start + length, lambda p: hashlib.sha256(self._salt + p).digest() == digest)
+            if start + length <= len(data)
+            else None
+        )
+
+    def _bad_header(self, at: int) -> CorruptLogError:
+        return CorruptLogError(
+            f"{self.path}: the header of the commit at byte {at} fails its checksum; nothing was "
+            "applied from it or after it"
+        )
 
     def _cut(self, at: int) -> None:
         try:
@@ -167,23 +231,23 @@ class RedoFile:
             ) from None
         self.size = at
 
-    def append(self, rows: dict) -> None:
-        """Write the next record; when this returns it is durable. If it fails (a full disk, an
-        interrupt), the file is as it was, or closed if it cannot be put back (nothing is written
-        after a torn record)."""
+    def append(self, meta: Any, blobs: Sequence[bytes] = ()) -> None:
+        """Write the next record: `meta` (anything JSON holds) and `blobs` (stored as they are);
+        when this returns it is durable. If it fails (a full disk, an interrupt), the file is as it
+        was, or closed if it cannot be put back (nothing is written after a torn record)."""
         try:
-            payload = orjson.dumps({"n": self.last + 1, **rows})
+            head = orjson.dumps([self.last + 1, [len(blob) for blob in blobs], meta])
         except TypeError as exc:  # orjson.JSONEncodeError
             raise WorldError(
                 f"{self.path}: the commit cannot be stored ({exc}); nothing of it was kept"
             ) from None
-        digest = self._salted.copy()
-        digest.update(payload)
+        payload = b"".join([_HEAD_LENGTH.pack(len(head)), head, *blobs])
         data = (
             _HEADER.pack(
+                self._mark,
                 len(payload),
-                zlib.crc32(_LENGTH.pack(len(payload)), self._salt_crc),
-                digest.digest(),
+                zlib.crc32(_LENGTH.pack(len(payload)), self._mark_crc),
+                zlib.crc32(payload, self._salt_crc),
             )
             + payload
         )
@@ -224,3 +288,20 @@ class RedoFile:
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, 0)
             self.size = 0
+
+
+def _parsed(payload: bytes) -> Record:
+    """A checked payload of the current format: its JSON head, then its blobs."""
+    (length,) = _HEAD_LENGTH.unpack_from(payload)
+    n, lengths, meta = orjson.loads(payload[_HEAD_LENGTH.size : _HEAD_LENGTH.size + length])
+    blobs, at = [], _HEAD_LENGTH.size + length
+    for size in lengths:
+        blobs.append(payload[at : at + size])
+        at += size
+    return Record(n, meta, blobs)
+
+
+def _parsed_1(payload: bytes) -> Record:
+    """A checked payload of format 1: JSON, its number under "n"."""
+    record = orjson.loads(payload)
+    return Record(record.pop("n"), record, None)

@@ -53,15 +53,15 @@ def rows(
     prev: str,
 ) -> tuple[list[tuple], str]:
     """The table rows of events appended to a log (with their encodings), chained from checksum
-    `prev`; and the last row's checksum."""
+    `prev`; and the last row's checksum. A row's events are bytes (JSON text) until written."""
     out = []
     for start in range(0, len(events), SEGMENT_EVENTS):
-        chunk = events[start : start + SEGMENT_EVENTS]
-        text = b"[" + b",".join(encoded for _, encoded in chunk) + b"]"
+        chunk = events[start : start + SEGMENT_EVENTS] if len(events) > SEGMENT_EVENTS else events
+        text = b"[" + b",".join([encoded for _, encoded in chunk]) + b"]"
         first, last = chunk[0][0], chunk[-1][0]
         fields = (shard, branch, first.seq, last.seq, first.tick, last.tick, head)
         prev = checksum("segment", *fields, text, prev)
-        out.append((*fields, text.decode(), prev))
+        out.append((*fields, text, prev))
     return out, prev
 
 

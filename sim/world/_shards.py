@@ -129,9 +129,10 @@ class Shards:
 
     def template(self, shard: str, key: str) -> Template:
         """The template engine `key` of `shard` runs on now."""
-        if (shard, key) not in self._current:
+        source = self._current.get((shard, key))
+        if source is None:
             self._ensure(shard, key)
-        source = self._current[shard, key]
+            source = self._current[shard, key]
         if source not in self._templates:
             self._templates[source] = cached_template(self.store.template(source)[0])
         return self._templates[source]
@@ -412,7 +413,10 @@ class Shards:
 
     def _commit(self, shard: str, key: str, to: int, sent: list[Event], report: Mapping) -> None:
         with self.store.transaction():
-            self.store.put_checkpoints(shard, key, [Checkpoint(**c) for c in report["checkpoints"]])
+            if report["checkpoints"]:
+                self.store.put_checkpoints(
+                    shard, key, [Checkpoint(**c) for c in report["checkpoints"]]
+                )
             if to != self.log(shard, key).head:
                 self.store.set_head(shard, key, to)
         if sent:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import CorruptWorldError, WorldError, WorldFullError, WorldLockedError
-from ._redo import FOLD_BYTES, RedoFile, is_full
+from ._redo import FOLD_BYTES, Record, RedoFile, is_full
 
 _logger = logging.getLogger(__name__)
 # /1 logged one row per event; /2 kept heads in log rows only; /3 had no redo file; /4 no
@@ -255,16 +255,7 @@ class WorldFiles(abc.ABC):
                     self._in_redo.update(
                         [row[:2] for row in segments + checkpoints] + [row[3:] for row in heads]
                     )
-                    self._redo.append(
-                        {
-                            "segments": segments,
-                            "heads": heads,
-                            "checkpoints": [
-                                (*row[:6], base64.b64encode(row[6]).decode(), row[7])
-                                for row in checkpoints
-                            ],
-                        }
-                    )
+                    self._redo.append(*_record(segments, heads, checkpoints))
         except BaseException as exc:
             self._forget_all()  # what it remembers may have been rolled back
             if self._db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
@@ -349,14 +340,32 @@ class WorldFiles(abc.ABC):
         self._redo.folded = max(self._redo.folded, self.meta(_FOLDED))
         records = self._redo.unfolded_records()
         for record in records:
-            self._write_rows(
-                record["segments"],
-                record["heads"],
-                [(*row[:6], base64.b64decode(row[6]), row[7]) for row in record["checkpoints"]],
-            )
-        last = records[-1]["n"] if records else self._redo.folded
+            self._write_rows(*self._record_rows(record))
+        last = records[-1].n if records else self._redo.folded
         self._put_meta(_FOLDED, last)
         self._folding = last
+
+    def _record_rows(self, record: Record) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """The rows of a redo record: segments, heads, checkpoints (what `_record` stored)."""
+        if record.blobs is None:  # redo format 1: all JSON, events as text, states in base64
+            meta = record.meta
+            return (
+                [(*row[:7], row[7].encode(), row[8]) for row in meta["segments"]],
+                meta["heads"],
+                [(*row[:6], base64.b64decode(row[6]), row[7]) for row in meta["checkpoints"]],
+            )
+        segments, heads, checkpoints = record.meta
+        if len(record.blobs) != len(segments) + len(checkpoints):
+            raise CorruptWorldError(
+                f"{self.path}-redo: commit {record.n} holds {len(record.blobs)} blobs, not "
+                f"{len(segments) + len(checkpoints)}"
+            )
+        events, states = record.blobs[: len(segments)], record.blobs[len(segments) :]
+        return (
+            [(*row[:7], text, row[7]) for row, text in zip(segments, events, strict=True)],
+            heads,
+            [(*row[:6], state, row[6]) for row, state in zip(checkpoints, states, strict=True)],
+        )
 
     def _write_rows(
         self,
@@ -364,9 +373,10 @@ class WorldFiles(abc.ABC):
         heads: Sequence[Sequence],
         checkpoints: Sequence[Sequence],
     ) -> None:
-        if segments:
+        if segments:  # their events as text, as read back
             self._db.executemany(
-                "INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", segments
+                "INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*row[:7], row[7].decode(), row[8]) for row in segments],
             )
         if heads:
             self._db.executemany(
@@ -382,9 +392,12 @@ class WorldFiles(abc.ABC):
         """SHA-256 over the world id and the fields (text as UTF-8), after their lengths
         (unambiguous, and cheap)."""
         parts = [table.encode(), self.id.encode()]
-        parts += [field if isinstance(field, bytes) else str(field).encode() for field in fields]
-        lengths = b",".join([b"%d" % len(p) for p in parts])  # a list: join takes it without a copy
-        return hashlib.sha256(b"%s|%s" % (lengths, b"".join(parts))).hexdigest()
+        parts += [field if type(field) is bytes else str(field).encode() for field in fields]
+        # lists: join takes them without a copy; the parts hashed as they are, not copied together
+        digest = hashlib.sha256(b"%s|" % b",".join([b"%d" % len(p) for p in parts]))
+        for part in parts:
+            digest.update(part)
+        return digest.hexdigest()
 
     def _rows(
         self, sql: str, args: Sequence[Any] = (), log: tuple[str, str] | None = None
@@ -452,6 +465,21 @@ class WorldFiles(abc.ABC):
     @abc.abstractmethod
     def _forget_all(self) -> None:
         """Forget what is remembered of the files: a transaction was rolled back."""
+
+
+def _record(
+    segments: list[tuple], heads: list[tuple], checkpoints: list[tuple]
+) -> tuple[list, list[bytes]]:
+    """A commit's rows as a redo record: the segments' events and the checkpoints' states as blobs,
+    the other fields as its JSON."""
+    return (
+        [
+            [row[:7] + row[8:] for row in segments],
+            heads,
+            [row[:6] + row[7:] for row in checkpoints],
+        ],
+        [row[7] for row in segments] + [row[6] for row in checkpoints],
+    )
 
 
 def check_folder(path: Path) -> None:

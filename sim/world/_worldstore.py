@@ -23,6 +23,7 @@ import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import orjson
 
@@ -77,7 +78,7 @@ class WorldStore(WorldFiles):
         heads = []
         for key in self._unsaved:  # the logs' rows: heads and tips
             log = self._logs[key]
-            heads.append((log.head, log.tip, self._log_row(log)[-1], *key))
+            heads.append((log.head, log.tip, self._checksum("log", *log), *key))
         checkpoints = [row for rows in self._pending_checkpoints.values() for row in rows]
         self._pending, self._pending_checkpoints = {}, {}
         self._unsaved.clear()
@@ -301,38 +302,39 @@ class WorldStore(WorldFiles):
         if not events:
             return []
         key = shard, branch
-        seq, last_tick = self._last[key] if key in self._last else self.last_event(shard, branch)
-        out, encoded = [], []
+        last = self._last.get(key)
+        seq, last_tick = last if last is not None else self.last_event(shard, branch)
+        out, pending = [], []
         for event in events:
             tick = event[0]
             # anything else (a numpy integer) would not read back as it was checksummed, nor fit in
             # SQLite
-            if type(tick) is not int or not 0 <= tick <= _SQLITE_INT_MAX:
-                raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: "
-                    f"tick {tick!r} is not an int in 0..2**63-1"
-                )
-            if tick < last_tick:
-                raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: "
-                    f"event at tick {tick} after tick {last_tick}"
-                )
+            if type(tick) is not int or not last_tick <= tick <= _SQLITE_INT_MAX:
+                _refuse_tick(shard, branch, tick, last_tick)
             try:  # encoded now, so that an event that cannot be stored is refused here, alone
-                encoded.append(orjson.dumps(event, option=_ORJSON))
+                encoded = orjson.dumps(event, option=_ORJSON)
             except orjson.JSONEncodeError as exc:
                 raise WorldError(
                     f"log {shard}/{branch or 'canonical'}: "
                     f"the event at tick {tick} cannot be stored: {exc}"
                 ) from None
             seq += 1
-            out.append(Event(seq, *event))
+            stored = Event(seq, *event)
+            out.append(stored)
+            pending.append((stored, encoded))
             last_tick = tick
-        self._pending.setdefault(key, []).extend(zip(out, encoded, strict=True))
+        if key in self._pending:
+            self._pending[key] += pending
+        else:
+            self._pending[key] = pending
         self._last[key] = (seq, last_tick)
-        recent = self._recent.setdefault(key, [])
-        recent += out
-        if len(recent) > 2 * _RECENT:  # trimmed now and then: a list's front is dear to cut
-            del recent[:-_RECENT]
+        recent = self._recent.get(key)
+        if recent is None:
+            self._recent[key] = out[:]
+        else:
+            recent += out
+            if len(recent) > 2 * _RECENT:  # trimmed now and then: a list's front is dear to cut
+                del recent[:-_RECENT]
         return out
 
     def last_event(self, shard: str, branch: str) -> tuple[int, int]:
@@ -493,3 +495,11 @@ class WorldStore(WorldFiles):
                 raise CorruptWorldError(f"{self.path}: migration {ident} fails its checksum")
             out.append(json.loads(text))
         return out
+
+
+def _refuse_tick(shard: str, branch: str, tick: object, last_tick: int) -> NoReturn:
+    """WorldError for an event tick a log cannot take (off the path of every event)."""
+    where = f"log {shard}/{branch or 'canonical'}"
+    if type(tick) is not int or not 0 <= tick <= _SQLITE_INT_MAX:
+        raise WorldError(f"{where}: tick {tick!r} is not an int in 0..2**63-1")
+    raise WorldError(f"{where}: event at tick {tick} after tick {last_tick}")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import struct
 import sys
 import textwrap
+import zlib
 
 import numpy as np
 import pytest
@@ -223,3 +227,21 @@ def installed_policy(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
     sys.modules.pop("fleetctl", None)
+
+
+@pytest.fixture
+def format_1():
+    """Makes a redo record as simnet wrote it before redo format 2: a SHA-256 and a JSON payload."""
+
+    def record(world_id: str, number: int, rows: dict) -> bytes:
+        salt = world_id.encode()
+        payload = json.dumps({"n": number, **rows}).encode()
+        length = struct.pack("<Q", len(payload))
+        return (
+            length
+            + struct.pack("<I", zlib.crc32(salt + length))
+            + hashlib.sha256(salt + payload).digest()
+            + payload
+        )
+
+    return record

@@ -1,15 +1,20 @@
 import errno
 import os
+import struct
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import CorruptLogError, WorldError
-from sim.world._redo import RedoFile
+from sim.world._redo import Record, RedoFile
 
+# a record: what JSON holds, and blobs stored as they are
 records = st.lists(
-    st.fixed_dictionaries({"rows": st.lists(st.text(max_size=40), max_size=4)}),
+    st.tuples(
+        st.lists(st.text(max_size=40), max_size=4), st.lists(st.binary(max_size=60), max_size=3)
+    ),
     min_size=1,
     max_size=8,
 )
@@ -19,34 +24,34 @@ settings_ = settings(
 
 
 def numbered(items, first=1):
-    return [{"n": n, **item} for n, item in enumerate(items, start=first)]
+    return [Record(n, meta, blobs) for n, (meta, blobs) in enumerate(items, start=first)]
 
 
 def written(path, world_id, items):
     redo = RedoFile(path, world_id, fsync=False, folded=0)
     ends = []
-    for record in items:
-        redo.append(record)
+    for meta, blobs in items:
+        redo.append(meta, blobs)
         ends.append(redo.size)
     redo.close()
     return ends
 
 
 def test_records_are_numbered_read_back_in_order_and_survive_reopening(tmp_path):
-    written(tmp_path / "w-redo", "world", [{"a": [1, "x"]}, {"b": None}])
+    written(tmp_path / "w-redo", "world", [({"a": [1, "x"]}, []), ({"b": None}, [])])
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=True, folded=0)
     assert redo.unfolded and redo.unfolded_records() == [
-        {"n": 1, "a": [1, "x"]},
-        {"n": 2, "b": None},
+        Record(1, {"a": [1, "x"]}, []),
+        Record(2, {"b": None}, []),
     ]
     redo.close()
     redo = RedoFile(
         tmp_path / "w-redo", "world", fsync=True, folded=1
     )  # the SQLite file holds the first
-    assert redo.unfolded_records() == [{"n": 2, "b": None}] and redo.last == 1
+    assert redo.unfolded_records() == [Record(2, {"b": None}, [])] and redo.last == 1
     redo.last = 2
     redo.append({"c": 3})
-    assert [r["n"] for r in redo.unfolded_records()] == [2, 3]
+    assert [r.n for r in redo.unfolded_records()] == [2, 3]
     redo.folded_to(3)
     assert (
         not redo.unfolded
@@ -54,7 +59,7 @@ def test_records_are_numbered_read_back_in_order_and_survive_reopening(tmp_path)
         and (tmp_path / "w-redo").stat().st_size == 0
     )
     redo.append({"d": 4})
-    assert redo.unfolded_records() == [{"n": 4, "d": 4}]
+    assert redo.unfolded_records() == [Record(4, {"d": 4}, [])]
     redo.close()
 
 
@@ -90,7 +95,7 @@ def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(
     path.write_bytes(bytes(data))
     redo = RedoFile(path, "world", fsync=False, folded=0)
     last = ends[-2] if len(ends) > 1 else 0
-    if at >= last + 12:  # past the last record's length and header check
+    if at >= last + 20:  # past the last record's marker, length and header check
         assert redo.unfolded_records() == numbered(items[:-1]) and path.stat().st_size == last
     else:
         with pytest.raises(
@@ -102,7 +107,7 @@ def test_any_changed_byte_is_an_error_and_the_file_is_left_as_it_is(
 
 
 def test_another_worlds_records_are_refused(tmp_path):
-    written(tmp_path / "w-redo", "one world", [{}])
+    written(tmp_path / "w-redo", "one world", [({}, [])])
     redo = RedoFile(tmp_path / "w-redo", "another world", fsync=False, folded=0)
     with pytest.raises(
         CorruptLogError, match="the header of the commit at byte 0 fails its checksum"
@@ -137,14 +142,14 @@ def test_a_torn_write_that_cannot_be_undone_closes_the_file_and_the_next_open_cu
     ):  # nothing is written after a torn record
         redo.append({})
     assert redo.unfolded_records() == [
-        {"n": 1}
+        Record(1, {}, [])
     ]  # what it acknowledged can still be folded: its own rows
     redo._kept = None  # as if another process had written them
     with pytest.raises(WorldError, match="cannot be read"):
         redo.unfolded_records()
     reopened = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
     assert (
-        reopened.unfolded_records() == [{"n": 1}]
+        reopened.unfolded_records() == [Record(1, {}, [])]
         and reopened.size == (tmp_path / "w-redo").stat().st_size
     )
     reopened.close()
@@ -166,17 +171,17 @@ def test_an_interrupted_append_takes_its_record_back(tmp_path, monkeypatch, wher
     monkeypatch.undo()
     assert (redo.last, redo.size) == (1, (tmp_path / "w-redo").stat().st_size)
     redo.append({"after": True})
-    assert redo.unfolded_records() == [{"n": 1}, {"n": 2, "after": True}]
+    assert redo.unfolded_records() == [Record(1, {}, []), Record(2, {"after": True}, [])]
     redo.close()
 
 
 def test_a_zero_filled_tail_is_cut_off_and_numbers_out_of_sequence_are_refused(tmp_path):
-    written(tmp_path / "w-redo", "world", [{}, {}])
+    written(tmp_path / "w-redo", "world", [({}, []), ({}, [b"\x00" * 9])])
     with open(tmp_path / "w-redo", "ab") as file:
         file.write(bytes(5000))  # blocks a power loss allocated and never wrote
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
     assert (
-        redo.unfolded_records() == [{"n": 1}, {"n": 2}]
+        redo.unfolded_records() == [Record(1, {}, []), Record(2, {}, [b"\x00" * 9])]
         and (tmp_path / "w-redo").stat().st_size == redo.size
     )
     redo.close()
@@ -199,19 +204,20 @@ def test_a_zero_filled_tail_is_cut_off_and_numbers_out_of_sequence_are_refused(t
 def test_a_fold_takes_this_processs_own_records_from_memory_and_reads_the_file_otherwise(
     tmp_path, monkeypatch
 ):
-    written(tmp_path / "w-redo", "world", [{"a": 1}])  # a session that died before folding
+    written(tmp_path / "w-redo", "world", [({"a": 1}, [])])  # a session that died before folding
     redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
     reads = []
     pread = os.pread
     monkeypatch.setattr(os, "pread", lambda *args: reads.append(args) or pread(*args))
     assert (
-        redo.unfolded_records() == [{"n": 1, "a": 1}] and len(reads) == 1
+        redo.unfolded_records() == [Record(1, {"a": 1}, [])] and len(reads) == 1
     )  # another's records: from the file
     redo.folded_to(1)
     redo.append({"b": 2})
     redo.append({"c": 3})
     assert (
-        redo.unfolded_records() == [{"n": 2, "b": 2}, {"n": 3, "c": 3}] and len(reads) == 1
+        redo.unfolded_records() == [Record(2, {"b": 2}, []), Record(3, {"c": 3}, [])]
+        and len(reads) == 1
     )  # its own
     redo.last += (
         1  # a record it wrote but lost track of (an interrupt after the write): the file again
@@ -219,4 +225,63 @@ def test_a_fold_takes_this_processs_own_records_from_memory_and_reads_the_file_o
     with pytest.raises(CorruptLogError, match="commit 4 is missing"):
         redo.unfolded_records()
     assert len(reads) == 2
+    redo.close()
+
+
+def test_blobs_are_stored_as_they_are(tmp_path):
+    state = bytes(range(256)) * 4
+    written(tmp_path / "w-redo", "world", [(["events"], [b'[[1,"a"]]', state])])
+    data = (tmp_path / "w-redo").read_bytes()
+    assert data.startswith(b"SIMREDO\x02") and data.endswith(b'[[1,"a"]]' + state)
+    redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
+    assert redo.unfolded_records() == [Record(1, ["events"], [b'[[1,"a"]]', state])]
+    redo.close()
+
+
+def test_records_of_format_1_are_read_and_a_torn_one_cut_off(tmp_path, format_1):
+    """What an older simnet left unfolded (a SHA-256 and a JSON payload) is read back."""
+    first, second = format_1("world", 1, {"rows": ["a"]}), format_1("world", 2, {"rows": []})
+    (tmp_path / "w-redo").write_bytes(first + second[:-3])  # its writer died in the second
+    redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
+    assert redo.unfolded_records() == [Record(1, {"rows": ["a"]}, None)]
+    assert (tmp_path / "w-redo").stat().st_size == len(first)
+    redo.last = 1
+    redo.append({"rows": ["b"]})  # after a fold whose file could not be emptied: formats in turn
+    assert redo.unfolded_records() == [
+        Record(1, {"rows": ["a"]}, None),
+        Record(2, {"rows": ["b"]}, []),
+    ]
+    redo.close()
+
+
+def sealed(mark, payload, world_id=b"world"):
+    """A record under sound checksums, whatever its payload."""
+    length = struct.pack("<Q", len(payload))
+    salted = zlib.crc32(world_id)
+    return (
+        struct.pack(
+            "<8sQII",
+            mark,
+            len(payload),
+            zlib.crc32(length, zlib.crc32(mark, salted)),
+            zlib.crc32(payload, salted),
+        )
+        + payload
+    )
+
+
+@pytest.mark.parametrize(
+    ("mark", "payload", "error"),
+    [
+        (b"SIMREDO\x03", b"\x00" * 10, "is in redo format 3, which this simnet does not read"),
+        (b"SIMREDO\x02", struct.pack("<I", 3) + b"[1,", "passes its checksum but cannot be read"),
+    ],
+)
+def test_a_record_of_another_format_or_unreadable_is_refused(tmp_path, mark, payload, error):
+    record = sealed(mark, payload)
+    (tmp_path / "w-redo").write_bytes(record)
+    redo = RedoFile(tmp_path / "w-redo", "world", fsync=False, folded=0)
+    with pytest.raises(CorruptLogError, match=error):
+        redo.unfolded_records()
+    assert (tmp_path / "w-redo").read_bytes() == record
     redo.close()

@@ -362,7 +362,7 @@ def test_an_advance_whose_commit_fails_leaves_no_event_applied_twice(make_world,
         each.apply("east", push, at=20)
 
     def full(
-        rows,
+        meta, blobs
     ):  # a fault: the disk refuses the advance's commit, after the engine applied the event at 20
         raise sim.WorldError("disk full (injected)")
 

@@ -1,5 +1,6 @@
 """The files under the store: transactions, the redo file and its folding, failures of the disk."""
 
+import base64
 import errno
 import os
 import random
@@ -181,6 +182,44 @@ def test_a_corrupt_redo_file_is_refused_and_nothing_is_changed(store):
     assert redo.read_bytes() == data and _segments(store.path) == tables
 
 
+def test_commits_an_older_simnet_left_in_the_redo_file_are_folded_in(store, monkeypatch, format_1):
+    """Redo format 1 (rows as JSON, states in base64) is read, so such a world opens."""
+    taken = []
+    take = store._take_pending
+    monkeypatch.setattr(store, "_take_pending", lambda: taken.append(take()) or ([], [], []))
+    with store.transaction():  # the rows of a twin's commit, which an older simnet wrote...
+        store.append("west", "", [(20, "", "mutate", {"v": [0.5]}, "older")])
+        store.set_head("west", "", 20)
+        store.put_checkpoints("west", "", [Checkpoint(20, "t" * 64, "m" * 64, [], b"\x02" * 16)])
+    monkeypatch.undo()
+    (segments, heads, checkpoints), number = taken[0], store._redo.last + 1
+    _as_killed(store)
+    rows = {  # ...as its record, and died before folding it in
+        "segments": [(*row[:7], row[7].decode(), row[8]) for row in segments],
+        "heads": heads,
+        "checkpoints": [
+            (*row[:6], base64.b64encode(row[6]).decode(), row[7]) for row in checkpoints
+        ],
+    }
+    with open(store.path.parent / "w.db-redo", "ab") as redo:
+        redo.write(format_1(store.id, number, rows))
+    reopened = WorldStore(store.path, create=False)
+    assert [e.provenance for e in reopened.events("west", "", first_tick=13)] == ["older"]
+    assert reopened.log("west", "").head == 20 and reopened._redo.size == 0
+    assert reopened.checkpoint("west", "", 20).state == b"\x02" * 16
+    reopened.close()
+
+
+def test_a_redo_record_whose_blobs_do_not_match_its_rows_is_refused(store):
+    folded = store._redo.folded
+    _as_killed(store)
+    redo = RedoFile(store.path.parent / "w.db-redo", store.id, fsync=False, folded=folded)
+    redo.append([[["west", "", 7, 7, 20, 20, 20, "c" * 64]], [], []])  # a segment, no events
+    redo.close()
+    with pytest.raises(CorruptWorldError, match=r"w.db-redo: commit \d+ holds 0 blobs, not 1"):
+        WorldStore(store.path, create=False)
+
+
 def test_a_missing_redo_record_is_a_gap(store):
     for tick in (20, 21):
         with store.transaction():
@@ -189,11 +228,11 @@ def test_a_missing_redo_record_is_a_gap(store):
     _as_killed(store)
     redo = RedoFile(store.path.parent / "w.db-redo", store.id, fsync=False, folded=folded)
     second = redo.unfolded_records()[1]
-    redo.folded_to(second["n"] - 1)  # the first record gone
-    redo.append({key: value for key, value in second.items() if key != "n"})
+    redo.folded_to(second.n - 1)  # the first record gone
+    redo.append(second.meta, second.blobs)
     redo.close()
     with pytest.raises(
-        CorruptLogError, match=rf"commit {second['n'] - 1} is missing \(found {second['n']}\)"
+        CorruptLogError, match=rf"commit {second.n - 1} is missing \(found {second.n}\)"
     ):
         WorldStore(store.path, create=False)
 
@@ -327,8 +366,8 @@ def test_a_commit_interrupted_after_its_record_is_written_is_folded_before_its_l
 ):
     real = store._redo.append
 
-    def interrupted(rows):  # Ctrl-C just after the record reached the file
-        real(rows)
+    def interrupted(meta, blobs):  # Ctrl-C just after the record reached the file
+        real(meta, blobs)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(store._redo, "append", interrupted)
@@ -389,4 +428,44 @@ def test_a_store_killed_at_any_moment_keeps_every_commit_it_acknowledged(store, 
     )  # in order, once each; maybe one more
     assert [e.seq for e in events] == list(range(7, 7 + len(events)))
     assert reopened.log("west", "").head == ticks[-1]
+    reopened.close()
+
+
+CHECKPOINT_CHILD = """
+import sys
+import sim.world._worldfiles
+from sim.world._worldrows import Checkpoint
+from sim.world._worldstore import WorldStore
+sim.world._worldfiles.FOLD_BYTES = 4000  # folds every few commits, so kills land in folds too
+store = WorldStore({path!r}, create=False)
+tick = store.last_event("west", "")[1] + 1
+while True:
+    with store.transaction():  # raw blobs in each record: the events' text and a state
+        store.append("west", "", [(tick, "", "mutate", {{"quote": '"' * (tick % 50)}}, "acked")])
+        state = tick.to_bytes(8, "little") * (1 + tick % 40)
+        store.put_checkpoints("west", "", [Checkpoint(tick, "t" * 64, "m" * 64, [], state)])
+        store.set_head("west", "", tick)
+    print(tick, flush=True)
+    tick += 1
+"""
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_store_killed_while_writing_raw_blobs_keeps_every_commit_exactly(store, tmp_path, seed):
+    store.close()
+    script = tmp_path / "child.py"
+    script.write_text(CHECKPOINT_CHILD.format(path=str(store.path)))
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    acked = [int(child.stdout.readline()) for _ in range(100 + 50 * seed)]
+    time.sleep(random.Random(seed).uniform(0, 0.05))
+    child.send_signal(signal.SIGKILL)
+    acked += [int(line) for line in child.stdout.read().split()]
+    child.wait()
+    reopened = WorldStore(store.path, create=False)
+    events = reopened.events("west", "", first_tick=13)
+    assert [e.tick for e in events][: len(acked)] == acked and len(events) <= len(acked) + 1
+    assert all(e.change == {"quote": '"' * (e.tick % 50)} for e in events)
+    kept = reopened.checkpoints("west", "", 13, events[-1].tick)
+    assert [c.tick for c in kept] == [e.tick for e in events]
+    assert all(c.state == c.tick.to_bytes(8, "little") * (1 + c.tick % 40) for c in kept)
     reopened.close()
