@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
-from ._index import Hit, Selection, SkillIndex, recall_at_k
+from ._index import Hit, SkillIndex, recall_at_k
 from ._parts import Actuator, Body, EmbodimentSite, Joint, Sensor
+from ._selection import Selection
 from ._transfer_data import (
     BodyScore,
     EncoderReport,

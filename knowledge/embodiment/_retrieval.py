@@ -37,7 +37,8 @@ from ..stats import wilson_lower_bound
 from ._cache import DescriptorCache
 from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
-from ._index import Selection, SkillIndex
+from ._index import SkillIndex
+from ._selection import Selection
 
 if TYPE_CHECKING:
     from .._replica import Replica
