@@ -102,7 +102,7 @@ def physics_rate(task: sim.Task, threads: int, as_the_loop: bool = False) -> tup
     plain physics scales on this machine as it is loaded now (the ceiling `ratio_to_raw` has); and
     CPU seconds (all threads) per step. `as_the_loop`: the physics a closed loop must do besides,
     the joint targets sweeping every control period as in `raw_rate` and the positions computed
-    after each (the observation's site positions), ~10% more per step than the still batch."""
+    after each (the observation's site positions), 12-20% more per step than the still batch."""
     batch = mjbatch.Batch(task.template.model, BRANCHES, threads)
     batch.reset(keyframe=task.keyframe)
     ctrl, home = batch.bind("ctrl"), task.template.model.key_ctrl[task.keyframe]
