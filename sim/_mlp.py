@@ -152,6 +152,15 @@ class MLP(torch.nn.Module):
             self.register_buffer(name, torch.zeros(spec.tensor_shapes()[name], dtype=dtype))
         self.load_state_dict(dict(tensors), strict=True)
         self.eval()
+        # what `act` reads, as dicts: Module attribute lookups cost as much as the kernels
+        # at a wave's batch sizes. The dicts are the modules' own, so a parameter or buffer loaded,
+        # converted or replaced later is the one `act` uses.
+        self._layer_parameters = tuple(
+            cast(dict[str, torch.Tensor], layer._parameters) for layer in self.layers
+        )
+        self._buffer_tensors = cast(dict[str, torch.Tensor], self._buffers)
+        self._hidden = _IN_PLACE[spec.activation]
+        self._output = _IN_PLACE[spec.output_activation] if spec.output_activation else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = (obs - self.obs_mean) / self.obs_std
@@ -165,24 +174,22 @@ class MLP(torch.nn.Module):
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """`forward` on a float64 array, as float64, with no autograd: the same kernels on the same
-        operands (in place, and without the submodules' call machinery, which costs as much as the
-        arithmetic at a wave's batch sizes), so the same bits. What a rollout calls every control
-        step."""
-        spec = self.spec
-        hidden, out = _IN_PLACE[spec.activation], spec.output_activation
+        operands (in place, and without the submodules' call machinery), so the same bits. What a
+        rollout calls every control step."""
+        buffers, linear = self._buffer_tensors, torch.nn.functional.linear
+        *hidden_layers, last = self._layer_parameters
         with torch.inference_mode():
-            x = torch.from_numpy(obs).to(self.obs_mean.dtype)
-            x = (x - self.obs_mean).div_(self.obs_std)
-            last = len(self.layers) - 1
-            for i, layer in enumerate(self.layers):
-                linear = cast(torch.nn.Linear, layer)
-                x = torch.nn.functional.linear(x, linear.weight, linear.bias)
-                if i < last:
-                    hidden(x)
-            if out is not None:
-                _IN_PLACE[out](x)
+            x = torch.from_numpy(obs).to(buffers["obs_mean"].dtype)
+            x = (x - buffers["obs_mean"]).div_(buffers["obs_std"])
+            for parameters in hidden_layers:
+                x = linear(x, parameters["weight"], parameters["bias"])
+                self._hidden(x)
+            x = linear(x, last["weight"], last["bias"])
+            if self._output is not None:
+                self._output(x)
             # offset + scale * x: IEEE products and sums commute, bit for bit
-            return x.mul_(self.act_scale).add_(self.act_offset).to(torch.float64).numpy()
+            x.mul_(buffers["act_scale"]).add_(buffers["act_offset"])
+            return x.to(torch.float64).numpy()
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,8 @@ _UNSTABLE = {
     int(getattr(mujoco.mjtWarning, f"mjWARN_{w}")): w
     for w in ("BADQPOS", "BADQVEL", "BADQACC", "BADCTRL")
 }
+# consecutive in mjtWarning: a slice of a batch's warnings is a view, which costs no copy per step
+_UNSTABLE_SLICE = slice(min(_UNSTABLE), max(_UNSTABLE) + 1)
 _POS = int(mujoco.mjtStage.mjSTAGE_POS)
 _NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
 
@@ -253,9 +255,10 @@ def _closed_loop(
     reward = np.zeros(size)
     steps = np.zeros(size, np.int64)
     reasons = [""] * size
-    warn_ids = np.array(sorted(_UNSTABLE))
-    warned = batch.warning[:, warn_ids, 1].copy()
+    counts = batch.warning[:, _UNSTABLE_SLICE, 1]  # a live view
+    warned = counts.copy()
     ctrl = runtime.ctrl
+    clipped = np.empty_like(ctrl)  # the targets of each control step, clipped, written in place
     first_success = task.definition["success"]["when"] == "first"
 
     def end(rows: np.ndarray, reason: str | list[str]) -> None:
@@ -277,9 +280,10 @@ def _closed_loop(
             if not live.any():
                 break
         actions = _actions(caller, obs, live, ids, step, task.act_dim)
-        target = actions if task.action_mode == "absolute" else ctrl + actions
-        # np.clip's bits (the values are finite), without its Python wrapper
-        clipped = np.minimum(np.maximum(target, runtime.ctrl_low), runtime.ctrl_high)
+        target = actions if task.action_mode == "absolute" else np.add(ctrl, actions, out=clipped)
+        # np.clip's bits (the values are finite), without its Python wrapper or new arrays
+        np.maximum(target, runtime.ctrl_low, out=clipped)
+        np.minimum(clipped, runtime.ctrl_high, out=clipped)
         if everyone:
             ctrl[...] = clipped
         else:
@@ -294,16 +298,13 @@ def _closed_loop(
                 batch.error(s).splitlines()[0] for s in sorted(map(int, exc.ids)) if live[s]
             ]
             end(failed & live, [f"mujoco:{m}" for m in messages])
-        counts = batch.warning[:, warn_ids, 1]  # a copy: fancy indexing
         if (counts != warned).any():
             rising = (counts > warned) & live[:, None]
             if rising.any():
                 rows = rising.any(axis=1)
-                end(
-                    rows,
-                    [f"unstable:{_UNSTABLE[int(warn_ids[np.argmax(r)])]}" for r in rising[rows]],
-                )
-            warned = counts
+                first = _UNSTABLE_SLICE.start
+                end(rows, [f"unstable:{_UNSTABLE[first + int(r.argmax())]}" for r in rising[rows]])
+            warned = counts.copy()
         gained = runtime.reward()
         if everyone and math.isfinite(gained.sum()):
             steps += 1

@@ -75,6 +75,25 @@ def test_act_gives_forward_bits(activation, output, dtype, hidden, rows, seed):
     assert got.dtype == np.float64 and got.tobytes() == expected.numpy().tobytes()
 
 
+def test_act_uses_the_tensors_the_module_holds_now():
+    """`act` reads the module's own parameter and buffer dicts: weights loaded after construction
+    and a module converted to float32 are what it computes with, as `forward` does."""
+    rng = np.random.default_rng(3)
+    spec = MLPSpec(6, 2, (5,), "tanh", None, "float64")
+    module = Policy.from_tensors(spec, _tensors(spec, rng)).module()
+    other = _tensors(spec, rng)
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in other.items()})
+    obs = rng.normal(size=(9, 6))
+    reloaded = Policy.from_tensors(spec, other).module().act(obs)
+    assert module.act(obs).tobytes() == reloaded.tobytes()
+    module.float()
+    with torch.inference_mode():
+        expected = module(torch.from_numpy(obs).float()).double().numpy()
+    got = module.act(obs)
+    assert got.dtype == np.float64 and got.tobytes() == expected.tobytes()
+    assert got.tobytes() != reloaded.tobytes()  # float32 arithmetic really ran
+
+
 def test_a_tampered_sidecar_hash_is_refused(tmp_path):
     skill = load_skill("walker_forward_good")
     skill.save(tmp_path / "w.json")

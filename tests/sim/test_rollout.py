@@ -13,7 +13,13 @@ from sim import (
     load_skill,
 )
 from sim.evaluation import branch_patch
-from sim.evaluation._rollout import PolicyCaller, _lane_split, run_wave
+from sim.evaluation._rollout import (
+    _UNSTABLE,
+    _UNSTABLE_SLICE,
+    PolicyCaller,
+    _lane_split,
+    run_wave,
+)
 
 
 def _zeros(act_dim):
@@ -44,6 +50,11 @@ def test_unstable_branches_fail_with_a_reason_and_the_others_continue(short_arm)
     assert outcomes[1].steps < short_arm.horizon
     for other in (outcomes[0], outcomes[2]):
         assert other.reason in ("horizon", "success") and other.steps == short_arm.horizon
+
+
+def test_the_unstable_warnings_are_one_slice_of_a_batchs_warnings():
+    """The rollout reads them as a view each step: no other warning may fall between them."""
+    assert list(range(_UNSTABLE_SLICE.start, _UNSTABLE_SLICE.stop)) == sorted(_UNSTABLE)
 
 
 def test_a_policy_that_raises_names_the_step_and_branches(short_arm):

@@ -1,10 +1,13 @@
 import copy
 
+import mujoco
 import numpy as np
 import pytest
+from mujoco import batch as mjbatch
 
 from knowledge import content_hash
 from sim import Task, TaskDefinitionError, evaluate, load_task
+from sim._tasks import Runtime
 
 
 def test_shipped_tasks_are_content_addressed(arm, walker):
@@ -149,3 +152,42 @@ def test_python_terms_come_from_versioned_entry_points(installed_term, short_wal
     shaped = short_walker.replace(reward=[{**term, "name": "wrong", "weight": 1.0}])
     with pytest.raises(TaskDefinitionError, match="entry_point wrong.*one value per simulation"):
         evaluate(shaped, lambda obs: np.zeros((len(obs), 4)), branches=2, progress=False)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_quantities_give_the_bits_of_their_plain_definitions(arm, seed):
+    """The runtime's per-step shortcuts (a site distance without np.linalg.norm's wrapper, the
+    previous poses kept only when body_progress needs them) change no bit of a term."""
+    terms = [
+        {"term": "site_distance", "from": "ee", "to": "target", "weight": 1.0},
+        {"term": "body_progress", "body": "link7", "axis": 0, "weight": 1.0},
+        {"term": "body_displacement", "body": "link5", "axis": 1, "weight": 1.0},
+    ]
+    rng = np.random.default_rng(seed)
+    model = arm.template.model
+    link7, link5 = model.body("link7").id, model.body("link5").id
+    ee, target = model.site("ee").id, model.site("target").id
+    runtimes = []
+    for term in terms:
+        batch = mjbatch.Batch(model, 16, 1)
+        batch.reset(keyframe=arm.keyframe)
+        runtime = Runtime(arm.replace(reward=[term]), batch)
+        batch.forward(stage=mujoco.mjtStage.mjSTAGE_POS)
+        runtime.begin()
+        runtimes.append((runtime, batch))
+    start = runtimes[2][0].xpos.copy()
+    for _ in range(5):
+        ctrl = rng.uniform(-1.0, 1.0, (16, model.nu))
+        before = runtimes[1][0].xpos.copy()
+        for runtime, batch in runtimes:
+            runtime.ctrl[...] = ctrl
+            batch.step(nstep=3, stage=mujoco.mjtStage.mjSTAGE_POS)
+        site = runtimes[0][0].site_xpos
+        expected = [
+            np.linalg.norm(site[:, target] - site[:, ee], axis=1),
+            runtimes[1][0].xpos[:, link7, 0] - before[:, link7, 0],
+            runtimes[2][0].xpos[:, link5, 1] - start[:, link5, 1],
+        ]
+        for (runtime, _), want in zip(runtimes, expected, strict=True):
+            assert runtime.reward().tobytes() == want.tobytes()
+            runtime.end_step()
