@@ -99,6 +99,7 @@ class Ingestion:
                     replica.refresh_trust()
         except BaseException as exc:
             replica.views.loaded.clear()
+            replica.views.plain.clear()
             if isinstance(exc, StoreError):  # the disk, not a bug: its message says it all
                 log.error("ingest failed (%s); restoring the feeds it touched from the store", exc)
             elif not isinstance(exc, UpdateRejected):
@@ -112,6 +113,7 @@ class Ingestion:
             raise
         replica.views.maps.prepared.clear()  # tiles checked here that the views did not show
         replica.views.loaded.clear()  # likewise records
+        replica.views.plain.clear()
         report.rejected.sort(key=lambda r: r.index)
         return report
 
@@ -304,7 +306,7 @@ class Ingestion:
         odd = feed.foreign_structure(parsed)
         if odd is not None:
             return reject("malformed_update", odd)
-        bad_record = record_refusal(parsed, env.hlc, replica.views.loaded)
+        bad_record = record_refusal(parsed, env.hlc, replica.views.loaded, replica.views.plain)
         if bad_record is not None:
             return reject(*bad_record)
         if env.is_checkpoint and have:
