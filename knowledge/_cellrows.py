@@ -40,8 +40,8 @@ def locate_all(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
     joined = ";".join(names)
     if d not in _GRIDS or joined.count(";") != len(names) - 1 or not _GRIDS[d].fullmatch(joined):
         return None  # (a ';' inside a name, "5;6", would read as two cells)
-    parts = joined.replace(";", ",").split(",")
-    coords = np.fromiter(map(int, parts), np.int64, len(parts)).reshape(-1, d)
+    # the grid holds only integers as `str` writes them, all n x d of them: numpy reads them in C
+    coords = np.fromstring(joined.replace(";", ","), np.int64, sep=",").reshape(-1, d)
     if coords.min() < COORD_MIN or coords.max() > COORD_MAX:
         return None
     edge = EDGE[d]
@@ -88,12 +88,13 @@ def by_tile(tiles: np.ndarray, changes: Changes) -> list[tuple[tuple[int, ...], 
     """`changes` (one row per row of `tiles`) split by tile."""
     if (tiles == tiles[0]).all():
         return [(tuple(tiles[0].tolist()), changes)]
-    unique, which = np.unique(tiles, axis=0, return_inverse=True)
+    order = np.lexsort(tiles.T[::-1])  # by tile, stable: each tile's changes keep their order
+    ordered = tiles[order]
+    starts = np.flatnonzero(np.append(True, (ordered[1:] != ordered[:-1]).any(axis=1)))
     rows, present = changes
-    which = which.ravel()
     return [
-        (tuple(tile), (pick(rows, which == i), present[which == i]))
-        for i, tile in enumerate(unique.tolist())
+        (tuple(ordered[start].tolist()), (pick(rows, part), present[part]))
+        for start, part in zip(starts.tolist(), np.split(order, starts[1:]), strict=True)
     ]
 
 
