@@ -402,7 +402,8 @@ class MapViews:
         out = []
         for cell, by_author in m.named.items():
             author, rec = _best(by_author)
-            out.append((cell, author, rec["value"], rec["confidence"], rec["hlc"], rec["deleted"]))
+            deleted = rec.get("deleted", False)  # a record may leave it out (see `plain_cell`)
+            out.append((cell, author, rec["value"], rec["confidence"], rec["hlc"], deleted))
         for tile_key, tile in m.tiles.items():
             rows = tile.merged
             out += zip(
