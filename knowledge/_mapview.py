@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._canonical import canonical_json
-from ._cellrows import Changes, Entry, by_tile, fold, locate_all, rows_of
+from ._cellrows import Changes, Entry, by_tile, fold, locate_all, plain_rows, rows_of
 from ._errors import RecordError
 from ._models import MapRegion
 from ._records import TILE_CELLS, FutureVersion, ParsedKey, RecordType, check_record, parse_key
@@ -55,7 +55,7 @@ Source = tuple[int, int]  # (author id, kind)
 
 
 class _Map:
-    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen", "_seen_text")
+    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen", "seen_text")
 
     def __init__(self) -> None:
         self.tiles: dict[tuple[int, ...], _Tile] = {}
@@ -64,7 +64,7 @@ class _Map:
         self.named: dict[str, dict[bytes, dict[str, Any]]] = {}  # non-coordinate cells
         self._palette: np.ndarray | None = None
         self._seen: dict[str, int] = {}  # a parsed value's repr -> its code
-        self._seen_text: dict[str, int] = {}  # a value's JSON text (as a record holds it) -> code
+        self.seen_text: dict[str, int] = {}  # a value's JSON text -> its code (`plain_rows`)
 
     def code_of(self, value: Any) -> int:
         """The code of a value parsed from a record's JSON. Of such values (dicts, lists, strings,
@@ -77,21 +77,6 @@ class _Map:
                 self._seen.clear()
             code = self._seen[seen] = self.intern(canonical_json(value).decode(), value)
         return code
-
-    def codes_of_texts(self, texts: Sequence[str], deleted: np.ndarray) -> np.ndarray:
-        """The codes of values given as their JSON texts, as `code_of` their parses gives them; 0
-        where `deleted` (a tombstone's value is not interned). Equal texts are equal values."""
-        seen = self._seen_text
-        found = list(map(seen.get, texts))
-        if None in found:
-            for i, text in enumerate(texts):
-                if deleted[i]:
-                    found[i] = 0
-                elif found[i] is None:
-                    if len(seen) >= _MAX_SEEN:
-                        seen.clear()
-                    found[i] = seen[text] = self.code_of(json.loads(text))
-        return np.where(deleted, 0, np.array(found, np.uint32))
 
     def intern(self, text: str, value: Any) -> int:
         code = self.codes.get(text)
@@ -222,9 +207,8 @@ class MapViews:
         located = locate_all([cell for cell, _content, _plain in cells])
         if located is not None:
             tiles, index = located
-            self._pend(
-                map_name, aid, tiles, rows_of(index, [(c, p) for _, c, p in cells], m.code_of, aid)
-            )
+            rows = rows_of(index, [(c, p) for _, c, p in cells], m.code_of, aid)
+            self._pend(map_name, aid, by_tile(tiles, rows))
             return
         grouped: dict[tuple[int, ...], tuple[list[int], list[Entry]]] = {}
         for cell, content, plain in cells:  # names of several kinds: one by one
@@ -238,33 +222,28 @@ class MapViews:
             entries.append((content, plain))
         for tile, (indexes, entries) in grouped.items():
             part = rows_of(np.array(indexes, np.int64), entries, m.code_of, aid)
-            self._legacy.setdefault((map_name, tile, aid), []).append(part)
-            self._touched.add((map_name, tile))
+            self._pend(map_name, aid, [(tile, part)])
 
     def put_plain(
         self, author: bytes, map_name: str, cells: list[str], at: list[int], plain: PlainCells
     ) -> None:
         """`put_cells` for cells whose records ingest read into `plain` (at its rows `at`): their
         rows made from its columns, no record parsed (unless a cell is named otherwise)."""
-        located = locate_all(cells)
+        located, m = locate_all(cells), self._map(map_name)
         if located is None:  # names of several kinds: as `put_cells` takes them
             entries = [(cell, plain.record(row), None) for cell, row in zip(cells, at, strict=True)]
             self.put_cells(author, map_name, entries)
             return
         aid = self._author(author)
         tiles, index = located
-        rows = np.zeros(len(at), ROW)
-        rows["idx"], rows["author"] = index, aid
-        rows["conf"] = list(map(plain.conf.__getitem__, at))
-        rows["hlc"] = np.array(list(map(plain.hlc.__getitem__, at)), np.uint64)
-        rows["deleted"] = list(map(plain.deleted.__getitem__, at))
-        values = list(map(plain.values.__getitem__, at))
-        rows["code"] = self._map(map_name).codes_of_texts(values, rows["deleted"])
-        self._pend(map_name, aid, tiles, (rows, np.ones(len(at), bool)))
+        rows = plain_rows(index, at, plain, m.code_of, m.seen_text, aid)
+        self._pend(map_name, aid, by_tile(tiles, rows))
 
-    def _pend(self, map_name: str, aid: int, tiles: np.ndarray, changes: Changes) -> None:
-        """Queue per-cell records' `changes` (at `tiles`) to fold at the next flush."""
-        for tile, part in by_tile(tiles, changes):
+    def _pend(
+        self, map_name: str, aid: int, parts: Iterable[tuple[tuple[int, ...], Changes]]
+    ) -> None:
+        """Queue per-cell records' changes, by tile, to fold at the next flush."""
+        for tile, part in parts:
             self._legacy.setdefault((map_name, tile, aid), []).append(part)
             self._touched.add((map_name, tile))
 

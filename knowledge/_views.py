@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from itertools import repeat
-from typing import Any, cast
+from typing import Any
 
+from ._cellrows import one_map
 from ._errors import RecordError
 from ._mapview import MapViews
 from ._models import Counts, RecordIssue
@@ -206,28 +206,14 @@ class Views:
         `self.plain` (a bulk write's), under cell keys of one map, by an author they count for;
         False (having done nothing) otherwise."""
         at = self.plain.at
-        found = [at.get(text) for text in changes.values() if text is not None]
-        if len(found) != len(changes):
-            return False
-        if not found or None in found:
-            return False
-        rows = cast("list[int]", found)
-        keys = list(changes)
-        name = keys[0][5:].partition("/")[0]
-        prefix = f"cell/{name}/"
-        if not (
-            keys[0].startswith("cell/")
-            and is_map_name(name)
-            and all(map(str.startswith, keys, repeat(prefix)))
+        rows = [at[text] for text in changes.values() if text in at]  # (None is no text)
+        named = one_map(list(changes)) if len(rows) == len(changes) else None
+        if named is None or not all(
+            self._vouching(author, Role.PUBLISH, stamp, grants)
+            for stamp in set(map(written.get, changes))
         ):
             return False
-        cells = [key[len(prefix) :] for key in keys]
-        if min(map(len, cells)) == 0 or max(map(len, cells)) > MAX_CELL_CHARS:
-            return False
-        for stamp in set(map(written.get, keys)):
-            if not self._vouching(author, Role.PUBLISH, stamp, grants):
-                return False
-        self.maps.put_plain(author, name, cells, rows, self.plain)
+        self.maps.put_plain(author, *named, rows, self.plain)
         return True
 
     def _update_map(
