@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from itertools import repeat
 
 from ._checking import CheckpointCheck
 from ._clock import wall_ms
@@ -174,7 +175,7 @@ class Ingestion:
         replica = self.replica
         replica.views.update(feed.author, changes, self.report.record_issues)
         if replica.authority.is_root(feed.author) and any(
-            k.startswith(TRUST_PREFIXES) for k in changes
+            map(str.startswith, changes, repeat(TRUST_PREFIXES))
         ):
             # a delegation changed: later envelopes in this batch are judged by the new grants
             self._regrant()

@@ -21,6 +21,7 @@ import math
 import pickle
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -153,6 +154,8 @@ class MapViews:
         views (`take_prepared`).
 
         A tile record of a newer schema version is let through (kept, forwarded, not shown)."""
+        if not any(map(str.startswith, changes, repeat("tile/"))):
+            return None  # (a bulk write of cells: at one go)
         for key, text in changes.items():
             if text is None or not key.startswith("tile/"):
                 continue

@@ -163,12 +163,11 @@ def record_refusal(
     Records of types this version does not know are held to the same rules, so nothing deep is
     parsed.
     """
-    joined = "\x00".join(parsed.strings)
-    plain = _plain(joined)  # most updates' records, at one go
-    times = cells.read(parsed.strings, joined) if plain and cells is not None else None
+    times = None if cells is None else cells.read(parsed.strings)
     if times is not None:  # every record a plain cell record (a bulk write's)
         ahead = [t for t in times if t > hlc]
         return None if not ahead else _clock_ahead(ahead[0], hlc)
+    plain = _plain("\x00".join(parsed.strings))  # most updates' records, at one go
     records = _objects(parsed.strings) if plain else None
     if records is not None:  # every record a plain object: their times, at one go too
         if loaded is not None:
@@ -226,15 +225,18 @@ def _objects(texts: list[str]) -> list[dict[str, Any]] | None:
 
 # A cell record as writers make it (canonical JSON of the shape `_records.plain_cell` reads: keys
 # sorted, no spaces), its value a scalar or an object of scalars: (confidence, deleted, hlc, the
-# value's JSON text). A text `_plain` holds true of and this matches is one JSON object of exactly
-# these keys, within every record limit but size; a whole text of a NUL-joined batch, or nothing.
-_STR = r'"[^"\\\x00-\x1f]*"'
-_SCALAR = rf"(?:{_STR}|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?|true|false|null)"
+# value's JSON text). A text this matches is one JSON object of exactly these keys, ASCII, with no
+# escape, exponent or number of more than MAX_NUMBER_CHARS digits: within every record limit but
+# size, and its plain parse is its careful one.
+_DIGITS = r"(?:0|[1-9][0-9]{0,%d})" % (MAX_NUMBER_CHARS - 1)
+_STR = r'"[ !#-\[\]-~]*"'  # printable ASCII but quote and backslash
+_SCALAR = rf"(?:{_STR}|-?{_DIGITS}(?:\.[0-9]{{1,{MAX_NUMBER_CHARS}}})?|true|false|null)"
 _VALUE = rf"(?:{_SCALAR}|\{{(?:{_STR}:{_SCALAR}(?:,{_STR}:{_SCALAR})*)?\}})"
 _CELL = re.compile(
-    r'(?<![^\x00])\{"confidence":(-?(?:0|[1-9][0-9]*)\.[0-9]+),(?:"deleted":(true|false),)?'
-    rf'"hlc":(0|[1-9][0-9]*),"v":1,"value":({_VALUE})\}}(?![^\x00])'
+    rf'\{{"confidence":(-?{_DIGITS}\.[0-9]{{1,{MAX_NUMBER_CHARS}}}),(?:"deleted":(true|false),)?'
+    rf'"hlc":({_DIGITS}),"v":1,"value":({_VALUE})\}}'
 )
+_CELL_START = '{"confidence":'
 MAX_TIMESTAMP = 2**64 - 1  # as `_records` (which reads records through this module)
 
 
@@ -256,11 +258,13 @@ class PlainCells:
         self.deleted: list[bool] = []
         self.values: list[str] = []
 
-    def read(self, texts: list[str], joined: str) -> list[int] | None:
-        """Take `texts` (`joined` by NUL; `_plain` holds true of it) if every one is such a record
-        within the limits `plain_cell` checks; their times. None, taking nothing, otherwise."""
-        found = _CELL.findall(joined)
-        if not found or len(found) != len(texts) or max(map(len, texts)) > MAX_RECORD_BYTES:
+    def read(self, texts: list[str]) -> list[int] | None:
+        """Take `texts` if every one is such a record within the limits `plain_cell` checks; their
+        times. None, taking nothing, otherwise."""
+        if not texts or not texts[0].startswith(_CELL_START):
+            return None  # (other records: not worth a pass)
+        found = [m.groups() for m in map(_CELL.fullmatch, texts) if m is not None]
+        if len(found) < len(texts) or max(map(len, texts)) > MAX_RECORD_BYTES:
             return None
         conf_texts, deleted, hlc_texts, values = zip(*found, strict=True)
         conf, hlc = list(map(float, conf_texts)), list(map(int, hlc_texts))

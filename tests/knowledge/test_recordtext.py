@@ -21,7 +21,6 @@ from knowledge._recordtext import (
     MAX_NUMBER_CHARS,
     PlainCells,
     _careful_load,
-    _plain,
     _scan_limits,
     load_record,
     parse_plain,
@@ -196,8 +195,7 @@ def cell_texts(draw):
 @given(st.lists(cell_texts(), min_size=1, max_size=4), st.integers(0, 2**64 - 1))
 def test_cell_records_read_as_columns_are_what_their_parse_gives(texts, hlc):
     cells = PlainCells()
-    joined = "\x00".join(texts)
-    times = cells.read(texts, joined) if _plain(joined) else None
+    times = cells.read(texts)
     if times is None:
         assert not cells.at and not cells.texts  # took nothing
     else:
@@ -227,4 +225,6 @@ def test_a_bulk_writes_cell_records_are_read_as_columns_and_a_late_one_refused()
     late = record_refusal(ParsedUpdate(strings=texts), 5, {}, PlainCells())
     assert late == ("record_clock_ahead", "a record claims time 6, later than its envelope's 5")
     nested = texts[:1] + ['{"confidence":0.5,"hlc":1,"v":1,"value":{"a":{"b":1}}}']
-    assert PlainCells().read(nested, "\x00".join(nested)) is None  # the general path takes it
+    assert PlainCells().read(nested) is None  # the general path takes it
+    long = '{"confidence":0.5,"hlc":1,"v":1,"value":1%s}' % ("0" * MAX_NUMBER_CHARS)
+    assert PlainCells().read([long]) is None and record_limits(long) is not None
