@@ -308,7 +308,7 @@ plain_entry = st.tuples(
     st.sampled_from(CELLS + ["door", "7", "1,2,3"]),
     st.sampled_from([0.0, 0.25, 1.0]),
     st.integers(0, 2**64 - 1),
-    st.sampled_from(VALUES + [True, 2.5, {"occupied": False}]),
+    st.sampled_from(VALUES + [True, 2.5, {"occupied": False}, "{" * 70]),
     st.booleans() | st.none(),  # None: a record without "deleted"
 )
 

@@ -226,5 +226,7 @@ def test_a_bulk_writes_cell_records_are_read_as_columns_and_a_late_one_refused()
     assert late == ("record_clock_ahead", "a record claims time 6, later than its envelope's 5")
     nested = texts[:1] + ['{"confidence":0.5,"hlc":1,"v":1,"value":{"a":{"b":1}}}']
     assert PlainCells().read(nested) is None  # the general path takes it
+    brackets = '{"confidence":0.5,"hlc":1,"v":1,"value":"%s"}' % ("[" * (MAX_DEPTH + 1))
+    assert cells.read([brackets]) == [1] and cells.record(4) == json.loads(brackets)
     long = '{"confidence":0.5,"hlc":1,"v":1,"value":1%s}' % ("0" * MAX_NUMBER_CHARS)
     assert PlainCells().read([long]) is None and record_limits(long) is not None
