@@ -9,20 +9,24 @@ the last change of each cell wins, and a removal takes the cell's row out.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from ._records import COORD_MAX, COORD_MIN
+from ._records import COORD_MAX, COORD_MIN, MAX_CELL_CHARS, is_map_name
 from ._records import TILE_EDGE as EDGE
+from ._recordtext import PlainCells
 from ._tiles import ROW, join, pick
 
 # A cell record, and what `plain_cell` read of it (if it did): None for a removed record.
 Entry = tuple[dict[str, Any] | None, tuple[float, int, bool, Any] | None]
 # Changes of a tile not yet folded: rows, and whether each is present (False: the record is gone).
 Changes = tuple[np.ndarray, np.ndarray]
+_MAX_SEEN = 1 << 16  # value texts `plain_rows` remembers the codes of before starting over
 
 _INT = r"(?:0|-?[1-9][0-9]{0,9})"  # an integer as `str` writes it (as `_tiles.cell_coords` reads)
 _GRIDS = {
@@ -40,8 +44,8 @@ def locate_all(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
     joined = ";".join(names)
     if d not in _GRIDS or joined.count(";") != len(names) - 1 or not _GRIDS[d].fullmatch(joined):
         return None  # (a ';' inside a name, "5;6", would read as two cells)
-    parts = joined.replace(";", ",").split(",")
-    coords = np.fromiter(map(int, parts), np.int64, len(parts)).reshape(-1, d)
+    # the grid holds only integers as `str` writes them, all n x d of them: numpy reads them in C
+    coords = np.fromstring(joined.replace(";", ","), np.int64, sep=",").reshape(-1, d)
     if coords.min() < COORD_MIN or coords.max() > COORD_MAX:
         return None
     edge = EDGE[d]
@@ -50,6 +54,51 @@ def locate_all(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
     for axis in range(1, d):
         index = index * edge + local[:, axis]
     return tiles, index
+
+
+def one_map(keys: list[str]) -> tuple[str, list[str]] | None:
+    """(map name, cell names) of `keys` if all are cell keys of one valid map with cell names of a
+    valid length (as `_records.parse_key` reads them), else None."""
+    if not keys or not keys[0].startswith("cell/"):
+        return None
+    name = keys[0][5:].partition("/")[0]
+    prefix = f"cell/{name}/"
+    if not is_map_name(name):
+        return None
+    if not all(map(str.startswith, keys, repeat(prefix))):
+        return None
+    cells = [key[len(prefix) :] for key in keys]
+    return (
+        (name, cells)
+        if 0 < min(map(len, cells)) <= max(map(len, cells)) <= MAX_CELL_CHARS
+        else None
+    )
+
+
+def plain_rows(
+    index: np.ndarray,
+    at: list[int],
+    plain: PlainCells,
+    code_of: Callable[[Any], int],
+    seen: dict[str, int],
+    author: int,
+) -> Changes:
+    """`rows_of` for cells whose records ingest read into `plain`, at its rows `at`; values coded
+    by `code_of` their parse, through `seen` (a value's JSON text -> its code: equal texts are
+    equal values), not for tombstones (their values are not interned)."""
+    rows = np.zeros(len(at), ROW)
+    rows["idx"], rows["author"] = index, author
+    rows["conf"] = list(map(plain.conf.__getitem__, at))
+    rows["hlc"] = np.array(list(map(plain.hlc.__getitem__, at)), np.uint64)
+    rows["deleted"] = deleted = list(map(plain.deleted.__getitem__, at))
+    texts = list(map(plain.values.__getitem__, at))
+    codes = [seen.get(text, -1) for text in texts]
+    for i in [i for i, code in enumerate(codes) if code < 0 and not deleted[i]]:
+        if len(seen) >= _MAX_SEEN:
+            seen.clear()
+        codes[i] = seen[texts[i]] = code_of(json.loads(texts[i]))
+    rows["code"] = np.where(deleted, 0, codes)
+    return rows, np.ones(len(at), bool)
 
 
 def rows_of(
@@ -88,12 +137,13 @@ def by_tile(tiles: np.ndarray, changes: Changes) -> list[tuple[tuple[int, ...], 
     """`changes` (one row per row of `tiles`) split by tile."""
     if (tiles == tiles[0]).all():
         return [(tuple(tiles[0].tolist()), changes)]
-    unique, which = np.unique(tiles, axis=0, return_inverse=True)
+    order = np.lexsort(tiles.T[::-1])  # by tile, stable: each tile's changes keep their order
+    ordered = tiles[order]
+    starts = np.flatnonzero(np.append(True, (ordered[1:] != ordered[:-1]).any(axis=1)))
     rows, present = changes
-    which = which.ravel()
     return [
-        (tuple(tile), (pick(rows, which == i), present[which == i]))
-        for i, tile in enumerate(unique.tolist())
+        (tuple(ordered[start].tolist()), (pick(rows, part), present[part]))
+        for start, part in zip(starts.tolist(), np.split(order, starts[1:]), strict=True)
     ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from itertools import repeat
 
 from ._checking import CheckpointCheck
 from ._clock import wall_ms
@@ -99,6 +100,7 @@ class Ingestion:
                     replica.refresh_trust()
         except BaseException as exc:
             replica.views.loaded.clear()
+            replica.views.plain.clear()
             if isinstance(exc, StoreError):  # the disk, not a bug: its message says it all
                 log.error("ingest failed (%s); restoring the feeds it touched from the store", exc)
             elif not isinstance(exc, UpdateRejected):
@@ -112,6 +114,7 @@ class Ingestion:
             raise
         replica.views.maps.prepared.clear()  # tiles checked here that the views did not show
         replica.views.loaded.clear()  # likewise records
+        replica.views.plain.clear()
         report.rejected.sort(key=lambda r: r.index)
         return report
 
@@ -172,7 +175,7 @@ class Ingestion:
         replica = self.replica
         replica.views.update(feed.author, changes, self.report.record_issues)
         if replica.authority.is_root(feed.author) and any(
-            k.startswith(TRUST_PREFIXES) for k in changes
+            map(str.startswith, changes, repeat(TRUST_PREFIXES))
         ):
             # a delegation changed: later envelopes in this batch are judged by the new grants
             self._regrant()
@@ -304,7 +307,7 @@ class Ingestion:
         odd = feed.foreign_structure(parsed)
         if odd is not None:
             return reject("malformed_update", odd)
-        bad_record = record_refusal(parsed, env.hlc, replica.views.loaded)
+        bad_record = record_refusal(parsed, env.hlc, replica.views.loaded, replica.views.plain)
         if bad_record is not None:
             return reject(*bad_record)
         if env.is_checkpoint and have:

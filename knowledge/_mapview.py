@@ -21,16 +21,18 @@ import math
 import pickle
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from ._canonical import canonical_json
-from ._cellrows import Changes, Entry, by_tile, fold, locate_all, rows_of
+from ._cellrows import Changes, Entry, by_tile, fold, locate_all, plain_rows, rows_of
 from ._errors import RecordError
 from ._models import MapRegion
 from ._records import TILE_CELLS, FutureVersion, ParsedKey, RecordType, check_record, parse_key
 from ._records import TILE_EDGE as EDGE
+from ._recordtext import PlainCells
 from ._tiles import (
     ROW,
     Tile,
@@ -54,7 +56,7 @@ Source = tuple[int, int]  # (author id, kind)
 
 
 class _Map:
-    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen")
+    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen", "seen_text")
 
     def __init__(self) -> None:
         self.tiles: dict[tuple[int, ...], _Tile] = {}
@@ -63,6 +65,7 @@ class _Map:
         self.named: dict[str, dict[bytes, dict[str, Any]]] = {}  # non-coordinate cells
         self._palette: np.ndarray | None = None
         self._seen: dict[str, int] = {}  # a parsed value's repr -> its code
+        self.seen_text: dict[str, int] = {}  # a value's JSON text -> its code (`plain_rows`)
 
     def code_of(self, value: Any) -> int:
         """The code of a value parsed from a record's JSON. Of such values (dicts, lists, strings,
@@ -151,6 +154,8 @@ class MapViews:
         views (`take_prepared`).
 
         A tile record of a newer schema version is let through (kept, forwarded, not shown)."""
+        if not any(map(str.startswith, changes, repeat("tile/"))):
+            return None  # (a bulk write of cells: at one go)
         for key, text in changes.items():
             if text is None or not key.startswith("tile/"):
                 continue
@@ -200,17 +205,13 @@ class MapViews:
     ) -> None:
         """`put` for many (cell name, record or None, its `plain_cell` if the caller has it) of
         one map, at one go."""
-        aid = self._author_ids.get(author)
-        if aid is None:
-            aid = self._author(author)
-        m = self.maps.get(map_name) or self._map(map_name)
+        aid = self._author(author)
+        m = self._map(map_name)
         located = locate_all([cell for cell, _content, _plain in cells])
         if located is not None:
             tiles, index = located
-            changes = rows_of(index, [(c, p) for _cell, c, p in cells], m.code_of, aid)
-            for tile, part in by_tile(tiles, changes):
-                self._legacy.setdefault((map_name, tile, aid), []).append(part)
-                self._touched.add((map_name, tile))
+            rows = rows_of(index, [(c, p) for _, c, p in cells], m.code_of, aid)
+            self._pend(map_name, aid, by_tile(tiles, rows))
             return
         grouped: dict[tuple[int, ...], tuple[list[int], list[Entry]]] = {}
         for cell, content, plain in cells:  # names of several kinds: one by one
@@ -224,6 +225,28 @@ class MapViews:
             entries.append((content, plain))
         for tile, (indexes, entries) in grouped.items():
             part = rows_of(np.array(indexes, np.int64), entries, m.code_of, aid)
+            self._pend(map_name, aid, [(tile, part)])
+
+    def put_plain(
+        self, author: bytes, map_name: str, cells: list[str], at: list[int], plain: PlainCells
+    ) -> None:
+        """`put_cells` for cells whose records ingest read into `plain` (at its rows `at`): their
+        rows made from its columns, no record parsed (unless a cell is named otherwise)."""
+        located, m = locate_all(cells), self._map(map_name)
+        if located is None:  # names of several kinds: as `put_cells` takes them
+            entries = [(cell, plain.record(row), None) for cell, row in zip(cells, at, strict=True)]
+            self.put_cells(author, map_name, entries)
+            return
+        aid = self._author(author)
+        tiles, index = located
+        rows = plain_rows(index, at, plain, m.code_of, m.seen_text, aid)
+        self._pend(map_name, aid, by_tile(tiles, rows))
+
+    def _pend(
+        self, map_name: str, aid: int, parts: Iterable[tuple[tuple[int, ...], Changes]]
+    ) -> None:
+        """Queue per-cell records' changes, by tile, to fold at the next flush."""
+        for tile, part in parts:
             self._legacy.setdefault((map_name, tile, aid), []).append(part)
             self._touched.add((map_name, tile))
 
@@ -361,7 +384,8 @@ class MapViews:
         out = []
         for cell, by_author in m.named.items():
             author, rec = _best(by_author)
-            out.append((cell, author, rec["value"], rec["confidence"], rec["hlc"], rec["deleted"]))
+            deleted = rec.get("deleted", False)  # a record may leave it out (see `plain_cell`)
+            out.append((cell, author, rec["value"], rec["confidence"], rec["hlc"], deleted))
         for tile_key, tile in m.tiles.items():
             rows = tile.merged
             out += zip(

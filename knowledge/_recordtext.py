@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from itertools import repeat
 from json.scanner import make_scanner
 from typing import Any
 
@@ -149,16 +150,31 @@ def _finite_float(text: str) -> float:
 
 
 def record_refusal(
-    parsed: ParsedUpdate, hlc: int, loaded: dict[str, dict[str, Any]] | None = None
+    parsed: ParsedUpdate,
+    hlc: int,
+    loaded: dict[str, dict[str, Any]] | None = None,
+    cells: PlainCells | None = None,
 ) -> tuple[str, str] | None:
     """(reason, detail) if a record the update writes is beyond every record's limits, or claims a
     time later than its envelope's (which would win its map cell for ever); None if every record is
-    fine. Each record parsed is left in `loaded` for the views (`Views.loaded`).
+    fine. Each record parsed is left in `loaded` for the views (`Views.loaded`); or, if every one
+    is a cell record as writers make them, read into `cells` (`Views.plain`).
 
     Records of types this version does not know are held to the same rules, so nothing deep is
     parsed.
     """
+    times = None if cells is None else cells.read(parsed.strings)
+    if times is not None:  # every record a plain cell record (a bulk write's)
+        ahead = [t for t in times if t > hlc]
+        return None if not ahead else _clock_ahead(ahead[0], hlc)
     plain = _plain("\x00".join(parsed.strings))  # most updates' records, at one go
+    records = _objects(parsed.strings) if plain else None
+    if records is not None:  # every record a plain object: their times, at one go too
+        if loaded is not None:
+            loaded.update(zip(parsed.strings, records, strict=True))
+        claims = [record.get("hlc") for record in records]
+        late: list[int] = [c for c in claims if type(c) is int and c > hlc]  # (ints or bools)
+        return None if not late else _clock_ahead(late[0], hlc)
     for text in parsed.strings:
         record: Any = _object(text) if plain else parse_plain(text)
         if record is None:
@@ -179,8 +195,90 @@ def record_refusal(
             loaded[text] = record
         claimed = record.get("hlc") if isinstance(record, dict) else None
         if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > hlc:
-            return (
-                "record_clock_ahead",
-                f"a record claims time {claimed}, later than its envelope's {hlc}",
-            )
+            return _clock_ahead(claimed, hlc)
     return None
+
+
+def _clock_ahead(claimed: int, hlc: int) -> tuple[str, str]:
+    return "record_clock_ahead", f"a record claims time {claimed}, later than its envelope's {hlc}"
+
+
+def _objects(texts: list[str]) -> list[dict[str, Any]] | None:
+    """`_object` of each of `texts` (which `_plain` holds true of), if every one is a plain JSON
+    object; else None (the caller goes text by text). The checks and parses as `_object` makes
+    them, a pass each over the lot."""
+    if not texts or max(map(len, texts)) > MAX_RECORD_BYTES:
+        return None
+    if (
+        max(map(str.count, texts, repeat("["))) + max(map(str.count, texts, repeat("{")))
+        > MAX_DEPTH
+    ):
+        return None  # (some text may be within the depth even so: `_object` judges it)
+    try:
+        values, ends = zip(*map(_SCAN, texts, repeat(0)), strict=True)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    if list(ends) != list(map(len, texts)) or not all(type(v) is dict for v in values):
+        return None
+    return list(values)
+
+
+# A cell record as writers make it (canonical JSON of the shape `_records.plain_cell` reads: keys
+# sorted, no spaces), its value a scalar or an object of scalars: (confidence, deleted, hlc, the
+# value's JSON text). A text this matches is one JSON object of exactly these keys, ASCII, with no
+# escape, exponent or number of more than MAX_NUMBER_CHARS digits: within every record limit but
+# size, and its plain parse is its careful one.
+_DIGITS = r"(?:0|[1-9][0-9]{0,%d})" % (MAX_NUMBER_CHARS - 1)
+_STR = r'"[ !#-\[\]-~]*"'  # printable ASCII but quote and backslash
+_SCALAR = rf"(?:{_STR}|-?{_DIGITS}(?:\.[0-9]{{1,{MAX_NUMBER_CHARS}}})?|true|false|null)"
+_VALUE = rf"(?:{_SCALAR}|\{{(?:{_STR}:{_SCALAR}(?:,{_STR}:{_SCALAR})*)?\}})"
+_CELL = re.compile(
+    rf'\{{"confidence":(-?{_DIGITS}\.[0-9]{{1,{MAX_NUMBER_CHARS}}}),(?:"deleted":(true|false),)?'
+    rf'"hlc":({_DIGITS}),"v":1,"value":({_VALUE})\}}'
+)
+_CELL_START = '{"confidence":'
+MAX_TIMESTAMP = 2**64 - 1  # as `_records` (which reads records through this module)
+
+
+class PlainCells:
+    """Cell records of the common shape read at ingest, as columns: by text, what
+    `_records.plain_cell` gives of its parse, the value as its JSON text. The views take bulk
+    writes' cells from here without parsing a record (`MapViews.put_plain`)."""
+
+    __slots__ = ("at", "texts", "conf", "hlc", "deleted", "values")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.at: dict[str, int] = {}  # a record's text -> its row in the columns
+        self.texts: list[str] = []
+        self.conf: list[float] = []
+        self.hlc: list[int] = []
+        self.deleted: list[bool] = []
+        self.values: list[str] = []
+
+    def read(self, texts: list[str]) -> list[int] | None:
+        """Take `texts` if every one is such a record within the limits `plain_cell` checks; their
+        times. None, taking nothing, otherwise."""
+        if not texts or not texts[0].startswith(_CELL_START):
+            return None  # (other records: not worth a pass)
+        found = [m.groups() for m in map(_CELL.fullmatch, texts) if m is not None]
+        if len(found) < len(texts) or max(map(len, texts)) > MAX_RECORD_BYTES:
+            return None
+        conf_texts, deleted, hlc_texts, values = zip(*found, strict=True)
+        conf, hlc = list(map(float, conf_texts)), list(map(int, hlc_texts))
+        if min(conf) < 0.0 or max(conf) > 1.0 or max(hlc) > MAX_TIMESTAMP:
+            return None
+        start = len(self.texts)
+        self.at.update(zip(texts, range(start, start + len(texts)), strict=True))
+        self.texts += texts
+        self.conf += conf
+        self.hlc += hlc
+        self.deleted += [d == "true" for d in deleted]
+        self.values += values
+        return hlc
+
+    def record(self, row: int) -> dict[str, Any]:
+        """The record at `row`, parsed (as `load_record` gives it)."""
+        return load_record(self.texts[row], within_limits=True)

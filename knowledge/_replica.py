@@ -68,6 +68,9 @@ def note_written(
     written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope
 ) -> None:
     """Record that `env` last wrote each changed key (a deleted key is written by no one)."""
+    if None not in changes.values():  # nothing deleted (a bulk write): at one go
+        written.update(dict.fromkeys(changes, (env.seq, env.hlc)))
+        return
     for key, text in changes.items():
         if text is None:
             written.pop(key, None)

@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ._cellrows import one_map
 from ._errors import RecordError
 from ._mapview import MapViews
 from ._models import Counts, RecordIssue
@@ -40,6 +41,7 @@ from ._records import (
     parse_key,
     plain_cell,
 )
+from ._recordtext import PlainCells
 from ._tiles import Tile, decode
 from ._trust import Authority
 
@@ -70,7 +72,7 @@ _VOUCHED = frozenset(
 )  # sites read
 _MAP_TYPES = (RecordType.CELL, RecordType.TILE)  # merged by MapViews
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
-_TRANSIENT = ("authority", "written", "loaded")  # what a snapshot of the views leaves out
+_TRANSIENT = ("authority", "written", "loaded", "plain")  # what a snapshot of the views leaves out
 Grants = dict[tuple[Role | None, int | None, int], frozenset[bytes]]  # sites, by role, seq, hlc
 
 
@@ -86,6 +88,7 @@ class Views:
         # records ingest parsed while checking them, by text: what `load_record` gives for it,
         # taken (once) instead of parsing again; ingest clears what is left
         self.loaded: dict[str, dict[str, Any]] = {}
+        self.plain = PlainCells()  # likewise cell records of the common shape, read as columns
         self._skill_log: list[
             str
         ] = []  # skills whose record, withdrawal, revocation or certificates changed
@@ -123,8 +126,12 @@ class Views:
         author_hex = author.hex()
         written = self.written.get(author, {})
         grants: Grants = {}  # one envelope writes many keys: its grants are looked up once
+        if self._plain_run(author, changes, written, grants):
+            self.maps.flush()
+            return
         cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]] = {}  # by map
-        for key, text in self._cells(author, changes, written, grants, cells):
+        plain: dict[str, tuple[list[str], list[int]]] = {}  # by map: cells, rows in `self.plain`
+        for key, text in self._cells(author, changes, written, grants, cells, plain):
             try:
                 parsed = parse_key(key)
             except RecordError as exc:
@@ -184,7 +191,30 @@ class Views:
                     self._skill_log.clear()
         for name, entries in cells.items():
             self.maps.put_cells(author, name, entries)
+        for name, (names, rows) in plain.items():  # other cells than those above: in any order
+            self.maps.put_plain(author, name, names, rows, self.plain)
         self.maps.flush()
+
+    def _plain_run(
+        self,
+        author: bytes,
+        changes: dict[str, str | None],
+        written: Mapping[str, tuple[int, int]],
+        grants: Grants,
+    ) -> bool:
+        """Put `changes` in the maps at one go if they are all records ingest read into
+        `self.plain` (a bulk write's), under cell keys of one map, by an author they count for;
+        False (having done nothing) otherwise."""
+        at = self.plain.at
+        rows = [at[text] for text in changes.values() if text in at]  # (None is no text)
+        named = one_map(list(changes)) if len(rows) == len(changes) else None
+        if named is None or not all(
+            self._vouching(author, Role.PUBLISH, stamp, grants)
+            for stamp in set(map(written.get, changes))
+        ):
+            return False
+        self.maps.put_plain(author, *named, rows, self.plain)
+        return True
 
     def _update_map(
         self,
@@ -215,13 +245,15 @@ class Views:
         written: Mapping[str, tuple[int, int]],
         grants: Grants,
         cells: dict[str, list[tuple[str, dict[str, Any] | None, Any]]],
+        plain: dict[str, tuple[list[str], list[int]]],
     ) -> list[tuple[str, str | None]]:
         """Queue the cell records of the common kind in `cells` (a bulk ingest's many), to be put
         in the maps at one go: by an author they count for, in the shape writers make
-        (`plain_cell`). Returns the other changes: the general path takes them."""
+        (`plain_cell`); those ingest read as columns in `plain`. Returns the other changes: the
+        general path takes them."""
         rest = []
         names: dict[str, bool] = {}  # map names seen, and whether they are valid
-        loaded = self.loaded
+        loaded, read = self.loaded, self.plain.at
         for key, text in changes.items():
             if not key.startswith("cell/"):
                 rest.append((key, text))
@@ -236,17 +268,22 @@ class Views:
             if text is None:
                 cells.setdefault(name, []).append((cell, None, None))
                 continue
-            record = loaded.get(text)
-            plain = None if record is None else plain_cell(record)
+            row = read.get(text)
+            record = loaded.get(text) if row is None else None
+            shape = None if record is None else plain_cell(record)
             stamp = written.get(key)
             sites = grants.get((Role.PUBLISH, *stamp)) if stamp else None  # see _vouching
             if sites is None:
                 sites = self._vouching(author, Role.PUBLISH, stamp, grants)
-            if plain is None or not sites:
+            if (row is None and shape is None) or not sites:
                 rest.append((key, text))
-                continue
-            del loaded[text]
-            cells.setdefault(name, []).append((cell, record, plain))
+            elif row is not None:
+                names_rows = plain.setdefault(name, ([], []))
+                names_rows[0].append(cell)
+                names_rows[1].append(row)
+            else:
+                del loaded[text]
+                cells.setdefault(name, []).append((cell, record, shape))
         return rest
 
     def _vouching(

@@ -45,6 +45,7 @@ MAX_CLOCK = 2**32 - 1  # yrs holds clocks, and clock + length, in a u32
 MAX_CLIENT = 2**53 - 1  # yrs keeps the low 53 bits of a client id
 _MAX_DEPTH = 64
 _MAP_ENTRY = _ANY | 0x20  # an item of Any content with a parent sub (a map key) and no origins
+_MAP_ENTRY_BYTE = bytes([_MAP_ENTRY])
 _MAX_VARINT_BYTES = 10
 
 
@@ -210,7 +211,17 @@ def parse_update(update: bytes) -> ParsedUpdate:
         found.writes.add(client)
         clock = start
         for _ in range(structs):
-            pos, length = _struct(data, pos, client, clock, found)
+            # the common struct (`_map_entry`) read here, the rest by `_struct`
+            entry = _map_entry(data, pos + 1) if data[pos : pos + 1] == _MAP_ENTRY_BYTE else None
+            if entry is None:
+                pos, length = _struct(data, pos, client, clock, found)
+            else:
+                pos, root, text = entry
+                length = 1
+                found.contents.add(_ANY)
+                found.roots.add(root)
+                found.strings.append(text)
+                found.root_inserts.append((root, client, clock, 1))
             found.structs.append((client, clock, length))
             end = clock + length
             clock = end if end <= MAX_CLOCK else _end(clock, length, "a struct")
@@ -319,6 +330,12 @@ def _map_entry(data: bytes, pos: int) -> tuple[int, str, str] | None:
             return None
     except (IndexError, UnicodeDecodeError):
         return None
+    start = end + 3  # the value's bytes, if its length is one byte (as `_string` reads it)
+    if end + 2 < len(data) and data[end + 2] < 0x80 and start + data[end + 2] <= len(data):
+        try:
+            return start + data[end + 2], root, data[start : start + data[end + 2]].decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedUpdate(f"string at byte {start} is not UTF-8") from None
     text, end = _string(data, end + 2)
     return end, root, text
 

@@ -79,3 +79,17 @@ def test_changes_split_by_tile_keep_their_order():
     rows, present = rows_of(np.array([5, 6, 7]), entries, lambda v: 1, 0)
     parts = dict(by_tile(tiles, (rows, present)))
     assert parts[(0, 1)][0]["hlc"].tolist() == [0, 2] and parts[(2, 3)][0]["idx"].tolist() == [6]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 2), st.integers(-2, 2)), min_size=1, max_size=30))
+def test_changes_split_by_tile_are_each_tiles_changes_in_order(at):
+    tiles = np.array(at)
+    entries = [(_record(0.5, n, "x"), None) for n in range(len(at))]
+    changes = rows_of(np.arange(len(at)), entries, lambda v: 1, 0)
+    expected: dict[tuple, list[int]] = {}
+    for n, tile in enumerate(at):
+        expected.setdefault(tile, []).append(n)
+    parts = by_tile(tiles, changes)
+    assert [tile for tile, _part in parts] == sorted(expected)
+    assert {tile: rows["hlc"].tolist() for tile, (rows, _p) in parts} == expected

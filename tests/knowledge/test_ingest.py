@@ -127,3 +127,25 @@ def test_a_bad_tile_record_is_refused_with_its_reason_and_changes_nothing(text, 
         assert len(report.accepted) == 2  # the other envelopes
         assert site.heads()[writer.public_key_hex].seq == 1
         assert site.maps["m"].region((0, 0), (200, 200)).values.tolist() in (["fine"], ["other"])
+
+
+def test_a_bulk_write_of_cells_shows_at_a_site_as_at_its_writer():
+    """A batch of cell records takes ingest's column path (`PlainCells`); the writer's own view
+    took the general one: both show the same cells, named ones and tombstones included."""
+    writer = Identity.generate()
+    policy = TrustPolicy().with_root(writer.public_key)
+    with knowledge.open(":memory:", writer, policy=policy) as kb:
+        cells = kb.maps["m"]
+        with kb.batch():
+            for x in range(150):
+                cells.observe((x, x % 3), {"occupied": x % 2 == 0}, 0.25 + x % 3 / 4)
+        with kb.batch():
+            cells.observe("door", "[" * 70, 0.5)  # a cell named otherwise, a value of brackets
+            cells.observe((1, 1), None, 1.0)
+            cells.delete((2, 2), 0.75)
+        expected = cells.cells(include_deleted=True)
+        envelopes = kb.envelopes_since({}, limit=100)
+    with knowledge.open(":memory:", Identity.generate(), policy=policy) as site:
+        assert site.ingest(envelopes).ok
+        assert site.maps["m"].cells(include_deleted=True) == expected
+        assert len(expected) == 151

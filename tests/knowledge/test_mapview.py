@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from knowledge import Identity
 from knowledge._mapview import MapViews
-from knowledge._records import ParsedKey, RecordType, cell_key, make_key, record_text
+from knowledge._records import (
+    ParsedKey,
+    RecordType,
+    cell_key,
+    make_key,
+    plain_cell,
+    record_text,
+)
+from knowledge._recordtext import PlainCells
 from knowledge._tiles import ROW, cells_of, decode, encode, locate
 
 AUTHORS = [Identity.from_seed(bytes([i]) * 32).public_key for i in (1, 2, 3)]
@@ -281,3 +289,48 @@ def test_nbytes_counts_the_columns_once():
     views.put(AUTHORS[0], tile_key((0, 0)), tile_of(full))
     views.flush()
     assert 4096 * ROW.itemsize < views.nbytes() < 4096 * ROW.itemsize + 2000
+
+
+def _state(views: MapViews) -> tuple:
+    """What a view shows and keeps, comparable: its maps' values, codes, named cells and rows."""
+    views.flush()
+    out = []
+    for name, m in sorted(views.maps.items()):
+        rows = {
+            k: (t.merged.tolist(), sorted((s, r.tolist()) for s, r in t.sources.items()))
+            for k, t in m.tiles.items()
+        }
+        out.append((name, m.values, m.codes, m.named, rows, views.observations(name)))
+    return views.authors, out
+
+
+plain_entry = st.tuples(
+    st.sampled_from(CELLS + ["door", "7", "1,2,3"]),
+    st.sampled_from([0.0, 0.25, 1.0]),
+    st.integers(0, 2**64 - 1),
+    st.sampled_from(VALUES + [True, 2.5, {"occupied": False}, "{" * 70]),
+    st.booleans() | st.none(),  # None: a record without "deleted"
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(plain_entry, min_size=1, max_size=12), min_size=1, max_size=3))
+def test_cells_put_from_ingests_columns_are_the_cells_put_from_their_records(batches):
+    by_records, by_columns = MapViews(), MapViews()
+    for i, batch in enumerate(batches):
+        unique = list({str(cell): e for cell, *e in batch}.items())  # one change a cell per put
+        texts = []
+        for _cell, (conf, hlc, value, deleted) in unique:
+            record = {"v": 1, "hlc": hlc, "confidence": conf, "value": value}
+            if deleted is not None:
+                record["deleted"] = deleted
+            texts.append(record_text(record))
+        names = [",".join(map(str, c)) if isinstance(c, tuple) else c for c, _e in unique]
+        entries = [
+            (n, json.loads(t), plain_cell(json.loads(t))) for n, t in zip(names, texts, strict=True)
+        ]
+        plain = PlainCells()
+        assert plain.read(texts) is not None
+        by_records.put_cells(AUTHORS[i % 2], "m", entries)
+        by_columns.put_plain(AUTHORS[i % 2], "m", names, [plain.at[t] for t in texts], plain)
+    assert _state(by_records) == _state(by_columns)

@@ -13,10 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from knowledge._canonical import canonical_json
 from knowledge._errors import RecordError
+from knowledge._records import plain_cell
 from knowledge._recordtext import (
     MAX_DEPTH,
     MAX_NUMBER_CHARS,
+    PlainCells,
     _careful_load,
     _scan_limits,
     load_record,
@@ -133,3 +136,97 @@ def test_the_screen_of_an_update_is_the_screen_of_each_record(texts, hlc):
             assert verdict == one  # the first refusal is the update's
             return
     assert verdict is None and together == alone
+
+
+# values of the shape the columns take (`_CELL`), and others near them
+SIMPLE = st.none() | st.booleans() | st.integers(-999, 999) | st.text("ab ,:{}[]0", max_size=4)
+SIMPLE |= st.floats(-99, 99).map(lambda x: round(x, 2))
+SCALARS = SIMPLE | st.integers(-(10**45), 10**45) | st.text(max_size=4) | st.floats()
+SCALARS = SCALARS.filter(lambda x: x == x and x not in (float("inf"), float("-inf")))
+
+
+def usually(common, odd):
+    """`common` seven times in eight, else `odd`."""
+    return st.integers(0, 7).flatmap(lambda n: odd if n == 0 else common)
+
+
+@st.composite
+def cell_texts(draw):
+    """A cell record's text as writers make it (canonical JSON), or nearly: fields of other types,
+    beyond their ranges, missing, extra, nested values, other spacing, edge pieces spliced in."""
+    flat = st.dictionaries(st.text("ab:,{", max_size=3), SIMPLE, max_size=3)
+    record = {
+        "confidence": draw(
+            usually(
+                st.floats(0, 1).map(lambda x: round(x, 4)),
+                st.floats(-0.5, 1.5) | st.sampled_from([0, 1, -0.0, True]),
+            )
+        ),
+        "hlc": draw(usually(st.integers(0, 2**64 - 1), st.sampled_from([2**64, -1, 1.5, False]))),
+        "v": draw(usually(st.just(1), st.sampled_from([2, 1.0, "1"]))),
+        "value": draw(
+            usually(
+                SIMPLE | flat,
+                st.recursive(
+                    SCALARS | st.floats(0, 1),
+                    lambda inner: (
+                        st.dictionaries(st.text(max_size=3), inner) | st.lists(inner, max_size=2)
+                    ),
+                ),
+            )
+        ),
+    }
+    if draw(st.booleans()):
+        record["deleted"] = draw(usually(st.booleans(), st.just(None)))
+    if draw(st.integers(0, 9)) == 0:
+        record[draw(st.sampled_from(["note", "hlc", "a"]))] = 1
+    if draw(st.integers(0, 9)) == 0:
+        text = json.dumps(record, sort_keys=draw(st.booleans()))
+    else:
+        text = canonical_json(record).decode()
+    if draw(st.integers(0, 9)) == 0:
+        at = draw(st.integers(0, len(text)))
+        pieces = st.sampled_from([*PIECES, "\x00", '}\x00{"confidence":0.5', '"', "\\"])
+        text = text[:at] + "".join(draw(st.lists(pieces, max_size=3))) + text[at:]
+    return text
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(cell_texts(), min_size=1, max_size=4), st.integers(0, 2**64 - 1))
+def test_cell_records_read_as_columns_are_what_their_parse_gives(texts, hlc):
+    cells = PlainCells()
+    times = cells.read(texts)
+    if times is None:
+        assert not cells.at and not cells.texts  # took nothing
+    else:
+        for text, time in zip(texts, times, strict=True):
+            row = cells.at[text]
+            assert record_limits(text) is None
+            record = load_record(text)
+            assert cells.record(row) == record and time == record["hlc"]
+            read = (cells.conf[row], cells.hlc[row], cells.deleted[row], cells.values[row])
+            assert [type(x) for x in read] == [float, int, bool, str]
+            assert plain_cell(record) == (*read[:3], json.loads(read[3]))
+    # the screen says the same with the columns as without
+    with_columns = record_refusal(ParsedUpdate(strings=texts), hlc, {}, PlainCells())
+    assert with_columns == record_refusal(ParsedUpdate(strings=texts), hlc, {})
+
+
+def test_a_bulk_writes_cell_records_are_read_as_columns_and_a_late_one_refused():
+    texts = [
+        canonical_json({"confidence": 0.5, "deleted": d, "hlc": t, "v": 1, "value": v}).decode()
+        for t, d, v in [(3, False, {"occupied": True}), (4, True, None), (5, False, "wall")]
+    ]
+    texts.append('{"confidence":1.0,"hlc":6,"v":1,"value":-2.5}')  # no "deleted": not deleted
+    cells = PlainCells()
+    assert record_refusal(ParsedUpdate(strings=texts), 6, {}, cells) is None
+    assert cells.hlc == [3, 4, 5, 6] and cells.deleted == [False, True, False, False]
+    assert cells.values == ['{"occupied":true}', "null", '"wall"', "-2.5"]
+    late = record_refusal(ParsedUpdate(strings=texts), 5, {}, PlainCells())
+    assert late == ("record_clock_ahead", "a record claims time 6, later than its envelope's 5")
+    nested = texts[:1] + ['{"confidence":0.5,"hlc":1,"v":1,"value":{"a":{"b":1}}}']
+    assert PlainCells().read(nested) is None  # the general path takes it
+    brackets = '{"confidence":0.5,"hlc":1,"v":1,"value":"%s"}' % ("[" * (MAX_DEPTH + 1))
+    assert cells.read([brackets]) == [1] and cells.record(4) == json.loads(brackets)
+    long = '{"confidence":0.5,"hlc":1,"v":1,"value":1%s}' % ("0" * MAX_NUMBER_CHARS)
+    assert PlainCells().read([long]) is None and record_limits(long) is not None
