@@ -117,6 +117,7 @@ FEATURES: tuple[tuple[str, float], ...] = (
     ("floating_base", 3.0),
     ("dof", 3.0),
     ("end_effectors", 2.0),
+    ("wheels", 2.0),
     ("chain_depth", 2.0),
     ("branching", 1.5),
     ("hinge_fraction", 1.5),
@@ -187,6 +188,7 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "floating_base": float(e.floating_base),
         "dof": _log_scale(e.dof, 64),
         "end_effectors": _log_scale(len(e.end_effectors), 16),
+        "wheels": _log_scale(_wheels(e), 16),
         "chain_depth": _log_scale(_mean([float(depth[i]) for i in e.end_effectors]), 16),
         "branching": _log_scale(max(children.values(), default=0), 8),
         "hinge_fraction": _fraction(len(hinges), len(moving)),
@@ -226,6 +228,37 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
     return features
 
 
+WHEEL_OFFSET = 0.1
+"""A wheel's centre of mass lies on its axle: within this share of its body's extent of the joint
+axis (through the body's origin, where URDF and most MJCF files put a wheel's joint)."""
+
+
+def _wheels(e: Embodiment) -> int:
+    """Wheels (and propellers) of a floating body: hinges that turn freely (no range, or wider than
+    a full turn) on bodies with no joint below them, whose centre of mass lies on the axis. A leg
+    whose knee turns freely (a minitaur's) carries its mass away from the axis; a fixed arm's
+    wrist roll is not a wheel, so a fixed body has none."""
+    if not e.floating_base:
+        return 0
+    above_a_joint: set[int] = set()
+    for joint in e.joints:
+        parent = e.bodies[joint.body].parent if joint.type != "free" else -1
+        while parent >= 0 and parent not in above_a_joint:
+            above_a_joint.add(parent)
+            parent = e.bodies[parent].parent
+    count = 0
+    for joint in e.joints:
+        turns = joint.range is None or joint.range[1] - joint.range[0] > 2 * math.pi + 1e-9
+        if joint.type != "hinge" or not turns or joint.body in above_a_joint:
+            continue
+        body = e.bodies[joint.body]
+        axis = np.array(joint.axis) / max(float(np.linalg.norm(joint.axis)), 1e-12)
+        com = np.array(body.com)
+        off_axis = float(np.linalg.norm(com - (com @ axis) * axis))
+        count += off_axis <= WHEEL_OFFSET * max(body.extent, 1e-9)
+    return count
+
+
 def _limit(bounds: tuple[float, float] | None) -> float:
     return max(abs(bounds[0]), abs(bounds[1])) if bounds else 0.0
 
@@ -243,7 +276,7 @@ class FeatureEncoder(Encoder):
     distance."""
 
     name = "morphology-features"
-    version = "1"
+    version = "2"  # 2: wheels
     dim = len(FEATURES)
     feature_names = tuple(name for name, _ in FEATURES)
 

@@ -46,9 +46,9 @@ def distance(a: str, b: str) -> float:
 
 def test_encoder_describes_its_space():
     assert isinstance(encoder, Encoder)
-    assert encoder.space == EmbeddingSpace("morphology-features", "1", len(FEATURES), "l2")
+    assert encoder.space == EmbeddingSpace("morphology-features", "2", len(FEATURES), "l2")
     assert encoder.feature_names == tuple(name for name, _ in FEATURES)
-    assert len(set(encoder.feature_names)) == encoder.dim == 32
+    assert len(set(encoder.feature_names)) == encoder.dim == 33
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -95,6 +95,40 @@ def test_features_do_not_depend_on_part_order(name, seed):
     original = ALL[name]
     shuffled = permuted(original, random.Random(seed))
     assert np.allclose(encoder.encode(shuffled), encoder.encode(original), rtol=1e-6, atol=1e-7)
+
+
+CART = """<mujoco><worldbody><body name="chassis" pos="0 0 .3"><freejoint/>
+  <geom type="box" size=".3 .2 .05" mass="10"/>{limbs}</body></worldbody>
+  <actuator>{motors}</actuator></mujoco>"""
+WHEEL = """<body name="{n}" pos="{x} {y} 0"><joint name="{n}" axis="0 1 0"/>
+  <geom type="cylinder" size=".1 .03" zaxis="0 1 0" mass="1"/></body>"""
+SHIN = """<body name="{n}" pos="{x} {y} 0"><joint name="{n}" axis="0 1 0"/>
+  <geom type="capsule" fromto="0 0 0 0 0 -.25" size=".02" mass="1"/></body>"""
+
+
+def _cart(limb: str) -> Embodiment:
+    """A floating chassis with four free-turning leaf joints of `limb`'s shape."""
+    corners = [("fl", 0.25, 0.2), ("fr", 0.25, -0.2), ("hl", -0.25, 0.2), ("hr", -0.25, -0.2)]
+    limbs = "".join(limb.format(n=n, x=x, y=y) for n, x, y in corners)
+    motors = "".join(f'<motor joint="{n}"/>' for n, _, _ in corners)
+    return Embodiment.from_mjcf(CART.format(limbs=limbs, motors=motors))
+
+
+def test_wheels_are_free_turning_tips_of_a_floating_body_with_their_mass_on_the_axle():
+    assert morphology_features(_cart(WHEEL))["wheels"] == pytest.approx(math.log(5) / math.log(17))
+    assert morphology_features(_cart(SHIN))["wheels"] == 0.0  # a shin's mass hangs off its axis
+    limited = _cart(WHEEL.replace('axis="0 1 0"/>', 'axis="0 1 0" range="-1 1"/>'))
+    assert morphology_features(limited)["wheels"] == 0.0  # a wheel turns without end
+    welded = CART.replace("<freejoint/>", "")  # a fixed base: its turning tips are not wheels
+    fixed = Embodiment.from_mjcf(
+        welded.format(
+            limbs="".join(WHEEL.format(n=n, x=0, y=y) for n, y in (("a", 0.2), ("b", -0.2))),
+            motors='<motor joint="a"/><motor joint="b"/>',
+        )
+    )
+    assert not fixed.floating_base and morphology_features(fixed)["wheels"] == 0.0
+    assert morphology_features(ALL["wheeled_base.xml"])["wheels"] > 0
+    assert morphology_features(ALL["quadruped.xml"])["wheels"] == 0.0
 
 
 def test_features_of_the_7dof_arm_by_hand():
