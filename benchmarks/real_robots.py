@@ -21,7 +21,8 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   distance between two labelled bodies of distinct robots.
 - first_query_ms: `kb.skills.query(path)` in a fresh process over a knowledge base holding one skill
   per body: "cold" with an empty descriptor cache (MuJoCo compiles the file's physics), "warm" in a
-  second process with the cache the first one left (`<store>.embodiments`); both also by format.
+  second process with the cache the first one left (`<store>.embodiments`); both also by format;
+  each file's median over `--rounds` rounds (3; 1 with `--quick`), the cache emptied before each.
   The raw baseline, "raw_mjcf", is MuJoCo compiling each MJCF file as it is (visual meshes and all)
   in a third fresh process, and "cold_mjcf_ratio_to_raw" the cold MJCF query's p50 and p99 over it;
   "cold_slowest" names the three slowest cold queries. Files needing options are not queried by
@@ -38,6 +39,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -250,6 +252,25 @@ def time_queries(store: Path | None, paths: list[str]) -> list[float]:
     return json.loads(done.stdout)
 
 
+def timed_rounds(
+    store: Path, paths: list[str], mjcf: list[str], rounds: int
+) -> tuple[list[float], list[float], list[float]]:
+    """Each file's median over `rounds` of a cold query (the descriptor cache emptied first), a
+    cached one, and MuJoCo compiling it whole (MJCF only), the three interleaved in each round so
+    that load drifting during the run hits them alike."""
+    cold, warm, raw = [], [], []
+    for _ in range(rounds):
+        shutil.rmtree(f"{store}.embodiments", ignore_errors=True)
+        cold.append(time_queries(store, paths))
+        warm.append(time_queries(store, paths))
+        raw.append(time_queries(None, mjcf))
+
+    def medians(times: list[list[float]]) -> list[float]:
+        return np.median(np.array(times), axis=0).tolist()
+
+    return medians(cold), medians(warm), medians(raw)
+
+
 def child_raw(paths: list[str]) -> None:
     import mujoco
 
@@ -289,6 +310,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="every third file")
     parser.add_argument("--time", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="timing rounds per file (3; 1 with --quick)"
+    )
     args = parser.parse_args()
     if args.time:
         child_time(args.time[0], json.loads(args.time[1]))
@@ -296,6 +320,7 @@ def main() -> None:
     if args.raw:
         child_raw(json.loads(args.raw))
         return
+    args.rounds = args.rounds or (1 if args.quick else 3)
     if not fetched(CACHE):
         raise SystemExit("real_robots: no corpus; run python benchmarks/corpus.py first")
     entries = table()[:: 3 if args.quick else 1]
@@ -331,10 +356,9 @@ def main() -> None:
             for entry, body in bodies.items():  # one envelope each: descriptors are kilobytes
                 kb.skills.publish(entry.path, entry.label, embodiments=[body.to_dict()])
         paths = [str(e.file()) for e in by_path]
-        cold = time_queries(store, paths)
-        warm = time_queries(store, paths)
-    mjcf = [p for p, e in zip(paths, by_path, strict=True) if not e.urdf]
-    raw = percentiles(time_queries(None, mjcf))
+        mjcf = [p for p, e in zip(paths, by_path, strict=True) if not e.urdf]
+        cold, warm, raw_times = timed_rounds(store, paths, mjcf, args.rounds)
+    raw = percentiles(raw_times)
     urdf = [e.urdf for e in by_path]
     by_format = {
         f"{kind}_{fmt}": percentiles([t for t, u in zip(times, urdf, strict=True) if u == is_urdf])
@@ -352,7 +376,7 @@ def main() -> None:
         },
         "cold_slowest": [["/".join(e.path.split("/")[-2:]), round(t)] for t, e in slowest],
     }
-    summary["quick"] = args.quick
+    summary["quick"], summary["rounds"] = args.quick, args.rounds
     print(json.dumps(summary))
 
 
