@@ -262,7 +262,8 @@ def _id(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate) -> 
 
 
 def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate) -> tuple[int, int]:
-    """Read one struct; returns (next position, its length in clock units)."""
+    """Read one struct; returns (next position, its length in clock units). (`parse_update` reads
+    the common map entry itself, `_map_entry`, and calls this for every other struct.)"""
     if pos >= len(data):
         raise MalformedUpdate(f"update ends early at byte {pos}")
     info = data[pos]
@@ -275,14 +276,6 @@ def _struct(data: bytes, pos: int, client: int, clock: int, found: ParsedUpdate)
             f"struct info byte {info:#x} at byte {pos - 1} is read differently by yrs"
         )
     found.contents.add(ref)
-    if info == _MAP_ENTRY:
-        entry = _map_entry(data, pos)
-        if entry is not None:
-            pos, name, text = entry
-            found.roots.add(name)
-            found.strings.append(text)
-            found.root_inserts.append((name, client, clock, 1))
-            return pos, 1
     if ref in (_GC, _SKIP):
         length, pos = _u32(data, pos, "length")
         return pos, _nonzero(length, clock)
