@@ -9,7 +9,6 @@ the last change of each cell wins, and a removal takes the cell's row out.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from itertools import repeat
@@ -26,7 +25,6 @@ from ._tiles import ROW, join, pick
 Entry = tuple[dict[str, Any] | None, tuple[float, int, bool, Any] | None]
 # Changes of a tile not yet folded: rows, and whether each is present (False: the record is gone).
 Changes = tuple[np.ndarray, np.ndarray]
-_MAX_SEEN = 1 << 16  # value texts `plain_rows` remembers the codes of before starting over
 
 _INT = r"(?:0|-?[1-9][0-9]{0,9})"  # an integer as `str` writes it (as `_tiles.cell_coords` reads)
 _GRIDS = {
@@ -79,25 +77,18 @@ def plain_rows(
     index: np.ndarray,
     at: list[int],
     plain: PlainCells,
-    code_of: Callable[[Any], int],
-    seen: dict[str, int],
+    code_of_text: Callable[[str], int],
     author: int,
 ) -> Changes:
     """`rows_of` for cells whose records ingest read into `plain`, at its rows `at`; values coded
-    by `code_of` their parse, through `seen` (a value's JSON text -> its code: equal texts are
-    equal values), not for tombstones (their values are not interned)."""
+    by `code_of_text` their JSON text, not for tombstones (their values are not interned)."""
     rows = np.zeros(len(at), ROW)
     rows["idx"], rows["author"] = index, author
     rows["conf"] = list(map(plain.conf.__getitem__, at))
     rows["hlc"] = np.array(list(map(plain.hlc.__getitem__, at)), np.uint64)
     rows["deleted"] = deleted = list(map(plain.deleted.__getitem__, at))
-    texts = list(map(plain.values.__getitem__, at))
-    codes = [seen.get(text, -1) for text in texts]
-    for i in [i for i, code in enumerate(codes) if code < 0 and not deleted[i]]:
-        if len(seen) >= _MAX_SEEN:
-            seen.clear()
-        codes[i] = seen[texts[i]] = code_of(json.loads(texts[i]))
-    rows["code"] = np.where(deleted, 0, codes)
+    texts = map(plain.values.__getitem__, at)
+    rows["code"] = [0 if gone else code_of_text(t) for t, gone in zip(texts, deleted, strict=True)]
     return rows, np.ones(len(at), bool)
 
 

@@ -50,13 +50,14 @@ from ._tiles import (
 
 _LEGACY, _TILED = 0, 1  # the kinds of a writer's rows in a tile: from cell/ records, from its tile
 _NULL = "null"  # code 0 of every map: a tombstone's value
-_MAX_SEEN = 1 << 16  # values a map remembers by their repr (`_Map.code_of`) before starting over
+_MAX_SEEN = 1 << 16  # values a map remembers by their repr or text (`_Map.code_of`) before starting
+# over
 
 Source = tuple[int, int]  # (author id, kind)
 
 
 class _Map:
-    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen", "seen_text")
+    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen", "_seen_text")
 
     def __init__(self) -> None:
         self.tiles: dict[tuple[int, ...], _Tile] = {}
@@ -65,7 +66,7 @@ class _Map:
         self.named: dict[str, dict[bytes, dict[str, Any]]] = {}  # non-coordinate cells
         self._palette: np.ndarray | None = None
         self._seen: dict[str, int] = {}  # a parsed value's repr -> its code
-        self.seen_text: dict[str, int] = {}  # a value's JSON text -> its code (`plain_rows`)
+        self._seen_text: dict[str, int] = {}  # a value's JSON text -> its code
 
     def code_of(self, value: Any) -> int:
         """The code of a value parsed from a record's JSON. Of such values (dicts, lists, strings,
@@ -77,6 +78,16 @@ class _Map:
             if len(self._seen) >= _MAX_SEEN:
                 self._seen.clear()
             code = self._seen[seen] = self.intern(canonical_json(value).decode(), value)
+        return code
+
+    def code_of_text(self, text: str) -> int:
+        """The code of a value given as its JSON text (a bulk write's cell, `plain_rows`): equal
+        texts are equal values, so a text is parsed once."""
+        code = self._seen_text.get(text)
+        if code is None:
+            if len(self._seen_text) >= _MAX_SEEN:
+                self._seen_text.clear()
+            code = self._seen_text[text] = self.code_of(json.loads(text))
         return code
 
     def intern(self, text: str, value: Any) -> int:
@@ -239,7 +250,7 @@ class MapViews:
             return
         aid = self._author(author)
         tiles, index = located
-        rows = plain_rows(index, at, plain, m.code_of, m.seen_text, aid)
+        rows = plain_rows(index, at, plain, m.code_of_text, aid)
         self._pend(map_name, aid, by_tile(tiles, rows))
 
     def _pend(
