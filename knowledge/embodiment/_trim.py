@@ -99,16 +99,14 @@ def trim(spec: Any, plan: Plan) -> None:
     for geom in plan.visual:
         if geom.meshname:
             geom.type, geom.meshname, geom.size = mujoco.mjtGeom.mjGEOM_SPHERE, "", [1e-3, 0, 0]
-    folder = Path(spec.modelfiledir) / (spec.compiler.meshdir or spec.meshdir)
-    strip = spec.strippath  # MuJoCo then reads meshdir/<file name>
     for mesh in spec.meshes:
         if mesh.plugin.active:
             continue
         if mesh.name not in plan.physical and all(mesh.scale):
-            _inline(mesh, [0.0] * 3 + np.diag(1 / np.abs(mesh.scale)).ravel().tolist())
+            _tetrahedron(mesh)
         elif mesh.name in plan.bounded:
-            _bound(mesh, folder / Path(mesh.file).name if strip else folder / mesh.file, plan)
-    _box_weighing_meshes(spec, plan, folder)
+            _bound(mesh, _mesh_file(spec, mesh), plan)
+    _box_weighing_meshes(spec, plan)
     for texture in spec.textures:
         texture.file, texture.content_type, texture.cubefiles = "", "", [""] * 6
         texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
@@ -118,8 +116,7 @@ def trim(spec: Any, plan: Plan) -> None:
 def _bound(mesh: Any, path: Path, plan: Plan) -> None:
     """Replace a mesh by the vertices that keep its bounds; left whole when its file is not one
     numpy reads here or those vertices span no volume."""
-    moved = any(mesh.refpos) or list(mesh.refquat) != [1.0, 0.0, 0.0, 0.0]
-    if len(mesh.uservert) or moved or path.suffix.lower() not in MESH_FORMATS:
+    if len(mesh.uservert) or _moved(mesh) or path.suffix.lower() not in MESH_FORMATS:
         return
     try:
         points = vertices(mesh.name, path)
@@ -136,6 +133,23 @@ def _bound(mesh: Any, path: Path, plan: Plan) -> None:
     _inline(mesh, points[keep].ravel().tolist())
 
 
+def _mesh_file(spec: Any, mesh: Any) -> Path:
+    """The file MuJoCo would read for `mesh` (with `strippath`, meshdir/<file name>)."""
+    folder = Path(spec.modelfiledir) / (spec.compiler.meshdir or spec.meshdir)
+    return folder / Path(mesh.file).name if spec.strippath else folder / mesh.file
+
+
+def _moved(mesh: Any) -> bool:
+    """Whether MuJoCo moves the mesh's vertices before using them (`refpos`, `refquat`)."""
+    return any(mesh.refpos) or list(mesh.refquat) != [1.0, 0.0, 0.0, 0.0]
+
+
+def _tetrahedron(mesh: Any) -> None:
+    """A stand-in of inline vertices for a mesh the description does not read: MuJoCo compiles
+    it in no time, scaled back to the unit tetrahedron."""
+    _inline(mesh, [0.0] * 3 + np.diag(1 / np.abs(mesh.scale)).ravel().tolist())
+
+
 def _inline(mesh: Any, vertex: list[float]) -> None:
     mesh.file, mesh.content_type = "", ""
     mesh.uservert = vertex
@@ -147,7 +161,7 @@ _QUAT = mujoco.mjtOrientation.mjORIENTATION_QUAT
 _LEGACY = mujoco.mjtMeshInertia.mjMESH_INERTIA_LEGACY
 
 
-def _box_weighing_meshes(spec: Any, plan: Plan, folder: Path) -> None:
+def _box_weighing_meshes(spec: Any, plan: Plan) -> None:
     """Replace each `whole` mesh that `_mesh_mass` can weigh by its inertia box: in every geom
     using it (mesh geoms only, oriented by a quaternion), then in the asset (a tetrahedron)."""
     users: dict[str, list[Any]] = {}
@@ -158,7 +172,7 @@ def _box_weighing_meshes(spec: Any, plan: Plan, folder: Path) -> None:
         geoms = users.get(mesh.name, [])
         if not geoms or not _boxable(mesh, geoms):
             continue
-        found = triangles(folder / Path(mesh.file).name if spec.strippath else folder / mesh.file)
+        found = triangles(_mesh_file(spec, mesh))
         mass = found and mesh_mass(*found, np.asarray(mesh.scale))
         if not mass or not big_enough(mass):
             continue
@@ -166,20 +180,21 @@ def _box_weighing_meshes(spec: Any, plan: Plan, folder: Path) -> None:
             _to_box(geom, mass)
             plan.boxed.append((geom, mesh.name))
         plan.stand_ins[mesh.name] = mass
-        _inline(mesh, [0.0] * 3 + np.diag(1 / np.abs(mesh.scale)).ravel().tolist())
+        _tetrahedron(mesh)
 
 
 def _boxable(mesh: Any, geoms: list[Any]) -> bool:
-    moved = any(mesh.refpos) or list(mesh.refquat) != [1.0, 0.0, 0.0, 0.0]
+    """Whether `_mesh_mass` weighs the mesh as MuJoCo would and every geom using it can become its
+    box: a file-read mesh, as it is, with the legacy inertia, used by mesh geoms oriented by a
+    quaternion whose inertia comes from their volume."""
     if (
         mesh.plugin.active
-        or moved
+        or _moved(mesh)
         or len(mesh.uservert)
         or mesh.content_type
         or not all(mesh.scale)
+        or mesh.inertia != _LEGACY
     ):
-        return False
-    if mesh.inertia != _LEGACY:
         return False
     return all(
         g.type == mujoco.mjtGeom.mjGEOM_MESH
