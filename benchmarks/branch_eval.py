@@ -11,7 +11,7 @@
   with no policy on all threads over one thread, alternating with the rest: the ceiling of the ratio
   on this machine as loaded during the run (~2 on a quiet 2-core machine). `cpu_over_physics`: CPU
   seconds (all threads) per env step of the library over those of that batch on all threads, both
-  per step: what the policy, the bookkeeping and the lanes' waits add to the physics, which other
+  per step: what the policy, the bookkeeping and the waits add to the physics, which other
   processes loading the machine distort less than wall-clock figures. `cpu_over_loop_physics`: the
   same over a batch that also sweeps its joint targets and computes positions after each control
   period, as the closed loop must: what the policy, the bookkeeping and the waits alone add.
@@ -238,7 +238,7 @@ def main() -> None:
         "memory_ratio": round(growth / naive, 3),
         "policy": (
             f"torch MLP {list(skill.spec.hidden)} {skill.spec.dtype}, one batched call per control "
-            "step and lane (two lanes of 128 rows on two threads)"
+            "step on the whole wave (a policy this small runs as one lane)"
         ),
         **sprt_figures(seeds),
     }

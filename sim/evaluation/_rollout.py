@@ -4,8 +4,9 @@ The batch is built fresh per wave from the shared template, so memory follows th
 concurrency), not the branch count; and a branch's dynamics depend on its own patch alone. The
 policy sees every row of the wave in one call per control step, dead rows zeroed, so the batch
 layout of policy calls (wave size, row = branch % wave) is fixed whatever happens to the others.
-On two threads or more, a torch policy that gives each row the same bits in a call on half the wave
-is called per half instead, each half a lane of its own (`run_wave`): the outcomes do not change.
+On two threads or more, a large torch policy that gives each row the same bits in a call on half
+the wave is called per half instead, each half a lane of its own (`run_wave`): the outcomes do not
+change.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ class PolicyCaller:
             )
         self.policy: Any = policy  # a torch module, or any callable from an entry point
         self.torch = isinstance(policy, torch.nn.Module)
+        self.parameters = 0  # a torch module's, the measure of its work per row
         if isinstance(policy, torch.nn.Module):
             first = next(iter(policy.parameters()), None)
             self.dtype = first.dtype if first is not None else torch.float64
+            self.parameters = sum(p.numel() for p in policy.parameters())
         self._splits: dict[tuple[int, int], bool] = {}
 
     def splits_exactly(self, rows: int, at: int, obs_dim: int) -> bool:
@@ -145,11 +148,12 @@ def run_wave(
     `start`, every branch begins at that world snapshot (its model patch, then its state) instead of
     a reset.
 
-    On two or more threads, where the policy gives each row the bits it gives it in a call on the
-    whole wave (checked once per caller, see `PolicyCaller.splits_exactly`), the wave runs as two
-    lanes of rows, each a closed loop on its own thread: one lane's policy call and bookkeeping
-    overlap the other's physics. The outcomes are those of one lane; an error in a lane re-runs the
-    wave as one lane, which raises it as a single policy call names it."""
+    On two or more threads, where the policy is large (`_LANE_PARAMETERS`) and gives each row the
+    bits it gives it in a call on the whole wave (checked once per caller, see
+    `PolicyCaller.splits_exactly`), the wave runs as two lanes of rows, each a closed loop on its
+    own thread: one lane's policy call and bookkeeping overlap the other's physics. The outcomes
+    are those of one lane; an error in a lane re-runs the wave as one lane, which raises it as a
+    single policy call names it."""
     ids = list(range(wave_index * wave, min((wave_index + 1) * wave, branches)))
     if patches is None:
         patches = branch_draws(task, sampler, ids[0], len(ids))
@@ -163,14 +167,22 @@ def run_wave(
 
 
 _LANE_ROWS = 32  # a lane's rows are whole multiples of this, and it has at least this many
+# Lanes pay a policy call's fixed cost twice per control step (it runs cold after the physics: a
+# 64x64 MLP's 256-row call takes ~170 us there, 115 us warm) and the two threads' handing over of
+# the GIL; they save the half of the policy's per-row work that overlaps physics. On a 2-core
+# machine one lane is 2-4% faster for a 64x64 MLP (5,800 parameters) and 2% for 128x128 (19,700);
+# lanes are 5% faster for 256x256 (72,000) and 15% for 512x512 (275,000).
+_LANE_PARAMETERS = 32_768
 
 
 def _lane_split(task: Task, caller: PolicyCaller, rows: int, threads: int) -> int:
     """The first row of the second lane, or 0 to run the wave as one lane: one thread, a wave too
-    small to share, a task with Python terms (they see all rows at once), or a policy whose rows
-    depend on the batch."""
+    small to share, a task with Python terms (they see all rows at once), a policy too small to gain
+    from the overlap, or one whose rows depend on the batch."""
     at = rows // 2 // _LANE_ROWS * _LANE_ROWS
     if threads < 2 or at < _LANE_ROWS or _has_python_terms(task):
+        return 0
+    if caller.parameters < _LANE_PARAMETERS:
         return 0
     return at if caller.splits_exactly(rows, at, task.obs_dim) else 0
 

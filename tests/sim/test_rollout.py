@@ -3,8 +3,10 @@ import pytest
 import torch
 
 from sim import (
+    MLPSpec,
     Mutation,
     Patch,
+    Policy,
     PolicyCallError,
     PolicyOutputError,
     Sampler,
@@ -159,10 +161,21 @@ def test_mujoco_errors_end_branches_with_their_message(walker):
         assert not outcome.success and outcome.steps < 50
 
 
+def _large_mlp(obs_dim, act_dim):
+    """A 256x256 MLP (72,000 parameters): large enough that its waves run as two lanes."""
+    spec = MLPSpec(obs_dim, act_dim, (256, 256))
+    rng = np.random.default_rng(7)
+    tensors = {
+        name: np.ones(shape) if name == "obs_std" else rng.normal(0.0, 0.05, shape)
+        for name, shape in spec.tensor_shapes().items()
+    }
+    return Policy.from_tensors(spec, tensors)
+
+
 def test_two_lanes_give_the_outcomes_of_one(short_arm):
-    """On two threads a wave of an MLP skill runs as two lanes of rows, each calling the policy on
-    its own rows; every branch ends exactly as it does with one call on the whole wave."""
-    skill = load_skill("arm_reach_degraded")
+    """On two threads a wave of a large MLP skill runs as two lanes of rows, each calling the policy
+    on its own rows; every branch ends exactly as it does with one call on the whole wave."""
+    skill = _large_mlp(short_arm.obs_dim, short_arm.act_dim)
     caller = PolicyCaller(skill, short_arm)
     assert _lane_split(short_arm, caller, 96, 2) == 32  # the lanes really run
     runs = [
@@ -178,14 +191,32 @@ def test_two_lanes_give_the_outcomes_of_one(short_arm):
         for n in (1, 2)
     ]
     assert runs[0] == runs[1]
-    assert 0 < sum(o.success for o in runs[0]) < 80
+    assert len({o.total_reward for o in runs[0]}) == 80
+
+
+def test_a_small_policy_runs_as_one_lane(short_arm):
+    """The shipped 64x64 skill: a second call per control step costs more than the overlap saves."""
+    caller = PolicyCaller(load_skill("arm_reach_good"), short_arm)
+    assert caller.parameters == 17 * 64 + 64 + 64 * 64 + 64 + 64 * 7 + 7
+    assert _lane_split(short_arm, caller, 96, 2) == 0
+    assert caller.splits_exactly(96, 32, short_arm.obs_dim)  # it could split: its size decides
+
+
+def _wide_layer():
+    """17 -> 2,048 (36,864 parameters), which makes a module large enough for lanes."""
+    return torch.nn.Linear(17, 2048, dtype=torch.float64)
 
 
 class _BatchMean(torch.nn.Module):
-    """A module whose rows depend on each other: it must see the whole wave at once."""
+    """A large module whose rows depend on each other: it must see the whole wave at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = _wide_layer()
 
     def forward(self, obs):
-        return torch.tanh(obs[:, :7] - obs[:, :7].mean(dim=0))
+        x = self.layer(obs)[:, :7]
+        return torch.tanh(x - x.mean(dim=0))
 
 
 def test_a_module_whose_rows_depend_on_the_batch_runs_as_one_lane(short_arm):
@@ -207,9 +238,13 @@ def test_an_error_in_a_lane_is_the_error_one_call_names(short_arm):
     the bad branches of both, as without lanes."""
     sentinel = 1.234567
 
-    class NanAtSentinel(torch.nn.Module):  # row by row: the lanes run
+    class NanAtSentinel(torch.nn.Module):  # large and row by row: the lanes run
+        def __init__(self):
+            super().__init__()
+            self.layer = _wide_layer()
+
         def forward(self, obs):
-            out = obs[:, :7] * 0.0
+            out = self.layer(obs)[:, :7] * 0.0
             out[(obs[:, 0] - sentinel).abs() < 1e-12] = float("nan")
             return out
 
