@@ -237,6 +237,9 @@ class Blobs:
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
         self._fetching = Fetching(replica)
+        # `named_blobs`' live set, and the views and position it was computed at: it walks every
+        # skill, task and certificate, and `is_named` runs on every blob a peer or device sends
+        self._named: tuple[object, tuple[int, int, int], set[str]] | None = None
 
     def put(self, data: bytes, *, expected: str | None = None) -> str:
         """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to
@@ -302,7 +305,12 @@ class Blobs:
         or the task of a certificate (its scene assets). What a site accepts when a peer gives it a
         blob (`PUT /v1/blobs`), and never collects as garbage."""
         check_skill_id(blob_hash, "blob hash")
-        return blob_hash in named_blobs(self._replica)[0]
+        with self._replica.lock:
+            views = self._replica.views
+            position = views.naming_position()
+            if self._named is None or self._named[:2] != (views, position):
+                self._named = (views, position, named_blobs(self._replica)[0])
+            return blob_hash in self._named[2]
 
     def missing(self, hashes: Iterable[str]) -> list[str]:
         """Of `hashes`, those not stored here (what to fetch from a peer)."""

@@ -72,7 +72,8 @@ _VOUCHED = frozenset(
 )  # sites read
 _MAP_TYPES = (RecordType.CELL, RecordType.TILE)  # merged by MapViews
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
-_TRANSIENT = ("authority", "written", "loaded", "plain")  # what a snapshot of the views leaves out
+# what a snapshot of the views leaves out
+_TRANSIENT = ("authority", "written", "loaded", "plain", "task_writes")
 Grants = dict[tuple[Role | None, int | None, int], frozenset[bytes]]  # sites, by role, seq, hlc
 
 
@@ -85,6 +86,7 @@ class Views:
         self.authority = authority
         self.written: Written = {} if written is None else written
         self.generation = 0  # bumped by every rebuild: derived caches built before it are stale
+        self.task_writes = 0  # task records folded in or out (see `naming_position`)
         # records ingest parsed while checking them, by text: what `load_record` gives for it,
         # taken (once) instead of parsing again; ingest clears what is left
         self.loaded: dict[str, dict[str, Any]] = {}
@@ -155,6 +157,8 @@ class Views:
                     self._log(old["skill"])
             elif parsed.type in _SKILL_STATE:
                 self._log(parsed.name)
+            elif parsed.type is RecordType.TASK:
+                self.task_writes += 1
             if text is None:
                 continue
             role = REQUIRED_ROLE[parsed.type]
@@ -378,6 +382,11 @@ class Views:
         if generation != self.generation:
             return None, now
         return set(self._skill_log[length:]), now
+
+    def naming_position(self) -> tuple[int, int, int]:
+        """Moves whenever the blobs that held records name may change: a skill's record,
+        withdrawal, revocation or certificates (the skill log), a task, or a rebuild."""
+        return self.generation, len(self._skill_log), self.task_writes
 
     def _discard(self, rtype: RecordType, index: Index, author: bytes) -> None:
         self._sites.pop((rtype, index, author), None)

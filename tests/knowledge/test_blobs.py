@@ -350,3 +350,27 @@ def test_any_sequence_of_cuts_moves_each_byte_once_and_assembles_the_blob(
     assert kb.blobs.fetch(digest, sources=sources) == data
     assert sum(s.sent for s in sources) == len(data)
     assert kb.blobs.stored_bytes() == len(data)
+
+
+def test_is_named_follows_every_change_of_what_names_a_blob(open_kb):
+    """`is_named` keeps the names it walked until a record that can change them arrives: asked
+    after each change, from this writer and from a peer, it answers as a fresh walk does."""
+    kb, peer = open_kb("site"), open_kb("peer")
+    kb.set_policy(
+        TrustPolicy().with_root(kb.identity.public_key).with_root(peer.identity.public_key)
+    )
+    weights, mesh, asset, theirs = (kb.blobs.put(bytes([i]) * 700) for i in range(4))
+    assert not any(kb.blobs.is_named(b) for b in (weights, mesh, asset, theirs))
+    skill = kb.skills.publish("arm", "pick", policy={"kind": "mlp", "weights": weights})
+    assert kb.blobs.is_named(weights) and not kb.blobs.is_named(mesh)
+    kb.tasks.publish({"name": "reach", "assets": {"link.stl": mesh}})
+    assert kb.blobs.is_named(mesh) and not kb.blobs.is_named(asset)
+    task = {"name": "push", "assets": {"puck.obj": asset}}
+    record = {"task": {"hash": knowledge.content_hash(task), "definition": task}}
+    kb.certificates.add(skill.id, branches=1, successes=1, evaluation=record)
+    assert kb.blobs.is_named(asset)
+    kb.revoke(skill.id)
+    assert not kb.blobs.is_named(weights) and kb.blobs.is_named(asset)
+    peer.skills.publish("theirs", "pick", blobs=[theirs])
+    kb.ingest(peer.envelopes_since(kb.heads()))
+    assert kb.blobs.is_named(theirs)
