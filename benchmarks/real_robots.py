@@ -12,6 +12,8 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   `kb.skills.query` ranks. "transfer-attention" is the learned encoder's own distance;
   "as queried" is what a query with it ranks by: the feature encoder's distance for a query body
   out of the learned encoder's distribution, its own otherwise.
+- class_first_misses: the bodies that "as queried" puts first beside a body of another class, as
+  "query file -> nearest file" (each path's last two parts).
 - ood_flags: corpus bodies whose out-of-distribution score under the learned encoder is above 1
   (so queries with them fall back to the feature encoder), per class.
 - twins: the same robot as MJCF and as URDF (`TWINS`, both files in the corpus), per encoder: for
@@ -159,31 +161,49 @@ def vectors_of(bodies: dict[Entry, Embodiment], encoder: Encoder) -> np.ndarray:
     return encoder.encode_many(list(bodies.values()))
 
 
-def class_first(
+def nearest_others(
     bodies: dict[Entry, Embodiment],
     vectors: np.ndarray,
     fallback: np.ndarray | None = None,
     out: np.ndarray | None = None,
-) -> dict[str, float]:
-    """Per class, the share of bodies whose nearest body of another family is of their class; with
-    `fallback` and `out`, as queries rank: by `fallback` for a query body out of distribution."""
+) -> list[tuple[Entry, Entry]]:
+    """Each labelled body (not "other") beside its nearest body of another family; with `fallback`
+    and `out`, as queries rank: by `fallback` for a query body out of distribution."""
     entries = list(bodies)
-    hits: Counter[str] = Counter()
-    totals: Counter[str] = Counter()
+    pairs = []
     for i, entry in enumerate(entries):
         if entry.label not in LABELLED:
             continue
         ranked_by = fallback if fallback is not None and out is not None and out[i] else vectors
         distance = np.linalg.norm(ranked_by - ranked_by[i], axis=1)
-        others = [
+        others = (
             j for j in np.argsort(distance, kind="stable") if entries[j].family != entry.family
-        ]
-        if not others:
-            continue
+        )
+        if (nearest := next(others, None)) is not None:
+            pairs.append((entry, entries[nearest]))
+    return pairs
+
+
+def class_first(pairs: list[tuple[Entry, Entry]]) -> dict[str, float]:
+    """Per class, the share of bodies whose nearest body of another family is of their class."""
+    hits: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    for entry, nearest in pairs:
         totals[entry.label] += 1
-        hits[entry.label] += entries[others[0]].label == entry.label
+        hits[entry.label] += nearest.label == entry.label
     rates = {label: round(hits[label] / totals[label], 3) for label in LABELLED if totals[label]}
     return {"all": round(sum(hits.values()) / max(sum(totals.values()), 1), 3), **rates}
+
+
+def tail(entry: Entry) -> str:
+    """A file's last two path parts: enough to tell corpus files apart when reading."""
+    return "/".join(entry.path.split("/")[-2:])
+
+
+def class_first_misses(pairs: list[tuple[Entry, Entry]]) -> list[str]:
+    """The bodies whose nearest body of another family is of another class, as "query -> nearest"
+    file tails: what the next change to an encoder has to move."""
+    return [f"{tail(e)} -> {tail(n)}" for e, n in pairs if n.label != e.label]
 
 
 def twins(bodies: dict[Entry, Embodiment], vectors: np.ndarray) -> dict[str, object]:
@@ -330,11 +350,13 @@ def main() -> None:
     vectors = vectors_of(bodies, learned)
     scores = learned.ood_many(bodies.values())
     out = scores > 1.0 if scores is not None else np.zeros(len(bodies), bool)
+    as_queried = nearest_others(bodies, vectors, features, out)
     summary["class_first"] = {
-        "morphology-features": class_first(bodies, features),
-        "transfer-attention": class_first(bodies, vectors),
-        "transfer-attention as queried": class_first(bodies, vectors, features, out),
+        "morphology-features": class_first(nearest_others(bodies, features)),
+        "transfer-attention": class_first(nearest_others(bodies, vectors)),
+        "transfer-attention as queried": class_first(as_queried),
     }
+    summary["class_first_misses"] = class_first_misses(as_queried)
     labels = [e.label for e in bodies]
     summary["ood_flags"] = {
         "flagged": int(out.sum()),
@@ -374,7 +396,7 @@ def main() -> None:
         "cold_mjcf_ratio_to_raw": {
             k: round(by_format["cold_mjcf"][k] / raw[k], 3) if raw[k] else None for k in raw
         },
-        "cold_slowest": [["/".join(e.path.split("/")[-2:]), round(t)] for t, e in slowest],
+        "cold_slowest": [[tail(e), round(t)] for t, e in slowest],
     }
     summary["quick"], summary["rounds"] = args.quick, args.rounds
     print(json.dumps(summary))

@@ -129,6 +129,7 @@ FEATURES: tuple[tuple[str, float], ...] = (
     ("reach", 1.0),
     ("base_mass_fraction", 1.0),
     ("heaviest_body_fraction", 1.0),
+    ("trunk_mass_fraction", 1.0),
     ("longest_link", 1.0),
     ("mean_link", 1.0),
     ("hinge_range", 1.0),
@@ -168,6 +169,13 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
             children[body.parent] = children.get(body.parent, 0) + 1
             depth[i] = depth[body.parent]
         depth[i] += i in jointed
+    # The trunk: the root bodies (as in base_mass_fraction) and every body welded to them, however
+    # a file splits one rigid part into bodies. A two-armed robot's welded torso is trunk; a
+    # humanoid's torso on a waist joint is not.
+    trunk = [False] * len(e.bodies)
+    for i, body in enumerate(e.bodies):
+        trunk[i] = body.parent < 0 or (trunk[body.parent] and i not in jointed)
+    trunk_mass = math.fsum(b.mass for b, in_trunk in zip(e.bodies, trunk, strict=True) if in_trunk)
     kinds = [a.kind for a in e.actuators]
     driven = {t for a in e.actuators if a.moves_joints for t in a.target}
     joint_strength = {
@@ -200,6 +208,7 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "reach": _span(-2.0, 1.0, math.log10(reach)),
         "base_mass_fraction": math.fsum(b.mass for b in e.bodies if b.parent < 0) / mass,
         "heaviest_body_fraction": max((b.mass for b in e.bodies), default=0.0) / mass,
+        "trunk_mass_fraction": trunk_mass / mass,
         "longest_link": max(links, default=0.0) / reach,
         "mean_link": _mean(links) / reach,
         "hinge_range": _mean(
@@ -276,7 +285,7 @@ class FeatureEncoder(Encoder):
     distance."""
 
     name = "morphology-features"
-    version = "2"  # 2: wheels
+    version = "3"  # 2: wheels; 3: trunk mass
     dim = len(FEATURES)
     feature_names = tuple(name for name, _ in FEATURES)
 

@@ -46,9 +46,9 @@ def distance(a: str, b: str) -> float:
 
 def test_encoder_describes_its_space():
     assert isinstance(encoder, Encoder)
-    assert encoder.space == EmbeddingSpace("morphology-features", "2", len(FEATURES), "l2")
+    assert encoder.space == EmbeddingSpace("morphology-features", "3", len(FEATURES), "l2")
     assert encoder.feature_names == tuple(name for name, _ in FEATURES)
-    assert len(set(encoder.feature_names)) == encoder.dim == 33
+    assert len(set(encoder.feature_names)) == encoder.dim == 34
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -131,6 +131,51 @@ def test_wheels_are_free_turning_tips_of_a_floating_body_with_their_mass_on_the_
     assert morphology_features(ALL["quadruped.xml"])["wheels"] == 0.0
 
 
+TORSO = """<mujoco><worldbody><body name="base"><geom type="box" size=".2 .2 .1" mass="10"/>
+  <body name="torso" pos="0 0 .4" {turn}>{waist}<geom type="box" size=".15 .1 .25" mass="{torso}"/>
+  {chest}{arms}</body></body></worldbody></mujoco>"""
+ARM = """<body name="{s}upper" pos="0 {y} .2" {turn}><joint name="{s}shoulder" axis="0 1 0"/>
+  <geom type="capsule" fromto="0 0 0 0 0 -.3" size=".04" mass="2"/>
+  <body name="{s}fore" pos="0 0 -.3"><joint name="{s}elbow" axis="0 1 0"/>
+  <geom type="capsule" fromto="0 0 0 0 0 -.3" size=".03" mass="1"/></body></body>"""
+CHEST = '<body name="chest" pos="0 0 .2"><geom type="sphere" size=".1" mass="8"/></body>'
+
+
+def _torso(
+    waist: str = "", torso: float = 20.0, chest: str = "", turn: str = "", arm_turn: str = ""
+) -> Embodiment:
+    """A fixed base carrying a torso (welded, or on `waist`) with two two-link arms."""
+    arms = "".join(ARM.format(s=s, y=y, turn=arm_turn) for s, y in (("l", 0.2), ("r", -0.2)))
+    return Embodiment.from_mjcf(
+        TORSO.format(waist=waist, torso=torso, chest=chest, turn=turn, arms=arms)
+    )
+
+
+def test_the_trunk_is_the_base_and_what_is_welded_to_it():
+    welded = morphology_features(_torso())
+    assert welded["base_mass_fraction"] == pytest.approx(10 / 36)
+    assert welded["trunk_mass_fraction"] == pytest.approx(30 / 36)  # base and welded torso
+    on_a_waist = morphology_features(_torso(waist='<joint name="waist" axis="0 0 1"/>'))
+    assert on_a_waist["trunk_mass_fraction"] == pytest.approx(10 / 36)  # the torso turns
+    # One rigid torso split into two welded bodies, or turned, or with its arms mounted another
+    # way, is the same trunk.
+    for other in (
+        _torso(torso=12.0, chest=CHEST),
+        _torso(turn='euler="0 0 1.2"'),
+        _torso(arm_turn='euler="0.7 0 0.3"'),
+    ):
+        assert morphology_features(other)["trunk_mass_fraction"] == pytest.approx(30 / 36)
+    floating = CART.format(limbs="", motors="")  # a free joint does not move a body off its trunk
+    assert morphology_features(Embodiment.from_mjcf(floating))["trunk_mass_fraction"] == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_the_trunk_holds_the_base(name):
+    features = morphology_features(ALL[name])
+    assert features["base_mass_fraction"] <= features["trunk_mass_fraction"] + 1e-9
+    assert features["trunk_mass_fraction"] <= 1.0 + 1e-9
+
+
 def test_features_of_the_7dof_arm_by_hand():
     features = morphology_features(ALL["arm7.xml"])
     assert features["floating_base"] == 0.0
@@ -147,6 +192,7 @@ def test_features_of_the_7dof_arm_by_hand():
     assert features["mass"] == pytest.approx((math.log10(19.0) + 2) / 5)
     assert features["reach"] == pytest.approx((math.log10(1.2) + 2) / 3)
     assert features["base_mass_fraction"] == pytest.approx(4 / 19)
+    assert features["trunk_mass_fraction"] == pytest.approx(4 / 19)  # link1 turns on the base
     assert features["strength"] == pytest.approx(
         math.log1p((4 * 87 + 3 * 12) / 7) / math.log1p(1000)
     )
