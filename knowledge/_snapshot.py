@@ -56,6 +56,7 @@ _DERIVING = (
     "_trust",
     "_policy",
     "_replica",
+    "_reopen",
     "_canonical",
     "_envelope",
 )
