@@ -52,6 +52,7 @@ _DERIVING = (
     "_records",
     "_views",
     "_mapview",
+    "_mapstate",
     "_tiles",
     "_trust",
     "_policy",
