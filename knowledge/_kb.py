@@ -59,6 +59,12 @@ def open(  # noqa: A001 - mirrors the builtin on purpose: knowledge.open(path, i
         raise
 
 
+def _head_of(heads: Mapping[str, Head | int], author: bytes) -> Head:
+    """A peer's head of `author`'s feed; a bare seq (callers may give one) names no hash."""
+    their = heads.get(author.hex(), 0)
+    return their if isinstance(their, Head) else Head(int(their), "")
+
+
 class KnowledgeBase:
     """One site's knowledge: its collections, its trust decisions and its replication surface."""
 
@@ -255,17 +261,15 @@ class KnowledgeBase:
                     break
                 if author in exclude:
                     continue
-                their = heads.get(author.hex(), 0)
-                their_seq = their.seq if isinstance(their, Head) else int(their)
-                knows = isinstance(their, Head) and their.equivocated_at is not None
+                their = _head_of(heads, author)
+                their_seq, knows = their.seq, their.equivocated_at is not None
                 if author in replica.banned and (not knows or their_seq >= replica.banned[author]):
-                    out += replica.evidence(
-                        author
-                    )  # the peer does not know of this fork (it holds past it)
+                    # the peer does not know of this fork (it holds past it)
+                    out += replica.evidence(author)
                 feed = replica.feeds.get(author)
                 if feed is None:
                     continue
-                if isinstance(their, Head) and their.hash and 0 < their_seq <= feed.seq:
+                if their.hash and 0 < their_seq <= feed.seq:
                     ours = replica.hash_at(author, their_seq)
                     if ours is not None and ours.hex() != their.hash:
                         held = replica.store.envelope(author, their_seq)
@@ -313,11 +317,11 @@ class KnowledgeBase:
         if self.identity is None or self.policy.device_of is None:
             return
         with replica.lock:
-            their = heads.get(self.identity.public_key_hex, 0)
-            seq = their.seq if isinstance(their, Head) else int(their)
+            their = _head_of(heads, self.identity.public_key)
+            seq = their.seq
             own = replica.feeds.get(self.identity.public_key)
             fork = None
-            if isinstance(their, Head) and their.hash and 0 < seq <= (own.seq if own else 0):
+            if their.hash and 0 < seq <= (own.seq if own else 0):
                 ours = replica.hash_at(self.identity.public_key, seq)
                 fork = seq if ours is not None and ours.hex() != their.hash else None
             replica.own.note(floor=seq, fork=fork)
@@ -342,12 +346,12 @@ class KnowledgeBase:
         with replica.lock:
             if replica.own.known:
                 return
-            their = heads.get(self.identity.public_key_hex, 0)
-            seq = their.seq if isinstance(their, Head) else int(their)
+            their = _head_of(heads, self.identity.public_key)
+            seq = their.seq
             own = replica.feeds.get(self.identity.public_key)
             if seq > (own.seq if own else 0):
                 return
-            if seq > 0 and isinstance(their, Head) and their.hash:
+            if seq > 0 and their.hash:
                 ours = replica.hash_at(self.identity.public_key, seq)
                 if ours is None or ours.hex() != their.hash:
                     return

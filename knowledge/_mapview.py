@@ -9,8 +9,9 @@ as one.
 Cells with 1 to 3 integer coordinates live in columns (numpy rows of `_tiles.ROW`, 27 bytes a
 cell), one set per tile: each writer's rows (from its tile record, and from its per-cell records
 there) and the merged winners, which are the writer's own rows where one writer alone observed the
-tile. Values are interned per map, so a row holds a 4-byte code. Cells named otherwise ("door-3")
-keep their per-cell records. What changed is merged once per `flush`, tile by tile.
+tile. Values are interned per map (`_mapstate`), so a row holds a 4-byte code. Cells named
+otherwise ("door-3") keep their per-cell records. What changed is merged once per `flush`, tile by
+tile.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ._canonical import canonical_json
 from ._cellrows import Changes, Entry, by_tile, fold, locate_all, plain_rows, rows_of
 from ._errors import RecordError
+from ._mapstate import MapState, Source, TileRows
 from ._models import MapRegion
 from ._records import TILE_CELLS, FutureVersion, ParsedKey, RecordType, check_record, parse_key
 from ._records import TILE_EDGE as EDGE
@@ -49,70 +50,6 @@ from ._tiles import (
 )
 
 _LEGACY, _TILED = 0, 1  # the kinds of a writer's rows in a tile: from cell/ records, from its tile
-_NULL = "null"  # code 0 of every map: a tombstone's value
-_MAX_SEEN = 1 << 16  # values a map remembers by their repr or text (`_Map.code_of`) before starting
-# over
-
-Source = tuple[int, int]  # (author id, kind)
-
-
-class _Map:
-    __slots__ = ("tiles", "codes", "values", "named", "_palette", "_seen", "_seen_text")
-
-    def __init__(self) -> None:
-        self.tiles: dict[tuple[int, ...], _Tile] = {}
-        self.codes: dict[str, int] = {_NULL: 0}  # a value's canonical JSON -> its code
-        self.values: list[Any] = [None]
-        self.named: dict[str, dict[bytes, dict[str, Any]]] = {}  # non-coordinate cells
-        self._palette: np.ndarray | None = None
-        self._seen: dict[str, int] = {}  # a parsed value's repr -> its code
-        self._seen_text: dict[str, int] = {}  # a value's JSON text -> its code
-
-    def code_of(self, value: Any) -> int:
-        """The code of a value parsed from a record's JSON. Of such values (dicts, lists, strings,
-        numbers, booleans, None), equal reprs mean equal values, and a repr costs a fraction of
-        the canonical JSON that `codes` is keyed by."""
-        seen = repr(value)
-        code = self._seen.get(seen)
-        if code is None:
-            if len(self._seen) >= _MAX_SEEN:
-                self._seen.clear()
-            code = self._seen[seen] = self.intern(canonical_json(value).decode(), value)
-        return code
-
-    def code_of_text(self, text: str) -> int:
-        """The code of a value given as its JSON text (a bulk write's cell, `plain_rows`): equal
-        texts are equal values, so a text is parsed once."""
-        code = self._seen_text.get(text)
-        if code is None:
-            if len(self._seen_text) >= _MAX_SEEN:
-                self._seen_text.clear()
-            code = self._seen_text[text] = self.code_of(json.loads(text))
-        return code
-
-    def intern(self, text: str, value: Any) -> int:
-        code = self.codes.get(text)
-        if code is None:
-            code = self.codes[text] = len(self.values)
-            self.values.append(value)
-        return code
-
-    def palette(self) -> np.ndarray:
-        """The values as an object array, indexed by code."""
-        if self._palette is None or len(self._palette) != len(self.values):
-            palette = np.empty(len(self.values), dtype=object)
-            for i, value in enumerate(self.values):
-                palette[i] = value
-            self._palette = palette
-        return self._palette
-
-
-class _Tile:
-    __slots__ = ("sources", "merged")
-
-    def __init__(self) -> None:
-        self.sources: dict[Source, np.ndarray] = {}
-        self.merged: np.ndarray = np.empty(0, ROW)
 
 
 def _last_per_cell(rows: np.ndarray) -> np.ndarray:
@@ -126,6 +63,11 @@ def _apart(rows: np.ndarray) -> pickle.PickleBuffer:
     return pickle.PickleBuffer(rows.data)
 
 
+def _names(tile: tuple[int, ...], index: np.ndarray) -> list[str]:
+    """The names ("x,y") of the cells at these indexes of a tile."""
+    return [",".join(map(str, c)) for c in cells_of(tile, index).tolist()]
+
+
 def _best(by_author: dict[bytes, dict[str, Any]]) -> tuple[bytes, dict[str, Any]]:
     """The winning (author, record) of a named cell's per-cell records."""
     return max(by_author.items(), key=lambda item: (item[1]["confidence"], item[1]["hlc"], item[0]))
@@ -135,7 +77,7 @@ class MapViews:
     """Every semantic map of a replica; `Views` hands it map records and asks it about cells."""
 
     def __init__(self) -> None:
-        self.maps: dict[str, _Map] = {}
+        self.maps: dict[str, MapState] = {}
         self.authors: list[bytes] = []
         self._author_ids: dict[bytes, int] = {}
         # tiles decoded before the views see them (by ingest's check, by the writer): (author, key)
@@ -152,10 +94,10 @@ class MapViews:
             self.authors.append(author)
         return aid
 
-    def _map(self, name: str) -> _Map:
+    def _map(self, name: str) -> MapState:
         found = self.maps.get(name)
         if found is None:
-            found = self.maps[name] = _Map()
+            found = self.maps[name] = MapState()
         return found
 
     # --- changes --------------------------------------------------------------------------------
@@ -198,7 +140,7 @@ class MapViews:
         if key.type is RecordType.TILE:
             tile = tile_coords(key.cell)
             self._touched.add((key.name, tile))
-            sources = m.tiles.setdefault(tile, _Tile()).sources
+            sources = m.tiles.setdefault(tile, TileRows()).sources
             if content is None:
                 sources.pop((aid, _TILED), None)
             else:
@@ -262,7 +204,7 @@ class MapViews:
             self._touched.add((map_name, tile))
 
     @staticmethod
-    def _put_named(m: _Map, author: bytes, cell: str, content: dict[str, Any] | None) -> None:
+    def _put_named(m: MapState, author: bytes, cell: str, content: dict[str, Any] | None) -> None:
         by_author = m.named.setdefault(cell, {})
         if content is None:
             by_author.pop(author, None)
@@ -271,7 +213,7 @@ class MapViews:
         else:
             by_author[author] = content
 
-    def _rows(self, m: _Map, tile: Tile, aid: int) -> np.ndarray:
+    def _rows(self, m: MapState, tile: Tile, aid: int) -> np.ndarray:
         """A decoded tile's rows with this map's value codes and the author's id."""
         lut = np.zeros(max(len(tile.texts), 1), np.uint32)
         for i, text in enumerate(tile.texts):
@@ -296,15 +238,13 @@ class MapViews:
                     del tile.sources[source]
                     self._touched.add((name, tile_key))
             for cell in [c for c, by_author in m.named.items() if author in by_author]:
-                del m.named[cell][author]
-                if not m.named[cell]:
-                    del m.named[cell]
+                self._put_named(m, author, cell, None)
         self.flush()
 
     def flush(self) -> None:
         """Merge every tile changed since the last flush."""
         for (name, tile_key, aid), pending in self._legacy.items():
-            sources = self.maps[name].tiles.setdefault(tile_key, _Tile()).sources
+            sources = self.maps[name].tiles.setdefault(tile_key, TileRows()).sources
             rows = fold(sources.get((aid, _LEGACY), np.empty(0, ROW)), pending)
             if len(rows):
                 sources[(aid, _LEGACY)] = rows
@@ -380,8 +320,7 @@ class MapViews:
             return []
         names = list(m.named)
         for tile_key, tile in m.tiles.items():
-            coords = cells_of(tile_key, tile.merged["idx"])
-            names += [",".join(map(str, c)) for c in coords.tolist()]
+            names += _names(tile_key, tile.merged["idx"])
         return sorted(names)
 
     def map_names(self) -> list[str]:
@@ -400,7 +339,7 @@ class MapViews:
         for tile_key, tile in m.tiles.items():
             rows = tile.merged
             out += zip(
-                [",".join(map(str, c)) for c in cells_of(tile_key, rows["idx"]).tolist()],
+                _names(tile_key, rows["idx"]),
                 [self.authors[a] for a in rows["author"].tolist()],
                 [m.values[c] for c in rows["code"].tolist()],
                 rows["conf"].tolist(),
@@ -442,7 +381,7 @@ class MapViews:
         )
 
     def _inside(
-        self, m: _Map, low: np.ndarray, high: np.ndarray, include_deleted: bool
+        self, m: MapState, low: np.ndarray, high: np.ndarray, include_deleted: bool
     ) -> list[tuple[tuple[int, ...], np.ndarray]]:
         """(tile, its rows in the box [low, high)) of every tile of `m` the box meets."""
         ndim = len(low)
@@ -511,10 +450,10 @@ class MapViews:
         for author in state["authors"]:
             views._author(author)
         for name, saved in state["maps"].items():
-            m = views.maps[name] = _Map()
+            m = views.maps[name] = MapState()
             m.values, m.codes, m.named = list(saved["values"]), dict(saved["codes"]), saved["named"]
             for key, (sources, merged) in saved["tiles"].items():
-                tile = m.tiles[tuple(key)] = _Tile()
+                tile = m.tiles[tuple(key)] = TileRows()
                 tile.sources = {s: np.frombuffer(b, ROW) for s, b in sources.items()}
                 if merged is None:
                     (tile.merged,) = tile.sources.values()

@@ -5,22 +5,21 @@ knowledge base's parts share.
 to retrieval and to ingest, so that none of them reaches into another's internals. It owns the
 re-entrant lock that serializes access to the feeds and the store; local writes become signed
 envelopes of this site's own feed here (`write`, `batch`, `put_record`), feeds are rebuilt from the
-store (`replay`) and grants recomputed from the trust records (`refresh_trust`).
+store (`replay`) and grants recomputed from the trust records (`refresh_trust`). How the replica is
+saved and reopened from snapshots without replaying its history is `_reopen`'s part.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
-import pickle
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import _snapshot
+from . import _reopen
 from ._activation import Activations, Standing
 from ._checking import Checks
 from ._clock import HybridClock
@@ -41,12 +40,12 @@ from ._records import (
     parse_key,
     record_text,
 )
-from ._store import MEMORY, SNAPSHOT_PART, Store
+from ._reopen import Written
+from ._store import Store
 from ._trust import Authority
 from ._views import Views
 
 log = logging.getLogger("knowledge")
-SNAPSHOT_EVERY = 10_000  # envelopes appended before the replica is snapshotted again (at least)
 
 ForkMemory = tuple[dict[bytes, int], OwnFeedMemory, set[bytes]]
 """(banned authors, what the store knows of its own feed, checkpoints checked consistent)."""
@@ -64,9 +63,7 @@ class Limits:
     max_held_bytes: int = 64 << 20
 
 
-def note_written(
-    written: dict[str, tuple[int, int]], changes: Mapping[str, str | None], env: Envelope
-) -> None:
+def note_written(written: Written, changes: Mapping[str, str | None], env: Envelope) -> None:
     """Record that `env` last wrote each changed key (a deleted key is written by no one)."""
     if None not in changes.values():  # nothing deleted (a bulk write): at one go
         written.update(dict.fromkeys(changes, (env.seq, env.hlc)))
@@ -117,14 +114,14 @@ class Replica:
         self.authority = Authority(self.policy, self.own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge
         # records by it.
-        self.written: dict[bytes, dict[str, tuple[int, int]]] = {}
+        self.written: dict[bytes, Written] = {}
         self.views = Views(self.authority, self.written)
         self.activations = Activations()
-        # (seq, head) of each feed's stored snapshot; envelopes appended since the last snapshot
+        # what is snapshotted, and how much was appended since (see `_reopen`)
         self.snapshotted: dict[bytes, tuple[int, bytes]] = {}
         self.views_snapshotted: tuple[dict[bytes, tuple[int, bytes]], bytes] | None = None
         self.since_snapshot = 0
-        self._open_feeds()
+        _reopen.open_feeds(self)
         # A store that holds nothing of its own feed may belong to a re-flashed robot or a
         # re-installed site root whose key wrote before: see `OwnFeed.known`.
         self.own = OwnFeed(
@@ -166,145 +163,7 @@ class Replica:
                 self.store.set_meta("policy", text)
         return policy
 
-    def _open_feeds(self) -> None:
-        """Rebuild the feeds and views: from their snapshots where those match the envelopes held
-        (replaying only what follows them), by replaying the store otherwise (see `_snapshot`)."""
-        saved = {
-            bytes.fromhex(name[5:]): _snapshot.unseal(parts, SNAPSHOT_PART)
-            for name, parts in self.store.snapshots("feed/").items()
-        }
-        tails: dict[bytes, dict[str, str | None] | None] = {}  # None: replayed whole
-        for author in self.store.authors():
-            feed, changes = self._restore(author, saved.get(author))
-            if changes is None:  # no snapshot that matches: the whole feed is replayed
-                feed = self.replay(Feed(author))
-            self.feeds[author] = feed
-            self.clock.advance(feed.hlc)
-            tails[author] = changes
-        views = _snapshot.unseal(self.store.snapshot("views"), SNAPSHOT_PART)
-        built_under = None
-        if isinstance(views, dict) and self._views_match(views):
-            try:
-                self.views.import_state(views["state"])
-            except ValueError:
-                self.views = Views(self.authority, self.written)
-            else:
-                built_under = self.make_authority()
-                if built_under.digest() != views["authority"]:
-                    self.views, built_under = Views(self.authority, self.written), None
-                else:  # fold in what the feeds' tails changed, judged by those grants
-                    self.views.authority = built_under
-                    for author, changes in tails.items():
-                        if changes is None:  # replayed whole: all of it is new to the views
-                            changes = dict(self.feeds[author].items())
-                        if changes:
-                            self.views.update(author, changes, [])
-                    self.views_snapshotted = (views["vector"], views["authority"])
-        self.refresh_trust(built_under=built_under)
-
-    def _restore(self, author: bytes, saved: Any) -> tuple[Feed, dict[str, str | None] | None]:
-        """A feed from its snapshot plus the envelopes after it, with what those changed; (_, None)
-        if the snapshot is missing, damaged, or does not match the envelopes held."""
-        if not isinstance(saved, dict):
-            return Feed(author), None
-        try:
-            at = (saved["feed"]["seq"], saved["feed"]["head"])
-            feed = Feed.restore(
-                author, saved["feed"], functools.partial(self._state_of, author, at)
-            )
-            written = dict(saved["written"])
-        except (KeyError, TypeError, ValueError):
-            return Feed(author), None
-        if feed.seq < 1 or self.hash_at(author, feed.seq) != feed.head:
-            return Feed(author), None  # cut, dropped or replaced since
-        self.written[author] = written
-        try:
-            changes = self._replay_envelopes(feed, written)
-        except StoreError:
-            changes = None  # the tail does not follow the snapshot (a checkpoint jumped ahead)
-        if changes is None:
-            self.written.pop(author, None)
-            return Feed(author), None
-        self.snapshotted[author] = at
-        return feed, changes
-
-    def _state_of(self, author: bytes, at: tuple[int, bytes]) -> bytes | None:
-        """The document state saved with `author`'s feed snapshot, read when the feed's document is
-        first needed (opening reads only the feeds' bookkeeping); if it is gone or damaged, the
-        state the envelopes held build (Yjs takes the envelopes after it again as no change)."""
-        saved = _snapshot.unseal(self.store.snapshot(f"state/{author.hex()}"), SNAPSHOT_PART)
-        if isinstance(saved, dict) and saved.get("at") == at:
-            state = saved.get("state")
-            if state is None or isinstance(state, bytes):
-                return state
-        log.warning("the saved document of feed %s is unusable: replaying it", author.hex()[:16])
-        return self.replay(Feed(author)).state()
-
-    def _views_match(self, views: dict[str, Any]) -> bool:
-        """Whether the saved views cover exactly the feeds restored from their snapshots."""
-        try:
-            vector = views["vector"]
-            return all(self.snapshotted.get(a) == at for a, at in vector.items()) and all(
-                a in vector for a in self.snapshotted
-            )
-        except (KeyError, TypeError, AttributeError):
-            return False
-
-    def save_snapshot(self) -> None:
-        """Snapshot every feed changed since its last snapshot, and the views, in one transaction.
-
-        Derived data only: a failure (a full disk) is logged, and the next open replays more."""
-        with self.lock:
-            store = self.store
-            if (
-                store.readonly
-                or not store.is_open
-                or store.path == MEMORY
-                or self.pending is not None
-            ):
-                return
-            vector = {a: (f.seq, f.head) for a, f in self.feeds.items() if f.seq}
-            authority = self.authority.digest()
-            if self.views_snapshotted == (vector, authority):
-                self.since_snapshot = 0
-                return
-            try:
-                with self.store.transaction():
-                    gone = [a for a in self.snapshotted if a not in vector]
-                    self.store.delete_snapshots(
-                        [f"{kind}/{a.hex()}" for a in gone for kind in ("feed", "state")]
-                    )
-                    for author, at in vector.items():
-                        if self.snapshotted.get(author) != at:
-                            exported = self.feeds[author].export()
-                            state = exported.pop("state")  # apart: read when the doc is needed
-                            feed = {"feed": exported, "written": self.written.get(author, {})}
-                            self.store.put_snapshot(f"feed/{author.hex()}", _snapshot.seal(feed))
-                            saved = {"at": at, "state": state and pickle.PickleBuffer(state)}
-                            self.store.put_snapshot(f"state/{author.hex()}", _snapshot.seal(saved))
-                    body = {"vector": vector, "authority": authority}
-                    body["state"] = self.views.export_state()
-                    self.store.put_snapshot("views", _snapshot.seal(body))
-            except Exception as exc:  # noqa: BLE001 - derived data: it must never fail a write
-                log.warning("could not snapshot the replica (%s): the next open replays more", exc)
-                return
-            self.snapshotted = dict(vector)
-            self.views_snapshotted = (vector, authority)
-            self.since_snapshot = 0
-
-    def appended(self, count: int) -> None:
-        """Note `count` envelopes added to the feeds; snapshot once enough have been since the
-        last one (at least SNAPSHOT_EVERY, and a quarter of the history: the cost stays a small
-        constant per envelope, and a crash replays at most that much)."""
-        self.since_snapshot += count
-        if self.since_snapshot >= SNAPSHOT_EVERY and self.since_snapshot * 4 >= sum(
-            f.seq for f in self.feeds.values()
-        ):
-            self.save_snapshot()
-
-    def _replay_envelopes(
-        self, feed: Feed, written: dict[str, tuple[int, int]]
-    ) -> dict[str, str | None]:
+    def replay_tail(self, feed: Feed, written: Written) -> dict[str, str | None]:
         """Replay the envelopes held after the feed's head into it; return the keys they changed.
         StoreError if they do not follow it."""
         author, changed = feed.author, {}
@@ -346,7 +205,7 @@ class Replica:
             feed.replay(env.update)
             feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
             note_written(written, feed.apply_queued(), env)
-        self._replay_envelopes(feed, written)
+        self.replay_tail(feed, written)
         return feed
 
     def make_authority(self) -> Authority:
@@ -423,6 +282,16 @@ class Replica:
             cut = True
         return cut
 
+    def save_snapshot(self) -> None:
+        """Snapshot the feeds and views changed since the last snapshot (see `_reopen`)."""
+        with self.lock:
+            _reopen.save(self)
+
+    def appended(self, count: int) -> None:
+        """Note `count` envelopes ingested; snapshot if one is due (see `_reopen`)."""
+        with self.lock:
+            _reopen.appended(self, count)
+
     def hash_at(self, author: bytes, seq: int) -> bytes | None:
         """The hash of `author`'s envelope `seq` held here (a checkpoint at `seq` names it too)."""
         found = self.store.envelope_hash(author, seq)
@@ -438,7 +307,7 @@ class Replica:
             if self.store.is_open:
                 for hook in self.on_close:
                     hook()
-                self.save_snapshot()
+                _reopen.save(self)
             self.store.close()
 
     # --- local writes ----------------------------------------------------------------------------
@@ -540,7 +409,7 @@ class Replica:
             log.warning("local records skipped by the views: %s", issues)
         if any(k.startswith(TRUST_PREFIXES) for k in applied):
             self.refresh_trust()
-        self.appended(1)
+        _reopen.appended(self, 1)
         return env
 
     def put_record(

@@ -52,10 +52,12 @@ _DERIVING = (
     "_records",
     "_views",
     "_mapview",
+    "_mapstate",
     "_tiles",
     "_trust",
     "_policy",
     "_replica",
+    "_reopen",
     "_canonical",
     "_envelope",
 )

@@ -40,9 +40,8 @@ _logger = logging.getLogger(__name__)
 # newest-segment checksum
 FORMAT = "simnet.world/5"
 _JOINED = contextlib.nullcontext()  # an inner transaction: reusable, it does nothing
-_FOLDED = (
-    "redo_folded"  # the setting holding the number of the last redo record folded into the tables
-)
+# the setting holding the number of the last redo record folded into the tables
+_FOLDED = "redo_folded"
 _WAL_CHECKPOINT_S = 5.0  # each WAL checkpoint syncs the file and stalls the writer ~25 ms here
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,9 +76,7 @@ class WorldFiles(abc.ABC):
     def __init__(self, path: str | Path, *, create: bool, fsync: bool = False) -> None:
         self.path = Path(path)
         self._redo: RedoFile | None = None
-        self._in_redo: set[tuple[str, str]] = (
-            set()
-        )  # logs with rows in the redo file's unfolded records
+        self._in_redo: set[tuple[str, str]] = set()  # logs with rows in unfolded redo records
         # the transaction under way: whether it began in SQLite, the record its fold reached, its
         # first failure
         self._in_transaction, self._in_sqlite, self._folding, self._failure = (
@@ -113,10 +110,8 @@ class WorldFiles(abc.ABC):
         try:
             self._open(create, fsync, redo)
         except BaseException:
-            if self._redo is not None:
-                self._redo.unfolded = (
-                    False  # the fold that failed is not tried again on the way out
-                )
+            if self._redo is not None:  # the fold that failed is not tried again on the way out
+                self._redo.unfolded = False
             if create:
                 self.discard()  # nothing left of a world that was not made
             else:
@@ -249,9 +244,8 @@ class WorldFiles(abc.ABC):
                 self._db.execute("COMMIT")
             else:
                 segments, heads, checkpoints = self._take_pending()
-                if (
-                    segments or heads or checkpoints
-                ):  # logs marked first: an interrupt after the write keeps it
+                if segments or heads or checkpoints:
+                    # logs marked first: an interrupt after the write keeps it
                     self._in_redo.update(
                         [row[:2] for row in segments + checkpoints] + [row[3:] for row in heads]
                     )
@@ -288,9 +282,7 @@ class WorldFiles(abc.ABC):
             return WorldError(
                 f"{self.path}: the store could not write ({exc}); nothing of this commit was kept"
             )
-        if isinstance(
-            exc, sqlite3.DatabaseError
-        ):  # the files disagree (a fold's rows already there, a bad page)
+        if isinstance(exc, sqlite3.DatabaseError):  # the files disagree (a fold's rows, a bad page)
             return CorruptWorldError(f"{self.path}: {exc}")
         return exc
 

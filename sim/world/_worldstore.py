@@ -23,7 +23,7 @@ import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import orjson
 
@@ -87,15 +87,13 @@ class WorldStore(WorldFiles):
     def _holds_pending(self, log: tuple[str, str] | None) -> bool:
         return log in self._pending or log in self._unsaved or log in self._pending_checkpoints
 
+    def _per_log(self) -> tuple[dict[tuple[str, str], Any], ...]:
+        """What this process remembers per log, besides `_unsaved`."""
+        return self._logs, self._last, self._recent, self._pending, self._pending_checkpoints
+
     def _forget_all(self) -> None:
-        for cache in (
-            self._logs,
-            self._unsaved,
-            self._last,
-            self._recent,
-            self._pending,
-            self._pending_checkpoints,
-        ):
+        self._unsaved.clear()
+        for cache in self._per_log():
             cache.clear()
 
     # ---- meta, shards, entities, templates ----
@@ -168,12 +166,13 @@ class WorldStore(WorldFiles):
     def add_log(self, log: Log) -> None:
         """A new log, with no segments yet."""
         log = log._replace(tip=log.anchor)
-        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._log_row(log))
+        self._insert_log(log)
         key = log.shard, log.branch
         self._logs[key], self._last[key] = log, (log.anchor_seq, log.anchor_tick)
 
-    def _log_row(self, log: Log) -> tuple:
-        return (*log, self._checksum("log", *log))
+    def _insert_log(self, log: Log) -> None:
+        row = (*log, self._checksum("log", *log))
+        self._execute("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
 
     def set_head(self, shard: str, branch: str, head: int) -> None:
         """Move a log's head (inside a `transaction()`); its row is written when the transaction
@@ -181,7 +180,7 @@ class WorldStore(WorldFiles):
         assert self._in_transaction, "set_head outside a transaction"
         if type(head) is not int or not 0 <= head <= _SQLITE_INT_MAX:
             raise WorldError(
-                f"log {shard}/{branch or 'canonical'}: head {head!r} is not an int in 0..2**63-1"
+                f"log {_log_name(shard, branch)}: head {head!r} is not an int in 0..2**63-1"
             )
         self._logs[shard, branch] = self.log(shard, branch).with_head(head)
         self._unsaved.add((shard, branch))
@@ -207,13 +206,10 @@ class WorldStore(WorldFiles):
             (shard, branch, tick),
         )
         self._execute("DELETE FROM logs WHERE shard = ? AND branch = ?", (shard, branch))
-        self._execute(
-            "INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            self._log_row(
-                log._replace(
-                    base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2]
-                )
-            ),
+        self._insert_log(
+            log._replace(
+                base_tick=tick, anchor_seq=anchor[0], anchor_tick=anchor[1], anchor=anchor[2]
+            )
         )
         self._forget(shard, branch)  # read back as written
 
@@ -225,13 +221,7 @@ class WorldStore(WorldFiles):
 
     def _forget(self, shard: str, branch: str) -> None:
         self._unsaved.discard((shard, branch))
-        for cache in (
-            self._logs,
-            self._last,
-            self._recent,
-            self._pending,
-            self._pending_checkpoints,
-        ):
+        for cache in self._per_log():
             cache.pop((shard, branch), None)
 
     def log(self, shard: str, branch: str) -> Log:
@@ -270,7 +260,7 @@ class WorldStore(WorldFiles):
         self._last[key] = (last[1], last[3]) if rows else (log.anchor_seq, log.anchor_tick)
 
     def _where(self, shard: str, branch: str) -> str:
-        return f"{self.path}: log {shard}/{branch or 'canonical'}"
+        return f"{self.path}: log {_log_name(shard, branch)}"
 
     def logs(self, shard: str | None = None) -> list[Log]:
         """The branches' logs (of one shard, or of all)."""
@@ -285,7 +275,7 @@ class WorldStore(WorldFiles):
         *fields, checksum = row
         if checksum != self._checksum("log", *fields):
             raise CorruptLogError(
-                f"{self.path}: the row of log {fields[0]}/{fields[1] or 'canonical'} (its head, "
+                f"{self.path}: the row of log {_log_name(fields[0], fields[1])} (its head, "
                 f"anchor and newest segment) fails its checksum"
             )
         return Log(*fields)
@@ -315,7 +305,7 @@ class WorldStore(WorldFiles):
                 encoded = orjson.dumps(event, option=_ORJSON)
             except orjson.JSONEncodeError as exc:
                 raise WorldError(
-                    f"log {shard}/{branch or 'canonical'}: "
+                    f"log {_log_name(shard, branch)}: "
                     f"the event at tick {tick} cannot be stored: {exc}"
                 ) from None
             seq += 1
@@ -355,9 +345,8 @@ class WorldStore(WorldFiles):
             log=(shard, branch),
         )
         if past and past[0][1] <= until_tick:
-            return self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)[
-                -1
-            ].seq
+            upto = self.events(shard, branch, after_seq=past[0][0] - 1, last_tick=until_tick)
+            return upto[-1].seq
         before = self._rows(
             "SELECT last_seq FROM segments "
             f"WHERE shard = ? AND branch = ? AND last_tick <= ? {_LAST}",
@@ -465,7 +454,7 @@ class WorldStore(WorldFiles):
             "checkpoint", shard, branch, tick, template, model_hash, patch, sha256_hex(state)
         ):
             raise CorruptCheckpointError(
-                f"{self.path}: the checkpoint of {shard}/{branch or 'canonical'} at tick "
+                f"{self.path}: the checkpoint of {_log_name(shard, branch)} at tick "
                 f"{tick} fails its checksum; nothing was restored from it"
             )
         return Checkpoint(tick, template, model_hash, json.loads(patch), state)
@@ -499,7 +488,12 @@ class WorldStore(WorldFiles):
 
 def _refuse_tick(shard: str, branch: str, tick: object, last_tick: int) -> NoReturn:
     """WorldError for an event tick a log cannot take (off the path of every event)."""
-    where = f"log {shard}/{branch or 'canonical'}"
+    where = f"log {_log_name(shard, branch)}"
     if type(tick) is not int or not 0 <= tick <= _SQLITE_INT_MAX:
         raise WorldError(f"{where}: tick {tick!r} is not an int in 0..2**63-1")
     raise WorldError(f"{where}: event at tick {tick} after tick {last_tick}")
+
+
+def _log_name(shard: str, branch: str) -> str:
+    """How messages name a log: its shard, then its branch or "canonical"."""
+    return f"{shard}/{branch or 'canonical'}"

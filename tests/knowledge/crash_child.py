@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import knowledge
-from knowledge import _replica
+from knowledge import _reopen
 
 
 def main() -> None:
@@ -20,7 +20,7 @@ def main() -> None:
     if mode in ("write", "snapshot"):
         kb = knowledge.open(store, identity)
         if mode == "snapshot":  # every write is followed by a snapshot of feeds and views
-            _replica.SNAPSHOT_EVERY = 1
+            _reopen.SNAPSHOT_EVERY = 1
         i = int(sys.argv[4])
         while True:
             skill = kb.skills.publish(f"s{i}", "t")
