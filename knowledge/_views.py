@@ -91,9 +91,8 @@ class Views:
         # taken (once) instead of parsing again; ingest clears what is left
         self.loaded: dict[str, dict[str, Any]] = {}
         self.plain = PlainCells()  # likewise cell records of the common shape, read as columns
-        self._skill_log: list[
-            str
-        ] = []  # skills whose record, withdrawal, revocation or certificates changed
+        # skills whose record, withdrawal, revocation or certificates changed
+        self._skill_log: list[str] = []
         self._clear()
 
     def _clear(self) -> None:
@@ -104,9 +103,8 @@ class Views:
         self._certs_by_skill: dict[str, set[str]] = defaultdict(set)
         self._checks_by_cert: dict[str, set[str]] = defaultdict(set)
         self._disputes_by_validator: dict[str, set[str]] = defaultdict(set)
-        self._sites: dict[
-            tuple[RecordType, Index, bytes], frozenset[bytes]
-        ] = {}  # who vouches, for _VOUCHED
+        # who vouches, for _VOUCHED
+        self._sites: dict[tuple[RecordType, Index, bytes], frozenset[bytes]] = {}
 
     def rebuild(
         self, authority: Authority, feeds: Iterable[tuple[bytes, Iterable[tuple[str, str]]]]
@@ -365,9 +363,7 @@ class Views:
         self.update(author, dict(items), [])
 
     def _log(self, skill_id: str) -> None:
-        if (
-            len(self._skill_log) >= _MAX_LOG
-        ):  # nobody is reading it closely: make readers start over
+        if len(self._skill_log) >= _MAX_LOG:  # nobody is reading it closely: readers start over
             self.generation += 1
             self._skill_log.clear()
         self._skill_log.append(skill_id)
