@@ -239,7 +239,7 @@ class Blobs:
         self._fetching = Fetching(replica)
         # `named_blobs`' live set, and the views and position it was computed at: it walks every
         # skill, task and certificate, and `is_named` runs on every blob a peer or device sends
-        self._named: tuple[object, tuple[int, int, int], set[str]] | None = None
+        self._named: tuple[object, tuple[int, int], set[str]] | None = None
 
     def put(self, data: bytes, *, expected: str | None = None) -> str:
         """Store bytes; returns their SHA-256 hex. With `expected`, refuse bytes that do not hash to

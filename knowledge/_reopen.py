@@ -28,15 +28,15 @@ from ._views import Views
 log = logging.getLogger("knowledge")
 SNAPSHOT_EVERY = 10_000  # envelopes appended before the replica is snapshotted again (at least)
 
-Written = dict[str, tuple[int, int]]
-"""Per key, the (seq, hlc) of the envelope that last wrote it."""
+FeedWritten = dict[str, tuple[int, int]]
+"""One feed's keys, each with the (seq, hlc) of the envelope that last wrote it."""
 
 
 class ReplicaState(Protocol):
     """The parts of a replica that saving and reopening read and rebuild."""
 
     feeds: dict[bytes, Feed]
-    written: dict[bytes, Written]
+    written: dict[bytes, FeedWritten]
     views: Views
     authority: Authority
     # (seq, head) of each feed's stored snapshot; the vector and grants the views were saved
@@ -53,7 +53,7 @@ class ReplicaState(Protocol):
     def pending(self) -> dict[str, str | None] | None: ...
 
     def replay(self, feed: Feed) -> Feed: ...
-    def replay_tail(self, feed: Feed, written: Written) -> dict[str, str | None]: ...
+    def replay_tail(self, feed: Feed, written: FeedWritten) -> dict[str, str | None]: ...
     def hash_at(self, author: bytes, seq: int) -> bytes | None: ...
     def make_authority(self) -> Authority: ...
     def refresh_trust(self, built_under: Authority | None = None) -> None: ...

@@ -40,7 +40,7 @@ from ._records import (
     parse_key,
     record_text,
 )
-from ._reopen import Written
+from ._reopen import FeedWritten
 from ._store import Store
 from ._trust import Authority
 from ._views import Views
@@ -63,7 +63,7 @@ class Limits:
     max_held_bytes: int = 64 << 20
 
 
-def note_written(written: Written, changes: Mapping[str, str | None], env: Envelope) -> None:
+def note_written(written: FeedWritten, changes: Mapping[str, str | None], env: Envelope) -> None:
     """Record that `env` last wrote each changed key (a deleted key is written by no one)."""
     if None not in changes.values():  # nothing deleted (a bulk write): at one go
         written.update(dict.fromkeys(changes, (env.seq, env.hlc)))
@@ -114,7 +114,7 @@ class Replica:
         self.authority = Authority(self.policy, self.own_key, {}, {})
         # Per author, per key: (seq, hlc) of the envelope that last wrote it; the views judge
         # records by it.
-        self.written: dict[bytes, Written] = {}
+        self.written: dict[bytes, FeedWritten] = {}
         self.views = Views(self.authority, self.written)
         self.activations = Activations()
         # what is snapshotted, and how much was appended since (see `_reopen`)
@@ -163,7 +163,7 @@ class Replica:
                 self.store.set_meta("policy", text)
         return policy
 
-    def replay_tail(self, feed: Feed, written: Written) -> dict[str, str | None]:
+    def replay_tail(self, feed: Feed, written: FeedWritten) -> dict[str, str | None]:
         """Replay the envelopes held after the feed's head into it; return the keys they changed.
         StoreError if they do not follow it."""
         author, changed = feed.author, {}

@@ -3,7 +3,7 @@
 A snapshot is derived data, never the record: the envelopes are. Each feed's snapshot holds its
 document's encoded state and its bookkeeping (head, clocks, immutable ranges, which envelope last
 wrote each key); the views' snapshot holds the merged views, the heads they cover and a digest of
-the grants they were judged by. A snapshot is used only when
+the grants they were judged by. Reopening from them is `_reopen`'s; a snapshot is used only when
 
 - it is intact: each piece's CRC-32 matches, and it was written by this very code (a fingerprint
   of the modules that derive the state, of pycrdt's version and of Python's: another version's
@@ -53,6 +53,8 @@ _DERIVING = (
     "_views",
     "_mapview",
     "_mapstate",
+    "_cellrows",
+    "_recordtext",
     "_tiles",
     "_trust",
     "_policy",

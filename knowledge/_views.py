@@ -59,6 +59,10 @@ _SKILL_STATE = frozenset(
     }
 )
 _ABOUT_SKILL = (RecordType.CERT, RecordType.CHECK)  # keyed by their own id, naming a skill
+# records whose arrival or removal can change which blobs are named (`naming_position`)
+_NAMING = frozenset(
+    {RecordType.SKILL, RecordType.WITHDRAW, RecordType.REVOKE, RecordType.CERT, RecordType.TASK}
+)
 _VOUCHED = frozenset(
     {
         RecordType.SKILL,
@@ -73,7 +77,7 @@ _VOUCHED = frozenset(
 _MAP_TYPES = (RecordType.CELL, RecordType.TILE)  # merged by MapViews
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 # what a snapshot of the views leaves out
-_TRANSIENT = ("authority", "written", "loaded", "plain", "task_writes")
+_TRANSIENT = ("authority", "written", "loaded", "plain", "naming_writes")
 Grants = dict[tuple[Role | None, int | None, int], frozenset[bytes]]  # sites, by role, seq, hlc
 
 
@@ -86,7 +90,7 @@ class Views:
         self.authority = authority
         self.written: Written = {} if written is None else written
         self.generation = 0  # bumped by every rebuild: derived caches built before it are stale
-        self.task_writes = 0  # task records folded in or out (see `naming_position`)
+        self.naming_writes = 0  # `_NAMING` records folded in or out (see `naming_position`)
         # records ingest parsed while checking them, by text: what `load_record` gives for it,
         # taken (once) instead of parsing again; ingest clears what is left
         self.loaded: dict[str, dict[str, Any]] = {}
@@ -155,8 +159,8 @@ class Views:
                     self._log(old["skill"])
             elif parsed.type in _SKILL_STATE:
                 self._log(parsed.name)
-            elif parsed.type is RecordType.TASK:
-                self.task_writes += 1
+            if parsed.type in _NAMING:
+                self.naming_writes += 1
             if text is None:
                 continue
             role = REQUIRED_ROLE[parsed.type]
@@ -331,8 +335,8 @@ class Views:
         return None
 
     def export_state(self) -> dict[str, Any]:
-        """Everything the views hold but the grants and `written` (a snapshot keeps it), as
-        builtin values."""
+        """Everything the views hold but `_TRANSIENT` (the grants, `written`, which the snapshot
+        keeps itself, and what lives only between ingests), as builtin values."""
         state = {k: v for k, v in vars(self).items() if k not in _TRANSIENT}
         state["maps"] = self.maps.export()
         return state
@@ -379,10 +383,12 @@ class Views:
             return None, now
         return set(self._skill_log[length:]), now
 
-    def naming_position(self) -> tuple[int, int, int]:
-        """Moves whenever the blobs that held records name may change: a skill's record,
-        withdrawal, revocation or certificates (the skill log), a task, or a rebuild."""
-        return self.generation, len(self._skill_log), self.task_writes
+    def naming_position(self) -> tuple[int, int]:
+        """Moves whenever the blobs that held records name may change: a skill, withdrawal,
+        revocation, certificate or task folded in or out, or anything that bumps `generation`
+        (a rebuild after a trust change, a feed reset, a reopen, a dispute). Outcomes, checks and
+        suspensions name no blob, so a device reporting outcomes does not move it."""
+        return self.generation, self.naming_writes
 
     def _discard(self, rtype: RecordType, index: Index, author: bytes) -> None:
         self._sites.pop((rtype, index, author), None)

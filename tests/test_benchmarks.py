@@ -13,6 +13,9 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def _load(name: str):
+    """The script as a module (its own imports find its siblings, as when it runs); sys.path is
+    restored after, whatever the script added to it."""
+    saved = list(sys.path)
     sys.path.insert(0, str(BENCHMARKS))
     try:
         spec = importlib.util.spec_from_file_location(
@@ -24,7 +27,7 @@ def _load(name: str):
         spec.loader.exec_module(module)
         return module
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path[:] = saved
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in BENCHMARKS.glob("*.py")))

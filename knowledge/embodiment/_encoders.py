@@ -171,7 +171,9 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         depth[i] += i in jointed
     # The trunk: the root bodies (as in base_mass_fraction) and every body welded to them, however
     # a file splits one rigid part into bodies. A two-armed robot's welded torso is trunk; a
-    # humanoid's torso on a waist joint is not.
+    # humanoid's torso on a waist joint is not. A root counts even on a hinge to the world (a
+    # pendulum's first link), as every root of a scene does: counting only unjointed roots put
+    # Baxter's MJCF beside Tiago and its arm URDF beside a humanoid's upper body again (arms 0.89).
     trunk = [False] * len(e.bodies)
     for i, body in enumerate(e.bodies):
         trunk[i] = body.parent < 0 or (trunk[body.parent] and i not in jointed)
