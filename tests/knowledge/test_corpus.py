@@ -89,6 +89,5 @@ def _close(ours: object, theirs: object) -> bool:
 
 AS_WRITTEN = {
     "mini_cheetah.urdf": "no effort limits and no transmissions: nothing says a joint is driven",
-    "minitaur_single_motor.urdf": "one motor on one joint: no legs as written",
 }
 """Legged robots whose URDF does not describe a floating, actuated body."""
