@@ -118,6 +118,7 @@ FEATURES: tuple[tuple[str, float], ...] = (
     ("dof", 3.0),
     ("end_effectors", 2.0),
     ("wheels", 2.0),
+    ("limb_balance", 2.0),
     ("chain_depth", 2.0),
     ("branching", 1.5),
     ("hinge_fraction", 1.5),
@@ -211,6 +212,7 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "base_mass_fraction": math.fsum(b.mass for b in e.bodies if b.parent < 0) / mass,
         "heaviest_body_fraction": max((b.mass for b in e.bodies), default=0.0) / mass,
         "trunk_mass_fraction": trunk_mass / mass,
+        "limb_balance": _limb_balance(e, jointed, children),
         "longest_link": max(links, default=0.0) / reach,
         "mean_link": _mean(links) / reach,
         "hinge_range": _mean(
@@ -237,6 +239,36 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
     for group, types in _SENSOR_GROUPS.items():
         features[f"{group}_sensors"] = _log_scale(sum(s.type in types for s in e.sensors), 8)
     return features
+
+
+LIMB_JOINTS = 2
+"""Jointed bodies a limb has at least: a leg's thigh and shank; not a wheel, a finger's last link
+or a sensor on a joint."""
+
+
+def _limb_balance(e: Embodiment, jointed: set[int], children: dict[int, int]) -> float:
+    """How evenly the four heaviest limbs share their mass: (third + fourth) / (first + second).
+
+    A limb is an unbranched chain of bodies that ends in a leaf, below a root or a body with
+    several children, with at least `LIMB_JOINTS` jointed bodies. Four like legs give about 1,
+    whatever joints a spine puts between them (dm_control's dog: 0.5); a humanoid's arms are
+    lighter than its legs, or end in a hand that branches into fingers and so are no limb (0-0.5);
+    an arm, a wheeled base or a biped has fewer than four limbs (0). From the tree and the masses
+    alone: no pose or name enters."""
+    limbs = []
+    for leaf, body in enumerate(e.bodies):
+        if children.get(leaf):
+            continue
+        chain, parent = [leaf], body.parent
+        while parent >= 0 and children[parent] == 1 and e.bodies[parent].parent >= 0:
+            chain.append(parent)
+            parent = e.bodies[parent].parent
+        if sum(i in jointed for i in chain) >= LIMB_JOINTS:
+            limbs.append(math.fsum(e.bodies[i].mass for i in chain))
+    if len(limbs) < 4:
+        return 0.0
+    first, second, third, fourth = sorted(limbs, reverse=True)[:4]
+    return (third + fourth) / max(first + second, 1e-12)
 
 
 WHEEL_OFFSET = 0.1
@@ -287,7 +319,7 @@ class FeatureEncoder(Encoder):
     distance."""
 
     name = "morphology-features"
-    version = "3"  # 2: wheels; 3: trunk mass
+    version = "4"  # 2: wheels; 3: trunk mass; 4: limb balance
     dim = len(FEATURES)
     feature_names = tuple(name for name, _ in FEATURES)
 

@@ -46,9 +46,9 @@ def distance(a: str, b: str) -> float:
 
 def test_encoder_describes_its_space():
     assert isinstance(encoder, Encoder)
-    assert encoder.space == EmbeddingSpace("morphology-features", "3", len(FEATURES), "l2")
+    assert encoder.space == EmbeddingSpace("morphology-features", "4", len(FEATURES), "l2")
     assert encoder.feature_names == tuple(name for name, _ in FEATURES)
-    assert len(set(encoder.feature_names)) == encoder.dim == 34
+    assert len(set(encoder.feature_names)) == encoder.dim == 35
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -174,6 +174,40 @@ def test_the_trunk_holds_the_base(name):
     features = morphology_features(ALL[name])
     assert features["base_mass_fraction"] <= features["trunk_mass_fraction"] + 1e-9
     assert features["trunk_mass_fraction"] <= 1.0 + 1e-9
+
+
+LEG = """<body name="{n}" pos="{x} {y} 0" {turn}><joint name="{n}_hip" axis="0 1 0"/>
+  <geom type="capsule" fromto="0 0 0 0 0 -.2" size=".03" mass="{m}"/>
+  <body name="{n}_shin" pos="0 0 -.2"><joint name="{n}_knee" axis="0 1 0"/>
+  <geom type="capsule" fromto="0 0 0 0 0 -.2" size=".02" mass="{m}"/></body></body>"""
+
+
+def _walker(masses: dict[str, float], turn: str = "", spine: bool = False) -> Embodiment:
+    """A floating chassis with two-link limbs of the given masses per link (fl, fr, hl, hr); with
+    `spine`, the front limbs hang from a second body on a joint."""
+    at = {"fl": (0.25, 0.2), "fr": (0.25, -0.2), "hl": (-0.25, 0.2), "hr": (-0.25, -0.2)}
+    legs = {n: LEG.format(n=n, x=at[n][0], y=at[n][1], m=m, turn=turn) for n, m in masses.items()}
+    front = "".join(legs.pop(n) for n in ("fl", "fr") if n in legs)
+    if spine:
+        front = front.replace('pos=".25', 'pos="0')
+        front = f"""<body name="chest" pos=".25 0 0"><joint name="spine" axis="0 1 0"/>
+          <geom type="box" size=".1 .2 .05" mass="3"/>{front}</body>"""
+    motors = "".join(f'<motor joint="{n}_{j}"/>' for n in masses for j in ("hip", "knee"))
+    return Embodiment.from_mjcf(CART.format(limbs=front + "".join(legs.values()), motors=motors))
+
+
+def test_limb_balance_is_how_evenly_the_four_heaviest_limbs_share_their_mass():
+    like = {"fl": 1.0, "fr": 1.0, "hl": 1.0, "hr": 1.0}
+    assert morphology_features(_walker(like))["limb_balance"] == pytest.approx(1.0)
+    # legs of 2 kg a link beside arms of 1: (2 + 2) / (4 + 4)
+    biped = {"fl": 1.0, "fr": 1.0, "hl": 2.0, "hr": 2.0}
+    assert morphology_features(_walker(biped))["limb_balance"] == pytest.approx(0.5)
+    assert morphology_features(_walker({"hl": 2.0, "hr": 2.0}))["limb_balance"] == 0.0
+    assert morphology_features(_cart(WHEEL))["limb_balance"] == 0.0  # a wheel is one body
+    assert morphology_features(ALL["arm7.xml"])["limb_balance"] == 0.0  # one chain
+    # a spine between the front and hind legs, limbs mounted turned: the same limbs
+    for other in (_walker(like, spine=True), _walker(like, turn='euler="0.4 0 1.1"')):
+        assert morphology_features(other)["limb_balance"] == pytest.approx(1.0)
 
 
 def test_features_of_the_7dof_arm_by_hand():
