@@ -249,12 +249,13 @@ or a sensor on a joint."""
 def _limb_balance(e: Embodiment, jointed: set[int], children: dict[int, int]) -> float:
     """How evenly the four heaviest limbs share their mass: (third + fourth) / (first + second).
 
-    A limb is an unbranched chain of bodies that ends in a leaf, below a root or a body with
-    several children, with at least `LIMB_JOINTS` jointed bodies. Four like legs give about 1,
-    whatever joints a spine puts between them (dm_control's dog: 0.5); a humanoid's arms are
-    lighter than its legs, or end in a hand that branches into fingers and so are no limb (0-0.5);
-    an arm, a wheeled base or a biped has fewer than four limbs (0). From the tree and the masses
-    alone: no pose or name enters."""
+    A limb is any unbranched chain of bodies that ends in a leaf, below a root or a body with
+    several children, with at least `LIMB_JOINTS` jointed bodies: legs, but also a neck and head, a
+    tail or a finger. So it measures four chains of like mass, not four legs: four like legs give
+    about 1; a humanoid's arms are lighter than its legs, or end in a hand that branches into
+    fingers and so are no limb (0-0.54); dm_control's dog 0.51 (its neck and head outweigh a leg);
+    a four-fingered hand up to 0.92; an arm, a wheeled base or a biped 0 or near it (fewer than
+    four limbs). From the tree and the masses alone: no pose or name enters."""
     limbs = []
     for leaf, body in enumerate(e.bodies):
         if children.get(leaf):

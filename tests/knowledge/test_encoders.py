@@ -200,11 +200,22 @@ def test_limb_balance_is_how_evenly_the_four_heaviest_limbs_share_their_mass():
     like = {"fl": 1.0, "fr": 1.0, "hl": 1.0, "hr": 1.0}
     assert morphology_features(_walker(like))["limb_balance"] == pytest.approx(1.0)
     # legs of 2 kg a link beside arms of 1: (2 + 2) / (4 + 4)
-    biped = {"fl": 1.0, "fr": 1.0, "hl": 2.0, "hr": 2.0}
-    assert morphology_features(_walker(biped))["limb_balance"] == pytest.approx(0.5)
+    arms_and_legs = {"fl": 1.0, "fr": 1.0, "hl": 2.0, "hr": 2.0}
+    assert morphology_features(_walker(arms_and_legs))["limb_balance"] == pytest.approx(0.5)
+    # four unequal limbs, 2, 3, 4 and 5 kg a link: (third + fourth) / (first + second)
+    unequal = {"fl": 2.0, "fr": 3.0, "hl": 4.0, "hr": 5.0}
+    assert morphology_features(_walker(unequal))["limb_balance"] == pytest.approx(5 / 9)
     assert morphology_features(_walker({"hl": 2.0, "hr": 2.0}))["limb_balance"] == 0.0
     assert morphology_features(_cart(WHEEL))["limb_balance"] == 0.0  # a wheel is one body
     assert morphology_features(ALL["arm7.xml"])["limb_balance"] == 0.0  # one chain
+    # a limb stops below a root: four stands of unlike mass, each holding a like two-link chain
+    stand = """<body name="s{i}" pos="{i} 0 0"><geom type="box" size=".1 .1 .1" mass="{m}"/>
+      <body name="a{i}"><joint name="a{i}" axis="0 1 0"/><geom type="sphere" size=".1" mass="1"/>
+      <body name="b{i}"><joint name="b{i}" axis="0 1 0"/><geom type="sphere" size=".1" mass="1"/>
+      </body></body></body>"""
+    stands = "".join(stand.format(i=i, m=m) for i, m in enumerate((50, 50, 10, 10)))
+    scene = Embodiment.from_mjcf(f"<mujoco><worldbody>{stands}</worldbody></mujoco>")
+    assert morphology_features(scene)["limb_balance"] == pytest.approx(1.0)
     # a spine between the front and hind legs, limbs mounted turned: the same limbs
     for other in (_walker(like, spine=True), _walker(like, turn='euler="0.4 0 1.1"')):
         assert morphology_features(other)["limb_balance"] == pytest.approx(1.0)
