@@ -409,17 +409,25 @@ while True:
 """
 
 
+def _killed_writer(child_source: str, path, tmp_path, seed: int) -> list[int]:
+    """Run a child writing to the store at `path` until it has acknowledged some commits, SIGKILL
+    it at some moment of its next ones, and return every tick it acknowledged before it died."""
+    script = tmp_path / "child.py"
+    script.write_text(child_source.format(path=str(path)))
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    acked = [int(child.stdout.readline()) for _ in range(100 + 50 * seed)]
+    time.sleep(random.Random(seed).uniform(0, 0.05))
+    child.send_signal(signal.SIGKILL)
+    acked += [int(line) for line in child.stdout.read().split()]
+    child.wait()
+    return acked
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_store_killed_at_any_moment_keeps_every_commit_it_acknowledged(store, tmp_path, seed):
     store.close()
-    script = tmp_path / "child.py"
-    script.write_text(STORE_CHILD.format(path=str(store.path)))
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    acked = [int(child.stdout.readline()) for _ in range(100 + 50 * seed)]
-    time.sleep(random.Random(seed).uniform(0, 0.05))  # and then at some moment of its next commits
-    child.send_signal(signal.SIGKILL)
-    acked += [int(line) for line in child.stdout.read().split()]  # acknowledged before it died
-    child.wait()
+    acked = _killed_writer(STORE_CHILD, store.path, tmp_path, seed)
     reopened = WorldStore(store.path, create=False)
     events = reopened.events("west", "", first_tick=13)
     ticks = [e.tick for e in events]
@@ -453,14 +461,7 @@ while True:
 @pytest.mark.parametrize("seed", [4, 5])
 def test_a_store_killed_while_writing_raw_blobs_keeps_every_commit_exactly(store, tmp_path, seed):
     store.close()
-    script = tmp_path / "child.py"
-    script.write_text(CHECKPOINT_CHILD.format(path=str(store.path)))
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    acked = [int(child.stdout.readline()) for _ in range(100 + 50 * seed)]
-    time.sleep(random.Random(seed).uniform(0, 0.05))
-    child.send_signal(signal.SIGKILL)
-    acked += [int(line) for line in child.stdout.read().split()]
-    child.wait()
+    acked = _killed_writer(CHECKPOINT_CHILD, store.path, tmp_path, seed)
     reopened = WorldStore(store.path, create=False)
     events = reopened.events("west", "", first_tick=13)
     assert [e.tick for e in events][: len(acked)] == acked and len(events) <= len(acked) + 1
