@@ -128,7 +128,6 @@ FEATURES: tuple[tuple[str, float], ...] = (
     ("actuators", 1.0),
     ("mass", 1.0),
     ("reach", 1.0),
-    ("base_mass_fraction", 1.0),
     ("heaviest_body_fraction", 1.0),
     ("trunk_mass_fraction", 1.0),
     ("longest_link", 1.0),
@@ -170,11 +169,14 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
             children[body.parent] = children.get(body.parent, 0) + 1
             depth[i] = depth[body.parent]
         depth[i] += i in jointed
-    # The trunk: the root bodies (as in base_mass_fraction) and every body welded to them, however
-    # a file splits one rigid part into bodies. A two-armed robot's welded torso is trunk; a
-    # humanoid's torso on a waist joint is not. A root counts even on a hinge to the world (a
-    # pendulum's first link), as every root of a scene does: counting only unjointed roots put
-    # Baxter's MJCF beside Tiago and its arm URDF beside a humanoid's upper body again (arms 0.89).
+    # The trunk: the root bodies and every body welded to them, however a file splits one rigid
+    # part into bodies. A two-armed robot's welded torso is trunk; a humanoid's torso on a waist
+    # joint is not. (The root's own share of the mass was a feature until version 5: robosuite's
+    # MJCF arms put their mass on a welded link below a massless mount, the URDFs on the root, so
+    # it parted one robot's two files; the trunk does not.) A root counts even on a hinge to the
+    # world (a pendulum's first link), as every root of a scene does: counting only unjointed
+    # roots put Baxter's MJCF beside Tiago and its arm URDF beside a humanoid's upper body again
+    # (arms 0.89).
     trunk = [False] * len(e.bodies)
     for i, body in enumerate(e.bodies):
         trunk[i] = body.parent < 0 or (trunk[body.parent] and i not in jointed)
@@ -209,7 +211,6 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "actuators": _log_scale(len(e.actuators), 64),
         "mass": _span(-2.0, 3.0, math.log10(mass)),
         "reach": _span(-2.0, 1.0, math.log10(reach)),
-        "base_mass_fraction": math.fsum(b.mass for b in e.bodies if b.parent < 0) / mass,
         "heaviest_body_fraction": max((b.mass for b in e.bodies), default=0.0) / mass,
         "trunk_mass_fraction": trunk_mass / mass,
         "limb_balance": _limb_balance(e, jointed, children),
@@ -320,7 +321,7 @@ class FeatureEncoder(Encoder):
     distance."""
 
     name = "morphology-features"
-    version = "4"  # 2: wheels; 3: trunk mass; 4: limb balance
+    version = "5"  # 2: wheels; 3: trunk mass; 4: limb balance; 5: no root mass
     dim = len(FEATURES)
     feature_names = tuple(name for name, _ in FEATURES)
 

@@ -45,7 +45,8 @@ _SHAPE = (
     "hinge_range",
 )
 """The feature encoder's structural features the body token carries too (`morphology_features`):
-aggregates that read alike whatever format or vendor wrote a file."""
+aggregates that read alike whatever format or vendor wrote a file; and the root body's share of
+the mass, which the feature encoder dropped in its version 5 (the weights were trained with it)."""
 BODY_FEATURES = 8 + len(_SHAPE)
 
 
@@ -128,7 +129,10 @@ def body_tokens(e: Embodiment) -> tuple[np.ndarray, np.ndarray]:
                 math.log1p(strength / load) if load > 0 else 0.0,
             ]
         )
-    shape = morphology_features(e)
+    shape = {
+        **morphology_features(e),
+        "base_mass_fraction": math.fsum(b.mass for b in e.bodies if b.parent < 0) / total,
+    }
     body_token = [
         _log(e.mass),
         _log(e.reach),

@@ -64,7 +64,7 @@ def test_train_on_a_dataset_file_and_report_on_held_out_bodies(tmp_path):
     assert code == 0, out
     reports = json.loads(out)
     assert [r["encoder"] for r in reports] == [
-        "morphology-features 4",
+        "morphology-features 5",
         f"transfer-attention {encoder.version}",
     ]
     assert {b["body"] for b in reports[1]["bodies"]} == {"arm-3", "arm-7"}
