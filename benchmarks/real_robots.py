@@ -12,8 +12,8 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   `kb.skills.query` ranks. "transfer-attention" is the learned encoder's own distance;
   "as queried" is what a query with it ranks by: the feature encoder's distance for a query body
   out of the learned encoder's distribution, its own otherwise.
-- class_first_misses: the bodies that "as queried" puts first beside a body of another class, as
-  "query file -> nearest file" (each path's last two parts).
+- class_first_misses: the bodies that the feature encoder, and "as queried", put first beside a
+  body of another class, as "query file -> nearest file" (each path's last two parts).
 - ood_flags: corpus bodies whose out-of-distribution score under the learned encoder is above 1
   (so queries with them fall back to the feature encoder), per class.
 - twins: the same robot as MJCF and as URDF (`TWINS`, both files in the corpus), per encoder: for
@@ -351,12 +351,16 @@ def main() -> None:
     scores = learned.ood_many(bodies.values())
     out = scores > 1.0 if scores is not None else np.zeros(len(bodies), bool)
     as_queried = nearest_others(bodies, vectors, features, out)
+    by_features = nearest_others(bodies, features)
     summary["class_first"] = {
-        "morphology-features": class_first(nearest_others(bodies, features)),
+        "morphology-features": class_first(by_features),
         "transfer-attention": class_first(nearest_others(bodies, vectors)),
         "transfer-attention as queried": class_first(as_queried),
     }
-    summary["class_first_misses"] = class_first_misses(as_queried)
+    summary["class_first_misses"] = {
+        "morphology-features": class_first_misses(by_features),
+        "transfer-attention as queried": class_first_misses(as_queried),
+    }
     labels = [e.label for e in bodies]
     summary["ood_flags"] = {
         "flagged": int(out.sum()),
