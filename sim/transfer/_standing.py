@@ -60,14 +60,14 @@ def _legged(
 def procedural_quadruped(seed: int) -> Robot:
     """A floating-base quadruped: hip roll, hip pitch and knee per leg under a box torso, standing
     on bent knees at qpos 0 (all one way, or front and hind facing each other); legs 0.2-0.6 m,
-    0.6-42 kg (mass grows with the leg's cube: a toy at the short end, Spot's size at the long);
+    0.6-84 kg (mass grows with the leg's cube: a toy at the short end, HyQ's size at the long);
     some with continuous joints (no stops), as many vendors' files write them."""
     rng = np.random.default_rng([seed, 3])
     leg = float(np.exp(rng.uniform(math.log(0.2), math.log(0.6))))
     thigh = leg * rng.uniform(0.45, 0.55)
     shin = leg - thigh
     length, width = leg * rng.uniform(0.8, 1.6), leg * rng.uniform(0.35, 0.6)
-    mass = 130 * leg**3 * rng.uniform(0.6, 1.5)
+    mass = 130 * leg**3 * float(np.exp(rng.uniform(math.log(0.6), math.log(3.0))))
     torso_mass = mass * rng.uniform(0.55, 0.75)
     leg_mass = (mass - torso_mass) / 4
     bend = rng.uniform(0.5, 0.85)

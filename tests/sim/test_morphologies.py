@@ -30,7 +30,7 @@ def test_quadrupeds_are_valid_for_every_seed(seed):
     assert robot.kind == "legged" and robot.morphology == "quadruped"
     assert body.floating_base and model.nu == 12 and len(body.end_effectors) == 4
     assert sorted({(s.limb, s.side) for s in robot.slots}) == [(0, -1), (0, 1), (1, -1), (1, 1)]
-    assert 0.6 < body.mass < 45 and robot.scene == sim.transfer.procedural_quadruped(seed).scene
+    assert 0.6 < body.mass < 90 and robot.scene == sim.transfer.procedural_quadruped(seed).scene
 
 
 @settings(max_examples=10, deadline=None)
