@@ -1,8 +1,14 @@
 """Procedural manipulators shaped like real ones: 6-7 dof arms of vendors' patterns (UR, Panda,
-iiwa, xArm, a wrist-roll 7-dof) with real masses, gear and motors, some with a gripper; two-armed
-torsos; wheeled mobile manipulators with a lift and one or two arms, from a seed, with the "reach"
-task's markers. The first arm reaches; every other joint holds (its skills are PD laws for motors,
-`_skills`; wheels brake).
+iiwa, xArm, a wrist-roll 7-dof) with real masses, gear and motors, some with a continuous wrist
+roll, some with a gripper; two-armed torsos; wheeled mobile manipulators with a lift, one or two
+arms and swivel casters, from a seed, with the "reach" task's markers. The first arm reaches; every
+other driven joint holds (its skills are PD laws for motors, `_skills`; wheels brake).
+
+Real files have joints nothing drives (a gripper's mimic finger, an underactuated hand's distal
+phalanges, casters), light links of grams with the damping vendors write, and continuous joints;
+an encoder trained without them read most vendor arms as out of distribution. So some of these
+bodies have them: unactuated joints are in the scene but not among the robot's joints, and move
+only as the driven ones and gravity move them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ._building import (
     _contact,
     _Drive,
     _joint,
+    _knot,
     _lowest,
     _Part,
     _procedural_robot,
@@ -36,6 +43,8 @@ from ._building import (
 from ._families import reach_markers
 from ._robot import Robot, Slot, _conditioning, _f, _quat
 
+_FRICTIONLESS = ' condim="1" priority="1" friction="0"'
+"""A caster's contact: it carries the base and never steers it."""
 # arm patterns: joint axes, per link (sideways, along) offsets to the next joint as fractions of
 # the reach (the last one to the tool), the base's height, home bends of the pitch joints
 _ARMS = (
@@ -100,10 +109,12 @@ def _arm(
     parts, drives = [], []
     radius = 0.05 * reach
     beyond = np.cumsum(masses[::-1])[::-1]
+    rolls = axes[-1] == "z" and rng.uniform() < 0.4  # a wrist roll with no stops
     for k in range(n):
         pos = (0, 0, base_height * reach) if k == 0 else (0, *offsets[k - 1])
         side, along = offsets[k]
         width = rng.uniform(2.0, 3.0)
+        bounds = None if rolls and k == n - 1 else (-width, width)
         parts.append(
             _Part(
                 f"{prefix}{k + 1}",
@@ -112,7 +123,7 @@ def _arm(
                 _joint(
                     f"{prefix}{k + 1}" if prefix != "link" else f"j{k + 1}",
                     unit[axes[k]],
-                    (-width, width),
+                    bounds,
                     float(damping[k]),
                     float(armature[k]),
                 )
@@ -125,9 +136,10 @@ def _arm(
                 attrs=' gravcomp="1"',
             )
         )
-        effort = _G * float(beyond[k]) * reach * (1 - k / n) * rng.uniform(1.5, 3.0) + 2.0
+        margin = math.exp(rng.uniform(math.log(1.3), math.log(10.0)))  # vendors' efforts vary
+        effort = _G * float(beyond[k]) * reach * (1 - k / n) * margin + 2.0
         joint = f"{prefix}{k + 1}" if prefix != "link" else f"j{k + 1}"
-        drives.append(_Drive(joint, Slot(0.0, role + k), effort, (-width, width)))
+        drives.append(_Drive(joint, Slot(0.0, role + k), effort, bounds))
     if tool:
         parts[-1].inner += f'<site name="ee" pos="0 {_f(offsets[-1])}" size="0.02"/>'
     for outer, inner in zip(reversed(parts[:-1]), reversed(parts[1:]), strict=True):
@@ -135,19 +147,49 @@ def _arm(
     return parts[0], drives, axes
 
 
-def _gripper(tip: _Part, prefix: str, reach: float, drives: list[_Drive]) -> None:
-    """Two slide fingers on an arm's last link (as a Panda's hand): held still by reach skills."""
+def _gripper(
+    tip: _Part, prefix: str, reach: float, drives: list[_Drive], rng: np.random.Generator
+) -> None:
+    """A gripper on an arm's last link, held still by reach skills, in one of three styles vendors
+    ship: two driven slide fingers (a Panda's hand); one driven slide finger and its mirror
+    unactuated (a mimic joint, which a robot file leaves without an actuator); or two hinged
+    fingers of two or three phalanges, the first driven and the rest unactuated (an underactuated
+    hand). Fingers weigh tens of grams, damped as vendors write it (0.01-1)."""
+    style = int(rng.integers(3))
     for k, side in enumerate((1, -1)):
-        tip.children.append(
-            _Part(
-                f"{prefix}finger{k}",
-                (0, 0, 0.04 * reach),
-                None,
-                _joint(f"{prefix}finger{k}", f"0 {side} 0", (0.0, 0.04), 0.1, 0.0, "slide")
-                + _capsule((0, 0, 0), (0, 0, 0.05 * reach), 0.01 * reach, 0.02),
+        damping = float(np.exp(rng.uniform(math.log(0.01), math.log(1.0))))
+        mass = float(np.exp(rng.uniform(math.log(0.01), math.log(0.08))))
+        name = f"{prefix}finger{k}"
+        if style < 2:
+            tip.children.append(
+                _Part(
+                    name,
+                    (0, 0, 0.04 * reach),
+                    None,
+                    _joint(name, f"0 {side} 0", (0.0, 0.04), damping, 1e-4, "slide")
+                    + _capsule((0, 0, 0), (0, 0, 0.05 * reach), 0.01 * reach, mass),
+                )
             )
-        )
-        drives.append(_Drive(f"{prefix}finger{k}", Slot(0.0, FINGER + k), 20.0, (0.0, 0.04)))
+            if style == 0 or k == 0:
+                drives.append(_Drive(name, Slot(0.0, FINGER + k), 20.0, (0.0, 0.04)))
+            continue
+        phalanges = int(rng.integers(2, 4))
+        length = 0.06 * reach / phalanges
+        chain = [
+            _Part(
+                f"{name}_{p}",
+                (0, 0.02 * reach * side, 0.04 * reach) if p == 0 else (0, 0, length),
+                None,
+                _joint(f"{name}_{p}", f"{side} 0 0", (0.0, 1.2), damping, 1e-4)
+                + _capsule((0, 0, 0), (0, 0, length), 0.008 * reach, mass / phalanges),
+            )
+            for p in range(phalanges)
+        ]
+        for outer, inner in pairwise(chain):
+            outer.children.append(inner)
+        tip.children.append(chain[0])
+        effort = float(np.exp(rng.uniform(math.log(0.5), math.log(10.0))))
+        drives.append(_Drive(f"{name}_0", Slot(0.0, FINGER + k), effort, (0.0, 1.2)))
 
 
 def _last(part: _Part) -> _Part:
@@ -188,14 +230,14 @@ def _reach(model: mujoco.MjModel, arm: list[int]) -> float:
 
 def industrial_arm(seed: int) -> Robot:
     """A 6-7 dof arm of a vendor's pattern (UR, Panda, iiwa, xArm, a wrist-roll 7-dof) on a fixed
-    base: 0.5-1.3 m, 3-40 kg, mostly torque-driven, some with a two-finger gripper."""
+    base: 0.45-1.8 m, 1.5-200 kg, mostly torque-driven, most with a two-finger gripper."""
     for attempt in range(20):
         rng = np.random.default_rng([seed, 5, attempt])
-        reach = float(np.exp(rng.uniform(math.log(0.5), math.log(1.3))))
-        mass = 20 * (reach / 0.9) ** 2 * rng.uniform(0.4, 1.6)
+        reach = float(np.exp(rng.uniform(math.log(0.45), math.log(1.8))))
+        mass = 20 * (reach / 0.9) ** 2 * float(np.exp(rng.uniform(math.log(0.3), math.log(2.5))))
         chain, drives, _ = _arm("link", rng, reach, mass)
-        if rng.uniform() < 0.4:
-            _gripper(_last(chain), "", reach, drives)
+        if rng.uniform() < 0.6:
+            _gripper(_last(chain), "", reach, drives, rng)
         base = _Part(
             "base",
             (0, 0, 0),
@@ -233,6 +275,8 @@ def two_armed(seed: int) -> Robot:
             SECOND_ARM,
             tool=False,
         )
+        if rng.uniform() < 0.5:
+            _gripper(_last(right), "", reach, drives, rng)
         right.pos, left.pos = (0, -shoulders, 0), (0, shoulders, 0)
         right.quat, left.quat = _quat("x", -0.6), _quat("x", 0.6)
         chest = _Part(
@@ -279,8 +323,8 @@ def two_armed(seed: int) -> Robot:
 
 
 def mobile_manipulator(seed: int) -> Robot:
-    """A floating wheeled base (two driven wheels and casters) with a lift, one or two arms and
-    maybe a head (Fetch, TIAGo, PR2); the first arm reaches while the wheels brake."""
+    """A floating wheeled base (two driven wheels and two swivel casters) with a lift, one or two
+    arms, maybe a gripper (Fetch, TIAGo, PR2); the first arm reaches while the wheels brake."""
     for attempt in range(20):
         rng = np.random.default_rng([seed, 7, attempt])
         reach = float(np.exp(rng.uniform(math.log(0.6), math.log(1.1))))
@@ -289,6 +333,8 @@ def mobile_manipulator(seed: int) -> Robot:
         radius, half = rng.uniform(0.06, 0.12), rng.uniform(0.2, 0.35)
         height = rng.uniform(0.3, 0.6)
         arm, drives, _ = _arm("link", rng, reach, mass)
+        if rng.uniform() < 0.6:
+            _gripper(_last(arm), "", reach, drives, rng)
         arms = [arm]
         if rng.uniform() < 0.3:
             left, left_drives, _ = _arm(
@@ -333,17 +379,10 @@ def mobile_manipulator(seed: int) -> Robot:
                 )
             )
             extra.append(_Drive(f"wheel{k}", Slot(0.5, WHEEL, side), 100.0, None))
-        casters = "".join(
-            _contact(
-                f"caster{k}",
-                "sphere",
-                (0.4 * radius,),
-                0.5,
-                (x * half, 0, 0.4 * radius - height / 2),
-                ' condim="1" priority="1" friction="0"',
-            )
+        casters = [
+            _caster(f"caster{k}", (x * half, 0, 0.8 * radius - height / 2), 0.4 * radius, rng)
             for k, x in enumerate((0.8, -0.8))
-        )
+        ]
         base = _Part(
             "base",
             (0, 0, 0),
@@ -351,8 +390,18 @@ def mobile_manipulator(seed: int) -> Robot:
             '<freejoint name="root"/>'
             + f'<geom type="box" size="{half:.6g} {0.9 * half:.6g} {height / 2:.6g}" '
             + f'mass="{base_mass:.6g}"/>'
-            + casters,
-            [*wheels, torso],
+            + "".join(
+                _contact(
+                    c.name.removesuffix("_fork"),
+                    "sphere",
+                    (0.4 * radius,),
+                    0.0,
+                    (c.pos[0], 0, 0.4 * radius - height / 2),
+                    _FRICTIONLESS,
+                )
+                for c in casters
+            ),
+            [*wheels, *casters, torso],
         )
         base.pos = (0, 0, -_lowest(base.xml()) + 0.001)
         robot = _reaching(
@@ -366,3 +415,28 @@ def mobile_manipulator(seed: int) -> Robot:
         if robot is not None:
             return robot
     raise RuntimeError(f"no well-conditioned home posture for mobile manipulator {seed}")
+
+
+def _caster(
+    name: str, pos: tuple[float, float, float], radius: float, rng: np.random.Generator
+) -> _Part:
+    """A swivel caster under a base, its pivot at `pos`: a fork turning freely about the vertical
+    and its wheel (of `radius`) rolling freely below it, two unactuated continuous joints as
+    vendors' bases have them. The base itself rests on a frictionless sphere in the wheel's place
+    (`mobile_manipulator`), which carries it and never steers it."""
+    damping = float(np.exp(rng.uniform(math.log(0.001), math.log(0.1))))
+    wheel = _Part(
+        f"{name}_wheel",
+        (-radius, 0, -radius),
+        None,
+        _joint(f"{name}_roll", "0 1 0", None, damping, 1e-4)
+        + f'<geom type="cylinder" size="{radius:.6g} {0.3 * radius:.6g}" zaxis="0 1 0" '
+        'mass="0.3"/>',
+    )
+    return _Part(
+        f"{name}_fork",
+        pos,
+        None,
+        _joint(f"{name}_swivel", "0 0 1", None, damping, 1e-4) + _knot(radius, 0.2),
+        [wheel],
+    )

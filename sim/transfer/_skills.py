@@ -234,7 +234,9 @@ def _leg_pose_3d(model: mujoco.MjModel, robot: Robot, aim: np.ndarray) -> np.nda
         [model.joint(j).qposadr[0] for j, leg in zip(robot.joints, legs, strict=True) if leg]
     )
     joints = [model.joint(j).id for j, leg in zip(robot.joints, legs, strict=True) if leg]
-    low, high = model.jnt_range[joints].T
+    free = ~model.jnt_limited[joints].astype(bool)  # continuous joints: no stops to clip at
+    low = np.where(free, -np.inf, model.jnt_range[joints, 0])
+    high = np.where(free, np.inf, model.jnt_range[joints, 1])
     jacp, jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
     for _ in range(40):
         mujoco.mj_kinematics(model, data)

@@ -12,6 +12,7 @@ cannot pitch its pelvis and stand.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,26 +60,28 @@ def _legged(
 def procedural_quadruped(seed: int) -> Robot:
     """A floating-base quadruped: hip roll, hip pitch and knee per leg under a box torso, standing
     on bent knees at qpos 0 (all one way, or front and hind facing each other); legs 0.2-0.6 m,
-    0.6-42 kg (mass grows with the leg's cube: a toy at the short end, Spot's size at the long)."""
+    0.6-84 kg (mass grows with the leg's cube: a toy at the short end, HyQ's size at the long);
+    some with continuous joints (no stops), as many vendors' files write them."""
     rng = np.random.default_rng([seed, 3])
     leg = float(np.exp(rng.uniform(math.log(0.2), math.log(0.6))))
     thigh = leg * rng.uniform(0.45, 0.55)
     shin = leg - thigh
     length, width = leg * rng.uniform(0.8, 1.6), leg * rng.uniform(0.35, 0.6)
-    mass = 130 * leg**3 * rng.uniform(0.6, 1.5)
+    mass = 130 * leg**3 * float(np.exp(rng.uniform(math.log(0.6), math.log(3.0))))
     torso_mass = mass * rng.uniform(0.55, 0.75)
     leg_mass = (mass - torso_mass) / 4
     bend = rng.uniform(0.5, 0.85)
     facing = rng.uniform() < 0.35
     actuation = _actuation(rng)
-    effort = mass * _G * leg * rng.uniform(0.45, 0.8)
+    effort = mass * _G * leg * float(np.exp(rng.uniform(math.log(0.45), math.log(1.5))))
+    stops = rng.uniform() < 0.7  # else its joints are continuous, as many vendors' files say
     damping, armature = rng.uniform(0.0, 0.5) * mass / 12, rng.uniform(0.3, 1.5) * 0.01 * mass / 12
     radius, offset = 0.07 * leg, width * rng.uniform(0.15, 0.3)
     back = math.asin(min(thigh * math.sin(bend) / shin, 0.95))
     legs, drives = [], []
     for i, (front, side) in enumerate(((1, 1), (1, -1), (-1, 1), (-1, -1))):
         sign = -1.0 if facing and front < 0 else 1.0
-        knees = tuple(sorted((-sign * 0.7 * (bend + back), sign * 1.2)))
+        knees = tuple(sorted((-sign * 0.7 * (bend + back), sign * 1.2))) if stops else None
         foot = _Part(
             f"foot{i}",
             (0, 0, -shin),
@@ -98,7 +101,7 @@ def procedural_quadruped(seed: int) -> Robot:
             f"thigh{i}",
             (0, side * offset, 0),
             _quat("y", -sign * bend),
-            _joint(f"hip{i}", "0 1 0", (-1.2, 1.2), damping, armature)
+            _joint(f"hip{i}", "0 1 0", (-1.2, 1.2) if stops else None, damping, armature)
             + _capsule((0, 0, 0), (0, 0, -thigh), radius, 0.5 * leg_mass),
             [shin_part],
         )
@@ -107,15 +110,15 @@ def procedural_quadruped(seed: int) -> Robot:
                 f"hip{i}",
                 (front * 0.42 * length, side * width / 2, 0),
                 None,
-                _joint(f"abduct{i}", "1 0 0", (-0.6, 0.6), damping, armature)
+                _joint(f"abduct{i}", "1 0 0", (-0.6, 0.6) if stops else None, damping, armature)
                 + _capsule((0, 0, 0), (0, side * offset, 0), radius, 0.2 * leg_mass),
                 [thigh_part],
             )
         )
         limb = 0.0 if front > 0 else 1.0
         drives += [
-            _Drive(f"abduct{i}", Slot(limb, 2, side), effort, (-0.6, 0.6)),
-            _Drive(f"hip{i}", Slot(limb, 0, side), effort, (-1.2, 1.2)),
+            _Drive(f"abduct{i}", Slot(limb, 2, side), effort, (-0.6, 0.6) if stops else None),
+            _Drive(f"hip{i}", Slot(limb, 0, side), effort, (-1.2, 1.2) if stops else None),
             _Drive(f"knee{i}", Slot(limb, 1, side), effort, knees),  # type: ignore[arg-type]
         ]
     torso = _Part(
@@ -134,8 +137,8 @@ def procedural_quadruped(seed: int) -> Robot:
 
 def procedural_humanoid(seed: int) -> Robot:
     """A floating-base humanoid, 1.0-1.9 m and 15-120 kg: legs of 5-6 joints on flat feet, a waist
-    of 0-3, arms of 0 or 3-7 (some with fingers), a head of 0-2; standing on slightly bent knees
-    at qpos 0."""
+    of 0-3, arms of 0 or 3-7 (half with hands of 2-5 fingers, some underactuated), a head of 0-2;
+    standing on slightly bent knees at qpos 0."""
     rng = np.random.default_rng([seed, 4])
     tall = rng.uniform(1.0, 1.9)
     mass = max(15.0, 65 * (tall / 1.75) ** 3 * rng.uniform(0.65, 1.5))  # a small child's, at least
@@ -268,7 +271,7 @@ def procedural_humanoid(seed: int) -> Robot:
     ]
     upper.children.append(head)
     arm_joints = 0 if rng.uniform() < 0.1 else int(rng.integers(3, 8))
-    fingers = int(rng.integers(2, 7)) if arm_joints and rng.uniform() < 0.3 else 0
+    hand = _Hand.drawn(rng) if arm_joints and rng.uniform() < 0.5 else None
     for i, side in enumerate((1, -1)):
         if not arm_joints:
             break
@@ -281,7 +284,7 @@ def procedural_humanoid(seed: int) -> Robot:
             damping,
             armature,
             rng,
-            fingers,
+            hand,
         )
         part.pos = (0, side * (hips + 0.08 * tall), chest_height)
         upper.children.append(part)
@@ -304,6 +307,30 @@ def procedural_humanoid(seed: int) -> Robot:
     )
 
 
+@dataclass(frozen=True)
+class _Hand:
+    """A humanoid's hand: `fingers` of `phalanges` each, their first joints driven; with
+    `underactuated` the rest unactuated (as a tendon-driven hand's file has them), else driven
+    too. Phalanges of `mass` kilograms (tens of grams), `damping` as vendors write it."""
+
+    fingers: int
+    phalanges: int
+    underactuated: bool
+    mass: float
+    damping: float
+
+    @classmethod
+    def drawn(cls, rng: np.random.Generator) -> _Hand:
+        fingers = int(rng.integers(2, 6))
+        return cls(
+            fingers,
+            int(rng.integers(1, 1 + min(3, 8 // fingers))),  # at most 8 joints a hand
+            bool(rng.uniform() < 0.6),
+            float(np.exp(rng.uniform(math.log(0.01), math.log(0.06)))),
+            float(np.exp(rng.uniform(math.log(0.01), math.log(1.0)))),
+        )
+
+
 def _limb(
     prefix: str,
     axes: str,
@@ -313,17 +340,18 @@ def _limb(
     damping: float,
     armature: float,
     rng: np.random.Generator,
-    fingers: int = 0,
+    hand: _Hand | None = None,
 ) -> tuple[_Part, list[_Drive]]:
-    """A hanging arm (shoulder, upper arm, forearm, hand along -z) of len(axes) joints, and
-    `fingers` finger joints; drive roles count joints from the shoulder, fingers FINGER+k."""
-    upper, fore, hand = lengths
+    """A hanging arm (shoulder, upper arm, forearm, hand along -z) of len(axes) joints, and a
+    `hand`'s finger joints; drive roles count joints from the shoulder, fingers FINGER+k (of the
+    driven finger joints, in order)."""
+    upper, fore, palm = lengths
     where = {1: upper, 3: fore}  # the link that follows joint k is this long
     unit = {"x": "1 0 0", "y": "0 1 0", "z": "0 0 1"}
     parts = []
     drives = []
     for k, axis in enumerate(axes):
-        length = where.get(k, 0.0) if k < len(axes) - 1 else hand
+        length = where.get(k, 0.0) if k < len(axes) - 1 else palm
         share = mass * (length / sum(lengths) if length else 0.03)
         bounds = (-1.5, 1.5) if k != 3 else (0.0, 2.4)
         parts.append(
@@ -341,18 +369,35 @@ def _limb(
         )
         effort = _G * mass * sum(lengths) * rng.uniform(1.5, 4) * (1 - 0.12 * k)
         drives.append(_Drive(f"{prefix}_j{k}", Slot(0.0, k), effort, bounds))
-    tip = parts[-1]
-    for f in range(fingers):
-        tip.children.append(
-            _Part(
-                f"{prefix}_finger{f}",
-                (0.01 * (f - fingers / 2), 0, -hand),
-                None,
-                _joint(f"{prefix}_f{f}", "1 0 0", (0.0, 1.4), 0.01, 1e-4)
-                + _capsule((0, 0, 0), (0, 0, -0.4 * hand), 0.2 * radius, 0.002 * mass),
-            )
-        )
-        drives.append(_Drive(f"{prefix}_f{f}", Slot(0.0, FINGER + f), 0.5, (0.0, 1.4)))
+    if hand is not None:
+        _fingers(parts[-1], prefix, hand, palm, 0.2 * radius, drives)
     for outer, inner in zip(reversed(parts[:-1]), reversed(parts[1:]), strict=True):
         outer.children.insert(0, inner)
     return parts[0], drives
+
+
+def _fingers(
+    tip: _Part, prefix: str, hand: _Hand, palm: float, radius: float, drives: list[_Drive]
+) -> None:
+    """A hand's fingers at the end of the palm `tip`, chains of phalanges curling about x."""
+    length = 0.4 * palm / hand.phalanges
+    for f in range(hand.fingers):
+        chain = []
+        for p in range(hand.phalanges):
+            name = f"{prefix}_f{f}" if p == 0 else f"{prefix}_f{f}_{p}"
+            pos = (0.01 * (f - hand.fingers / 2), 0, -palm) if p == 0 else (0, 0, -length)
+            chain.append(
+                _Part(
+                    name,
+                    pos,
+                    None,
+                    _joint(name, "1 0 0", (0.0, 1.4), hand.damping, 1e-4)
+                    + _capsule((0, 0, 0), (0, 0, -length), radius, hand.mass),
+                )
+            )
+            if p == 0 or not hand.underactuated:
+                role = FINGER + len([d for d in drives if d.slot.joint >= FINGER])
+                drives.append(_Drive(name, Slot(0.0, role), 0.5, (0.0, 1.4)))
+        for outer, inner in zip(chain, chain[1:], strict=False):
+            outer.children.append(inner)
+        tip.children.append(chain[0])

@@ -1,6 +1,7 @@
 """Bodies shaped like real robots (quadrupeds, humanoids, industrial arms, two-armed torsos, mobile
 manipulators): valid for any seed, standing or holding still under their own control law, their
-native skills working on themselves, and skills moving between them through their slots."""
+native skills working on themselves, and skills moving between them through their slots; and with
+what real robot files have: unactuated joints, continuous joints, light links."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def test_quadrupeds_are_valid_for_every_seed(seed):
     assert robot.kind == "legged" and robot.morphology == "quadruped"
     assert body.floating_base and model.nu == 12 and len(body.end_effectors) == 4
     assert sorted({(s.limb, s.side) for s in robot.slots}) == [(0, -1), (0, 1), (1, -1), (1, 1)]
-    assert 0.6 < body.mass < 45 and robot.scene == sim.transfer.procedural_quadruped(seed).scene
+    assert 0.6 < body.mass < 90 and robot.scene == sim.transfer.procedural_quadruped(seed).scene
 
 
 @settings(max_examples=10, deadline=None)
@@ -83,6 +84,7 @@ def test_a_standing_body_stands_under_its_own_law(robot):
         sim.transfer.procedural_quadruped(1),
         sim.transfer.procedural_humanoid(5),
         sim.transfer.industrial_arm(0),
+        sim.transfer.industrial_arm(1),  # an underactuated gripper: three phalanges unactuated
         sim.transfer.two_armed(1),
         sim.transfer.mobile_manipulator(2),
     ],
@@ -151,3 +153,74 @@ def test_sources_are_the_own_skill_and_a_seeded_draw():
     assert len(picked) == 4 and (2, natives[2][1]) in picked
     assert picked == _sources(natives, robots[2], 3, seed=0)
     assert _sources(natives, robots[2], None, 0) == natives == _sources(natives, robots[2], 9, 0)
+
+
+def unactuated(robot: sim.transfer.Robot) -> list[str]:
+    """The scene's joints that no actuator drives, the free base aside."""
+    model = mujoco.MjModel.from_xml_string(robot.scene)
+    names = [model.joint(j).name for j in range(model.njnt) if model.jnt_type[j] != 0]
+    return [n for n in names if n not in robot.joints]
+
+
+def continuous(robot: sim.transfer.Robot) -> list[str]:
+    model = mujoco.MjModel.from_xml_string(robot.scene)
+    return [
+        model.joint(j).name
+        for j in range(model.njnt)
+        if model.jnt_type[j] != 0 and not model.jnt_limited[j]
+    ]
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    seed=SEEDS,
+    make=st.sampled_from(
+        ["industrial_arm", "two_armed", "mobile_manipulator", "procedural_humanoid"]
+    ),
+)
+def test_unactuated_joints_are_fingers_and_casters_and_move_under_the_driven_ones(seed, make):
+    """Held by its own law for a second, a body's unactuated joints (a gripper's mimic finger or
+    distal phalanges, a hand's, casters) move with nothing driving them, within their ranges."""
+    robot = getattr(sim.transfer, make)(seed)
+    (family,) = robot.tasks
+    passive = unactuated(robot)
+    assert all("finger" in n or "caster" in n or "_f" in n for n in passive), passive
+    if make == "mobile_manipulator":
+        assert sorted(n for n in passive if "caster" in n) == sorted(
+            f"caster{k}_{part}" for k in (0, 1) for part in ("roll", "swivel")
+        )
+        assert set(continuous(robot)) >= {"caster0_roll", "caster1_swivel", "wheel0", "wheel1"}
+    task = robot.task(family)
+    model = task.template.model
+    data = mujoco.MjData(model)
+    law = _Law(robot, model, family)
+    for _ in range(int(1.0 / (model.opt.timestep * task.definition["control_substeps"]))):
+        law.control(data, np.zeros(len(robot.joints)))
+        mujoco.mj_step(model, data, nstep=task.definition["control_substeps"])
+    assert np.isfinite(data.qpos).all() and not data.warning.number.any()
+    for name in passive:
+        joint = model.joint(name)
+        if model.jnt_limited[joint.id]:
+            low, high = model.jnt_range[joint.id]
+            assert low - 0.05 <= data.qpos[joint.qposadr[0]] <= high + 0.05
+
+
+def test_the_real_shaped_population_has_unactuated_and_continuous_joints_and_light_links():
+    """What kept vendor files out of the learned encoder's distribution: a third of these bodies
+    have unactuated joints, a third continuous ones, most a moving link under 100 g, and humanoids
+    reach 35-40 joints with their hands."""
+    robots = sim.transfer.robot_population(
+        0, 0, industrial=12, two_armed=4, mobile=4, quadrupeds=12, humanoids=8, shipped=False
+    )
+    assert 0.25 <= np.mean([bool(unactuated(r)) for r in robots]) <= 0.5
+    assert 0.25 <= np.mean([bool(continuous(r)) for r in robots]) <= 0.5
+    assert any(continuous(r) for r in robots if r.morphology == "quadruped")
+    assert any(continuous(r) for r in robots if r.morphology == "industrial arm")
+    lightest = []
+    for robot in robots:
+        model = mujoco.MjModel.from_xml_string(robot.scene)
+        moving = {int(model.jnt_bodyid[j]) for j in range(model.njnt) if model.jnt_type[j] != 0}
+        lightest.append(min(model.body_mass[b] for b in moving))
+    assert np.mean(np.array(lightest) < 0.1) > 0.5
+    joints = [len(r.joints) + len(unactuated(r)) for r in robots if r.morphology == "humanoid"]
+    assert 35 <= max(joints) <= 45 and min(joints) >= 10
