@@ -39,7 +39,7 @@ from knowledge.embodiment._retrieval import index_path
 from knowledge.embodiment._tokens import BODY_FEATURES, JOINT_FEATURES, body_tokens
 from knowledge.embodiment._training import untrained_encoder
 
-SHIPPED_VERSION = "1-ca43ddf1eddcff0f"
+SHIPPED_VERSION = "1-6392c54412bd06c0"
 """The shipped weights' embedding space: indexes key on it, so loading them another way (numpy
 rather than torch) must not change it."""
 
