@@ -16,8 +16,9 @@ term, `classes=` from `sim.transfer.body_classes`, real robots ranked classes sl
 transfer recall@5 fell to 0.72, docs/EMBODIMENT.md): the bodies the benchmark reports on are never
 seen by the shipped weights either. Datasets take 10-35 minutes with 2 workers (the second most),
 training 2-3; with the real-shaped bodies widened (unactuated, continuous and light joints, hands),
-both datasets took 9 minutes on a loaded 2-core machine. Those weights are not the shipped ones:
-they lost recall@5 on the procedural population (docs/EMBODIMENT.md).
+both datasets took 9 minutes on a loaded 2-core machine. The shipped weights are what this made
+then (version 1-6392c54412bd06c0). Bodies are held out by fingerprint: after a change to the
+readers, retrain before quoting held-out figures (docs/EMBODIMENT.md).
 """
 
 from __future__ import annotations
