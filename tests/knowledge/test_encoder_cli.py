@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import knowledge
-from knowledge import Embodiment, LearnedEncoder
+from knowledge import Embodiment, FeatureEncoder, LearnedEncoder
 from knowledge.cli import main
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -64,7 +64,7 @@ def test_train_on_a_dataset_file_and_report_on_held_out_bodies(tmp_path):
     assert code == 0, out
     reports = json.loads(out)
     assert [r["encoder"] for r in reports] == [
-        "morphology-features 5",
+        f"morphology-features {FeatureEncoder.version}",
         f"transfer-attention {encoder.version}",
     ]
     assert {b["body"] for b in reports[1]["bodies"]} == {"arm-3", "arm-7"}
