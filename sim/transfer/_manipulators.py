@@ -379,9 +379,10 @@ def mobile_manipulator(seed: int) -> Robot:
                 )
             )
             extra.append(_Drive(f"wheel{k}", Slot(0.5, WHEEL, side), 100.0, None))
+        pivots = [(f"caster{k}", x * half) for k, x in enumerate((0.8, -0.8))]
         casters = [
-            _caster(f"caster{k}", (x * half, 0, 0.8 * radius - height / 2), 0.4 * radius, rng)
-            for k, x in enumerate((0.8, -0.8))
+            _caster(name, (x, 0, 0.8 * radius - height / 2), 0.4 * radius, rng)
+            for name, x in pivots
         ]
         base = _Part(
             "base",
@@ -392,14 +393,14 @@ def mobile_manipulator(seed: int) -> Robot:
             + f'mass="{base_mass:.6g}"/>'
             + "".join(
                 _contact(
-                    c.name.removesuffix("_fork"),
+                    name,
                     "sphere",
                     (0.4 * radius,),
                     0.0,
-                    (c.pos[0], 0, 0.4 * radius - height / 2),
+                    (x, 0, 0.4 * radius - height / 2),
                     _FRICTIONLESS,
                 )
-                for c in casters
+                for name, x in pivots
             ),
             [*wheels, *casters, torso],
         )

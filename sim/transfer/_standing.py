@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -398,6 +399,6 @@ def _fingers(
             if p == 0 or not hand.underactuated:
                 role = FINGER + len([d for d in drives if d.slot.joint >= FINGER])
                 drives.append(_Drive(name, Slot(0.0, role), 0.5, (0.0, 1.4)))
-        for outer, inner in zip(chain, chain[1:], strict=False):
+        for outer, inner in pairwise(chain):
             outer.children.append(inner)
         tip.children.append(chain[0])
