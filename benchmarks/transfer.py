@@ -8,9 +8,10 @@ bodies.
    body's native skill evaluated on every body of its kind (`sim.transfer.transfer_dataset`, 16
    branches per cell), or dataset files made the same way (`simnet encoder dataset`; several are
    merged, as `simnet encoder train` merges them: the first is "the population" below).
-2. A quarter of the bodies are held out (`TransferDataset.split(0.25, seed=0)`, by fingerprint
-   hash): the learned encoder is trained from scratch on the transfers among the other bodies only
-   (the shipped recipe: `train_encoder`'s defaults).
+2. A quarter of the bodies are held out (`TransferDataset.split(0.25, seed=0, by="name")`, by a
+   hash of the body's name, which no change to the readers moves): the learned encoder is trained
+   from scratch on the transfers among the other bodies only, with the class term (each body's
+   class from `sim.transfer.body_classes`): the shipped recipe.
 3. For every held-out body and its task family: Spearman correlation between -distance and the
    measured success of every other body's skill on it, and recall@5 of the skills that succeed in at
    least 80% of branches; means over held-out bodies, for the learned encoder and for the feature
@@ -18,7 +19,9 @@ bodies.
    file's held-out bodies measured among its own bodies only ("population_": the figures a run on
    that file alone reports, for the encoder trained on all), and on the held-out bodies the other
    files add ("added_"). `heldout_ood` is the share of held-out bodies the learned encoder calls
-   out of distribution (it should rarely: they are drawn like its training bodies).
+   out of distribution (it should rarely: they are drawn like its training bodies), and
+   `heldout_trained_by_shipped` how many of them the shipped weights trained on (their meta's
+   `trained_names`; 0 when the shipped weights come from this split, as `build_encoder` makes them).
 
 Prints one JSON line.
 """
@@ -36,6 +39,7 @@ import sim.transfer
 from knowledge import (
     EncoderReport,
     FeatureEncoder,
+    LearnedEncoder,
     TransferDataset,
     evaluate_encoder,
     train_encoder,
@@ -80,10 +84,11 @@ def main() -> None:
             files[0].save(args.save)
     data = files[0] if len(files) == 1 else merged(files)
     generated = time.perf_counter() - start
-    train, held = data.split(0.25, seed=0)
+    train, held = data.split(0.25, seed=0, by="name")
     start = time.perf_counter()
     training = data.subset(train)
-    learned = train_encoder(training)
+    classes = sim.transfer.body_classes(files)
+    learned = train_encoder(training, classes=[classes[name] for name in training.names])
     trained = time.perf_counter() - start
     line = {
         "benchmark": "transfer",
@@ -97,7 +102,7 @@ def main() -> None:
     line["spearman_gain"] = round(line["spearman_learned"] - line["spearman_features"], 4)
     if len(files) > 1:
         first = files[0]
-        _, own = first.split(0.25, seed=0)
+        _, own = first.split(0.25, seed=0, by="name")
         line |= figures(
             "population_",
             {name: evaluate_encoder(first, enc, own) for name, enc in encoders.items()},
@@ -111,6 +116,8 @@ def main() -> None:
             {name: evaluate_encoder(data, enc, added) for name, enc in encoders.items()},
             data.tasks,
         )
+    shipped = set(LearnedEncoder().meta.get("trained_names", ()))
+    line["heldout_trained_by_shipped"] = sum(data.names[i] in shipped for i in held)
     scores = learned.ood_many(data.bodies[i] for i in held)
     line["heldout_ood"] = round(float((scores > 1.0).mean()), 4) if scores is not None else None
     line.update(

@@ -213,6 +213,8 @@ def train_encoder(
     `classes` (one per body, e.g. its morphology) adds a contrastive term weighted `contrast`:
     each body nearer to another of its class than to one of another class, so that bodies of one
     kind embed together even where no transfer was measured between them.
+    The weights' meta names the bodies trained on (`trained_names`), so that a benchmark can check
+    that the bodies it reports on were never seen.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -266,6 +268,7 @@ def train_encoder(
     network.eval()
     info = {
         "trained_on": f"{len(dataset.bodies)} bodies, {len(rate)} transfers",
+        "trained_names": sorted(set(dataset.names)),
         "epochs": epochs,
         "seed": seed,
         **(meta or {}),

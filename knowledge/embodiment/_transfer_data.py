@@ -139,13 +139,24 @@ class TransferDataset:
         )
         return TransferDataset(tuple(self.bodies[i] for i in keep), transfers, self.meta)
 
-    def split(self, fraction: float, *, seed: int = 0) -> tuple[list[int], list[int]]:
-        """(training, held-out) body indices: a body is held out by a hash of its fingerprint and
-        `seed`, so a body stays on its side however the dataset around it grows."""
+    def split(
+        self, fraction: float, *, seed: int = 0, by: str = "fingerprint"
+    ) -> tuple[list[int], list[int]]:
+        """(training, held-out) body indices: a body is held out by a hash of its fingerprint (or,
+        `by="name"`, of its name) and `seed`, so a body stays on its side however the dataset
+        around it grows.
+
+        A fingerprint changes whenever a reader describes the body differently, so across
+        versions of the readers bodies cross the line. Names do not: where they tell robots apart
+        (as a generated population's `arm-12` do), `by="name"` keeps the split, and one name's
+        bodies (one robot's descriptions) fall on one side together.
+        """
         if not 0.0 <= fraction < 1.0:
             raise ValueError(f"the held-out fraction must be in [0, 1), got {fraction}")
+        if by not in ("fingerprint", "name"):
+            raise ValueError(f"split by 'fingerprint' or 'name', not {by!r}")
         held = [
-            int.from_bytes(hashlib.sha256(f"{seed}:{b.fingerprint}".encode()).digest()[:8], "big")
+            int.from_bytes(hashlib.sha256(f"{seed}:{getattr(b, by)}".encode()).digest()[:8], "big")
             < fraction * 2**64
             for b in self.bodies
         ]

@@ -39,7 +39,7 @@ from knowledge.embodiment._retrieval import index_path
 from knowledge.embodiment._tokens import BODY_FEATURES, JOINT_FEATURES, body_tokens
 from knowledge.embodiment._training import untrained_encoder
 
-SHIPPED_VERSION = "1-6392c54412bd06c0"
+SHIPPED_VERSION = "1-0241f950b091b27e"
 """The shipped weights' embedding space: indexes key on it, so loading them another way (numpy
 rather than torch) must not change it."""
 
@@ -234,6 +234,8 @@ def test_training_improves_the_ranking_on_held_out_bodies():
     assert after.spearman > evaluate_encoder(SMALL, FeatureEncoder(), held).spearman
     assert trained.version not in (untrained.version, shipped.version)
     assert trained.meta["epochs"] == 150
+    assert trained.meta["trained_names"] == sorted(set(data.names))
+    assert not set(trained.meta["trained_names"]) & {SMALL.names[i] for i in held}
     # the same data and seed give the same weights
     assert train_encoder(data, epochs=150).version == trained.version
 
@@ -319,6 +321,16 @@ def _torch_vectors(encoder: LearnedEncoder, bodies: list[Embodiment]) -> np.ndar
 def test_the_shipped_weights_keep_their_version():
     assert shipped.version == SHIPPED_VERSION
     assert LearnedEncoder(shipped.to_bytes()).version == SHIPPED_VERSION
+
+
+def test_the_shipped_weights_trained_on_no_body_the_transfer_benchmark_holds_out():
+    """benchmarks/transfer.py reports on `split(0.25, seed=0, by="name")`'s held-out bodies: every
+    body the shipped weights trained on must fall on the other side, whatever the readers do."""
+    names = shipped.meta["trained_names"]
+    assert len(names) > 100 and {"arm-0", "legged-0", "quadruped-0"} & set(names)
+    bodies = tuple(Embodiment.from_dict({**BODIES[0].to_dict(), "name": name}) for name in names)
+    train, held = TransferDataset(bodies, (), {}).split(0.25, seed=0, by="name")
+    assert held == [] and len(train) == len(names)
 
 
 def test_the_numpy_forward_pass_is_the_torch_network_on_the_shipped_weights():

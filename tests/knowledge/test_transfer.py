@@ -107,6 +107,30 @@ def test_split_is_stable_and_subset_keeps_transfers_among_kept_bodies():
         data.split(1.0)
 
 
+def described_anew(body: Embodiment, k: int) -> Embodiment:
+    """The same robot as another version of a reader might describe it: one link's mass differs,
+    so the fingerprint does, the name does not."""
+    data = body.to_dict()
+    for derived in ("mass", "fingerprint"):
+        data.pop(derived)
+    data["bodies"][1] = {**data["bodies"][1], "mass": data["bodies"][1]["mass"] + 0.01 * (k + 1)}
+    return Embodiment.from_dict(data)
+
+
+def test_split_by_name_keeps_a_robot_on_its_side_however_its_description_changes():
+    versions = [described_anew(ARM7, k) for k in range(16)]
+    data = TransferDataset.from_outcomes([(v, QUAD, "reach", 1, 2) for v in versions])
+    assert len(data.bodies) == 17 and len({b.fingerprint for b in data.bodies}) == 17
+    by_fingerprint = data.split(0.5, seed=1)
+    arm7 = [i for i, name in enumerate(data.names) if name == "arm7"]
+    assert all(set(arm7) & set(side) for side in by_fingerprint)  # its versions cross the line
+    by_name = data.split(0.5, seed=1, by="name")
+    assert any(set(arm7) <= set(side) for side in by_name)  # by name they stay together
+    assert sorted(sum(by_name, [])) == list(range(17))
+    with pytest.raises(ValueError, match="name"):
+        data.split(0.5, by="model")
+
+
 def test_spearman_handles_ties_and_constants():
     assert spearman(np.array([1, 2, 3, 4]), np.array([10, 20, 30, 40])) == pytest.approx(1.0)
     assert spearman(np.array([1, 2, 3, 4]), np.array([4, 3, 2, 1])) == pytest.approx(-1.0)
