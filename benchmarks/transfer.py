@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 import torch
@@ -99,7 +100,7 @@ def main() -> None:
     encoders = {"learned": learned, "features": FeatureEncoder()}
     reports = {name: evaluate_encoder(data, enc, held) for name, enc in encoders.items()}
     line |= figures("", reports, data.tasks)
-    line["spearman_gain"] = round(line["spearman_learned"] - line["spearman_features"], 4)
+    line["spearman_gain"] = _figure(reports["learned"].spearman - reports["features"].spearman)
     if len(files) > 1:
         first = files[0]
         _, own = first.split(0.25, seed=0, by="name")
@@ -134,7 +135,7 @@ def main() -> None:
             ],
             data.tasks,
         )
-    print(json.dumps(line))
+    print(json.dumps(line, allow_nan=False))
 
 
 def merged(files: list[TransferDataset]) -> TransferDataset:
@@ -147,19 +148,23 @@ def merged(files: list[TransferDataset]) -> TransferDataset:
 
 
 def figures(prefix: str, reports: dict[str, EncoderReport], tasks: tuple[str, ...]) -> dict:
-    """Spearman and recall@5 per encoder, overall and per task family, keyed with `prefix`."""
+    """Spearman and recall@5 per encoder, overall and per task family, keyed with `prefix`; None
+    where nothing was measured (no held-out target of a family with a skill that succeeds)."""
     out = {}
-    for name, report in reports.items():
-        out[f"{prefix}spearman_{name}"] = round(report.spearman, 4)
-        out[f"{prefix}recall_at_5_{name}"] = round(report.recall_at_k, 4)
-    for task in tasks:
+    for task in (None, *tasks):
         for name, report in reports.items():
-            part = EncoderReport(
-                report.encoder, tuple(s for s in report.scores if s.task == task), 5, 0.8
-            )
-            out[f"{prefix}{task}_spearman_{name}"] = round(part.spearman, 4)
-            out[f"{prefix}{task}_recall_at_5_{name}"] = round(part.recall_at_k, 4)
+            part = report
+            if task is not None:
+                scores = tuple(s for s in report.scores if s.task == task)
+                part = EncoderReport(report.encoder, scores, 5, 0.8)
+            key = f"{prefix}{task}_" if task else prefix
+            out[f"{key}spearman_{name}"] = _figure(part.spearman)
+            out[f"{key}recall_at_5_{name}"] = _figure(part.recall_at_k)
     return out
+
+
+def _figure(value: float) -> float | None:
+    return round(value, 4) if math.isfinite(value) else None
 
 
 if __name__ == "__main__":

@@ -45,3 +45,19 @@ def test_the_retrieval_benchmark_reads_every_test_robot():
     )
     bodies = retrieval.bodies()
     assert len(bodies) == len(list(retrieval.GYM.glob("*.xml"))) + len(files)
+
+
+def test_the_transfer_benchmark_prints_none_where_nothing_was_measured():
+    """A quick run once held out no posture target with a skill that succeeds: its recall@5 was
+    NaN, which json.dumps prints and strict JSON readers refuse."""
+    transfer = _load("transfer")
+    empty = transfer.EncoderReport("features 6", (), 5, 0.8)
+    line = transfer.figures("", {"features": empty}, ("posture",))
+    assert line == dict.fromkeys(
+        [
+            "spearman_features",
+            "recall_at_5_features",
+            "posture_spearman_features",
+            "posture_recall_at_5_features",
+        ]
+    )

@@ -32,10 +32,6 @@ from ._parts import (
 FORMAT = 1
 """Version of the `to_dict` layout; `from_dict` refuses other versions rather than guess."""
 _MAX_PARTS = 4096
-FRAME_MASS = 1e-3
-"""A jointless subtree lighter than this share of its parent's mass is a frame, not an end effector:
-vendor frames weigh nothing or 1e-8 to 1e-4 kg, the lightest real tips (fingertip pads) a few
-percent of their link."""
 
 
 @dataclass(frozen=True)
@@ -164,16 +160,27 @@ class Embodiment:
         return any(joint.type == "free" for joint in self.joints)
 
     @cached_property
-    def end_effectors(self) -> tuple[int, ...]:
-        """The physical tips of moving chains: hands, fingertips, feet, wheels.
+    def rigid_parts(self) -> tuple[int, ...]:
+        """Each body's rigid part, as the index of the part's top body: a root or a body on a
+        joint, with every body welded below it (no joint between). MuJoCo's URDF import fuses
+        fixed links so, while MJCF files split one rigid part into bodies as their authors like (a
+        camera frame, a fingertip pad, a head on a robot's first link): structure read on parts
+        does not depend on how a file splits them."""
+        jointed = {joint.body for joint in self.joints}
+        top: list[int] = []
+        for i, body in enumerate(self.bodies):  # parents precede children
+            top.append(i if body.parent < 0 or i in jointed else top[body.parent])
+        return tuple(top)
 
-        A frame is not a tip: a jointless subtree lighter than `FRAME_MASS` times the body it hangs
-        on (the camera, screen and sensor frames of vendor models) is part of that body.
-        """
-        moving, frame = self._moving(), self._frames()
-        parents = {body.parent for i, body in enumerate(self.bodies) if not frame[i]}
+    @cached_property
+    def end_effectors(self) -> tuple[int, ...]:
+        """The physical tips of moving chains (hands, fingertips, feet, wheels): the moving rigid
+        parts (`rigid_parts`, by their top bodies) that no other part hangs on. Whatever is welded
+        to a part (vendor frames, a pad, a fixed jaw) is that part, not another tip."""
+        top, moving = self.rigid_parts, self._moving()
+        inner = {top[b.parent] for i, b in enumerate(self.bodies) if top[i] == i and b.parent >= 0}
         return tuple(
-            i for i in range(len(self.bodies)) if moving[i] and not frame[i] and i not in parents
+            i for i in range(len(self.bodies)) if top[i] == i and moving[i] and i not in inner
         )
 
     @cached_property
@@ -196,25 +203,6 @@ class Embodiment:
         for i, body in enumerate(self.bodies):
             moving.append(i in jointed or (body.parent >= 0 and moving[body.parent]))
         return moving
-
-    def _frames(self) -> list[bool]:
-        """Whether each body is in a frame: a jointless subtree lighter than `FRAME_MASS` times
-        the body it hangs on."""
-        mass = [body.mass for body in self.bodies]
-        jointed = [False] * len(self.bodies)
-        for joint in self.joints:
-            jointed[joint.body] = True
-        for i in reversed(range(len(self.bodies))):  # children follow their parents
-            parent = self.bodies[i].parent
-            if parent >= 0:
-                mass[parent] += mass[i]
-                jointed[parent] = jointed[parent] or jointed[i]
-        frame: list[bool] = []
-        for i, body in enumerate(self.bodies):
-            host = self.bodies[body.parent].mass if body.parent >= 0 else 0.0
-            light = not jointed[i] and mass[i] < FRAME_MASS * host
-            frame.append(light or (body.parent >= 0 and frame[body.parent]))
-        return frame
 
     def __repr__(self) -> str:
         return (

@@ -162,25 +162,25 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
     moving = [j for j in e.joints if j.type != "free"]
     hinges = [j for j in moving if j.type == "hinge"]
     jointed = {j.body for j in moving}
-    children: dict[int, int] = {}
     depth = [0] * len(e.bodies)  # jointed bodies from the base down to each body
     for i, body in enumerate(e.bodies):
-        if body.parent >= 0:
-            children[body.parent] = children.get(body.parent, 0) + 1
-            depth[i] = depth[body.parent]
-        depth[i] += i in jointed
-    # The trunk: the root bodies and every body welded to them, however a file splits one rigid
-    # part into bodies. A two-armed robot's welded torso is trunk; a humanoid's torso on a waist
-    # joint is not. (The root's own share of the mass was a feature until version 5: robosuite's
-    # MJCF arms put their mass on a welded link below a massless mount, the URDFs on the root, so
-    # it parted one robot's two files; the trunk does not.) A root counts even on a hinge to the
-    # world (a pendulum's first link), as every root of a scene does: counting only unjointed
-    # roots put Baxter's MJCF beside Tiago and its arm URDF beside a humanoid's upper body again
-    # (arms 0.89).
-    trunk = [False] * len(e.bodies)
+        depth[i] = (depth[body.parent] if body.parent >= 0 else 0) + (i in jointed)
+    # Structure is read on rigid parts (bodies welded together are one), as MuJoCo's URDF import
+    # fuses them: since version 6, a welded head or camera on a link is no branch, so a robot's
+    # MJCF and URDF agree (robosuite's Sawyer: 14 other robots nearer than its URDF before, 1).
+    top = e.rigid_parts
+    below: dict[int, int] = {}  # parts hanging on each part
     for i, body in enumerate(e.bodies):
-        trunk[i] = body.parent < 0 or (trunk[body.parent] and i not in jointed)
-    trunk_mass = math.fsum(b.mass for b, in_trunk in zip(e.bodies, trunk, strict=True) if in_trunk)
+        if top[i] == i and body.parent >= 0:
+            below[top[body.parent]] = below.get(top[body.parent], 0) + 1
+    # The trunk: the root parts, however a file splits them into bodies. A two-armed robot's
+    # welded torso is trunk; a humanoid's torso on a waist joint is not. (The root body's own share
+    # of the mass was a feature until version 5: robosuite's MJCF arms put their mass on a welded
+    # link below a massless mount, the URDFs on the root, so it parted one robot's two files.) A
+    # root counts even on a hinge to the world (a pendulum's first link), as every root of a scene
+    # does: counting only unjointed roots put Baxter's MJCF beside Tiago and its arm URDF beside a
+    # humanoid's upper body again (arms 0.89).
+    trunk_mass = math.fsum(b.mass for i, b in enumerate(e.bodies) if e.bodies[top[i]].parent < 0)
     kinds = [a.kind for a in e.actuators]
     driven = {t for a in e.actuators if a.moves_joints for t in a.target}
     joint_strength = {
@@ -203,7 +203,7 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "end_effectors": _log_scale(len(e.end_effectors), 16),
         "wheels": _log_scale(_wheels(e), 16),
         "chain_depth": _log_scale(_mean([float(depth[i]) for i in e.end_effectors]), 16),
-        "branching": _log_scale(max(children.values(), default=0), 8),
+        "branching": _log_scale(max(below.values(), default=0), 8),
         "hinge_fraction": _fraction(len(hinges), len(moving)),
         "slide_fraction": _fraction(sum(j.type == "slide" for j in moving), len(moving)),
         "ball_fraction": _fraction(sum(j.type == "ball" for j in moving), len(moving)),
@@ -213,7 +213,7 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
         "reach": _span(-2.0, 1.0, math.log10(reach)),
         "heaviest_body_fraction": max((b.mass for b in e.bodies), default=0.0) / mass,
         "trunk_mass_fraction": trunk_mass / mass,
-        "limb_balance": _limb_balance(e, jointed, children),
+        "limb_balance": _limb_balance(e, below),
         "longest_link": max(links, default=0.0) / reach,
         "mean_link": _mean(links) / reach,
         "hinge_range": _mean(
@@ -242,31 +242,36 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
     return features
 
 
-LIMB_JOINTS = 2
-"""Jointed bodies a limb has at least: a leg's thigh and shank; not a wheel, a finger's last link
-or a sensor on a joint."""
+LIMB_PARTS = 2
+"""Rigid parts on joints a limb has at least: a leg's thigh and shank; not a wheel, a finger's last
+link or a sensor on a joint."""
 
 
-def _limb_balance(e: Embodiment, jointed: set[int], children: dict[int, int]) -> float:
+def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:
     """How evenly the four heaviest limbs share their mass: (third + fourth) / (first + second).
 
-    A limb is any unbranched chain of bodies that ends in a leaf, below a root or a body with
-    several children, with at least `LIMB_JOINTS` jointed bodies: legs, but also a neck and head, a
-    tail or a finger. So it measures four chains of like mass, not four legs: four like legs give
-    about 1; a humanoid's arms are lighter than its legs, or end in a hand that branches into
-    fingers and so are no limb (0-0.54); dm_control's dog 0.51 (its neck and head outweigh a leg);
-    a four-fingered hand up to 0.92; an arm, a wheeled base or a biped 0 or near it (fewer than
-    four limbs). From the tree and the masses alone: no pose or name enters."""
+    A limb is any unbranched chain of rigid parts (`Embodiment.rigid_parts`; `below` counts the
+    parts hanging on each) that ends in a tip, below a root or a part with several parts on it,
+    with at least `LIMB_PARTS` parts: legs, but also a neck and head, a tail or a finger. So it
+    measures four chains of like mass, not four legs: four like legs give about 1; a humanoid's
+    arms are lighter than its legs, or end in a hand that branches into fingers and so are no limb
+    (0-0.54); dm_control's dog 0.51 (its neck and head outweigh a leg); a four-fingered hand up to
+    0.92; an arm, a wheeled base or a biped 0 or near it (fewer than four limbs). From the tree
+    and the masses alone: no pose or name enters."""
+    top = e.rigid_parts
+    mass: dict[int, float] = {}
+    for i, body in enumerate(e.bodies):
+        mass[top[i]] = mass.get(top[i], 0.0) + body.mass
     limbs = []
-    for leaf, body in enumerate(e.bodies):
-        if children.get(leaf):
+    for tip in mass:
+        if below.get(tip):
             continue
-        chain, parent = [leaf], body.parent
-        while parent >= 0 and children[parent] == 1 and e.bodies[parent].parent >= 0:
-            chain.append(parent)
-            parent = e.bodies[parent].parent
-        if sum(i in jointed for i in chain) >= LIMB_JOINTS:
-            limbs.append(math.fsum(e.bodies[i].mass for i in chain))
+        chain, part = [tip], top[e.bodies[tip].parent] if e.bodies[tip].parent >= 0 else -1
+        while part >= 0 and below[part] == 1 and e.bodies[part].parent >= 0:
+            chain.append(part)
+            part = top[e.bodies[part].parent]
+        if len(chain) >= LIMB_PARTS and e.bodies[tip].parent >= 0:
+            limbs.append(math.fsum(mass[i] for i in chain))
     if len(limbs) < 4:
         return 0.0
     first, second, third, fourth = sorted(limbs, reverse=True)[:4]
@@ -321,7 +326,7 @@ class FeatureEncoder(Encoder):
     distance."""
 
     name = "morphology-features"
-    version = "5"  # 2: wheels; 3: trunk mass; 4: limb balance; 5: no root mass
+    version = "6"  # 2: wheels; 3: trunk mass; 4: limb balance; 5: no root mass; 6: rigid parts
     dim = len(FEATURES)
     feature_names = tuple(name for name, _ in FEATURES)
 

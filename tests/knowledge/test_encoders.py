@@ -46,7 +46,7 @@ def distance(a: str, b: str) -> float:
 
 def test_encoder_describes_its_space():
     assert isinstance(encoder, Encoder)
-    assert encoder.space == EmbeddingSpace("morphology-features", "5", len(FEATURES), "l2")
+    assert encoder.space == EmbeddingSpace("morphology-features", "6", len(FEATURES), "l2")
     assert encoder.feature_names == tuple(name for name, _ in FEATURES)
     assert len(set(encoder.feature_names)) == encoder.dim == 34
 
@@ -219,6 +219,45 @@ def test_limb_balance_is_how_evenly_the_four_heaviest_limbs_share_their_mass():
     # a spine between the front and hind legs, limbs mounted turned: the same limbs
     for other in (_walker(like, spine=True), _walker(like, turn='euler="0.4 0 1.1"')):
         assert morphology_features(other)["limb_balance"] == pytest.approx(1.0)
+
+
+STRUCTURE = ("dof", "end_effectors", "chain_depth", "branching", "limb_balance", "wheels")
+
+
+def test_structure_is_read_on_rigid_parts_so_welded_bodies_change_nothing():
+    """A head welded to an arm's first link, feet and covers welded to a walker: MuJoCo's URDF
+    import would fuse them into their links, and the structure features do not see them either."""
+    text = (ROBOTS / "arm7.xml").read_text()
+    head = '<body name="head" pos="0 0.1 0.1"><geom type="sphere" size="0.08" mass="2"/></body>'
+    with_head = Embodiment.from_mjcf(
+        text.replace('<body name="link2"', head + '<body name="link2"')
+    )
+    assert len(with_head.bodies) == len(ALL["arm7.xml"].bodies) + 1
+    plain, headed = morphology_features(ALL["arm7.xml"]), morphology_features(with_head)
+    assert {k: headed[k] for k in STRUCTURE} == {k: plain[k] for k in STRUCTURE}
+    like = {"fl": 1.0, "fr": 1.0, "hl": 1.0, "hr": 1.0}
+    walker = _walker(like)
+    foot = '<body name="{n}_foot" pos="0 0 -.2"><geom type="sphere" size=".03" mass=".2"/></body>'
+    covered = CART.format(
+        limbs="".join(
+            LEG.format(n=n, x=x, y=y, m=1.0, turn="").replace(
+                "</body></body>", foot.format(n=n) + "</body></body>"
+            )
+            for n, (x, y) in {
+                "fl": (0.25, 0.2),
+                "fr": (0.25, -0.2),
+                "hl": (-0.25, 0.2),
+                "hr": (-0.25, -0.2),
+            }.items()
+        )
+        + '<body name="cover" pos="0 0 .1"><geom type="box" size=".1 .1 .02" mass="1"/></body>',
+        motors="".join(f'<motor joint="{n}_{j}"/>' for n in like for j in ("hip", "knee")),
+    )
+    feet = Embodiment.from_mjcf(covered)
+    assert len(feet.bodies) == len(walker.bodies) + 5
+    assert {k: morphology_features(feet)[k] for k in STRUCTURE} == {
+        k: morphology_features(walker)[k] for k in STRUCTURE
+    }
 
 
 def test_features_of_the_7dof_arm_by_hand():

@@ -90,17 +90,32 @@ def test_vendor_frames_are_not_end_effectors():
     assert arm.reach == pytest.approx(1.0 + math.hypot(0.04, 0.05), rel=1e-5)
 
 
-def test_a_light_but_real_tip_still_counts():
-    """A jointless body is a frame only below a thousandth of its host: a light pad is a tip."""
+def test_what_is_welded_to_a_link_is_that_link_and_no_tip():
+    """A pad, a camera frame or a heavy cover welded to a link is part of the link's rigid part:
+    the tip stays the link, however heavy the welded body; a pad on a joint of its own is a tip."""
     text = (ROBOTS / "arm7.xml").read_text()
-    pad = '<body name="pad" pos="0 0 0.1"><geom type="sphere" size="0.02" mass="0.05"/></body>'
-    frame = '<body name="cam" pos="0 0 0.1"><geom type="sphere" size="0.02" mass="1e-6"/></body>'
     anchor = '<site name="ee"'
     assert anchor in text
-    with_pad = Embodiment.from_mjcf(text.replace(anchor, pad + anchor, 1))
-    with_frame = Embodiment.from_mjcf(text.replace(anchor, frame + anchor, 1))
-    assert [with_pad.bodies[i].name for i in with_pad.end_effectors] == ["pad"]
-    assert [with_frame.bodies[i].name for i in with_frame.end_effectors] == ["link7"]
+
+    def welded(name: str, mass: float, joint: str = "") -> Embodiment:
+        body = (
+            f'<body name="{name}" pos="0 0 0.1">{joint}'
+            f'<geom type="sphere" size="0.02" mass="{mass}"/></body>'
+        )
+        return Embodiment.from_mjcf(text.replace(anchor, body + anchor, 1))
+
+    for name, mass in (("pad", 0.05), ("cam", 1e-6), ("cover", 5.0)):
+        arm = welded(name, mass)
+        assert [arm.bodies[i].name for i in arm.end_effectors] == ["link7"]
+        names = [b.name for b in arm.bodies]
+        assert arm.rigid_parts[names.index(name)] == names.index("link7")
+    sliding = welded("pad", 0.05, '<joint name="press" type="slide" axis="0 0 1"/>')
+    assert [sliding.bodies[i].name for i in sliding.end_effectors] == ["pad"]
+    # a head welded to the first link, which carries the rest of the arm, is no tip either
+    head = '<body name="head" pos="0 0.1 0.1"><geom type="sphere" size="0.08" mass="2"/></body>'
+    link2 = '<body name="link2"'
+    with_head = Embodiment.from_mjcf(text.replace(link2, head + link2))
+    assert [with_head.bodies[i].name for i in with_head.end_effectors] == ["link7"]
 
 
 def test_an_older_peers_end_effectors_are_recomputed_not_refused():
