@@ -175,8 +175,9 @@ class Embodiment:
     @cached_property
     def end_effectors(self) -> tuple[int, ...]:
         """The physical tips of moving chains (hands, fingertips, feet, wheels): the moving rigid
-        parts (`rigid_parts`, by their top bodies) that no other part hangs on. Whatever is welded
-        to a part (vendor frames, a pad, a fixed jaw) is that part, not another tip."""
+        parts (`rigid_parts`) that no other part hangs on, each named by its top body (a shin, not
+        the foot welded to it). Whatever is welded to a part (vendor frames, a pad, a fixed jaw) is
+        that part, not another tip."""
         top, moving = self.rigid_parts, self._moving()
         inner = {top[b.parent] for i, b in enumerate(self.bodies) if top[i] == i and b.parent >= 0}
         return tuple(
@@ -226,8 +227,8 @@ _PARTS: dict[str, type] = {
 _DERIVED = ("dof", "mass", "reach", "end_effectors", "fingerprint")
 _CHECKED = ("dof", "mass", "fingerprint")
 """Derived values `from_dict` checks. Reach and end effectors are interpretations a newer version
-may refine (massless frames stopped being end effectors): an older peer's are recomputed, not
-refused."""
+may refine (since feature version 6, whatever is welded to a link is that link, not a tip): an
+older peer's are recomputed, not refused."""
 _REFS = frozenset({"parent", "body", "target"})
 _CANONICAL = "_canonical_form"
 """Set in the instance's `__dict__` by `_canonical`: `to_dict` need not order it again."""

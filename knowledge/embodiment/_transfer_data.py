@@ -149,12 +149,16 @@ class TransferDataset:
         A fingerprint changes whenever a reader describes the body differently, so across
         versions of the readers bodies cross the line. Names do not: where they tell robots apart
         (as a generated population's `arm-12` do), `by="name"` keeps the split, and one name's
-        bodies (one robot's descriptions) fall on one side together.
+        bodies (one robot's descriptions) fall on one side together. So names that do not tell
+        robots apart make them one: MJCF without a `model` is "MuJoCo Model", and every robot so
+        named lands on one side. A body with no name is refused (ValueError).
         """
         if not 0.0 <= fraction < 1.0:
             raise ValueError(f"the held-out fraction must be in [0, 1), got {fraction}")
         if by not in ("fingerprint", "name"):
             raise ValueError(f"split by 'fingerprint' or 'name', not {by!r}")
+        if by == "name" and not all(self.names):
+            raise ValueError("split by name: a body has no name (split by fingerprint instead)")
         held = [
             int.from_bytes(hashlib.sha256(f"{seed}:{getattr(b, by)}".encode()).digest()[:8], "big")
             < fraction * 2**64

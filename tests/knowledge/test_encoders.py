@@ -237,25 +237,29 @@ def test_structure_is_read_on_rigid_parts_so_welded_bodies_change_nothing():
     assert {k: headed[k] for k in STRUCTURE} == {k: plain[k] for k in STRUCTURE}
     like = {"fl": 1.0, "fr": 1.0, "hl": 1.0, "hr": 1.0}
     walker = _walker(like)
-    foot = '<body name="{n}_foot" pos="0 0 -.2"><geom type="sphere" size=".03" mass=".2"/></body>'
-    covered = CART.format(
-        limbs="".join(
-            LEG.format(n=n, x=x, y=y, m=1.0, turn="").replace(
-                "</body></body>", foot.format(n=n) + "</body></body>"
-            )
-            for n, (x, y) in {
-                "fl": (0.25, 0.2),
-                "fr": (0.25, -0.2),
-                "hl": (-0.25, 0.2),
-                "hr": (-0.25, -0.2),
-            }.items()
-        )
-        + '<body name="cover" pos="0 0 .1"><geom type="box" size=".1 .1 .02" mass="1"/></body>',
-        motors="".join(f'<motor joint="{n}_{j}"/>' for n in like for j in ("hip", "knee")),
+    # a foot below each shin, a kneepad beside each thigh (a side branch: the rule before version 6
+    # counted 8 tips and no limbs), a cover on the chassis
+    pad = (
+        '<body name="{n}_{part}" pos="0 .03 -.2"><geom type="sphere" size=".02" mass=".1"/></body>'
     )
-    feet = Embodiment.from_mjcf(covered)
-    assert len(feet.bodies) == len(walker.bodies) + 5
-    assert {k: morphology_features(feet)[k] for k in STRUCTURE} == {
+    legs = []
+    for n, (x, y) in {
+        "fl": (0.25, 0.2),
+        "fr": (0.25, -0.2),
+        "hl": (-0.25, 0.2),
+        "hr": (-0.25, -0.2),
+    }.items():
+        leg = LEG.format(n=n, x=x, y=y, m=1.0, turn="")
+        leg = leg.replace(
+            f'<body name="{n}_shin"', pad.format(n=n, part="kneepad") + f'<body name="{n}_shin"'
+        )
+        legs.append(leg.replace("</body></body>", pad.format(n=n, part="foot") + "</body></body>"))
+    cover = '<body name="cover" pos="0 0 .1"><geom type="box" size=".1 .1 .02" mass="1"/></body>'
+    motors = "".join(f'<motor joint="{n}_{j}"/>' for n in like for j in ("hip", "knee"))
+    padded = Embodiment.from_mjcf(CART.format(limbs="".join(legs) + cover, motors=motors))
+    assert len(padded.bodies) == len(walker.bodies) + 9
+    assert len(padded.end_effectors) == 4 and morphology_features(padded)["limb_balance"] == 1.0
+    assert {k: morphology_features(padded)[k] for k in STRUCTURE} == {
         k: morphology_features(walker)[k] for k in STRUCTURE
     }
 

@@ -129,6 +129,11 @@ def test_split_by_name_keeps_a_robot_on_its_side_however_its_description_changes
     assert sorted(sum(by_name, [])) == list(range(17))
     with pytest.raises(ValueError, match="name"):
         data.split(0.5, by="model")
+    nameless = Embodiment.from_dict({**ARM6.to_dict(), "name": ""})
+    unnamed = TransferDataset.from_outcomes([(nameless, QUAD, "reach", 1, 2)])
+    with pytest.raises(ValueError, match="no name"):
+        unnamed.split(0.5, by="name")
+    assert sorted(sum(unnamed.split(0.5), [])) == [0, 1]  # by fingerprint, names do not matter
 
 
 def test_spearman_handles_ties_and_constants():
