@@ -92,7 +92,7 @@ class Activations:
         for standing in standings:
             if standing.counts:
                 sites |= standing.sites
-            elif not standing.why.startswith("below"):  # type: ignore[union-attr]
+            else:
                 notes.append(f"certificate {standing.cert_id[:12]}… {standing.why}")
         if len(sites) < policy.min_validators:
             reasons.append(

@@ -58,7 +58,8 @@ def urdf_reader_options(
         if used
     ]
     if given and not urdf_given:
-        raise click.UsageError(f"{', '.join(given)} apply to a URDF file: give one with --urdf")
+        verb = "applies" if len(given) == 1 else "apply"
+        raise click.UsageError(f"{', '.join(given)} {verb} to a URDF file: give one with --urdf")
     return {
         "floating_base": floating_base,
         "package_path": list(package_paths) or None,

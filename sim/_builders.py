@@ -156,8 +156,10 @@ def stand_task(
     position servo of gain `servo_gain` on each of `joints`. `posture` (joint name -> position; a
     free joint takes its 7 qpos values) adds a start keyframe with position servos aimed at it; or
     `keyframe` names one the scene has. `floating_base=True` gives a base welded to the world (a
-    URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free"; a scene with no ground
-    plane gets one at z = 0. `package_path` and `balance_inertia`: as for `reach_task`.
+    URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free" and raises the base so
+    that the robot, in `posture`, rests on z = 0 (a URDF puts its root at the origin, its legs
+    below), unless `posture` places that free joint itself; a scene with no ground plane gets one
+    at z = 0. `package_path` and `balance_inertia`: as for `reach_task`.
     """
     spec, source = load_scene(scene, package_path, balance_inertia)
     model = compile_scene(spec, source)
@@ -171,6 +173,9 @@ def stand_task(
         spec.body(base_body).add_freejoint(name=f"{base_body}_free")
         model = compile_scene(spec, source)
         free = [int(model.joint(f"{base_body}_free").id)]
+        if keyframe is None and f"{base_body}_free" not in (posture or {}):
+            _rest_on_floor(spec, model, base_body, posture or {})
+            model = compile_scene(spec, source)
     if not free:
         hint = (
             ": pass floating_base=True (MuJoCo welds a URDF's root to the world)"
@@ -275,7 +280,8 @@ def _hint(model: mujoco.MjModel, kind: str, name: object) -> str:
     close = difflib.get_close_matches(str(name), names, n=3)
     if close:
         return f" (did you mean {', '.join(close)}?)"
-    return f"; its {kind}s are {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
+    plural = "bodies" if kind == "body" else f"{kind}s"
+    return f"; its {plural} are {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
 
 
 def _end_effector(
@@ -367,6 +373,29 @@ def _add_servos(spec: Any, model: mujoco.MjModel, joints: list[str], gain: float
             act.ctrlrange = model.jnt_range[j.id].tolist()
     if spec.option.integrator == mujoco.mjtIntegrator.mjINT_EULER:
         spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+
+
+def _rest_on_floor(spec: Any, model: mujoco.MjModel, base_body: str, pose: Posture) -> None:
+    """Raise `base_body` (just given a free joint) so that the lowest corner of any collision
+    geom's box, with the hinges and slides of `pose` set, lies at z = 0."""
+    data = mujoco.MjData(model)
+    for joint, value in pose.items():
+        j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, joint)
+        hinge_or_slide = j >= 0 and int(model.jnt_type[j]) in _MOVING
+        if hinge_or_slide and isinstance(value, int | float) and np.isfinite(value):
+            data.qpos[int(model.jnt_qposadr[j])] = value  # others are checked with the keyframe
+    mujoco.mj_kinematics(model, data)
+    corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
+    lowest = np.inf
+    for g in range(model.ngeom):
+        if model.geom_bodyid[g] == 0 or not (model.geom_contype[g] or model.geom_conaffinity[g]):
+            continue
+        box = model.geom_aabb[g, :3] + corners * model.geom_aabb[g, 3:]  # in the geom's frame
+        z = data.geom_xpos[g, 2] + box @ data.geom_xmat[g].reshape(3, 3)[2]
+        lowest = min(lowest, float(z.min()))
+    if np.isfinite(lowest):
+        body = spec.body(base_body)
+        body.pos = [body.pos[0], body.pos[1], body.pos[2] - lowest]
 
 
 def _start_keyframe(

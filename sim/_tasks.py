@@ -24,7 +24,7 @@ from mujoco import batch as mjbatch
 
 from knowledge import content_hash, sha256_hex
 
-from ._assets import bundle, checked_bytes, declared, included_files, read_file
+from ._assets import bundle, check_name, checked_bytes, declared, included_files, read_file
 from ._errors import TaskDefinitionError, TemplateError
 from ._mlp import EntryPointRef
 from ._numbers import is_number
@@ -221,6 +221,22 @@ class Task:
 
     def to_json(self) -> dict:
         return copy.deepcopy(self._data)
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write the definition as `<name>.json` into `directory` and each asset beside it under its
+        name, as `from_files` (and `simnet evaluate --task FILE`) reads them back: the same task,
+        hash and all. Returns the definition's path."""
+        file = check_name(f"{self.name}.json", "name")
+        if "/" in file:
+            raise TaskDefinitionError("name", f"{self.name!r} cannot name a file: it has a '/'")
+        folder = Path(directory)
+        for name, data in self._assets.items():  # names are checked portable relative paths
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / file
+        path.write_text(json.dumps(self._data, indent=1, sort_keys=True))
+        return path
 
     @property
     def assets(self) -> Mapping[str, bytes]:

@@ -80,6 +80,15 @@ def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
     return Sampler.from_json({**data, "seed": seed})
 
 
+SAMPLER = click.option(
+    "--sampler",
+    "sampler_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A sampler spec file: the randomization (default: the task's shipped one, if any).",
+)
+
+
 @click.command("evaluate")
 @click.argument("skill")
 @click.option(
@@ -107,13 +116,7 @@ def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
     help="Branches per batch (default: up to 64).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option(
-    "--sampler",
-    "sampler_file",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="A sampler spec file (default: the task's shipped randomization).",
-)
+@SAMPLER
 @click.option(
     "--sprt",
     nargs=2,
@@ -316,6 +319,7 @@ def publish_command(
 @click.option("--branches", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@SAMPLER
 @click.option(
     "--probe-budget",
     type=click.IntRange(min=0),
@@ -332,6 +336,7 @@ def certify_command(
     branches: int,
     seed: int,
     workers: int,
+    sampler_file: str | None,
     probe_budget: int,
     as_json: bool,
 ) -> None:
@@ -349,12 +354,13 @@ def certify_command(
             load_policy(kb, skill_id),
             branches=branches,
             workers=workers,
-            sampler=_sampler(None, task, seed),
+            sampler=_sampler(sampler_file, task, seed),
         )
         found = None
         if probe_budget:
             policy = load_policy(kb, skill_id)
-            found = probe(task, policy, sampler=_sampler(None, task, seed), budget=probe_budget)
+            sampler = _sampler(sampler_file, task, seed)
+            found = probe(task, policy, sampler=sampler, budget=probe_budget)
         cert = certify(kb, skill_id, result, probe=found)
         active = kb.is_active(skill_id)
     if as_json:

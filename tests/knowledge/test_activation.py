@@ -111,3 +111,23 @@ def test_activation_follows_the_policy(policy, certs, revoked, validate_roles):
             here.ingest(writer.envelopes_since({}, limit=100))
             writer.close()
         assert here.is_active(skill.id) == expected_active(policy, certs, revoked, validate_roles)
+
+
+def test_an_inactive_skill_says_which_threshold_its_certificates_miss():
+    """A validator the site trusts certified 16 branches where the policy asks 64: the reason
+    names the branches, not only "0 of 1 validator sites"."""
+    validator = VALIDATOR_SITES[0]
+    policy = ActivationPolicy(min_branches=64, min_validators=1, rerunnable_only=False)
+    trust = TrustPolicy(activation=policy).with_root(validator.public_key, [Role.VALIDATE])
+    trust = TrustPolicy(trust.with_root(PUBLISHER.public_key).roots, policy)
+    with (
+        knowledge.open(":memory:", PUBLISHER, policy=trust) as publisher,
+        knowledge.open(":memory:", validator, policy=trust) as checker,
+    ):
+        skill = publisher.skills.publish("s", "t")
+        checker.ingest(publisher.envelopes_since({}))
+        checker.certificates.add(skill.id, branches=16, successes=16)
+        publisher.ingest(checker.envelopes_since({}))
+        reasons = publisher.activation(skill.id).reasons
+    assert reasons[0] == "0 of 1 required validator sites certify it"
+    assert len(reasons) == 2 and reasons[1].endswith("below the policy: 16 of 64 branches")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import posixpath
 import shutil
 
@@ -119,13 +120,17 @@ def test_an_absolute_meshdir_becomes_portable_names_and_the_same_task(tmp_path, 
     assert absolute.hash == relative.hash  # same files, same scene: one task, wherever it was made
 
 
-def test_a_saved_definition_reads_its_named_files_back_from_a_directory(tmp_path, robot_dir):
+def test_a_saved_task_reads_its_named_files_back_from_a_directory(tmp_path, robot_dir):
     task = reach(robot_dir)
     shelf = tmp_path / "shelf"
-    for name, data in task.assets.items():  # the files under their names, as a site exports them
-        (shelf / name).parent.mkdir(parents=True, exist_ok=True)
-        (shelf / name).write_bytes(data)
-    assert sim.Task.from_files(task.to_json(), shelf).hash == task.hash
+    path = task.save(shelf)  # the definition, and its files under their names beside it
+    assert path == shelf / f"{task.name}.json"
+    assert sorted(str(f.relative_to(shelf)) for f in shelf.rglob("*") if f.is_file()) == sorted(
+        [*task.assets, path.name]
+    )
+    assert sim.Task.from_files(json.loads(path.read_text()), shelf).hash == task.hash
+    with pytest.raises(sim.TaskDefinitionError, match="name"):
+        task.replace(name="a/b").save(tmp_path / "elsewhere")
     (shelf / "meshes" / "fore.obj").write_text("v 0 0 0\n")
     with pytest.raises(sim.TaskDefinitionError, match=r"assets\['meshes/fore.obj'\].*hash"):
         sim.Task.from_files(task.to_json(), shelf)

@@ -268,3 +268,31 @@ def test_bad_names_and_values_are_task_definition_errors_naming_them(build, fiel
     with pytest.raises(TaskDefinitionError, match=message) as caught:
         build()
     assert caught.value.field == field
+
+
+def test_a_urdf_quadruped_given_a_free_joint_starts_on_the_floor_not_in_it():
+    """A URDF puts its root at the origin, the legs below: the task raises the base so the feet,
+    in the posture asked for, rest on the floor, and holding the posture stands."""
+    legs = {
+        **{f"{leg}_hip": 0.3 for leg in ("fl", "fr", "hl", "hr")},
+        **{f"{leg}_knee": -0.6 for leg in ("fl", "fr", "hl", "hr")},
+    }
+    task = stand_task(
+        f"{ROBOTS}/quadruped12.urdf",
+        base_body="trunk",
+        height=0.25,
+        floating_base=True,
+        posture=legs,
+        horizon=50,
+    )
+    model = task.template.model
+    key = model.key(task.definition["keyframe"])
+    data = mujoco.MjData(model)
+    data.qpos[:] = key.qpos
+    mujoco.mj_kinematics(model, data)
+    feet = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0 and model.geom_contype[g]]
+    lowest = min(data.geom_xpos[g, 2] - model.geom_rbound[g] for g in feet)
+    assert 0.3 < key.qpos[2] < 0.6 and lowest > -0.05  # on the floor, not 0.4 m into it
+    hold = key.ctrl.copy()
+    stood = sim.evaluate(task, lambda o: np.tile(hold, (len(o), 1)), branches=8, progress=False)
+    assert stood.successes == 8, [o.reason for o in stood.outcomes]

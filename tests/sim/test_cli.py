@@ -65,6 +65,31 @@ def test_evaluate_with_sprt_and_json(tmp_path):
     assert record["sequential"]["decision"] == "accept" and len(record["outcomes"]["branch"]) < 64
 
 
+def test_certify_takes_the_validators_sampler(tmp_path):
+    """A validator chooses the randomization: `certify --sampler` records what its file randomizes
+    (a task file has no shipped sampler, so without one only the start state is randomized), and
+    the certificate verifies by re-running with it."""
+    home = tmp_path / "site"
+    sampler = tmp_path / "gains.json"
+    terms = [{"target": "actuator@joint/*/gain", "op": "scale", "dist": "uniform", "low": 0.8}]
+    sampler.write_text(json.dumps({"terms": [{**terms[0], "high": 1.2}]}))
+
+    def simnet(*args):
+        return CliRunner().invoke(main, ["--home", str(home), *args])
+
+    assert simnet("init", "--name", "site").exit_code == 0
+    assert simnet("publish", "arm_reach_good", "--name", "good", "--task", "reach").exit_code == 0
+    args = ("certify", "good", "--task", "arm_reach", "--branches", "8", "--json")
+    certified = simnet(*args, "--sampler", str(sampler))
+    assert certified.exit_code == 0, certified.output
+    record = json.loads(certified.output)
+    assert record["randomized"] == ["gain", "initial_state", "pose"]
+    shipped = json.loads(simnet(*args).output)  # the task's shipped sampler: damping too
+    assert "damping" in shipped["randomized"]
+    verified = simnet("verify", record["certificate"], "--json")
+    assert verified.exit_code == 0 and json.loads(verified.output)["verdict"] == "valid"
+
+
 def test_unknown_names_are_usage_errors():
     result = CliRunner().invoke(evaluate_command, ["backflip", "--task", "arm_reach"])
     assert result.exit_code == 2 and "neither a shipped skill" in result.output
@@ -291,4 +316,4 @@ def test_publish_for_a_urdf_body_with_the_urdf_readers_options(tmp_path):
     misplaced = simnet(
         "publish", "arm_reach_good", "--name", "x", "--task", "reach", "--fixed-base"
     )
-    assert misplaced.exit_code == 2 and "apply to a URDF file" in misplaced.output
+    assert misplaced.exit_code == 2 and "applies to a URDF file" in misplaced.output
