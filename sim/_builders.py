@@ -376,8 +376,8 @@ def _add_servos(spec: Any, model: mujoco.MjModel, joints: list[str], gain: float
 
 
 def _rest_on_floor(spec: Any, model: mujoco.MjModel, base_body: str, pose: Posture) -> None:
-    """Raise `base_body` (just given a free joint) so that the lowest corner of any collision
-    geom's box, with the hinges and slides of `pose` set, lies at z = 0."""
+    """Move `base_body` (just given a free joint) up or down so that the lowest corner of any
+    collision geom's box, with the hinges and slides of `pose` set, lies at z = 0."""
     data = mujoco.MjData(model)
     for joint, value in pose.items():
         j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, joint)
