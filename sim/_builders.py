@@ -422,6 +422,11 @@ def _start_keyframe(
         size = {_FREE: 7, int(mujoco.mjtJoint.mjJNT_BALL): 4}.get(int(model.jnt_type[j]), 1)
         if values.shape != (size,) or not np.isfinite(values).all():
             raise TaskDefinitionError(f"{field}[{joint!r}]", f"needs {size} finite number(s)")
+        low, high = model.jnt_range[j]
+        if size == 1 and model.jnt_limited[j] and not low <= values[0] <= high:
+            raise TaskDefinitionError(
+                f"{field}[{joint!r}]", f"{values[0]} is outside the joint's range [{low}, {high}]"
+            )
         qpos[adr : adr + size] = values
     ctrl = np.zeros(model.nu)
     for a in range(model.nu):  # position servos aim at the pose; other actuators start at zero

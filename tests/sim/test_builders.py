@@ -187,7 +187,7 @@ def test_a_urdf_quadruped_held_in_its_posture_stands():
                 0,
             ],  # the free joint the task adds: x y z, quaternion
             **{f"{leg}_hip": 0.3 for leg in ("fl", "fr", "hl", "hr")},
-            **{f"{leg}_knee": -0.6 for leg in ("fl", "fr", "hl", "hr")},
+            **{f"{leg}_knee": -1.0 for leg in ("fl", "fr", "hl", "hr")},
         },
         horizon=50,
     )
@@ -224,6 +224,11 @@ def test_a_urdf_quadruped_held_in_its_posture_stands():
             lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="ee", home={"elbow": 1.0}),
             "home['elbow']",
             "no joint named 'elbow'",
+        ),
+        (
+            lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="ee", home={"j4": 0.5}),
+            "home['j4']",
+            "0.5 is outside the joint's range",  # -176 to -4 degrees
         ),
         (
             lambda: reach_task(
@@ -275,7 +280,7 @@ def test_a_urdf_quadruped_given_a_free_joint_starts_on_the_floor_not_in_it():
     in the posture asked for, rest on the floor, and holding the posture stands."""
     legs = {
         **{f"{leg}_hip": 0.3 for leg in ("fl", "fr", "hl", "hr")},
-        **{f"{leg}_knee": -0.6 for leg in ("fl", "fr", "hl", "hr")},
+        **{f"{leg}_knee": -1.0 for leg in ("fl", "fr", "hl", "hr")},
     }
     task = stand_task(
         f"{ROBOTS}/quadruped12.urdf",
