@@ -9,7 +9,9 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
 - class_first: for every loaded body of a labelled class (not "other"), is the nearest other body
   (by each encoder's distance, over every loaded body, leaving out the query's own family: one
   robot's variants) of its class? The skill index is exact (flat) at this size, so this is what
-  `kb.skills.query` ranks. "transfer-attention" is the learned encoder's own distance;
+  `kb.skills.query` ranks. "transfer-attention" is the learned encoder's own distance; "in
+  distribution" the same for the query bodies it calls in its distribution only (where it claims
+  to hold; the others' vectors are pushed beyond every known body, so they meet each other);
   "as queried" is what a query with it ranks by: the feature encoder's distance for a query body
   out of the learned encoder's distribution, its own otherwise.
 - class_first_misses: the bodies that the feature encoder, and "as queried", put first beside a
@@ -352,9 +354,14 @@ def main() -> None:
     out = scores > 1.0 if scores is not None else np.zeros(len(bodies), bool)
     as_queried = nearest_others(bodies, vectors, features, out)
     by_features = nearest_others(bodies, features)
+    by_learned = nearest_others(bodies, vectors)
+    inside = {entry for entry, o in zip(bodies, out, strict=True) if not o}
     summary["class_first"] = {
         "morphology-features": class_first(by_features),
-        "transfer-attention": class_first(nearest_others(bodies, vectors)),
+        "transfer-attention": class_first(by_learned),
+        "transfer-attention in distribution": class_first(
+            [pair for pair in by_learned if pair[0] in inside]
+        ),
         "transfer-attention as queried": class_first(as_queried),
     }
     summary["class_first_misses"] = {
