@@ -34,6 +34,13 @@ END_EFFECTOR = "reach_ee"  # the site added when the end effector is a body
 CONTROL_PERIOD_S = 0.04  # default control step: 25 Hz
 _MOVING = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 _FREE = int(mujoco.mjtJoint.mjJNT_FREE)
+_HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
+_QPOS_SIZE = {
+    _FREE: 7,
+    int(mujoco.mjtJoint.mjJNT_BALL): 4,
+    _HINGE: 1,
+    int(mujoco.mjtJoint.mjJNT_SLIDE): 1,
+}
 
 
 def reach_task(
@@ -156,10 +163,11 @@ def stand_task(
     position servo of gain `servo_gain` on each of `joints`. `posture` (joint name -> position; a
     free joint takes its 7 qpos values) adds a start keyframe with position servos aimed at it; or
     `keyframe` names one the scene has. `floating_base=True` gives a base welded to the world (a
-    URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free" and raises the base so
-    that the robot, in `posture`, rests on z = 0 (a URDF puts its root at the origin, its legs
-    below), unless `posture` places that free joint itself; a scene with no ground plane gets one
-    at z = 0. `package_path` and `balance_inertia`: as for `reach_task`.
+    URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free" and places the base so
+    that the lowest point of the robot's collision geoms, in `posture`, is at z = 0 (a URDF puts
+    its root at the origin, its legs below), unless `posture` places that free joint itself or a
+    `keyframe` is given; a scene with no ground plane gets one at z = 0. `package_path` and
+    `balance_inertia`: as for `reach_task`.
     """
     spec, source = load_scene(scene, package_path, balance_inertia)
     model = compile_scene(spec, source)
@@ -376,19 +384,27 @@ def _add_servos(spec: Any, model: mujoco.MjModel, joints: list[str], gain: float
 
 
 def _rest_on_floor(spec: Any, model: mujoco.MjModel, base_body: str, pose: Posture) -> None:
-    """Move `base_body` (just given a free joint) up or down so that the lowest corner of any
-    collision geom's box, with the hinges and slides of `pose` set, lies at z = 0."""
+    """Move `base_body` (just given a free joint) up or down so that the lowest corner of any of
+    its collision geoms' boxes (its own and those of the bodies below it: not a prop's or a static
+    terrain's), with `pose` set, lies at z = 0."""
     data = mujoco.MjData(model)
     for joint, value in pose.items():
         j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, joint)
-        hinge_or_slide = j >= 0 and int(model.jnt_type[j]) in _MOVING
-        if hinge_or_slide and isinstance(value, int | float) and np.isfinite(value):
-            data.qpos[int(model.jnt_qposadr[j])] = value  # others are checked with the keyframe
+        size = _QPOS_SIZE.get(int(model.jnt_type[j]), 0) if j >= 0 else 0
+        try:
+            values = np.atleast_1d(np.asarray(value, dtype=np.float64))
+        except (TypeError, ValueError):
+            continue  # the keyframe refuses it, naming the joint
+        if size and values.shape == (size,) and np.isfinite(values).all():
+            adr = int(model.jnt_qposadr[j])
+            data.qpos[adr : adr + size] = values
     mujoco.mj_kinematics(model, data)
+    base = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, base_body)
     corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
     lowest = np.inf
     for g in range(model.ngeom):
-        if model.geom_bodyid[g] == 0 or not (model.geom_contype[g] or model.geom_conaffinity[g]):
+        collides = model.geom_contype[g] or model.geom_conaffinity[g]
+        if not collides or model.body_rootid[model.geom_bodyid[g]] != base:
             continue
         box = model.geom_aabb[g, :3] + corners * model.geom_aabb[g, 3:]  # in the geom's frame
         z = data.geom_xpos[g, 2] + box @ data.geom_xmat[g].reshape(3, 3)[2]
@@ -419,13 +435,15 @@ def _start_keyframe(
         j = _named(model, "joint", joint, f"{field}[{joint!r}]", "the scene")
         adr = int(model.jnt_qposadr[j])
         values = np.atleast_1d(np.asarray(value, dtype=np.float64))
-        size = {_FREE: 7, int(mujoco.mjtJoint.mjJNT_BALL): 4}.get(int(model.jnt_type[j]), 1)
+        size = _QPOS_SIZE[int(model.jnt_type[j])]
         if values.shape != (size,) or not np.isfinite(values).all():
             raise TaskDefinitionError(f"{field}[{joint!r}]", f"needs {size} finite number(s)")
         low, high = model.jnt_range[j]
         if size == 1 and model.jnt_limited[j] and not low <= values[0] <= high:
+            unit = "rad" if int(model.jnt_type[j]) == _HINGE else "m"
             raise TaskDefinitionError(
-                f"{field}[{joint!r}]", f"{values[0]} is outside the joint's range [{low}, {high}]"
+                f"{field}[{joint!r}]",
+                f"{values[0]:g} {unit} is outside the joint's range [{low:.4g}, {high:.4g}] {unit}",
             )
         qpos[adr : adr + size] = values
     ctrl = np.zeros(model.nu)

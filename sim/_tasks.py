@@ -24,7 +24,7 @@ from mujoco import batch as mjbatch
 
 from knowledge import content_hash, sha256_hex
 
-from ._assets import bundle, check_name, checked_bytes, declared, included_files, read_file
+from ._assets import bundle, checked_bytes, declared, included_files, read_file
 from ._errors import TaskDefinitionError, TemplateError
 from ._mlp import EntryPointRef
 from ._numbers import is_number
@@ -225,18 +225,22 @@ class Task:
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the definition as `<name>.json` into `directory` and each asset beside it under its
         name, as `from_files` (and `simnet evaluate --task FILE`) reads them back: the same task,
-        hash and all. Returns the definition's path."""
-        file = check_name(f"{self.name}.json", "name")
-        if "/" in file:
-            raise TaskDefinitionError("name", f"{self.name!r} cannot name a file: it has a '/'")
+        hash and all. Returns the definition's path. A file already there with other bytes (another
+        task's mesh of the same name) is not overwritten: FileExistsError, nothing written."""
+        file = f"{self.name}.json"
+        if file in (".json", "..json") or any(c in self.name for c in "/\\:\0"):
+            raise TaskDefinitionError("name", f"{self.name!r} cannot name a file ('/', '\\', ':')")
+        if file in self._assets:
+            raise TaskDefinitionError("name", f"an asset is named {file!r} too")
         folder = Path(directory)
-        for name, data in self._assets.items():  # names are checked portable relative paths
+        files = {**self._assets, file: json.dumps(self._data, indent=1, sort_keys=True).encode()}
+        for name, data in files.items():  # asset names are checked portable relative paths
+            if (folder / name).is_file() and (folder / name).read_bytes() != data:
+                raise FileExistsError(f"{folder / name} holds other bytes: save elsewhere")
+        for name, data in files.items():
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_bytes(data)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / file
-        path.write_text(json.dumps(self._data, indent=1, sort_keys=True))
-        return path
+        return folder / file
 
     @property
     def assets(self) -> Mapping[str, bytes]:

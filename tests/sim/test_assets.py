@@ -120,17 +120,23 @@ def test_an_absolute_meshdir_becomes_portable_names_and_the_same_task(tmp_path, 
     assert absolute.hash == relative.hash  # same files, same scene: one task, wherever it was made
 
 
-def test_a_saved_task_reads_its_named_files_back_from_a_directory(tmp_path, robot_dir):
+def test_a_saved_task_reads_its_named_files_back_from_a_directory(tmp_path, robot_dir, mesh_robot):
     task = reach(robot_dir)
     shelf = tmp_path / "shelf"
     path = task.save(shelf)  # the definition, and its files under their names beside it
-    assert path == shelf / f"{task.name}.json"
+    assert path == shelf / f"{task.name}.json" and task.save(shelf) == path  # again: no change
     assert sorted(str(f.relative_to(shelf)) for f in shelf.rglob("*") if f.is_file()) == sorted(
         [*task.assets, path.name]
     )
     assert sim.Task.from_files(json.loads(path.read_text()), shelf).hash == task.hash
-    with pytest.raises(sim.TaskDefinitionError, match="name"):
+    with pytest.raises(sim.TaskDefinitionError, match="cannot name a file"):
         task.replace(name="a/b").save(tmp_path / "elsewhere")
+    # another arm whose forearm mesh has the same name and other bytes: refused, nothing written
+    longer = reach(mesh_robot(tmp_path / "longer", fore_length=0.25).parent).replace(name="long")
+    with pytest.raises(FileExistsError, match="fore.obj"):
+        longer.save(shelf)
+    assert not (shelf / "long.json").exists()
+    assert sim.Task.from_files(json.loads(path.read_text()), shelf).hash == task.hash
     (shelf / "meshes" / "fore.obj").write_text("v 0 0 0\n")
     with pytest.raises(sim.TaskDefinitionError, match=r"assets\['meshes/fore.obj'\].*hash"):
         sim.Task.from_files(task.to_json(), shelf)

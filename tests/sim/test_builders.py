@@ -228,7 +228,7 @@ def test_a_urdf_quadruped_held_in_its_posture_stands():
         (
             lambda: reach_task(f"{ROBOTS}/arm7.xml", end_effector="ee", home={"j4": 0.5}),
             "home['j4']",
-            "0.5 is outside the joint's range",  # -176 to -4 degrees
+            r"0.5 rad is outside the joint's range \[-3.072, -0.06981\] rad",  # -176 to -4 degrees
         ),
         (
             lambda: reach_task(
@@ -301,3 +301,43 @@ def test_a_urdf_quadruped_given_a_free_joint_starts_on_the_floor_not_in_it():
     hold = key.ctrl.copy()
     stood = sim.evaluate(task, lambda o: np.tile(hold, (len(o), 1)), branches=8, progress=False)
     assert stood.successes == 8, [o.reason for o in stood.outcomes]
+
+
+WELDED_WALKER = """<mujoco><worldbody>{terrain}
+  <body name="trunk" pos="0 0 0"><geom type="box" size=".2 .1 .05" mass="5"/>{legs}</body>
+</worldbody></mujoco>"""
+WELDED_LEG = """<body name="{n}" pos="{x} {y} 0"><joint name="{n}_hip" axis="0 1 0" range="-60 60"/>
+  <geom type="capsule" fromto="0 0 0 0 0 -.2" size=".02" mass=".5"/></body>"""
+
+
+def test_resting_on_the_floor_counts_the_robot_only_and_reads_any_number_type():
+    """Only the robot's own geoms place it (not a static terrain block reaching below the floor),
+    and a posture of numpy numbers places it as Python floats do."""
+    legs = "".join(
+        WELDED_LEG.format(n=n, x=x, y=y)
+        for n, x, y in (
+            ("fl", 0.15, 0.1),
+            ("fr", 0.15, -0.1),
+            ("hl", -0.15, 0.1),
+            ("hr", -0.15, -0.1),
+        )
+    )
+    terrain = '<body name="block" pos="1 0 -.5"><geom type="box" size=".3 .3 .5"/></body>'
+
+    def trunk_height(scene: str, angle) -> float:
+        task = stand_task(
+            scene,
+            base_body="trunk",
+            height=0.1,
+            floating_base=True,
+            posture={f"{n}_hip": angle for n in ("fl", "fr", "hl", "hr")},
+        )
+        return float(task.template.model.key(task.definition["keyframe"]).qpos[2])
+
+    plain = trunk_height(WELDED_WALKER.format(terrain="", legs=legs), 0.5)
+    assert plain == pytest.approx(0.02 + 0.2 * np.cos(0.5), abs=0.03)  # legs tilted, on the floor
+    assert trunk_height(WELDED_WALKER.format(terrain=terrain, legs=legs), 0.5) == plain
+    for number in (np.float32(0.5), np.array(0.5), [0.5]):
+        assert trunk_height(WELDED_WALKER.format(terrain="", legs=legs), number) == pytest.approx(
+            plain, abs=1e-6
+        )
