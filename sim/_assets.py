@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import mujoco
+import numpy as np
 
 from knowledge import (
     BlobError,
@@ -182,6 +183,61 @@ def bundle(
     files = {name: path.read_bytes() for path, name in names.items()}
     spec.assets = files  # what the spec compiles from from now on
     return files
+
+
+def drop_visual_meshes(spec: Any) -> None:
+    """Delete the meshes that only visual geoms use, those geoms, and their files from
+    `spec.assets`: a task is physics, nothing renders it, and a vendor arm's visual OBJ files made
+    its task 31 MB where its collision meshes are 0.4 MB. Visual is what MuJoCo's own
+    `discardvisual` drops; a body whose inertia such a geom sets keeps its meshes (MuJoCo computes
+    inertias before discarding), so the compiled inertias are checked to be the same."""
+    if not spec.meshes:
+        return
+    probe = spec.copy()
+    probe.compiler.discardvisual = True
+    try:
+        whole, kept = spec.compile(), probe.compile()
+    except ValueError:
+        return  # the task's own compile says what is wrong, naming the scene
+    visual = {mesh.name for mesh in spec.meshes} - {kept.mesh(i).name for i in range(kept.nmesh)}
+    for _ in range(2):  # the second pass confirms that the first one's choice changes nothing
+        trial = spec.copy()
+        _delete_meshes(trial, visual)
+        changed = _inertia_changed(whole, trial.compile())
+        if not changed:
+            break
+        visual -= {g.meshname for g in spec.geoms if g.parent.name in changed}
+    else:
+        return
+    if visual:
+        files = {mesh.name: mesh.file for mesh in spec.meshes}
+        _delete_meshes(spec, visual)
+        needed = {mesh.file for mesh in spec.meshes}
+        for name in {files[m] for m in visual} - needed:
+            del spec.assets[name]  # assigning a dict to `spec.assets` adds to it
+
+
+def _delete_meshes(spec: Any, names: set[str]) -> None:
+    for geom in list(spec.geoms):
+        if geom.meshname in names:
+            spec.delete(geom)
+    for mesh in list(spec.meshes):
+        if mesh.name in names:
+            spec.delete(mesh)
+
+
+def _inertia_changed(before: mujoco.MjModel, after: mujoco.MjModel) -> set[str]:
+    """Names of the bodies whose mass, inertia or its frame differ between two compiles of one
+    tree (an unnamed one makes every body count as changed)."""
+    arrays = ("body_mass", "body_inertia", "body_ipos", "body_iquat")
+    differ = np.zeros(before.nbody, bool)
+    for name in arrays:
+        a, b = getattr(before, name), getattr(after, name)
+        differ |= ~np.isclose(a, b, rtol=1e-9, atol=1e-12).reshape(before.nbody, -1).all(1)
+    names = [before.body(i).name for i in np.flatnonzero(differ)]
+    if "" in names:
+        return {before.body(i).name for i in range(before.nbody)}
+    return set(names)
 
 
 def fetch_assets(kb: KnowledgeBase, definition: Mapping[str, Any]) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from knowledge import sha256_hex
 
-from ._assets import bundle
+from ._assets import bundle, drop_visual_meshes
 from ._errors import TaskDefinitionError
 from ._tasks import Task
 
@@ -82,7 +82,9 @@ def compile_scene(spec: Any, source: str) -> mujoco.MjModel:
 
 
 def scene_task(spec: Any, source: str, definition: dict[str, Any]) -> Task:
-    """The task of `definition` on the scene `spec` holds, carrying the files it loads."""
+    """The task of `definition` on the scene `spec` holds, carrying the files its physics loads
+    (`drop_visual_meshes`)."""
+    drop_visual_meshes(spec)
     compile_scene(spec, source)
     files = dict(spec.assets)
     definition["scene"] = str(spec.to_xml())

@@ -24,7 +24,14 @@ from mujoco import batch as mjbatch
 
 from knowledge import content_hash, sha256_hex
 
-from ._assets import bundle, checked_bytes, declared, included_files, read_file
+from ._assets import (
+    bundle,
+    checked_bytes,
+    declared,
+    drop_visual_meshes,
+    included_files,
+    read_file,
+)
 from ._errors import TaskDefinitionError, TemplateError
 from ._mlp import EntryPointRef
 from ._numbers import is_number
@@ -195,7 +202,8 @@ class Task:
         (and `<include>`s) resolve against `directory`, `package://` URIs against `package_path`,
         ROS_PACKAGE_PATH and `directory`'s folders (`knowledge.resolve_package_uri`). The scene is
         rewritten by MuJoCo's own writer with included files inlined and each file renamed to a
-        portable name (`sim._assets.bundle`); a scene that loads nothing is kept as it is. A
+        portable name (`sim._assets.bundle`), and meshes only visual geoms use dropped with those
+        geoms (`drop_visual_meshes`); a scene that loads nothing is kept as it is. A
         definition that names its assets already has them read from `directory`/<name>."""
         data = dict(definition)
         if "assets" in data:
@@ -208,7 +216,9 @@ class Task:
             spec = mujoco.MjSpec.from_string(scene, include=included or None)
         except ValueError as exc:
             raise TaskDefinitionError("scene", f"MuJoCo cannot read it: {exc}") from exc
-        files = bundle(spec, directory, package_path)
+        bundle(spec, directory, package_path)
+        drop_visual_meshes(spec)
+        files = dict(spec.assets)
         if not files and not included:
             return cls(data)
         try:

@@ -120,6 +120,42 @@ def test_an_absolute_meshdir_becomes_portable_names_and_the_same_task(tmp_path, 
     assert absolute.hash == relative.hash  # same files, same scene: one task, wherever it was made
 
 
+def test_meshes_only_visual_geoms_use_do_not_travel_and_the_physics_is_the_same(robot_dir):
+    """A vendor model draws each link with a visual mesh beside its collision geometry: the task
+    drops the meshes MuJoCo's own discardvisual drops (29.8 MB of a UR5e's 31.4), but keeps one
+    a visual geom weighs with (MuJoCo computes inertias first), so the physics is the same."""
+    arm = (robot_dir / "arm.xml").read_text()
+    shell = '<geom type="mesh" mesh="shell" contype="0" conaffinity="0" group="1" mass="0"/>'
+    cover = '<geom type="mesh" mesh="cover" contype="0" conaffinity="0" group="1" density="900"/>'
+    arm = arm.replace(
+        '<geom type="mesh" mesh="upper" density="500"/>',
+        f'<geom type="mesh" mesh="upper" density="500"/>{shell}',
+    )
+    arm = arm.replace(
+        '<geom type="mesh" mesh="fore" density="500"/>',
+        f'<geom type="mesh" mesh="fore" density="500"/>{cover}',
+    )
+    (robot_dir / "arm.xml").write_text(arm)
+    meshes = robot_dir / "meshes"
+    (meshes / "shell.obj").write_text((meshes / "fore.obj").read_text())
+    (meshes / "cover.obj").write_text((meshes / "fore.obj").read_text() + "# the cover\n")
+    scene = (robot_dir / "scene.xml").read_text()
+    more = '<mesh name="shell" file="shell.obj"/><mesh name="cover" file="cover.obj"/>'
+    (robot_dir / "scene.xml").write_text(scene.replace("<asset>", f"<asset>{more}"))
+    whole = mujoco.MjModel.from_xml_path(str(robot_dir / "scene.xml"))
+    assert whole.nmesh == 4 and whole.ngeom == 5  # both compile in the file as written
+    task = reach(robot_dir)
+    assert "meshes/shell.obj" not in task.assets and "shell" not in task.definition["scene"]
+    assert {"meshes/fore.obj", "meshes/cover.obj"} <= set(task.assets)  # the cover weighs
+    model = task.template.model
+    for name in ("upper", "fore"):
+        a, b = whole.body(name), model.body(name)
+        assert np.allclose(a.mass, b.mass) and np.allclose(a.inertia, b.inertia)
+        assert np.allclose(a.ipos, b.ipos) and np.allclose(a.iquat, b.iquat)
+    again = sim.Task.from_files(_definition(robot_dir / "scene.xml"), robot_dir)
+    assert "meshes/shell.obj" not in again.assets  # a task written by hand drops it too
+
+
 def test_a_saved_task_reads_its_named_files_back_from_a_directory(tmp_path, robot_dir, mesh_robot):
     task = reach(robot_dir)
     shelf = tmp_path / "shelf"
@@ -209,11 +245,13 @@ def test_bytes_that_do_not_match_their_hash_are_refused(robot_dir, tmp_path):
     kb.close()
 
 
-def test_a_urdf_with_package_and_relative_meshes_carries_both(tmp_path, mesh_urdf, monkeypatch):
+def test_a_urdf_with_package_and_relative_meshes_reads_both(tmp_path, mesh_urdf, monkeypatch):
+    """Its visual mesh is found through `package://` (the task compiles it whole, as the file
+    says) and then left out: only the collision mesh travels."""
     urdf = mesh_urdf(tmp_path / "ws")
     monkeypatch.delenv("ROS_PACKAGE_PATH", raising=False)
     task = sim.reach_task(urdf, end_effector="tool", package_path=[tmp_path / "ws"])
-    assert sorted(task.definition["assets"]) == ["collision/link.stl", "visual/link.stl"]
+    assert sorted(task.definition["assets"]) == ["collision/link.stl"]
     assert "package://" not in task.definition["scene"]
     assert sim.reach_task(urdf, end_effector="tool").hash == task.hash  # the URDF's own package
     monkeypatch.setenv("ROS_PACKAGE_PATH", str(tmp_path / "ws" / "meshbot_description"))
