@@ -82,7 +82,7 @@ class Activations:
         if views.revocations(skill_id):
             reasons.append("revoked")
         sites: set[bytes] = set()
-        notes = []
+        failing: dict[str, list[str]] = {}  # each reason once, with the certificates it holds for
         standings = self.standings(views, policy, own_site, skill_id)
         suspended = suspension(
             views, policy, own_site, skill_id, [s.record for s in standings if s.counts]
@@ -90,15 +90,20 @@ class Activations:
         if suspended is not None:
             reasons.append(suspended)
         for standing in standings:
-            if standing.counts:
+            if standing.why is None:
                 sites |= standing.sites
             else:
-                notes.append(f"certificate {standing.cert_id[:12]}… {standing.why}")
+                failing.setdefault(standing.why, []).append(standing.cert_id[:12])
         if len(sites) < policy.min_validators:
             reasons.append(
                 f"{len(sites)} of {policy.min_validators} required validator sites certify it"
             )
-            reasons += notes
+            reasons += [
+                f"certificate {ids[0]}… {why}"
+                if len(ids) == 1
+                else f"{len(ids)} certificates ({ids[0]}…, …) {why}"
+                for why, ids in failing.items()
+            ]
         qualifying = tuple(sorted(s.hex() for s in sites))
         return Activation(skill_id, not reasons, tuple(reasons) or ("active",), qualifying)
 

@@ -129,5 +129,15 @@ def test_an_inactive_skill_says_which_threshold_its_certificates_miss():
         checker.certificates.add(skill.id, branches=16, successes=16)
         publisher.ingest(checker.envelopes_since({}))
         reasons = publisher.activation(skill.id).reasons
-    assert reasons[0] == "0 of 1 required validator sites certify it"
-    assert len(reasons) == 2 and reasons[1].endswith("below the policy: 16 of 64 branches")
+        assert reasons[0] == "0 of 1 required validator sites certify it"
+        assert len(reasons) == 2 and reasons[1].endswith("below the policy: 16 of 64 branches")
+        # more certificates short the same way make one reason, not one each
+        for successes in (15, 14):
+            checker.certificates.add(skill.id, branches=16, successes=successes)
+        checker.certificates.add(skill.id, branches=32, successes=32)
+        publisher.ingest(checker.envelopes_since(publisher.heads()))
+        reasons = publisher.activation(skill.id).reasons
+    assert len(reasons) == 3, reasons
+    sixteen, thirty_two = sorted(reasons[1:], key=lambda r: "32 of 64" in r)
+    assert sixteen.startswith("3 certificates (") and sixteen.endswith("16 of 64 branches")
+    assert thirty_two.startswith("certificate ") and thirty_two.endswith("32 of 64 branches")
