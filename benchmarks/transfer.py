@@ -121,8 +121,9 @@ def main() -> None:
             data.tasks,
         )
     shipped = LearnedEncoder().meta.get("trained_names")
+    seen = set(shipped or ())
     line["heldout_trained_by_shipped"] = (
-        None if shipped is None else sum(data.names[i] in set(shipped) for i in held)
+        None if shipped is None else sum(data.names[i] in seen for i in held)
     )
     scores = learned.ood_many(data.bodies[i] for i in held)
     line["heldout_ood"] = round(float((scores > 1.0).mean()), 4) if scores is not None else None

@@ -195,26 +195,27 @@ def drop_visual_meshes(spec: Any) -> None:
         return
     probe = spec.copy()
     probe.compiler.discardvisual = True
-    try:
-        whole, kept = spec.compile(), probe.compile()
+    try:  # its inertias are the whole scene's: MuJoCo computes them before discarding
+        kept = probe.compile()
     except ValueError:
         return  # the task's own compile says what is wrong, naming the scene
     visual = {mesh.name for mesh in spec.meshes} - {kept.mesh(i).name for i in range(kept.nmesh)}
     for _ in range(2):  # the second pass confirms that the first one's choice changes nothing
+        if not visual:
+            return
         trial = spec.copy()
         _delete_meshes(trial, visual)
-        changed = _inertia_changed(whole, trial.compile())
+        changed = _inertia_changed(kept, trial.compile())
         if not changed:
             break
         visual -= {g.meshname for g in spec.geoms if g.parent.name in changed}
     else:
         return
-    if visual:
-        files = {mesh.name: mesh.file for mesh in spec.meshes}
-        _delete_meshes(spec, visual)
-        needed = {mesh.file for mesh in spec.meshes}
-        for name in {files[m] for m in visual} - needed:
-            del spec.assets[name]  # assigning a dict to `spec.assets` adds to it
+    files = {mesh.name: mesh.file for mesh in spec.meshes}
+    _delete_meshes(spec, visual)
+    needed = {mesh.file for mesh in spec.meshes}
+    for name in {files[m] for m in visual} - needed:
+        del spec.assets[name]  # assigning a dict to `spec.assets` adds to it
 
 
 def _delete_meshes(spec: Any, names: set[str]) -> None:

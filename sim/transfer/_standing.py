@@ -76,6 +76,7 @@ def procedural_quadruped(seed: int) -> Robot:
     actuation = _actuation(rng)
     effort = mass * _G * leg * float(np.exp(rng.uniform(math.log(0.45), math.log(1.5))))
     stops = rng.uniform() < 0.7  # else its joints are continuous, as many vendors' files say
+    hips, abducts = ((-1.2, 1.2), (-0.6, 0.6)) if stops else (None, None)
     damping, armature = rng.uniform(0.0, 0.5) * mass / 12, rng.uniform(0.3, 1.5) * 0.01 * mass / 12
     radius, offset = 0.07 * leg, width * rng.uniform(0.15, 0.3)
     back = math.asin(min(thigh * math.sin(bend) / shin, 0.95))
@@ -102,7 +103,7 @@ def procedural_quadruped(seed: int) -> Robot:
             f"thigh{i}",
             (0, side * offset, 0),
             _quat("y", -sign * bend),
-            _joint(f"hip{i}", "0 1 0", (-1.2, 1.2) if stops else None, damping, armature)
+            _joint(f"hip{i}", "0 1 0", hips, damping, armature)
             + _capsule((0, 0, 0), (0, 0, -thigh), radius, 0.5 * leg_mass),
             [shin_part],
         )
@@ -111,15 +112,15 @@ def procedural_quadruped(seed: int) -> Robot:
                 f"hip{i}",
                 (front * 0.42 * length, side * width / 2, 0),
                 None,
-                _joint(f"abduct{i}", "1 0 0", (-0.6, 0.6) if stops else None, damping, armature)
+                _joint(f"abduct{i}", "1 0 0", abducts, damping, armature)
                 + _capsule((0, 0, 0), (0, side * offset, 0), radius, 0.2 * leg_mass),
                 [thigh_part],
             )
         )
         limb = 0.0 if front > 0 else 1.0
         drives += [
-            _Drive(f"abduct{i}", Slot(limb, 2, side), effort, (-0.6, 0.6) if stops else None),
-            _Drive(f"hip{i}", Slot(limb, 0, side), effort, (-1.2, 1.2) if stops else None),
+            _Drive(f"abduct{i}", Slot(limb, 2, side), effort, abducts),
+            _Drive(f"hip{i}", Slot(limb, 0, side), effort, hips),
             _Drive(f"knee{i}", Slot(limb, 1, side), effort, knees),  # type: ignore[arg-type]
         ]
     torso = _Part(
