@@ -214,7 +214,8 @@ def drop_visual_meshes(spec: Any) -> None:
     files = {mesh.name: mesh.file for mesh in spec.meshes}
     _delete_meshes(spec, visual)
     needed = {mesh.file for mesh in spec.meshes}
-    for name in {files[m] for m in visual} - needed:
+    carried = spec.assets  # not a mesh given by its vertices in the scene: it has no file
+    for name in ({files[m] for m in visual} - needed) & carried.keys():
         del spec.assets[name]  # assigning a dict to `spec.assets` adds to it
 
 

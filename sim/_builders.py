@@ -34,6 +34,8 @@ END_EFFECTOR = "reach_ee"  # the site added when the end effector is a body
 CONTROL_PERIOD_S = 0.04  # default control step: 25 Hz
 _MOVING = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 _FREE = int(mujoco.mjtJoint.mjJNT_FREE)
+_PLANE = int(mujoco.mjtGeom.mjGEOM_PLANE)
+_MESH = int(mujoco.mjtGeom.mjGEOM_MESH)
 _HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
 _QPOS_SIZE = {
     _FREE: 7,
@@ -164,10 +166,10 @@ def stand_task(
     free joint takes its 7 qpos values) adds a start keyframe with position servos aimed at it; or
     `keyframe` names one the scene has. `floating_base=True` gives a base welded to the world (a
     URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free" and places the base so
-    that the lowest point of the robot's collision geoms, in `posture`, is at z = 0 (a URDF puts
-    its root at the origin, its legs below), unless `posture` places that free joint itself or a
-    `keyframe` is given; a scene with no ground plane gets one at z = 0. `package_path` and
-    `balance_inertia`: as for `reach_task`.
+    that the lowest point of the robot's collision geoms, in `posture`, touches the scene's
+    ground plane, or z = 0 (a URDF puts its root at the origin, its legs below), unless `posture`
+    places that free joint itself or a `keyframe` is given; a scene with no ground plane gets one
+    at z = 0. `package_path` and `balance_inertia`: as for `reach_task`.
     """
     spec, source = load_scene(scene, package_path, balance_inertia)
     model = compile_scene(spec, source)
@@ -195,7 +197,7 @@ def stand_task(
             f"body {base_body!r} of {source} has no free joint: a stand task needs a floating "
             f"base{hint}",
         )
-    if not any(int(t) == int(mujoco.mjtGeom.mjGEOM_PLANE) for t in model.geom_type):
+    if not any(int(t) == _PLANE for t in model.geom_type):
         spec.worldbody.add_geom(
             name="stand_floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[20, 20, 0.1]
         )
@@ -384,9 +386,10 @@ def _add_servos(spec: Any, model: mujoco.MjModel, joints: list[str], gain: float
 
 
 def _rest_on_floor(spec: Any, model: mujoco.MjModel, base_body: str, pose: Posture) -> None:
-    """Move `base_body` (just given a free joint) up or down so that the lowest corner of any of
-    its collision geoms' boxes (its own and those of the bodies below it: not a prop's or a static
-    terrain's), with `pose` set, lies at z = 0."""
+    """Move `base_body` (just given a free joint) up or down so that the lowest point of its
+    collision geoms (its own and those of the bodies below it: not a prop's or a static terrain's),
+    with `pose` set, touches the ground: the highest upward-facing plane fixed to the world, or
+    z = 0 where there is none (where the task adds its floor)."""
     data = mujoco.MjData(model)
     for joint, value in pose.items():
         j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, joint)
@@ -400,18 +403,45 @@ def _rest_on_floor(spec: Any, model: mujoco.MjModel, base_body: str, pose: Postu
             data.qpos[adr : adr + size] = values
     mujoco.mj_kinematics(model, data)
     base = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, base_body)
-    corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
-    lowest = np.inf
+    lowest, ground = np.inf, None
     for g in range(model.ngeom):
-        collides = model.geom_contype[g] or model.geom_conaffinity[g]
-        if not collides or model.body_rootid[model.geom_bodyid[g]] != base:
+        if int(model.geom_type[g]) == _PLANE:
+            if model.geom_bodyid[g] == 0 and data.geom_xmat[g, 8] > 1 - 1e-9:
+                ground = max(ground if ground is not None else -np.inf, data.geom_xpos[g, 2])
             continue
-        box = model.geom_aabb[g, :3] + corners * model.geom_aabb[g, 3:]  # in the geom's frame
-        z = data.geom_xpos[g, 2] + box @ data.geom_xmat[g].reshape(3, 3)[2]
-        lowest = min(lowest, float(z.min()))
+        collides = model.geom_contype[g] or model.geom_conaffinity[g]
+        if collides and model.body_rootid[model.geom_bodyid[g]] == base:
+            lowest = min(lowest, _lowest_point(model, data, g))
     if np.isfinite(lowest):
         body = spec.body(base_body)
-        body.pos = [body.pos[0], body.pos[1], body.pos[2] - lowest]
+        body.pos = [body.pos[0], body.pos[1], body.pos[2] + (ground or 0.0) - lowest]
+
+
+def _lowest_point(model: mujoco.MjModel, data: mujoco.MjData, g: int) -> float:
+    """The lowest world z of geom `g`'s collision shape: exact for primitives and for a mesh (its
+    vertices; MuJoCo collides with their convex hull); a height field by its bounding box."""
+    kind, size = int(model.geom_type[g]), model.geom_size[g]
+    rotation = data.geom_xmat[g].reshape(3, 3)
+    z, up = float(data.geom_xpos[g, 2]), rotation[2]  # up: the geom's axes' world z components
+    if kind == _MESH:
+        start, count = (
+            model.mesh_vertadr[model.geom_dataid[g]],
+            model.mesh_vertnum[model.geom_dataid[g]],
+        )
+        return z + float((model.mesh_vert[start : start + count] @ up).min())
+    if kind == int(mujoco.mjtGeom.mjGEOM_SPHERE):
+        return z - size[0]
+    if kind == int(mujoco.mjtGeom.mjGEOM_CAPSULE):
+        return z - size[0] - size[1] * abs(up[2])
+    if kind == int(mujoco.mjtGeom.mjGEOM_CYLINDER):
+        return z - size[1] * abs(up[2]) - size[0] * float(np.hypot(up[0], up[1]))
+    if kind == int(mujoco.mjtGeom.mjGEOM_ELLIPSOID):
+        return z - float(np.linalg.norm(size * up))
+    if kind == int(mujoco.mjtGeom.mjGEOM_BOX):
+        return z - float(np.abs(size * up).sum())
+    corners = np.array([[x, y, w] for x in (-1, 1) for y in (-1, 1) for w in (-1, 1)])
+    box = model.geom_aabb[g, :3] + corners * model.geom_aabb[g, 3:]  # in the geom's frame
+    return z + float((box @ up).min())
 
 
 def _start_keyframe(

@@ -156,6 +156,26 @@ def test_meshes_only_visual_geoms_use_do_not_travel_and_the_physics_is_the_same(
     assert "meshes/shell.obj" not in again.assets  # a task written by hand drops it too
 
 
+def test_a_visual_mesh_given_by_its_vertices_is_dropped_though_it_has_no_file(robot_dir):
+    """A mesh written out in the scene (`vertex=`) that only a visual geom uses goes with that
+    geom; there is no file to leave out (this raised KeyError: '' before)."""
+    plain = sim.Task.from_files(_definition(robot_dir / "scene.xml"), robot_dir)
+    scene = (robot_dir / "scene.xml").read_text()
+    arm = (robot_dir / "arm.xml").read_text()
+    wedge = '<mesh name="wedge" vertex="0 0 0  .04 0 0  0 .03 0  0 0 .05"/>'
+    badge = '<geom type="mesh" mesh="wedge" contype="0" conaffinity="0" group="1" mass="0"/>'
+    (robot_dir / "scene.xml").write_text(scene.replace("<asset>", f"<asset>{wedge}"))
+    (robot_dir / "arm.xml").write_text(
+        arm.replace(
+            '<geom type="mesh" mesh="upper" density="500"/>',
+            f'<geom type="mesh" mesh="upper" density="500"/>{badge}',
+        )
+    )
+    task = sim.Task.from_files(_definition(robot_dir / "scene.xml"), robot_dir)
+    assert "wedge" not in task.definition["scene"]
+    assert task.assets == plain.assets
+
+
 def test_a_saved_task_reads_its_named_files_back_from_a_directory(tmp_path, robot_dir, mesh_robot):
     task = reach(robot_dir)
     shelf = tmp_path / "shelf"

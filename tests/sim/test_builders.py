@@ -335,9 +335,53 @@ def test_resting_on_the_floor_counts_the_robot_only_and_reads_any_number_type():
         return float(task.template.model.key(task.definition["keyframe"]).qpos[2])
 
     plain = trunk_height(WELDED_WALKER.format(terrain="", legs=legs), 0.5)
-    assert plain == pytest.approx(0.02 + 0.2 * np.cos(0.5), abs=0.03)  # legs tilted, on the floor
+    assert plain == pytest.approx(0.02 + 0.2 * np.cos(0.5), abs=1e-5)  # tilted legs touch the floor
     assert trunk_height(WELDED_WALKER.format(terrain=terrain, legs=legs), 0.5) == plain
     for number in (np.float32(0.5), np.array(0.5), [0.5]):
         assert trunk_height(WELDED_WALKER.format(terrain="", legs=legs), number) == pytest.approx(
             plain, abs=1e-6
         )
+
+
+@pytest.mark.parametrize(
+    "foot",
+    [
+        '<geom type="box" size=".03 .02 .01" euler="20 30 40" mass=".1"/>',
+        '<geom type="cylinder" size=".03 .02" euler="0 50 0" mass=".1"/>',
+        '<geom type="ellipsoid" size=".03 .02 .01" euler="10 70 0" mass=".1"/>',
+        '<geom type="mesh" mesh="wedge" euler="15 25 0" mass=".1"/>',
+    ],
+)
+def test_a_floating_base_rests_exactly_on_the_scenes_own_ground(foot):
+    """Whatever shape its feet have, a robot given a free joint starts touching the ground, not a
+    few millimetres above it (a bounding box's corner), and on the scene's own ground plane where
+    that is not at z = 0."""
+    legs = "".join(
+        f'<body name="{n}" pos="{x} {y} 0"><joint name="{n}_hip" axis="0 1 0" range="-60 60"/>'
+        f'<geom type="capsule" fromto="0 0 0 0 0 -.2" size=".01" mass=".5"/>'
+        f'<body pos="0 0 -.25">{foot}</body></body>'
+        for n, x, y in (
+            ("fl", 0.15, 0.1),
+            ("fr", 0.15, -0.1),
+            ("hl", -0.15, 0.1),
+            ("hr", -0.15, -0.1),
+        )
+    )
+    wedge = '<mesh name="wedge" vertex="0 0 0  .04 0 0  0 .03 0  0 0 .05"/>'
+    scene = f"""<mujoco><asset>{wedge}</asset>
+    <worldbody><geom name="ground" type="plane" size="5 5 .1" pos="0 0 .3"/>
+      <body name="trunk"><geom type="box" size=".2 .1 .05" mass="5"/>{legs}</body>
+    </worldbody></mujoco>"""
+    task = stand_task(scene, base_body="trunk", height=0.1, floating_base=True)
+    model = task.template.model
+    data = mujoco.MjData(model)
+    data.qpos[:] = (
+        model.key(task.definition["keyframe"]).qpos
+        if task.definition.get("keyframe")
+        else model.qpos0
+    )
+    mujoco.mj_forward(model, data)
+    ground = model.geom("ground").id
+    robot = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0]
+    gap = min(mujoco.mj_geomDistance(model, data, g, ground, 1.0, None) for g in robot)
+    assert gap == pytest.approx(0.0, abs=1e-5)  # the scene's text keeps 6 digits
