@@ -21,7 +21,17 @@ import numpy as np
 from .._errors import EmbodimentError
 from ._mesh_mass import MeshMass
 from ._meshes import Bounds, extremes
-from ._parts import Actuator, Body, EmbodimentSite, Joint, Parts, Range, Sensor, vec
+from ._parts import (
+    Actuator,
+    Body,
+    EmbodimentSite,
+    Joint,
+    Parts,
+    Range,
+    Sensor,
+    check_finite,
+    vec,
+)
 from ._scene import robot_only, with_floating_base
 from ._trim import Plan, split, trim
 from ._urdf import compile_urdf, drives, floats_by_default, prepare_urdf
@@ -83,7 +93,7 @@ class MjcfModel:
                 f"{self.label}: the model has no joints, so there is no robot to describe"
             )
         parts = robot_only(_describe(model, {geom.id for geom in visual}, self.plan.bounds, boxed))
-        return with_floating_base(self.label, parts, floating_base)
+        return with_floating_base(self.label, check_finite(self.label, parts), floating_base)
 
 
 def prepare_mjcf(source: str | os.PathLike[str]) -> MjcfModel:
@@ -126,7 +136,7 @@ def read_urdf(
     model = compile_urdf(label, text, floating, drives(robot))
     if model.njnt == 0:
         raise EmbodimentError(f"{label}: the model has no joints, so there is no robot to describe")
-    return _describe(model)
+    return check_finite(label, _describe(model))
 
 
 def _check_root(label: str, text: bytes, root: str) -> None:

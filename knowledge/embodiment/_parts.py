@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._errors import EmbodimentError
+
 JointType = Literal["free", "ball", "slide", "hinge"]
 Range = tuple[float, float]
 Vec3 = tuple[float, float, float]
@@ -108,3 +110,19 @@ Parts = tuple[str, list[Body], list[Joint], list[Actuator], list[EmbodimentSite]
 def vec(values: Any) -> Any:
     """A tuple of Python floats (of whatever length the field has)."""
     return tuple(float(v) for v in values)
+
+
+def check_finite(label: str, parts: Parts) -> Parts:
+    """`parts` if every number in them is finite; else EmbodimentError naming the file, the part
+    and the field (MuJoCo compiles a `nan` in some attributes, which no description can hold)."""
+    for group in parts[1:]:
+        for part in group:
+            for field in part.__dataclass_fields__:
+                value = getattr(part, field)
+                numbers = value if isinstance(value, tuple) else (value,)
+                if any(isinstance(x, float) and not math.isfinite(x) for x in numbers):
+                    raise EmbodimentError(
+                        f"{label}: {type(part).__name__.lower()} {part.name!r} has a {field} "
+                        f"that is not a finite number ({value}): check the file's values there"
+                    )
+    return parts

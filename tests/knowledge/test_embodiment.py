@@ -521,6 +521,46 @@ def test_a_directory_and_bad_xml_text_are_refused(tmp_path):
         Embodiment.from_mjcf("<mujoco><worldbody>")
 
 
+HOSTILE_VALUES = ["", "nan", "inf", "-1", "0", "1e308", "1e-320", "abc", "1 2", "1 2 3 4", "é"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from([*OWN_MJCF, "arm6.urdf", "quadruped12.urdf", "diffbot.urdf"]),
+    edits=st.lists(
+        st.tuples(st.sampled_from(["value", "delete", "copy"]), st.integers(0, 10**6)),
+        min_size=1,
+        max_size=3,
+    ),
+    value=st.sampled_from(HOSTILE_VALUES),
+    cut=st.none() | st.floats(0, 1),
+)
+def test_a_damaged_robot_file_is_described_or_refused_naming_it(name, edits, value, cut):
+    """Whatever is done to a robot file (an attribute set to a hostile value, an element deleted or
+    copied, the text cut short), reading it gives a description or an EmbodimentError naming the
+    file: never another exception."""
+    root = ET.parse(ROBOTS / name).getroot()
+    for edit, pick in edits:
+        parents = [(p, c) for p in root.iter() for c in p]
+        parent, element = parents[pick % len(parents)]
+        if edit == "value" and element.attrib:
+            element.set(sorted(element.attrib)[pick % len(element.attrib)], value)
+        elif edit == "delete":
+            parent.remove(element)
+        elif edit == "copy":
+            parent.append(ET.fromstring(ET.tostring(element)))
+    text = ET.tostring(root, encoding="unicode")
+    text = text if cut is None else text[: int(cut * len(text))]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_text(text)
+        reader = Embodiment.from_urdf if name.endswith(".urdf") else Embodiment.from_mjcf
+        try:
+            reader(path)
+        except EmbodimentError as exc:
+            assert str(path) in str(exc)
+
+
 def test_a_hand_edited_embodiment_round_trips():
     """to_dict canonicalizes again, so an Embodiment changed with dataclasses.replace reads back."""
     arm = load("arm7.xml")
