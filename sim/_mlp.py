@@ -97,17 +97,21 @@ class MLPSpec:
             "must be a list of at most 16 layer sizes in [1, 100000]",
         )
         need(
-            data.get("activation") in ACTIVATIONS,
+            isinstance(data.get("activation"), str) and data["activation"] in ACTIVATIONS,
             "activation",
             f"must be one of {sorted(ACTIVATIONS)}",
         )
         out = data.get("output_activation")
         need(
-            out is None or out in ACTIVATIONS,
+            out is None or (isinstance(out, str) and out in ACTIVATIONS),
             "output_activation",
             f"must be null or one of {sorted(ACTIVATIONS)}",
         )
-        need(data.get("dtype") in _DTYPES, "dtype", f"must be one of {sorted(_DTYPES)}")
+        need(
+            isinstance(data.get("dtype"), str) and data["dtype"] in _DTYPES,
+            "dtype",
+            f"must be one of {sorted(_DTYPES)}",
+        )
         return cls(
             data["obs_dim"], data["act_dim"], tuple(hidden), data["activation"], out, data["dtype"]
         )

@@ -124,7 +124,7 @@ class SamplerTerm:
         if not isinstance(data, dict):
             raise fail("", "a sampler term is an object")
         dist = data.get("dist")
-        if dist not in _DISTS:
+        if not isinstance(dist, str) or dist not in _DISTS:
             raise fail("dist", f"must be one of {sorted(_DISTS)}, got {dist!r}")
         allowed = {"target", "op", "dist", "per_component", *_DISTS[dist]}
         extra = sorted(set(data) - allowed)

@@ -332,7 +332,9 @@ class Task:
 
     def _obs_size(self, term: Any, where: str) -> int:
         _require(
-            isinstance(term, dict) and term.get("term") in OBSERVATIONS,
+            isinstance(term, dict)
+            and isinstance(term.get("term"), str)
+            and term["term"] in OBSERVATIONS,
             f"{where}.term",
             f"must be one of {sorted(OBSERVATIONS)}",
         )
@@ -351,7 +353,9 @@ class Task:
 
     def _check_quantity(self, term: Any, where: str, extra: set[str]) -> None:
         _require(
-            isinstance(term, dict) and term.get("term") in QUANTITIES,
+            isinstance(term, dict)
+            and isinstance(term.get("term"), str)
+            and term["term"] in QUANTITIES,
             f"{where}.term",
             f"must be one of {sorted(QUANTITIES)}",
         )

@@ -169,6 +169,26 @@ def test_malformed_architecture_specs_name_the_field(edit, field):
     assert info.value.field == field
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(field=st.sampled_from([*MLPSpec(3, 2).to_json(), "extra"]), value=JSON_VALUES)
+def test_any_value_in_an_architecture_spec_is_read_or_refused_naming_the_field(field, value):
+    """A spec comes from a peer's blob: any JSON in any field is a spec or a PolicySpecError."""
+    data = {**MLPSpec(3, 2).to_json(), field: value}
+    try:
+        MLPSpec.from_json(data)
+    except PolicySpecError as exc:
+        assert exc.field == field
+
+
 def test_a_skill_for_another_task_interface_is_refused(short_walker):
     with pytest.raises(IncompatibleTemplateError, match="17 observations to 7 actions"):
         evaluate(short_walker, load_skill("arm_reach_good"), branches=2, progress=False)

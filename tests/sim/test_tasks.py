@@ -3,6 +3,8 @@ import copy
 import mujoco
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mujoco import batch as mjbatch
 
 from knowledge import content_hash
@@ -62,6 +64,54 @@ def test_malformed_definitions_name_the_field(arm, edit, field):
     with pytest.raises(TaskDefinitionError) as info:
         Task(_broken(arm, edit))
     assert info.value.field == field
+
+
+def _leaves(value, path=()):
+    """Paths to every value in a definition but its scene (MuJoCo's own parser reads that)."""
+    if path:
+        yield path
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, inner in items:
+        if key != "scene":
+            yield from _leaves(inner, (*path, key))
+
+
+HOSTILE = st.sampled_from(
+    [None, "", "x", -1, 0, 0.5, 1e308, float("nan"), float("inf"), 10**20, True, [], {}, [1, 2]]
+) | st.fixed_dictionaries({"term": st.sampled_from(["qpos", "x", "alive"])})
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    task=st.sampled_from(["arm_push", "arm_reach", "walker_forward"]),
+    edits=st.lists(
+        st.tuples(st.integers(0, 10**6), HOSTILE, st.booleans()), min_size=1, max_size=2
+    ),
+)
+def test_any_value_anywhere_in_a_definition_is_a_task_or_a_definition_error(task, edits):
+    """A definition travels in certificates from other sites: whatever value stands anywhere in
+    it (or a key gone), reading it gives a Task or a TaskDefinitionError, never another error."""
+    data = copy.deepcopy(load_task(task).to_json())
+    for pick, value, remove in edits:
+        paths = list(_leaves(data))
+        *where, key = paths[pick % len(paths)]
+        parent = data
+        for step in where:
+            parent = parent[step]
+        if remove and isinstance(parent, dict):
+            del parent[key]
+        else:
+            parent[key] = copy.deepcopy(value)
+    try:
+        Task(data)
+    except TaskDefinitionError:
+        pass
 
 
 def test_non_json_definitions_are_refused(arm):
