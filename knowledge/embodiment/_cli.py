@@ -44,10 +44,11 @@ def _dataset(obj: Any, files: tuple[str, ...]) -> TransferDataset:
             for d in loaded
             for t in d.transfers
         ]
+        robots = [r for d in loaded for r in d.meta.get("robots", ())]
         return (
             loaded[0]
             if len(loaded) == 1
-            else TransferDataset.from_outcomes(outcomes, {"source": list(files)})
+            else TransferDataset.from_outcomes(outcomes, {"source": list(files), "robots": robots})
         )
     with obj.open_readonly() as kb:
         return TransferDataset.from_knowledge_base(kb)
@@ -83,6 +84,25 @@ DATASETS = click.option(
     help="Share of bodies kept out of training and reported on.",
 )
 @click.option(
+    "--split-by",
+    type=click.Choice(["fingerprint", "name"]),
+    default="fingerprint",
+    show_default=True,
+    help=(
+        "Hold bodies out by a hash of their fingerprint, or of their name (stable across reader "
+        "versions where names tell robots apart, as a generated population's do)."
+    ),
+)
+@click.option(
+    "--classes",
+    "use_classes",
+    is_flag=True,
+    help=(
+        "Add the class term: bodies of one class (as the dataset files record it) embed together "
+        "(the shipped weights' recipe)."
+    ),
+)
+@click.option(
     "--fine-tune", is_flag=True, help="Start from the shipped weights instead of a fresh network."
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -94,6 +114,8 @@ def train_command(
     epochs: int,
     seed: int,
     holdout: float,
+    split_by: str,
+    use_classes: bool,
     fine_tune: bool,
     as_json: bool,
 ) -> None:
@@ -102,9 +124,25 @@ def train_command(
     from ._training import train_encoder
 
     data = _dataset(obj, files)
-    train, heldout = data.split(holdout, seed=seed)
+    try:
+        train, heldout = data.split(holdout, seed=seed, by=split_by)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--split-by") from exc
+    training = data.subset(train)
+    classes = None
+    if use_classes:
+        known = data.classes
+        missing = sorted(set(training.names) - set(known))
+        if missing:
+            raise click.BadParameter(
+                f"the dataset records no class for {len(missing)} bodies ({', '.join(missing[:3])}"
+                f"{', ...' if len(missing) > 3 else ''}): remake it with `simnet encoder dataset`",
+                param_hint="--classes",
+            )
+        classes = [known[name] for name in training.names]
     learned = train_encoder(
-        data.subset(train),
+        training,
+        classes=classes,
         epochs=epochs,
         seed=seed,
         start=LearnedEncoder() if fine_tune else None,
@@ -115,7 +153,7 @@ def train_command(
         "weights": out,
         "version": learned.version,
         "bodies": len(train),
-        "transfers": len(data.subset(train).transfers),
+        "transfers": len(training.transfers),
     }
     if heldout:
         for name, enc in (("learned", learned), ("features", FeatureEncoder())):

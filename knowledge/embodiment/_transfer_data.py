@@ -118,6 +118,19 @@ class TransferDataset:
         return tuple(body.name for body in self.bodies)
 
     @property
+    def classes(self) -> dict[str, str]:
+        """The class of each body that the dataset's meta records one for, by name (`simnet
+        encoder dataset` records each robot's: arm, quadruped, humanoid, ...): what
+        `train_encoder(classes=...)` contrasts."""
+        return {
+            robot["name"]: robot["class"]
+            for robot in self.meta.get("robots", ())
+            if isinstance(robot, dict)
+            and isinstance(robot.get("name"), str)
+            and isinstance(robot.get("class"), str)
+        }
+
+    @property
     def tasks(self) -> tuple[str, ...]:
         return tuple(sorted({t.task for t in self.transfers}))
 

@@ -252,7 +252,13 @@ def transfer_dataset(
         "seed": seed,
         "sources_per_target": sources,
         "robots": [
-            {"name": r.name, "kind": r.kind, "morphology": r.morphology, "source": r.source}
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "morphology": r.morphology,
+                "class": CLASSES[r.morphology],
+                "source": r.source,
+            }
             for r in robots
         ],
         "samplers": SAMPLERS,
@@ -275,14 +281,14 @@ user tells apart (an arm is an arm however many of them a torso carries)."""
 
 
 def body_classes(datasets: Sequence[TransferDataset]) -> dict[str, str]:
-    """Each robot's class (`CLASSES`) by name, from the robots `transfer_dataset` recorded in the
-    datasets' meta (files from before morphologies were recorded held arms and planar legged
-    bodies only: their kind says which)."""
+    """Each robot's class (`CLASSES`) by name, as `transfer_dataset` recorded it in the datasets'
+    meta (`TransferDataset.classes`), or for older files from its morphology (files from before
+    morphologies were recorded held arms and planar legged bodies only: their kind says which)."""
     classes = {}
     for data in datasets:
         for robot in data.meta.get("robots", []):
             morphology = (
                 robot.get("morphology") or {"arm": "arm", "legged": "planar legged"}[robot["kind"]]
             )
-            classes[robot["name"]] = CLASSES[morphology]
+            classes[robot["name"]] = robot.get("class") or CLASSES[morphology]
     return classes

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import knowledge
-from knowledge import Embodiment, FeatureEncoder, LearnedEncoder
+from knowledge import Embodiment, FeatureEncoder, LearnedEncoder, TransferDataset, train_encoder
 from knowledge.cli import main
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -161,3 +161,50 @@ def test_training_from_an_empty_site_says_why(tmp_path):
         main, ["--home", str(tmp_path), "encoder", "train", "--out", str(tmp_path / "w")]
     )
     assert result.exit_code == 1 and "Error: no transfers" in result.output  # one line, no trace
+
+
+def _with_classes(path: Path) -> str:
+    """The small dataset with a class recorded for each robot, as `simnet encoder dataset` now
+    records them: here every other robot of a kind in a class of its own, so that the class term
+    has something to pull together (arms and legged bodies are apart already)."""
+    data = TransferDataset.load(SMALL)
+    robots = [{**r, "class": f"{r['kind']}-{i % 2}"} for i, r in enumerate(data.meta["robots"])]
+    TransferDataset(data.bodies, data.transfers, {**data.meta, "robots": robots}).save(path)
+    return str(path)
+
+
+def test_the_shipped_recipe_from_the_shell_is_the_recipe_in_python(tmp_path):
+    """`--split-by name --classes` holds out by name and adds the class term, as
+    `sim.assets.build_encoder` does: the same weights, to the byte, as `train_encoder` called on
+    the same split with the dataset's recorded classes."""
+    dataset = _with_classes(tmp_path / "classes.json.gz")
+    weights = tmp_path / "w.safetensors"
+    args = ["--holdout", "0.25", "--split-by", "name", "--epochs", "20"]
+    code, out = run(
+        "encoder",
+        "train",
+        "--dataset",
+        dataset,
+        "--out",
+        str(weights),
+        *args,
+        "--classes",
+        "--json",
+    )
+    assert code == 0, out
+    data = TransferDataset.load(dataset)
+    train, held = data.split(0.25, seed=0, by="name")
+    training = data.subset(train)
+    same = train_encoder(training, epochs=20, classes=[data.classes[n] for n in training.names])
+    assert json.loads(out)["version"] == same.version == LearnedEncoder(weights).version
+    assert json.loads(out)["bodies"] == len(train) and held
+    without = train_encoder(training, epochs=20)
+    assert without.version != same.version  # the class term is in it
+
+
+def test_the_class_term_needs_a_dataset_that_records_classes(tmp_path):
+    code, out = run(
+        "encoder", "train", "--dataset", SMALL, "--out", str(tmp_path / "w"), "--classes"
+    )
+    assert code == 2 and "records no class for" in out and "simnet encoder dataset" in out
+    assert not (tmp_path / "w").exists()

@@ -141,6 +141,7 @@ def test_the_dataset_is_the_same_with_any_number_of_workers(tmp_path):
     assert one.meta["branches"] == 4 and [r["name"] for r in one.meta["robots"]] == [
         r.name for r in robots
     ]
+    assert one.classes == {r.name: sim.transfer.CLASSES[r.morphology] for r in robots}
     with pytest.raises(ValueError, match="distinct"):
         sim.transfer.transfer_dataset(robots + robots[:1], branches=1)
 
@@ -177,8 +178,9 @@ def test_the_dataset_command_writes_a_file(tmp_path):
 
 
 def test_body_classes_name_each_robot_s_kind_from_the_dataset_records():
-    """The recipe's classes come from what `transfer_dataset` recorded: the morphology, or for
-    files written before it was recorded (arms and planar legged bodies only), the kind."""
+    """The recipe's classes come from what `transfer_dataset` recorded: the class, or for older
+    files the morphology, or for files written before that (arms and planar legged bodies only)
+    the kind."""
     robots = sim.transfer.robot_population(1, 1, industrial=1, quadrupeds=1)
     records = [
         {"name": r.name, "kind": r.kind, "morphology": r.morphology, "source": r.source}
@@ -186,9 +188,11 @@ def test_body_classes_name_each_robot_s_kind_from_the_dataset_records():
     ]
     now = TransferDataset((), (), {"robots": records})
     older = TransferDataset((), (), {"robots": [{"name": "arm-9", "kind": "arm"}]})
-    classes = sim.transfer.body_classes([now, older])
+    recorded = TransferDataset((), (), {"robots": [{"name": "x-1", "kind": "arm", "class": "c"}]})
+    classes = sim.transfer.body_classes([now, older, recorded])
     assert classes == {
         **{r.name: sim.transfer.CLASSES[r.morphology] for r in robots},
         "arm-9": "arm",
+        "x-1": "c",  # a class the file records is the class
     }
     assert {classes[r.name] for r in robots} == {"arm", "planar legged", "quadruped"}
