@@ -349,6 +349,7 @@ def _texts(table: dict[str, Any], key: str, where: str) -> list[str]:
 
 def withheld_from(config: SiteConfig, kb: KnowledgeBase, caller: bytes) -> set[bytes]:
     """Feeds `caller` may not receive (by pull or push): those holding a private map it cannot
-    read."""
+    read, but its own (a robot re-flashed with its key must get its feed back before it writes
+    again, or it forks it)."""
     private = {m for rule in config.private if caller not in rule.readers for m in rule.maps}
-    return kb.authors_writing(private) if private else set()
+    return kb.authors_writing(private) - {caller} if private else set()

@@ -44,6 +44,7 @@ class ReplicaState(Protocol):
     snapshotted: dict[bytes, tuple[int, bytes]]
     views_snapshotted: tuple[dict[bytes, tuple[int, bytes]], bytes] | None
     since_snapshot: int
+    banned: dict[bytes, int]  # writers caught forking, with the seq of the first fork found
 
     @property
     def store(self) -> Store: ...
@@ -68,7 +69,9 @@ def open_feeds(replica: ReplicaState) -> None:
         for name, parts in store.snapshots("feed/").items()
     }
     tails: dict[bytes, dict[str, str | None] | None] = {}  # None: replayed whole
-    for author in store.authors():
+    # and the writers caught forking whose feeds were cut to nothing: their evidence stays, and
+    # so do the maps it writes (read rules withhold it by them: `ReplicaState.replay`)
+    for author in sorted({*store.authors(), *replica.banned}):
         feed, changes = _restore(replica, author, saved.get(author))
         if changes is None:  # no snapshot that matches: the whole feed is replayed
             feed = replica.replay(Feed(author))

@@ -190,7 +190,7 @@ class Replica:
         replayed instead, so each key keeps the envelope that wrote it (a checkpoint stamps all of
         them with its seq).
         """
-        author = feed.author
+        author, wrote = feed.author, set(feed.map_names)
         feed.reset()
         self.snapshotted.pop(author, None)  # rebuilt: its stored snapshot may be stale
         written = self.written[author] = {}
@@ -206,7 +206,25 @@ class Replica:
             feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
             note_written(written, feed.apply_queued(), env)
         self.replay_tail(feed, written)
+        feed.map_names |= wrote | self._evidence_maps(feed)
         return feed
+
+    def _evidence_maps(self, feed: Feed) -> set[str]:
+        """The maps the author's fork evidence held here writes to: a feed cut before its fork still
+        counts as writing them, so that a private map's cells never travel as evidence to a site
+        that may not read the map (read rules withhold feeds by the maps they wrote). Each branch
+        is applied to a copy of the feed as rebuilt (the history before the fork)."""
+        wrote: set[str] = set()
+        if feed.author not in self.banned:
+            return wrote  # no fork found here, so no evidence held
+        largest = max(self.limits.max_envelope_bytes, self.limits.max_checkpoint_bytes)
+        for raw in self.evidence(feed.author):
+            probe = Feed(feed.author)
+            probe.queue(feed.state())
+            probe.queue(decode(raw, max_bytes=largest).update)
+            probe.apply_queued()
+            wrote |= probe.map_names
+        return wrote
 
     def make_authority(self) -> Authority:
         """Grants as the policy, the roots' delegation records, the pins' envelopes and the forks

@@ -11,13 +11,14 @@ and an honest checkpoint is checked once.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
 
 import federation
 import knowledge
-from federation._wire import PAGE_TYPE, encode_page
+from federation._wire import PAGE_TYPE, decode_page, encode_page
 from knowledge import Identity, Kind, NotAuthorizedError, Role, TrustPolicy
 from knowledge._envelope import seal
 
@@ -269,3 +270,73 @@ def test_a_sync_naming_unchecked_checkpoints_badly_is_refused_with_400(live):
         answer = client.post("/v1/sync", json={"heads": {}, "unchecked": {"ab" * 32: {"seq": 9}}})
         assert answer.status_code == 200  # a checkpoint nobody here holds the history of
     p.assert_no_traceback()
+
+
+def _private_site(live, reader: Identity, trusted: tuple[Identity, ...] = ()):
+    """A site whose map "vault" only `reader` may receive, trusting `trusted` (before it starts:
+    a running site reads its policy when it opens)."""
+    site = live("private")
+    for identity in trusted:
+        trust(site, identity.public_key)
+    config = site.config
+    config.private = [federation.PrivateMaps(("vault",), (reader.public_key,))]
+    config.save()
+    return site.start()
+
+
+def _served(site, identity: Identity) -> bytes:
+    """Every byte of every envelope `site` serves `identity` asking from nothing, evidence of
+    forks included."""
+    with site.client(identity) as client:
+        answer = client.post("/v1/sync", json={"heads": {}, "limit": 1000}).raise_for_status()
+    return b"".join(decode_page(answer.content, max_count=1000, max_envelope_bytes=1 << 26))
+
+
+def test_a_reflashed_robot_writing_a_private_map_gets_its_own_feed_back(live, tmp_path):
+    """The map's read rule withholds its writers' feeds from everyone but its readers, and the
+    writer is no reader: it used to be withheld from itself, so a re-flashed robot wrote seq 1
+    again and forked its own feed."""
+    reader, robot = Identity.generate(), Identity.generate()
+    site = _private_site(live, reader)
+    simnet(site, "device", "add", robot.public_key_hex, "--roles", "publish")
+    policy = TrustPolicy().for_device_of(site.key.public_key)
+    with knowledge.open(tmp_path / "old.db", robot, policy=policy) as old:
+        federation.sync_with(old, site.url, site.key.public_key)
+        old.maps["vault"].observe((1, 1), {"code": "SECRET-ONE"}, confidence=0.9)
+        assert federation.sync_with(old, site.url, site.key.public_key).pushed == 1
+    with knowledge.open(tmp_path / "new.db", robot, policy=policy) as new:
+        federation.sync_with(new, site.url, site.key.public_key)
+        assert new.heads()[robot.public_key_hex].seq == 1
+        new.maps["vault"].observe((2, 2), {"code": "SECRET-TWO"}, confidence=0.9)
+        assert federation.sync_with(new, site.url, site.key.public_key).pushed == 1
+    with site.client(robot) as client:  # (the site's own key is no reader of the vault)
+        heads = client.get("/v1/heads").raise_for_status().json()
+    assert heads["heads"][robot.public_key_hex] == 2 and heads["equivocators"] == []
+
+
+def test_a_private_maps_writer_that_forks_its_feed_leaks_no_cell_as_evidence(live, tmp_path):
+    """A fork is kept as evidence and shown to every peer, but the evidence of a private map's
+    writer is its feed: it goes to the map's readers only. Before, cutting the feed at the fork
+    forgot that it wrote the map, and the evidence carried both branches' cells to a peer that may
+    not read it."""
+    reader, robot, peer = Identity.generate(), Identity.generate(), Identity.generate()
+    site = _private_site(live, reader, trusted=(peer, reader))  # the peer is no reader
+    simnet(site, "device", "add", robot.public_key_hex, "--roles", "publish")
+    policy = TrustPolicy().for_device_of(site.key.public_key)
+    one = knowledge.open(tmp_path / "one.db", robot, policy=policy)
+    two = knowledge.open(tmp_path / "two.db", robot, policy=policy)
+    for store, secret in ((one, "SECRET-ONE"), (two, "SECRET-TWO")):
+        federation.sync_with(store, site.url, site.key.public_key)  # both see an empty feed
+        store.maps["vault"].observe((1, 1), {"code": secret}, confidence=0.9)
+    for store in (one, two):  # each one's seq 1, pushed as a forger would: without pulling
+        answer = push(site, robot, store.envelopes_since({}))
+        store.close()
+    assert answer["equivocators"] == [robot.public_key_hex]  # as the robot is shown its feed
+
+    assert b"SECRET" not in _served(site, peer)
+    site.stop(signal.SIGKILL)  # and after a crash, rebuilt from the store
+    site.start()
+    assert b"SECRET" not in _served(site, peer)
+    served = _served(site, reader)
+    assert b"SECRET-ONE" in served and b"SECRET-TWO" in served  # the evidence, to its reader
+    site.assert_no_traceback()
