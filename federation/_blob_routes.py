@@ -103,7 +103,8 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
         return error_response(
             404,
             "not_found",
-            f"no skill or task held here names blob {blob_hash[:16]}…: push its envelope first",
+            f"no live skill or task held here names blob {blob_hash[:16]}…: push its envelope "
+            "first (a blob that only withdrawn or revoked skills name is not taken)",
         )
     if await run_in_threadpool(kb.blobs.size, blob_hash) is not None:
         return JSONResponse({"stored": False, "bytes": len(body)})

@@ -20,6 +20,7 @@ same views.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -77,7 +78,7 @@ _VOUCHED = frozenset(
 _MAP_TYPES = (RecordType.CELL, RecordType.TILE)  # merged by MapViews
 Written = Mapping[bytes, Mapping[str, tuple[int, int]]]
 # what a snapshot of the views leaves out
-_TRANSIENT = ("authority", "written", "loaded", "plain", "naming_writes")
+_TRANSIENT = ("authority", "written", "loaded", "plain", "naming_writes", "_revoked_policies")
 Grants = dict[tuple[Role | None, int | None, int], frozenset[bytes]]  # sites, by role, seq, hlc
 
 
@@ -109,6 +110,7 @@ class Views:
         self._disputes_by_validator: dict[str, set[str]] = defaultdict(set)
         # who vouches, for _VOUCHED
         self._sites: dict[tuple[RecordType, Index, bytes], frozenset[bytes]] = {}
+        self._revoked_policies: dict[str, dict[bytes, dict[str, Any]]] | None = None
 
     def rebuild(
         self, authority: Authority, feeds: Iterable[tuple[bytes, Iterable[tuple[str, str]]]]
@@ -159,6 +161,9 @@ class Views:
                     self._log(old["skill"])
             elif parsed.type in _SKILL_STATE:
                 self._log(parsed.name)
+            if parsed.type is RecordType.REVOKE:  # other skills with its policy change too
+                self.generation += 1
+                self._skill_log.clear()
             if parsed.type in _NAMING:
                 self.naming_writes += 1
             if text is None:
@@ -351,7 +356,7 @@ class Views:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"the saved map views are unreadable: {exc}") from None
         vars(self).update(state)
-        self.maps = maps
+        self.maps, self._revoked_policies = maps, None
         self.generation += 1
         self._skill_log.clear()
 
@@ -391,6 +396,8 @@ class Views:
         return self.generation, self.naming_writes
 
     def _discard(self, rtype: RecordType, index: Index, author: bytes) -> None:
+        if rtype in (RecordType.SKILL, RecordType.REVOKE):
+            self._revoked_policies = None
         self._sites.pop((rtype, index, author), None)
         bucket = self._entries[rtype]
         by_author = bucket.get(index)
@@ -425,7 +432,21 @@ class Views:
         return self._sites.get((RecordType.CERT, cert_id, validator), frozenset())
 
     def revocations(self, skill_id: str) -> dict[bytes, dict[str, Any]]:
-        return self._entries[RecordType.REVOKE].get(skill_id, {})
+        """The revocations of a skill, by revoker: its own, and those of any skill with the same
+        policy (the same weights and architecture published again under a new record are the
+        behaviour that was revoked)."""
+        own = self._entries[RecordType.REVOKE].get(skill_id, {})
+        policy = (self.skill(skill_id) or {}).get("policy")
+        if not policy:
+            return own
+        if self._revoked_policies is None:
+            self._revoked_policies = {}
+            for revoked, by_revoker in self._entries[RecordType.REVOKE].items():
+                if revoked_policy := (self.skill(str(revoked)) or {}).get("policy"):
+                    key = json.dumps(revoked_policy, sort_keys=True)
+                    self._revoked_policies.setdefault(key, {}).update(by_revoker)
+        same = self._revoked_policies.get(json.dumps(policy, sort_keys=True))
+        return {**same, **own} if same else own
 
     def certificates(self, skill_id: str) -> list[tuple[str, dict[str, Any]]]:
         out = []

@@ -8,6 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import knowledge
 from knowledge import Counts, Identity, RecordIssue, Role, TrustedRoot, TrustPolicy
 from knowledge._records import ALL_ROLES, RecordType, content_id, make_key, record_text
 from knowledge._trust import Authority
@@ -538,3 +539,25 @@ def test_rebuild_gives_the_same_views_in_any_feed_order():
         random.Random(4).shuffle(items)
         views.update(author, dict(items), [])
     assert _state(views) == reference
+
+
+def test_a_revocation_covers_the_same_policy_published_again(tmp_path):
+    """Revoking a skill revokes its behaviour: the same policy (weights and architecture) under a
+    new record is revoked with it, whichever came first and after a reopen; another policy, or a
+    skill with none, is not (red team: a revoked policy republished was certified and active
+    again in seconds)."""
+    me = Identity.generate()
+    weights = {"kind": "mlp", "weights": "ab" * 32, "architecture": {"hidden": [64]}}
+    with knowledge.open(tmp_path / "site.db", me) as kb:
+        early = kb.skills.publish("reach", "reach", policy=weights)  # before the revocation
+        first = kb.skills.publish("reach", "reach", policy=weights, description="first")
+        other = kb.skills.publish("reach", "reach", policy={**weights, "weights": "cd" * 32})
+        plain = kb.skills.publish("reach", "reach")
+        kb.revoke(first.id, "drops mugs")
+        again = kb.skills.publish("reach-2", "reach", policy=weights)  # after it
+        same = (early, first, again)
+        assert all(kb.is_revoked(s.id) for s in same)
+        assert all("revoked" in kb.activation(s.id).reasons for s in same)
+        assert not kb.is_revoked(other.id) and not kb.is_revoked(plain.id)
+    with knowledge.open(tmp_path / "site.db", me) as kb:
+        assert [kb.is_revoked(s.id) for s in (*same, other, plain)] == [True] * 3 + [False] * 2
