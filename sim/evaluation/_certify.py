@@ -103,8 +103,11 @@ def publish_skill(
 ) -> knowledge.Skill:
     """Publish a simulator skill: weights as a content-addressed blob, the architecture in the
     record, and the definitions of the `tasks` it is meant for as records the skill names (so any
-    site can evaluate it, and a certificate counts only for one of them)."""
-    weights = kb.blobs.put(skill.weights)
+    site can evaluate it, and a certificate counts only for one of them). The skill's `blobs` are
+    the weights and the files its tasks' scenes load: what a robot pushes to its site with the
+    skill (`federation.sync_with(..., push_blobs=skill.blobs)`) for other sites to run it."""
+    weights, tasks = kb.blobs.put(skill.weights), list(tasks)
+    assets = sorted({h for t in tasks for h in t.definition.get("assets", {}).values()} - {weights})
     policy = {
         "kind": "mlp",
         "architecture": skill.spec.to_json(),
@@ -116,7 +119,7 @@ def publish_skill(
         task,
         description=description,
         policy=policy,
-        blobs=[weights],
+        blobs=[weights, *assets],
         embodiments=embodiments,
         parents=parents,
         meta=meta,
