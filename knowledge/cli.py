@@ -396,7 +396,12 @@ def skills_query(
             f"out-of-distribution score {results[0].ood:.2f}"
             + (f" (above 1: ranked by {results[0].ranked_by})" if fell else "")
         )
-    emit(rows, as_json, "\n".join(lines) if rows else "no matching skills")
+    if not results:  # how the learned encoder sees the body is still worth knowing
+        ood = encoder.assess(body)[1]
+        lines = ["no matching skills"] + (
+            [] if ood is None else [f"out-of-distribution score {ood:.2f}"]
+        )
+    emit(rows, as_json, "\n".join(lines))
 
 
 @main.command("ledger")

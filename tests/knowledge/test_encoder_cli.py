@@ -163,6 +163,18 @@ def test_training_from_an_empty_site_says_why(tmp_path):
     assert result.exit_code == 1 and "Error: no transfers" in result.output  # one line, no trace
 
 
+def test_a_query_that_finds_nothing_still_says_how_far_out_the_body_is(tmp_path):
+    knowledge.open(tmp_path / "site.db", knowledge.Identity.generate()).close()
+    query = ["--home", str(tmp_path), "skills", "query", "--mjcf", str(ROBOTS / "arm7.xml")]
+    code, out = run(*query, "--encoder", "learned")
+    score = LearnedEncoder().assess(Embodiment.from_mjcf(ROBOTS / "arm7.xml"))[1]
+    assert code == 0 and out.splitlines() == [
+        "no matching skills",
+        f"out-of-distribution score {score:.2f}",
+    ]
+    assert run(*query, "--encoder", "features") == (0, "no matching skills\n")
+
+
 def _with_classes(path: Path) -> str:
     """The small dataset with a class recorded for each robot, as `simnet encoder dataset` now
     records them: here every other robot of a kind in a class of its own, so that the class term
