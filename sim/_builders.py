@@ -62,6 +62,7 @@ def reach_task(
     embodiment: str | None = None,
     package_path: Sequence[str | os.PathLike[str]] = (),
     balance_inertia: bool = False,
+    exclude_start_contacts: bool = True,
 ) -> Task:
     """A task in which the arm brings `end_effector` (a site, or a body: a site is added at its
     origin) within `tolerance` metres of a target drawn uniformly from `target_box` ((low xyz),
@@ -79,6 +80,10 @@ def reach_task(
     `balance_inertia=True` repairs inertias MuJoCo refuses, as `Embodiment.from_urdf` does: a full
     inertia that is not positive definite keeps its diagonal, MuJoCo's `balanceinertia` raises the
     smallest moment to the triangle inequality, massless links that carry a joint get 1e-6 kg.
+    `exclude_start_contacts` (default True): pairs of the robot's own bodies in contact in the start
+    pose never collide (`<contact><exclude>`), as an SRDF disables pairs in collision in the default
+    pose; a URDF's collision shapes often overlap at rest, and each such pair would push the robot
+    apart from its first step.
     """
     spec, source = load_scene(scene, package_path, balance_inertia)
     model = compile_scene(spec, source)
@@ -96,6 +101,8 @@ def reach_task(
     model = compile_scene(spec, source)
     low, high = _target_box(model, site, start, target_box)
     centre = (low + high) / 2
+    if exclude_start_contacts:
+        _exclude_start_contacts(spec, model, start, body)
     target = spec.worldbody.add_body(name=TARGET, pos=centre.tolist())
     target.add_site(name=TARGET, size=[0.025] * 3, rgba=[0, 1, 0, 0.5])
     label = embodiment or _model_name(spec, source)
@@ -153,6 +160,7 @@ def stand_task(
     embodiment: str | None = None,
     package_path: Sequence[str | os.PathLike[str]] = (),
     balance_inertia: bool = False,
+    exclude_start_contacts: bool = True,
 ) -> Task:
     """A task in which a legged robot keeps `base_body` (a floating body: its free joint) above
     `height` metres and upright (the cosine between its z axis and the world's above `upright`)
@@ -169,7 +177,7 @@ def stand_task(
     that the lowest point of the robot's collision geoms, in `posture`, touches the scene's
     ground plane, or z = 0 (a URDF puts its root at the origin, its legs below), unless `posture`
     places that free joint itself or a `keyframe` is given; a scene with no ground plane gets one
-    at z = 0. `package_path` and `balance_inertia`: as for `reach_task`.
+    at z = 0. `package_path`, `balance_inertia` and `exclude_start_contacts`: as for `reach_task`.
     """
     spec, source = load_scene(scene, package_path, balance_inertia)
     model = compile_scene(spec, source)
@@ -213,6 +221,9 @@ def stand_task(
         _add_servos(spec, model, moving, servo_gain)
     start = _start_keyframe(spec, keyframe, posture, "posture")
     model = compile_scene(spec, source)
+    if exclude_start_contacts:
+        _exclude_start_contacts(spec, model, start, base)
+        model = compile_scene(spec, source)
     label = embodiment or _model_name(spec, source)
     high = {"term": "body_height", "body": base_body}
     level = {"term": "body_upright", "body": base_body}
@@ -415,6 +426,37 @@ def _rest_on_floor(spec: Any, model: mujoco.MjModel, base_body: str, pose: Postu
     if np.isfinite(lowest):
         body = spec.body(base_body)
         body.pos = [body.pos[0], body.pos[1], body.pos[2] + (ground or 0.0) - lowest]
+
+
+def _exclude_start_contacts(
+    spec: Any, model: mujoco.MjModel, keyframe: str | None, body: int
+) -> list[tuple[str, str]]:
+    """Exclude from collision each pair of the robot's own bodies (those of `body`'s kinematic
+    tree: not the world's geoms, a prop's or the floor) whose contact is active in the start pose:
+    MoveIt's rule for the pairs an SRDF disables ("in collision in the default pose"). A URDF
+    has no such list and its collision meshes often overlap at rest (a gripper inside a thigh,
+    wheels inside a base): kept, each pair pushes the robot apart from the first step and multiplies
+    the contacts to solve. Unnamed bodies cannot be excluded by name and keep theirs. The pairs are
+    sorted by name, so that the same files give the same scene. Returns them."""
+    data = mujoco.MjData(model)
+    if keyframe is not None:
+        mujoco.mj_resetDataKeyframe(model, data, model.key(keyframe).id)
+    mujoco.mj_forward(model, data)
+    root = int(model.body_rootid[body])
+    pairs: set[tuple[str, str]] = set()
+    for i in range(data.ncon):
+        contact = data.contact[i]
+        if contact.geom[0] < 0 or contact.geom[1] < 0 or contact.dist >= contact.includemargin:
+            continue  # a flex's, or within the margin but not pushing
+        bodies = [int(model.geom_bodyid[g]) for g in contact.geom]
+        if any(b == 0 or int(model.body_rootid[b]) != root for b in bodies):
+            continue
+        names = sorted(str(model.body(b).name) for b in bodies)
+        if all(names):
+            pairs.add((names[0], names[1]))
+    for first, second in sorted(pairs):
+        spec.add_exclude(bodyname1=first, bodyname2=second)
+    return sorted(pairs)
 
 
 def _lowest_point(model: mujoco.MjModel, data: mujoco.MjData, g: int) -> float:

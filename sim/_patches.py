@@ -433,6 +433,13 @@ def apply_model_patches(
         rows = batch.expand(slot.field).reshape(batch.nsim, -1)
         cells = slice(slot.start, slot.start + slot.size)
         rows[sims, cells] = _checked(slot, target, op, rows[sims, cells], values, ids[sims])
+        for field, cell, sign in slot.coupled:  # a servo's bias repeats its gain: the same edit
+            twin = batch.expand(field).reshape(batch.nsim, -1)
+            given = values if op == "scale" else sign * values
+            twin_slot = Slot(target, field, cell, 1, False, False, "any")
+            twin[sims, cell : cell + 1] = _checked(
+                twin_slot, target, op, twin[sims, cell : cell + 1], given, ids[sims]
+            )
         needs_setconst[sims] |= slot.setconst
     if needs_setconst.any():
         try:

@@ -71,6 +71,9 @@ def _balance_inertia(spec: Any) -> None:
     spec.compiler.boundinertia = 1e-9
 
 
+MESH_FORMATS = "STL, OBJ and MSH"  # what MuJoCo reads (4.0: no decoder for any other format)
+
+
 def compile_scene(spec: Any, source: str) -> mujoco.MjModel:
     try:
         return spec.compile()
@@ -78,7 +81,27 @@ def compile_scene(spec: Any, source: str) -> mujoco.MjModel:
         problem = _one_line(exc)
         if any(w in problem for w in ("balanceinertia", "positive eigenvalues", "mjMINVAL")):
             problem += "; balance_inertia=True repairs such inertias"
+        if "no decoder found for mesh file" in problem:
+            problem = f"{_unreadable_meshes(spec)}; MuJoCo says: {problem}"
         raise TaskDefinitionError("scene", f"{source}: does not compile: {problem}") from exc
+
+
+def _unreadable_meshes(spec: Any) -> str:
+    """What to do about meshes in formats MuJoCo has no decoder for (a URDF's COLLADA `.dae`,
+    common in ROS packages): `Embodiment.from_urdf` leaves such collision meshes out, but a task
+    simulates the robot and cannot."""
+    suffixes = {".stl", ".obj", ".msh"}
+    files = sorted({m.file for m in spec.meshes if Path(m.file).suffix.lower() not in suffixes})
+    kinds = sorted({Path(f).suffix.lower() or "without a suffix" for f in files})
+    named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    collada = " (COLLADA)" if ".dae" in kinds else ""
+    return (
+        f"MuJoCo reads {MESH_FORMATS} meshes, not {'/'.join(kinds) or 'this format'}{collada}: "
+        f"{named or 'a mesh'}. Convert them to STL or OBJ (e.g. `assimp export in.dae out.stl`; "
+        "Blender and MeshLab also do), point the robot file's mesh file names at the converted "
+        "copies (for package:// URIs, in a copy of the package that package_path=[...] lists "
+        "first) and build from that file"
+    )
 
 
 def scene_task(spec: Any, source: str, definition: dict[str, Any]) -> Task:

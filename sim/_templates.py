@@ -62,6 +62,9 @@ class Slot:
     setconst: bool  # mj_setConst must run after writing it
     domain: str  # "any", "positive", "nonnegative"
     quaternion: bool = False  # qpos of a free or ball joint: only "set" with unit quaternions
+    # other cells holding the same quantity, (field, flat index, sign): a servo's gain is also its
+    # bias (`servo_bias`), and the op applies to both
+    coupled: tuple[tuple[str, int, float], ...] = ()
 
 
 class Template:
@@ -220,8 +223,11 @@ class Template:
                 raise MutationError(
                     target, "a free body's pose is its joint's qpos: use joint/<name>/qpos"
                 )
-        setconst = field in mujoco.MjModel._setconst_inputs
-        return Slot(target, field, int(start), int(size), False, setconst, domain)
+        coupled = servo_bias(m, ident) if (kind, attr) == ("actuator", "gain") else ()
+        setconst = any(
+            f in mujoco.MjModel._setconst_inputs for f in [field, *(c[0] for c in coupled)]
+        )
+        return Slot(target, field, int(start), int(size), False, setconst, domain, False, coupled)
 
     def _ident(self, kind: str, name: str, target: str) -> int:
         ident = self.object_id(kind, name)
@@ -230,6 +236,25 @@ class Template:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise MutationError(target, f"the template has no {kind} named {name!r}{hint}")
         return ident
+
+
+def servo_bias(m: mujoco.MjModel, actuator: int) -> tuple[tuple[str, int, float], ...]:
+    """The bias cell that repeats a servo's gain, negated: a position servo's force is
+    kp * ctrl - kp * qpos (gainprm[0] = -biasprm[1] = kp), a velocity servo's kv * ctrl - kv * qvel
+    (gainprm[0] = -biasprm[2] = kv, biasprm[1] = 0). Changing the gain alone would move the set
+    point (kp x1.2: a joint told 1 rad settles at 1.2), not the stiffness; so "gain" changes both.
+    Other actuators (motors, general ones whose bias is not the gain) have no such cell."""
+    affine = int(m.actuator_biastype[actuator]) == int(mujoco.mjtBias.mjBIAS_AFFINE)
+    fixed = int(m.actuator_gaintype[actuator]) == int(mujoco.mjtGain.mjGAIN_FIXED)
+    gain, bias = float(m.actuator_gainprm[actuator, 0]), m.actuator_biasprm[actuator]
+    if not (affine and fixed and gain != 0):
+        return ()
+    row = actuator * m.actuator_biasprm.shape[1]
+    if float(bias[1]) == -gain:
+        return (("actuator_biasprm", row + 1, -1.0),)
+    if float(bias[1]) == 0 and float(bias[2]) == -gain:
+        return (("actuator_biasprm", row + 2, -1.0),)
+    return ()
 
 
 def split_target(target: str) -> tuple[str, str, str] | None:

@@ -385,3 +385,104 @@ def test_a_floating_base_rests_exactly_on_the_scenes_own_ground(foot):
     robot = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0]
     gap = min(mujoco.mj_geomDistance(model, data, g, ground, 1.0, None) for g in robot)
     assert gap == pytest.approx(0.0, abs=1e-5)  # the scene's text keeps 6 digits
+
+
+def _start_contacts(task: sim.Task) -> set[tuple[str, str]]:
+    """The pairs of bodies in contact in the task's start pose, by name."""
+    model = task.template.model
+    data = mujoco.MjData(model)
+    if task.definition["keyframe"]:
+        mujoco.mj_resetDataKeyframe(model, data, model.key(task.definition["keyframe"]).id)
+    mujoco.mj_forward(model, data)
+    return {
+        tuple(sorted(model.body(int(model.geom_bodyid[g])).name for g in c.geom))
+        for c in data.contact[: data.ncon]
+    }
+
+
+def test_a_robots_parts_that_overlap_at_rest_do_not_collide():
+    """Each hand of this URDF biped sits inside its thigh at rest, as Talos's grippers do: the
+    task excludes those pairs (an SRDF's rule: in collision in the default pose), not the feet's
+    contact with the floor; kept, the overlap pushes the arms 0.07 rad off the posture held."""
+    robot = f"{ROBOTS}/overlapping_biped.urdf"
+
+    def build(**options):
+        return stand_task(
+            robot, base_body="trunk", height=0.5, floating_base=True, joint_noise=0.0, **options
+        )
+
+    def held(task: sim.Task) -> float:
+        """How far the joints end from the start pose after 2 s holding it."""
+        model = task.template.model
+        data = mujoco.MjData(model)
+        mujoco.mj_forward(model, data)
+        start = data.qpos[7:].copy()
+        for _ in range(1000):
+            mujoco.mj_step(model, data)
+        return float(np.abs(data.qpos[7:] - start).max())
+
+    task = build()
+    assert _start_contacts(task) == {("left_foot", "world"), ("right_foot", "world")}
+    excluded = mujoco.MjSpec.from_string(task.definition["scene"]).excludes
+    assert sorted(sorted((e.bodyname1, e.bodyname2)) for e in excluded) == [
+        ["left_hand", "left_thigh"],
+        ["right_hand", "right_thigh"],
+    ]
+    assert build().hash == task.hash  # the same files, the same task
+    assert held(task) < 0.01
+    kept = build(exclude_start_contacts=False)
+    assert ("left_hand", "left_thigh") in _start_contacts(kept)
+    assert held(kept) > 0.05
+
+
+OVERLAPPING_ARM = """<mujoco><worldbody>
+  <body name="base"><geom type="cylinder" size=".08 .05"/>
+    <body name="link1" pos="0 0 .05"><joint name="j1" axis="0 0 1"/>
+      <geom type="capsule" fromto="0 0 0 0 0 .3" size=".03"/>
+      <body name="link2" pos="0 0 .3"><joint name="j2" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 .1 0 -.28" size=".03"/><site name="tip" pos=".1 0 -.28"/>
+      </body>
+    </body>
+  </body>
+  <body name="block" pos=".1 0 .1"><freejoint/><geom type="box" size=".03 .03 .03"/></body>
+</worldbody></mujoco>"""
+
+
+def test_a_reach_task_excludes_the_robots_own_overlaps_only():
+    """The arm's forearm dips into its base (two bodies apart), and its first link starts inside
+    the base, which is welded to the world (MuJoCo's parent-child filter spares neither): both
+    pairs are excluded. A prop placed touching the arm is not the robot's: its contacts stay."""
+    task = reach_task(OVERLAPPING_ARM, end_effector="tip", joint_noise=0.0)
+    contacts = _start_contacts(task)
+    assert ("base", "link2") not in contacts
+    assert ("block", "link2") in contacts
+    excluded = mujoco.MjSpec.from_string(task.definition["scene"]).excludes
+    assert sorted(sorted((e.bodyname1, e.bodyname2)) for e in excluded) == [
+        ["base", "link1"],
+        ["base", "link2"],
+    ]
+    kept = reach_task(OVERLAPPING_ARM, end_effector="tip", exclude_start_contacts=False)
+    assert ("base", "link2") in _start_contacts(kept)
+
+
+def test_a_collada_mesh_is_refused_saying_what_mujoco_reads_and_what_to_do(tmp_path):
+    """MuJoCo has no decoder for COLLADA (ROS packages often ship .dae collision meshes): the
+    refusal names the files, the formats it reads and a way out, before MuJoCo's own words."""
+    (tmp_path / "meshes").mkdir()
+    (tmp_path / "meshes" / "link.dae").write_text('<?xml version="1.0"?><COLLADA/>')
+    (tmp_path / "arm.urdf").write_text(
+        """<robot name="daearm"><link name="base"/>
+        <link name="link"><inertial><mass value="1"/>
+          <inertia ixx=".01" iyy=".01" izz=".01" ixy="0" ixz="0" iyz="0"/></inertial>
+          <collision><geometry><mesh filename="meshes/link.dae"/></geometry></collision></link>
+        <joint name="j" type="revolute"><parent link="base"/><child link="link"/>
+          <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+        </robot>"""
+    )
+    with pytest.raises(TaskDefinitionError) as caught:
+        reach_task(tmp_path / "arm.urdf", end_effector="link")
+    assert caught.value.field == "scene"
+    detail = caught.value.detail
+    assert "reads STL, OBJ and MSH meshes, not .dae (COLLADA): meshes/link.dae" in detail
+    assert "assimp export" in detail and "package_path" in detail
+    assert detail.index("assimp") < detail.index("no decoder found")

@@ -176,6 +176,14 @@ def _reference(xml, keyframe, patch, ctrl, nstep, setconst=True):
                 continue
             view = accessors[attr](kind, name)
         value = np.asarray(mut.value)
+        if mut.target.endswith(
+            "/gain"
+        ):  # a position servo's kp is also its bias -kp: the edit moves both
+            bias = m.actuator(name).biasprm[1:2]
+            assert bias[0] == -view[0]
+            bias[:] = (
+                -value if mut.op == "set" else bias - value if mut.op == "add" else bias * value
+            )
         view[:] = value if mut.op == "set" else view + value if mut.op == "add" else view * value
     if setconst:
         mujoco.mj_setConst(m, d)
@@ -506,3 +514,74 @@ def test_samplers_reach_unnamed_actuators_through_their_joints():
     assert gains[knee] == pytest.approx(t.model.actuator_gainprm[knee, 0] * value)
     with pytest.raises(SamplerSpecError, match="matches nothing"):
         Sampler.from_json({"terms": [{**spec, "target": "actuator@joint/tail*/gain"}]}).sample(t, 0)
+
+
+SERVOS = """<mujoco><option gravity="0 0 0" timestep="0.002" integrator="implicitfast"/><worldbody>
+  <body name="arm"><joint name="hinge" axis="0 0 1" damping="1"/>
+    <geom type="capsule" fromto="0 0 0 .3 0 0" size=".02" mass="1"/></body>
+  <body name="wheel" pos="1 0 0"><joint name="spin" axis="0 0 1"/>
+    <geom type="cylinder" size=".1 .02" mass="1"/></body>
+  <body name="free_arm" pos="2 0 0"><joint name="swing" axis="0 0 1"/>
+    <geom type="capsule" fromto="0 0 0 .3 0 0" size=".02" mass="1"/></body>
+</worldbody><actuator>
+  <position name="servo" joint="hinge" kp="50" kv="2"/>
+  <velocity name="speed" joint="spin" kv="5"/>
+  <motor name="motor" joint="swing" gear="3"/>
+</actuator></mujoco>"""
+
+
+def _servo_run(patches: list[Patch], ctrl: list[float], nstep: int = 3000):
+    from sim import Template
+
+    template = Template(SERVOS)
+    batch = mjbatch.Batch(template.model, len(patches), 1)
+    apply_model_patches(batch, template, patches, list(range(len(patches))))
+    batch.reset(stage=int(mujoco.mjtStage.mjSTAGE_NONE))
+    batch.bind("ctrl")[:] = ctrl
+    batch.step(nstep=nstep)
+    width = template.model.actuator_gainprm.shape[1]
+    cells = {
+        name: (
+            batch.expand("actuator_gainprm").reshape(len(patches), -1)[:, a * width],
+            batch.expand("actuator_biasprm").reshape(len(patches), -1)[
+                :, a * width : a * width + 3
+            ],
+        )
+        for a, name in enumerate(("servo", "speed", "motor"))
+    }
+    return batch.bind("qpos").copy(), batch.bind("qvel").copy(), cells
+
+
+def test_a_servos_gain_is_its_stiffness_not_its_set_point():
+    """A position servo's kp is both gainprm[0] and -biasprm[1]: scaling the gain alone made a
+    joint told 1 rad settle at 1.2. Both move now; a velocity servo's kv likewise (its speed stays
+    the one asked for); a motor's gain is its gain."""
+    scaled = Patch(
+        tuple(Mutation(f"actuator/{a}/gain", "scale", (1.2,)) for a in ("servo", "speed", "motor"))
+    )
+    qpos, qvel, cells = _servo_run([Patch(), scaled], [1.0, 2.0, 0.0])
+    assert qpos[:, 0] == pytest.approx([1.0, 1.0], abs=1e-3)  # the set point holds
+    assert qvel[:, 1] == pytest.approx([2.0, 2.0], abs=1e-3)  # so does the speed
+    gain, bias = cells["servo"]
+    assert gain.tolist() == [50.0, 60.0] and bias[:, 1].tolist() == [-50.0, -60.0]
+    assert bias[:, 2].tolist() == [-2.0, -2.0]  # kv is the damping: `bias` reaches it
+    gain, bias = cells["speed"]
+    assert gain.tolist() == [5.0, 6.0] and bias[:, 2].tolist() == [-5.0, -6.0]
+    gain, bias = cells["motor"]
+    assert gain.tolist() == [1.0, 1.2] and not bias.any()
+    # stiffer, not elsewhere: the step response of the scaled servo is faster
+    early, _, _ = _servo_run([Patch(), scaled], [1.0, 0.0, 0.0], nstep=60)
+    assert early[1, 0] > early[0, 0] + 0.01
+
+
+def test_setting_or_adding_to_a_servos_gain_keeps_its_bias_in_step():
+    patches = [
+        Patch((Mutation("actuator/servo/gain", "set", (80.0,)),)),
+        Patch((Mutation("actuator/servo/gain", "add", (10.0,)),)),
+        Patch((Mutation("actuator/speed/gain", "set", (7.0,)),)),
+    ]
+    qpos, _, cells = _servo_run(patches, [0.5, 0.0, 0.0], nstep=2000)
+    assert cells["servo"][0].tolist()[:2] == [80.0, 60.0]
+    assert cells["servo"][1][:2, 1].tolist() == [-80.0, -60.0]
+    assert cells["speed"][1][2].tolist() == [0.0, 0.0, -7.0]
+    assert qpos[:, 0] == pytest.approx([0.5] * 3, abs=1e-3)
