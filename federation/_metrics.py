@@ -2,9 +2,9 @@
 
 Counters are incremented where things happen (requests, gossip rounds, envelopes in and out); gauges
 about what the site holds are read from the knowledge base when Prometheus scrapes, so nothing has
-to keep them in step; so are the validator's, from its state file (`validator.json`): a site where
-no validator has run exports none of them. Each site has its own registry: several sites in one
-process (tests) never mix.
+to keep them in step (counted again only when it changed: `knowledge_counts`); so are the
+validator's, from its state file (`validator.json`): a site where no validator has run exports none
+of them. Each site has its own registry: several sites in one process (tests) never mix.
 """
 
 from __future__ import annotations

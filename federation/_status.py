@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import threading
 import time
-from dataclasses import replace
+import weakref
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from knowledge import KnowledgeBase
+from knowledge import Head, KnowledgeBase, TrustPolicy
 
 from ._config import SiteConfig
 
@@ -26,6 +28,8 @@ STATE_FILE = "peers.json"  # written by the gossip scheduler after every round
 # written by the validator service (`simnet validate`, `simnet serve --validate`; sim.validation)
 # after every change. Only its JSON is read here: federation never imports the simulator.
 VALIDATOR_FILE = "validator.json"
+# per-skill counts are made again after this even if nothing changed: activation depends on the time
+COUNTS_MAX_AGE_S = 5.0
 VALIDATOR_STALE_S = 600.0  # no update for this long (or 10 idle periods, if longer): stale
 _VALIDATOR_COUNTS = (
     "queued",
@@ -59,15 +63,49 @@ def local_verify(home: Path) -> ssl.SSLContext:
 
 
 def knowledge_counts(kb: KnowledgeBase) -> dict[str, int]:
+    """What `kb` holds, by kind. Anyone may ask (/metrics is unauthenticated), so the per-skill
+    counts (activation of every skill) are made again only when the knowledge base changed (its
+    heads or its policy) or after `COUNTS_MAX_AGE_S` (activation also depends on the time), and
+    callers asking at once wait for one count instead of each making their own."""
+    with _counting:
+        heads, policy, now = kb.heads(), kb.policy, time.monotonic()
+        last = _skill_counts.get(kb)
+        if (
+            last is None
+            or last.heads != heads
+            or last.policy is not policy
+            or now - last.at > COUNTS_MAX_AGE_S
+        ):
+            last = _skill_counts[kb] = _SkillCounts(heads, policy, now, _count_skills(kb))
+        return {
+            **last.counts,
+            "equivocations": len(kb.equivocations()),
+            "writers": len(heads),
+            "envelopes": sum(h.seq for h in heads.values()),
+        }
+
+
+@dataclass(frozen=True)
+class _SkillCounts:
+    """The per-skill counts of a knowledge base, and what they were made from."""
+
+    heads: dict[str, Head]
+    policy: TrustPolicy
+    at: float  # time.monotonic() when made
+    counts: dict[str, int]
+
+
+_skill_counts: weakref.WeakKeyDictionary[KnowledgeBase, _SkillCounts] = weakref.WeakKeyDictionary()
+_counting = threading.Lock()
+
+
+def _count_skills(kb: KnowledgeBase) -> dict[str, int]:
     skills = kb.skills.list(include_withdrawn=True)
     return {
         "skills": len(skills),
         "active_skills": sum(kb.is_active(s.id) for s in skills),
         "certificates": sum(len(kb.certificates.for_skill(s.id)) for s in skills),
         "revocations": sum(kb.is_revoked(s.id) for s in skills),
-        "equivocations": len(kb.equivocations()),
-        "writers": len(kb.heads()),
-        "envelopes": sum(h.seq for h in kb.heads().values()),
     }
 
 

@@ -68,6 +68,9 @@ QUANTITIES: dict[str, dict[str, str | None]] = {
     "entry_point": {"name": "text", "distribution": "text", "version": "text"},
 }
 TERMS_GROUP = "simnet.terms"
+# Far beyond any real task (a million control steps; ten thousand physics steps between two): a
+# definition past them is hostile or broken, and must not tie up whoever evaluates it.
+_MAX_STEPS = {"horizon": 1_000_000, "control_substeps": 10_000}
 OBSERVATIONS: dict[str, dict[str, str | None]] = {
     "qpos": {"joints": "joints"},
     "qvel": {"joints": "joints"},
@@ -120,12 +123,12 @@ class Task:
         except TemplateError as exc:  # the scene is a field of the task
             raise TaskDefinitionError("scene", str(exc)) from exc
         model = self.template.model
-        for key in ("horizon", "control_substeps"):
+        for key, limit in _MAX_STEPS.items():
             value = data.get(key)
             _require(
-                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit,
                 key,
-                "must be an integer >= 1",
+                f"must be an integer from 1 to {limit:,}",
             )
         self.horizon: int = data["horizon"]
         self.control_substeps: int = data["control_substeps"]
@@ -256,6 +259,11 @@ class Task:
     def assets(self) -> Mapping[str, bytes]:
         """The bytes of the files the scene loads, by name (empty for a scene that loads none)."""
         return MappingProxyType(self._assets)
+
+    @property
+    def physics_steps(self) -> int:
+        """Physics steps one branch runs at most: what evaluating it costs, whatever the scene."""
+        return self.horizon * self.control_substeps
 
     def replace(self, **changes: Any) -> Task:
         """A new task (with its own hash) differing in the given top-level fields, e.g. horizon."""

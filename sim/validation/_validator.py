@@ -10,8 +10,9 @@ knowledge base cannot say is kept in the state file (``validator.json`` in the s
 failed or wait for something (weights or a task's scene file no peer has yet, a task definition
 not arrived) with the reason, so nothing is retried in a tight loop. Order: skills requested by an
 operator (`simnet validate --request`), then spot checks (cheap, and they gate skills already
-certified), then skills by how often this site's own robots used them (what its devices ask for),
-oldest first.
+certified), then skills by how often this site's own robots used them (what its devices ask for);
+within each, writers take turns, each with its oldest job first. A job whose task asks more physics
+steps per branch than `max_branch_steps` is refused unstarted, with the reason.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ import random
 import threading
 import time
 import tomllib
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import knowledge
 from knowledge import BlobError, KnowledgeBase, SiteHome, UnknownTaskError
@@ -35,6 +38,7 @@ from .._errors import SimError, TaskDefinitionError
 from .._patches import Sampler
 from .._tasks import Task
 from ..evaluation import certify, evaluate, load_policy, probe, skill_tasks, spot_check
+from ..evaluation._spot_check import rerun_setup
 from ._samplers import fleet_sampler
 
 log = logging.getLogger("sim.validation")
@@ -51,6 +55,11 @@ class _Stopped(Exception):
     """The service was asked to stop in the middle of an evaluation."""
 
 
+class _OverBudget(Exception):
+    """A job's task asks more physics steps per branch than this site allows: refused unstarted,
+    and not retried (the same settings give the same answer)."""
+
+
 @dataclass(frozen=True)
 class ValidatorSettings:
     """How a site validates (``validator.toml`` in its home; every key optional)."""
@@ -65,6 +74,9 @@ class ValidatorSettings:
     retry_s: float = 30.0  # a job waiting on weights, a task or an asset is tried again after this
     max_attempts: int = 3  # a job that fails this often is given up (shown in the status)
     idle_s: float = 1.0  # how often an idle validator looks at the knowledge base again
+    # physics steps one branch may take (horizon x control_substeps): a job whose task asks more is
+    # refused unstarted, so a writer cannot tie the validator up with an endless task
+    max_branch_steps: int = 20_000
 
     @classmethod
     def load(cls, path: Path) -> ValidatorSettings:
@@ -83,7 +95,7 @@ class ValidatorSettings:
         if "embodiments" in data:
             data["embodiments"] = tuple(data["embodiments"])
         settings = cls(**data)
-        for name in ("branches", "workers", "threads", "max_attempts"):
+        for name in ("branches", "workers", "threads", "max_attempts", "max_branch_steps"):
             value = getattr(settings, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise knowledge.PolicyError(
@@ -134,6 +146,26 @@ class _Trouble:
         }
 
 
+class _Ranked(NamedTuple):
+    priority: tuple[int, int]  # requested, spot check, evaluation; then this site's uses
+    writer: str  # who wrote the skill or certificate
+    hlc: int  # the writer's own timestamp: orders only its own jobs
+    job: Job
+
+
+def _taking_turns(ranked: Iterable[_Ranked]) -> list[Job]:
+    """Jobs by priority; within one, writers take turns, each with its oldest job first. A writer
+    chooses its timestamps and how much it publishes: ordering by timestamp alone would let one
+    date its jobs early, or publish many, and starve every other writer's."""
+    turns: Counter[tuple[tuple[int, int], str]] = Counter()
+    keyed = []
+    for r in sorted(ranked, key=lambda r: (r.priority, r.hlc, r.job.key)):
+        turn = turns[r.priority, r.writer]
+        turns[r.priority, r.writer] += 1
+        keyed.append(((r.priority, turn, r.hlc, r.job.key), r.job))
+    return [job for _, job in sorted(keyed, key=lambda item: item[0])]
+
+
 class Validator:
     """Certify and spot-check from the simulator, one job at a time (`step`, or `run` until a stop
     event), writing its state to `state_path` after every change."""
@@ -173,7 +205,7 @@ class Validator:
         own = kb.identity.public_key_hex  # type: ignore[union-attr]
         site = (kb.policy.device_of or kb.identity.public_key).hex()  # type: ignore[union-attr]
         requested = self._requests()
-        ranked: list[tuple[tuple[Any, ...], Job]] = []
+        ranked: list[_Ranked] = []
         awaiting = kb.certificates.awaiting_check()
         for cert in awaiting:
             name = kb.skills.get(cert.skill).name
@@ -181,7 +213,7 @@ class Validator:
             job = Job(
                 "spot_check", cert.skill, name, cert.id, "requested" if first else "spot check"
             )
-            ranked.append(((0 if first else 1, 0, cert.hlc), job))
+            ranked.append(_Ranked((0 if first else 1, 0), cert.validator, cert.hlc, job))
         for skill in kb.skills.list() if self.settings.certifies else ():
             if not skill.tasks or kb.is_revoked(skill.id) or kb.is_active(skill.id):
                 continue
@@ -192,19 +224,14 @@ class Validator:
             uses = kb.counters.per_site(skill.id).get(site, knowledge.Counts()).uses
             first = skill.id in requested
             why = "requested" if first else f"used {uses} times here" if uses else "uncertified"
-            ranked.append(
-                (
-                    (0 if first else 2, -uses, skill.hlc),
-                    Job("evaluate", skill.id, skill.name, why=why),
-                )
-            )
-        ranked.sort(key=lambda item: item[0])
-        return [
-            job
-            for _, job in ranked
-            if (t := self.troubles.get(job.key)) is None
+            job = Job("evaluate", skill.id, skill.name, why=why)
+            ranked.append(_Ranked((0 if first else 2, -uses), skill.author, skill.hlc, job))
+        return _taking_turns(
+            r
+            for r in ranked
+            if (t := self.troubles.get(r.job.key)) is None
             or (t.retry_at is not None and t.retry_at <= now)
-        ]
+        )
 
     def _certified_tasks(self, skill_id: str, validator: str) -> set[str]:
         """The hashes of the tasks `validator` has certified a skill on."""
@@ -248,6 +275,8 @@ class Validator:
             log.info(
                 "stopped during %s %s: it is queued again at the next start", job.kind, job.name
             )
+        except _OverBudget as exc:
+            self._trouble(job, f"over budget: {exc}", give_up=True)
         except _WAITING as exc:
             self._trouble(job, f"waiting: {exc}", waiting=True)
         except (knowledge.SimnetError, SimError) as exc:
@@ -308,6 +337,8 @@ class Validator:
                 )
         done = self._certified_tasks(job.skill, self.kb.identity.public_key_hex)  # type: ignore[union-attr]
         tasks = [t for t in tasks if t.hash not in done]  # a restart resumes with the rest
+        for task in tasks:
+            self._check_budget(task, job)
         for i, task in enumerate(tasks):
             sampler = s.sampler(task, self.rng.randrange(2**31), self.home)
             base = i * s.branches
@@ -349,6 +380,7 @@ class Validator:
 
     def _spot_check(self, job: Job) -> None:
         cert = self.kb.certificates.get(job.certificate or "")
+        self._check_budget(rerun_setup(self.kb, cert)[1], job)
         result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
         self.totals["spot_checks"] += 1
         self.totals["branches_spot_checked"] += len(result.branches)
@@ -358,10 +390,23 @@ class Validator:
         else:
             log.info("spot-checked %s of %s: %s", cert.id[:12], job.name, result.detail)
 
-    def _trouble(self, job: Job, reason: str, *, waiting: bool = False) -> None:
+    def _check_budget(self, task: Task, job: Job) -> None:
+        budget = self.settings.max_branch_steps
+        if task.physics_steps > budget:
+            raise _OverBudget(
+                f"task {task.name} ({task.hash[:12]}) takes {task.horizon:,} x "
+                f"{task.control_substeps:,} = {task.physics_steps:,} physics steps per branch "
+                f"(horizon x control_substeps), over this site's budget of {budget:,}: to "
+                f"validate it, raise max_branch_steps in {SETTINGS_FILE}, restart, then "
+                f"`simnet validate --request {job.skill[:16]}`"
+            )
+
+    def _trouble(
+        self, job: Job, reason: str, *, waiting: bool = False, give_up: bool = False
+    ) -> None:
         old = self.troubles.get(job.key)
         attempts = (old.attempts if old else 0) + 1
-        give_up = not waiting and attempts >= self.settings.max_attempts
+        give_up = give_up or (not waiting and attempts >= self.settings.max_attempts)
         retry_at = None if give_up else time.time() + self.settings.retry_s * min(attempts, 10)
         self.troubles[job.key] = _Trouble(job, reason, attempts, retry_at, waiting)
         log.warning("%s %s: %s", job.kind, job.name, reason)

@@ -4,7 +4,11 @@ app."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -149,3 +153,44 @@ def test_gossip_rounds_are_counted_by_peer_and_outcome(make_site, serve_app, fre
     assert seen[("simnet_peer_failures", (("peer", "gone"),))] == 1
     assert ("simnet_peer_last_sync_age_seconds", (("peer", "b"),)) in seen
     assert ("simnet_peer_last_sync_age_seconds", (("peer", "gone"),)) not in seen
+
+
+@contextlib.contextmanager
+def calls_of(function: Callable) -> Iterator[list[int]]:
+    """Count the calls of `function` made in this thread and in threads started inside the block
+    (the server's worker threads): a profiler watching the real code, which it leaves as it is."""
+    code, count = function.__code__, [0]
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            count[0] += 1
+
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        yield count
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def test_scrapes_reuse_the_counts_until_the_knowledge_base_changes(make_site):
+    """Anyone may scrape /metrics: with nothing changed, a scrape (or a status request) must not
+    judge every skill's activation again; a new skill shows at the next scrape all the same."""
+    a = make_site("a")
+    for name in ("pick-mug", "pick-box", "pick-cup"):
+        a.kb.skills.publish(name, "pick")
+    inactive = ("simnet_skills", (("state", "inactive"),))
+
+    async def status():
+        async with a.client() as client:
+            return (await client.get("/v1/status")).json()
+
+    with calls_of(knowledge.KnowledgeBase.is_active) as judged:
+        assert scrape(a)[inactive] == 3
+        assert judged == [3]  # one judgement per skill
+        assert scrape(a)[inactive] == 3 and run(status())["skills"] == 3
+        assert judged == [3]  # the same counts, judged once
+        a.kb.skills.publish("pick-pen", "pick")
+        assert scrape(a)[inactive] == 4
+        assert judged == [7]

@@ -2,9 +2,10 @@
 outside.
 
 - `live(name, limits=..., interval_s=..., nofile=...)` makes a site home (`simnet init`) and returns
-  a `Live` site, not yet started: `.start()`, `.stop(signal)`, `.url`, `.pid`, `.heads()` (asked as
-  the site's own key), `.client(identity)`, `.log_text()` and `.assert_no_traceback()`. All are
-  stopped at teardown. `module_live` is the same for module-scoped fixtures.
+  a `Live` site, not yet started: `.start(*flags)` (e.g. "--validate"), `.stop(signal)`, `.url`,
+  `.pid`, `.heads()` (asked as the site's own key), `.client(identity)`, `.log_text()` and
+  `.assert_no_traceback()`. All are stopped at teardown. `module_live` is the same for
+  module-scoped fixtures.
 - `signed(identity, audience, method, target, body)` builds an Authorization header by hand, and
   `assert_refused(response, status, code, *phrases)` checks a JSON refusal.
 """
@@ -108,7 +109,8 @@ class Live:
     def open_files(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
-    def start(self) -> Live:
+    def start(self, *flags: str) -> Live:
+        """`simnet serve` for this home, with `flags` (e.g. "--validate")."""
         (self.home / "serve.json").unlink(missing_ok=True)
         log = self.home / f"serve-{len(self.logs)}.log"
         self.logs.append(log)
@@ -120,7 +122,7 @@ class Live:
 
         with open(log, "w") as out:
             self.process = subprocess.Popen(
-                [*SIMNET, "--home", str(self.home), "-v", "serve"],
+                [*SIMNET, "--home", str(self.home), "-v", "serve", *flags],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=limit_files,

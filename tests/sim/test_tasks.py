@@ -40,6 +40,8 @@ def _broken(task, edit):
         ),
         (lambda d: d.pop("name"), "name"),
         (lambda d: d.update(horizon=0), "horizon"),
+        (lambda d: d.update(horizon=10**12), "horizon"),  # would tie up any validator for ever
+        (lambda d: d.update(control_substeps=10**5), "control_substeps"),
         (lambda d: d.update(control_substeps=2.5), "control_substeps"),
         (lambda d: d.update(keyframe="sitting"), "keyframe"),
         (lambda d: d.update(action={"mode": "torque"}), "action"),

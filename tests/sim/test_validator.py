@@ -160,6 +160,74 @@ def test_skills_it_cannot_evaluate_wait_or_fail_with_a_reason_and_the_rest_proce
         assert Validator(kb, FAST, home=home.path).queue() == []
 
 
+def test_a_task_over_the_step_budget_is_refused_unstarted_and_the_rest_proceed(home, short_arm):
+    """A writer may name a task that takes longer than this site will spend on one branch: the
+    job is refused at once, with what it would take and what to change, and never retried."""
+    endless = short_arm.replace(horizon=5_000)  # 50,000 physics steps a branch, over the default
+    with home.open_writer() as kb:
+        hostile = publish(kb, "endless", task=endless)  # first: the oldest job
+        honest = publish(kb, "honest", task=short_arm)
+        validator = Validator(kb, FAST, home=home.path)
+        assert [j.name for j in validator.queue()] == ["endless", "honest"]
+        validator.step()
+        (failed,) = state(home)["failed"]
+        assert failed["name"] == "endless" and state(home)["branches_evaluated"] == 0
+        assert failed["attempts"] == 1 and failed["retry_at"] is None  # given up at once
+        for phrase in (endless.name, endless.hash[:12], "5,000 x 10 = 50,000", "20,000"):
+            assert phrase in failed["reason"], (phrase, failed["reason"])
+        assert "raise max_branch_steps in validator.toml" in failed["reason"]
+        assert [j.name for j in validator.queue()] == ["honest"]
+        validator.step()
+        assert kb.is_active(honest.id) and not kb.certificates.for_skill(hostile.id)
+        assert validator.queue() == []
+
+
+def test_a_certificate_over_the_step_budget_is_not_spot_checked(home, short_arm, tmp_path):
+    other = knowledge.open(tmp_path / "other.db", Identity.generate())
+    with home.open_writer() as kb:
+        policy = kb.policy.with_root(other.identity.public_key)
+        kb.set_policy(policy)
+        other.set_policy(TrustPolicy().with_root(kb.identity.public_key))
+        remote = publish(other, "remote", task=short_arm)
+        result = sim.evaluate(short_arm, sim.load_policy(other, remote.id), branches=16, wave=8)
+        cert = sim.certify(other, remote.id, result)
+        kb.ingest(other.envelopes_since({}))
+        for blob in other.blobs.list():
+            kb.blobs.put(other.blobs.get(blob))
+        budget = replace(FAST, max_branch_steps=short_arm.physics_steps - 1)
+        validator = Validator(kb, budget, home=home.path)
+        (job,) = validator.queue()
+        assert (job.kind, job.certificate) == ("spot_check", cert.id)
+        validator.step()
+        (failed,) = state(home)["failed"]
+        assert failed["certificate"] == cert.id and "over this site's budget" in failed["reason"]
+        assert not kb.certificates.checks(cert.id) and validator.queue() == []
+    other.close()
+
+
+def test_writers_take_turns_whatever_their_clocks_say(home, short_arm, tmp_path):
+    """One writer's many early-dated skills get it one job per turn, not the whole queue."""
+    other = knowledge.open(tmp_path / "other.db", Identity.generate())
+    with home.open_writer() as kb:
+        kb.set_policy(kb.policy.with_root(other.identity.public_key))
+        other.set_policy(TrustPolicy().with_root(kb.identity.public_key))
+        for name in ("flood-1", "flood-2", "flood-3"):  # earlier than anything here
+            publish(other, name, task=short_arm)
+        kb.ingest(other.envelopes_since({}))
+        publish(kb, "honest", task=short_arm)
+        names = [j.name for j in Validator(kb, FAST, home=home.path).queue()]
+        assert names == ["flood-1", "honest", "flood-2", "flood-3"]
+    other.close()
+
+
+def test_the_step_budget_is_checked_on_load(home):
+    (home.path / "validator.toml").write_text("max_branch_steps = 0\n")
+    with pytest.raises(knowledge.PolicyError, match="max_branch_steps must be an integer >= 1"):
+        ValidatorSettings.load(home.path / "validator.toml")
+    (home.path / "validator.toml").write_text("max_branch_steps = 100_000\n")
+    assert ValidatorSettings.load(home.path / "validator.toml").max_branch_steps == 100_000
+
+
 def test_simnet_validate_once_and_request(home, short_arm):
     with home.open_writer() as kb:
         first, second = (publish(kb, n, task=short_arm) for n in ("first", "second"))
