@@ -9,8 +9,10 @@ computes the same function in numpy, and the weights file holds this module's st
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 import torch
@@ -174,6 +176,28 @@ def _pairs(dataset: TransferDataset, margin: float, unskilled: bool) -> tuple[to
     )
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_thread(train: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run `train` with torch on one thread: sums over threads round differently, so the same data
+    make the same weights on any machine only this way (the shell's `simnet encoder train`, the
+    shipped weights' `build_encoder` and the benchmark agree to the byte)."""
+
+    @functools.wraps(train)
+    def on_one_thread(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return train(*args, **kwargs)
+        finally:
+            torch.set_num_threads(previous)
+
+    return on_one_thread
+
+
+@_one_thread
 def train_encoder(
     dataset: TransferDataset,
     *,

@@ -21,6 +21,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pytest
+import torch
 
 import knowledge
 from knowledge import (
@@ -236,8 +237,14 @@ def test_training_improves_the_ranking_on_held_out_bodies():
     assert trained.meta["epochs"] == 150
     assert trained.meta["trained_names"] == sorted(set(data.names))
     assert not set(trained.meta["trained_names"]) & {SMALL.names[i] for i in held}
-    # the same data and seed give the same weights
-    assert train_encoder(data, epochs=150).version == trained.version
+    # the same data and seed give the same weights, however many threads torch was given
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert train_encoder(data, epochs=150).version == trained.version
+        assert torch.get_num_threads() == 2  # and it is left as it was
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_training_needs_something_to_rank():
