@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +25,16 @@ import mujoco
 import numpy as np
 
 from ._errors import TaskDefinitionError
+from ._placement import PLANE, QPOS_SIZE, Posture, exclude_overlaps, rest_on_floor
 from ._scenes import Scene, compile_scene, load_scene, scene_task
 from ._tasks import FORMAT, Task
 
-Posture = Mapping[str, float | Sequence[float]]
 TARGET = "reach_target"  # the body and site a reach task adds
 END_EFFECTOR = "reach_ee"  # the site added when the end effector is a body
 CONTROL_PERIOD_S = 0.04  # default control step: 25 Hz
 _MOVING = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 _FREE = int(mujoco.mjtJoint.mjJNT_FREE)
-_PLANE = int(mujoco.mjtGeom.mjGEOM_PLANE)
-_MESH = int(mujoco.mjtGeom.mjGEOM_MESH)
 _HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
-_QPOS_SIZE = {
-    _FREE: 7,
-    int(mujoco.mjtJoint.mjJNT_BALL): 4,
-    _HINGE: 1,
-    int(mujoco.mjtJoint.mjJNT_SLIDE): 1,
-}
 
 
 def reach_task(
@@ -102,7 +94,7 @@ def reach_task(
     low, high = _target_box(model, site, start, target_box)
     centre = (low + high) / 2
     if exclude_start_contacts:
-        _exclude_start_contacts(spec, model, start, body)
+        exclude_overlaps(spec, model, start, body)
     target = spec.worldbody.add_body(name=TARGET, pos=centre.tolist())
     target.add_site(name=TARGET, size=[0.025] * 3, rgba=[0, 1, 0, 0.5])
     label = embodiment or _model_name(spec, source)
@@ -192,7 +184,7 @@ def stand_task(
         model = compile_scene(spec, source)
         free = [int(model.joint(f"{base_body}_free").id)]
         if keyframe is None and f"{base_body}_free" not in (posture or {}):
-            _rest_on_floor(spec, model, base_body, posture or {})
+            rest_on_floor(spec, model, base_body, posture or {})
             model = compile_scene(spec, source)
     if not free:
         hint = (
@@ -205,7 +197,7 @@ def stand_task(
             f"body {base_body!r} of {source} has no free joint: a stand task needs a floating "
             f"base{hint}",
         )
-    if not any(int(t) == _PLANE for t in model.geom_type):
+    if not any(int(t) == PLANE for t in model.geom_type):
         spec.worldbody.add_geom(
             name="stand_floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[20, 20, 0.1]
         )
@@ -222,7 +214,7 @@ def stand_task(
     start = _start_keyframe(spec, keyframe, posture, "posture")
     model = compile_scene(spec, source)
     if exclude_start_contacts:
-        _exclude_start_contacts(spec, model, start, base)
+        exclude_overlaps(spec, model, start, base)
         model = compile_scene(spec, source)
     label = embodiment or _model_name(spec, source)
     high = {"term": "body_height", "body": base_body}
@@ -396,96 +388,6 @@ def _add_servos(spec: Any, model: mujoco.MjModel, joints: list[str], gain: float
         spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
 
 
-def _rest_on_floor(spec: Any, model: mujoco.MjModel, base_body: str, pose: Posture) -> None:
-    """Move `base_body` (just given a free joint) up or down so that the lowest point of its
-    collision geoms (its own and those of the bodies below it: not a prop's or a static terrain's),
-    with `pose` set, touches the ground: the highest upward-facing plane fixed to the world, or
-    z = 0 where there is none (where the task adds its floor)."""
-    data = mujoco.MjData(model)
-    for joint, value in pose.items():
-        j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, joint)
-        size = _QPOS_SIZE.get(int(model.jnt_type[j]), 0) if j >= 0 else 0
-        try:
-            values = np.atleast_1d(np.asarray(value, dtype=np.float64))
-        except (TypeError, ValueError):
-            continue  # the keyframe refuses it, naming the joint
-        if size and values.shape == (size,) and np.isfinite(values).all():
-            adr = int(model.jnt_qposadr[j])
-            data.qpos[adr : adr + size] = values
-    mujoco.mj_kinematics(model, data)
-    base = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, base_body)
-    lowest, ground = np.inf, None
-    for g in range(model.ngeom):
-        if int(model.geom_type[g]) == _PLANE:
-            if model.geom_bodyid[g] == 0 and data.geom_xmat[g, 8] > 1 - 1e-9:
-                ground = max(ground if ground is not None else -np.inf, data.geom_xpos[g, 2])
-            continue
-        collides = model.geom_contype[g] or model.geom_conaffinity[g]
-        if collides and model.body_rootid[model.geom_bodyid[g]] == base:
-            lowest = min(lowest, _lowest_point(model, data, g))
-    if np.isfinite(lowest):
-        body = spec.body(base_body)
-        body.pos = [body.pos[0], body.pos[1], body.pos[2] + (ground or 0.0) - lowest]
-
-
-def _exclude_start_contacts(
-    spec: Any, model: mujoco.MjModel, keyframe: str | None, body: int
-) -> list[tuple[str, str]]:
-    """Exclude from collision each pair of the robot's own bodies (those of `body`'s kinematic
-    tree: not the world's geoms, a prop's or the floor) whose contact is active in the start pose:
-    MoveIt's rule for the pairs an SRDF disables ("in collision in the default pose"). A URDF
-    has no such list and its collision meshes often overlap at rest (a gripper inside a thigh,
-    wheels inside a base): kept, each pair pushes the robot apart from the first step and multiplies
-    the contacts to solve. Unnamed bodies cannot be excluded by name and keep theirs. The pairs are
-    sorted by name, so that the same files give the same scene. Returns them."""
-    data = mujoco.MjData(model)
-    if keyframe is not None:
-        mujoco.mj_resetDataKeyframe(model, data, model.key(keyframe).id)
-    mujoco.mj_forward(model, data)
-    root = int(model.body_rootid[body])
-    pairs: set[tuple[str, str]] = set()
-    for i in range(data.ncon):
-        contact = data.contact[i]
-        if contact.geom[0] < 0 or contact.geom[1] < 0 or contact.dist >= contact.includemargin:
-            continue  # a flex's, or within the margin but not pushing
-        bodies = [int(model.geom_bodyid[g]) for g in contact.geom]
-        if any(b == 0 or int(model.body_rootid[b]) != root for b in bodies):
-            continue
-        names = sorted(str(model.body(b).name) for b in bodies)
-        if all(names):
-            pairs.add((names[0], names[1]))
-    for first, second in sorted(pairs):
-        spec.add_exclude(bodyname1=first, bodyname2=second)
-    return sorted(pairs)
-
-
-def _lowest_point(model: mujoco.MjModel, data: mujoco.MjData, g: int) -> float:
-    """The lowest world z of geom `g`'s collision shape: exact for primitives and for a mesh (its
-    vertices; MuJoCo collides with their convex hull); a height field by its bounding box."""
-    kind, size = int(model.geom_type[g]), model.geom_size[g]
-    rotation = data.geom_xmat[g].reshape(3, 3)
-    z, up = float(data.geom_xpos[g, 2]), rotation[2]  # up: the geom's axes' world z components
-    if kind == _MESH:
-        start, count = (
-            model.mesh_vertadr[model.geom_dataid[g]],
-            model.mesh_vertnum[model.geom_dataid[g]],
-        )
-        return z + float((model.mesh_vert[start : start + count] @ up).min())
-    if kind == int(mujoco.mjtGeom.mjGEOM_SPHERE):
-        return z - size[0]
-    if kind == int(mujoco.mjtGeom.mjGEOM_CAPSULE):
-        return z - size[0] - size[1] * abs(up[2])
-    if kind == int(mujoco.mjtGeom.mjGEOM_CYLINDER):
-        return z - size[1] * abs(up[2]) - size[0] * float(np.hypot(up[0], up[1]))
-    if kind == int(mujoco.mjtGeom.mjGEOM_ELLIPSOID):
-        return z - float(np.linalg.norm(size * up))
-    if kind == int(mujoco.mjtGeom.mjGEOM_BOX):
-        return z - float(np.abs(size * up).sum())
-    corners = np.array([[x, y, w] for x in (-1, 1) for y in (-1, 1) for w in (-1, 1)])
-    box = model.geom_aabb[g, :3] + corners * model.geom_aabb[g, 3:]  # in the geom's frame
-    return z + float((box @ up).min())
-
-
 def _start_keyframe(
     spec: Any, keyframe: str | None, pose: Posture | None, field: str
 ) -> str | None:
@@ -507,7 +409,7 @@ def _start_keyframe(
         j = _named(model, "joint", joint, f"{field}[{joint!r}]", "the scene")
         adr = int(model.jnt_qposadr[j])
         values = np.atleast_1d(np.asarray(value, dtype=np.float64))
-        size = _QPOS_SIZE[int(model.jnt_type[j])]
+        size = QPOS_SIZE[int(model.jnt_type[j])]
         if values.shape != (size,) or not np.isfinite(values).all():
             raise TaskDefinitionError(f"{field}[{joint!r}]", f"needs {size} finite number(s)")
         low, high = model.jnt_range[j]
