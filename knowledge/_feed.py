@@ -43,6 +43,11 @@ def is_immutable(key: str) -> bool:
     return key.startswith(IMMUTABLE_PREFIXES)
 
 
+ANY_MAP = "*"
+"""In a feed's `map_names` (no map is named so): it may have written any map (fork evidence whose
+bytes cannot be read), so read rules withhold it wherever a map is withheld."""
+
+
 class Feed:
     """The replica of one author's Doc. Only the author's own Feed is ever written locally."""
 

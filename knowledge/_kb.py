@@ -20,6 +20,7 @@ from ._clock import HybridClock
 from ._collections import Blobs, Counters, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, seal
 from ._errors import RecordError, StoreError
+from ._feed import ANY_MAP
 from ._hold import due_ms
 from ._identity import Identity, key_id
 from ._ingest import Ingestion, UpdateRejected
@@ -369,7 +370,9 @@ class KnowledgeBase:
         names = set(map_names)
         with self._replica.lock:
             return {
-                author for author, feed in self._replica.feeds.items() if feed.map_names & names
+                author
+                for author, feed in self._replica.feeds.items()
+                if feed.map_names & names or ANY_MAP in feed.map_names
             }
 
     def roles_of(self, key: bytes) -> frozenset[Role] | None:

@@ -24,8 +24,8 @@ from ._activation import Activations, Standing
 from ._checking import Checks
 from ._clock import HybridClock
 from ._envelope import Envelope, Kind, decode, seal
-from ._errors import NotAuthorizedError, RecordError, StoreError
-from ._feed import Feed
+from ._errors import EnvelopeError, NotAuthorizedError, RecordError, StoreError
+from ._feed import ANY_MAP, Feed
 from ._hold import Hold
 from ._identity import Identity, key_id
 from ._models import Activation, RecordIssue
@@ -44,6 +44,7 @@ from ._reopen import FeedWritten
 from ._store import Store
 from ._trust import Authority
 from ._views import Views
+from ._yjs import MalformedUpdate, parse_update
 
 log = logging.getLogger("knowledge")
 
@@ -219,9 +220,15 @@ class Replica:
             return wrote  # no fork found here, so no evidence held
         largest = max(self.limits.max_envelope_bytes, self.limits.max_checkpoint_bytes)
         for raw in self.evidence(feed.author):
+            try:  # a fork is kept on its signature alone: its bytes may be no update pycrdt reads
+                update = decode(raw, max_bytes=largest).update
+                parse_update(update)
+            except (EnvelopeError, MalformedUpdate):
+                wrote.add(ANY_MAP)  # what it writes cannot be told: withheld wherever a map is
+                continue
             probe = Feed(feed.author)
             probe.queue(feed.state())
-            probe.queue(decode(raw, max_bytes=largest).update)
+            probe.queue(update)
             probe.apply_queued()
             wrote |= probe.map_names
         return wrote

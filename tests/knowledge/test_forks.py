@@ -447,3 +447,37 @@ def test_a_check_in_progress_takes_only_the_next_signed_chained_envelope(tmp_pat
     assert site.snapshot() == before and site.equivocations() == []
     assert site.ingest(envelopes[1:]).verified == 2
     assert site.unchecked_checkpoints() == {} and site.equivocations() == []
+
+
+def test_a_forks_evidence_keeps_its_feed_withheld_by_the_maps_it_writes(tmp_path):
+    """Read rules withhold feeds by the maps they wrote: a feed cut to nothing at its fork still
+    counts the maps its evidence writes (evidence is served with the feed), after a reopen too;
+    evidence whose bytes are no update (a fork is kept on its signature alone) counts as writing
+    any map, and is never handed to pycrdt."""
+    key = Identity.generate()
+    writer = open_site(key)
+    writer.maps["vault"].observe((1, 1), {"code": "secret"}, confidence=0.9)
+    me = Identity.generate()
+    site = open_site(me, trust=[key.public_key], path=tmp_path / "site.db")
+    site.ingest(writer.envelopes_since({}))
+    assert site.authors_writing({"vault"}) == {key.public_key}
+    other = open_site(key)
+    other.maps["hall"].observe((1, 1), "door", confidence=0.5)
+    site.ingest(other.envelopes_since({}))  # the same seq 1: a fork, the feed cut before it
+    assert site.equivocations() == [(key.public_key_hex, 1)]
+    assert site.heads()[key.public_key_hex].seq == 0
+    assert site.authors_writing({"vault"}) == site.authors_writing({"hall"}) == {key.public_key}
+    site.close()
+    with open_site(me, trust=[key.public_key], path=tmp_path / "site.db") as again:
+        assert again.authors_writing({"vault"}) == {key.public_key}
+        assert again.authors_writing({"elsewhere"}) == set()
+
+    garbled = seal(key, Kind.UPDATE, 1, bytes(32), 10**15, b"\x01\x01\xff\xff\xff\xff\x0f")
+    held = open_site(me, trust=[key.public_key], path=tmp_path / "held.db")
+    held.ingest(writer.envelopes_since({}))
+    held.ingest([garbled.raw])
+    assert held.equivocations() == [(key.public_key_hex, 1)]
+    assert held.authors_writing({"elsewhere"}) == {key.public_key}  # what it writes is unknown
+    held.close()
+    with open_site(me, trust=[key.public_key], path=tmp_path / "held.db") as again:
+        assert again.authors_writing({"elsewhere"}) == {key.public_key}
