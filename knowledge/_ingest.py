@@ -469,8 +469,10 @@ class Ingestion:
             return  # our own feed is never cut: our writes stop instead
         if pins and all(
             replica.hash_at(author, seq) == pinned for seq, pinned in pins if seq >= env.seq
-        ):
-            return  # the pinned history is held here: the other branch is evidence, nothing more
+        ):  # the pinned history is held here: the other branch is evidence, nothing more
+            feed = replica.feeds[author]
+            feed.map_names |= replica.evidence_maps(feed)
+            return
         self._cut(author, env.seq - 1)
 
     def _record_fork(self, author: bytes, seq: int, first: bytes, second: bytes) -> None:

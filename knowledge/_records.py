@@ -399,3 +399,22 @@ def check_record(
             check_skill_id(rec["last_hash"], "last_hash (the hash of the last envelope kept)")
         _text(rec, "reason", 0, 1000)
     return rec
+
+
+def policy_key(policy: Any) -> str | None:
+    """What a skill's policy runs, as one string, for revocations to follow it under any record:
+    an MLP's weights hash (the architecture and a `skill_hash` only restate them), an entry point's
+    group, name, distribution and version, else the canonical JSON of the whole policy (None: no
+    policy). Extra keys a loader ignores do not make another behaviour."""
+    if not isinstance(policy, dict) or not policy:
+        return None
+    kind = policy.get("kind")
+    if kind == "mlp" and isinstance(policy.get("weights"), str):
+        return f"mlp:{policy['weights']}"
+    if kind == "entry_point":
+        fields = ("group", "name", "distribution", "version")
+        return "entry_point:" + canonical_json([policy.get(f) for f in fields]).decode()
+    try:
+        return canonical_json(policy).decode()
+    except RecordError:
+        return None

@@ -24,7 +24,7 @@ from ._activation import Activations, Standing
 from ._checking import Checks
 from ._clock import HybridClock
 from ._envelope import Envelope, Kind, decode, seal
-from ._errors import EnvelopeError, NotAuthorizedError, RecordError, StoreError
+from ._errors import NotAuthorizedError, RecordError, StoreError, reraise_interrupts
 from ._feed import ANY_MAP, Feed
 from ._hold import Hold
 from ._identity import Identity, key_id
@@ -44,7 +44,7 @@ from ._reopen import FeedWritten
 from ._store import Store
 from ._trust import Authority
 from ._views import Views
-from ._yjs import MalformedUpdate, parse_update
+from ._yjs import parse_update
 
 log = logging.getLogger("knowledge")
 
@@ -207,30 +207,39 @@ class Replica:
             feed.seq, feed.head, feed.hlc = env.seq, env.prev, env.hlc
             note_written(written, feed.apply_queued(), env)
         self.replay_tail(feed, written)
-        feed.map_names |= wrote | self._evidence_maps(feed)
+        feed.map_names |= wrote | self.evidence_maps(feed)
         return feed
 
-    def _evidence_maps(self, feed: Feed) -> set[str]:
+    def evidence_maps(self, feed: Feed) -> set[str]:
         """The maps the author's fork evidence held here writes to: a feed cut before its fork still
         counts as writing them, so that a private map's cells never travel as evidence to a site
         that may not read the map (read rules withhold feeds by the maps they wrote). Each branch
-        is applied to a copy of the feed as rebuilt (the history before the fork)."""
+        is applied to a copy of the feed as rebuilt (the history before the fork). Evidence that
+        cannot be read so (bytes that are no update: a fork is kept on its signature alone; a feed
+        not cut before it, whose held clocks hide the branch's) counts as writing any map."""
         wrote: set[str] = set()
-        if feed.author not in self.banned:
-            return wrote  # no fork found here, so no evidence held
+        if feed.author not in self.banned or feed.author == self.own_key:
+            return wrote  # no fork found here; or ours: our own feed is not withheld for it
         largest = max(self.limits.max_envelope_bytes, self.limits.max_checkpoint_bytes)
-        for raw in self.evidence(feed.author):
-            try:  # a fork is kept on its signature alone: its bytes may be no update pycrdt reads
-                update = decode(raw, max_bytes=largest).update
-                parse_update(update)
-            except (EnvelopeError, MalformedUpdate):
-                wrote.add(ANY_MAP)  # what it writes cannot be told: withheld wherever a map is
+        for author, seq, first, second in self.store.equivocations():
+            if author != feed.author:
                 continue
-            probe = Feed(feed.author)
-            probe.queue(feed.state())
-            probe.queue(update)
-            probe.apply_queued()
-            wrote |= probe.map_names
+            if feed.seq >= seq:
+                wrote.add(ANY_MAP)
+                continue
+            for raw in (first, second):
+                try:
+                    update = decode(raw, max_bytes=largest).update
+                    parse_update(update)  # as strictly as any update, before pycrdt sees a byte
+                    probe = Feed(feed.author)
+                    probe.queue(feed.state())
+                    probe.queue(update)
+                    probe.apply_queued()
+                except BaseException as exc:  # noqa: BLE001 - pycrdt's Rust panics are BaseException
+                    reraise_interrupts(exc)
+                    wrote.add(ANY_MAP)
+                else:
+                    wrote |= probe.map_names
         return wrote
 
     def make_authority(self) -> Authority:

@@ -20,7 +20,6 @@ same views.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -41,6 +40,7 @@ from ._records import (
     is_map_name,
     parse_key,
     plain_cell,
+    policy_key,
 )
 from ._recordtext import PlainCells
 from ._tiles import Tile, decode
@@ -432,20 +432,20 @@ class Views:
         return self._sites.get((RecordType.CERT, cert_id, validator), frozenset())
 
     def revocations(self, skill_id: str) -> dict[bytes, dict[str, Any]]:
-        """The revocations of a skill, by revoker: its own, and those of any skill with the same
-        policy (the same weights and architecture published again under a new record are the
+        """The revocations of a skill, by revoker: its own, and those of any skill that runs the
+        same policy (`policy_key`: the same weights published again under a new record are the
         behaviour that was revoked)."""
         own = self._entries[RecordType.REVOKE].get(skill_id, {})
-        policy = (self.skill(skill_id) or {}).get("policy")
-        if not policy:
+        key = policy_key((self.skill(skill_id) or {}).get("policy"))
+        if key is None:
             return own
         if self._revoked_policies is None:
             self._revoked_policies = {}
             for revoked, by_revoker in self._entries[RecordType.REVOKE].items():
-                if revoked_policy := (self.skill(str(revoked)) or {}).get("policy"):
-                    key = json.dumps(revoked_policy, sort_keys=True)
-                    self._revoked_policies.setdefault(key, {}).update(by_revoker)
-        same = self._revoked_policies.get(json.dumps(policy, sort_keys=True))
+                revoked_key = policy_key((self.skill(str(revoked)) or {}).get("policy"))
+                if revoked_key is not None:
+                    self._revoked_policies.setdefault(revoked_key, {}).update(by_revoker)
+        same = self._revoked_policies.get(key)
         return {**same, **own} if same else own
 
     def certificates(self, skill_id: str) -> list[tuple[str, dict[str, Any]]]:

@@ -555,9 +555,12 @@ def test_a_revocation_covers_the_same_policy_published_again(tmp_path):
         plain = kb.skills.publish("reach", "reach")
         kb.revoke(first.id, "drops mugs")
         again = kb.skills.publish("reach-2", "reach", policy=weights)  # after it
-        same = (early, first, again)
+        restated = kb.skills.publish("r", "reach", policy={**weights, "note": "new!"})
+        del weights["architecture"]
+        bare = kb.skills.publish("r", "reach", policy=weights)  # what a loader ignores aside
+        same = (early, first, again, restated, bare)
         assert all(kb.is_revoked(s.id) for s in same)
         assert all("revoked" in kb.activation(s.id).reasons for s in same)
         assert not kb.is_revoked(other.id) and not kb.is_revoked(plain.id)
     with knowledge.open(tmp_path / "site.db", me) as kb:
-        assert [kb.is_revoked(s.id) for s in (*same, other, plain)] == [True] * 3 + [False] * 2
+        assert [kb.is_revoked(s.id) for s in (*same, other, plain)] == [True] * 5 + [False] * 2
