@@ -396,7 +396,7 @@ def skills_query(
             f"out-of-distribution score {results[0].ood:.2f}"
             + (f" (above 1: ranked by {results[0].ranked_by})" if fell else "")
         )
-    if not results:  # how the learned encoder sees the body is still worth knowing
+    if not results and not as_json:  # how the learned encoder sees the body is worth knowing
         ood = encoder.assess(body)[1]
         lines = ["no matching skills"] + (
             [] if ood is None else [f"out-of-distribution score {ood:.2f}"]

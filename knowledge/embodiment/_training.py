@@ -10,6 +10,7 @@ computes the same function in numpy, and the weights file holds this module's st
 from __future__ import annotations
 
 import functools
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import ParamSpec, TypeVar
@@ -177,22 +178,25 @@ def _pairs(dataset: TransferDataset, margin: float, unskilled: bool) -> tuple[to
 
 
 _P = ParamSpec("_P")
+_TRAINING = threading.RLock()  # RLock: a training may call another (nested calls keep one thread)
 _R = TypeVar("_R")
 
 
 def _one_thread(train: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run `train` with torch on one thread: sums over threads round differently, so the same data
     make the same weights on any machine only this way (the shell's `simnet encoder train`, the
-    shipped weights' `build_encoder` and the benchmark agree to the byte)."""
+    shipped weights' `build_encoder` and the benchmark agree to the byte). The setting is the
+    process's: trainings in several threads take turns (a lock), so none changes another's."""
 
     @functools.wraps(train)
     def on_one_thread(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        previous = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return train(*args, **kwargs)
-        finally:
-            torch.set_num_threads(previous)
+        with _TRAINING:
+            previous = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                return train(*args, **kwargs)
+            finally:
+                torch.set_num_threads(previous)
 
     return on_one_thread
 

@@ -20,8 +20,8 @@ A record (format "simnet.sim.evaluation/1") is a JSON object with exactly these 
                     total_reward, steps, reason
     summary         {successes, n, success_rate, mean_return, confidence, wilson_lower,
                      clopper_pearson_lower}: follows from outcomes (checked)
-    environment     {mujoco, numpy, torch, python, simnet, platform: {system, machine, byteorder,
-                     cpu_features}}
+    environment     {mujoco, patch_semantics, numpy, torch, python, simnet, platform: {system,
+                     machine, byteorder, cpu_features}}
 
 An evaluation that started from a world snapshot (`evaluate(..., start=snapshot)`) has format
 "simnet.sim.evaluation/2" and one more key:
@@ -77,10 +77,18 @@ _KEYS = {
 }
 
 
+PATCH_SEMANTICS = 2
+"""What a sampler's targets mean, versioned apart from the release: 2 since a servo's `gain` scales
+its stiffness (bias and gain together), not only its gain term. Records of another semantics are
+compared statistically, never bit for bit (a spot check would dispute honest ones)."""
+
+
 def environment() -> dict:
-    """What must be equal for outcomes to be bit-identical: library versions and platform."""
+    """What must be equal for outcomes to be bit-identical: library versions, what sampler targets
+    mean (`PATCH_SEMANTICS`) and platform."""
     return {
         "mujoco": mujoco.__version__,
+        "patch_semantics": PATCH_SEMANTICS,
         "numpy": np.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),

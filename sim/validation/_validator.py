@@ -121,6 +121,7 @@ class Job:
     name: str
     certificate: str | None = None
     why: str = ""  # why it is where it is in the queue
+    writer: str = ""  # who wrote the skill or certificate: writers take turns
 
     @property
     def key(self) -> str:
@@ -153,14 +154,15 @@ class _Ranked(NamedTuple):
     job: Job
 
 
-def _taking_turns(ranked: Iterable[_Ranked]) -> list[Job]:
-    """Jobs by priority; within one, writers take turns, each with its oldest job first. A writer
-    chooses its timestamps and how much it publishes: ordering by timestamp alone would let one
-    date its jobs early, or publish many, and starve every other writer's."""
+def _taking_turns(ranked: Iterable[_Ranked], served: Counter[str]) -> list[Job]:
+    """Jobs by priority; within one, writers take turns, each with its oldest job first, a writer
+    whose jobs this validator ran (`served`) further back by as many turns. A writer chooses its
+    timestamps and how much it publishes: ordering by timestamp alone would let one date its jobs
+    early, or publish many, and starve every other writer's."""
     turns: Counter[tuple[tuple[int, int], str]] = Counter()
     keyed = []
     for r in sorted(ranked, key=lambda r: (r.priority, r.hlc, r.job.key)):
-        turn = turns[r.priority, r.writer]
+        turn = served[r.writer] + turns[r.priority, r.writer]
         turns[r.priority, r.writer] += 1
         keyed.append(((r.priority, turn, r.hlc, r.job.key), r.job))
     return [job for _, job in sorted(keyed, key=lambda item: item[0])]
@@ -186,6 +188,7 @@ class Validator:
         self.rng = rng or random.SystemRandom()
         self.troubles: dict[str, _Trouble] = {}
         self.requested: set[str] = set()  # skills an operator asked for first
+        self.served: Counter[str] = Counter()  # jobs run per writer since the start: turns
         self._stop = threading.Event()  # set by `run`'s caller
         self._last: dict[str, Any] | None = None  # the state written last
         self.current: dict[str, Any] | None = None
@@ -210,9 +213,8 @@ class Validator:
         for cert in awaiting:
             name = kb.skills.get(cert.skill).name
             first = cert.skill in requested
-            job = Job(
-                "spot_check", cert.skill, name, cert.id, "requested" if first else "spot check"
-            )
+            why = "requested" if first else "spot check"
+            job = Job("spot_check", cert.skill, name, cert.id, why, writer=cert.validator)
             ranked.append(_Ranked((0 if first else 1, 0), cert.validator, cert.hlc, job))
         for skill in kb.skills.list() if self.settings.certifies else ():
             if not skill.tasks or kb.is_revoked(skill.id) or kb.is_active(skill.id):
@@ -224,13 +226,16 @@ class Validator:
             uses = kb.counters.per_site(skill.id).get(site, knowledge.Counts()).uses
             first = skill.id in requested
             why = "requested" if first else f"used {uses} times here" if uses else "uncertified"
-            job = Job("evaluate", skill.id, skill.name, why=why)
+            job = Job("evaluate", skill.id, skill.name, why=why, writer=skill.author)
             ranked.append(_Ranked((0 if first else 2, -uses), skill.author, skill.hlc, job))
         return _taking_turns(
-            r
-            for r in ranked
-            if (t := self.troubles.get(r.job.key)) is None
-            or (t.retry_at is not None and t.retry_at <= now)
+            (
+                r
+                for r in ranked
+                if (t := self.troubles.get(r.job.key)) is None
+                or (t.retry_at is not None and t.retry_at <= now)
+            ),
+            self.served,
         )
 
     def _certified_tasks(self, skill_id: str, validator: str) -> set[str]:
@@ -261,6 +266,7 @@ class Validator:
             self._save(jobs)
             return None
         job = jobs[0]
+        self.served[job.writer] += 1
         started = time.monotonic()
         self.current = {**asdict(job), "done": 0, "total": 0, "started": time.time()}
         self._save(jobs[1:])
@@ -337,8 +343,7 @@ class Validator:
                 )
         done = self._certified_tasks(job.skill, self.kb.identity.public_key_hex)  # type: ignore[union-attr]
         tasks = [t for t in tasks if t.hash not in done]  # a restart resumes with the rest
-        for task in tasks:
-            self._check_budget(task, job)
+        self._check_budget(tasks, job)
         for i, task in enumerate(tasks):
             sampler = s.sampler(task, self.rng.randrange(2**31), self.home)
             base = i * s.branches
@@ -380,7 +385,7 @@ class Validator:
 
     def _spot_check(self, job: Job) -> None:
         cert = self.kb.certificates.get(job.certificate or "")
-        self._check_budget(rerun_setup(self.kb, cert)[1], job)
+        self._check_budget([rerun_setup(self.kb, cert)[1]], job)
         result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
         self.totals["spot_checks"] += 1
         self.totals["branches_spot_checked"] += len(result.branches)
@@ -390,14 +395,23 @@ class Validator:
         else:
             log.info("spot-checked %s of %s: %s", cert.id[:12], job.name, result.detail)
 
-    def _check_budget(self, task: Task, job: Job) -> None:
-        budget = self.settings.max_branch_steps
-        if task.physics_steps > budget:
+    def _check_budget(self, tasks: list[Task], job: Job) -> None:
+        """_OverBudget if a branch of each of the job's tasks takes more physics steps together
+        than `max_branch_steps`: a skill naming many tasks costs as much as one long one."""
+        budget, steps = self.settings.max_branch_steps, sum(t.physics_steps for t in tasks)
+        if steps > budget:
+            longest = max(tasks, key=lambda t: t.physics_steps)
+            what = (
+                f"task {longest.name} ({longest.hash[:12]}) takes {longest.horizon:,} x "
+                f"{longest.control_substeps:,} = {longest.physics_steps:,} physics steps per "
+                "branch (horizon x control_substeps)"
+                if len(tasks) == 1
+                else f"its {len(tasks)} tasks take {steps:,} physics steps per branch together "
+                f"(the longest, {longest.name}, {longest.physics_steps:,})"
+            )
             raise _OverBudget(
-                f"task {task.name} ({task.hash[:12]}) takes {task.horizon:,} x "
-                f"{task.control_substeps:,} = {task.physics_steps:,} physics steps per branch "
-                f"(horizon x control_substeps), over this site's budget of {budget:,}: to "
-                f"validate it, raise max_branch_steps in {SETTINGS_FILE}, restart, then "
+                f"{what}, over this site's budget of {budget:,}: to validate it, raise "
+                f"max_branch_steps in {SETTINGS_FILE}, restart, then "
                 f"`simnet validate --request {job.skill[:16]}`"
             )
 

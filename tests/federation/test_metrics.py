@@ -14,6 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import federation._status
 import knowledge
 from federation import PAGE_TYPE, Gossip, PeerConfig, SiteConfig, async_sync_with, encode_page
 from knowledge import SiteHome
@@ -174,9 +175,10 @@ def calls_of(function: Callable) -> Iterator[list[int]]:
         threading.setprofile(None)  # type: ignore[arg-type]
 
 
-def test_scrapes_reuse_the_counts_until_the_knowledge_base_changes(make_site):
+def test_scrapes_reuse_the_counts_until_the_knowledge_base_changes(make_site, monkeypatch):
     """Anyone may scrape /metrics: with nothing changed, a scrape (or a status request) must not
     judge every skill's activation again; a new skill shows at the next scrape all the same."""
+    monkeypatch.setattr(federation._status, "COUNTS_MAX_AGE_S", 600.0)  # however slow the machine
     a = make_site("a")
     for name in ("pick-mug", "pick-box", "pick-cup"):
         a.kb.skills.publish(name, "pick")

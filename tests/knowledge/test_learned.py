@@ -239,10 +239,10 @@ def test_training_improves_the_ranking_on_held_out_bodies():
     assert not set(trained.meta["trained_names"]) & {SMALL.names[i] for i in held}
     # the same data and seed give the same weights, however many threads torch was given
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
     try:
+        torch.set_num_threads(4)  # the reference above ran with what the machine had (2 here)
         assert train_encoder(data, epochs=150).version == trained.version
-        assert torch.get_num_threads() == 2  # and it is left as it was
+        assert torch.get_num_threads() == 4  # and it is left as it was
     finally:
         torch.set_num_threads(threads)
 

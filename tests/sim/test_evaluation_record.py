@@ -73,6 +73,16 @@ def test_elsewhere_the_rate_must_lie_in_the_interval(recorded):
     assert verdict.matches and not verdict.same_platform and "inside" in verdict.detail
 
 
+def test_a_record_of_other_patch_semantics_is_compared_statistically(recorded):
+    """A record made when a sampler's targets meant something else (before a servo's gain moved
+    its bias with it) replays other physics: it is judged by its rate, never bit for bit."""
+    skill, _, record = recorded
+    older = copy.deepcopy(record)
+    del older["environment"]["patch_semantics"]
+    verdict = reproduce(older, skill, progress=False)
+    assert not verdict.same_platform and "inside" in verdict.detail
+
+
 def test_a_result_that_does_not_reproduce_is_reported(recorded, short_walker):
     skill, _, record = recorded
     forged = copy.deepcopy(record)

@@ -215,9 +215,25 @@ def test_writers_take_turns_whatever_their_clocks_say(home, short_arm, tmp_path)
             publish(other, name, task=short_arm)
         kb.ingest(other.envelopes_since({}))
         publish(kb, "honest", task=short_arm)
-        names = [j.name for j in Validator(kb, FAST, home=home.path).queue()]
-        assert names == ["flood-1", "honest", "flood-2", "flood-3"]
+        validator = Validator(kb, FAST, home=home.path)
+        assert [j.name for j in validator.queue()] == ["flood-1", "honest", "flood-2", "flood-3"]
+        ran = [validator.step().name for _ in range(4)]  # type: ignore[union-attr]
+        assert ran == ["flood-1", "honest", "flood-2", "flood-3"]  # not the flood's next job
     other.close()
+
+
+def test_a_skill_naming_many_tasks_is_budgeted_for_all_of_them(home, short_arm):
+    """The budget is a branch of each of a job's tasks together: naming many short tasks costs a
+    writer as much as one long one."""
+    tasks = [short_arm.replace(horizon=short_arm.horizon + i) for i in range(3)]
+    budget = replace(FAST, max_branch_steps=sum(t.physics_steps for t in tasks) - 1)
+    with home.open_writer() as kb:
+        many = sim.publish_skill(kb, sim.load_skill("arm_reach_good"), "many", "reach", tasks=tasks)
+        validator = Validator(kb, budget, home=home.path)
+        validator.step()
+        (failed,) = state(home)["failed"]
+        assert failed["skill"] == many.id and "its 3 tasks take" in failed["reason"]
+        assert state(home)["branches_evaluated"] == 0
 
 
 def test_the_step_budget_is_checked_on_load(home):
