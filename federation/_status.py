@@ -222,7 +222,7 @@ def _jobs(value: object, kind: str) -> list[dict[str, Any]]:
 
 def _job(value: dict[str, Any], kind: str) -> dict[str, Any]:
     """A job shaped as `Validator.status()` writes it: `kind` "queued" (kind, skill, name,
-    certificate, why), "current" (and done, total, started) or "trouble" (and reason, attempts,
+    certificate, why, writer), "current" (and done, total, started) or "trouble" (and reason, attempts,
     retry_at: None once given up). Text is text and numbers are numbers; what the file did not
     say is empty."""
     job: dict[str, Any] = {
@@ -231,6 +231,7 @@ def _job(value: dict[str, Any], kind: str) -> dict[str, Any]:
         "name": _text(value.get("name")),
         "certificate": _text(value.get("certificate")) or None,
         "why": _text(value.get("why")),
+        "writer": _text(value.get("writer")),
     }
     if kind == "current":
         job.update(

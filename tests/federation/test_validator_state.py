@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from federation._status import VALIDATOR_FILE, read_validator_state
 
 SKILL, OTHER, CERT = "5a" * 32, "6b" * 32, "7c" * 32
+WRITER = "ce" * 32  # who wrote the job's skill or certificate
 VALIDATOR = "8d" * 32
 METRICS = {
     "simnet_evaluation_branches",
@@ -48,6 +49,7 @@ def written(**changes) -> dict:
             "name": "reach",
             "certificate": None,
             "why": "used 3 times here",
+            "writer": WRITER,
             "done": 48,
             "total": 128,
             "started": now - 5,
@@ -60,6 +62,7 @@ def written(**changes) -> dict:
                 "name": "reach",
                 "certificate": None,
                 "why": "used 3 times here",
+                "writer": WRITER,
             },
             {
                 "kind": "spot_check",
@@ -67,6 +70,7 @@ def written(**changes) -> dict:
                 "name": "pick-box",
                 "certificate": CERT,
                 "why": "spot check",
+                "writer": WRITER,
             },
             {
                 "kind": "evaluate",
@@ -74,6 +78,7 @@ def written(**changes) -> dict:
                 "name": "wave",
                 "certificate": None,
                 "why": "uncertified",
+                "writer": WRITER,
             },
         ],
         "certificates": 4,
@@ -90,6 +95,7 @@ def written(**changes) -> dict:
                 "name": "wrong-spec",
                 "certificate": None,
                 "why": "uncertified",
+                "writer": WRITER,
                 "reason": "PolicyPayloadError: the weights do not fit the architecture",
                 "attempts": 3,
                 "retry_at": None,
@@ -102,6 +108,7 @@ def written(**changes) -> dict:
                 "name": "no-weights",
                 "certificate": None,
                 "why": "uncertified",
+                "writer": WRITER,
                 "reason": "waiting: blob 00000000 is not held here and no peer has it",
                 "attempts": 1,
                 "retry_at": now + 30,
