@@ -222,9 +222,9 @@ def _jobs(value: object, kind: str) -> list[dict[str, Any]]:
 
 def _job(value: dict[str, Any], kind: str) -> dict[str, Any]:
     """A job shaped as `Validator.status()` writes it: `kind` "queued" (kind, skill, name,
-    certificate, why, writer), "current" (and done, total, started) or "trouble" (and reason, attempts,
-    retry_at: None once given up). Text is text and numbers are numbers; what the file did not
-    say is empty."""
+    certificate, why, writer), "current" (and done, total, started) or "trouble" (and reason,
+    attempts, retry_at: None once given up). Text is text and numbers are numbers; what the file
+    did not say is empty."""
     job: dict[str, Any] = {
         "kind": _text(value.get("kind")),
         "skill": _text(value.get("skill")),
