@@ -300,6 +300,14 @@ class Validator:
         """Work until `stop` is set (an evaluation under way is abandoned at its next wave),
         idling `idle_s` between looks at an empty queue."""
         log.info("validator %s started", self.kb.identity.key_id)  # type: ignore[union-attr]
+        wanted = self.kb.policy.activation.min_branches
+        if self.settings.certifies and self.settings.branches < wanted:
+            log.warning(
+                "validator.toml branches = %d is below this site's activation policy "
+                "(min_branches = %d): its certificates will not activate skills here",
+                self.settings.branches,
+                wanted,
+            )
         self._stop = stop
         idle_at, beat = None, 0.0  # what the knowledge base looked like when the queue was empty
         while not stop.is_set():

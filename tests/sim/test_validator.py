@@ -4,7 +4,9 @@ does with skills it cannot evaluate (a clear state, never a stuck queue or a cra
 from __future__ import annotations
 
 import json
+import logging
 import random
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -260,3 +262,15 @@ def test_simnet_validate_once_and_request(home, short_arm):
         assert kb.is_active(first.id) and kb.is_active(second.id)
     bad = runner.invoke(main, ["--home", str(home.path), "validate", "--request", "nothing"])
     assert bad.exit_code != 0 and "nothing" in bad.output
+
+
+def test_a_validator_making_certificates_its_own_site_does_not_count_says_so(home, caplog):
+    """The stranger's validator certified 16 branches where the site's policy asks 64, and only
+    the skills staying inactive told why: now its start says so."""
+    stop = threading.Event()
+    stop.set()  # start, and stop at once: the warning is what is wanted
+    with home.open_writer() as kb, caplog.at_level(logging.WARNING, "sim.validation"):
+        Validator(kb, replace(FAST, branches=8), home=home.path).run(stop)
+        Validator(kb, replace(FAST, branches=16), home=home.path).run(stop)  # what POLICY asks
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "branches = 8 is below this site's activation policy (min_branches = 16)" in warning
