@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -124,11 +125,8 @@ class Task:
             raise TaskDefinitionError("scene", str(exc)) from exc
         model = self.template.model
         for key, limit in _MAX_STEPS.items():
-            value = data.get(key)
             _require(
-                isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit,
-                key,
-                f"must be an integer from 1 to {limit:,}",
+                _in_limit(data.get(key), limit), key, f"must be an integer from 1 to {limit:,}"
             )
         self.horizon: int = data["horizon"]
         self.control_substeps: int = data["control_substeps"]
@@ -384,6 +382,19 @@ class Task:
         bounds = [k for k in ("above", "below") if k in cond]
         _require(len(bounds) == 1, where, "a condition has exactly one of 'above' or 'below'")
         _require(is_number(cond[bounds[0]]), f"{where}.{bounds[0]}", "must be a finite number")
+
+
+def definition_steps(definition: Mapping[str, Any]) -> int | None:
+    """The physics steps one branch of a task definition takes at most (horizon x
+    control_substeps), read without compiling it; None where `Task` would refuse those fields."""
+    counts = [definition.get(key) for key in _MAX_STEPS]
+    if not all(_in_limit(v, limit) for v, limit in zip(counts, _MAX_STEPS.values(), strict=True)):
+        return None
+    return math.prod(counts)  # type: ignore[arg-type]
+
+
+def _in_limit(value: object, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit
 
 
 def _require(ok: object, field: str, detail: str) -> None:

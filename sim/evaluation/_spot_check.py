@@ -20,8 +20,6 @@ from knowledge.stats import clopper_pearson_interval
 
 from .._assets import fetch_assets
 from .._errors import EvaluationRecordError
-from .._patches import Sampler
-from .._snapshot import Snapshot
 from .._tasks import Task
 from ._certify import load_policy
 from ._evaluate import single_threaded_torch
@@ -62,8 +60,12 @@ def spot_check(
     errors if it cannot be loaded here)."""
     started = time.monotonic()
     policy = kb.policy.activation
-    record, task, sampler, start = rerun_setup(kb, certificate)
+    record = certificate.evaluation
+    if not isinstance(record, dict):
+        raise EvaluationRecordError("the certificate carries no evaluation record to re-run")
+    check_record(record)
     recorded = outcomes_of(record)
+    task, sampler, start = rerun_inputs(record, fetch_assets(kb, record["task"]["definition"]))
     caller = PolicyCaller(load_policy(kb, certificate.skill), task)
     wave, planned = record["layout"]["wave"], record["layout"]["branches"]
     want = branches if branches is not None else max(1, policy.spot_check_size(len(recorded)))
@@ -89,19 +91,6 @@ def spot_check(
             evidence=None if reproduced else _evidence(recorded, rerun),
         )
     return SpotCheckResult(reproduced, checked, detail, time.monotonic() - started, signed)
-
-
-def rerun_setup(
-    kb: KnowledgeBase, certificate: Certificate
-) -> tuple[dict, Task, Sampler, Snapshot | None]:
-    """`certificate`'s evaluation record, checked, and the task (its scene files fetched from `kb`),
-    sampler and start state it ran with, rebuilt here: what a spot check re-runs."""
-    record = certificate.evaluation
-    if not isinstance(record, dict):
-        raise EvaluationRecordError("the certificate carries no evaluation record to re-run")
-    check_record(record)
-    task, sampler, start = rerun_inputs(record, fetch_assets(kb, record["task"]["definition"]))
-    return record, task, sampler, start
 
 
 def _verdict(

@@ -26,7 +26,7 @@ import threading
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,9 +36,8 @@ from knowledge import BlobError, KnowledgeBase, SiteHome, UnknownTaskError
 
 from .._errors import SimError, TaskDefinitionError
 from .._patches import Sampler
-from .._tasks import Task
-from ..evaluation import certify, evaluate, load_policy, probe, skill_tasks, spot_check
-from ..evaluation._spot_check import rerun_setup
+from .._tasks import Task, definition_steps
+from ..evaluation import certify, evaluate, fetch_task, load_policy, probe, spot_check
 from ._samplers import fleet_sampler
 
 log = logging.getLogger("sim.validation")
@@ -341,17 +340,18 @@ class Validator:
     def _evaluate(self, job: Job) -> None:
         s = self.settings
         policy = load_policy(self.kb, job.skill)
-        tasks = skill_tasks(self.kb, job.skill)
+        named = {h: self.kb.tasks.get(h) for h in self.kb.skills.get(job.skill).tasks}
         if s.embodiments:
-            tasks = [t for t in tasks if t.embodiment in s.embodiments]
-            if not tasks:
+            named = {h: d for h, d in named.items() if d.get("embodiment") in s.embodiments}
+            if not named:
                 raise TaskDefinitionError(
                     "embodiment",
                     f"none of its tasks is for this fleet's bodies {list(s.embodiments)}",
                 )
         done = self._certified_tasks(job.skill, self.kb.identity.public_key_hex)  # type: ignore[union-attr]
-        tasks = [t for t in tasks if t.hash not in done]  # a restart resumes with the rest
-        self._check_budget(tasks, job)
+        named = {h: d for h, d in named.items() if h not in done}  # a restart resumes with the rest
+        self._check_budget(named, job)  # before any scene is fetched or compiled
+        tasks = [fetch_task(self.kb, h) for h in named]
         for i, task in enumerate(tasks):
             sampler = s.sampler(task, self.rng.randrange(2**31), self.home)
             base = i * s.branches
@@ -393,7 +393,9 @@ class Validator:
 
     def _spot_check(self, job: Job) -> None:
         cert = self.kb.certificates.get(job.certificate or "")
-        self._check_budget([rerun_setup(self.kb, cert)[1]], job)
+        task = (cert.evaluation or {}).get("task")  # `spot_check` checks the record itself
+        if isinstance(task, dict) and isinstance(task.get("definition"), dict):
+            self._check_budget({str(task.get("hash")): task["definition"]}, job)
         result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
         self.totals["spot_checks"] += 1
         self.totals["branches_spot_checked"] += len(result.branches)
@@ -403,25 +405,30 @@ class Validator:
         else:
             log.info("spot-checked %s of %s: %s", cert.id[:12], job.name, result.detail)
 
-    def _check_budget(self, tasks: list[Task], job: Job) -> None:
-        """_OverBudget if a branch of each of the job's tasks takes more physics steps together
-        than `max_branch_steps`: a skill naming many tasks costs as much as one long one."""
-        budget, steps = self.settings.max_branch_steps, sum(t.physics_steps for t in tasks)
-        if steps > budget:
-            longest = max(tasks, key=lambda t: t.physics_steps)
-            what = (
-                f"task {longest.name} ({longest.hash[:12]}) takes {longest.horizon:,} x "
-                f"{longest.control_substeps:,} = {longest.physics_steps:,} physics steps per "
-                "branch (horizon x control_substeps)"
-                if len(tasks) == 1
-                else f"its {len(tasks)} tasks take {steps:,} physics steps per branch together "
-                f"(the longest, {longest.name}, {longest.physics_steps:,})"
-            )
-            raise _OverBudget(
-                f"{what}, over this site's budget of {budget:,}: to validate it, raise "
-                f"max_branch_steps in {SETTINGS_FILE}, restart, then "
-                f"`simnet validate --request {job.skill[:16]}`"
-            )
+    def _check_budget(self, definitions: Mapping[str, Mapping[str, Any]], job: Job) -> None:
+        """_OverBudget if a branch of each of the job's tasks (definitions by hash) takes more
+        physics steps together than `max_branch_steps`: a skill naming many tasks costs as much as
+        one long one. Read from the definitions, before anything is compiled (one `Task` would
+        refuse is left to it)."""
+        steps = {h: (d, n) for h, d in definitions.items() if (n := definition_steps(d))}
+        budget, total = self.settings.max_branch_steps, sum(n for _, n in steps.values())
+        if total <= budget:
+            return
+        longest, (definition, most) = max(steps.items(), key=lambda item: item[1][1])
+        name = definition.get("name")
+        what = (
+            f"task {name} ({longest[:12]}) takes {definition['horizon']:,} x "
+            f"{definition['control_substeps']:,} = {most:,} physics steps per branch "
+            "(horizon x control_substeps)"
+            if len(steps) == 1
+            else f"its {len(steps)} tasks take {total:,} physics steps per branch together "
+            f"(the longest, {name}, {most:,})"
+        )
+        raise _OverBudget(
+            f"{what}, over this site's budget of {budget:,}: to validate it, raise "
+            f"max_branch_steps in {SETTINGS_FILE}, restart, then "
+            f"`simnet validate --request {job.skill[:16]}`"
+        )
 
     def _trouble(
         self, job: Job, reason: str, *, waiting: bool = False, give_up: bool = False
