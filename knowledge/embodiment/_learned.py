@@ -43,7 +43,7 @@ from ._descriptors import Embodiment
 from ._encoders import Encoder, FeatureEncoder
 from ._tokens import BODY_FEATURES, JOINT_FEATURES, random_turns, token_batch, turned
 
-FORMAT = "simnet.encoder/3"
+FORMAT = "simnet.encoder/4"
 """/3: joint tokens say what survives a change of file format (no local axes, gear, control ranges,
 armature or friction; actuators by their strength, stiffness and damping over the load they hold);
 inputs are clipped; files carry the out-of-distribution reference. /1 and /2 files are refused."""
@@ -344,7 +344,8 @@ def _read(blob: bytes) -> tuple[dict[str, np.ndarray], _ood.Reference | None, di
         raise EncoderWeightsError(f"encoder weights are not safetensors: {exc}") from exc
     if header.get("format") != FORMAT:
         raise EncoderWeightsError(
-            f"encoder weights: format {header.get('format')!r} is not {FORMAT!r}"
+            f"encoder weights: format {header.get('format')!r} is not {FORMAT!r} (weights of "
+            "another format were trained on other tokens: retrain them with this version)"
         )
     extra = {
         k: np.ascontiguousarray(v, np.float32)

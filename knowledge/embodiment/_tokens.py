@@ -205,24 +205,32 @@ def _strength(act: Actuator | None, limit: tuple[float, float] | None) -> float:
 
 def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
     """Per body, the farthest point its subtree reaches at the home pose: a site (a tool), or where
-    there is none, a leaf link's tip along the link. Where its joint moves the chain's end, so that
-    a joint's token holds its Jacobian."""
-    sites = [(s.body, pos[s.body] + rot[s.body] @ np.array(s.pos)) for s in e.sites]
+    there is none, the farthest of its bodies' origins, centres of mass and leaf links' tips. Where
+    its joint moves the chain's end, so that a joint's token holds its Jacobian. A leaf's tip lies
+    along its link, or along the nearest link above it where the leaf sits at its parent's origin
+    (vendors' URDFs often place a foot's or hand's frame at its joint, and some give it a mass but
+    no collision shape: then its centre of mass is as far as it reaches)."""
+    n = len(e.bodies)
+    heading = np.zeros((n, 3))
+    for i, body in enumerate(e.bodies):
+        if body.parent >= 0:
+            step = body.link_length
+            heading[i] = (pos[i] - pos[body.parent]) / step if step > 0 else heading[body.parent]
     parents = {b.parent for b in e.bodies}
-    tips = [
-        (i, pos[i] + (pos[i] - pos[b.parent]) / b.link_length * b.extent)
+    reached = [
+        [pos[i], pos[i] + rot[i] @ np.array(b.com)]
+        + ([pos[i] + heading[i] * b.extent] if i not in parents else [])
         for i, b in enumerate(e.bodies)
-        if i not in parents and b.parent >= 0 and b.link_length > 0
     ]
-    inside = [{i} for i in range(len(e.bodies))]
-    for i in reversed(range(len(e.bodies))):
+    sites = [(s.body, pos[s.body] + rot[s.body] @ np.array(s.pos)) for s in e.sites]
+    inside = [{i} for i in range(n)]
+    for i in reversed(range(n)):
         if e.bodies[i].parent >= 0:
             inside[e.bodies[i].parent] |= inside[i]
     ends = pos.copy()
-    for i in range(len(e.bodies)):
-        mine = [p for b, p in sites if b in inside[i]] or [p for b, p in tips if b in inside[i]]
-        if mine:
-            ends[i] = max(mine, key=lambda p: float(np.linalg.norm(p - pos[i])))
+    for i in range(n):
+        mine = [p for b, p in sites if b in inside[i]] or [p for b in inside[i] for p in reached[b]]
+        ends[i] = max(mine, key=lambda p: float(np.linalg.norm(p - pos[i])))
     return ends
 
 

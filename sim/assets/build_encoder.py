@@ -19,7 +19,7 @@ bodies they trained on. The split hashes names, not fingerprints, so a change to
 not move it. Datasets take 10-35 minutes with 2 workers (the second most), training about 2; with
 the real-shaped bodies widened (unactuated, continuous and light joints, hands), both datasets took
 9 minutes on a loaded 2-core machine. The shipped weights are what this made then (version
-1-bc90180f8f740f9e; benchmarks/transfer.py given the same datasets makes the same weights to the
+1-65a1d4c24f043aad; benchmarks/transfer.py given the same datasets makes the same weights to the
 byte; so does `simnet encoder train --holdout 0.25 --split-by name --classes` given datasets
 that record each robot's class, as `simnet encoder dataset` does now).
 """

@@ -40,7 +40,7 @@ from knowledge.embodiment._retrieval import index_path
 from knowledge.embodiment._tokens import BODY_FEATURES, JOINT_FEATURES, body_tokens
 from knowledge.embodiment._training import untrained_encoder
 
-SHIPPED_VERSION = "1-bc90180f8f740f9e"
+SHIPPED_VERSION = "1-65a1d4c24f043aad"
 """The shipped weights' embedding space: indexes key on it, so loading them another way (numpy
 rather than torch) must not change it."""
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from knowledge import Embodiment
-from knowledge.embodiment._tokens import VECTORS, random_turns, token_batch, turned
+from knowledge.embodiment._tokens import VECTORS, body_tokens, random_turns, token_batch, turned
 
 ASSETS = Path(__file__).parent.parent / "assets"
 ROBOTS = ASSETS / "robots"
@@ -64,3 +64,31 @@ def test_random_turns_are_rotations_about_the_vertical():
     assert np.allclose(turns[:, 2], [0, 0, 1]) and np.allclose(turns[:, :, 2], [0, 0, 1])
     headings = np.arctan2(turns[:, 1, 0], turns[:, 0, 0])
     assert np.ptp(headings) > 5.0  # all the way round
+
+
+SHAPELESS_FOOT = """<mujoco><worldbody><body name="pelvis" pos="0 0 1"><freejoint/>
+  <geom type="box" size="0.1 0.1 0.05"/>
+  <body name="thigh" pos="0 0 -0.05"><joint name="hip" axis="0 1 0"/>
+    <geom type="capsule" fromto="0 0 0 0 0 -0.4" size="0.04"/>
+    <body name="shin" pos="0 0 -0.4"><joint name="knee" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.4" size="0.04"/>
+      <body name="ankle" pos="0 0 -0.4"><joint name="ankle_pitch" axis="0 1 0"/>
+        <inertial pos="0 0 0" mass="0.2" diaginertia="1e-4 1e-4 1e-4"/>
+        <body name="foot" pos="0 0 0"><joint name="ankle_roll" axis="1 0 0"/>
+          <inertial pos="0.05 0 -0.06" mass="1" diaginertia="1e-3 1e-3 1e-3"/>
+        </body></body></body></body></body></worldbody></mujoco>"""
+
+
+def test_a_foot_framed_at_its_ankle_still_ends_its_leg():
+    """Vendors' URDFs put a foot's frame at its ankle (two ankle joints, one origin) and some give
+    it a mass but no collision shape. Every joint of the leg still moves the foot: the chain ends
+    at the foot's centre of mass, not at the ankle (where every lever above it would be zero)."""
+    body = Embodiment.from_mjcf(SHAPELESS_FOOT)
+    joints, _ = body_tokens(body)
+    foot = np.array([0.05, 0.0, 1.0 - 0.05 - 0.8 - 0.06])
+    origins = {"hip": [0, 0, 0.95], "knee": [0, 0, 0.55], "ankle_pitch": [0, 0, 0.15]}
+    origins["ankle_roll"] = origins["ankle_pitch"]
+    moving = [j for j in body.joints if j.type != "free"]
+    for token, joint in zip(joints, moving, strict=True):
+        lever = (foot - np.array(origins[joint.name])) / body.reach
+        assert np.allclose(token[6:9], lever, atol=1e-5), joint.name
