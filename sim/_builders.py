@@ -26,12 +26,14 @@ import numpy as np
 
 from ._errors import TaskDefinitionError
 from ._placement import PLANE, QPOS_SIZE, Posture, exclude_overlaps, rest_on_floor
-from ._scenes import Scene, compile_scene, load_scene, scene_task
+from ._scenes import JointLimit, Scene, compile_scene, load_scene, scene_task, urdf_limits
 from ._tasks import FORMAT, Task
 
 TARGET = "reach_target"  # the body and site a reach task adds
 END_EFFECTOR = "reach_ee"  # the site added when the end effector is a body
 CONTROL_PERIOD_S = 0.04  # default control step: 25 Hz
+SERVO_GAIN = 200.0  # a servo's stiffness where nothing says how strong its joint is
+SERVO_ERROR = 0.1  # rad (or m): a URDF joint's servo pushes with its effort at this error
 _MOVING = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 _FREE = int(mujoco.mjtJoint.mjJNT_FREE)
 _HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
@@ -48,7 +50,7 @@ def reach_task(
     home: Posture | None = None,
     keyframe: str | None = None,
     joint_noise: float = 0.02,
-    servo_gain: float = 200.0,
+    servo_gain: float | None = None,
     control_substeps: int | None = None,
     name: str | None = None,
     embodiment: str | None = None,
@@ -65,8 +67,10 @@ def reach_task(
     observed (positions, velocities) with the vector from the end effector to the target; their
     start positions get normal noise of `joint_noise` rad. The action drives every actuator of the
     scene, as changes of their controls (mode "delta"). A scene with no actuators (any URDF) gets a
-    position servo of gain `servo_gain` on each of `joints`. `home` (joint name -> position) adds a
-    start keyframe, with position servos aimed at it; or `keyframe` names one the scene has.
+    position servo on each of `joints` (`_add_servos`: a URDF joint's is sized from its effort
+    limit; `servo_gain` sets every servo's stiffness instead, 200 by default for MJCF). `home`
+    (joint name -> position) adds a start keyframe, with position servos aimed at it; or
+    `keyframe` names one the scene has.
     `package_path` lists directories to find a URDF's `package://` meshes in (then
     ROS_PACKAGE_PATH, then the folders holding the file: `knowledge.resolve_package_uri`).
     `balance_inertia=True` repairs inertias MuJoCo refuses, as `Embodiment.from_urdf` does: a full
@@ -78,6 +82,7 @@ def reach_task(
     apart from its first step.
     """
     spec, source = load_scene(scene, package_path, balance_inertia)
+    limits = urdf_limits(scene)
     model = compile_scene(spec, source)
     site, body = _end_effector(spec, model, end_effector, source)
     chain = _chain_joints(model, body, joints, "joints")
@@ -88,7 +93,7 @@ def reach_task(
         )
         site = END_EFFECTOR
     if model.nu == 0:
-        _add_servos(spec, model, chain, servo_gain)
+        _add_servos(spec, model, chain, servo_gain, limits)
     start = _start_keyframe(spec, keyframe, home, "home")
     model = compile_scene(spec, source)
     low, high = _target_box(model, site, start, target_box)
@@ -146,7 +151,7 @@ def stand_task(
     floating_base: bool = False,
     joint_noise: float = 0.02,
     action: str = "absolute",
-    servo_gain: float = 200.0,
+    servo_gain: float | None = None,
     control_substeps: int | None = None,
     name: str | None = None,
     embodiment: str | None = None,
@@ -161,8 +166,9 @@ def stand_task(
     `joints` (default: every hinge and slide joint) are observed (positions, velocities) with the
     base's position, its free joint's velocity and its uprightness; their start positions get
     normal noise of `joint_noise` rad. The action drives every actuator (mode `action`, "absolute":
-    position targets for position servos, torques for motors). A scene with no actuators gets a
-    position servo of gain `servo_gain` on each of `joints`. `posture` (joint name -> position; a
+    position targets for position servos, velocities for velocity servos, torques for motors). A
+    scene with no actuators gets a servo on each of `joints`, as `reach_task` does, except that a
+    URDF's wheels get velocity servos (`_add_servos`). `posture` (joint name -> position; a
     free joint takes its 7 qpos values) adds a start keyframe with position servos aimed at it; or
     `keyframe` names one the scene has. `floating_base=True` gives a base welded to the world (a
     URDF's root, as MuJoCo reads it) a free joint named "<base_body>_free" and places the base so
@@ -172,6 +178,7 @@ def stand_task(
     at z = 0. `package_path`, `balance_inertia` and `exclude_start_contacts`: as for `reach_task`.
     """
     spec, source = load_scene(scene, package_path, balance_inertia)
+    limits = urdf_limits(scene)
     model = compile_scene(spec, source)
     base = _named(model, "body", base_body, "base_body", source)
     free = [
@@ -210,7 +217,7 @@ def stand_task(
         raise TaskDefinitionError("upright", f"must be in [0, 1), got {upright!r}")
     moving = _all_moving(model) if joints is None else _known_joints(model, joints, "joints")
     if model.nu == 0:
-        _add_servos(spec, model, moving, servo_gain)
+        _add_servos(spec, model, moving, servo_gain, limits, wheels=True)
     start = _start_keyframe(spec, keyframe, posture, "posture")
     model = compile_scene(spec, source)
     if exclude_start_contacts:
@@ -369,23 +376,102 @@ def _known_joints(model: mujoco.MjModel, joints: Sequence[str], field: str) -> l
 # ---- what the builders add ----
 
 
-def _add_servos(spec: Any, model: mujoco.MjModel, joints: list[str], gain: float) -> None:
-    """A position servo per joint, its velocity damping a tenth of its gain (the joint's inertia is
-    not known here, so no critical damping), limited to the joint's range; and the implicit
-    integrator, so that stiff servos on light links stay stable."""
+def _add_servos(
+    spec: Any,
+    model: mujoco.MjModel,
+    joints: list[str],
+    gain: float | None,
+    limits: dict[str, JointLimit] | None,
+    wheels: bool = False,
+) -> None:
+    """A position servo per joint, limited to the joint's range, its velocity damping a tenth of
+    its stiffness (the joint's inertia is not known here, so no critical damping); and the implicit
+    integrator, so that stiff servos on light links stay stable.
+
+    MJCF (`limits` None): stiffness `gain`, or 200. A URDF joint (`limits`: its `<limit>`): sized
+    as `Embodiment.from_urdf` sizes a position servo, so that it pushes with the joint's effort at
+    SERVO_ERROR (0.1 rad or m) of error, kp = effort / 0.1 (200 where the file gives no effort,
+    as for an effort of 20), its force limited to the effort; `gain` replaces effort / 0.1. With
+    `wheels`, a URDF's wheel (`_wheels`) gets a velocity servo instead, sized as `from_urdf` sizes
+    one: it pushes with the effort at a tenth of the joint's velocity limit (of 1 rad/s where the
+    file gives none), kv = kp / velocity limit, its control limited to the velocity limit.
+    """
+    turning = _wheels(model, joints) if wheels and limits is not None else set()
     for joint in joints:
         j = model.joint(joint)
         act = spec.add_actuator(name=f"{joint}_servo", target=joint)
         act.trntype = mujoco.mjtTrn.mjTRN_JOINT
         act.gaintype = mujoco.mjtGain.mjGAIN_FIXED
         act.biastype = mujoco.mjtBias.mjBIAS_AFFINE
-        act.gainprm[0] = gain
-        act.biasprm[1], act.biasprm[2] = -gain, -0.1 * gain
+        limit = None if limits is None else limits.get(joint, JointLimit(None, None))
+        stiffness = SERVO_GAIN if gain is None else gain
+        if limit is not None and limit.effort is not None:
+            act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+            act.forcerange = [-limit.effort, limit.effort]
+            if gain is None:
+                stiffness = limit.effort / SERVO_ERROR
+        if limit is not None and j.id in turning:
+            kv = stiffness / (limit.velocity or 1.0)
+            act.gainprm[0], act.biasprm[2] = kv, -kv
+            if limit.velocity is not None:
+                act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+                act.ctrlrange = [-limit.velocity, limit.velocity]
+            continue
+        act.gainprm[0] = stiffness
+        act.biasprm[1], act.biasprm[2] = -stiffness, -0.1 * stiffness
         if bool(model.jnt_limited[j.id]):
             act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
             act.ctrlrange = model.jnt_range[j.id].tolist()
     if spec.option.integrator == mujoco.mjtIntegrator.mjINT_EULER:
         spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+
+
+def _wheels(model: mujoco.MjModel, joints: list[str]) -> set[int]:
+    """The ids of the joints among `joints` that are wheels (or rotors): hinges without a position
+    limit (URDF `continuous`, or `revolute` with no `lower` and `upper`, as Upkie writes its
+    wheels), the only joint from their body down, whose part of the robot is centred on the axis
+    (its centre of mass and each of its collision geoms' centres within 2% of its reach from the
+    axis, in the model's default pose). Gravity does not turn such a part, so no angle of it is
+    worth holding. A leg's last link left unlimited (Minitaur's continuous knees) is off its axis.
+    """
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    found = set()
+    for name in joints:
+        j = int(model.joint(name).id)
+        body = int(model.jnt_bodyid[j])
+        if int(model.jnt_type[j]) != _HINGE or bool(model.jnt_limited[j]):
+            continue
+        part = [b for b in range(model.nbody) if _descends(model, b, body)]
+        if sum(int(model.body_jntnum[b]) for b in part) != 1:
+            continue
+        anchor, axis = data.xanchor[j], data.xaxis[j]
+        geoms = [g for g in range(model.ngeom) if int(model.geom_bodyid[g]) in part]
+        solid = [g for g in geoms if model.geom_contype[g] or model.geom_conaffinity[g]] or geoms
+        centre = data.subtree_com[body]
+        off = [
+            float(np.linalg.norm(np.cross(p - anchor, axis)))
+            for p in (centre, *data.geom_xpos[solid])
+        ]
+        reach = max(
+            [float(np.linalg.norm(centre - anchor))]
+            + [
+                float(np.linalg.norm(data.geom_xpos[g] - anchor) + model.geom_rbound[g])
+                for g in solid
+            ]
+        )
+        if max(off) <= 0.02 * reach:
+            found.add(j)
+    return found
+
+
+def _descends(model: mujoco.MjModel, body: int, ancestor: int) -> bool:
+    """Whether `body` is `ancestor` or below it."""
+    while body > 0:
+        if body == ancestor:
+            return True
+        body = int(model.body_parentid[body])
+    return False
 
 
 def _start_keyframe(

@@ -6,7 +6,9 @@ written back into a `Task` that carries those files.
 from __future__ import annotations
 
 import os
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,44 @@ def _balance_inertia(spec: Any) -> None:
     spec.compiler.balanceinertia = True
     spec.compiler.boundmass = 1e-6
     spec.compiler.boundinertia = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class JointLimit:
+    """A URDF joint's `<limit effort velocity>`, each positive, or None where the file gives none
+    (or 0), read as `Embodiment.from_urdf` reads them."""
+
+    effort: float | None
+    velocity: float | None
+
+
+def urdf_limits(scene: Scene) -> dict[str, JointLimit] | None:
+    """Joint name -> its limits, when `scene` is a URDF (its root element is `<robot>`, which is how
+    MuJoCo tells the two apart); None for MJCF. Called after `load_scene` has read the scene."""
+    try:
+        if isinstance(scene, str) and scene.lstrip().startswith("<"):
+            root = ElementTree.fromstring(scene)
+        else:
+            root = ElementTree.parse(scene).getroot()
+    except (OSError, ElementTree.ParseError):
+        return None  # MuJoCo read it (xacro, entities): not a URDF this can read, so no limits
+    if root.tag != "robot":
+        return None
+    limits = {}
+    for joint in root.findall("joint"):  # not a <transmission>'s <joint>
+        limit = joint.find("limit")
+        limits[joint.get("name", "")] = JointLimit(
+            _positive(limit, "effort"), _positive(limit, "velocity")
+        )
+    return limits
+
+
+def _positive(limit: ElementTree.Element | None, key: str) -> float | None:
+    try:
+        value = abs(float(limit.get(key, "0"))) if limit is not None else 0.0
+    except ValueError:
+        return None
+    return value if 0.0 < value < float("inf") else None
 
 
 MESH_FORMATS = "STL, OBJ and MSH"  # what MuJoCo reads (4.0: no decoder for any other format)
