@@ -16,7 +16,7 @@ from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._certificates import Certificates, Tasks
-from ._clock import HybridClock
+from ._clock import HybridClock, pack
 from ._collections import Blobs, Counters, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, seal
 from ._errors import RecordError, StoreError
@@ -384,12 +384,13 @@ class KnowledgeBase:
     def can_read(self, key: bytes) -> bool:
         """Whether `key` holds a current grant here: a trusted root, or a device delegated at least
         one role whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs)
-        needs one."""
+        needs one. Expiry is judged by this site's clock now, not by its last timestamp: a site
+        that writes and takes in nothing keeps that timestamp from before a device's expiry."""
         replica = self._replica
         with replica.lock:
+            now = max(replica.clock.last, pack(replica.clock.physical()))
             return any(
-                g.roles
-                and (g.root or (g.last_seq is None and g.admits(0, replica.clock.last) is None))
+                g.roles and (g.root or (g.last_seq is None and g.admits(0, now) is None))
                 for g in replica.authority.grants(key)
             )
 
