@@ -375,6 +375,15 @@ class KnowledgeBase:
                 if feed.map_names & names or ANY_MAP in feed.map_names
             }
 
+    def writes_maps(self, author: bytes, map_names: Container[str]) -> bool:
+        """Whether `author`'s feed holds a cell of any of these maps (see `authors_writing`), as
+        of now: read rules ask it under the lock a page of envelopes is made under."""
+        with self._replica.lock:
+            feed = self._replica.feeds.get(author)
+            return feed is not None and any(
+                name in map_names or name == ANY_MAP for name in feed.map_names
+            )
+
     def roles_of(self, key: bytes) -> frozenset[Role] | None:
         """The roles this site grants `key` (a site root's or a delegated device's), or None if
         unknown."""
