@@ -58,6 +58,7 @@ import math
 import os
 import ssl
 import tomllib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -347,9 +348,31 @@ def _texts(table: dict[str, Any], key: str, where: str) -> list[str]:
     return value
 
 
-def withheld_from(config: SiteConfig, kb: KnowledgeBase, caller: bytes) -> set[bytes]:
+def withheld_from(config: SiteConfig, kb: KnowledgeBase, caller: bytes) -> Withheld:
     """Feeds `caller` may not receive (by pull or push): those holding a private map it cannot
     read, but its own (a robot re-flashed with its key must get its feed back before it writes
     again, or it forks it)."""
     private = {m for rule in config.private if caller not in rule.readers for m in rule.maps}
-    return kb.authors_writing(private) - {caller} if private else set()
+    return Withheld(kb, frozenset(private), caller)
+
+
+class Withheld:
+    """The feeds one caller may not receive, judged each time an author is looked up, not once:
+    `envelopes_since` looks under the lock it makes a page under, so a feed whose first write to a
+    private map arrives while a round is under way (the peer slow to answer, another peer pushing
+    meanwhile) is withheld from that page on, never sent in the rest of the round."""
+
+    def __init__(self, kb: KnowledgeBase, maps: frozenset[str], caller: bytes) -> None:
+        self.kb, self.maps, self.caller = kb, maps, caller
+
+    def __contains__(self, author: object) -> bool:
+        return (
+            bool(self.maps)
+            and isinstance(author, bytes)
+            and author != self.caller
+            and self.kb.writes_maps(author, self.maps)
+        )
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The feeds withheld now."""
+        return iter(self.kb.authors_writing(self.maps) - {self.caller} if self.maps else ())

@@ -52,6 +52,10 @@ log = logging.getLogger("federation")
 # Pages compress at level 1: a page of 212 skill envelopes (114 KB) came to 44 KB in 0.8 ms, against
 # 42 KB in 2.2 ms at level 9 (Starlette's default); a busy site spends its CPU on the latter.
 GZIP_LEVEL = 1
+# A pull's page holds at most this many bytes of envelopes (a larger one goes alone): a page of
+# max_page envelopes of up to 1 MiB each (a building's map tiles) would pass every client's cap on
+# an answer, so the feed behind it could never be pulled, and cost the site that much memory.
+PAGE_BYTES = 16 << 20
 
 
 @endpoint(None)
@@ -168,14 +172,22 @@ def _page_for(
     limit: int,
     unchecked: dict[str, tuple[int, int]],
 ) -> tuple[list[bytes], bool]:
-    """The page a pull answers with, and whether it holds everything this site has for `heads`
-    (one envelope more is asked for to know; not claimed while a fork is known here, whose evidence
-    can stand in for history). One worker-thread call: a busy site's every hop between the event
-    loop and a thread costs."""
+    """The page a pull answers with (at most `limit` envelopes and `PAGE_BYTES`), and whether it
+    holds everything this site has for `heads` (one envelope more is asked for to know; not claimed
+    while a fork is known here, whose evidence can stand in for history). One worker-thread call:
+    a busy site's every hop between the event loop and a thread costs."""
     withheld = site.withheld_from(caller)
-    page = site.kb.envelopes_since(heads, limit + 1, exclude=withheld, unchecked=unchecked)
-    complete = len(page) <= limit and not site.kb.equivocations()
-    return page[:limit], complete
+    page = site.kb.envelopes_since(
+        heads, limit + 1, exclude=withheld, unchecked=unchecked, max_bytes=PAGE_BYTES
+    )
+    size, fits = 0, 0
+    for raw in page[:limit]:  # at most PAGE_BYTES, unless the first alone is larger
+        size += len(raw)
+        if fits and size > PAGE_BYTES:
+            break
+        fits += 1
+    held_all = len(page) <= limit and sum(map(len, page)) < PAGE_BYTES  # no bound cut it
+    return page[:fits], held_all and not site.kb.equivocations()
 
 
 def _ingest_page(

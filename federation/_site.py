@@ -14,7 +14,7 @@ import anyio
 from knowledge import KnowledgeBase
 
 from ._auth import RequestVerifier
-from ._config import SiteConfig, withheld_from
+from ._config import SiteConfig, Withheld, withheld_from
 from ._errors import BusyError, FederationError
 from ._metrics import SiteMetrics
 
@@ -87,5 +87,5 @@ class Site:
                 continue
             self.metrics.ingested(report, "held")
 
-    def withheld_from(self, caller: bytes) -> set[bytes]:
+    def withheld_from(self, caller: bytes) -> Withheld:
         return withheld_from(self.config, self.kb, caller)

@@ -99,12 +99,17 @@ class Checks:
             out[author] = (seq, check.feed.seq if check is not None and mine else 0)
         return out
 
-    def history(self, author: bytes, seq: int, after: int, limit: int) -> list[bytes]:
+    def history(
+        self, author: bytes, seq: int, after: int, limit: int, max_bytes: int | None = None
+    ) -> list[bytes]:
         """For a peer's check of `author`'s checkpoint at `seq`: the envelopes after `after` up to
-        it, at most `limit`, if this site holds them in an unbroken run from 1 (else none)."""
+        it, at most `limit` (and about `max_bytes`: see `Store.envelopes`), if this site holds them
+        in an unbroken run from 1 (else none)."""
         if not 0 <= after < seq or limit < 1 or self.store.envelope_hash(author, 1) is None:
             return []
-        rows = self.store.envelopes(author, after=after, limit=min(seq - after, limit))
+        rows = self.store.envelopes(
+            author, after=after, limit=min(seq - after, limit), max_bytes=max_bytes
+        )
         for count, raw in enumerate(rows):  # a feed may have jumped a checkpoint ahead: a hole
             if decode(raw, max_bytes=self.max_envelope_bytes).seq != after + count + 1:
                 return rows[:count]

@@ -16,7 +16,7 @@ from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._certificates import Certificates, Tasks
-from ._clock import HybridClock
+from ._clock import HybridClock, pack
 from ._collections import Blobs, Counters, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, seal
 from ._errors import RecordError, StoreError
@@ -64,6 +64,25 @@ def _head_of(heads: Mapping[str, Head | int], author: bytes) -> Head:
     """A peer's head of `author`'s feed; a bare seq (callers may give one) names no hash."""
     their = heads.get(author.hex(), 0)
     return their if isinstance(their, Head) else Head(int(their), "")
+
+
+class _Budget:
+    """The bytes of a page of envelopes as it grows (`max_bytes` None: no limit)."""
+
+    def __init__(self, max_bytes: int | None) -> None:
+        self.max_bytes, self.size, self.counted = max_bytes, 0, 0
+
+    def left(self, page: list[bytes]) -> int | None:
+        """Bytes left before `page` reaches the limit (None: no limit)."""
+        if self.max_bytes is None:
+            return None
+        self.size += sum(map(len, page[self.counted :]))
+        self.counted = len(page)
+        return self.max_bytes - self.size
+
+    def spent(self, page: list[bytes]) -> bool:
+        left = self.left(page)
+        return left is not None and left <= 0
 
 
 class KnowledgeBase:
@@ -234,9 +253,11 @@ class KnowledgeBase:
         *,
         exclude: Container[bytes] = (),
         unchecked: Mapping[str, tuple[int, int]] = {},  # noqa: B006 - read, never written
+        max_bytes: int | None = None,
     ) -> list[bytes]:
         """Envelopes a peer with `heads` lacks, at most `limit`, trust roots first, each feed in
-        order.
+        order; with `max_bytes`, none is taken once those taken reach it (the last may cross it, so
+        a caller that wants at most N bytes asks for N + 1 and knows whether more was held).
 
         A peer that has nothing of a feed, or is behind the earliest envelope kept here, gets the
         feed's checkpoint first. Call again with the peer's new heads until the answer is empty.
@@ -253,12 +274,13 @@ class KnowledgeBase:
         replica = self._replica
         with replica.lock:
             out: list[bytes] = []
+            budget = _Budget(max_bytes)
             roots = set(replica.authority.roots())
             for author in sorted(
                 set(replica.feeds) | set(replica.banned),
                 key=lambda a: (a not in roots, a),
             ):
-                if len(out) >= limit:
+                if len(out) >= limit or budget.spent(out):
                     break
                 if author in exclude:
                     continue
@@ -290,11 +312,17 @@ class KnowledgeBase:
                 ):
                     out.append(checkpoint[1])
                     their_seq = checkpoint[0]
-                out += replica.store.envelopes(author, after=their_seq, limit=limit - len(out))
+                out += replica.store.envelopes(
+                    author, after=their_seq, limit=limit - len(out), max_bytes=budget.left(out)
+                )
             for name, (seq, after) in unchecked.items():
                 author = bytes.fromhex(name)
+                if budget.spent(out):
+                    break
                 if len(out) < limit and author in replica.feeds and author not in exclude:
-                    out += replica.checks.history(author, seq, after, limit - len(out))
+                    out += replica.checks.history(
+                        author, seq, after, limit - len(out), max_bytes=budget.left(out)
+                    )
             return list(dict.fromkeys(out))[: max(limit, 0)]  # evidence may be history too
 
     def unchecked_checkpoints(self) -> dict[str, tuple[int, int]]:
@@ -375,6 +403,15 @@ class KnowledgeBase:
                 if feed.map_names & names or ANY_MAP in feed.map_names
             }
 
+    def writes_maps(self, author: bytes, map_names: Container[str]) -> bool:
+        """Whether `author`'s feed holds a cell of any of these maps (see `authors_writing`), as
+        of now: read rules ask it under the lock a page of envelopes is made under."""
+        with self._replica.lock:
+            feed = self._replica.feeds.get(author)
+            return feed is not None and any(
+                name in map_names or name == ANY_MAP for name in feed.map_names
+            )
+
     def roles_of(self, key: bytes) -> frozenset[Role] | None:
         """The roles this site grants `key` (a site root's or a delegated device's), or None if
         unknown."""
@@ -384,12 +421,13 @@ class KnowledgeBase:
     def can_read(self, key: bytes) -> bool:
         """Whether `key` holds a current grant here: a trusted root, or a device delegated at least
         one role whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs)
-        needs one."""
+        needs one. Expiry is judged by this site's clock now, not by its last timestamp: a site
+        that writes and takes in nothing keeps that timestamp from before a device's expiry."""
         replica = self._replica
         with replica.lock:
+            now = max(replica.clock.last, pack(replica.clock.physical()))
             return any(
-                g.roles
-                and (g.root or (g.last_seq is None and g.admits(0, replica.clock.last) is None))
+                g.roles and (g.root or (g.last_seq is None and g.admits(0, now) is None))
                 for g in replica.authority.grants(key)
             )
 

@@ -223,12 +223,24 @@ class Store:
         ).fetchone()
         return None if row is None else bytes(row[0])
 
-    def envelopes(self, author: bytes, after: int = 0, limit: int = -1) -> list[bytes]:
+    def envelopes(
+        self, author: bytes, after: int = 0, limit: int = -1, max_bytes: int | None = None
+    ) -> list[bytes]:
+        """`author`'s envelopes after seq `after`, in order, at most `limit`; with `max_bytes`, read
+        only until those read reach it (the last may cross it)."""
         rows = self._db.execute(
             "SELECT body FROM envelopes WHERE author=? AND seq>? ORDER BY seq LIMIT ?",
             (author, after, limit),
         )
-        return [bytes(r[0]) for r in rows]
+        if max_bytes is None:
+            return [bytes(r[0]) for r in rows]
+        out, size = [], 0
+        for (body,) in rows:
+            if size >= max_bytes:
+                break
+            out.append(bytes(body))
+            size += len(body)
+        return out
 
     def authors(self) -> list[bytes]:
         rows = self._db.execute("SELECT author FROM envelopes UNION SELECT author FROM checkpoints")
