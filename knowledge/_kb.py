@@ -27,6 +27,7 @@ from ._ingest import Ingestion, UpdateRejected
 from ._ledger import Ledger, Outcomes
 from ._maps import Maps
 from ._models import Activation, Head, IngestReport
+from ._pages import head_of, page_of_envelopes
 from ._policy import TrustPolicy
 from ._records import MAX_INT, RecordType, Role, make_key
 from ._replica import Limits, Replica
@@ -58,31 +59,6 @@ def open(  # noqa: A001 - mirrors the builtin on purpose: knowledge.open(path, i
     except BaseException:
         store.close()
         raise
-
-
-def _head_of(heads: Mapping[str, Head | int], author: bytes) -> Head:
-    """A peer's head of `author`'s feed; a bare seq (callers may give one) names no hash."""
-    their = heads.get(author.hex(), 0)
-    return their if isinstance(their, Head) else Head(int(their), "")
-
-
-class _Budget:
-    """The bytes of a page of envelopes as it grows (`max_bytes` None: no limit)."""
-
-    def __init__(self, max_bytes: int | None) -> None:
-        self.max_bytes, self.size, self.counted = max_bytes, 0, 0
-
-    def left(self, page: list[bytes]) -> int | None:
-        """Bytes left before `page` reaches the limit (None: no limit)."""
-        if self.max_bytes is None:
-            return None
-        self.size += sum(map(len, page[self.counted :]))
-        self.counted = len(page)
-        return self.max_bytes - self.size
-
-    def spent(self, page: list[bytes]) -> bool:
-        left = self.left(page)
-        return left is not None and left <= 0
 
 
 class KnowledgeBase:
@@ -271,59 +247,9 @@ class KnowledgeBase:
         author's envelopes from 1 to the checkpoint's seq, the page ends with the next of them the
         peer's check needs, so it can check the checkpoint against them.
         """
-        replica = self._replica
-        with replica.lock:
-            out: list[bytes] = []
-            budget = _Budget(max_bytes)
-            roots = set(replica.authority.roots())
-            for author in sorted(
-                set(replica.feeds) | set(replica.banned),
-                key=lambda a: (a not in roots, a),
-            ):
-                if len(out) >= limit or budget.spent(out):
-                    break
-                if author in exclude:
-                    continue
-                their = _head_of(heads, author)
-                their_seq, knows = their.seq, their.equivocated_at is not None
-                if author in replica.banned and (not knows or their_seq >= replica.banned[author]):
-                    # the peer does not know of this fork (it holds past it)
-                    out += replica.evidence(author)
-                feed = replica.feeds.get(author)
-                if feed is None:
-                    continue
-                if their.hash and 0 < their_seq <= feed.seq:
-                    ours = replica.hash_at(author, their_seq)
-                    if ours is not None and ours.hex() != their.hash:
-                        held = replica.store.envelope(author, their_seq)
-                        if held is None:  # hash_at found it in the checkpoint, which is at that seq
-                            at_seq = replica.store.checkpoint(author)
-                            assert at_seq is not None
-                            held = at_seq[1]
-                        out.append(held)
-                if their_seq >= feed.seq:
-                    continue
-                checkpoint = replica.store.checkpoint(author)
-                has_next = replica.store.envelope_hash(author, their_seq + 1) is not None
-                if (
-                    checkpoint is not None
-                    and their_seq < checkpoint[0]
-                    and (their_seq == 0 or not has_next)
-                ):
-                    out.append(checkpoint[1])
-                    their_seq = checkpoint[0]
-                out += replica.store.envelopes(
-                    author, after=their_seq, limit=limit - len(out), max_bytes=budget.left(out)
-                )
-            for name, (seq, after) in unchecked.items():
-                author = bytes.fromhex(name)
-                if budget.spent(out):
-                    break
-                if len(out) < limit and author in replica.feeds and author not in exclude:
-                    out += replica.checks.history(
-                        author, seq, after, limit - len(out), max_bytes=budget.left(out)
-                    )
-            return list(dict.fromkeys(out))[: max(limit, 0)]  # evidence may be history too
+        return page_of_envelopes(
+            self._replica, heads, limit, exclude=exclude, unchecked=unchecked, max_bytes=max_bytes
+        )
 
     def unchecked_checkpoints(self) -> dict[str, tuple[int, int]]:
         """Per author whose feed this site took from a checkpoint it has not checked against the
@@ -346,7 +272,7 @@ class KnowledgeBase:
         if self.identity is None or self.policy.device_of is None:
             return
         with replica.lock:
-            their = _head_of(heads, self.identity.public_key)
+            their = head_of(heads, self.identity.public_key)
             seq = their.seq
             own = replica.feeds.get(self.identity.public_key)
             fork = None
@@ -375,7 +301,7 @@ class KnowledgeBase:
         with replica.lock:
             if replica.own.known:
                 return
-            their = _head_of(heads, self.identity.public_key)
+            their = head_of(heads, self.identity.public_key)
             seq = their.seq
             own = replica.feeds.get(self.identity.public_key)
             if seq > (own.seq if own else 0):
