@@ -43,12 +43,14 @@ from ._errors import PeerError, WireError
 from ._wire import (
     COMPLETE_HEADER,
     PAGE_TYPE,
+    PUSH_BYTES,
     decode_page,
     encode_page,
     parse_heads,
     parse_json,
     peer_time,
     with_hashes,
+    within,
 )
 
 API = "/v1"
@@ -223,9 +225,10 @@ def exchange(
         kb.learn_peer_heads(theirs, peer=peer_key)
     push_page = page
     for _ in range(MAX_PAGES):
-        envelopes = kb.envelopes_since(
-            theirs, limit=push_page, exclude=_Either(refused_there, withhold)
+        lacking = kb.envelopes_since(
+            theirs, limit=push_page, exclude=_Either(refused_there, withhold), max_bytes=PUSH_BYTES
         )
+        envelopes = within(lacking, PUSH_BYTES)
         if not envelopes:
             break
         try:
@@ -238,9 +241,9 @@ def exchange(
                 )
             )
         except PeerError as exc:
-            if exc.status != 413 or push_page == 1:
+            if exc.status != 413 or len(envelopes) == 1:
                 raise
-            push_page = max(1, push_page // 2)  # the peer takes smaller pages: halve and try again
+            push_page = max(1, len(envelopes) // 2)  # the peer takes smaller pages: halve, again
             continue
         answer = parse_json(response.content)
         accepted, rejected, held = _push_answer(answer, len(envelopes))

@@ -38,6 +38,7 @@ from ._site import Site
 from ._status import knowledge_counts, read_validator_state
 from ._wire import (
     COMPLETE_HEADER,
+    PAGE_BYTES,
     PAGE_TYPE,
     check_hex64,
     decode_page,
@@ -46,16 +47,13 @@ from ._wire import (
     parse_json,
     parse_unchecked,
     with_hashes,
+    within,
 )
 
 log = logging.getLogger("federation")
 # Pages compress at level 1: a page of 212 skill envelopes (114 KB) came to 44 KB in 0.8 ms, against
 # 42 KB in 2.2 ms at level 9 (Starlette's default); a busy site spends its CPU on the latter.
 GZIP_LEVEL = 1
-# A pull's page holds at most this many bytes of envelopes (a larger one goes alone): a page of
-# max_page envelopes of up to 1 MiB each (a building's map tiles) would pass every client's cap on
-# an answer, so the feed behind it could never be pulled, and cost the site that much memory.
-PAGE_BYTES = 16 << 20
 
 
 @endpoint(None)
@@ -180,14 +178,8 @@ def _page_for(
     page = site.kb.envelopes_since(
         heads, limit + 1, exclude=withheld, unchecked=unchecked, max_bytes=PAGE_BYTES
     )
-    size, fits = 0, 0
-    for raw in page[:limit]:  # at most PAGE_BYTES, unless the first alone is larger
-        size += len(raw)
-        if fits and size > PAGE_BYTES:
-            break
-        fits += 1
     held_all = len(page) <= limit and sum(map(len, page)) < PAGE_BYTES  # no bound cut it
-    return page[:fits], held_all and not site.kb.equivocations()
+    return within(page[:limit], PAGE_BYTES), held_all and not site.kb.equivocations()
 
 
 def _ingest_page(

@@ -19,6 +19,12 @@ from knowledge import Head
 from ._errors import WireError
 
 PAGE_TYPE = "application/x-simnet-envelopes"
+# A pulled page holds at most PAGE_BYTES of envelopes, a pushed one PUSH_BYTES (a larger envelope
+# goes alone): a page of a thousand envelopes of up to 1 MiB each (a building's map tiles) would
+# pass every receiver's cap on a body, so the feed behind it could never be sent, and cost that much
+# memory. Clients read answers of 64 MiB at least; sites take request bodies of 16 MiB by default.
+PAGE_BYTES = 16 << 20
+PUSH_BYTES = 8 << 20
 TIME_HEADER = "simnet-time"  # a site's clock, in ms since the epoch, on its every answer
 # On a pull's answer: "1" when the page holds everything the site has for the heads sent (no need to
 # ask again unless the caller's next request says more: checkpoints to check, forks learnt).
@@ -34,6 +40,17 @@ def peer_time(headers: Mapping[str, str]) -> int | None:
 _MAGIC = b"SNP1"
 _U32 = struct.Struct(">I")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def within(envelopes: list[bytes], max_bytes: int) -> list[bytes]:
+    """The longest run of `envelopes` from the first holding at most `max_bytes` (the first alone
+    when it is larger)."""
+    size = 0
+    for count, raw in enumerate(envelopes):
+        size += len(raw)
+        if count and size > max_bytes:
+            return envelopes[:count]
+    return envelopes
 
 
 def encode_page(envelopes: Iterable[bytes]) -> bytes:
