@@ -95,9 +95,9 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
     kb = site.kb
-    if Role.PUBLISH not in (await run_in_threadpool(kb.roles_of, caller) or ()):
+    if Role.PUBLISH not in await run_in_threadpool(kb.current_roles, caller):
         return error_response(
-            403, "not_authorized", "uploading a blob needs the publish role at this site"
+            403, "not_authorized", "uploading a blob needs a current grant of the publish role here"
         )
     if not await run_in_threadpool(kb.blobs.is_named, blob_hash):
         return error_response(

@@ -344,18 +344,25 @@ class KnowledgeBase:
         with self._replica.lock:
             return self._replica.authority.roles(key)
 
-    def can_read(self, key: bytes) -> bool:
-        """Whether `key` holds a current grant here: a trusted root, or a device delegated at least
-        one role whose delegation is neither revoked nor expired. Reading (heads, envelopes, blobs)
-        needs one. Expiry is judged by this site's clock now, not by its last timestamp: a site
-        that writes and takes in nothing keeps that timestamp from before a device's expiry."""
+    def current_roles(self, key: bytes) -> frozenset[Role]:
+        """The roles `key` holds here now: a trusted root's, or a device's from delegations neither
+        revoked nor expired (`roles_of` counts those too). Expiry is judged by this site's clock
+        now, not by its last timestamp: a site that writes and takes in nothing keeps that timestamp
+        from before a device's expiry."""
         replica = self._replica
         with replica.lock:
             now = max(replica.clock.last, pack(replica.clock.physical()))
-            return any(
-                g.roles and (g.root or (g.last_seq is None and g.admits(0, now) is None))
+            return frozenset(
+                role
                 for g in replica.authority.grants(key)
+                if g.root or (g.last_seq is None and g.admits(0, now) is None)
+                for role in g.roles
             )
+
+    def can_read(self, key: bytes) -> bool:
+        """Whether `key` holds a current grant here (`current_roles`) with at least one role.
+        Reading (heads, envelopes, blobs) needs one."""
+        return bool(self.current_roles(key))
 
     def ingest(self, envelopes: Iterable[bytes]) -> IngestReport:
         """Check and apply envelopes from peers; durable when this returns. Never raises on bad

@@ -4,6 +4,7 @@ delegation, checkpoints, batches, threads, durability on reopen."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -139,6 +140,24 @@ def test_roles_are_enforced_locally(open_kb):
         device.certificates.add("0" * 64, branches=10, successes=10)
     with pytest.raises(NotAuthorizedError, match="revoke"):
         device.revoke("0" * 64)
+
+
+def test_current_roles_are_the_grants_in_force_now(open_kb):
+    """`current_roles` leaves out what `roles_of` still lists: an expired delegation's roles (by
+    the site's clock, though the site wrote nothing since) and a revoked device's."""
+    site = open_kb("site")
+    lasting, expiring, revoked = (Identity.generate().public_key for _ in range(3))
+    site.delegate(lasting, [Role.VALIDATE])
+    site.delegate(expiring, [Role.PUBLISH], expires=site.now() + (200 << 16))  # 200 ms on
+    site.delegate(revoked, [Role.PUBLISH])
+    site.revoke_key(revoked, last_seq=0)
+    assert site.current_roles(lasting) == {Role.VALIDATE} and site.can_read(lasting)
+    assert site.current_roles(expiring) == {Role.PUBLISH}
+    time.sleep(0.3)
+    assert site.roles_of(expiring) == {Role.PUBLISH}
+    assert site.current_roles(expiring) == frozenset() and not site.can_read(expiring)
+    assert site.roles_of(revoked) == {Role.PUBLISH} and site.current_roles(revoked) == frozenset()
+    assert site.current_roles(site.identity.public_key) == set(Role)  # a root
 
 
 def test_withdraw_by_own_site_only(open_kb):
