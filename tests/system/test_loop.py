@@ -121,7 +121,8 @@ def test_a_validator_killed_mid_evaluation_resumes_and_certifies_once(fleet):
     publisher, validator = fleet.add("publisher"), fleet.add("validator")
     fleet.mesh()
     configure(publisher)
-    configure(validator, validator="branches = 4096\n")  # long enough to be killed in
+    # 16 waves of 64: the kill lands after the first, with 15 to go (the check below makes sure)
+    configure(validator, validator=f"branches = {16 * BRANCHES}\n")
     publisher.start()
     validator.start("--validate")
     robot = device(publisher, "publish")
@@ -136,6 +137,8 @@ def test_a_validator_killed_mid_evaluation_resumes_and_certifies_once(fleet):
         "the evaluation under way",
     )
     validator.stop(signal.SIGKILL)
+    with knowledge.open(validator.home / "site.db") as kb:  # killed before it could certify
+        assert kb.certificates.for_skill(skill.id) == []
     validator.start("--validate")
     wait_until(lambda: active(publisher, skill.id), 300, "the skill certified after the restart")
     with knowledge.open(validator.home / "site.db") as kb:
