@@ -46,21 +46,47 @@ settings.load_profile(os.environ.get("SIMNET_HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (pyproject's addopts): a worker per core and one more, as many tests spend their
-    time waiting for processes they started (servers, `simnet` commands) rather than computing."""
+    """`-n auto` (pyproject's addopts): two workers per core, as many tests spend their time
+    waiting for processes they started (servers, `simnet` commands, a pip install) rather than
+    computing: with a worker per core and one more, the suite kept 2 cores only 1.4 busy."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) + 1
+    return 2 * (cores or 1)
+
+
+# Modules whose tests take the longest (tens of seconds each: documents and examples run whole,
+# real sites as processes, a pip install, thousands of random schedules), slowest first. xdist hands
+# tests out in collection order, one at a time to whichever worker is free: collected last (as
+# tests/test_docs.py and tests/test_examples.py are), they started when the rest was nearly done
+# and the suite waited for them. Started first, the short tests fill in around them.
+SLOW_FIRST = (
+    "tests/test_docs.py",
+    "tests/system/test_loop.py",
+    "tests/system/test_light_install.py",
+    "tests/test_examples.py",
+    "tests/knowledge/test_convergence.py",
+    "tests/system/test_blobs.py",
+    "tests/system/test_assets.py",
+    "tests/system/test_fleet.py",
+    "tests/redteam/test_forks.py",
+    "tests/knowledge/test_recordtext.py",
+    "tests/sim/test_morphologies.py",
+    "tests/knowledge/test_corpus.py",
+)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
-    """`--dist loadgroup` (pyproject's addopts) runs the tests of one xdist group on one worker:
+    """The slowest modules first (SLOW_FIRST), then the collection's order.
+
+    `--dist loadgroup` (pyproject's addopts) runs the tests of one xdist group on one worker:
 
     - "ray": every test on Ray (those using `ray_session`; a parametrized backend marks its "ray"
       case itself), so one local Ray serves them all instead of one per worker;
     - a module's tests that share a module-scoped fixture (a `simnet serve` site, a peer process, a
       recorded evaluation), so it is built once rather than on every worker.
     """
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}  # whole modules keep their order
+    items[:] = sorted(items, key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
     for item in items:  # before xdist reads the groups
         if item.get_closest_marker("xdist_group"):
             continue

@@ -82,6 +82,28 @@ def assert_refused(response: httpx.Response, status: int, code: str, *phrases: s
     return body["detail"]
 
 
+def init_here(home: Path, *args: str) -> None:
+    """`simnet init` through the real entry point, `knowledge.cli.run`, in this process: a `simnet`
+    process spends half a second importing before it starts. The sites themselves are real
+    `simnet serve` processes."""
+    from click.testing import CliRunner
+
+    from knowledge.cli import run
+
+    argv = sys.argv
+    with CliRunner().isolation() as (_, err, _):
+        sys.argv = ["simnet", "--home", str(home), "init", *args]
+        try:
+            run()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = argv
+            sys.stderr.flush()
+        assert code == 0, err.getvalue().decode()
+
+
 class Live:
     """One site home and, while running, its `simnet serve` process (its output kept in
     serve-N.log)."""
@@ -188,13 +210,7 @@ class Sites:
     ) -> Live:
         home = self.root / name
         listen = f"127.0.0.1:{free_port()}"
-        result = subprocess.run(
-            [*SIMNET, "--home", str(home), "init", "--name", name, "--listen", listen],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert result.returncode == 0, result.stderr
+        init_here(home, "--name", name, "--listen", listen)
         config = SiteConfig.load(home)
         config.gossip = GossipConfig(interval_s=interval_s, jitter=0.2, max_backoff_s=max_backoff_s)
         config.limits = limits or ServerLimits()

@@ -144,10 +144,14 @@ def make_world(tmp_path, region, world_entities):
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray (2 CPUs) for the whole session: starting one takes seconds. The tests using it
-    run on one xdist worker (group "ray", see tests/conftest.py)."""
+    run on one xdist worker (group "ray", see tests/conftest.py).
+
+    Its workers at the priority of everything else: Ray starts them at niceness 15 (a batch
+    cluster's default), which beside the other xdist workers' processes gave each actor a few
+    percent of a core, so building one (a shard's worker: imports, a scene) took minutes."""
     import ray
 
-    sim.use_ray(num_cpus=2)
+    sim.use_ray(num_cpus=2, _system_config={"worker_niceness": 0})
     yield ray
     ray.shutdown()
 

@@ -171,6 +171,9 @@ def test_replay_is_bit_exact_against_the_original_run(make_world, drive, backend
     assert world.replay("west", 0, 320).checked == (50, 100, 150, 200, 250, 300)
 
 
+TICKS = 40000  # ~1.5 s of physics: long enough to be killed in, short enough to run three times
+
+
 def test_a_shard_worker_killed_mid_run_is_rebuilt_with_no_lost_or_duplicated_events(
     make_world, kill_when_busy, gait, worker_backend
 ):
@@ -179,18 +182,18 @@ def test_a_shard_worker_killed_mid_run_is_rebuilt_with_no_lost_or_duplicated_eve
     for w in (world, reference):
         with w.batch():
             for tick in range(
-                0, 80000, 20
+                0, TICKS, 20
             ):  # scheduled ahead: one long advance, killed in the middle
                 w.apply("west", gait(tick), provenance=f"gait@{tick}", at=tick)
     pid = world.worker_pid("west")
-    killer = kill_when_busy(pid)
-    world.advance(80000)
+    killer = kill_when_busy(pid)  # at 0.15 s of CPU: a tenth of the way in
+    world.advance(TICKS)
     killer.join()
-    reference.advance(80000)
+    reference.advance(TICKS)
     assert world.recoveries == 1 and world.worker_pid("west") != pid
-    assert world.head("west") == 80000 and _same(world, reference)
-    assert _events(world) == _events(reference) and len(_events(world)) == 4000
-    assert world.replay("west", 0, 80000).checked == tuple(range(500, 80001, 500))
+    assert world.head("west") == TICKS and _same(world, reference)
+    assert _events(world) == _events(reference) and len(_events(world)) == TICKS // 20
+    assert world.replay("west", 0, TICKS).checked == tuple(range(500, TICKS + 1, 500))
 
 
 def test_evaluations_run_inside_the_shard_worker_from_its_state(make_world, drive, backend):

@@ -15,7 +15,7 @@ import sim
 from federation import sync_with
 from sim.evaluation._evaluation_record import _summary
 
-from .conftest import SiteProcess, simnet, wait_until
+from .conftest import SiteProcess, simnet, simnet_setup, wait_until
 
 BRANCHES = 64
 
@@ -30,7 +30,7 @@ def configure(site: SiteProcess, *, validator: str = "", **activation) -> None:
 def device(site: SiteProcess, roles: str) -> knowledge.KnowledgeBase:
     """A device of `site` under its site's policy, synced once."""
     identity = knowledge.Identity.generate()
-    simnet(site.home, "device", "add", identity.public_key_hex, "--roles", roles)
+    simnet_setup(site.home, "device", "add", identity.public_key_hex, "--roles", roles)
     policy = knowledge.TrustPolicy.load(site.home / "trust.toml")
     kb = knowledge.open(":memory:", identity, policy=policy.for_device_of(site.key.public_key))
     sync_with(kb, site.url, site.key.public_key)
@@ -121,7 +121,8 @@ def test_a_validator_killed_mid_evaluation_resumes_and_certifies_once(fleet):
     publisher, validator = fleet.add("publisher"), fleet.add("validator")
     fleet.mesh()
     configure(publisher)
-    configure(validator, validator="branches = 4096\n")  # long enough to be killed in
+    # 16 waves of 64: the kill lands after the first, with 15 to go (the check below makes sure)
+    configure(validator, validator=f"branches = {16 * BRANCHES}\n")
     publisher.start()
     validator.start("--validate")
     robot = device(publisher, "publish")
@@ -136,6 +137,8 @@ def test_a_validator_killed_mid_evaluation_resumes_and_certifies_once(fleet):
         "the evaluation under way",
     )
     validator.stop(signal.SIGKILL)
+    with knowledge.open(validator.home / "site.db") as kb:  # killed before it could certify
+        assert kb.certificates.for_skill(skill.id) == []
     validator.start("--validate")
     wait_until(lambda: active(publisher, skill.id), 300, "the skill certified after the restart")
     with knowledge.open(validator.home / "site.db") as kb:
