@@ -121,6 +121,32 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs)
 
 
+def simnet_here(home: Path, *args: str) -> None:
+    """`simnet --home HOME ARGS` through the real entry point, `knowledge.cli.run`, in this
+    process, for fixtures' set-up (init, peer add, device add): a `simnet` process spends half a
+    second importing before it starts. Raises AssertionError with its stderr if it fails."""
+    from click.testing import CliRunner
+
+    from knowledge.cli import run
+
+    argv = sys.argv
+    with CliRunner().isolation() as (_, err, _):
+        sys.argv = ["simnet", "--home", str(home), *args]
+        try:
+            run()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = argv
+            sys.stdout.flush()
+            sys.stderr.flush()
+        if code != 0:
+            raise AssertionError(
+                f"simnet {' '.join(args)} failed ({code}):\n{err.getvalue().decode()}"
+            )
+
+
 @pytest.fixture
 def identity() -> knowledge.Identity:
     return knowledge.Identity.generate()

@@ -29,6 +29,8 @@ from federation import GossipConfig, ServerLimits, SimnetAuth, SiteConfig
 from federation._auth import signed_message
 from knowledge import Identity
 
+from ..conftest import simnet_here
+
 SIMNET = [sys.executable, "-c", "from knowledge.cli import run; run()"]
 
 
@@ -80,28 +82,6 @@ def assert_refused(response: httpx.Response, status: int, code: str, *phrases: s
     for phrase in phrases:
         assert phrase in body["detail"], (phrase, body["detail"])
     return body["detail"]
-
-
-def init_here(home: Path, *args: str) -> None:
-    """`simnet init` through the real entry point, `knowledge.cli.run`, in this process: a `simnet`
-    process spends half a second importing before it starts. The sites themselves are real
-    `simnet serve` processes."""
-    from click.testing import CliRunner
-
-    from knowledge.cli import run
-
-    argv = sys.argv
-    with CliRunner().isolation() as (_, err, _):
-        sys.argv = ["simnet", "--home", str(home), "init", *args]
-        try:
-            run()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        finally:
-            sys.argv = argv
-            sys.stderr.flush()
-        assert code == 0, err.getvalue().decode()
 
 
 class Live:
@@ -210,7 +190,7 @@ class Sites:
     ) -> Live:
         home = self.root / name
         listen = f"127.0.0.1:{free_port()}"
-        init_here(home, "--name", name, "--listen", listen)
+        simnet_here(home, "init", "--name", name, "--listen", listen)
         config = SiteConfig.load(home)
         config.gossip = GossipConfig(interval_s=interval_s, jitter=0.2, max_backoff_s=max_backoff_s)
         config.limits = limits or ServerLimits()

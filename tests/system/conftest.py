@@ -19,6 +19,8 @@ import knowledge
 from federation import GossipConfig, SimnetAuth, SiteConfig
 from knowledge import Identity
 
+from ..conftest import simnet_here
+
 SIMNET = [sys.executable, "-c", "from knowledge.cli import run; run()"]
 
 
@@ -31,33 +33,6 @@ def simnet(home: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
             f"simnet {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
         )
     return result
-
-
-def simnet_setup(home: Path, *args: str) -> None:
-    """A site's set-up command (`init`, `peer add`, `device add`) through the real entry point,
-    `knowledge.cli.run`, in this process: a `simnet` process spends half a second importing before
-    it starts, and a fleet's set-up ran dozens. What the tests assert of commands (their output,
-    exit status, stderr) still comes from real `simnet` processes (`simnet` above)."""
-    from click.testing import CliRunner
-
-    from knowledge.cli import run
-
-    argv = sys.argv
-    with CliRunner().isolation() as (out, err, _):
-        sys.argv = ["simnet", "--home", str(home), *args]
-        try:
-            run()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        finally:
-            sys.argv = argv
-            sys.stdout.flush()
-            sys.stderr.flush()
-        if code != 0:
-            raise AssertionError(
-                f"simnet {' '.join(args)} failed ({code}):\n{err.getvalue().decode()}"
-            )
 
 
 _RESERVED: list[socket.socket] = []
@@ -150,7 +125,7 @@ class Fleet:
 
     def add(self, name: str, *, interval_s: float = 0.3) -> SiteProcess:
         home, port = self.root / name, free_port()
-        simnet_setup(home, "init", "--name", name, "--listen", f"127.0.0.1:{port}")
+        simnet_here(home, "init", "--name", name, "--listen", f"127.0.0.1:{port}")
         config = SiteConfig.load(home)
         config.gossip = GossipConfig(interval_s=interval_s, jitter=0.2, max_backoff_s=2.0)
         config.save()
@@ -162,7 +137,7 @@ class Fleet:
         self, a: SiteProcess, b: SiteProcess, roles: str = "publish,validate,revoke"
     ) -> None:
         """a syncs with b and trusts b's root for `roles` (call both ways for a symmetric link)."""
-        simnet_setup(
+        simnet_here(
             a.home, "peer", "add", b.name, b.url, "--key", b.key.public_key_hex, "--trust", roles
         )
 
@@ -196,7 +171,7 @@ def device_kb(
 ) -> knowledge.KnowledgeBase:
     """A robot's knowledge base: a new key delegated by `site` (through `simnet device add`)."""
     device = Identity.generate()
-    simnet_setup(site.home, "device", "add", device.public_key_hex, "--roles", roles)
+    simnet_here(site.home, "device", "add", device.public_key_hex, "--roles", roles)
     policy = knowledge.TrustPolicy().with_root(site.key.public_key, name=site.name)
     return knowledge.open(path, device, policy=policy)
 

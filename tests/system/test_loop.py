@@ -15,7 +15,8 @@ import sim
 from federation import sync_with
 from sim.evaluation._evaluation_record import _summary
 
-from .conftest import SiteProcess, simnet, simnet_setup, wait_until
+from ..conftest import simnet_here
+from .conftest import SiteProcess, simnet, wait_until
 
 BRANCHES = 64
 
@@ -30,7 +31,7 @@ def configure(site: SiteProcess, *, validator: str = "", **activation) -> None:
 def device(site: SiteProcess, roles: str) -> knowledge.KnowledgeBase:
     """A device of `site` under its site's policy, synced once."""
     identity = knowledge.Identity.generate()
-    simnet_setup(site.home, "device", "add", identity.public_key_hex, "--roles", roles)
+    simnet_here(site.home, "device", "add", identity.public_key_hex, "--roles", roles)
     policy = knowledge.TrustPolicy.load(site.home / "trust.toml")
     kb = knowledge.open(":memory:", identity, policy=policy.for_device_of(site.key.public_key))
     sync_with(kb, site.url, site.key.public_key)
