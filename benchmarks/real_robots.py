@@ -13,7 +13,8 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   distribution" the same for the query bodies it calls in its distribution only (where it claims
   to hold; the others' vectors are pushed beyond every known body, so they meet each other);
   "as queried" is what a query with it ranks by: the feature encoder's distance for a query body
-  out of the learned encoder's distribution, its own otherwise.
+  out of the learned encoder's distribution, its own distance guarded by the feature encoder's
+  otherwise (`LearnedEncoder.guarded`).
 - class_first_misses: the bodies that the feature encoder, and "as queried", put first beside a
   body of another class, as "query file -> nearest file" (each path's last two parts).
 - ood_flags: corpus bodies whose out-of-distribution score under the learned encoder is above 1
@@ -163,23 +164,28 @@ def vectors_of(bodies: dict[Entry, Embodiment], encoder: Encoder) -> np.ndarray:
     return encoder.encode_many(list(bodies.values()))
 
 
+def pairwise(vectors: np.ndarray) -> np.ndarray:
+    """(n, n) Euclidean distances between rows."""
+    return np.linalg.norm(vectors[:, None].astype(np.float64) - vectors[None], axis=2)
+
+
 def nearest_others(
     bodies: dict[Entry, Embodiment],
-    vectors: np.ndarray,
+    table: np.ndarray,
     fallback: np.ndarray | None = None,
     out: np.ndarray | None = None,
 ) -> list[tuple[Entry, Entry]]:
-    """Each labelled body (not "other") beside its nearest body of another family; with `fallback`
-    and `out`, as queries rank: by `fallback` for a query body out of distribution."""
+    """Each labelled body (not "other") beside its nearest body of another family by the distance
+    `table`; with `fallback` and `out`, as queries rank: by `fallback` for a query body out of
+    distribution."""
     entries = list(bodies)
     pairs = []
     for i, entry in enumerate(entries):
         if entry.label not in LABELLED:
             continue
-        ranked_by = fallback if fallback is not None and out is not None and out[i] else vectors
-        distance = np.linalg.norm(ranked_by - ranked_by[i], axis=1)
+        ranked_by = fallback if fallback is not None and out is not None and out[i] else table
         others = (
-            j for j in np.argsort(distance, kind="stable") if entries[j].family != entry.family
+            j for j in np.argsort(ranked_by[i], kind="stable") if entries[j].family != entry.family
         )
         if (nearest := next(others, None)) is not None:
             pairs.append((entry, entries[nearest]))
@@ -352,9 +358,11 @@ def main() -> None:
     vectors = vectors_of(bodies, learned)
     scores = learned.ood_many(bodies.values())
     out = scores > 1.0 if scores is not None else np.zeros(len(bodies), bool)
-    as_queried = nearest_others(bodies, vectors, features, out)
-    by_features = nearest_others(bodies, features)
-    by_learned = nearest_others(bodies, vectors)
+    by_features_table, by_learned_table = pairwise(features), pairwise(vectors)
+    guarded = learned.guarded(by_learned_table, by_features_table)
+    as_queried = nearest_others(bodies, guarded, by_features_table, out)
+    by_features = nearest_others(bodies, by_features_table)
+    by_learned = nearest_others(bodies, by_learned_table)
     inside = {entry for entry, o in zip(bodies, out, strict=True) if not o}
     summary["class_first"] = {
         "morphology-features": class_first(by_features),

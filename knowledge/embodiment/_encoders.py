@@ -58,6 +58,14 @@ class Encoder(ABC):
     """The encoder a query is ranked by instead when `assess` finds its body out of this
     encoder's depth (an out-of-distribution score above 1)."""
 
+    guard: Encoder | None = None
+    """An encoder whose distances `guarded` adds to this one's for a query in its depth: where
+    the guard is sure two bodies differ in kind (None: this encoder's distance alone ranks)."""
+
+    def guarded(self, distances: np.ndarray, guard_distances: np.ndarray) -> np.ndarray:
+        """The distances a query ranks by, given this encoder's and the guard's (same shape)."""
+        return distances
+
     @abstractmethod
     def encode(self, embodiment: Embodiment) -> np.ndarray:
         """One vector, shape (dim,), dtype float32."""

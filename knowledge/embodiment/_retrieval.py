@@ -5,7 +5,10 @@ The scope convention: each entry of a skill record's `embodiments` list is an
 a peer's malformed data) are skipped, and a skill with no valid entry cannot be found by embodiment.
 
 The index holds one vector per skill and distinct scope body, named "<skill id>/<position in the
-list>"; a query ranks a skill by its nearest body. Withdrawn skills leave the index. Revoked and
+list>"; a query ranks a skill by its nearest body. An encoder with a guard (`Encoder.guard`) ranks
+by `guarded` distances, which are never below its own: the search fetches the nearest entries by
+its own distance until the k-th best guarded distance is no farther than the last fetched, so the
+result is what ranking every entry would give. Withdrawn skills leave the index. Revoked and
 inactive ones stay, so that `active_only=False` can show them with their state, and standing
 `Selection`s (active skills, a task family, a certificate strength) filter inside the search. Skill
 records are immutable, so the index's contents depend only on which skills are present and on the
@@ -37,7 +40,7 @@ from ..stats import wilson_lower_bound
 from ._cache import DescriptorCache
 from ._descriptors import Embodiment
 from ._encoders import EmbeddingSpace, Encoder, FeatureEncoder
-from ._index import SkillIndex
+from ._index import Hit, SkillIndex
 from ._selection import Selection
 
 if TYPE_CHECKING:
@@ -64,6 +67,15 @@ _START = (-1, 0)
 _URDF_SUFFIXES = (".urdf", ".xacro")
 Filter = tuple[str, Any]
 """("active", None), ("task", family) or ("branches", minimum)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Guard:
+    """A query's guard: the encoder whose `guarded` rule ranks, and the query body's vector in its
+    guard's space."""
+
+    encoder: Encoder
+    vector: np.ndarray
 
 
 @dataclass(slots=True)
@@ -111,9 +123,12 @@ class Retrieval:
         encoder = encoder or FeatureEncoder()
         body = as_embodiment(embodiment, self.descriptors)  # compiling a file needs no lock
         vector, ood = encoder.assess(body)
+        guard = None
         if ood is not None and ood > 1.0 and encoder.fallback is not None:
             encoder = encoder.fallback  # out of the learned encoder's depth: rank by the fallback
             vector = encoder.encode(body)
+        elif encoder.guard is not None:
+            guard = _Guard(encoder, encoder.guard.encode(body))
         filters: list[Filter] = [("active", None)] if active_only else []
         filters += [("task", task)] if task is not None else []
         filters += [("branches", min_certified_branches)] if min_certified_branches else []
@@ -121,7 +136,7 @@ class Retrieval:
             library = self._libraries.get(encoder.space)
             if library is None:
                 library = self._libraries[encoder.space] = _Library(self._replica, encoder)
-            results = library.query(vector, k, filters)
+            results = library.query(vector, k, filters, guard)
         return [replace(r, ood=ood, ranked_by=encoder.name) for r in results]
 
     def describe(
@@ -224,15 +239,18 @@ class _Library:
         ] = {}  # descriptor hash -> (fingerprint, vector)
         self._position = _START
         self._unsaved = 0
+        self._guard_vectors: dict[str, np.ndarray] = {}  # entry -> its body in the guard's space
 
-    def query(self, vector: np.ndarray, k: int, filters: list[Filter]) -> list[QueryResult]:
+    def query(
+        self, vector: np.ndarray, k: int, filters: list[Filter], guard: _Guard | None = None
+    ) -> list[QueryResult]:
         self._sync()
-        results = self._search(vector, k, filters)
+        results = self._search(vector, k, filters, guard)
         if not all(self._admits(result, filters) for result in results):
             # the views log missed a change (it must not): the filters are a cache, so start over
             log.warning("skill index filters were stale; rebuilding them from the knowledge base")
             self._resync()
-            results = self._search(vector, k, filters)
+            results = self._search(vector, k, filters, guard)
         return results
 
     # -- following the skill library ---------------------------------------------------------------
@@ -366,8 +384,11 @@ class _Library:
             self._filters.popitem(last=False)
         return selection
 
-    def _search(self, vector: np.ndarray, k: int, filters: list[Filter]) -> list[QueryResult]:
-        """The k nearest skills: fetch entries nearest first until k distinct skills show up."""
+    def _search(
+        self, vector: np.ndarray, k: int, filters: list[Filter], guard: _Guard | None
+    ) -> list[QueryResult]:
+        """The k nearest skills: fetch entries nearest first until k distinct skills show up and,
+        with a guard, until no entry left unfetched can rank among them."""
         allowed = (
             reduce(lambda a, b: a & b, [self._selection(key) for key in filters])
             if filters
@@ -376,14 +397,43 @@ class _Library:
         available = len(allowed) if allowed is not None else len(self._index)
         fetch = k
         while True:
+            hits = self._index.search(vector, fetch, allowed=allowed)
+            own = np.array([hit.distance for hit in hits])
+            ranks = own
+            if guard is not None and hits:
+                ranks = guard.encoder.guarded(own, self._guard_distances(hits, guard))
             nearest: dict[str, tuple[float, int]] = {}
-            for hit in self._index.search(vector, fetch, allowed=allowed):
+            for hit, rank in zip(hits, ranks.tolist(), strict=True):
                 skill_id, _, position = hit.skill_id.partition("/")
-                nearest.setdefault(skill_id, (hit.distance, int(position)))
-            if len(nearest) >= k or fetch >= available:
+                if skill_id not in nearest or rank < nearest[skill_id][0]:
+                    nearest[skill_id] = (rank, int(position))
+            ranked = sorted(nearest.items(), key=lambda item: item[1][0])
+            # an entry not fetched is no nearer by the encoder's distance than the last fetched,
+            # and guarding never brings it nearer
+            settled = len(ranked) >= k and (guard is None or ranked[k - 1][1][0] <= own[-1])
+            if settled or fetch >= available or len(hits) < fetch:
                 break
             fetch = min(4 * fetch, available)
-        return [self._result(s, d, p) for s, (d, p) in list(nearest.items())[:k]]
+        return [self._result(s, d, p) for s, (d, p) in ranked[:k]]
+
+    def _guard_distances(self, hits: list[Hit], guard: _Guard) -> np.ndarray:
+        """Each hit's body's distance to the query in the guard's space (vectors cached by entry:
+        a skill record, and so the body an entry names, never changes)."""
+        assert guard.encoder.guard is not None
+        missing = [hit.skill_id for hit in hits if hit.skill_id not in self._guard_vectors]
+        if missing:
+            if len(self._guard_vectors) + len(missing) > _MAX_BODIES:
+                self._guard_vectors.clear()
+            bodies = []
+            for entry in missing:
+                skill_id, _, position = entry.partition("/")
+                record = self._replica.views.skill(skill_id)
+                assert record is not None  # in the index, so present: queries sync first
+                bodies.append(Embodiment.from_dict(record["embodiments"][int(position)]))
+            vectors = guard.encoder.guard.encode_many(bodies)
+            self._guard_vectors.update(zip(missing, vectors, strict=True))
+        rows = np.stack([self._guard_vectors[hit.skill_id] for hit in hits]).astype(np.float64)
+        return np.linalg.norm(rows - guard.vector.astype(np.float64), axis=1)
 
     def _result(self, skill_id: str, distance: float, position: int) -> QueryResult:
         record = self._replica.views.skill(skill_id)

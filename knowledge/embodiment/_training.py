@@ -20,7 +20,14 @@ import torch
 from torch import nn
 
 from ._descriptors import Embodiment
-from ._learned import CLIP, DEFAULT_CONFIG, LearnedEncoder, population_reference, weights_file
+from ._learned import (
+    CLIP,
+    DEFAULT_CONFIG,
+    LearnedEncoder,
+    feature_spread,
+    population_reference,
+    weights_file,
+)
 from ._tokens import BODY_FEATURES, JOINT_FEATURES, random_turns, token_batch, turned
 from ._transfer_data import TransferDataError, TransferDataset
 from ._views import urdf_view
@@ -242,7 +249,8 @@ def train_encoder(
     each body nearer to another of its class than to one of another class, so that bodies of one
     kind embed together even where no transfer was measured between them.
     The weights' meta names the bodies trained on (`trained_names`), so that a benchmark can check
-    that the bodies it reports on were never seen.
+    that the bodies it reports on were never seen, and their median feature distance
+    (`feature_spread`), the unit of the guard that queries rank by (`LearnedEncoder.guarded`).
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -299,6 +307,7 @@ def train_encoder(
         "trained_names": sorted(set(dataset.names)),
         "epochs": epochs,
         "seed": seed,
+        "feature_spread": feature_spread(seen),
         **(meta or {}),
     }
     trained = LearnedEncoder(weights_file(_arrays(network), encoder.config, info))

@@ -308,9 +308,18 @@ def _finite(value: float) -> float | None:
 
 
 def distances(dataset: TransferDataset, encoder: Encoder) -> np.ndarray:
-    """(bodies, bodies) distances in the encoder's space (its metric)."""
-    vectors = encoder.encode_many(dataset.bodies).astype(np.float64)
-    if encoder.metric == "cosine":
+    """(bodies, bodies) distances as a query ranks by them: in the encoder's space (its metric),
+    `guarded` by its guard's where it has one."""
+    table = _pairwise(encoder.encode_many(dataset.bodies), encoder.metric)
+    if encoder.guard is None:
+        return table
+    guard = encoder.guard
+    return encoder.guarded(table, _pairwise(guard.encode_many(dataset.bodies), guard.metric))
+
+
+def _pairwise(vectors: np.ndarray, metric: str) -> np.ndarray:
+    vectors = vectors.astype(np.float64)
+    if metric == "cosine":
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return 1.0 - vectors @ vectors.T
     squared = (vectors**2).sum(1)

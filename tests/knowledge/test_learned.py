@@ -296,7 +296,12 @@ def test_switching_encoders_uses_and_rebuilds_their_own_index(tmp_path):
     results = kb.skills.query(query, k=12, active_only=False, encoder=retrained)
     kb.close()
     vectors = retrained.encode_many(SMALL.bodies[:12])
-    order = np.argsort(np.linalg.norm(vectors - retrained.encode(query), axis=1), kind="stable")
+    features = FeatureEncoder().encode_many(SMALL.bodies[:12])
+    ranks = retrained.guarded(
+        np.linalg.norm(vectors - retrained.encode(query), axis=1),
+        np.linalg.norm(features - FeatureEncoder().encode(query), axis=1),
+    )
+    order = np.argsort(ranks, kind="stable")
     assert [r.skill.name for r in results] == [f"reach-{i}" for i in order]
     assert SkillIndex.load(learned_index, retrained.space) is not None
     assert SkillIndex.load(learned_index, shipped.space) is None
