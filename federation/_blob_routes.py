@@ -9,12 +9,13 @@ never delivered whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
+import threading
 from typing import Any
 
-import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -23,8 +24,8 @@ from knowledge import BlobError, BlobQuotaError, KnowledgeBase, Role
 
 from ._blobs import fetch_for_device, parse_range
 from ._endpoint import endpoint, error_response
-from ._errors import WireError
-from ._site import Site
+from ._errors import BusyError, WireError
+from ._site import DEVICE_FETCHES, Site
 from ._wire import check_hex64
 
 log = logging.getLogger("federation")
@@ -123,13 +124,36 @@ def _is_device(site: Site, caller: bytes) -> bool:
 
 
 async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
-    """The size of a blob fetched now from this site's peers, or the answer saying why not."""
-    try:
+    """The size of a blob fetched now from this site's peers, or the answer saying why not.
+
+    The fetch runs on a thread of its own, at most `DEVICE_FETCHES` at once (503 `busy` beyond):
+    on the server's shared worker threads, which every signed request needs, a device asking
+    many times while a peer never answered held them all until the deadline and stalled the
+    site."""
+    if not site.device_fetches.acquire(blocking=False):
+        raise BusyError(
+            f"this site is fetching {DEVICE_FETCHES} blobs for its devices already; retry later"
+        )
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[int] = loop.create_future()
+    # a fetch that ends after its request timed out is logged by nobody: not as never retrieved
+    outcome.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    def fetch() -> None:
+        try:
+            size = fetch_for_device(site.config, site.kb, blob_hash)
+        except BaseException as exc:  # noqa: BLE001 - handed to the request that asked
+            _settle(loop, outcome, exc)
+        else:
+            _settle(loop, outcome, size)
+        finally:
+            site.device_fetches.release()
+
+    threading.Thread(target=fetch, name="device-blob-fetch", daemon=True).start()
+    try:  # past the deadline the fetch goes on in its thread, and stores the blob when done
         async with asyncio.timeout(site.config.limits.sync_deadline_s):
-            return await anyio.to_thread.run_sync(
-                fetch_for_device, site.config, site.kb, blob_hash, abandon_on_cancel=True
-            )
-    except TimeoutError:  # the fetch goes on in its thread, and stores the blob when it is done
+            return await asyncio.shield(outcome)
+    except TimeoutError:
         return error_response(
             504, "timeout", f"blob {blob_hash[:16]}… is still being fetched from this site's peers"
         )
@@ -137,6 +161,21 @@ async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
         return error_response(507, "insufficient_storage", str(exc))
     except BlobError as exc:
         return error_response(404, "not_found", str(exc))
+
+
+def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[int], value: Any) -> None:
+    """Hand a fetch's size or exception to the request awaiting it (none once the loop closed)."""
+
+    def settle() -> None:
+        if future.done():
+            return
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    with contextlib.suppress(RuntimeError):  # the server stopped meanwhile
+        loop.call_soon_threadsafe(settle)
 
 
 def _blob_part(kb: KnowledgeBase, blob_hash: str, index: int, digest: Any) -> bytes | None:

@@ -10,10 +10,12 @@ event loop keeps answering. The blob endpoints are `_blob_routes`'.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -272,7 +274,31 @@ async def status_page(request: Request, site: Site, body: bytes) -> Response:
         return error_response(
             403, "forbidden", "the status page is served to this machine only (use an SSH tunnel)"
         )
+    host = request.headers.get("host")
+    if host is not None and not _loopback_name(host):
+        return error_response(
+            403,
+            "forbidden",
+            f"the status page is served to this machine only, under a loopback name (Host "
+            f"127.0.0.1 or localhost), not under Host {host[:80]!r}",
+        )
     return HTMLResponse(await run_in_threadpool(render, site))
+
+
+def _loopback_name(host: str) -> bool:
+    """Whether a `Host` header names this machine. A web page the operator's browser opened can
+    rebind its own name to 127.0.0.1 (DNS rebinding) and read the status page as same-origin; its
+    requests come from loopback, but under its name."""
+    try:
+        name = urlsplit(f"//{host}").hostname or ""
+    except ValueError:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 async def openapi(request: Request) -> Response:

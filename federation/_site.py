@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from ._metrics import SiteMetrics
 
 log = logging.getLogger("federation")
 RELEASE_EVERY_S = 1.0  # how often a server applies the held envelopes that have fallen due
+DEVICE_FETCHES = 4  # blobs a site fetches from its peers for its devices at once (_blob_routes)
 
 
 class Site:
@@ -37,6 +39,7 @@ class Site:
         self.verifier = RequestVerifier(self.key, path=config.replay_path)
         self.syncs = asyncio.Semaphore(config.limits.max_concurrent_syncs)
         self.queued = 0  # requests waiting for a sync slot
+        self.device_fetches = threading.BoundedSemaphore(DEVICE_FETCHES)
         self.gossip: Any = None  # set by the gossip scheduler when it runs
         self.closed = False
         self.metrics = SiteMetrics(

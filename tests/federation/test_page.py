@@ -15,7 +15,7 @@ from knowledge import ActivationPolicy
 def get(site, path: str, client: tuple[str, int] = ("127.0.0.1", 5000)) -> httpx.Response:
     async def go():
         transport = httpx.ASGITransport(app=site.app, client=client)
-        async with httpx.AsyncClient(transport=transport, base_url="http://site") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             return await http.get(path)
 
     return asyncio.run(go())

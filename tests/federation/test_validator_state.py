@@ -260,7 +260,7 @@ def get(site, path: str, identity=None) -> httpx.Response:
             async with site.client(identity) as client:
                 return await client.get(path)
         transport = httpx.ASGITransport(app=site.app, client=("127.0.0.1", 5000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://site") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             return await client.get(path)
 
     return asyncio.run(go())
