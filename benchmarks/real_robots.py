@@ -17,6 +17,9 @@ its inertias is read again with `balance_inertia=True`, as the refusal suggests.
   otherwise (`LearnedEncoder.guarded`).
 - class_first_misses: the bodies that the feature encoder, and "as queried", put first beside a
   body of another class, as "query file -> nearest file" (each path's last two parts).
+- target_misses: the issue's target, per encoder (as queried for the learned one): every arm's
+  nearest body of another family an arm, every legged robot's a legged robot (humanoids are legged
+  robots here: their skills stand and walk); the files that miss it.
 - ood_flags: corpus bodies whose out-of-distribution score under the learned encoder is above 1
   (so queries with them fall back to the feature encoder), per class.
 - twins: the same robot as MJCF and as URDF (`TWINS`, both files in the corpus), per encoder: for
@@ -203,6 +206,22 @@ def class_first(pairs: list[tuple[Entry, Entry]]) -> dict[str, float]:
     return {"all": round(sum(hits.values()) / max(sum(totals.values()), 1), 3), **rates}
 
 
+WALKERS = {"legged", "humanoid"}
+
+
+def target_misses(pairs: list[tuple[Entry, Entry]]) -> list[str]:
+    """Arms nearest a body that is no arm, and legged robots nearest one that walks on no legs."""
+
+    def kind(entry: Entry) -> str:
+        return "legged" if entry.label in WALKERS else entry.label
+
+    return [
+        f"{tail(entry)} -> {tail(nearest)}"
+        for entry, nearest in pairs
+        if entry.label in ("arm", *WALKERS) and kind(nearest) != kind(entry)
+    ]
+
+
 def tail(entry: Entry) -> str:
     """A file's last two path parts: enough to tell corpus files apart when reading."""
     return "/".join(entry.path.split("/")[-2:])
@@ -375,6 +394,10 @@ def main() -> None:
     summary["class_first_misses"] = {
         "morphology-features": class_first_misses(by_features),
         "transfer-attention as queried": class_first_misses(as_queried),
+    }
+    summary["target_misses"] = {
+        "morphology-features": target_misses(by_features),
+        "transfer-attention as queried": target_misses(as_queried),
     }
     labels = [e.label for e in bodies]
     summary["ood_flags"] = {
