@@ -383,9 +383,17 @@ def device_add(home: SiteHome, key: str, roles: str) -> None:
         {"device": public_key.hex(), "roles": [r.value for r in granted]},
         lambda kb: kb.delegate(public_key, granted),
     )
-    click.echo(
-        f"device {knowledge.key_id(public_key)} may now {', '.join(r.value for r in granted)}"
-    )
+    with home.open_readonly() as kb:
+        root = any(r.key == public_key for r in kb.policy.roots)
+    listed = ", ".join(r.value for r in granted)
+    if root:  # a root's roles here come from the policy; the grant counts where it is no root
+        click.echo(
+            f"delegated {listed} to {knowledge.key_id(public_key)}, a root of this site's trust "
+            "policy: here its roles stay the policy's; the delegation counts at sites that do not "
+            "trust it as a root"
+        )
+    else:
+        click.echo(f"device {knowledge.key_id(public_key)} may now {listed}")
 
 
 @device.command("revoke")

@@ -119,8 +119,15 @@ class KnowledgeBase:
         self, device: bytes, roles: Iterable[Role | str], *, expires: int | None = None
     ) -> None:
         """As a site root: let `device` write for this site with `roles` (until HLC `expires`, if
-        given)."""
+        given). A delegation counts only where `device` is no root; naming this site's own key
+        would count nowhere, so it is refused."""
         self._replica.require(None)
+        identity = self._replica.identity
+        if identity is not None and device == identity.public_key:
+            raise RecordError(
+                "a site cannot delegate to its own key: it is this site's root and holds every "
+                "role already"
+            )
         record = {
             "v": 1,
             "hlc": self.now(),

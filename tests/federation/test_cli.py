@@ -384,6 +384,25 @@ def test_device_add_and_revoke_without_a_server(site, cli):
     assert [r.reason for r in report.rejected] == ["revoked_writer", "revoked_writer"]
 
 
+def test_device_add_refuses_the_sites_own_key_and_says_what_a_roots_delegation_does(site, cli):
+    """A delegation naming the site's own key would count nowhere: refused, nothing written. One
+    naming a root of the site's policy counts only where that key is no root: said so, not "may
+    now"."""
+    with readonly(site) as kb:
+        heads = kb.heads()
+    fails(
+        cli(site, "device", "add", site_key(site).public_key_hex),
+        "cannot delegate to its own key",
+    )
+    with readonly(site) as kb:
+        assert kb.heads() == heads
+    ok(cli(site, "peer", "add", "b", "http://127.0.0.1:7071", "--key", KEY, "--trust", "publish"))
+    out = ok(cli(site, "device", "add", KEY, "--roles", "publish,validate")).out
+    assert "a root of this site's trust policy" in out and "may now" not in out
+    with readonly(site) as kb:  # the root's roles here stay the policy's
+        assert kb.current_roles(bytes.fromhex(KEY)) == frozenset({Role.PUBLISH})
+
+
 def test_device_add_and_revoke_with_a_server(served, cli):
     site = served.home
     device = Identity.generate()

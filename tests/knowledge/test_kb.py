@@ -124,6 +124,17 @@ def test_certificates_from_untrusted_validators_do_not_count(open_kb):
     assert not site.is_active(skill.id)
 
 
+def test_a_site_cannot_delegate_to_its_own_key(open_kb):
+    """Such a delegation would count nowhere (a root's roles come from policies): refused, and
+    nothing written."""
+    root = Identity.generate()
+    site = open_kb("site", root)
+    heads = site.heads()
+    with pytest.raises(knowledge.RecordError, match="its own key"):
+        site.delegate(root.public_key, [Role.PUBLISH])
+    assert site.heads() == heads
+
+
 def test_roles_are_enforced_locally(open_kb):
     root = Identity.generate()
     device = open_kb("device", policy=TrustPolicy().for_device_of(root.public_key))

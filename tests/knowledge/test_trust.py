@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import knowledge
 from knowledge import Identity, Role, TrustedRoot, TrustPolicy
-from knowledge._records import ALL_ROLES
+from knowledge._records import ALL_ROLES, RecordType
 from knowledge._trust import Authority, Grant
 
 KEYS = [
@@ -239,6 +239,13 @@ def _sync(a: knowledge.KnowledgeBase, b: knowledge.KnowledgeBase) -> None:
             return
 
 
+def _signed_delegation(kb: knowledge.KnowledgeBase, device: bytes, roles: frozenset) -> None:
+    """A delegation record `kb.delegate` would not write (naming the writer's own key), written
+    below the API check, as a hostile writer can."""
+    record = {"v": 1, "hlc": kb.now(), "roles": sorted(r.value for r in roles), "expires": None}
+    kb._replica.put_record(RecordType.DELEGATE, device.hex(), record)
+
+
 @st.composite
 def hostile_writes(draw):
     names = ["site", "peer", "hostile", "device1", "device2", "peer-device", "stranger"]
@@ -312,7 +319,10 @@ def test_a_hostile_roots_ingested_records_leave_other_rights_and_views_unchanged
         for action, target, roles, seq in writes:
             key = keys[target]
             if action == "delegate":
-                h.delegate(key, roles)
+                if target == "hostile":  # the API refuses its own key; an attacker signs it anyway
+                    _signed_delegation(h, key, roles)
+                else:
+                    h.delegate(key, roles)
                 delegated.add(target)
             else:
                 held = h.heads().get(key.hex())
