@@ -106,6 +106,16 @@ class SkillIndex:
         with self._lock:
             return [self._names[number] for number in np.flatnonzero(self._live)]
 
+    def vectors(self, skill_ids: Sequence[str]) -> np.ndarray:
+        """The held vectors of these skills, shape (n, dim), as stored (unit length for cosine);
+        KeyError for a skill not held."""
+        with self._lock:
+            missing = [s for s in skill_ids if s not in self]
+            if missing:
+                raise KeyError(f"not in the index: {', '.join(missing[:3])}")
+            numbers = np.array([self._numbers[s] for s in skill_ids], np.int64)
+            return self._faiss.reconstruct_batch(numbers).reshape(len(numbers), self.space.dim)
+
     def select(self, skill_ids: Iterable[str] = ()) -> Selection:
         """A `Selection` of these skill ids, for filtered searches."""
         with self._lock:

@@ -8,7 +8,8 @@ The index holds one vector per skill and distinct scope body, named "<skill id>/
 list>"; a query ranks a skill by its nearest body. An encoder with a guard (`Encoder.guard`) ranks
 by `guarded` distances, which are never below its own: the search fetches the nearest entries by
 its own distance until the k-th best guarded distance is no farther than the last fetched, so the
-result is what ranking every entry would give. Withdrawn skills leave the index. Revoked and
+result is what ranking every entry would give; the entries' vectors in the guard's space are read
+from the guard's own index, kept and saved like any other. Withdrawn skills leave the index. Revoked and
 inactive ones stay, so that `active_only=False` can show them with their state, and standing
 `Selection`s (active skills, a task family, a certificate strength) filter inside the search. Skill
 records are immutable, so the index's contents depend only on which skills are present and on the
@@ -71,11 +72,13 @@ Filter = tuple[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class _Guard:
-    """A query's guard: the encoder whose `guarded` rule ranks, and the query body's vector in its
-    guard's space."""
+    """A query's guard: the encoder whose `guarded` rule ranks, the query body's vector in its
+    guard's space, and the guard's own index of the skills (kept and saved like any other), where
+    the skills' vectors in that space are read."""
 
     encoder: Encoder
     vector: np.ndarray
+    library: _Library
 
 
 @dataclass(slots=True)
@@ -123,21 +126,28 @@ class Retrieval:
         encoder = encoder or FeatureEncoder()
         body = as_embodiment(embodiment, self.descriptors)  # compiling a file needs no lock
         vector, ood = encoder.assess(body)
-        guard = None
+        guard_vector = None
         if ood is not None and ood > 1.0 and encoder.fallback is not None:
             encoder = encoder.fallback  # out of the learned encoder's depth: rank by the fallback
             vector = encoder.encode(body)
         elif encoder.guard is not None:
-            guard = _Guard(encoder, encoder.guard.encode(body))
+            guard_vector = encoder.guard.encode(body)
         filters: list[Filter] = [("active", None)] if active_only else []
         filters += [("task", task)] if task is not None else []
         filters += [("branches", min_certified_branches)] if min_certified_branches else []
         with self._replica.lock:
-            library = self._libraries.get(encoder.space)
-            if library is None:
-                library = self._libraries[encoder.space] = _Library(self._replica, encoder)
-            results = library.query(vector, k, filters, guard)
+            guard = None
+            if guard_vector is not None and encoder.guard is not None:
+                guard = _Guard(encoder, guard_vector, self._library(encoder.guard))
+                guard.library.follow()
+            results = self._library(encoder).query(vector, k, filters, guard)
         return [replace(r, ood=ood, ranked_by=encoder.name) for r in results]
+
+    def _library(self, encoder: Encoder) -> _Library:
+        library = self._libraries.get(encoder.space)
+        if library is None:
+            library = self._libraries[encoder.space] = _Library(self._replica, encoder)
+        return library
 
     def describe(
         self,
@@ -239,12 +249,11 @@ class _Library:
         ] = {}  # descriptor hash -> (fingerprint, vector)
         self._position = _START
         self._unsaved = 0
-        self._guard_vectors: dict[str, np.ndarray] = {}  # entry -> its body in the guard's space
 
     def query(
         self, vector: np.ndarray, k: int, filters: list[Filter], guard: _Guard | None = None
     ) -> list[QueryResult]:
-        self._sync()
+        self.follow()
         results = self._search(vector, k, filters, guard)
         if not all(self._admits(result, filters) for result in results):
             # the views log missed a change (it must not): the filters are a cache, so start over
@@ -255,7 +264,8 @@ class _Library:
 
     # -- following the skill library ---------------------------------------------------------------
 
-    def _sync(self) -> None:
+    def follow(self) -> None:
+        """Bring the index up to date with the skill library."""
         changed, position = self._replica.views.skill_changes(self._position)
         if changed is None:
             self._resync()
@@ -417,23 +427,21 @@ class _Library:
         return [self._result(s, d, p) for s, (d, p) in ranked[:k]]
 
     def _guard_distances(self, hits: list[Hit], guard: _Guard) -> np.ndarray:
-        """Each hit's body's distance to the query in the guard's space (vectors cached by entry:
-        a skill record, and so the body an entry names, never changes)."""
-        assert guard.encoder.guard is not None
-        missing = [hit.skill_id for hit in hits if hit.skill_id not in self._guard_vectors]
-        if missing:
-            if len(self._guard_vectors) + len(missing) > _MAX_BODIES:
-                self._guard_vectors.clear()
-            bodies = []
-            for entry in missing:
-                skill_id, _, position = entry.partition("/")
-                record = self._replica.views.skill(skill_id)
-                assert record is not None  # in the index, so present: queries sync first
-                bodies.append(Embodiment.from_dict(record["embodiments"][int(position)]))
-            vectors = guard.encoder.guard.encode_many(bodies)
-            self._guard_vectors.update(zip(missing, vectors, strict=True))
-        rows = np.stack([self._guard_vectors[hit.skill_id] for hit in hits]).astype(np.float64)
-        return np.linalg.norm(rows - guard.vector.astype(np.float64), axis=1)
+        """Each hit's body's distance to the query in the guard's space, read from the guard's
+        index; 0 (the guard says nothing) for a body the guard could not encode."""
+        index = guard.library._index
+        names = [hit.skill_id for hit in hits]
+        held = np.array([name in index for name in names])
+        distances = np.zeros(len(names))
+        if held.any():
+            vectors = index.vectors([n for n, h in zip(names, held, strict=True) if h])
+            query = guard.vector.astype(np.float32)[None]
+            if index.space.metric == "cosine":
+                query = query / max(float(np.linalg.norm(query)), 1e-12)
+                distances[held] = 1.0 - vectors @ query[0]
+            else:
+                distances[held] = np.linalg.norm(vectors - query, axis=1)
+        return distances
 
     def _result(self, skill_id: str, distance: float, position: int) -> QueryResult:
         record = self._replica.views.skill(skill_id)

@@ -231,6 +231,26 @@ def test_replacing_a_vector_moves_the_skill():
     assert index.search(np.full(3, 5.0), 1) == [Hit("a", 0.0)]
 
 
+@pytest.mark.parametrize("approximate_above", [10_000, 50])
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+def test_vectors_reads_back_what_each_skill_holds(approximate_above, metric):
+    """Exact and IVF alike, after a replacement and a removal; a skill not held is a KeyError."""
+    vectors = skills(200, 6, seed=3, grid=False)
+    index = filled(vectors, metric, approximate_above=approximate_above)
+    index.add(["skill-7"], [np.full(6, 2.0)])
+    vectors["skill-7"] = np.full(6, 2.0, np.float32)
+    index.remove(["skill-9"])
+    assert index.kind == ("ivf" if approximate_above == 50 else "exact")
+    names = ["skill-7", "skill-0", "skill-199"]
+    expected = np.stack([vectors[n] for n in names]).astype(np.float64)
+    if metric == "cosine":
+        expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    assert np.allclose(index.vectors(names), expected, atol=1e-6)
+    assert index.vectors([]).shape == (0, 6)
+    with pytest.raises(KeyError, match="skill-9"):
+        index.vectors(["skill-0", "skill-9"])
+
+
 def clustered(n: int, seed: int) -> np.ndarray:
     """Vectors in clusters around many centres, as skills gather around the bodies they were made
     for."""
