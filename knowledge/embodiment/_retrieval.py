@@ -5,16 +5,18 @@ The scope convention: each entry of a skill record's `embodiments` list is an
 a peer's malformed data) are skipped, and a skill with no valid entry cannot be found by embodiment.
 
 The index holds one vector per skill and distinct scope body, named "<skill id>/<position in the
-list>"; a query ranks a skill by its nearest body. An encoder with a guard (`Encoder.guard`) ranks
-by `guarded` distances, which are never below its own: the search fetches the nearest entries by
-its own distance until the k-th best guarded distance is no farther than the last fetched, so the
-result is what ranking every entry would give; the entries' vectors in the guard's space are read
-from the guard's own index, kept and saved like any other. Withdrawn skills leave the index. Revoked and
+list>"; a query ranks a skill by its nearest body. Withdrawn skills leave the index. Revoked and
 inactive ones stay, so that `active_only=False` can show them with their state, and standing
 `Selection`s (active skills, a task family, a certificate strength) filter inside the search. Skill
 records are immutable, so the index's contents depend only on which skills are present and on the
 encoder: after a reopen, a saved index is brought up to date by comparing skill ids, without
 encoding again what it holds.
+
+An encoder with a guard (`Encoder.guard`) ranks by `guarded` distances, which are never below its
+own: the search fetches the nearest entries by its own distance until the k-th best guarded
+distance is no farther than the last fetched, so the result is what ranking every entry would give.
+The entries' vectors in the guard's space are read from the guard's own index, kept and saved like
+any other.
 """
 
 from __future__ import annotations
@@ -421,7 +423,7 @@ class _Library:
             # an entry not fetched is no nearer by the encoder's distance than the last fetched,
             # and guarding never brings it nearer
             settled = len(ranked) >= k and (guard is None or ranked[k - 1][1][0] <= own[-1])
-            if settled or fetch >= available or len(hits) < fetch:
+            if settled or fetch >= available:
                 break
             fetch = min(4 * fetch, available)
         return [self._result(s, d, p) for s, (d, p) in ranked[:k]]
