@@ -40,6 +40,7 @@ from .._patches import Sampler
 from .._tasks import Task, definition_steps
 from ..evaluation import certify, evaluate, load_policy, probe, spot_check
 from ..evaluation._evaluate import DEFAULT_WAVE
+from ._policy_budget import PolicyOverBudget, check_policy_cost
 from ._samplers import fleet_sampler
 from ._scene_budget import SceneOverBudget, check_scene
 
@@ -53,6 +54,7 @@ HEARTBEAT_S = 60.0  # an idle validator rewrites its state this often, so reader
 _WAITING = (BlobError, UnknownTaskError)
 # settings that are integers >= 1
 _POSITIVE_INTS = "branches workers threads max_attempts max_branch_steps max_scene_mb".split()
+_POSITIVE_INTS.append("max_branch_macs")
 
 
 class _Stopped(Exception):
@@ -85,6 +87,8 @@ class ValidatorSettings:
     # child process first: a few bytes of MJCF can ask for all of the machine's memory
     max_scene_mb: int = 1024
     max_compile_s: float = 60.0
+    # multiply-adds a skill's network may take over a branch of its tasks (weights x control steps)
+    max_branch_macs: int = 10**10
 
     @classmethod
     def load(cls, path: Path) -> ValidatorSettings:
@@ -291,7 +295,7 @@ class Validator:
             log.info(
                 "stopped during %s %s: it is queued again at the next start", job.kind, job.name
             )
-        except (_OverBudget, SceneOverBudget) as exc:
+        except (_OverBudget, SceneOverBudget, PolicyOverBudget) as exc:
             self._trouble(job, f"over budget: {exc}", give_up=True)
         except _WAITING as exc:
             self._trouble(job, f"waiting: {exc}", waiting=True)
@@ -350,7 +354,6 @@ class Validator:
 
     def _evaluate(self, job: Job) -> None:
         s = self.settings
-        policy = load_policy(self.kb, job.skill)
         named = {h: self.kb.tasks.get(h) for h in self.kb.skills.get(job.skill).tasks}
         if s.embodiments:
             named = {h: d for h, d in named.items() if d.get("embodiment") in s.embodiments}
@@ -362,6 +365,9 @@ class Validator:
         done = self._certified_tasks(job.skill, self.kb.identity.public_key_hex)  # type: ignore[union-attr]
         named = {h: d for h, d in named.items() if h not in done}  # a restart resumes with the rest
         self._check_budget(named, job)  # before any scene is fetched or compiled
+        budget = s.max_branch_macs
+        check_policy_cost(self.kb.skills.get(job.skill).policy, named, budget=budget)
+        policy = load_policy(self.kb, job.skill)  # the weights, fetched once the cost is known
         tasks = [self._compiled(d) for d in named.values()]
         for i, task in enumerate(tasks):
             sampler = s.sampler(task, self.rng.randrange(2**31), self.home)
