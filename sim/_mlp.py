@@ -327,6 +327,13 @@ class Policy:
             tensors = safetensors.torch.load(blob)
         except Exception as exc:  # safetensors raises its own SafetensorError on corrupt data
             raise PolicyPayloadError(f"weights are not valid safetensors: {exc}") from exc
+        # One encoding per set of tensors, so the weights' hash names what runs: a revocation
+        # follows the hash, and other bytes for the same tensors would be a copy it misses.
+        if safetensors.torch.save(dict(sorted(tensors.items()))) != blob:
+            raise PolicyPayloadError(
+                "weights are not in the one encoding of their tensors (safetensors of the tensors "
+                "in name order, no metadata): re-encode them with Policy.from_tensors"
+            )
         for name, tensor in tensors.items():
             if not torch.isfinite(tensor).all():
                 raise PolicyPayloadError(f"tensor {name!r} holds NaN or inf")

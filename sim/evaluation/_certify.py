@@ -30,7 +30,7 @@ from .._errors import (
     PolicySpecError,
     TaskDefinitionError,
 )
-from .._mlp import EntryPointRef, MLPSpec, Policy
+from .._mlp import POLICY_GROUP, EntryPointRef, MLPSpec, Policy
 from .._tasks import Task
 from ._evaluation_record import Evaluation, check_record
 from ._probe import Probe, replay_probe
@@ -152,7 +152,11 @@ def load_policy(kb: KnowledgeBase, skill_id: str) -> Policy | EntryPointRef:
             )
         return skill
     if policy.get("kind") == "entry_point":
-        fields = {k: policy[k] for k in ("group", "name", "distribution", "version") if k in policy}
+        # the policies' group only: a record naming another (console_scripts) would have this site
+        # import and call any installed program's entry point with the task
+        if policy.get("group", POLICY_GROUP) != POLICY_GROUP:
+            raise PolicySpecError("policy.group", f"must be {POLICY_GROUP!r}")
+        fields = {k: policy[k] for k in ("name", "distribution", "version") if k in policy}
         ref = EntryPointRef(**fields)
         ref.load()  # EntryPointError now if it is not installed here at the recorded version
         return ref

@@ -34,11 +34,15 @@ from typing import Any, NamedTuple
 import knowledge
 from knowledge import BlobError, KnowledgeBase, SiteHome, UnknownTaskError
 
+from .._assets import fetch_assets
 from .._errors import SimError, TaskDefinitionError
 from .._patches import Sampler
 from .._tasks import Task, definition_steps
-from ..evaluation import certify, evaluate, fetch_task, load_policy, probe, spot_check
+from ..evaluation import certify, evaluate, load_policy, probe, spot_check
+from ..evaluation._evaluate import DEFAULT_WAVE
+from ._policy_budget import PolicyOverBudget, check_policy_cost
 from ._samplers import fleet_sampler
+from ._scene_budget import SceneOverBudget, check_scene
 
 log = logging.getLogger("sim.validation")
 STATE_FILE = "validator.json"
@@ -48,6 +52,9 @@ HEARTBEAT_S = 60.0  # an idle validator rewrites its state this often, so reader
 # may resolve by itself: weights, a task or a file its scene loads (MissingAssetError, a BlobError)
 # arrive later
 _WAITING = (BlobError, UnknownTaskError)
+# settings that are integers >= 1
+_POSITIVE_INTS = "branches workers threads max_attempts max_branch_steps max_scene_mb".split()
+_POSITIVE_INTS.append("max_branch_macs")
 
 
 class _Stopped(Exception):
@@ -76,6 +83,12 @@ class ValidatorSettings:
     # physics steps one branch may take (horizon x control_substeps): a job whose task asks more is
     # refused unstarted, so a writer cannot tie the validator up with an endless task
     max_branch_steps: int = 20_000
+    # what a task's scene may take to compile and hold one wave of simulations, measured in a
+    # child process first: a few bytes of MJCF can ask for all of the machine's memory
+    max_scene_mb: int = 1024
+    max_compile_s: float = 60.0
+    # multiply-adds a skill's network may take over a branch of its tasks (weights x control steps)
+    max_branch_macs: int = 10**10
 
     @classmethod
     def load(cls, path: Path) -> ValidatorSettings:
@@ -94,12 +107,14 @@ class ValidatorSettings:
         if "embodiments" in data:
             data["embodiments"] = tuple(data["embodiments"])
         settings = cls(**data)
-        for name in ("branches", "workers", "threads", "max_attempts", "max_branch_steps"):
+        for name in _POSITIVE_INTS:
             value = getattr(settings, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise knowledge.PolicyError(
                     f"{path}: {name} must be an integer >= 1, not {value!r}"
                 )
+        if not isinstance(settings.max_compile_s, (int, float)) or settings.max_compile_s <= 0:
+            raise knowledge.PolicyError(f"{path}: max_compile_s must be a number > 0")
         if not isinstance(settings.probe_budget, int) or settings.probe_budget < 0:
             raise knowledge.PolicyError(f"{path}: probe_budget must be an integer >= 0")
         return settings
@@ -280,7 +295,7 @@ class Validator:
             log.info(
                 "stopped during %s %s: it is queued again at the next start", job.kind, job.name
             )
-        except _OverBudget as exc:
+        except (_OverBudget, SceneOverBudget, PolicyOverBudget) as exc:
             self._trouble(job, f"over budget: {exc}", give_up=True)
         except _WAITING as exc:
             self._trouble(job, f"waiting: {exc}", waiting=True)
@@ -339,7 +354,6 @@ class Validator:
 
     def _evaluate(self, job: Job) -> None:
         s = self.settings
-        policy = load_policy(self.kb, job.skill)
         named = {h: self.kb.tasks.get(h) for h in self.kb.skills.get(job.skill).tasks}
         if s.embodiments:
             named = {h: d for h, d in named.items() if d.get("embodiment") in s.embodiments}
@@ -351,7 +365,10 @@ class Validator:
         done = self._certified_tasks(job.skill, self.kb.identity.public_key_hex)  # type: ignore[union-attr]
         named = {h: d for h, d in named.items() if h not in done}  # a restart resumes with the rest
         self._check_budget(named, job)  # before any scene is fetched or compiled
-        tasks = [fetch_task(self.kb, h) for h in named]
+        budget = s.max_branch_macs
+        check_policy_cost(self.kb.skills.get(job.skill).policy, named, budget=budget)
+        policy = load_policy(self.kb, job.skill)  # the weights, fetched once the cost is known
+        tasks = [self._compiled(d) for d in named.values()]
         for i, task in enumerate(tasks):
             sampler = s.sampler(task, self.rng.randrange(2**31), self.home)
             base = i * s.branches
@@ -396,6 +413,7 @@ class Validator:
         task = (cert.evaluation or {}).get("task")  # `spot_check` checks the record itself
         if isinstance(task, dict) and isinstance(task.get("definition"), dict):
             self._check_budget({str(task.get("hash")): task["definition"]}, job)
+            self._compiled(task["definition"])
         result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
         self.totals["spot_checks"] += 1
         self.totals["branches_spot_checked"] += len(result.branches)
@@ -429,6 +447,14 @@ class Validator:
             f"max_branch_steps in {SETTINGS_FILE}, restart, then "
             f"`simnet validate --request {job.skill[:16]}`"
         )
+
+    def _compiled(self, definition: Mapping[str, Any]) -> Task:
+        """The task compiled here, once a child process showed that its scene fits this site's
+        `max_scene_mb` and `max_compile_s` (SceneOverBudget if not)."""
+        assets, s = fetch_assets(self.kb, definition), self.settings
+        wave = min(s.branches, DEFAULT_WAVE)
+        check_scene(definition, assets, max_mb=s.max_scene_mb, max_s=s.max_compile_s, wave=wave)
+        return Task(definition, assets)
 
     def _trouble(
         self, job: Job, reason: str, *, waiting: bool = False, give_up: bool = False
