@@ -7,7 +7,9 @@ failed or wait, and why) goes to ``validator.json`` in the site's home for `simn
 status page and /metrics.
 """
 
+from ._jobs import Job
 from ._samplers import fleet_sampler
-from ._validator import Job, Validator, ValidatorSettings, run_validator
+from ._settings import ValidatorSettings
+from ._validator import Validator, run_validator
 
 __all__ = ["Job", "Validator", "ValidatorSettings", "fleet_sampler", "run_validator"]

@@ -12,7 +12,8 @@ import click
 from knowledge import SiteHome, StoreLockedError
 from knowledge.cli import skill_by_prefix
 
-from ._validator import REQUESTS_FILE, SETTINGS_FILE, Validator, ValidatorSettings, settings_with
+from ._settings import SETTINGS_FILE, ValidatorSettings, settings_with
+from ._validator import REQUESTS_FILE, Validator
 
 
 @click.command("validate")

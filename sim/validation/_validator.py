@@ -24,37 +24,32 @@ import os
 import random
 import threading
 import time
-import tomllib
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import knowledge
 from knowledge import BlobError, KnowledgeBase, SiteHome, UnknownTaskError
 
 from .._assets import fetch_assets
 from .._errors import SimError, TaskDefinitionError
-from .._patches import Sampler
 from .._tasks import Task, definition_steps
 from ..evaluation import certify, evaluate, load_policy, probe, spot_check
 from ..evaluation._evaluate import DEFAULT_WAVE
+from ._jobs import Job, Ranked, Trouble, taking_turns
 from ._policy_budget import PolicyOverBudget, check_policy_cost
-from ._samplers import fleet_sampler
 from ._scene_budget import SceneOverBudget, check_scene
+from ._settings import SETTINGS_FILE, ValidatorSettings
 
 log = logging.getLogger("sim.validation")
 STATE_FILE = "validator.json"
-SETTINGS_FILE = "validator.toml"
 REQUESTS_FILE = "validator.requests"
 HEARTBEAT_S = 60.0  # an idle validator rewrites its state this often, so readers see it alive
 # may resolve by itself: weights, a task or a file its scene loads (MissingAssetError, a BlobError)
 # arrive later
 _WAITING = (BlobError, UnknownTaskError)
-# settings that are integers >= 1
-_POSITIVE_INTS = "branches workers threads max_attempts max_branch_steps max_scene_mb".split()
-_POSITIVE_INTS.append("max_branch_macs")
 
 
 class _Stopped(Exception):
@@ -64,122 +59,6 @@ class _Stopped(Exception):
 class _OverBudget(Exception):
     """A job's task asks more physics steps per branch than this site allows: refused unstarted,
     and not retried (the same settings give the same answer)."""
-
-
-@dataclass(frozen=True)
-class ValidatorSettings:
-    """How a site validates (``validator.toml`` in its home; every key optional)."""
-
-    certifies: bool = True  # evaluate and certify skills (false: only spot-check)
-    branches: int = 128  # per task of a skill
-    probe_budget: int = 0  # rollouts of an adversarial probe per task, recorded in the certificate
-    workers: int = 1  # evaluation worker processes (1: in the validator's own thread)
-    threads: int = 1  # physics threads per wave
-    embodiments: tuple[str, ...] = ()  # the bodies this fleet registers (a task's `embodiment`)
-    samplers: dict[str, str] = field(default_factory=dict)  # task name -> sampler JSON file
-    retry_s: float = 30.0  # a job waiting on weights, a task or an asset is tried again after this
-    max_attempts: int = 3  # a job that fails this often is given up (shown in the status)
-    idle_s: float = 1.0  # how often an idle validator looks at the knowledge base again
-    # physics steps one branch may take (horizon x control_substeps): a job whose task asks more is
-    # refused unstarted, so a writer cannot tie the validator up with an endless task
-    max_branch_steps: int = 20_000
-    # what a task's scene may take to compile and hold one wave of simulations, measured in a
-    # child process first: a few bytes of MJCF can ask for all of the machine's memory
-    max_scene_mb: int = 1024
-    max_compile_s: float = 60.0
-    # multiply-adds a skill's network may take over a branch of its tasks (weights x control steps)
-    max_branch_macs: int = 10**10
-
-    @classmethod
-    def load(cls, path: Path) -> ValidatorSettings:
-        if not path.exists():
-            return cls()
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise knowledge.PolicyError(f"{path}: {exc}") from None
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise knowledge.PolicyError(
-                f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}"
-            )
-        if "embodiments" in data:
-            data["embodiments"] = tuple(data["embodiments"])
-        settings = cls(**data)
-        for name in _POSITIVE_INTS:
-            value = getattr(settings, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise knowledge.PolicyError(
-                    f"{path}: {name} must be an integer >= 1, not {value!r}"
-                )
-        if not isinstance(settings.max_compile_s, (int, float)) or settings.max_compile_s <= 0:
-            raise knowledge.PolicyError(f"{path}: max_compile_s must be a number > 0")
-        if not isinstance(settings.probe_budget, int) or settings.probe_budget < 0:
-            raise knowledge.PolicyError(f"{path}: probe_budget must be an integer >= 0")
-        return settings
-
-    def sampler(self, task: Task, seed: int, home: Path | None) -> Sampler:
-        """This site's sampler for `task` (named in `samplers`), or the fleet sampler."""
-        path = self.samplers.get(task.name)
-        if path is None:
-            return fleet_sampler(task, seed)
-        spec = json.loads((home / path if home else Path(path)).read_text())
-        return Sampler.from_json({**spec, "seed": seed})
-
-
-@dataclass(frozen=True)
-class Job:
-    kind: str  # "evaluate" or "spot_check"
-    skill: str
-    name: str
-    certificate: str | None = None
-    why: str = ""  # why it is where it is in the queue
-    writer: str = ""  # who wrote the skill or certificate: writers take turns
-
-    @property
-    def key(self) -> str:
-        return self.certificate or self.skill
-
-
-@dataclass
-class _Trouble:
-    """A job that failed or waits: why, how often, and when to try again."""
-
-    job: Job
-    reason: str
-    attempts: int
-    retry_at: float | None  # None: given up
-    waiting: bool = False  # for something that may arrive (weights, a task definition)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **asdict(self.job),
-            "reason": self.reason,
-            "attempts": self.attempts,
-            "retry_at": self.retry_at,
-        }
-
-
-class _Ranked(NamedTuple):
-    priority: tuple[int, int]  # requested, spot check, evaluation; then this site's uses
-    writer: str  # who wrote the skill or certificate
-    hlc: int  # the writer's own timestamp: orders only its own jobs
-    job: Job
-
-
-def _taking_turns(ranked: Iterable[_Ranked], served: Counter[str]) -> list[Job]:
-    """Jobs by priority; within one, writers take turns, each with its oldest job first, a writer
-    whose jobs this validator ran (`served`) further back by as many turns. A writer chooses its
-    timestamps and how much it publishes: ordering by timestamp alone would let one date its jobs
-    early, or publish many, and starve every other writer's."""
-    turns: Counter[tuple[tuple[int, int], str]] = Counter()
-    keyed = []
-    for r in sorted(ranked, key=lambda r: (r.priority, r.hlc, r.job.key)):
-        turn = served[r.writer] + turns[r.priority, r.writer]
-        turns[r.priority, r.writer] += 1
-        keyed.append(((r.priority, turn, r.hlc, r.job.key), r.job))
-    return [job for _, job in sorted(keyed, key=lambda item: item[0])]
 
 
 class Validator:
@@ -200,7 +79,7 @@ class Validator:
         self.settings = settings or ValidatorSettings()
         self.home = home
         self.rng = rng or random.SystemRandom()
-        self.troubles: dict[str, _Trouble] = {}
+        self.troubles: dict[str, Trouble] = {}
         self.requested: set[str] = set()  # skills an operator asked for first
         self.served: Counter[str] = Counter()  # jobs run per writer since the start: turns
         self._stop = threading.Event()  # set by `run`'s caller
@@ -222,14 +101,14 @@ class Validator:
         own = kb.identity.public_key_hex  # type: ignore[union-attr]
         site = (kb.policy.device_of or kb.identity.public_key).hex()  # type: ignore[union-attr]
         requested = self._requests()
-        ranked: list[_Ranked] = []
+        ranked: list[Ranked] = []
         awaiting = kb.certificates.awaiting_check()
         for cert in awaiting:
             name = kb.skills.get(cert.skill).name
             first = cert.skill in requested
             why = "requested" if first else "spot check"
             job = Job("spot_check", cert.skill, name, cert.id, why, writer=cert.validator)
-            ranked.append(_Ranked((0 if first else 1, 0), cert.validator, cert.hlc, job))
+            ranked.append(Ranked((0 if first else 1, 0), cert.validator, cert.hlc, job))
         for skill in kb.skills.list() if self.settings.certifies else ():
             if not skill.tasks or kb.is_revoked(skill.id) or kb.is_active(skill.id):
                 continue
@@ -241,8 +120,8 @@ class Validator:
             first = skill.id in requested
             why = "requested" if first else f"used {uses} times here" if uses else "uncertified"
             job = Job("evaluate", skill.id, skill.name, why=why, writer=skill.author)
-            ranked.append(_Ranked((0 if first else 2, -uses), skill.author, skill.hlc, job))
-        return _taking_turns(
+            ranked.append(Ranked((0 if first else 2, -uses), skill.author, skill.hlc, job))
+        return taking_turns(
             (
                 r
                 for r in ranked
@@ -463,7 +342,7 @@ class Validator:
         attempts = (old.attempts if old else 0) + 1
         give_up = give_up or (not waiting and attempts >= self.settings.max_attempts)
         retry_at = None if give_up else time.time() + self.settings.retry_s * min(attempts, 10)
-        self.troubles[job.key] = _Trouble(job, reason, attempts, retry_at, waiting)
+        self.troubles[job.key] = Trouble(job, reason, attempts, retry_at, waiting)
         log.warning("%s %s: %s", job.kind, job.name, reason)
 
     # --- state ------------------------------------------------------------------------------------
@@ -515,7 +394,7 @@ class Validator:
             for waiting in (False, True):
                 for x in data.get("waiting" if waiting else "failed", []):
                     job = Job(x["kind"], x["skill"], x["name"], x.get("certificate"), x["why"])
-                    self.troubles[job.key] = _Trouble(
+                    self.troubles[job.key] = Trouble(
                         job, x["reason"], x["attempts"], x["retry_at"], waiting
                     )
             if data.get("current"):
@@ -530,8 +409,3 @@ def run_validator(home: SiteHome, kb: KnowledgeBase, stop: threading.Event) -> N
     """The `simnet serve --validate` service: validate `kb` (the server's) until `stop` is set."""
     settings = ValidatorSettings.load(home.path / SETTINGS_FILE)
     Validator(kb, settings, home=home.path).run(stop)
-
-
-def settings_with(settings: ValidatorSettings, **changes: Any) -> ValidatorSettings:
-    """`settings` with the given fields replaced where they are not None (command-line options)."""
-    return replace(settings, **{k: v for k, v in changes.items() if v is not None})
