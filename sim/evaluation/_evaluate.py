@@ -103,6 +103,7 @@ def evaluate(
     start: Snapshot | None = None,
     backend: str = "process",
     on_progress: Callable[[int, int], None] | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> Evaluation:
     """Roll `policy` out closed loop in `branches` branches of `task` under `sampler`'s patches.
 
@@ -113,7 +114,9 @@ def evaluate(
     waves stop once the test decides. With `start` (a world `Snapshot`; the task must run on its
     template, see `Snapshot.task`), every branch starts from that state instead of a reset.
     `on_progress(done, branches)` is called after each wave (a service's progress; an exception it
-    raises stops the run).
+    raises stops the run), `on_step()` after each control step of a wave run in this process (not
+    in worker processes or Ray actors): a service's stop check, which a slow scene's wave would
+    otherwise keep waiting for its end.
     Raises on bad input or a failing policy: a failed run yields no result.
     """
     if not isinstance(branches, int) or branches < 1:
@@ -151,6 +154,12 @@ def evaluate(
         threads or 1,
         start.to_json() if start else None,
     )
+
+    def step_done() -> None:
+        bar.update(1)
+        if on_step is not None:
+            on_step()
+
     with bar, single_threaded_torch(), _executor(setup, workers, backend) as waves:
         for round_ in _rounds(nwaves, workers if sprt else nwaves):
             if waves is None:
@@ -163,7 +172,7 @@ def evaluate(
                         wave,
                         branches,
                         threads,
-                        lambda: bar.update(1),
+                        step_done,
                         start=start,
                     )
                     for i in round_

@@ -43,6 +43,9 @@ class ValidatorSettings:
     max_compile_s: float = 60.0
     # multiply-adds a skill's network may take over a branch of its tasks (weights x control steps)
     max_branch_macs: int = 10**10
+    # wall-clock seconds an evaluation job may take: a scene within the memory budget can still be
+    # slow on every physics step (many bodies in contact), which the step budgets do not bound
+    max_job_s: float = 600.0
 
     @classmethod
     def load(cls, path: Path) -> ValidatorSettings:
@@ -67,8 +70,10 @@ class ValidatorSettings:
                 raise knowledge.PolicyError(
                     f"{path}: {name} must be an integer >= 1, not {value!r}"
                 )
-        if not isinstance(settings.max_compile_s, (int, float)) or settings.max_compile_s <= 0:
-            raise knowledge.PolicyError(f"{path}: max_compile_s must be a number > 0")
+        for name in ("max_compile_s", "max_job_s"):
+            value = getattr(settings, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise knowledge.PolicyError(f"{path}: {name} must be a number > 0, not {value!r}")
         if not isinstance(settings.probe_budget, int) or settings.probe_budget < 0:
             raise knowledge.PolicyError(f"{path}: probe_budget must be an integer >= 0")
         return settings

@@ -12,7 +12,8 @@ not arrived) with the reason, so nothing is retried in a tight loop. Order: skil
 operator (`simnet validate --request`), then spot checks (cheap, and they gate skills already
 certified), then skills by how often this site's own robots used them (what its devices ask for);
 within each, writers take turns, each with its oldest job first. A job whose task asks more physics
-steps per branch than `max_branch_steps` is refused unstarted, with the reason.
+steps per branch than `max_branch_steps` is refused unstarted, with the reason; an evaluation that
+runs longer than `max_job_s` is stopped at its next control step and fails the same way.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ class _Stopped(Exception):
 
 
 class _OverBudget(Exception):
-    """A job's task asks more physics steps per branch than this site allows: refused unstarted,
-    and not retried (the same settings give the same answer)."""
+    """A job's task asks more physics steps per branch, or its run more time, than this site
+    allows: not retried (the same settings give the same answer)."""
 
 
 class Validator:
@@ -83,6 +84,7 @@ class Validator:
         self.requested: set[str] = set()  # skills an operator asked for first
         self.served: Counter[str] = Counter()  # jobs run per writer since the start: turns
         self._stop = threading.Event()  # set by `run`'s caller
+        self._deadline = float("inf")  # time.monotonic() by which the job under way must end
         self._last: dict[str, Any] | None = None  # the state written last
         self.current: dict[str, Any] | None = None
         self.totals = {
@@ -161,6 +163,7 @@ class Validator:
         job = jobs[0]
         self.served[job.writer] += 1
         started = time.monotonic()
+        self._deadline = started + self.settings.max_job_s
         self.current = {**asdict(job), "done": 0, "total": 0, "started": time.time()}
         self._save(jobs[1:])
         try:
@@ -190,8 +193,8 @@ class Validator:
         return job
 
     def run(self, stop: threading.Event) -> None:
-        """Work until `stop` is set (an evaluation under way is abandoned at its next wave),
-        idling `idle_s` between looks at an empty queue."""
+        """Work until `stop` is set (an evaluation under way is abandoned at its next control step,
+        with worker processes at its next wave), idling `idle_s` between looks at an empty queue."""
         log.info("validator %s started", self.kb.identity.key_id)  # type: ignore[union-attr]
         wanted = self.kb.policy.activation.min_branches
         if self.settings.certifies and self.settings.branches < wanted:
@@ -253,8 +256,7 @@ class Validator:
             base = i * s.branches
 
             def progress(done: int, total: int, base: int = base) -> None:
-                if self._stop.is_set():
-                    raise _Stopped
+                self._go_on(job)
                 assert self.current is not None
                 self.current.update(done=base + done, total=len(tasks) * total)
                 self._save(None)
@@ -268,9 +270,11 @@ class Validator:
                 threads=s.threads,
                 progress=False,
                 on_progress=progress,
+                on_step=lambda: self._go_on(job),
             )
             found = None
             if s.probe_budget:
+                self._go_on(job)
                 found = probe(
                     task, policy, sampler=sampler, budget=s.probe_budget, threads=s.threads
                 )
@@ -285,6 +289,20 @@ class Validator:
                 result.successes,
                 result.n,
                 cert.id[:12],
+            )
+
+    def _go_on(self, job: Job) -> None:
+        """_Stopped if the service was asked to stop, _OverBudget if the job has run longer than
+        `max_job_s`: called between waves and after every control step, so neither waits for a slow
+        scene's wave to end."""
+        if self._stop.is_set():
+            raise _Stopped
+        if time.monotonic() > self._deadline:
+            done = (self.current or {}).get("done", 0)
+            raise _OverBudget(
+                f"it ran for more than this site's budget of {self.settings.max_job_s:g} s, "
+                f"{done} branches done: to validate it, raise max_job_s in {SETTINGS_FILE}, "
+                f"restart, then `simnet validate --request {job.skill[:16]}`"
             )
 
     def _spot_check(self, job: Job) -> None:

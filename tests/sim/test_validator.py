@@ -246,6 +246,16 @@ def test_the_step_budget_is_checked_on_load(home):
     assert ValidatorSettings.load(home.path / "validator.toml").max_branch_steps == 100_000
 
 
+def test_the_job_time_budget_is_checked_on_load(home):
+    assert ValidatorSettings().max_job_s == 600
+    for bad in ("0", "-1", "true", '"ten"'):
+        (home.path / "validator.toml").write_text(f"max_job_s = {bad}\n")
+        with pytest.raises(knowledge.PolicyError, match="max_job_s must be a number > 0"):
+            ValidatorSettings.load(home.path / "validator.toml")
+    (home.path / "validator.toml").write_text("max_job_s = 1800\n")
+    assert ValidatorSettings.load(home.path / "validator.toml").max_job_s == 1800
+
+
 def test_simnet_validate_once_and_request(home, short_arm):
     with home.open_writer() as kb:
         first, second = (publish(kb, n, task=short_arm) for n in ("first", "second"))
