@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,8 @@ class Template:
                     self.model = mujoco.MjModel.from_xml_string(xml, vfs=vfs)
         except ValueError as exc:
             raise TemplateError(f"the scene does not compile: {exc}") from exc
-        buffer = np.empty(mujoco.mj_sizeModel(self.model), np.uint8)
+        self.nbytes = mujoco.mj_sizeModel(self.model)  # the compiled model's
+        buffer = np.empty(self.nbytes, np.uint8)
         mujoco.mj_saveModel(self.model, None, buffer)
         self.model_hash = sha256_hex(buffer.tobytes())
         self._slots: dict[str, Slot] = {}
@@ -279,8 +281,13 @@ def _digests(
     return {name: sha256_hex(data) for name, data in assets.items()}
 
 
-_CACHE: dict[tuple[str, bool], Template] = {}
+# The templates this process compiled last, least recently used first: a long-running validator
+# compiles every distinct scene it is sent, so the cache keeps at most this many, and past this many
+# bytes of compiled models only the newest.
+_CACHE: OrderedDict[tuple[str, bool], Template] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+CACHE_TEMPLATES = 32
+CACHE_BYTES = 512 << 20
 
 
 def cached_template(
@@ -288,13 +295,18 @@ def cached_template(
     assets: Mapping[str, bytes] | None = None,
     digests: Mapping[str, str] | None = None,
 ) -> Template:
-    """One Template per distinct scene (text and files) in this process: memory grows with
-    templates, not tasks. `digests` (name -> sha256 of `assets`, checked by the caller) spares
-    hashing the files again."""
+    """One Template per distinct scene (text and files) among the last ones used in this process:
+    memory grows with templates, not tasks, and the least recently used go first (past
+    `CACHE_TEMPLATES` of them or `CACHE_BYTES` of compiled models). `digests` (name -> sha256 of
+    `assets`, checked by the caller) spares hashing the files again."""
     digests = _digests(assets, digests)
     key = (source_hash(xml, digests), assets is not None)
     with _CACHE_LOCK:
         found = _CACHE.get(key)
         if found is None:
             found = _CACHE[key] = Template(xml, assets, digests)
+        _CACHE.move_to_end(key)
+        held = sum(t.nbytes for t in _CACHE.values())
+        while len(_CACHE) > 1 and (len(_CACHE) > CACHE_TEMPLATES or held > CACHE_BYTES):
+            held -= _CACHE.popitem(last=False)[1].nbytes
         return found

@@ -3,6 +3,7 @@ import hashlib
 import mujoco
 import pytest
 
+import sim
 from sim import MutationError, Template, TemplateError
 from sim._templates import cached_template
 
@@ -73,6 +74,43 @@ def test_hashes_and_cache(free_body):
     assert Template(FREE_BODY.replace(".05", ".06")).model_hash != t.model_hash
     assert t.names("body") == ["box", "marker"]  # the world body is not a target
     assert isinstance(t.model, mujoco.MjModel)
+
+
+def _scenes(tag: str, n: int) -> list[str]:
+    """`n` distinct scenes no other test compiles."""
+    return [
+        f"<mujoco><worldbody><body name='{tag}{i}'><geom size='.1'/></body></worldbody></mujoco>"
+        for i in range(n)
+    ]
+
+
+def test_the_cache_keeps_the_templates_used_last():
+    """A long-running validator compiles every distinct scene it is sent: the cache forgets the
+    least recently used (a hit moves a template to the back) instead of keeping them all."""
+    scenes = _scenes("lru", 100)
+    first, second = cached_template(scenes[0]), cached_template(scenes[1])
+    for i, scene in enumerate(scenes[2:]):
+        cached_template(scene)
+        if i % 10 == 0:
+            assert cached_template(scenes[0]) is first  # a hit: the same compiled template
+    assert cached_template(scenes[0]) is first
+    again = cached_template(scenes[1])  # not used since: compiled anew
+    assert again is not second and again.model_hash == second.model_hash
+    assert len(sim._templates._CACHE) <= sim._templates.CACHE_TEMPLATES < 100
+
+
+def test_the_cache_holds_at_most_its_bytes_of_models_but_always_the_newest(monkeypatch):
+    a, b, c = _scenes("bytes", 3)
+    size = Template(a).nbytes
+    monkeypatch.setattr(sim._templates, "CACHE_BYTES", 2 * size + size // 2)  # two of them
+    kept = cached_template(a)
+    cached_template(b)
+    assert cached_template(a) is kept
+    cached_template(c)  # over the bytes: b, used least recently, goes
+    assert cached_template(a) is kept and len(sim._templates._CACHE) == 2
+    monkeypatch.setattr(sim._templates, "CACHE_BYTES", size // 2)  # less than one template
+    newest = cached_template(b)
+    assert cached_template(b) is newest and list(sim._templates._CACHE.values()) == [newest]
 
 
 def test_a_scene_that_does_not_compile_is_a_template_error():
