@@ -19,12 +19,9 @@ from knowledge import SiteHome
 from knowledge.cli import skill_by_prefix, urdf_options, urdf_reader_options
 from knowledge.stats import SPRT
 
-from ._assets import fetch_assets
-from ._errors import MissingAssetError
-from ._mlp import EntryPointRef, Policy
-from ._patches import Sampler
-from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
-from ._tasks import Task
+from ._cli_args import SAMPLER, sampler_arg, scene_budget, scene_limits, skill_arg, task_arg
+from ._cli_rerun import reproduce_command, verify_command  # noqa: F401 - simnet reproduce, verify
+from ._mlp import Policy
 from .evaluation import (
     certify,
     distill_refined,
@@ -33,60 +30,12 @@ from .evaluation import (
     probe,
     publish_skill,
     refine,
-    reproduce,
     use_ray,
-    verify_certificate,
 )
+from .evaluation._evaluate import DEFAULT_WAVE
 from .transfer._datasets_cli import encoder_dataset_command  # noqa: F401 - simnet encoder dataset
 from .validation._cli import validate_command  # noqa: F401 - simnet validate
 from .world._world_cli import world_group  # noqa: F401 - simnet world
-
-CANNOT_VERIFY = 3  # exit status: a file a task loads is missing here (no verdict either way)
-
-
-def _skill(name: str) -> Policy | EntryPointRef:
-    """A shipped skill, a skill file or a skill of this site's knowledge base (an id prefix): a
-    Policy, or the EntryPointRef of a knowledge-base skill that names a local entry point."""
-    if name in shipped_skills():
-        return load_skill(name)
-    if Path(name).is_file():
-        return Policy.load(name)
-    home = click.get_current_context().find_object(SiteHome)
-    if home is not None and home.store.exists():
-        with home.open_readonly() as kb:
-            return load_policy(kb, skill_by_prefix(kb, name).id)
-    raise click.BadParameter(
-        f"neither a shipped skill ({', '.join(shipped_skills())}), a file, nor a skill id",
-        param_hint="SKILL",
-    )
-
-
-def _task(name: str) -> Task:
-    """A shipped task, or a definition file: the files its scene loads are read relative to the
-    file's directory and carried by hash (`Task.from_files`)."""
-    if name in shipped_tasks():
-        return load_task(name)
-    if Path(name).is_file():
-        return Task.from_files(json.loads(Path(name).read_text()), Path(name).parent)
-    raise click.BadParameter(
-        f"neither a shipped task ({', '.join(shipped_tasks())}) nor a file", param_hint="--task"
-    )
-
-
-def _sampler(spec: str | None, task: Task, seed: int) -> Sampler:
-    if spec is None:
-        return load_sampler(task.name, seed) if task.name in shipped_tasks() else Sampler(seed=seed)
-    data = json.loads(Path(spec).read_text())
-    return Sampler.from_json({**data, "seed": seed})
-
-
-SAMPLER = click.option(
-    "--sampler",
-    "sampler_file",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="A sampler spec file: the randomization (default: the task's shipped one, if any).",
-)
 
 
 @click.command("evaluate")
@@ -148,6 +97,7 @@ SAMPLER = click.option(
     help="With --backend ray: the cluster (default: $RAY_ADDRESS, or a local Ray).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@scene_budget
 def evaluate_command(
     skill: str,
     task_name: str,
@@ -162,16 +112,19 @@ def evaluate_command(
     backend: str,
     ray_address: str | None,
     as_json: bool,
+    max_scene_mb: int | None,
+    max_compile_s: float | None,
 ) -> None:
     """Roll SKILL out closed loop in randomized branches of a task and report its success rate."""
-    task = _task(task_name)
+    limits = scene_limits(max_scene_mb, max_compile_s)
+    task = task_arg(task_name, limits, wave or min(branches, DEFAULT_WAVE))
     if backend == "ray":
         use_ray(ray_address)
     result = evaluate(
         task,
-        _skill(skill),
+        skill_arg(skill),
         branches=branches,
-        sampler=_sampler(sampler_file, task, seed),
+        sampler=sampler_arg(sampler_file, task, seed),
         wave=wave,
         threads=threads,
         workers=workers,
@@ -196,53 +149,6 @@ def evaluate_command(
             f"SPRT {result.decision} after {result.decided_at} branches ({result.n} simulated)"
         )
     click.echo("\n".join(lines))
-
-
-@click.command("reproduce")
-@click.argument("record_file", type=click.Path(dir_okay=False, exists=True))
-@click.argument("skill")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
-def reproduce_command(record_file: str, skill: str, workers: int, as_json: bool) -> None:
-    """Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce, 3 if a file
-    its task's scene loads is not in this site's store (--home) nor at its peers."""
-    record = json.loads(Path(record_file).read_text())
-    try:
-        assets = _record_assets(record)
-        verdict = reproduce(record, _skill(skill), assets=assets, workers=workers)
-    except MissingAssetError as exc:
-        click.echo(f"cannot re-run here: {exc}", err=True)
-        raise SystemExit(CANNOT_VERIFY) from None
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "matches": verdict.matches,
-                    "exact": verdict.exact,
-                    "same_platform": verdict.same_platform,
-                    "detail": verdict.detail,
-                    "mismatched_branches": list(verdict.mismatched_branches),
-                }
-            )
-        )
-    else:
-        click.echo(f"{'reproduces' if verdict.matches else 'DOES NOT REPRODUCE'}: {verdict.detail}")
-    if not verdict.matches:
-        raise SystemExit(1)
-
-
-def _record_assets(record: dict) -> dict[str, bytes]:
-    """The files a record's task loads, from this site's blobs and its peers (none without a
-    site)."""
-    definition = (record.get("task") or {}).get("definition") or {}
-    if not isinstance(definition, dict) or not definition.get("assets"):
-        return {}
-    home = click.get_current_context().find_object(SiteHome)
-    if home is None or not home.store.exists():
-        name, digest = next(iter(sorted(definition["assets"].items())))
-        raise MissingAssetError(name, str(digest), "no site (--home) to fetch it from")
-    with home.open_readonly() as kb:
-        return fetch_assets(kb, definition)
 
 
 @click.command("publish")
@@ -290,7 +196,7 @@ def publish_command(
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     options = urdf_reader_options(bool(urdf_bodies), floating_base, package_paths, balance_inertia)
-    policy = _skill(skill)
+    policy = skill_arg(skill)
     if not isinstance(policy, Policy):
         raise click.BadParameter(
             "it names a local entry point: only MLP skills (architecture and weights) publish",
@@ -306,7 +212,7 @@ def publish_command(
             task_family,
             description=description,
             embodiments=embodiments,
-            tasks=[_task(t) for t in for_tasks],
+            tasks=[task_arg(t) for t in for_tasks],
         )
     click.echo(f"published {name}: {record.id}")
 
@@ -346,7 +252,7 @@ def certify_command(
     The site's key needs the validate role; while `simnet serve` holds the store, run this from a
     validator's own home (a key the site delegated with `simnet device add KEY --roles validate`).
     """
-    task = _task(task_name)
+    task = task_arg(task_name)
     with home.open_writer() as kb:
         skill_id = skill_by_prefix(kb, skill_id).id
         result = evaluate(
@@ -354,12 +260,12 @@ def certify_command(
             load_policy(kb, skill_id),
             branches=branches,
             workers=workers,
-            sampler=_sampler(sampler_file, task, seed),
+            sampler=sampler_arg(sampler_file, task, seed),
         )
         found = None
         if probe_budget:
             policy = load_policy(kb, skill_id)
-            sampler = _sampler(sampler_file, task, seed)
+            sampler = sampler_arg(sampler_file, task, seed)
             found = probe(task, policy, sampler=sampler, budget=probe_budget)
         cert = certify(kb, skill_id, result, probe=found)
         active = kb.is_active(skill_id)
@@ -418,8 +324,8 @@ def refine_command(
     """Run SKILL with the simulator planning around it (best of N perturbed rollouts,
     re-planned), report its success alone and refined; with --publish, distill the refined
     runs into a new version of the skill (its parent: SKILL) and publish it."""
-    task = _task(task_name)
-    sampler = _sampler(None, task, seed)
+    task = task_arg(task_name)
+    sampler = sampler_arg(None, task, seed)
     with home.open_readonly() as kb:
         skill = skill_by_prefix(kb, skill_id)
         policy = load_policy(kb, skill.id)
@@ -443,44 +349,3 @@ def refine_command(
             embodiments=skill.embodiments,
         )
     click.echo(f"published {new_name}: {record.id} (parent {skill.id[:16]}…); certify it next")
-
-
-@click.command("verify")
-@click.argument("certificate")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
-@click.pass_obj
-def verify_command(home: SiteHome, certificate: str, workers: int, as_json: bool) -> None:
-    """Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its
-    certificates); exit status 1 if one is tampered or does not reproduce, else 3 if one cannot be
-    verified here (a file its task's scene loads is missing: no verdict on it)."""
-    with home.open_readonly() as kb:
-        every = [
-            c
-            for s in kb.skills.list(include_withdrawn=True)
-            for c in kb.certificates.for_skill(s.id)
-        ]
-        found = [c for c in every if c.id.startswith(certificate.lower())]
-        if not found:
-            found = kb.certificates.for_skill(skill_by_prefix(kb, certificate).id)
-            if not found:
-                raise click.ClickException(f"{certificate!r} names a skill with no certificates")
-        elif len(found) > 1:
-            raise click.ClickException(
-                f"{len(found)} certificates match {certificate!r}; give more of the id"
-            )
-        verdicts = [(c, verify_certificate(kb, c, workers=workers)) for c in found]
-    if as_json:
-        rows = [
-            {"certificate": c.id, "valid": v.valid, "verdict": v.verdict, "detail": v.detail}
-            for c, v in verdicts
-        ]
-        click.echo(json.dumps(rows[0] if len(rows) == 1 else rows))
-    else:
-        shown = {"valid": "valid", "invalid": "NOT VALID", "cannot verify here": "UNVERIFIED"}
-        for c, v in verdicts:
-            click.echo(f"{c.id[:16]} {shown[v.verdict]}: {v.detail}")
-    if any(v.verdict == "invalid" for _, v in verdicts):
-        raise SystemExit(1)
-    if any(v.verdict == "cannot verify here" for _, v in verdicts):
-        raise SystemExit(CANNOT_VERIFY)

@@ -58,18 +58,18 @@ def check_scene(
     max_mb: int,
     max_s: float,
     wave: int,
+    remedy: str = "max_scene_mb, max_compile_s in validator.toml: to validate it, raise them, "
+    "restart and request the skill",
 ) -> None:
     """SceneOverBudget if compiling a task definition's scene (with `assets`) and making `wave`
-    simulations' data takes more than `max_mb` MiB of address space or `max_s` seconds. A scene
-    MuJoCo refuses for another reason passes: the task's own compile says what is wrong with it."""
+    simulations' data takes more than `max_mb` MiB of address space or `max_s` seconds; its message
+    names the task, the limits and, in brackets, `remedy` (how to raise them). A scene MuJoCo
+    refuses for another reason passes: the task's own compile says what is wrong with it."""
     scene = definition.get("scene")
     if not isinstance(scene, str):
         return  # not a scene: the task refuses it
     job = {"scene": scene, "assets": {n: base64.b64encode(b).decode() for n, b in assets.items()}}
-    limit = (
-        f"this site's budget of {max_mb:,} MiB and {max_s:g} s (max_scene_mb, max_compile_s in "
-        "validator.toml: to validate it, raise them, restart and request the skill)"
-    )
+    limit = f"this site's budget of {max_mb:,} MiB and {max_s:g} s ({remedy})"
     name = f"task {definition.get('name')}: its scene"
     try:
         done = subprocess.run(

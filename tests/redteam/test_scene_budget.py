@@ -11,12 +11,15 @@ and active, and the site never held the heightfield.
 from __future__ import annotations
 
 import json
+import os
 import resource
+import subprocess
 
 import federation
+import knowledge
 import sim
 
-from .conftest import wait_until
+from .conftest import SIMNET, wait_until
 from .test_forks import simnet
 from .test_new_surfaces import device
 
@@ -73,3 +76,55 @@ def test_a_scene_that_asks_for_gigabytes_is_refused_before_the_site_compiles_it(
     assert peak_rss_mb(a.pid) < 1500  # the heightfield never lived in the site's process
     a.stop()
     a.assert_no_traceback(), b.assert_no_traceback()
+
+
+def run_capped(site, *args: str) -> tuple[int, str, int]:
+    """`simnet --home site args` in a process capped at 8 GB of address space (for this machine's
+    sake, where the old code runs): its exit status, output and peak resident MB."""
+    out = site.home / "capped.out"
+    with open(out, "w") as sink:
+        process = subprocess.Popen(
+            ["prlimit", f"--as={8 << 30}", *SIMNET, "--home", str(site.home), *args],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+        _, status, usage = os.wait4(process.pid, 0)  # this process's own peak, not its siblings'
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, out.read_text(), usage.ru_maxrss >> 10
+
+
+def test_verify_and_evaluate_refuse_a_scene_that_asks_for_gigabytes_before_compiling_it(
+    live, tmp_path
+):
+    """`simnet verify` of a certificate whose record names the heightfield scene, and `simnet
+    evaluate --task` of it saved as a file, compiled it in their own process (1.6 GB, then hashed):
+    they had no scene budget. Now a child process compiles it first under the validator's limits,
+    and the command refuses it naming the task and the limit (verify: no verdict, exit 3)."""
+    site = live("site")  # a home; no server: the commands open the store themselves
+    good, task = sim.load_skill("arm_reach_good"), sim.load_task("arm_reach")
+    far = '<geom type="hfield" hfield="bomb" pos="50 0 0"/>'  # nothing touches it
+    scene = task.to_json()["scene"].replace(
+        "<worldbody>", f"<asset>{BOMB}</asset><worldbody>{far}", 1
+    )
+    bomb = {**task.to_json(), "scene": scene}
+    with knowledge.SiteHome(site.home).open_writer() as kb:
+        skill = sim.publish_skill(kb, good, "good", "reach", tasks=[task])
+        record = sim.evaluate(task, good, branches=8, progress=False).to_record()
+        record["task"] = {"definition": bomb, "hash": knowledge.content_hash(bomb)}  # as a peer's
+        certificate = sim.certify(kb, skill.id, record)
+    (tmp_path / "bomb.json").write_text(json.dumps(bomb))
+    limit = "this site's budget of 1,024 MiB and 60 s (--max-scene-mb, --max-compile-s"
+
+    status, output, peak = run_capped(site, "verify", certificate.id[:16])
+    assert status == 3, output
+    assert (
+        f"{certificate.id[:16]} UNVERIFIED: cannot verify here: task arm_reach: its scene" in output
+    )
+    assert limit in output and "Traceback" not in output
+    assert peak < 1500, peak  # the heightfield never lived in the command's process
+
+    args = ("evaluate", "arm_reach_good", "--task", str(tmp_path / "bomb.json"), "--branches", "8")
+    status, output, peak = run_capped(site, *args)
+    assert status == 1 and "task arm_reach: its scene with 8 simulations" in output, output
+    assert limit in output and "Traceback" not in output
+    assert peak < 1500, peak
