@@ -182,7 +182,7 @@ class LearnedEncoder(Encoder):
         self.dim = self.config["dim"] + 1
         reference = self.reference.tensors() if self.reference is not None else {}
         self.version = _version(self.config, {**self._tensors, **reference})
-        self._spread = _spread(self.reference)
+        self._spread = _spread_of(self.version, self.reference)
         self.fallback = FeatureEncoder() if fallback == "features" else fallback
         # float64 copies to compute with: the forward pass rounds once, at its end
         self._weights = {k: v.astype(np.float64) for k, v in self._tensors.items()}
@@ -376,6 +376,19 @@ def _read(blob: bytes) -> tuple[dict[str, np.ndarray], _ood.Reference | None, di
     if not all(np.isfinite(t).all() for t in [*tensors.values(), *extra.values()]):
         raise EncoderWeightsError("encoder weights hold NaN or inf")
     return tensors, reference, config, meta
+
+
+_SPREADS: dict[str, float] = {}
+"""`_spread` by weights version (a hash of the reference too): it is most of what loading weights
+costs (pairwise distances of a few thousand vectors), and the same weights load again and again."""
+
+
+def _spread_of(version: str, reference: _ood.Reference | None) -> float:
+    if version not in _SPREADS:
+        if len(_SPREADS) >= 64:  # a process training many encoders keeps the latest only
+            _SPREADS.clear()
+        _SPREADS[version] = _spread(reference)
+    return _SPREADS[version]
 
 
 def _spread(reference: _ood.Reference | None) -> float:
