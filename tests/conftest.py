@@ -54,12 +54,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 # Modules whose tests take the longest (tens of seconds each: documents and examples run whole,
-# real sites as processes, a pip install, thousands of random schedules), slowest first. xdist hands
-# tests out in collection order, one at a time to whichever worker is free: collected last (as
-# tests/test_docs.py and tests/test_examples.py are), they started when the rest was nearly done
-# and the suite waited for them. Started first, the short tests fill in around them.
+# a cold mypy run, real sites as processes, a pip install, thousands of random schedules), slowest
+# first. xdist hands tests out in collection order, one at a time to whichever worker is free:
+# collected last (as tests/test_docs.py, tests/test_examples.py and tests/test_types.py are), they
+# started when the rest was nearly done and the suite waited for them. Started first, the short
+# tests fill in around them.
 SLOW_FIRST = (
     "tests/test_docs.py",
+    "tests/test_types.py",  # one mypy run over everything, cold in a fresh clone: a minute or more
     "tests/system/test_loop.py",
     "tests/system/test_light_install.py",
     "tests/test_examples.py",
