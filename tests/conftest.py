@@ -123,16 +123,17 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs)
 
 
-def simnet_here(home: Path, *args: str) -> None:
+def simnet_here(home: Path, *args: str) -> str:
     """`simnet --home HOME ARGS` through the real entry point, `knowledge.cli.run`, in this
-    process, for fixtures' set-up (init, peer add, device add): a `simnet` process spends half a
-    second importing before it starts. Raises AssertionError with its stderr if it fails."""
+    process, for fixtures' set-up (init, peer add, device add) and commands that are clients of
+    running sites: a `simnet` process spends half a second importing before it starts. Returns its
+    stdout; raises AssertionError with its stderr if it fails or prints a traceback."""
     from click.testing import CliRunner
 
     from knowledge.cli import run
 
     argv = sys.argv
-    with CliRunner().isolation() as (_, err, _):
+    with CliRunner().isolation() as (out, err, _):
         sys.argv = ["simnet", "--home", str(home), *args]
         try:
             run()
@@ -143,10 +144,10 @@ def simnet_here(home: Path, *args: str) -> None:
             sys.argv = argv
             sys.stdout.flush()
             sys.stderr.flush()
-        if code != 0:
-            raise AssertionError(
-                f"simnet {' '.join(args)} failed ({code}):\n{err.getvalue().decode()}"
-            )
+        stderr = err.getvalue().decode()
+        if code != 0 or "Traceback" in stderr:
+            raise AssertionError(f"simnet {' '.join(args)} failed ({code}):\n{stderr}")
+        return out.getvalue().decode()
 
 
 @pytest.fixture

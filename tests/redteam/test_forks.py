@@ -25,12 +25,12 @@ from ..conftest import simnet_here
 from .conftest import assert_refused
 
 
-def simnet(site, *args: str) -> None:
+def simnet(site, *args: str) -> str:
     """`simnet --home SITE ARGS` through the real entry point in this process
-    (tests/conftest.simnet_here): AssertionError with its stderr if it fails. The command reaches
-    the running sites over HTTP as a `simnet` process would; what these tests are about is between
-    the sites, which stay separate `simnet serve` processes."""
-    simnet_here(site.home, *args)
+    (tests/conftest.simnet_here): its stdout, or AssertionError with its stderr if it fails. The
+    command reaches the running sites over HTTP as a `simnet` process would; what these tests are
+    about is between the sites, which stay separate `simnet serve` processes."""
+    return simnet_here(site.home, *args)
 
 
 def trust(site, key: bytes, roles=(Role.PUBLISH,)) -> None:
