@@ -58,19 +58,33 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # first. xdist hands tests out in collection order, one at a time to whichever worker is free:
 # collected last (as tests/test_docs.py, tests/test_examples.py and tests/test_types.py are), they
 # started when the rest was nearly done and the suite waited for them. Started first, the short
-# tests fill in around them.
+# tests fill in around them. (Only with `--no-loadscope-reorder`, in pyproject's addopts: by
+# default `--dist loadgroup` hands out the groups with the most tests first, and the documents
+# started a minute in, the cold mypy run after them, the pip install three minutes in.)
 SLOW_FIRST = (
     "tests/test_docs.py",
     "tests/test_types.py",  # one mypy run over everything, cold in a fresh clone: a minute or more
-    "tests/system/test_loop.py",
     "tests/system/test_light_install.py",
-    "tests/test_examples.py",
     "tests/knowledge/test_convergence.py",
-    "tests/system/test_blobs.py",
+    "tests/test_examples.py",
+    "tests/system/test_loop.py",
+    "tests/redteam/test_page_bytes.py",
+    "tests/knowledge/test_recordtext.py",
     "tests/system/test_assets.py",
+    "tests/system/test_blobs.py",
+    "tests/sim/test_ray.py",  # the "ray" group (one Ray for all its tests, on one worker)
+    "tests/knowledge/test_mesh_bounds.py",
+    "tests/knowledge/test_learned.py",
+    "tests/sim/test_datasets.py",
+    "tests/sim/test_world.py",
+    "tests/system/test_validator_status.py",
+    "tests/sim/test_distill.py",
+    "tests/knowledge/test_trust.py",
+    "tests/knowledge/test_crash.py",
+    "tests/sim/test_branches.py",
+    "tests/system/test_clocks.py",
     "tests/system/test_fleet.py",
     "tests/redteam/test_forks.py",
-    "tests/knowledge/test_recordtext.py",
     "tests/sim/test_morphologies.py",
     "tests/knowledge/test_corpus.py",
 )
