@@ -54,21 +54,37 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 # Modules whose tests take the longest (tens of seconds each: documents and examples run whole,
-# real sites as processes, a pip install, thousands of random schedules), slowest first. xdist hands
-# tests out in collection order, one at a time to whichever worker is free: collected last (as
-# tests/test_docs.py and tests/test_examples.py are), they started when the rest was nearly done
-# and the suite waited for them. Started first, the short tests fill in around them.
+# a cold mypy run, real sites as processes, a pip install, thousands of random schedules), slowest
+# first. xdist hands tests out in collection order, one at a time to whichever worker is free:
+# collected last (as tests/test_docs.py, tests/test_examples.py and tests/test_types.py are), they
+# started when the rest was nearly done and the suite waited for them. Started first, the short
+# tests fill in around them. (Only with `--no-loadscope-reorder`, in pyproject's addopts: by
+# default `--dist loadgroup` hands out the groups with the most tests first, and the documents
+# started a minute in, the cold mypy run after them, the pip install three minutes in.)
 SLOW_FIRST = (
     "tests/test_docs.py",
-    "tests/system/test_loop.py",
+    "tests/test_types.py",  # one mypy run over everything, cold in a fresh clone: a minute or more
     "tests/system/test_light_install.py",
-    "tests/test_examples.py",
     "tests/knowledge/test_convergence.py",
-    "tests/system/test_blobs.py",
+    "tests/test_examples.py",
+    "tests/system/test_loop.py",
+    "tests/redteam/test_page_bytes.py",
+    "tests/knowledge/test_recordtext.py",
     "tests/system/test_assets.py",
+    "tests/system/test_blobs.py",
+    "tests/sim/test_ray.py",  # the "ray" group (one Ray for all its tests, on one worker)
+    "tests/knowledge/test_mesh_bounds.py",
+    "tests/knowledge/test_learned.py",
+    "tests/sim/test_datasets.py",
+    "tests/sim/test_world.py",
+    "tests/system/test_validator_status.py",
+    "tests/sim/test_distill.py",
+    "tests/knowledge/test_trust.py",
+    "tests/knowledge/test_crash.py",
+    "tests/sim/test_branches.py",
+    "tests/system/test_clocks.py",
     "tests/system/test_fleet.py",
     "tests/redteam/test_forks.py",
-    "tests/knowledge/test_recordtext.py",
     "tests/sim/test_morphologies.py",
     "tests/knowledge/test_corpus.py",
 )
@@ -121,16 +137,17 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs)
 
 
-def simnet_here(home: Path, *args: str) -> None:
+def simnet_here(home: Path, *args: str) -> str:
     """`simnet --home HOME ARGS` through the real entry point, `knowledge.cli.run`, in this
-    process, for fixtures' set-up (init, peer add, device add): a `simnet` process spends half a
-    second importing before it starts. Raises AssertionError with its stderr if it fails."""
+    process, for fixtures' set-up (init, peer add, device add) and commands that are clients of
+    running sites: a `simnet` process spends half a second importing before it starts. Returns its
+    stdout; raises AssertionError with its stderr if it fails or prints a traceback."""
     from click.testing import CliRunner
 
     from knowledge.cli import run
 
     argv = sys.argv
-    with CliRunner().isolation() as (_, err, _):
+    with CliRunner().isolation() as (out, err, _):
         sys.argv = ["simnet", "--home", str(home), *args]
         try:
             run()
@@ -141,10 +158,10 @@ def simnet_here(home: Path, *args: str) -> None:
             sys.argv = argv
             sys.stdout.flush()
             sys.stderr.flush()
-        if code != 0:
-            raise AssertionError(
-                f"simnet {' '.join(args)} failed ({code}):\n{err.getvalue().decode()}"
-            )
+        stderr = err.getvalue().decode()
+        if code != 0 or "Traceback" in stderr:
+            raise AssertionError(f"simnet {' '.join(args)} failed ({code}):\n{stderr}")
+        return out.getvalue().decode()
 
 
 @pytest.fixture

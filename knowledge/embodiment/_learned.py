@@ -197,7 +197,7 @@ class LearnedEncoder(Encoder):
         self.dim = self.config["dim"] + 1
         reference = self.reference.tensors() if self.reference is not None else {}
         self.version = _version(self.config, {**self._tensors, **reference})
-        self._spread = _spread(self.reference)
+        self._spread = _spread_of(self.version, self.reference)
         self.fallback = FeatureEncoder() if fallback == "features" else fallback
         features = self.meta.get("feature_spread")
         if isinstance(self.fallback, FeatureEncoder) and features is not None:
@@ -416,6 +416,19 @@ def feature_spread(bodies: Sequence[Embodiment]) -> dict[str, str | float]:
     pairs = np.triu_indices(len(vectors), 1)
     distances = np.linalg.norm(vectors[:, None] - vectors[None], axis=2)[pairs]
     return {"version": features.version, "median": float(np.median(distances))}
+
+
+_SPREADS: dict[str, float] = {}
+"""`_spread` by weights version (a hash of the reference too): it is most of what loading weights
+costs (pairwise distances of a few thousand vectors), and the same weights load again and again."""
+
+
+def _spread_of(version: str, reference: _ood.Reference | None) -> float:
+    if version not in _SPREADS:
+        if len(_SPREADS) >= 64:  # a process training many encoders keeps the latest only
+            _SPREADS.clear()
+        _SPREADS[version] = _spread(reference)
+    return _SPREADS[version]
 
 
 def _spread(reference: _ood.Reference | None) -> float:

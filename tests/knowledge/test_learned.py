@@ -435,44 +435,49 @@ def test_the_learned_encoder_encodes_without_torch():
 
 # -- out of distribution --------------------------------------------------------------------------
 
-ARMS_ONLY = train_encoder(SMALL.subset(SMALL.split(0.25, seed=0)[0]), epochs=40)
-"""An encoder that has seen 3-7 dof procedural arms only: a quadruped is out of its depth."""
+
+@pytest.fixture(scope="module")
+def arms_only() -> LearnedEncoder:
+    """An encoder that has seen 3-7 dof procedural arms only: a quadruped is out of its depth.
+    Trained once, by the worker that runs the tests using it (the tests sharing a module fixture
+    run on one xdist worker: tests/conftest.py), not at collection in every worker."""
+    return train_encoder(SMALL.subset(SMALL.split(0.25, seed=0)[0]), epochs=40)
 
 
-def test_bodies_like_the_training_ones_are_in_distribution_and_others_not():
+def test_bodies_like_the_training_ones_are_in_distribution_and_others_not(arms_only):
     _, held = SMALL.split(0.25, seed=0)
-    scores = ARMS_ONLY.ood_many([SMALL.bodies[i] for i in held])
+    scores = arms_only.ood_many([SMALL.bodies[i] for i in held])
     assert scores is not None and np.median(scores) < 1.0  # calibrated on 22 bodies only
     strangers = [Embodiment.from_mjcf(ROBOTS / n) for n in ("quadruped.xml", "humanoid_small.xml")]
-    assert (ARMS_ONLY.ood_many(strangers) > 1.0).all()
-    parts = ARMS_ONLY.ood_components(strangers)
-    assert parts.shape == (2, 3) and np.allclose(parts.max(1), ARMS_ONLY.ood_many(strangers))
-    vector, score = ARMS_ONLY.assess(strangers[0])
-    assert np.array_equal(vector, ARMS_ONLY.encode(strangers[0])) and score > 1.0
+    assert (arms_only.ood_many(strangers) > 1.0).all()
+    parts = arms_only.ood_components(strangers)
+    assert parts.shape == (2, 3) and np.allclose(parts.max(1), arms_only.ood_many(strangers))
+    vector, score = arms_only.assess(strangers[0])
+    assert np.array_equal(vector, arms_only.encode(strangers[0])) and score > 1.0
 
 
-def test_the_reference_travels_with_the_weights_and_is_part_of_the_space(tmp_path):
+def test_the_reference_travels_with_the_weights_and_is_part_of_the_space(tmp_path, arms_only):
     path = tmp_path / "arms.safetensors"
-    ARMS_ONLY.save(path)
+    arms_only.save(path)
     again = LearnedEncoder(path)
-    assert again.version == ARMS_ONLY.version and again.reference is not None
-    assert np.array_equal(again.ood_many(BODIES), ARMS_ONLY.ood_many(BODIES))
-    other = ARMS_ONLY.with_reference(
-        population_reference(ARMS_ONLY, list(SMALL.bodies) + BODIES)
+    assert again.version == arms_only.version and again.reference is not None
+    assert np.array_equal(again.ood_many(BODIES), arms_only.ood_many(BODIES))
+    other = arms_only.with_reference(
+        population_reference(arms_only, list(SMALL.bodies) + BODIES)
     )  # recalibrated on more bodies: the network's part is the same, the last coordinate not
-    assert other.version != ARMS_ONLY.version
-    assert np.array_equal(other.encode_many(BODIES)[:, :-1], ARMS_ONLY.encode_many(BODIES)[:, :-1])
-    assert (other.ood_many(BODIES) <= 1.0).mean() > (ARMS_ONLY.ood_many(BODIES) <= 1.0).mean()
+    assert other.version != arms_only.version
+    assert np.array_equal(other.encode_many(BODIES)[:, :-1], arms_only.encode_many(BODIES)[:, :-1])
+    assert (other.ood_many(BODIES) <= 1.0).mean() > (arms_only.ood_many(BODIES) <= 1.0).mean()
 
 
-def test_bodies_out_of_distribution_lie_beyond_every_known_body():
+def test_bodies_out_of_distribution_lie_beyond_every_known_body(arms_only):
     """Their last coordinate grows with the score: no body the encoder knows has a stranger (a
     quadruped, a humanoid) as its nearest."""
     _, held = SMALL.split(0.25, seed=0)
     known = [SMALL.bodies[i] for i in held]
     strangers = [Embodiment.from_mjcf(ROBOTS / n) for n in ("quadruped.xml", "humanoid_small.xml")]
-    vectors = ARMS_ONLY.encode_many(known + strangers)
-    scores = ARMS_ONLY.ood_many(known + strangers)
+    vectors = arms_only.encode_many(known + strangers)
+    scores = arms_only.ood_many(known + strangers)
     assert (vectors[scores <= 1.0, -1] == 0).all() and (vectors[scores > 1.0, -1] > 0).all()
     for i in np.flatnonzero(scores <= 1.0):
         distance = np.linalg.norm(vectors - vectors[i], axis=1)
@@ -480,13 +485,13 @@ def test_bodies_out_of_distribution_lie_beyond_every_known_body():
         assert np.argmin(distance) < len(known)
 
 
-def test_a_query_out_of_distribution_is_ranked_by_the_feature_encoder(open_kb):
+def test_a_query_out_of_distribution_is_ranked_by_the_feature_encoder(open_kb, arms_only):
     kb = open_kb()
     scopes = [*SMALL.bodies[:12], *(Embodiment.from_mjcf(ROBOTS / n) for n in ("quadruped.xml",))]
     for i, body in enumerate(scopes):
         kb.skills.publish(f"skill-{i}", "any", embodiments=[body.to_dict()])
     stranger = Embodiment.from_mjcf(ROBOTS / "humanoid_small.xml")
-    results = kb.skills.query(stranger, k=5, active_only=False, encoder=ARMS_ONLY)
+    results = kb.skills.query(stranger, k=5, active_only=False, encoder=arms_only)
     features = FeatureEncoder()
     expected = np.argsort(
         np.linalg.norm(features.encode_many(scopes) - features.encode(stranger), axis=1),
@@ -494,14 +499,14 @@ def test_a_query_out_of_distribution_is_ranked_by_the_feature_encoder(open_kb):
     )[:5]
     assert [r.skill.name for r in results] == [f"skill-{i}" for i in expected]
     assert {r.ranked_by for r in results} == {"morphology-features"}
-    assert all(r.ood == pytest.approx(ARMS_ONLY.ood_many([stranger])[0]) for r in results)
+    assert all(r.ood == pytest.approx(arms_only.ood_many([stranger])[0]) for r in results)
     # a body it knows is ranked by its own distance, and says so
     arm = SMALL.bodies[30]
-    results = kb.skills.query(arm, k=5, active_only=False, encoder=ARMS_ONLY)
+    results = kb.skills.query(arm, k=5, active_only=False, encoder=arms_only)
     assert {r.ranked_by for r in results} == {"transfer-attention"}
     assert results[0].ood is not None and results[0].ood <= 1.0
     # without a fallback it ranks everything itself, and still reports the score
-    alone = LearnedEncoder(ARMS_ONLY.to_bytes(), fallback=None)
+    alone = LearnedEncoder(arms_only.to_bytes(), fallback=None)
     results = kb.skills.query(stranger, k=5, active_only=False, encoder=alone)
     assert {r.ranked_by for r in results} == {"transfer-attention"} and results[0].ood > 1.0
     # the feature encoder has no notion of its distribution

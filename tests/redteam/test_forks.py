@@ -12,7 +12,6 @@ and an honest checkpoint is checked once.
 from __future__ import annotations
 
 import signal
-import subprocess
 
 import pytest
 
@@ -22,18 +21,16 @@ from federation._wire import PAGE_TYPE, decode_page, encode_page
 from knowledge import Identity, Kind, NotAuthorizedError, Role, TrustPolicy
 from knowledge._envelope import seal
 
-from .conftest import SIMNET, assert_refused
+from ..conftest import simnet_here
+from .conftest import assert_refused
 
 
 def simnet(site, *args: str) -> str:
-    result = subprocess.run(
-        [*SIMNET, "--home", str(site.home), *args], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0 and "Traceback" not in result.stderr, (
-        result.stdout,
-        result.stderr,
-    )
-    return result.stdout
+    """`simnet --home SITE ARGS` through the real entry point in this process
+    (tests/conftest.simnet_here): its stdout, or AssertionError with its stderr if it fails. The
+    command reaches the running sites over HTTP as a `simnet` process would; what these tests are
+    about is between the sites, which stay separate `simnet serve` processes."""
+    return simnet_here(site.home, *args)
 
 
 def trust(site, key: bytes, roles=(Role.PUBLISH,)) -> None:
@@ -136,15 +133,12 @@ def test_a_site_root_reinstalled_with_its_old_key_and_an_empty_store_learns_its_
     assert a.key.public_key_hex not in a.heads()["heads"]
 
     def refused(waiting_for: str) -> None:
-        answer = subprocess.run(
-            [*SIMNET, "--home", str(a.home), "device", "add", Identity.generate().public_key_hex],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert answer.returncode != 0 and "Traceback" not in answer.stderr, answer
-        assert "sync with every peer first" in answer.stderr and "403" in answer.stderr, answer
-        assert waiting_for in answer.stderr, answer.stderr
+        with pytest.raises(AssertionError) as failed:  # it fails (exits non-zero), and says why
+            simnet(a, "device", "add", Identity.generate().public_key_hex)
+        stderr = str(failed.value)
+        assert "Traceback" not in stderr, stderr
+        assert "sync with every peer first" in stderr and "403" in stderr, stderr
+        assert waiting_for in stderr, stderr
 
     refused(waiting_for=b.key.public_key_hex[:16])
     simnet(a, "sync", "c")  # c never held the feed: it shows none, which proves nothing
