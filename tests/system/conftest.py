@@ -83,7 +83,9 @@ class SiteProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        wait_until(self.healthy, 30, f"{self.name} to answer /v1/health")
+        # 60 s, as the red-team sites wait: the suite runs two workers per core, and a restarted
+        # validator starting beside the documents, mypy and a pip install took more than 30 s
+        wait_until(self.healthy, 60, f"{self.name} to answer /v1/health")
 
     def healthy(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
