@@ -10,7 +10,6 @@ certificate; an honest skill after it is certified.
 
 from __future__ import annotations
 
-import json
 import time
 
 import federation
@@ -18,8 +17,8 @@ import knowledge
 import sim
 
 from .conftest import wait_until
-from .test_forks import simnet
 from .test_new_surfaces import device
+from .test_validator_budget import certified_honest_skill
 
 COLLIDES = 'contype="1" conaffinity="1"'  # the task's geoms collide with nothing by default
 SPHERES = "".join(
@@ -57,14 +56,7 @@ def test_a_slow_scene_neither_holds_a_stop_nor_runs_past_the_job_budget(live, tm
     (a.home / "validator.toml").write_text("branches = 64\nmax_job_s = 10\n")
     a.start("--validate")  # the slow skill is queued again, first
     wait_until(lambda: current() == "slow", 60, "the slow skill's evaluation to resume", step=0.5)
-    robot_of_a = device(a, tmp_path, "honest", "publish")
-    honest = sim.publish_skill(robot_of_a, good, "honest", "reach", tasks=[task])
-    federation.sync_with(robot_of_a, a.url, a.key.public_key, push_blobs=list(honest.blobs))
-
-    def active() -> list[str]:
-        return [s["name"] for s in json.loads(simnet(a, "skills", "list", "--json")) if s["active"]]
-
-    wait_until(lambda: active() == ["honest"], 120, "the honest skill to be certified", step=1)
+    honest = certified_honest_skill(a, tmp_path, 120)
     (failed,) = a.status()["validator"]["failed"]
     assert failed["name"] == "slow" and failed["retry_at"] is None, failed  # not retried
     for phrase in ("over budget", "more than this site's budget of 10 s", "raise max_job_s"):

@@ -11,26 +11,19 @@ certified and active at once.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 import federation
 import sim
 
-from .conftest import wait_until
 from .test_forks import simnet
 from .test_new_surfaces import device
+from .test_validator_budget import certified_honest_skill, validating_pair
 
 
 def test_a_publish_only_robot_cannot_stall_a_validator_with_a_huge_network(live, tmp_path):
-    a, b = live("a"), live("b")  # a validates; b is a site a trusts to publish
-    for site, other, roles in ((a, b, "publish"), (b, a, "validate")):
-        url, key = f"http://{other.config.listen}", other.key.public_key_hex
-        simnet(site, "peer", "add", other.home.name, url, "--key", key, "--trust", roles)
-    (a.home / "validator.toml").write_text("branches = 64\n")  # what activation asks for
-    a.start("--validate"), b.start()
-    good, task = sim.load_skill("arm_reach_good"), sim.load_task("arm_reach")
+    a, b = validating_pair(live)
+    task = sim.load_task("arm_reach")
     long = task.replace(horizon=20_000, control_substeps=1)  # the step budget
 
     spec = sim.MLPSpec(task.obs_dim, task.act_dim, hidden=(1024,) * 4, dtype="float32")
@@ -44,14 +37,7 @@ def test_a_publish_only_robot_cannot_stall_a_validator_with_a_huge_network(live,
     simnet(b, "sync")
     assert a.status()["skills"] == 1  # a holds it before anything honest is published
 
-    robot_of_a = device(a, tmp_path, "honest", "publish")
-    honest = sim.publish_skill(robot_of_a, good, "honest", "reach", tasks=[task])
-    federation.sync_with(robot_of_a, a.url, a.key.public_key, push_blobs=list(honest.blobs))
-
-    def active() -> list[str]:
-        return [s["name"] for s in json.loads(simnet(a, "skills", "list", "--json")) if s["active"]]
-
-    wait_until(lambda: active() == ["honest"], 60, "the honest skill to be certified", step=1)
+    certified_honest_skill(a, tmp_path, 60)
     failed = {f["name"]: f["reason"] for f in a.status()["validator"]["failed"]}
     assert set(failed) == {"huge"}, failed
     for phrase in ("over budget", "multiply-adds", "10,000,000,000", "max_branch_macs"):

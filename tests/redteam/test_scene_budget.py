@@ -22,6 +22,7 @@ import sim
 from .conftest import SIMNET, wait_until
 from .test_forks import simnet
 from .test_new_surfaces import device
+from .test_validator_budget import certified_honest_skill, validating_pair
 
 BOMB = '<hfield name="bomb" nrow="20000" ncol="20000" size="1 1 1 0.1"/>'
 
@@ -32,12 +33,7 @@ def peak_rss_mb(pid: int) -> int:
 
 
 def test_a_scene_that_asks_for_gigabytes_is_refused_before_the_site_compiles_it(live, tmp_path):
-    a, b = live("a"), live("b")  # a validates; b is a site a trusts to publish
-    for site, other, roles in ((a, b, "publish"), (b, a, "validate")):
-        url, key = f"http://{other.config.listen}", other.key.public_key_hex
-        simnet(site, "peer", "add", other.home.name, url, "--key", key, "--trust", roles)
-    (a.home / "validator.toml").write_text("branches = 64\n")  # what activation asks for
-    a.start("--validate"), b.start()
+    a, b = validating_pair(live)
     # Only for this machine's sake, where the old code runs: the victim may not take more than
     # 8 GB of address space (it uses about 3.3 GB for its libraries); a real site has no such cap.
     resource.prlimit(a.pid, resource.RLIMIT_AS, (8 << 30, 8 << 30))
@@ -60,14 +56,7 @@ def test_a_scene_that_asks_for_gigabytes_is_refused_before_the_site_compiles_it(
     simnet(b, "sync")
     assert a.status()["skills"] == 1  # a holds it before anything honest is published
 
-    robot_of_a = device(a, tmp_path, "honest", "publish")
-    honest = sim.publish_skill(robot_of_a, good, "honest", "reach", tasks=[task])
-    federation.sync_with(robot_of_a, a.url, a.key.public_key, push_blobs=list(honest.blobs))
-
-    def active() -> list[str]:
-        return [s["name"] for s in json.loads(simnet(a, "skills", "list", "--json")) if s["active"]]
-
-    wait_until(lambda: active() == ["honest"], 120, "the honest skill to be certified", step=1)
+    certified_honest_skill(a, tmp_path, 120)
     wait_until(lambda: a.status()["validator"]["failed"], 30, "the bomb to be refused", step=1)
     failed = {f["name"]: f["reason"] for f in a.status()["validator"]["failed"]}
     assert set(failed) == {"bomb"}, failed

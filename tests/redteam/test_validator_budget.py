@@ -19,13 +19,35 @@ from .test_forks import simnet
 from .test_new_surfaces import device
 
 
-def test_a_publish_only_robot_cannot_stall_a_validating_site(live, tmp_path):
+def validating_pair(live):
+    """Sites a and b, serving: a validates (64 branches, what activation asks for) and trusts b to
+    publish; b trusts a to validate."""
     a, b = live("a"), live("b")  # a validates; b is a site a trusts to publish
     for site, other, roles in ((a, b, "publish"), (b, a, "validate")):
         url, key = f"http://{other.config.listen}", other.key.public_key_hex
         simnet(site, "peer", "add", other.home.name, url, "--key", key, "--trust", roles)
     (a.home / "validator.toml").write_text("branches = 64\n")  # what activation asks for
     a.start("--validate"), b.start()
+    return a, b
+
+
+def certified_honest_skill(a, tmp_path, within: float):
+    """A robot of `a` publishes the shipped reach skill; wait until it is the only active one (the
+    validator got past whatever came before it), and return it."""
+    good, task = sim.load_skill("arm_reach_good"), sim.load_task("arm_reach")
+    robot_of_a = device(a, tmp_path, "honest", "publish")
+    honest = sim.publish_skill(robot_of_a, good, "honest", "reach", tasks=[task])
+    federation.sync_with(robot_of_a, a.url, a.key.public_key, push_blobs=list(honest.blobs))
+
+    def active() -> list[str]:
+        return [s["name"] for s in json.loads(simnet(a, "skills", "list", "--json")) if s["active"]]
+
+    wait_until(lambda: active() == ["honest"], within, "the honest skill to be certified", step=1)
+    return honest
+
+
+def test_a_publish_only_robot_cannot_stall_a_validating_site(live, tmp_path):
+    a, b = validating_pair(live)
     good, task = sim.load_skill("arm_reach_good"), sim.load_task("arm_reach")
 
     robot = device(b, tmp_path, "robot", "publish")
@@ -43,14 +65,7 @@ def test_a_publish_only_robot_cannot_stall_a_validating_site(live, tmp_path):
     simnet(b, "sync")
     assert a.status()["skills"] == 2  # a holds both before anything honest is published
 
-    robot_of_a = device(a, tmp_path, "honest", "publish")
-    honest = sim.publish_skill(robot_of_a, good, "honest", "reach", tasks=[task])
-    federation.sync_with(robot_of_a, a.url, a.key.public_key, push_blobs=list(honest.blobs))
-
-    def active() -> list[str]:
-        return [s["name"] for s in json.loads(simnet(a, "skills", "list", "--json")) if s["active"]]
-
-    wait_until(lambda: active() == ["honest"], 120, "the honest skill to be certified", step=1)
+    certified_honest_skill(a, tmp_path, 120)
     failed = {f["name"]: f["reason"] for f in a.status()["validator"]["failed"]}
     assert set(failed) == {"endless", "long"}, failed
     assert "TaskDefinitionError" in failed["endless"] and "horizon" in failed["endless"]
