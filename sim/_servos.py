@@ -14,6 +14,7 @@ from ._scenes import JointLimit
 SERVO_GAIN = 200.0  # a servo's stiffness where nothing says how strong its joint is
 SERVO_ERROR = 0.1  # rad (or m): a URDF joint's servo pushes with its effort at this error
 _HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
+_JOINT_EQUALITY = int(mujoco.mjtEq.mjEQ_JOINT)
 
 
 def add_servos(
@@ -35,9 +36,13 @@ def add_servos(
     `wheels`, a URDF's wheel (`_wheels`) gets a velocity servo instead, sized as `from_urdf` sizes
     one: it pushes with the effort at a tenth of the joint's velocity limit (of 1 rad/s where the
     file gives none), kv = kp / velocity limit, its control limited to the velocity limit.
+
+    A joint that an equality ties to another (a URDF `<mimic>` joint, such as a gripper's second
+    finger, which MuJoCo reads as a joint equality) gets no servo: its leader's servo moves it, as
+    on the robot, and `Embodiment.from_urdf` counts no drive for it either.
     """
     turning = _wheels(model, joints) if wheels and limits is not None else set()
-    for joint in joints:
+    for joint in _drivers(model, joints):
         j = model.joint(joint)
         act = spec.add_actuator(name=f"{joint}_servo", target=joint)
         act.trntype = mujoco.mjtTrn.mjTRN_JOINT
@@ -64,6 +69,25 @@ def add_servos(
             act.ctrlrange = model.jnt_range[j.id].tolist()
     if spec.option.integrator == mujoco.mjtIntegrator.mjINT_EULER:
         spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+
+
+def _drivers(model: mujoco.MjModel, joints: list[str]) -> list[str]:
+    """`joints` in order, each joint that an active joint equality moves replaced by the joint it
+    follows (none for a joint the equality holds still), each once."""
+    leader = {
+        int(model.eq_obj1id[e]): int(model.eq_obj2id[e])
+        for e in range(model.neq)
+        if int(model.eq_type[e]) == _JOINT_EQUALITY and bool(model.eq_active0[e])
+    }
+    found: list[str] = []
+    for name in joints:
+        j, seen = int(model.joint(name).id), set()
+        while j in leader and j not in seen:  # a cycle of equalities ends where it began
+            seen.add(j)
+            j = leader[j]
+        if j >= 0 and model.joint(j).name not in found:
+            found.append(model.joint(j).name)
+    return found
 
 
 def _wheels(model: mujoco.MjModel, joints: list[str]) -> set[int]:

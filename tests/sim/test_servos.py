@@ -252,3 +252,46 @@ def test_upkie_balances_by_driving_its_wheels():
     hold = np.tile(key.ctrl, (4, 1))
     limp = sim.evaluate(task, lambda o: hold[: len(o)], branches=4, progress=False)
     assert {o.reason for o in limp.outcomes} == {"failure:body_upright"}
+
+
+GRIPPER = """<robot name="gripper">
+  <link name="palm">
+    <inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01" ixy="0" ixz="0" iyz="0"/>
+    </inertial>
+    <collision><geometry><box size="0.1 0.1 0.04"/></geometry></collision>
+  </link>
+  <link name="left"><inertial><mass value="0.05"/>
+    <inertia ixx="1e-5" iyy="1e-5" izz="1e-5" ixy="0" ixz="0" iyz="0"/></inertial></link>
+  <link name="right"><inertial><mass value="0.05"/>
+    <inertia ixx="1e-5" iyy="1e-5" izz="1e-5" ixy="0" ixz="0" iyz="0"/></inertial></link>
+  <joint name="left_finger" type="prismatic">
+    <parent link="palm"/><child link="left"/><origin xyz="0 0.02 0.05"/>
+    <axis xyz="0 1 0"/><limit effort="20" lower="0" upper="0.04" velocity="0.2"/>
+  </joint>
+  <joint name="right_finger" type="prismatic">
+    <parent link="palm"/><child link="right"/><origin xyz="0 -0.02 0.05"/>
+    <axis xyz="0 -1 0"/><limit effort="20" lower="0" upper="0.04" velocity="0.2"/>
+    <mimic joint="left_finger"/>
+  </joint>
+</robot>"""
+
+
+def test_a_mimic_joint_follows_its_leader_without_a_servo_of_its_own(tmp_path):
+    """A gripper's second finger (URDF `<mimic>`) gets no servo: the leader's servo opens both, as
+    on the robot, and the task has the drives `Embodiment.from_urdf` counts, whichever finger it
+    reaches with. With a servo of its own (before), the follower held its start while the leader
+    opened: the two fought through the equality and neither finger reached the target."""
+    path = tmp_path / "gripper.urdf"
+    path.write_text(GRIPPER)
+    assert [a.name for a in knowledge.Embodiment.from_urdf(path).actuators] == ["left_finger"]
+    both = ["left_finger", "right_finger"]
+    for end, joints in (("left", both), ("right", both), ("right", None)):
+        model = reach_task(path, end_effector=end, joints=joints).template.model
+        driven = [model.joint(model.actuator_trnid[a, 0]).name for a in range(model.nu)]
+        assert driven == ["left_finger"]
+
+    data = mujoco.MjData(model)
+    data.ctrl[0] = 0.03
+    mujoco.mj_step(model, data, round(1.0 / model.opt.timestep))
+    for finger in ("left_finger", "right_finger"):
+        assert data.joint(finger).qpos[0] == pytest.approx(0.03, abs=0.002)
