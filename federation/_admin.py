@@ -3,6 +3,8 @@ own key (only one process may write a store, so writes go through the server whi
 
 from __future__ import annotations
 
+import datetime
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -51,9 +53,12 @@ async def admin_revoke(request: Request, site: Site, body: bytes, caller: bytes)
 @endpoint("admin")
 async def admin_delegate(request: Request, site: Site, body: bytes, caller: bytes) -> Response:
     """
-    summary: Delegate roles to a device key (this site's key only).
+    summary: Delegate roles to a device key (this site's key only), for `lasting_s` seconds by
+      this site's clock if given.
     requestBody:
-      {content: {application/json: {example: {"device": "<64 hex>", "roles": ["publish"]}}}}
+      content:
+        application/json:
+          example: {"device": "<64 hex>", "roles": ["publish"], "lasting_s": 28800}
     """
     data = parse_json(body)
     if (
@@ -68,8 +73,16 @@ async def admin_delegate(request: Request, site: Site, body: bytes, caller: byte
         roles = [Role(r) for r in data["roles"]]
     except ValueError as exc:
         raise WireError(f"{exc}; roles are publish, validate, revoke") from None
+    lasting_s = data.get("lasting_s")
+    if lasting_s is not None and (
+        isinstance(lasting_s, bool)
+        or not isinstance(lasting_s, int | float)
+        or not 0 < lasting_s < float("inf")
+    ):
+        raise WireError(f"'lasting_s' must be a number of seconds > 0, got {lasting_s!r}")
+    lasting = None if lasting_s is None else datetime.timedelta(seconds=lasting_s)
     device = bytes.fromhex(check_hex64(data["device"], "device key"))
-    await run_in_threadpool(lambda: site.kb.delegate(device, roles))
+    await run_in_threadpool(lambda: site.kb.delegate(device, roles, lasting=lasting))
     return JSONResponse({"delegated": data["device"], "roles": [r.value for r in roles]})
 
 

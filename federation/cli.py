@@ -7,6 +7,7 @@ process — and open the store themselves otherwise.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -359,6 +360,30 @@ def revoke(home: SiteHome, skill_id: str, reason: str) -> None:
     click.echo(f"revoked {skill.id} ({skill.name})")
 
 
+class _Duration(click.ParamType):
+    """A length of time as a number and a unit: 90s, 30m, 8h, 7d."""
+
+    name = "duration"
+    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime.timedelta:
+        if isinstance(value, datetime.timedelta):
+            return value
+        text = str(value).strip()
+        try:
+            number = float(text[:-1]) if text[-1:] in self._UNITS else None
+        except ValueError:
+            number = None
+        try:
+            if number is not None and 0 < number:
+                return datetime.timedelta(seconds=number * self._UNITS[text[-1]])
+        except OverflowError:
+            pass
+        self.fail(f"{value!r} is no duration: write a number > 0 and s, m, h or d (8h)")
+
+
 @click.group()
 def device() -> None:
     """The device keys (robots, validators) allowed to write for this site."""
@@ -372,16 +397,26 @@ def device() -> None:
     show_default=True,
     help="Comma-separated: publish, validate, revoke.",
 )
+@click.option(
+    "--expires-in",
+    "lasting",
+    type=_Duration(),
+    default=None,
+    help="End the grant after this long by this site's clock: 90s, 30m, 8h, 7d (default: never).",
+)
 @click.pass_obj
-def device_add(home: SiteHome, key: str, roles: str) -> None:
+def device_add(home: SiteHome, key: str, roles: str, lasting: datetime.timedelta | None) -> None:
     """Delegate roles to a device's public key (64 hex)."""
     public_key = knowledge.parse_public_key(key)
     granted = _roles(roles)
+    body: dict[str, object] = {"device": public_key.hex(), "roles": [r.value for r in granted]}
+    if lasting is not None:
+        body["lasting_s"] = lasting.total_seconds()
     _write(
         home,
         "/v1/admin/delegate",
-        {"device": public_key.hex(), "roles": [r.value for r in granted]},
-        lambda kb: kb.delegate(public_key, granted),
+        body,
+        lambda kb: kb.delegate(public_key, granted, lasting=lasting),
     )
     with home.open_readonly() as kb:
         root = any(r.key == public_key for r in kb.policy.roots)
@@ -393,7 +428,9 @@ def device_add(home: SiteHome, key: str, roles: str) -> None:
             "trust it as a root"
         )
     else:
-        click.echo(f"device {knowledge.key_id(public_key)} may now {listed}")
+        ends = datetime.datetime.now(datetime.UTC) + lasting if lasting else None
+        until = f" until {ends:%Y-%m-%d %H:%M:%S} UTC" if ends else ""
+        click.echo(f"device {knowledge.key_id(public_key)} may now {listed}{until}")
 
 
 @device.command("revoke")

@@ -10,13 +10,14 @@ and the store. The state itself, and what the collections and ingest share of it
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._certificates import Certificates, Tasks
-from ._clock import HybridClock, pack
+from ._clock import HybridClock, pack, wall_ms
 from ._collections import Blobs, Counters, Skills
 from ._envelope import ZERO_HASH, Envelope, Kind, seal
 from ._errors import RecordError, StoreError
@@ -59,6 +60,9 @@ def open(  # noqa: A001 - mirrors the builtin on purpose: knowledge.open(path, i
     except BaseException:
         store.close()
         raise
+
+
+_LONGEST_DELEGATION_MS = 100 * 365 * 86_400_000  # a lasting past this is a mistake, not a lease
 
 
 class KnowledgeBase:
@@ -116,11 +120,17 @@ class KnowledgeBase:
             yield
 
     def delegate(
-        self, device: bytes, roles: Iterable[Role | str], *, expires: int | None = None
+        self,
+        device: bytes,
+        roles: Iterable[Role | str],
+        *,
+        expires: int | None = None,
+        lasting: datetime.timedelta | None = None,
     ) -> None:
-        """As a site root: let `device` write for this site with `roles` (until HLC `expires`, if
-        given). A delegation counts only where `device` is no root; naming this site's own key
-        would count nowhere, so it is refused."""
+        """As a site root: let `device` write for this site with `roles`, until HLC `expires` or
+        for `lasting` from now by this site's clock (a robot lent for a shift), if either is given.
+        A delegation counts only where `device` is no root; naming this site's own key would count
+        nowhere, so it is refused."""
         self._replica.require(None)
         identity = self._replica.identity
         if identity is not None and device == identity.public_key:
@@ -128,9 +138,20 @@ class KnowledgeBase:
                 "a site cannot delegate to its own key: it is this site's root and holds every "
                 "role already"
             )
+        now = self.now()
+        if lasting is not None:
+            if expires is not None:
+                raise RecordError("give a delegation's expires or its lasting, not both")
+            ms = round(lasting / datetime.timedelta(milliseconds=1))
+            if not 0 < ms <= _LONGEST_DELEGATION_MS:
+                raise RecordError(
+                    f"a delegation lasts from 1 ms to {_LONGEST_DELEGATION_MS // 86_400_000} days,"
+                    f" not {lasting}"
+                )
+            expires = pack(wall_ms(now) + ms)
         record = {
             "v": 1,
-            "hlc": self.now(),
+            "hlc": now,
             "roles": sorted(Role(r).value for r in roles),
             "expires": expires,
         }

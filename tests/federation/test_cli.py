@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -384,6 +385,25 @@ def test_device_add_and_revoke_without_a_server(site, cli):
     assert [r.reason for r in report.rejected] == ["revoked_writer", "revoked_writer"]
 
 
+def test_a_device_added_for_a_while_loses_its_grant_when_it_ends(site, cli):
+    """`--expires-in` ends the grant by the site's clock; the output says until when. A duration
+    that is none is refused before anything is written."""
+    with readonly(site) as kb:
+        heads = kb.heads()
+    for wrong in ("8", "h", "-3h", "0s", "2w", "1e400d", "nans"):
+        fails(cli(site, "device", "add", KEY, "--expires-in", wrong), "is no duration")
+    with readonly(site) as kb:
+        assert kb.heads() == heads
+    device = Identity.generate()
+    out = ok(cli(site, "device", "add", device.public_key_hex, "--expires-in", "1s")).out
+    assert f"device {device.key_id} may now publish until " in out and " UTC" in out
+    with readonly(site) as kb:
+        assert kb.current_roles(device.public_key) == {Role.PUBLISH}
+    time.sleep(1.2)
+    with readonly(site) as kb:
+        assert kb.current_roles(device.public_key) == frozenset()
+
+
 def test_device_add_refuses_the_sites_own_key_and_says_what_a_roots_delegation_does(site, cli):
     """A delegation naming the site's own key would count nowhere: refused, nothing written. One
     naming a root of the site's policy counts only where that key is no root: said so, not "may
@@ -401,6 +421,25 @@ def test_device_add_refuses_the_sites_own_key_and_says_what_a_roots_delegation_d
     assert "a root of this site's trust policy" in out and "may now" not in out
     with readonly(site) as kb:  # the root's roles here stay the policy's
         assert kb.current_roles(bytes.fromhex(KEY)) == frozenset({Role.PUBLISH})
+
+
+def test_a_device_added_for_a_while_through_the_server_loses_its_grant(served, cli):
+    """Through the running server, `--expires-in` reaches the admin endpoint, which refuses a
+    lasting that is no number of seconds > 0 (400, nothing written)."""
+    device = Identity.generate()
+    with signed(served.home, served.url) as client:
+        heads = client.get("/v1/heads").json()
+        for wrong in (0, -1, "8h", True, [60]):
+            body = {"device": device.public_key_hex, "roles": ["publish"], "lasting_s": wrong}
+            refused = client.post("/v1/admin/delegate", json=body)
+            assert refused.status_code == 400 and "lasting_s" in refused.json()["detail"]
+        assert client.get("/v1/heads").json() == heads
+    ok(cli(served.home, "device", "add", device.public_key_hex, "--expires-in", "2s"))
+    with signed(served.home, served.url, device) as as_device:
+        assert as_device.get("/v1/heads").status_code == 200
+        time.sleep(2.2)
+        refused = as_device.get("/v1/heads")
+        assert refused.status_code == 403 and "expired" in refused.json()["detail"]
 
 
 def test_device_add_and_revoke_with_a_server(served, cli):

@@ -3,6 +3,7 @@ delegation, checkpoints, batches, threads, durability on reopen."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 
@@ -169,6 +170,29 @@ def test_current_roles_are_the_grants_in_force_now(open_kb):
     assert site.current_roles(expiring) == frozenset() and not site.can_read(expiring)
     assert site.roles_of(revoked) == {Role.PUBLISH} and site.current_roles(revoked) == frozenset()
     assert site.current_roles(site.identity.public_key) == set(Role)  # a root
+
+
+def test_a_delegation_lasting_a_while_ends_by_the_sites_clock(open_kb):
+    """`lasting` is counted from the site's clock now: the grant holds, then it is over; asking
+    for an expiry and a lasting both, or a lasting of nothing or of centuries, writes nothing."""
+    site = open_kb("site")
+    shift, lease = (Identity.generate().public_key for _ in range(2))
+    site.delegate(shift, [Role.PUBLISH], lasting=datetime.timedelta(milliseconds=300))
+    site.delegate(lease, [Role.PUBLISH], lasting=datetime.timedelta(hours=8))
+    assert site.current_roles(shift) == {Role.PUBLISH} == site.current_roles(lease)
+    time.sleep(0.4)
+    assert site.current_roles(shift) == frozenset() and not site.can_read(shift)
+    assert site.current_roles(lease) == {Role.PUBLISH}
+    heads = site.heads()
+    for wrong, said in (
+        ({"lasting": datetime.timedelta(0)}, "lasts from 1 ms"),
+        ({"lasting": datetime.timedelta(seconds=-5)}, "lasts from 1 ms"),
+        ({"lasting": datetime.timedelta(days=365 * 101)}, "to 36500 days"),
+        ({"lasting": datetime.timedelta(hours=1), "expires": site.now()}, "not both"),
+    ):
+        with pytest.raises(knowledge.RecordError, match=said):
+            site.delegate(Identity.generate().public_key, [Role.PUBLISH], **wrong)
+    assert site.heads() == heads
 
 
 def test_withdraw_by_own_site_only(open_kb):
