@@ -1,6 +1,6 @@
-"""`simnet status`: this site's key, server, peers (last sync, lag), counts of what it knows, and
-its validator's queue, as text or JSON. It reads the files a running server and its gossip keep
-(`_status`), so it answers whether or not a server runs.
+"""`simnet status`: this site's key, server, peers (last sync, lag, feeds withheld from them),
+counts of what it knows, and its validator's queue, as text or JSON. It reads the files a running
+server and its gossip keep (`_status`), so it answers whether or not a server runs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import click
 from knowledge import Identity, SiteHome
 from knowledge.cli import emit
 
-from ._config import SiteConfig
+from ._config import SiteConfig, withheld_from
 from ._status import STATE_FILE, ago, knowledge_counts, read_validator_state, running_server
 
 
@@ -27,6 +27,9 @@ def status(home: SiteHome, as_json: bool) -> None:
     identity = Identity.load(config.key_path)
     with home.open_readonly() as kb:
         counts = knowledge_counts(kb)
+        withheld = {
+            p.name: sorted(a.hex() for a in withheld_from(config, kb, p.key)) for p in config.peers
+        }
     states = {s["name"]: s for s in peer_states(home)}
     now = time.time()
     peers = [
@@ -40,9 +43,11 @@ def status(home: SiteHome, as_json: bool) -> None:
             "lag_s": round(now - states[p.name]["last_success"], 1)
             if states.get(p.name, {}).get("last_success")
             else None,
+            "withheld": withheld[p.name],
         }
         for p in config.peers
     ]
+    own_withheld_from = [n for n, keys in withheld.items() if identity.public_key_hex in keys]
     data = {
         "name": config.name,
         "key": identity.public_key_hex,
@@ -50,6 +55,7 @@ def status(home: SiteHome, as_json: bool) -> None:
         "server": running_server(home.path),
         **counts,
         "peers": peers,
+        "own_feed_withheld_from": own_withheld_from,
         "validator": (validator := read_validator_state(home.path, now)),
     }
     human = [
@@ -66,7 +72,17 @@ def status(home: SiteHome, as_json: bool) -> None:
             )
         ),
     ]
-    human += [f"  peer {p['name']:14} {last_sync(states.get(p['name'], {}))}" for p in peers]
+    human += [
+        f"  peer {p['name']:14} {last_sync(states.get(p['name'], {}))}"
+        + (f"; {len(p['withheld'])} feeds withheld (private maps)" if p["withheld"] else "")
+        for p in peers
+    ]
+    if own_withheld_from:  # a private map written with the site's key takes its whole feed along
+        human.append(
+            "WARNING: this site's own key wrote a private map, so its whole feed (revocations, "
+            f"delegations, certificates) is withheld from {', '.join(own_withheld_from)}: write "
+            "private maps with a device key of their own"
+        )
     if validator is not None:
         human += _validator_lines(validator, now)
     emit(data, as_json, "\n".join(human))

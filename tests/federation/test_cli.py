@@ -18,7 +18,15 @@ import httpx
 import pytest
 
 import knowledge
-from federation import PAGE_TYPE, PeerConfig, SimnetAuth, SiteConfig, encode_page, sync_with
+from federation import (
+    PAGE_TYPE,
+    PeerConfig,
+    PrivateMaps,
+    SimnetAuth,
+    SiteConfig,
+    encode_page,
+    sync_with,
+)
 from knowledge import Identity, Role, TrustPolicy
 
 KEY = "ab" * 32
@@ -253,6 +261,44 @@ def test_status_json_without_a_server(site, cli):
         and "skills 2" in human
         and "never synced" in human
     )
+
+
+def test_status_says_which_feeds_private_maps_withhold_and_warns_of_the_sites_own(site, cli):
+    """A peer's entry lists the feeds withheld from it (those writing a private map it may not
+    read); when one is the site's own, its revocations and delegations go with it, so status warns,
+    naming the peers."""
+    ok(cli(site, "peer", "add", "b", "http://127.0.0.1:7071", "--key", KEY))
+    ok(cli(site, "peer", "add", "c", "http://127.0.0.1:7072", "--key", "cd" * 32))
+    config = SiteConfig.load(site)
+    config.private.append(PrivateMaps(("floor-3",), (bytes.fromhex("cd" * 32),)))
+    config.save()
+    robot = Identity.generate()
+    ok(cli(site, "device", "add", robot.public_key_hex))
+    with knowledge.open(
+        ":memory:", robot, policy=TrustPolicy().with_root(site_key(site).public_key)
+    ) as r:
+        with readonly(site) as kb:
+            r.ingest(kb.envelopes_since({}, limit=1000))
+        r.maps["floor-3"].observe((0, 0), 1, 0.5)
+        with knowledge.open(site / "site.db", site_key(site), policy=site / "trust.toml") as kb:
+            kb.ingest(r.envelopes_since(kb.heads(), limit=1000))
+    data = ok(cli(site, "status", "--json")).json
+    assert [(p["name"], p["withheld"]) for p in data["peers"]] == [
+        ("b", [robot.public_key_hex]),
+        ("c", []),
+    ]
+    assert data["own_feed_withheld_from"] == []
+    human = ok(cli(site, "status")).out
+    assert "1 feeds withheld (private maps)" in human and "WARNING" not in human
+
+    with knowledge.open(site / "site.db", site_key(site), policy=site / "trust.toml") as kb:
+        kb.maps["floor-3"].observe((1, 0), 1, 0.5)
+    data = ok(cli(site, "status", "--json")).json
+    assert data["peers"][0]["withheld"] == sorted(
+        [robot.public_key_hex, site_key(site).public_key_hex]
+    )
+    assert data["own_feed_withheld_from"] == ["b"]
+    assert "WARNING: this site's own key wrote a private map" in ok(cli(site, "status")).out
 
 
 def test_status_json_names_the_running_server(served, cli):
