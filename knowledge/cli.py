@@ -403,6 +403,12 @@ def skills_query(
         lines = ["no matching skills"] + (
             [] if ood is None else [f"out-of-distribution score {ood:.2f}"]
         )
+    if not body.actuators:  # ranked as what the file says: a passive body, which no skill drives
+        lines.append(
+            "note: this body has no actuators (a URDF: no joint gives <limit effort>), so it ranks "
+            "as a passive body; if its drives are added in code (dm_control's arms are), describe "
+            "the model with them"
+        )
     emit(rows, as_json, "\n".join(lines))
 
 

@@ -79,6 +79,22 @@ def test_skills_query_ranks_the_same_body_first(home):
     ]  # the revoked and uncertified ones never come back
 
 
+def test_a_query_for_a_body_without_actuators_says_it_ranks_as_passive(home, tmp_path):
+    """A file that declares no drives (dm_control's Jaco arm: its actuators are added in Python) is
+    a passive chain as read, nearest passive chains: the query says so, and why, in words only."""
+    path, _ids = home
+    chain = tmp_path / "chain.xml"
+    chain.write_text(
+        '<mujoco><worldbody><body name="a"><joint axis="0 0 1"/><geom size="0.05"/>'
+        '<body name="b" pos="0 0 0.3"><joint axis="0 1 0"/><geom size="0.05"/></body>'
+        "</body></worldbody></mujoco>"
+    )
+    human = run(path, "skills", "query", "--mjcf", str(chain), "--all")
+    assert "no actuators" in human and "passive body" in human
+    assert "no actuators" not in run(path, "skills", "query", "--mjcf", str(ROBOTS / "arm7.xml"))
+    json.loads(run(path, "skills", "query", "--mjcf", str(chain), "--all", "--json"))
+
+
 def test_skills_query_needs_exactly_one_model(home):
     path, _ids = home
     result = CliRunner().invoke(main, ["--home", str(path), "skills", "query"])
