@@ -1,7 +1,7 @@
 """What the simulator commands read from their arguments: a skill (a shipped name, a file, or a
 skill of this site's store), a task (a shipped name or a definition file), a sampler, and the
-scene budget of the commands that compile a scene they were given (`evaluate --task FILE`,
-`reproduce`, `verify`).
+scene budget of the commands that compile a scene they were given (`evaluate`, `certify` and
+`refine --task FILE`, `publish --for-task FILE`, `reproduce`, `verify`).
 
 The scene budget is the validator's (`sim.validation`), so a peer's task that asks for gigabytes is
 refused by a child process before this one compiles it: the site's `max_scene_mb` and
@@ -53,18 +53,19 @@ def skill_arg(name: str) -> Policy | EntryPointRef:
     )
 
 
-def task_arg(name: str, limits: tuple[int, float] | None = None, wave: int = DEFAULT_WAVE) -> Task:
+def task_arg(name: str, limits: tuple[int, float], wave: int) -> Task:
     """A shipped task, or a definition file: the files its scene loads are read relative to the
-    file's directory and carried by hash (`Task.from_files`). With `limits` (MiB, seconds), a
-    file's scene and its declared files are first compiled with `wave` simulations' data in a child
-    process: a task from elsewhere may ask for gigabytes (a scene loading files it does not declare,
-    an author's own, is found only by compiling it here)."""
+    file's directory and carried by hash (`Task.from_files`). A file's scene and its declared files
+    are first compiled with `wave` simulations' data in a child process under `limits` (MiB,
+    seconds; `scene_limits`), since a task from elsewhere may ask for gigabytes; one over them is a
+    ClickException naming the task and the limit (a scene loading files it does not declare, an
+    author's own, is found only by compiling it here)."""
     if name in shipped_tasks():
         return load_task(name)
     path = Path(name)
     if path.is_file():
         definition = json.loads(path.read_text())
-        if limits is not None and isinstance(definition, dict):
+        if isinstance(definition, dict):
             assets = {n: read_file(path.parent / n, f"assets[{n!r}]") for n in declared(definition)}
             refusal = scene_refusal(definition, assets, wave, limits)
             if refusal is not None:

@@ -87,4 +87,5 @@ def check_scene(
         answer = None
     # killed, or out of memory on the way
     if not isinstance(answer, dict) or answer.get("error") == "memory":
-        raise SceneOverBudget(f"{name} with {wave} simulations does not fit in {limit}")
+        simulations = f"{wave:,} simulation{'' if wave == 1 else 's'}"
+        raise SceneOverBudget(f"{name} with {simulations} does not fit in {limit}")

@@ -263,6 +263,35 @@ def test_a_mesh_task_file_certifies_and_a_site_without_its_files_cannot_verify(
     assert lacking.exit_code == 3 and f"cannot re-run here: asset {name!r}" in lacking.output
 
 
+def test_certify_and_refine_check_a_task_file_under_the_sites_scene_budget(tmp_path):
+    """`certify --task FILE` and `refine --task FILE` compile the file's scene first in a child
+    process, with a wave of their simulations, under the site's max_scene_mb (validator.toml) or
+    --max-scene-mb: at 64 MiB, eight simulations of the arm (13 MiB of arena each) do not fit, and
+    nothing is certified; the option raises it. They compiled any file in their own process."""
+    home = tmp_path / "site"
+    task_file = tmp_path / "reach.json"
+    task_file.write_text(json.dumps(load_task("arm_reach").to_json()))
+
+    def simnet(*args):
+        return CliRunner().invoke(main, ["--home", str(home), *args])
+
+    assert simnet("init", "--name", "site").exit_code == 0
+    assert simnet("publish", "arm_reach_good", "--name", "good", "--task", "reach").exit_code == 0
+    (home / "validator.toml").write_text("max_scene_mb = 64\n")
+    limit = "does not fit in this site's budget of 64 MiB and 60 s (--max-scene-mb"
+    certify = ("certify", "good", "--task", str(task_file), "--branches", "8")
+    refused = simnet(*certify)
+    assert refused.exit_code == 1, refused.output
+    assert f"Error: task arm_reach: its scene with 8 simulations {limit}" in refused.output
+    refine = simnet("refine", "good", "--task", str(task_file), "--episodes", "8")
+    assert refine.exit_code == 1 and "its scene with 8 simulations" in refine.output, refine.output
+    with knowledge.SiteHome(home).open_readonly() as kb:
+        (skill,) = kb.skills.list()
+        assert kb.certificates.for_skill(skill.id) == []
+    certified = simnet(*certify, "--max-scene-mb", "1024")
+    assert certified.exit_code == 0 and "certified " in certified.output, certified.output
+
+
 def _still(obs_dim: int, act_dim: int):
     from sim import Policy
 
