@@ -1,7 +1,7 @@
 """What the simulator commands read from their arguments: a skill (a shipped name, a file, or a
 skill of this site's store), a task (a shipped name or a definition file), a sampler, and the
-scene budget of the commands that compile a scene they were given (`evaluate --task FILE`,
-`reproduce`, `verify`).
+scene budget of the commands that compile a scene they were given (`evaluate`, `certify` and
+`refine --task FILE`, `publish --for-task FILE`, `reproduce`, `verify`).
 
 The scene budget is the validator's (`sim.validation`), so a peer's task that asks for gigabytes is
 refused by a child process before this one compiles it: the site's `max_scene_mb` and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import click
 
@@ -28,11 +28,11 @@ from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipp
 from ._tasks import Task
 from .evaluation import load_policy
 from .evaluation._evaluate import DEFAULT_WAVE
-from .validation._scene_budget import SceneOverBudget, check_scene
+from .validation._scene_budget import SceneOverBudget, WaveOverBudget, check_scene, rerun_wave
 from .validation._settings import SETTINGS_FILE, ValidatorSettings
 
-# exit status: a file a task loads is missing here, or its scene is over this site's budget (no
-# verdict either way)
+# exit status: a file a task loads is missing here, or a re-run's wave or its scene is over this
+# site's budget (no verdict either way)
 CANNOT_VERIFY = 3
 
 
@@ -53,18 +53,19 @@ def skill_arg(name: str) -> Policy | EntryPointRef:
     )
 
 
-def task_arg(name: str, limits: tuple[int, float] | None = None, wave: int = DEFAULT_WAVE) -> Task:
+def task_arg(name: str, limits: SceneLimits, wave: int) -> Task:
     """A shipped task, or a definition file: the files its scene loads are read relative to the
-    file's directory and carried by hash (`Task.from_files`). With `limits` (MiB, seconds), a
-    file's scene and its declared files are first compiled with `wave` simulations' data in a child
-    process: a task from elsewhere may ask for gigabytes (a scene loading files it does not declare,
-    an author's own, is found only by compiling it here)."""
+    file's directory and carried by hash (`Task.from_files`). A file's scene and its declared files
+    are first compiled with `wave` simulations' data in a child process under `limits` (MiB,
+    seconds; `scene_limits`), since a task from elsewhere may ask for gigabytes; one over them is a
+    ClickException naming the task and the limit (a scene loading files it does not declare, an
+    author's own, is found only by compiling it here)."""
     if name in shipped_tasks():
         return load_task(name)
     path = Path(name)
     if path.is_file():
         definition = json.loads(path.read_text())
-        if limits is not None and isinstance(definition, dict):
+        if isinstance(definition, dict):
             assets = {n: read_file(path.parent / n, f"assets[{n!r}]") for n in declared(definition)}
             refusal = scene_refusal(definition, assets, wave, limits)
             if refusal is not None:
@@ -93,6 +94,7 @@ SAMPLER = click.option(
 
 F = TypeVar("F", bound=Callable[..., Any])
 REMEDY = f"--max-scene-mb, --max-compile-s, or max_scene_mb, max_compile_s in {SETTINGS_FILE}"
+WAVE_REMEDY = f"its branches in {SETTINGS_FILE}, or {DEFAULT_WAVE} if more"
 
 
 def scene_budget(command: F) -> F:
@@ -113,23 +115,49 @@ def scene_budget(command: F) -> F:
     )(command)
 
 
-def scene_limits(max_mb: int | None, max_s: float | None) -> tuple[int, float]:
-    """The options given, else the site's validator.toml, else the validator's defaults."""
+class SceneLimits(NamedTuple):
+    """What a command may compile and simulate here: MiB and seconds for a scene with one wave of
+    simulations, and the most simulations a re-run of a record may step at once."""
+
+    max_mb: int
+    max_s: float
+    max_wave: int
+
+
+def scene_limits(max_mb: int | None, max_s: float | None) -> SceneLimits:
+    """The options given, else the site's validator.toml, else the validator's defaults; the
+    re-run wave limit is the validator's (`ValidatorSettings.max_rerun_wave`)."""
     home = click.get_current_context().find_object(SiteHome)
     settings = ValidatorSettings.load(home.path / SETTINGS_FILE) if home else ValidatorSettings()
-    return max_mb or settings.max_scene_mb, max_s or settings.max_compile_s
+    return SceneLimits(
+        max_mb or settings.max_scene_mb, max_s or settings.max_compile_s, settings.max_rerun_wave
+    )
 
 
 def scene_refusal(
-    definition: Mapping[str, Any], assets: Mapping[str, bytes], wave: int, limits: tuple[int, float]
+    definition: Mapping[str, Any], assets: Mapping[str, bytes], wave: int, limits: SceneLimits
 ) -> str | None:
     """Why a task definition's scene, with `wave` simulations' data, is over `limits`; None if
     it fits."""
     try:
-        check_scene(definition, assets, max_mb=limits[0], max_s=limits[1], wave=wave, remedy=REMEDY)
+        check_scene(
+            definition, assets, max_mb=limits.max_mb, max_s=limits.max_s, wave=wave, remedy=REMEDY
+        )
     except SceneOverBudget as exc:
         return str(exc)
     return None
+
+
+def record_refusal(record: Any, assets: Mapping[str, bytes], limits: SceneLimits) -> str | None:
+    """Why re-running an evaluation record here is over `limits`: its wave (`layout.wave`, the
+    simulations the re-run steps at once) over `limits.max_wave`, or its task's scene (with
+    `assets`) with that many simulations over the scene budget; None if it fits."""
+    try:
+        wave = rerun_wave(record, max_wave=limits.max_wave, remedy=WAVE_REMEDY)
+    except WaveOverBudget as exc:
+        return str(exc)
+    definition = record_definition(record)
+    return None if definition is None else scene_refusal(definition, assets, wave, limits)
 
 
 def record_definition(record: Any) -> dict | None:
@@ -137,11 +165,3 @@ def record_definition(record: Any) -> dict | None:
     task = record.get("task") if isinstance(record, dict) else None
     definition = task.get("definition") if isinstance(task, dict) else None
     return definition if isinstance(definition, dict) else None
-
-
-def record_wave(record: Any) -> int:
-    """The simulations a record's re-run makes at once: its wave, or fewer branches."""
-    layout = record.get("layout") if isinstance(record, dict) else None
-    sizes = [layout.get(k) for k in ("wave", "branches")] if isinstance(layout, dict) else []
-    counts = [n for n in sizes if isinstance(n, int) and n >= 1]
-    return min(counts) if len(counts) == 2 else DEFAULT_WAVE  # malformed: its re-run refuses it

@@ -1,5 +1,6 @@
-"""`simnet reproduce` and `simnet verify`: re-run an evaluation another site recorded, its scene
-first compiled under this site's scene budget in a child process."""
+"""`simnet reproduce` and `simnet verify`: re-run an evaluation another site recorded, its wave
+(`layout.wave`) first held to this site's limit and its scene compiled under this site's scene
+budget in a child process."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from knowledge.cli import skill_by_prefix
 from ._assets import fetch_assets
 from ._cli_args import (
     CANNOT_VERIFY,
+    SceneLimits,
     record_definition,
-    record_wave,
+    record_refusal,
     scene_budget,
     scene_limits,
-    scene_refusal,
     skill_arg,
 )
 from ._errors import MissingAssetError, SimError
@@ -47,9 +48,7 @@ def reproduce_command(
     limits = scene_limits(max_scene_mb, max_compile_s)
     try:
         assets = _record_assets(record)
-        definition = record_definition(record)
-        wave = record_wave(record)
-        refusal = None if definition is None else scene_refusal(definition, assets, wave, limits)
+        refusal = record_refusal(record, assets, limits)
         if refusal is not None:
             click.echo(f"cannot re-run here: {refusal}", err=True)
             raise SystemExit(CANNOT_VERIFY)
@@ -144,18 +143,17 @@ def _verified(
     kb: knowledge.KnowledgeBase,
     certificate: knowledge.Certificate,
     workers: int,
-    limits: tuple[int, float],
+    limits: SceneLimits,
 ) -> Verification:
-    """`verify_certificate`, once a child process showed that the certificate's scene fits
-    `limits`: "cannot verify here" if it does not."""
+    """`verify_certificate`, once the certificate's wave showed within `limits` and a child process
+    that its scene with that wave fits them: "cannot verify here" if not."""
     definition = record_definition(certificate.evaluation)
     try:
         assets = None if definition is None else fetch_assets(kb, definition)
     except (SimError, knowledge.SimnetError):  # missing or malformed: verifying says which
         assets = None
-    if definition is not None and assets is not None:
-        wave = record_wave(certificate.evaluation)
-        refusal = scene_refusal(definition, assets, wave, limits)
+    if definition is None or assets is not None:
+        refusal = record_refusal(certificate.evaluation, assets or {}, limits)
         if refusal is not None:
             return Verification(False, f"cannot verify here: {refusal}", verifiable=False)
     return verify_certificate(kb, certificate, workers=workers)

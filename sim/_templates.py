@@ -283,8 +283,11 @@ def _digests(
 
 # The templates this process compiled last, least recently used first: a long-running validator
 # compiles every distinct scene it is sent, so the cache keeps at most this many, and past this many
-# bytes of compiled models only the newest.
+# bytes of compiled models only the newest. The lock guards the cache and `_COMPILING` only: a scene
+# compiles outside it (a slow one must not hold up other threads' hits and compiles), and a thread
+# asking for a scene another thread is compiling waits for that compile instead of starting its own.
 _CACHE: OrderedDict[tuple[str, bool], Template] = OrderedDict()
+_COMPILING: dict[tuple[str, bool], threading.Event] = {}  # set when its compile ends, either way
 _CACHE_LOCK = threading.Lock()
 CACHE_TEMPLATES = 32
 CACHE_BYTES = 512 << 20
@@ -298,15 +301,31 @@ def cached_template(
     """One Template per distinct scene (text and files) among the last ones used in this process:
     memory grows with templates, not tasks, and the least recently used go first (past
     `CACHE_TEMPLATES` of them or `CACHE_BYTES` of compiled models). `digests` (name -> sha256 of
-    `assets`, checked by the caller) spares hashing the files again."""
+    `assets`, checked by the caller) spares hashing the files again. Threads compile different
+    scenes at once; a scene being compiled is compiled once, the other threads asking for it
+    waiting for it (if that compile fails, each tries it itself and gets its own error)."""
     digests = _digests(assets, digests)
     key = (source_hash(xml, digests), assets is not None)
-    with _CACHE_LOCK:
-        found = _CACHE.get(key)
-        if found is None:
-            found = _CACHE[key] = Template(xml, assets, digests)
-        _CACHE.move_to_end(key)
-        held = sum(t.nbytes for t in _CACHE.values())
-        while len(_CACHE) > 1 and (len(_CACHE) > CACHE_TEMPLATES or held > CACHE_BYTES):
-            held -= _CACHE.popitem(last=False)[1].nbytes
-        return found
+    while True:
+        with _CACHE_LOCK:
+            found = _CACHE.get(key)
+            if found is not None:
+                _CACHE.move_to_end(key)
+                return found
+            underway = _COMPILING.get(key)
+            if underway is None:
+                mine = _COMPILING[key] = threading.Event()
+                break
+        underway.wait()  # then cached, or failed: look again
+    try:
+        found = Template(xml, assets, digests)
+        with _CACHE_LOCK:
+            _CACHE[key] = found
+            held = sum(t.nbytes for t in _CACHE.values())
+            while len(_CACHE) > 1 and (len(_CACHE) > CACHE_TEMPLATES or held > CACHE_BYTES):
+                held -= _CACHE.popitem(last=False)[1].nbytes
+    finally:  # cached, or failed: the waiting threads look again
+        with _CACHE_LOCK:
+            del _COMPILING[key]
+        mine.set()
+    return found

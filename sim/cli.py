@@ -180,6 +180,7 @@ def evaluate_command(
     help="A task it is meant for (repeatable): a shipped task name or a task definition file; "
     "its definition is published too, and validators evaluate the skill on it.",
 )
+@scene_budget
 @click.pass_obj
 def publish_command(
     home: SiteHome,
@@ -193,9 +194,13 @@ def publish_command(
     package_paths: tuple[str, ...],
     balance_inertia: bool,
     for_tasks: tuple[str, ...],
+    max_scene_mb: int | None,
+    max_compile_s: float | None,
 ) -> None:
     """Publish a simulator skill (weights as a blob, architecture in the record) as this site."""
     options = urdf_reader_options(bool(urdf_bodies), floating_base, package_paths, balance_inertia)
+    limits = scene_limits(max_scene_mb, max_compile_s)
+    tasks = [task_arg(t, limits, 1) for t in for_tasks]  # compiled here, not simulated
     policy = skill_arg(skill)
     if not isinstance(policy, Policy):
         raise click.BadParameter(
@@ -212,7 +217,7 @@ def publish_command(
             task_family,
             description=description,
             embodiments=embodiments,
-            tasks=[task_arg(t) for t in for_tasks],
+            tasks=tasks,
         )
     click.echo(f"published {name}: {record.id}")
 
@@ -234,6 +239,7 @@ def publish_command(
     help="Also run an adversarial probe of this many rollouts and record its worst region.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
+@scene_budget
 @click.pass_obj
 def certify_command(
     home: SiteHome,
@@ -245,6 +251,8 @@ def certify_command(
     sampler_file: str | None,
     probe_budget: int,
     as_json: bool,
+    max_scene_mb: int | None,
+    max_compile_s: float | None,
 ) -> None:
     """Evaluate a skill of this site's library in randomized branches and sign the result as a
     certificate.
@@ -252,7 +260,9 @@ def certify_command(
     The site's key needs the validate role; while `simnet serve` holds the store, run this from a
     validator's own home (a key the site delegated with `simnet device add KEY --roles validate`).
     """
-    task = task_arg(task_name)
+    # as many simulations at once as a wave of its evaluation, or of its probe (64)
+    wave = DEFAULT_WAVE if probe_budget else min(branches, DEFAULT_WAVE)
+    task = task_arg(task_name, scene_limits(max_scene_mb, max_compile_s), wave)
     with home.open_writer() as kb:
         skill_id = skill_by_prefix(kb, skill_id).id
         result = evaluate(
@@ -310,6 +320,7 @@ def certify_command(
     "new_name",
     help="Distill the refined runs into a new version of the skill and publish it as this name.",
 )
+@scene_budget
 @click.pass_obj
 def refine_command(
     home: SiteHome,
@@ -320,11 +331,15 @@ def refine_command(
     seed: int,
     epochs: int,
     new_name: str | None,
+    max_scene_mb: int | None,
+    max_compile_s: float | None,
 ) -> None:
     """Run SKILL with the simulator planning around it (best of N perturbed rollouts,
     re-planned), report its success alone and refined; with --publish, distill the refined
     runs into a new version of the skill (its parent: SKILL) and publish it."""
-    task = task_arg(task_name)
+    task = task_arg(
+        task_name, scene_limits(max_scene_mb, max_compile_s), min(episodes, DEFAULT_WAVE)
+    )
     sampler = sampler_arg(None, task, seed)
     with home.open_readonly() as kb:
         skill = skill_by_prefix(kb, skill_id)

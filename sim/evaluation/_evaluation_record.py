@@ -12,8 +12,10 @@ A record (format "simnet.sim.evaluation/1") is a JSON object with exactly these 
                     | {kind: "callable", class}
     sampler         {seed, terms: [...]}: the dynamics randomization (the task holds its init terms)
     patches_digest  sha256 over the patches of the simulated branches, in branch order
-    layout          {branches (requested), wave, order}: the batch layout of physics and
-                    policy calls
+    layout          {branches (requested: n unless a sequential test decided), wave, order}:
+                    the batch layout of physics and policy calls (a wave is `wave` rows, however
+                    few branches; a re-run keeps it, so a site bounds it: sim/validation's
+                    `rerun_wave`)
     settings        {policy_threads, mjtNum}
     sequential      null | {p0, p1, alpha, beta, decision, decided_at}
     outcomes        parallel lists over simulated branches 0..n-1: branch, success (0/1),
@@ -299,6 +301,14 @@ def check_record(record: Any) -> None:
         and layout["wave"] >= 1,
         "layout",
         "must give wave and branches >= n",
+    )
+    sequential = record["sequential"]
+    decided = isinstance(sequential, dict) and sequential.get("decision") in ("accept", "reject")
+    need(
+        decided or n == layout["branches"],
+        "layout.branches",
+        f"is {layout['branches']:,}, but the record holds {n:,} outcomes: only a sequential test "
+        "that decided stops an evaluation before all its branches",
     )
     summary = record["summary"]
     need(

@@ -6,7 +6,10 @@ grid of millions of bodies. Compiled in the validating site's own process, such 
 the machine's memory (the server with it) or its time. So the validator first compiles each scene
 in a child process whose address space is capped at the budget (`max_scene_mb`, on Linux) and
 whose run is capped in time (`max_compile_s`), making the data of one wave of simulations as an
-evaluation does; a scene that does not fit is refused, unstarted, naming the limit.
+evaluation does; a scene that does not fit is refused, unstarted, naming the limit. A re-run of
+another site's evaluation record makes as many simulations at once as the record's `layout.wave`,
+which the record chooses: a wave over the site's limit (`ValidatorSettings.max_rerun_wave`) is
+refused before anything is compiled, and the scene is measured with the record's wave.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from ..evaluation._evaluate import DEFAULT_WAVE
 
 # The child: read {"scene", "assets"} from stdin, cap the address space at what it uses now plus
 # the budget, compile, make one wave's data, print the sizes. Only mujoco is imported.
@@ -49,6 +54,29 @@ else:
 
 class SceneOverBudget(Exception):
     """A task's scene needs more memory or time to compile than the site allows."""
+
+
+class WaveOverBudget(SceneOverBudget):
+    """An evaluation record's re-run would step more simulations at once (its `layout.wave`) than
+    the site allows: a re-run keeps the recorded wave (the policy sees all of a wave's rows per
+    call, so outcomes depend on it), and its memory and work per step grow with it."""
+
+
+def rerun_wave(record: Any, *, max_wave: int, remedy: str) -> int:
+    """The simulations a re-run of an evaluation record steps at once: its `layout.wave` (a wave
+    has that many rows even when the record has fewer branches). WaveOverBudget, naming the wave,
+    the limit and, in brackets, `remedy`, if it is more than `max_wave`. A record without a
+    positive integer wave gives the default wave (64): its re-run refuses it (`check_record`)."""
+    layout = record.get("layout") if isinstance(record, dict) else None
+    wave = layout.get("wave") if isinstance(layout, dict) else None
+    if not isinstance(wave, int) or isinstance(wave, bool) or wave < 1:
+        return DEFAULT_WAVE
+    if wave > max_wave:
+        raise WaveOverBudget(
+            f"its evaluation record's layout.wave asks for {wave:,} simulations stepped at once, "
+            f"over this site's budget of {max_wave:,} ({remedy})"
+        )
+    return wave
 
 
 def check_scene(
@@ -87,4 +115,5 @@ def check_scene(
         answer = None
     # killed, or out of memory on the way
     if not isinstance(answer, dict) or answer.get("error") == "memory":
-        raise SceneOverBudget(f"{name} with {wave} simulations does not fit in {limit}")
+        simulations = f"{wave:,} simulation{'' if wave == 1 else 's'}"
+        raise SceneOverBudget(f"{name} with {simulations} does not fit in {limit}")

@@ -12,6 +12,7 @@ import knowledge
 
 from .._patches import Sampler
 from .._tasks import Task
+from ..evaluation._evaluate import DEFAULT_WAVE
 from ._samplers import fleet_sampler
 
 SETTINGS_FILE = "validator.toml"
@@ -46,6 +47,14 @@ class ValidatorSettings:
     # wall-clock seconds an evaluation job may take: a scene within the memory budget can still be
     # slow on every physics step (many bodies in contact), which the step budgets do not bound
     max_job_s: float = 600.0
+
+    @property
+    def max_rerun_wave(self) -> int:
+        """The most simulations a re-run of another site's evaluation record (a spot check,
+        `simnet verify`, `simnet reproduce`) may step at once, its `layout.wave`: as many as this
+        site evaluates a task with (`branches`), and never fewer than the default wave (64),
+        which every evaluation uses unless told otherwise."""
+        return max(self.branches, DEFAULT_WAVE)
 
     @classmethod
     def load(cls, path: Path) -> ValidatorSettings:

@@ -41,7 +41,7 @@ from ..evaluation import certify, evaluate, load_policy, probe, spot_check
 from ..evaluation._evaluate import DEFAULT_WAVE
 from ._jobs import Job, Ranked, Trouble, taking_turns
 from ._policy_budget import PolicyOverBudget, check_policy_cost
-from ._scene_budget import SceneOverBudget, check_scene
+from ._scene_budget import SceneOverBudget, check_scene, rerun_wave
 from ._settings import SETTINGS_FILE, ValidatorSettings
 
 log = logging.getLogger("sim.validation")
@@ -51,6 +51,10 @@ HEARTBEAT_S = 60.0  # an idle validator rewrites its state this often, so reader
 # may resolve by itself: weights, a task or a file its scene loads (MissingAssetError, a BlobError)
 # arrive later
 _WAITING = (BlobError, UnknownTaskError)
+_REMEDY = (
+    f"branches in {SETTINGS_FILE}, or {DEFAULT_WAVE} if more: to spot-check it, raise branches, "
+    "restart and request the skill"
+)
 
 
 class _Stopped(Exception):
@@ -307,10 +311,12 @@ class Validator:
 
     def _spot_check(self, job: Job) -> None:
         cert = self.kb.certificates.get(job.certificate or "")
+        # the record is another validator's: its wave is the re-run's, bounded before anything runs
+        wave = rerun_wave(cert.evaluation, max_wave=self.settings.max_rerun_wave, remedy=_REMEDY)
         task = (cert.evaluation or {}).get("task")  # `spot_check` checks the record itself
         if isinstance(task, dict) and isinstance(task.get("definition"), dict):
             self._check_budget({str(task.get("hash")): task["definition"]}, job)
-            self._compiled(task["definition"])
+            self._compiled(task["definition"], wave)
         result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
         self.totals["spot_checks"] += 1
         self.totals["branches_spot_checked"] += len(result.branches)
@@ -345,11 +351,12 @@ class Validator:
             f"`simnet validate --request {job.skill[:16]}`"
         )
 
-    def _compiled(self, definition: Mapping[str, Any]) -> Task:
-        """The task compiled here, once a child process showed that its scene fits this site's
-        `max_scene_mb` and `max_compile_s` (SceneOverBudget if not)."""
+    def _compiled(self, definition: Mapping[str, Any], wave: int | None = None) -> Task:
+        """The task compiled here, once a child process showed that its scene with `wave`
+        simulations (default: a wave of this site's evaluations) fits this site's `max_scene_mb`
+        and `max_compile_s` (SceneOverBudget if not)."""
         assets, s = fetch_assets(self.kb, definition), self.settings
-        wave = min(s.branches, DEFAULT_WAVE)
+        wave = min(s.branches, DEFAULT_WAVE) if wave is None else wave
         check_scene(definition, assets, max_mb=s.max_scene_mb, max_s=s.max_compile_s, wave=wave)
         return Task(definition, assets)
 

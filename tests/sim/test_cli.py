@@ -5,6 +5,7 @@ import numpy as np
 from click.testing import CliRunner
 
 import knowledge
+import sim
 from knowledge import SiteHome
 from knowledge.cli import main
 from sim import EntryPointRef, load_skill, load_task
@@ -261,6 +262,87 @@ def test_a_mesh_task_file_certifies_and_a_site_without_its_files_cannot_verify(
     assert rerun.exit_code == 0 and rerun.output.startswith("reproduces"), rerun.output
     lacking = simnet("bare", "reproduce", str(record), str(skill_file))
     assert lacking.exit_code == 3 and f"cannot re-run here: asset {name!r}" in lacking.output
+
+
+def test_certify_and_refine_check_a_task_file_under_the_sites_scene_budget(tmp_path):
+    """`certify --task FILE` and `refine --task FILE` compile the file's scene first in a child
+    process, with a wave of their simulations, under the site's max_scene_mb (validator.toml) or
+    --max-scene-mb: at 64 MiB, eight simulations of the arm (13 MiB of arena each) do not fit, and
+    nothing is certified; the option raises it. They compiled any file in their own process."""
+    home = tmp_path / "site"
+    task_file = tmp_path / "reach.json"
+    task_file.write_text(json.dumps(load_task("arm_reach").to_json()))
+
+    def simnet(*args):
+        return CliRunner().invoke(main, ["--home", str(home), *args])
+
+    assert simnet("init", "--name", "site").exit_code == 0
+    assert simnet("publish", "arm_reach_good", "--name", "good", "--task", "reach").exit_code == 0
+    (home / "validator.toml").write_text("max_scene_mb = 64\n")
+    limit = "does not fit in this site's budget of 64 MiB and 60 s (--max-scene-mb"
+    certify = ("certify", "good", "--task", str(task_file), "--branches", "8")
+    refused = simnet(*certify)
+    assert refused.exit_code == 1, refused.output
+    assert f"Error: task arm_reach: its scene with 8 simulations {limit}" in refused.output
+    refine = simnet("refine", "good", "--task", str(task_file), "--episodes", "8")
+    assert refine.exit_code == 1 and "its scene with 8 simulations" in refine.output, refine.output
+    with knowledge.SiteHome(home).open_readonly() as kb:
+        (skill,) = kb.skills.list()
+        assert kb.certificates.for_skill(skill.id) == []
+    certified = simnet(*certify, "--max-scene-mb", "1024")
+    assert certified.exit_code == 0 and "certified " in certified.output, certified.output
+
+
+def test_verify_and_reproduce_refuse_a_record_whose_layout_asks_too_much(tmp_path):
+    """A re-run keeps a record's layout, which the record's writer chose: `layout.wave`
+    simulations stepped at once (the scene was checked with min(wave, branches) of them, the
+    batch made with all of them: a wave of 10^9 asked for hundreds of GB), and `layout.branches`
+    branches (10^12 of them listed every wave's index before running one). Now a wave over this
+    site's max(branches, 64) is "cannot verify here" (exit 3), and a record holding fewer outcomes
+    than its branches with no sequential test that decided is inconsistent (exit 1)."""
+    home = tmp_path / "site"
+    good, task = load_skill("arm_reach_good"), load_task("arm_reach").replace(horizon=20)
+
+    def simnet(*args):
+        return CliRunner().invoke(main, ["--home", str(home), *args])
+
+    assert simnet("init", "--name", "site").exit_code == 0
+    with SiteHome(home).open_writer() as kb:
+        skill = sim.publish_skill(kb, good, "good", "reach", tasks=[task])
+        record = sim.evaluate(task, good, branches=16, progress=False).to_record()
+        wide = {**record, "layout": {**record["layout"], "wave": 10**9}}
+        long = {**record, "layout": {**record["layout"], "branches": 10**12}}
+        certificates = {  # signed as a peer's validator would: its own claims, not checked
+            name: kb.certificates.add(
+                skill.id,
+                branches=16,
+                successes=record["summary"]["successes"],
+                confidence=record["summary"]["confidence"],
+                randomized=sim.randomized(record),
+                evaluation=hostile,
+            ).id
+            for name, hostile in (("wide", wide), ("long", long))
+        }
+    for name, hostile in (("wide", wide), ("long", long)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(hostile))
+    over = "its evaluation record's layout.wave asks for 1,000,000,000 simulations stepped at once"
+    limit = "over this site's budget of 128 (its branches in validator.toml, or 64 if more)"
+
+    verified = simnet("verify", certificates["wide"])
+    assert verified.exit_code == 3, verified.output
+    assert f"UNVERIFIED: cannot verify here: {over}, {limit}" in verified.output
+    rerun = simnet("reproduce", str(tmp_path / "wide.json"), "arm_reach_good")
+    assert rerun.exit_code == 3 and f"cannot re-run here: {over}, {limit}" in rerun.output
+
+    inconsistent = "record field 'layout.branches': is 1,000,000,000,000, but the record holds 16"
+    verified = simnet("verify", certificates["long"])
+    assert verified.exit_code == 1, verified.output
+    assert f"NOT VALID: the evaluation record is inconsistent: {inconsistent}" in verified.output
+    rerun = simnet("reproduce", str(tmp_path / "long.json"), "arm_reach_good")
+    assert rerun.exit_code == 1 and f"Error: {inconsistent}" in rerun.output, rerun.output
+
+    (home / "validator.toml").write_text("branches = 1000\n")  # the limit follows branches
+    assert "over this site's budget of 1,000 (" in simnet("verify", certificates["wide"]).output
 
 
 def _still(obs_dim: int, act_dim: int):

@@ -126,6 +126,9 @@ def test_a_result_that_does_not_reproduce_is_reported(recorded, short_walker):
         (lambda r: r.pop("environment"), "keys"),
         (lambda r: r.update(format="simnet.sim.evaluation/0"), "format"),
         (lambda r: r["layout"].update(branches=2), "layout"),
+        # 4 outcomes of 12 branches: only a sequential test that decided stops before them all
+        (lambda r: r.update(sequential=None), "layout.branches': is 12, but the record holds 4"),
+        (lambda r: r["sequential"].update(decision="undecided"), "layout.branches"),
     ],
 )
 def test_tampered_records_are_refused(recorded, tamper, message):
@@ -173,13 +176,16 @@ def test_records_of_callables_reproduce_with_the_same_callable(short_arm):
 
 
 def test_a_record_with_fewer_outcomes_than_its_rerun_is_a_verdict_not_a_crash(short_walker):
-    """A peer's record may hold fewer branches than its layout asks for (n <= branches): the rerun
-    then has more outcomes than the record, which is a mismatch to report, never an exception."""
+    """A peer's record may hold fewer branches than its layout asks for (n <= branches) where its
+    sequential test decided: a re-run whose test does not decide as early then has more outcomes
+    than the record, which is a mismatch to report, never an exception. (Without a test that
+    decided, such a record is inconsistent: test_tampered_records_are_refused.)"""
     skill = load_skill("walker_forward_good")
     sampler = load_sampler("walker_forward", seed=9)
     short = evaluate(short_walker, skill, branches=8, wave=4, sampler=sampler, progress=False)
     record = short.to_record()
-    record["layout"]["branches"] = 12  # consistent: 8 outcomes of at most 12
+    record["layout"]["branches"] = 12  # 8 outcomes of at most 12: a test that decided at 8
+    record["sequential"] = {**SPRT(0.49, 0.51).to_json(), "decision": "accept", "decided_at": 8}
     check_record(record)
-    verdict = reproduce(record, skill, progress=False)
+    verdict = reproduce(record, skill, progress=False)  # its test decides nothing in 12
     assert not verdict.exact and len(verdict.rerun.outcomes) == 12

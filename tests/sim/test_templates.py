@@ -1,4 +1,6 @@
 import hashlib
+import threading
+import time
 
 import mujoco
 import pytest
@@ -159,3 +161,67 @@ def test_actuators_are_addressed_through_the_joint_they_drive():
         two.slot("actuator@joint/hinge/gain")
     with pytest.raises(MutationError, match="no actuator drives it"):
         two.slot("actuator@joint/free_hinge/gain")
+
+
+def _slow_scene(tag: str, bodies: int = 3000) -> str:
+    """A scene MuJoCo takes about a second to compile (1.3 s here for 3,000 bodies)."""
+    parts = (
+        f'<body name="{tag}{i}" pos="{i / 10} 0 0"><joint/><geom size=".05"/></body>'
+        for i in range(bodies)
+    )
+    return f"<mujoco><worldbody>{''.join(parts)}</worldbody></mujoco>"
+
+
+def test_a_slow_compile_does_not_hold_up_other_scenes():
+    """The cache compiled under its lock: while one thread compiled a slow scene, every other
+    thread's cache hit (and compile of another scene) waited for it. Now a compile runs outside the
+    lock, and two threads asking for the same scene at once get one compile of it."""
+    hit, fresh = _scenes("parallel-hit", 1)[0], _scenes("parallel-fresh", 1)[0]
+    known = cached_template(hit)
+    slow = _slow_scene("parallel-slow")
+    done: dict[str, float] = {}
+    results: list[Template] = []
+
+    def compile_slow() -> None:
+        started = time.monotonic()
+        results.append(cached_template(slow))
+        done["slow"], done["slow_s"] = time.monotonic(), time.monotonic() - started
+
+    compiling = [threading.Thread(target=compile_slow) for _ in range(2)]  # the same scene twice
+    for thread in compiling:
+        thread.start()
+    time.sleep(0.3)  # both are in the slow compile (hashing the text takes microseconds)
+    asked = time.monotonic()
+    assert cached_template(hit) is known
+    other = cached_template(fresh)  # another scene, compiled meanwhile
+    answered = time.monotonic()
+    for thread in compiling:
+        thread.join()
+    assert done["slow_s"] > 0.8, done  # the scene is slow enough to tell
+    assert answered - asked < 0.2, answered - asked  # it waited for the slow compile before
+    assert done["slow"] - answered > 0.3, (done, answered)  # which was still under way
+    assert other.names("body") == ["parallel-fresh0"]
+    assert results[0] is results[1] is cached_template(slow)  # compiled once, shared
+
+
+def test_threads_waiting_on_a_scene_that_does_not_compile_each_get_the_error():
+    """A compile that fails leaves nothing behind: the threads that waited for it try it
+    themselves, and each gets its TemplateError (none waits forever)."""
+    nonsense = "<geom type='nonsense'/></worldbody>"
+    broken = _slow_scene("broken", 2000).replace("</worldbody>", nonsense)
+    errors: list[Exception] = []
+
+    def compile_broken() -> None:
+        try:
+            cached_template(broken)
+        except TemplateError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=compile_broken) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads) and len(errors) == 3, errors
+    with pytest.raises(TemplateError, match="does not compile"):
+        cached_template(broken)

@@ -207,6 +207,47 @@ def test_a_certificate_over_the_step_budget_is_not_spot_checked(home, short_arm,
     other.close()
 
 
+def test_a_certificate_whose_wave_is_over_the_budget_is_not_spot_checked(home, short_arm, tmp_path):
+    """A spot check re-runs another validator's record in its own layout: a wave of
+    `layout.wave` simulations, however few branches it holds. The validator took it as recorded
+    (its scene checked with this site's own wave of 16): a wave of 10^9 asked the batch for
+    hundreds of GB (std::bad_alloc, retried), one of a few million took gigabytes and hours. Now a
+    wave over max(branches, 64) is refused unstarted, never retried, naming the wave and the
+    budget; a certificate within it is spot-checked as before."""
+    other = knowledge.open(tmp_path / "other.db", Identity.generate())
+    with home.open_writer() as kb:
+        kb.set_policy(kb.policy.with_root(other.identity.public_key))
+        other.set_policy(TrustPolicy().with_root(kb.identity.public_key))
+        remote = publish(other, "remote", task=short_arm)
+        result = sim.evaluate(short_arm, sim.load_policy(other, remote.id), branches=16, wave=8)
+        record = result.to_record()
+        hostile = sim.certify(
+            other, remote.id, {**record, "layout": {**record["layout"], "wave": 10**9}}
+        )
+        kb.ingest(other.envelopes_since({}))
+        for blob in other.blobs.list():
+            kb.blobs.put(other.blobs.get(blob))
+        validator = Validator(kb, FAST, home=home.path)
+        (job,) = validator.queue()
+        assert (job.kind, job.certificate) == ("spot_check", hostile.id)
+        validator.step()
+        (failed,) = state(home)["failed"]
+        assert failed["certificate"] == hostile.id and failed["retry_at"] is None, failed
+        for phrase in ("over budget", "layout.wave asks for 1,000,000,000 simulations", "of 64"):
+            assert phrase in failed["reason"], (phrase, failed["reason"])
+        assert "branches in validator.toml" in failed["reason"]
+        assert not kb.certificates.checks(hostile.id) and state(home)["spot_checks"] == 0
+
+        honest = sim.certify(other, remote.id, result)  # wave 8
+        kb.ingest(other.envelopes_since({}))
+        (job,) = validator.queue()
+        assert job.certificate == honest.id
+        validator.step()
+        (check,) = kb.certificates.checks(honest.id)
+        assert check.reproduced and state(home)["spot_checks"] == 1
+    other.close()
+
+
 def test_writers_take_turns_whatever_their_clocks_say(home, short_arm, tmp_path):
     """One writer's many early-dated skills get it one job per turn, not the whole queue."""
     other = knowledge.open(tmp_path / "other.db", Identity.generate())
