@@ -67,7 +67,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sim.cli:reproduce_command",
         "Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce, 3 if a "
         "file its task's scene loads is not in this site's store (--home) nor at its peers, or "
-        "its scene is over this site's budget.",
+        "its scene or wave is over this site's budget.",
     ),
     "revoke": (
         "federation.cli:revoke",
@@ -101,8 +101,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sim.cli:verify_command",
         "Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its "
         "certificates); exit status 1 if one is tampered or does not reproduce, else 3 if one "
-        "cannot be verified here (a file its task's scene loads is missing, or its scene is over "
-        "this site's budget: no verdict on it).",
+        "cannot be verified here (a file its task's scene loads is missing, or its scene or wave "
+        "is over this site's budget: no verdict on it).",
     ),
     "world": (
         "sim.cli:world_group",

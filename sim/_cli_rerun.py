@@ -42,8 +42,8 @@ def reproduce_command(
     max_compile_s: float | None,
 ) -> None:
     """Re-run a recorded evaluation of SKILL; exit status 1 if it does not reproduce, 3 if a file
-    its task's scene loads is not in this site's store (--home) nor at its peers, or its scene is
-    over this site's budget."""
+    its task's scene loads is not in this site's store (--home) nor at its peers, or its scene or
+    wave is over this site's budget."""
     record = json.loads(Path(record_file).read_text())
     limits = scene_limits(max_scene_mb, max_compile_s)
     try:
@@ -104,8 +104,8 @@ def verify_command(
 ) -> None:
     """Re-run a certificate's evaluation here (a certificate id prefix, or a skill: all of its
     certificates); exit status 1 if one is tampered or does not reproduce, else 3 if one cannot be
-    verified here (a file its task's scene loads is missing, or its scene is over this site's
-    budget: no verdict on it)."""
+    verified here (a file its task's scene loads is missing, or its scene or wave is over this
+    site's budget: no verdict on it)."""
     limits = scene_limits(max_scene_mb, max_compile_s)
     with home.open_readonly() as kb:
         every = [
