@@ -58,7 +58,7 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
                 f"blob {blob_hash[:16]}… is not stored here, and no skill or task held here names "
                 "it: a site fetches for its devices only the blobs its records name",
             )
-        fetched = await _fetch_for_device(site, blob_hash)
+        fetched = await _fetch_for_device(site, blob_hash, caller)
         if isinstance(fetched, Response):
             return fetched
         size = fetched
@@ -123,33 +123,16 @@ def _is_device(site: Site, caller: bytes) -> bool:
     return caller != site.key and all(root.key != caller for root in site.kb.policy.roots)
 
 
-async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
+async def _fetch_for_device(site: Site, blob_hash: str, caller: bytes) -> int | Response:
     """The size of a blob fetched now from this site's peers, or the answer saying why not.
 
     The fetch runs on a thread of its own, at most `DEVICE_FETCHES` at once (503 `busy` beyond):
     on the server's shared worker threads, which every signed request needs, a device asking
     many times while a peer never answered held them all until the deadline and stalled the
-    site."""
-    if not site.device_fetches.acquire(blocking=False):
-        raise BusyError(
-            f"this site is fetching {DEVICE_FETCHES} blobs for its devices already; retry later"
-        )
-    loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[int] = loop.create_future()
-    # a fetch that ends after its request timed out is logged by nobody: not as never retrieved
-    outcome.add_done_callback(lambda done: done.cancelled() or done.exception())
-
-    def fetch() -> None:
-        try:
-            size = fetch_for_device(site.config, site.kb, blob_hash)
-        except BaseException as exc:  # noqa: BLE001 - handed to the request that asked
-            _settle(loop, outcome, exc)
-        else:
-            _settle(loop, outcome, size)
-        finally:
-            site.device_fetches.release()
-
-    threading.Thread(target=fetch, name="device-blob-fetch", daemon=True).start()
+    site. A request for a blob already being fetched waits for that fetch, and a device starts
+    one fetch at a time (503 `busy` while its last is under way): one device asking again and
+    again, while a peer never answered, took every turn and kept the site's other devices out."""
+    outcome = site.fetching.get(blob_hash) or _start_fetch(site, blob_hash, caller)
     try:  # past the deadline the fetch goes on in its thread, and stores the blob when done
         async with asyncio.timeout(site.config.limits.sync_deadline_s):
             return await asyncio.shield(outcome)
@@ -161,6 +144,42 @@ async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
         return error_response(507, "insufficient_storage", str(exc))
     except BlobError as exc:
         return error_response(404, "not_found", str(exc))
+
+
+def _start_fetch(site: Site, blob_hash: str, caller: bytes) -> asyncio.Future[int]:
+    """Start fetching a blob for the device `caller` in a thread of its own; the future of its
+    size. BusyError if the device's last fetch is under way or every turn is taken."""
+    if caller in site.fetching_for:
+        raise BusyError("a blob this device asked for is still being fetched; retry later")
+    if not site.device_fetches.acquire(blocking=False):
+        raise BusyError(
+            f"this site is fetching {DEVICE_FETCHES} blobs for its devices already; retry later"
+        )
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[int] = loop.create_future()
+    site.fetching[blob_hash] = outcome
+    site.fetching_for.add(caller)
+
+    def done(future: asyncio.Future[int]) -> None:
+        site.fetching.pop(blob_hash, None)
+        site.fetching_for.discard(caller)
+        if not future.cancelled():  # retrieved here: one that ends after its requests timed out
+            future.exception()  # is logged by nobody, not as never retrieved
+
+    outcome.add_done_callback(done)
+
+    def fetch() -> None:
+        try:
+            size = fetch_for_device(site.config, site.kb, blob_hash)
+        except BaseException as exc:  # noqa: BLE001 - handed to the requests that asked
+            _settle(loop, outcome, exc)
+        else:
+            _settle(loop, outcome, size)
+        finally:
+            site.device_fetches.release()
+
+    threading.Thread(target=fetch, name="device-blob-fetch", daemon=True).start()
+    return outcome
 
 
 def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[int], value: Any) -> None:
