@@ -1,5 +1,6 @@
-"""The blob endpoints: `GET /v1/blobs/{hash}` streams a stored blob (a device's site fetches one it
-lacks from its peers first) and `PUT /v1/blobs/{hash}` takes a blob that a held skill or task names.
+"""The blob endpoints: `GET /v1/blobs/{hash}` streams a stored blob (for a device it delegated, a
+site fetches one it lacks from its peers first) and `PUT /v1/blobs/{hash}` takes a blob that a held
+skill or task names.
 
 Blobs are sent a stored part at a time, as fast as the client takes them in (the connection layer,
 `_http`, drops a client that stops), and are hashed on the way out, so a corrupt stored blob is
@@ -37,8 +38,8 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     """
     summary: >-
       A blob by its SHA-256 (streamed; one byte range with Range: bytes=N-). The receiver verifies
-      the hash. A device's site fetches a blob it lacks from its peers first, if a skill or task
-      held here names it.
+      the hash. For a device it delegated, a site fetches a blob it lacks from its peers first,
+      if a skill or task held here names it.
     parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
     responses:
       "200": {description: The blob's bytes.}
@@ -50,7 +51,7 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
     size = await run_in_threadpool(site.kb.blobs.size, blob_hash)
-    if size is None and site.config.peers and _is_device(site, caller):
+    if size is None and site.config.peers and await run_in_threadpool(_is_own_device, site, caller):
         if not await run_in_threadpool(site.kb.blobs.is_named, blob_hash):
             return error_response(
                 404,
@@ -118,9 +119,11 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
     return JSONResponse({"stored": True, "bytes": len(body)}, status_code=201)
 
 
-def _is_device(site: Site, caller: bytes) -> bool:
-    """A caller that is neither this site nor a site root it trusts (sites get what is held)."""
-    return caller != site.key and all(root.key != caller for root in site.kb.policy.roots)
+def _is_own_device(site: Site, caller: bytes) -> bool:
+    """A device this site delegated (not a site root): the only callers it fetches blobs for.
+    Another site's devices get what is held, as sites do: a root trusted here could delegate any
+    number of keys, each of them taking a fetch turn, and answer none of the fetches itself."""
+    return caller != site.key and site.key in site.kb.vouching_sites(caller)
 
 
 async def _fetch_for_device(site: Site, blob_hash: str, caller: bytes) -> int | Response:

@@ -87,6 +87,64 @@ def test_a_device_asking_many_times_for_a_blob_no_peer_sends_does_not_stall_its_
     site.assert_no_traceback()
 
 
+def sites_with_an_honest_blob(live, tmp_path, hole: socket.socket, hole_key: bytes, trust: str):
+    """Sites a and b, serving, peers of each other (a trusts b to publish, b a to validate), a's
+    limits at `DEADLINE_S`; `hole` is a's peer too, after b, with `hole_key` (trusted for `trust`
+    when given). A robot of b publishes a skill naming a blob b holds; a holds the skill, not the
+    blob. Returns a, b and the blob's hash."""
+    a = live("a", limits=ServerLimits(timeout_s=DEADLINE_S, sync_deadline_s=DEADLINE_S))
+    b = live("b")
+    for site, other, roles in ((a, b, "publish"), (b, a, "validate")):
+        url, key = f"http://{other.config.listen}", other.key.public_key_hex
+        simnet_here(site.home, "peer", "add", other.home.name, url, "--key", key, "--trust", roles)
+    hole_url = f"http://127.0.0.1:{hole.getsockname()[1]}"
+    if trust:
+        simnet_here(
+            a.home, "peer", "add", "hole", hole_url, "--key", hole_key.hex(), "--trust", trust
+        )
+    else:
+        config = a.config
+        config.peers.append(PeerConfig("hole", hole_url, hole_key))
+        config.save()
+    a.start(), b.start()
+    publisher = device(b, tmp_path, "publisher", "publish")
+    weights = publisher.blobs.put(os.urandom(4096))
+    publisher.skills.publish("honest", "pick", blobs=[weights])
+    federation.sync_with(publisher, b.url, b.key.public_key, push_blobs=[weights])
+    publisher.close()
+    simnet_here(a.home, "sync", "b")
+    return a, b, weights
+
+
+def honest_fetch_while_asked(a, tmp_path, askers: list[tuple[Identity, str]], blob: str):
+    """A robot of a fetches `blob` through a (federation.sync_with) while each (key, blob) of
+    `askers` asks a for its blob from a thread of its own, again as soon as it is answered (or in
+    3 s): the robot's store, how long its fetch took, and the statuses the askers got."""
+    stop = threading.Event()
+    answers: list[int] = []
+
+    def ask(key: Identity, wanted: str) -> None:
+        with httpx.Client(base_url=a.url, auth=SimnetAuth(key, a.key.public_key)) as client:
+            while not stop.is_set():
+                try:
+                    answers.append(client.get(f"/v1/blobs/{wanted}", timeout=3.0).status_code)
+                except httpx.TimeoutException:
+                    pass
+
+    honest = device(a, tmp_path, "honest", "publish")
+    with ThreadPoolExecutor(len(askers)) as pool:
+        for key, wanted in askers:
+            pool.submit(ask, key, wanted)
+        time.sleep(2.0)  # every turn is taken
+        started = time.monotonic()
+        try:
+            federation.sync_with(honest, a.url, a.key.public_key, blobs=[blob])
+        finally:
+            took = time.monotonic() - started
+            stop.set()
+    return honest, took, answers
+
+
 def test_one_device_cannot_take_every_fetch_from_its_sites_other_devices(live, tmp_path):
     """Attack: a robot publishes a skill naming a blob nobody holds and asks its site for it from
     8 threads, again as soon as each is answered, while one of the site's peers is a black hole.
@@ -97,61 +155,58 @@ def test_one_device_cannot_take_every_fetch_from_its_sites_other_devices(live, t
     hole = socket.socket()  # accepts connections (the kernel does) and never answers
     hole.bind(("127.0.0.1", 0))
     hole.listen(1024)
-    a = live("a", limits=ServerLimits(timeout_s=DEADLINE_S, sync_deadline_s=DEADLINE_S))
-    b = live("b")  # a peer of a that holds the honest blob
-    for site, other, roles in ((a, b, "publish"), (b, a, "validate")):
-        url, key = f"http://{other.config.listen}", other.key.public_key_hex
-        simnet_here(site.home, "peer", "add", other.home.name, url, "--key", key, "--trust", roles)
-    config = a.config  # the black hole after b: a fetch asks b first, then waits on the hole
-    hole_url = f"http://127.0.0.1:{hole.getsockname()[1]}"
-    config.peers.append(PeerConfig("hole", hole_url, Identity.generate().public_key))
-    config.save()
-    a.start(), b.start()
-
-    publisher = device(b, tmp_path, "publisher", "publish")
-    weights = publisher.blobs.put(os.urandom(4096))
-    publisher.skills.publish("honest", "pick", blobs=[weights])
-    federation.sync_with(publisher, b.url, b.key.public_key, push_blobs=[weights])
-    publisher.close()
-    simnet_here(a.home, "sync", "b")  # a holds the honest skill, not its blob
-
+    a, b, weights = sites_with_an_honest_blob(live, tmp_path, hole, os.urandom(32), "")
     attacker = device(a, tmp_path, "attacker", "publish")
     missing, another = os.urandom(32).hex(), os.urandom(32).hex()
     attacker.skills.publish("needs-a-blob", "pick", blobs=[missing, another])
     federation.sync_with(attacker, a.url, a.key.public_key)
     attacker_key = attacker.identity
     attacker.close()
-    stop = threading.Event()
 
-    def hammer(_: int) -> None:
-        auth = SimnetAuth(attacker_key, a.key.public_key)
-        with httpx.Client(base_url=a.url, auth=auth, timeout=3.0) as client:
-            while not stop.is_set():
-                try:
-                    client.get(f"/v1/blobs/{missing}")
-                except httpx.TimeoutException:
-                    pass
-
-    honest = device(a, tmp_path, "honest", "publish")
-    with ThreadPoolExecutor(8) as pool:
-        for i in range(8):
-            pool.submit(hammer, i)
-        time.sleep(2.0)  # every turn is taken
-        started = time.monotonic()
-        try:
-            federation.sync_with(honest, a.url, a.key.public_key, blobs=[weights])
-        finally:
-            took = time.monotonic() - started
-            with httpx.Client(auth=SimnetAuth(attacker_key, a.key.public_key)) as client:
-                second = client.get(f"{a.url}/v1/blobs/{another}", timeout=DEADLINE_S)
-            stop.set()
+    honest, took, _ = honest_fetch_while_asked(a, tmp_path, [(attacker_key, missing)] * 8, weights)
+    with httpx.Client(auth=SimnetAuth(attacker_key, a.key.public_key)) as client:
+        second = client.get(f"{a.url}/v1/blobs/{another}", timeout=DEADLINE_S)
     hole.close()
-
-    # the attacker's other blob waits for its first: refused at once, to ask again later
-    assert_refused(second, 503, "busy", "a blob this device asked for is still being fetched")
-    assert second.headers["retry-after"] == "1"
 
     assert weights in honest.blobs, "the honest robot did not get its blob"
     assert took < DEADLINE_S / 2, f"the honest robot waited {took:.1f} s for its blob"
+    # the attacker's other blob waits for its first: refused at once, to ask again later
+    assert_refused(second, 503, "busy", "a blob this device asked for is still being fetched")
+    assert second.headers["retry-after"] == "1"
+    honest.close()
+    a.assert_no_traceback(), b.assert_no_traceback()
+
+
+def test_a_peer_cannot_take_every_fetch_with_devices_of_its_own(live, tmp_path):
+    """Attack: a site root that a trusts to publish, whose server never answers (a black hole at
+    its address), delegates four device keys, publishes a skill naming four blobs only it could
+    send, and each device asks a for one of them again and again. Its devices hold a grant at a
+    (its delegation, capped by its roles there), so a fetched the blobs for them from its peers:
+    the hostile root too, which never answers, a turn a device, every turn for as long as they
+    asked, and a's own robot was told `busy` until its client gave up. A site fetches only for
+    the devices it delegated itself; another site's devices are answered from what is held."""
+    hole = socket.socket()  # the hostile root's address: accepts connections, never answers
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(1024)
+    hostile_key = Identity.generate()
+    a, b, weights = sites_with_an_honest_blob(
+        live, tmp_path, hole, hostile_key.public_key, "publish"
+    )
+    hostile = knowledge.open(tmp_path / "hostile.db", hostile_key)
+    devices = [Identity.generate() for _ in range(4)]
+    for robot in devices:
+        hostile.delegate(robot.public_key, ["publish"])
+    missing = [os.urandom(32).hex() for _ in devices]  # a blob for each: a fetch each
+    hostile.skills.publish("needs-blobs", "pick", blobs=missing)
+    federation.sync_with(hostile, a.url, a.key.public_key)  # a pulls nothing from the hole
+    hostile.close()
+
+    askers = list(zip(devices * 2, missing * 2, strict=True))
+    honest, took, answers = honest_fetch_while_asked(a, tmp_path, askers, weights)
+    hole.close()
+
+    assert weights in honest.blobs, "the honest robot did not get its blob"
+    assert took < DEADLINE_S / 2, f"the honest robot waited {took:.1f} s for its blob"
+    assert answers and set(answers) == {404}, sorted(set(answers))  # a holds no such blob
     honest.close()
     a.assert_no_traceback(), b.assert_no_traceback()
