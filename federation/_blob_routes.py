@@ -1,5 +1,6 @@
-"""The blob endpoints: `GET /v1/blobs/{hash}` streams a stored blob (a device's site fetches one it
-lacks from its peers first) and `PUT /v1/blobs/{hash}` takes a blob that a held skill or task names.
+"""The blob endpoints: `GET /v1/blobs/{hash}` streams a stored blob (for a device it delegated, a
+site fetches one it lacks from its peers first) and `PUT /v1/blobs/{hash}` takes a blob that a held
+skill or task names.
 
 Blobs are sent a stored part at a time, as fast as the client takes them in (the connection layer,
 `_http`, drops a client that stops), and are hashed on the way out, so a corrupt stored blob is
@@ -37,8 +38,8 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     """
     summary: >-
       A blob by its SHA-256 (streamed; one byte range with Range: bytes=N-). The receiver verifies
-      the hash. A device's site fetches a blob it lacks from its peers first, if a skill or task
-      held here names it.
+      the hash. For a device it delegated, a site fetches a blob it lacks from its peers first,
+      if a skill or task held here names it.
     parameters: [{name: hash, in: path, required: true, schema: {type: string}}]
     responses:
       "200": {description: The blob's bytes.}
@@ -50,7 +51,7 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
     """
     blob_hash = check_hex64(request.path_params["hash"], "blob hash")
     size = await run_in_threadpool(site.kb.blobs.size, blob_hash)
-    if size is None and site.config.peers and _is_device(site, caller):
+    if size is None and site.config.peers and await run_in_threadpool(_is_own_device, site, caller):
         if not await run_in_threadpool(site.kb.blobs.is_named, blob_hash):
             return error_response(
                 404,
@@ -58,7 +59,7 @@ async def blob(request: Request, site: Site, body: bytes, caller: bytes) -> Resp
                 f"blob {blob_hash[:16]}… is not stored here, and no skill or task held here names "
                 "it: a site fetches for its devices only the blobs its records name",
             )
-        fetched = await _fetch_for_device(site, blob_hash)
+        fetched = await _fetch_for_device(site, blob_hash, caller)
         if isinstance(fetched, Response):
             return fetched
         size = fetched
@@ -118,38 +119,23 @@ async def upload_blob(request: Request, site: Site, body: bytes, caller: bytes) 
     return JSONResponse({"stored": True, "bytes": len(body)}, status_code=201)
 
 
-def _is_device(site: Site, caller: bytes) -> bool:
-    """A caller that is neither this site nor a site root it trusts (sites get what is held)."""
-    return caller != site.key and all(root.key != caller for root in site.kb.policy.roots)
+def _is_own_device(site: Site, caller: bytes) -> bool:
+    """A device this site delegated (not a site root): the only callers it fetches blobs for.
+    Another site's devices get what is held, as sites do: a root trusted here could delegate any
+    number of keys, each of them taking a fetch turn, and answer none of the fetches itself."""
+    return caller != site.key and site.key in site.kb.vouching_sites(caller)
 
 
-async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
+async def _fetch_for_device(site: Site, blob_hash: str, caller: bytes) -> int | Response:
     """The size of a blob fetched now from this site's peers, or the answer saying why not.
 
     The fetch runs on a thread of its own, at most `DEVICE_FETCHES` at once (503 `busy` beyond):
     on the server's shared worker threads, which every signed request needs, a device asking
     many times while a peer never answered held them all until the deadline and stalled the
-    site."""
-    if not site.device_fetches.acquire(blocking=False):
-        raise BusyError(
-            f"this site is fetching {DEVICE_FETCHES} blobs for its devices already; retry later"
-        )
-    loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[int] = loop.create_future()
-    # a fetch that ends after its request timed out is logged by nobody: not as never retrieved
-    outcome.add_done_callback(lambda done: done.cancelled() or done.exception())
-
-    def fetch() -> None:
-        try:
-            size = fetch_for_device(site.config, site.kb, blob_hash)
-        except BaseException as exc:  # noqa: BLE001 - handed to the request that asked
-            _settle(loop, outcome, exc)
-        else:
-            _settle(loop, outcome, size)
-        finally:
-            site.device_fetches.release()
-
-    threading.Thread(target=fetch, name="device-blob-fetch", daemon=True).start()
+    site. A request for a blob already being fetched waits for that fetch, and a device starts
+    one fetch at a time (503 `busy` while its last is under way): one device asking again and
+    again, while a peer never answered, took every turn and kept the site's other devices out."""
+    outcome = site.fetching.get(blob_hash) or _start_fetch(site, blob_hash, caller)
     try:  # past the deadline the fetch goes on in its thread, and stores the blob when done
         async with asyncio.timeout(site.config.limits.sync_deadline_s):
             return await asyncio.shield(outcome)
@@ -161,6 +147,42 @@ async def _fetch_for_device(site: Site, blob_hash: str) -> int | Response:
         return error_response(507, "insufficient_storage", str(exc))
     except BlobError as exc:
         return error_response(404, "not_found", str(exc))
+
+
+def _start_fetch(site: Site, blob_hash: str, caller: bytes) -> asyncio.Future[int]:
+    """Start fetching a blob for the device `caller` in a thread of its own; the future of its
+    size. BusyError if the device's last fetch is under way or every turn is taken."""
+    if caller in site.fetching_for:
+        raise BusyError("a blob this device asked for is still being fetched; retry later")
+    if not site.device_fetches.acquire(blocking=False):
+        raise BusyError(
+            f"this site is fetching {DEVICE_FETCHES} blobs for its devices already; retry later"
+        )
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[int] = loop.create_future()
+    site.fetching[blob_hash] = outcome
+    site.fetching_for.add(caller)
+
+    def done(future: asyncio.Future[int]) -> None:
+        site.fetching.pop(blob_hash, None)
+        site.fetching_for.discard(caller)
+        if not future.cancelled():  # retrieved here: one that ends after its requests timed out
+            future.exception()  # is logged by nobody, not as never retrieved
+
+    outcome.add_done_callback(done)
+
+    def fetch() -> None:
+        try:
+            size = fetch_for_device(site.config, site.kb, blob_hash)
+        except BaseException as exc:  # noqa: BLE001 - handed to the requests that asked
+            _settle(loop, outcome, exc)
+        else:
+            _settle(loop, outcome, size)
+        finally:
+            site.device_fetches.release()
+
+    threading.Thread(target=fetch, name="device-blob-fetch", daemon=True).start()
+    return outcome
 
 
 def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[int], value: Any) -> None:

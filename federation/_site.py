@@ -40,6 +40,9 @@ class Site:
         self.syncs = asyncio.Semaphore(config.limits.max_concurrent_syncs)
         self.queued = 0  # requests waiting for a sync slot
         self.device_fetches = threading.BoundedSemaphore(DEVICE_FETCHES)
+        # on the event loop: the fetch under way for each blob, and the devices that started one
+        self.fetching: dict[str, asyncio.Future[int]] = {}
+        self.fetching_for: set[bytes] = set()
         self.gossip: Any = None  # set by the gossip scheduler when it runs
         self.closed = False
         self.metrics = SiteMetrics(

@@ -387,6 +387,18 @@ class KnowledgeBase:
                 for role in g.roles
             )
 
+    def vouching_sites(self, key: bytes) -> frozenset[bytes]:
+        """The site roots whose current grants (as `current_roles` counts them) give `key` a role
+        here: the sites whose device it is, or a root's own key for a root."""
+        replica = self._replica
+        with replica.lock:
+            now = max(replica.clock.last, pack(replica.clock.physical()))
+            return frozenset(
+                g.site
+                for g in replica.authority.grants(key)
+                if g.roles and (g.root or (g.last_seq is None and g.admits(0, now) is None))
+            )
+
     def can_read(self, key: bytes) -> bool:
         """Whether `key` holds a current grant here (`current_roles`) with at least one role.
         Reading (heads, envelopes, blobs) needs one."""

@@ -103,6 +103,7 @@ class Embodiment:
             raise EmbodimentError(f"{where}: unknown keys {sorted(unknown)}")
         parts = {key: _parse_list(kind, data.get(key), key) for key, kind in _PARTS.items()}
         embodiment = _canonical(_parse("text", data.get("name"), "name"), **parts)
+        _ = embodiment.mass  # masses adding up past the float range are no body: EmbodimentError
         for key in _CHECKED:
             if key in data and data[key] != _plain(getattr(embodiment, key)):
                 found = getattr(embodiment, key)
@@ -153,7 +154,11 @@ class Embodiment:
 
     @cached_property
     def mass(self) -> float:
-        return _num(math.fsum(body.mass for body in self.bodies))
+        try:
+            total = math.fsum(body.mass for body in self.bodies)
+        except OverflowError:  # masses past the float range: `_num` refuses the total
+            total = math.inf
+        return _num(total)
 
     @cached_property
     def floating_base(self) -> bool:

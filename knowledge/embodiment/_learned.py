@@ -64,6 +64,13 @@ KIND_PENALTY = 4.0
 learned distances."""
 
 
+BATCH_ATTENTION = 1 << 22
+"""Most attention entries (bodies x tokens squared) one forward pass computes: each layer holds a
+few float64 arrays of heads times that many (128 MB each at this size). Bodies are padded to the
+batch's longest, so one peer's scope of 1,500 joints in a batch of 100 arms padded every arm to it
+(21 GB, 156 s, where the arms alone took 0.4 s)."""
+
+
 class EncoderWeightsError(SimnetError, ValueError):
     """Encoder weights are not a valid simnet encoder file (format, configuration or tensors)."""
 
@@ -244,13 +251,27 @@ class LearnedEncoder(Encoder):
         over thresholds, with `parts`). A vector is the network's output and one coordinate more:
         `OUTSIDE` times the reference's typical distance times how far the body's score is above
         1 (0 within the distribution), so that the bodies the network does not know lie far from
-        every body it does, and never come up as a known body's nearest."""
+        every body it does, and never come up as a known body's nearest.
+
+        Bodies run in batches of at most `BATCH_ATTENTION` attention entries (`_batches`)."""
         if not bodies:
             return np.empty((0, self.dim), np.float32), None
-        network = self._network_vectors(bodies)
+        batches = _batches(bodies)
+        if len(batches) > 1:
+            runs = [self._run([bodies[i] for i in b], ood=ood, parts=parts) for b in batches]
+            order = np.concatenate(batches)
+            vectors = np.empty((len(bodies), self.dim), np.float32)
+            vectors[order] = np.concatenate([run[0] for run in runs])
+            if runs[0][1] is None:
+                return vectors, None
+            found = np.concatenate([run[1] for run in runs if run[1] is not None])
+            scores = np.empty((len(bodies), *found.shape[1:]), found.dtype)
+            scores[order] = found
+            return vectors, scores
+        joints, mask, body = token_batch(bodies)
+        network = self._token_vectors(joints, mask, body)
         if self.reference is None:
             return np.pad(network, ((0, 0), (0, 1))).astype(np.float32), None
-        joints, mask, body = token_batch(bodies)
         ref = self.reference
         distances = _ood.components(
             *_standardized(self._weights, joints, body, mask),
@@ -265,10 +286,6 @@ class LearnedEncoder(Encoder):
         if not ood:
             return vectors, None
         return vectors, distances / ref.thresholds if parts else scores
-
-    def _network_vectors(self, bodies: list[Embodiment]) -> np.ndarray:
-        """The network's output (B, config dim), float64."""
-        return self._token_vectors(*token_batch(bodies))
 
     def _token_vectors(self, joints: np.ndarray, mask: np.ndarray, body: np.ndarray) -> np.ndarray:
         """The network's output (B, config dim) for token batches, float64."""
@@ -300,6 +317,22 @@ class LearnedEncoder(Encoder):
 
     def __repr__(self) -> str:
         return f"LearnedEncoder(version={self.version!r}, dim={self.dim})"
+
+
+def _batches(bodies: Sequence[Embodiment]) -> list[np.ndarray]:
+    """The bodies' indices in batches of at most `BATCH_ATTENTION` attention entries, each padded
+    to its longest (a body over it runs alone): all in one batch, in order, when they fit, else
+    by their number of joint tokens, so that short bodies are batched together."""
+    tokens = np.array([sum(j.type != "free" for j in b.joints) + 1 for b in bodies])
+    if len(bodies) * int(tokens.max()) ** 2 <= BATCH_ATTENTION:
+        return [np.arange(len(bodies))]
+    batches: list[list[int]] = []
+    for i in np.argsort(tokens, kind="stable").tolist():
+        if batches and (len(batches[-1]) + 1) * int(tokens[i]) ** 2 <= BATCH_ATTENTION:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return [np.array(batch) for batch in batches]
 
 
 def population_reference(

@@ -2,7 +2,8 @@
 
 The scope convention: each entry of a skill record's `embodiments` list is an
 `Embodiment.to_dict()`. Entries that are not valid descriptors (an older `{"fingerprint": ...}` tag,
-a peer's malformed data) are skipped, and a skill with no valid entry cannot be found by embodiment.
+a peer's malformed data), and bodies the encoder cannot encode (numbers no robot has), are skipped,
+and a skill with no valid entry cannot be found by embodiment.
 
 The index holds one vector per skill and distinct scope body, named "<skill id>/<position in the
 list>"; a query ranks a skill by its nearest body. Withdrawn skills leave the index. Revoked and
@@ -362,10 +363,9 @@ class _Library:
                 except EmbodimentError as exc:
                     log.debug("skill %s…: scope skipped: %s", skill_id[:16], exc)
                     self._bodies[key] = None
-        for (key, body), vector in zip(
-            fresh.items(), self._encoder.encode_many(fresh.values()), strict=True
-        ):
-            self._bodies[key] = (body.fingerprint, vector) if np.isfinite(vector).all() else None
+        vectors = self._encode(list(fresh.values()))
+        for (key, body), vector in zip(fresh.items(), vectors, strict=True):
+            self._bodies[key] = None if vector is None else (body.fingerprint, vector)
         names: list[str] = []
         rows: list[np.ndarray] = []
         out = {}
@@ -382,6 +382,30 @@ class _Library:
             self._index.add(names, np.stack(rows))
             self._unsaved += len(names)
         return out
+
+    def _encode(self, bodies: list[Embodiment]) -> list[np.ndarray | None]:
+        """Each body's vector; None where the encoder fails on it or gives numbers that are not
+        finite. A peer's scope can pass the descriptor's checks with numbers no robot has (a
+        negative damping, which the learned encoder takes a logarithm of): it is skipped like an
+        invalid descriptor, and fails no query of anyone else's skills."""
+        try:
+            vectors: list[np.ndarray | None] = list(self._encoder.encode_many(bodies))
+        except Exception:  # noqa: BLE001 - one of them: encode each alone to find it
+            vectors = [self._encode_alone(body) for body in bodies]
+        return [v if v is not None and np.isfinite(v).all() else None for v in vectors]
+
+    def _encode_alone(self, body: Embodiment) -> np.ndarray | None:
+        try:
+            return self._encoder.encode(body)
+        except Exception as exc:  # noqa: BLE001 - a peer's numbers; see `_encode`
+            log.warning(
+                "a skill's scope body %s… cannot be encoded by %s (%s: %s): skipped",
+                body.fingerprint[:16],
+                self._encoder.name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
 
     # -- searching ---------------------------------------------------------------------------------
 

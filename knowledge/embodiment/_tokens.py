@@ -209,7 +209,12 @@ def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
     its joint moves the chain's end, so that a joint's token holds its Jacobian. A leaf's tip lies
     along its link, or along the nearest link above it where the leaf sits at its parent's origin
     (vendors' URDFs often place a foot's or hand's frame at its joint, and some give it a mass but
-    no collision shape: then its centre of mass is as far as it reaches)."""
+    no collision shape: then its centre of mass is as far as it reaches).
+
+    Each body's candidates are compared in numpy: a body's subtree can hold most of the body's
+    points, and measuring them one by one in Python made a chain of 1,000 bodies (a peer's skill
+    scope of 120 KB) cost 7 s to encode, 2,000 bodies 28 s. The first farthest point, in the
+    order the subtree's set of bodies is iterated, wins a tie, as before."""
     n = len(e.bodies)
     heading = np.zeros((n, 3))
     for i, body in enumerate(e.bodies):
@@ -222,16 +227,54 @@ def _chain_ends(e: Embodiment, pos: np.ndarray, rot: np.ndarray) -> np.ndarray:
         + ([pos[i] + heading[i] * b.extent] if i not in parents else [])
         for i, b in enumerate(e.bodies)
     ]
-    sites = [(s.body, pos[s.body] + rot[s.body] @ np.array(s.pos)) for s in e.sites]
+    points = np.array([p for own in reached for p in own]).reshape(-1, 3)
+    counts = np.array([len(own) for own in reached], np.intp)
+    starts = np.cumsum(counts) - counts
+    site_body = np.array([s.body for s in e.sites], np.intp)
+    site_at = np.array(
+        [pos[s.body] + rot[s.body] @ np.array(s.pos) for s in e.sites], float
+    ).reshape(-1, 3)
     inside = [{i} for i in range(n)]
     for i in reversed(range(n)):
         if e.bodies[i].parent >= 0:
             inside[e.bodies[i].parent] |= inside[i]
     ends = pos.copy()
+    member = np.zeros(n + 1, bool)  # the last entry stands for the world (a site's body -1)
     for i in range(n):
-        mine = [p for b, p in sites if b in inside[i]] or [p for b in inside[i] for p in reached[b]]
-        ends[i] = max(mine, key=lambda p: float(np.linalg.norm(p - pos[i])))
+        bodies = np.fromiter(inside[i], np.intp, len(inside[i]))
+        mine = site_at[:0]
+        if len(site_body):
+            member[bodies] = True
+            mine = site_at[member[site_body]]
+            member[bodies] = False
+        if not len(mine):
+            own = counts[bodies]
+            first = np.repeat(starts[bodies] - (np.cumsum(own) - own), own)
+            mine = points[first + np.arange(len(first))]
+        ends[i] = mine[_farthest(mine, pos[i])]
     return ends
+
+
+_TIES = 64
+"""Most distinct points `_farthest` measures one by one to settle a near tie."""
+
+
+def _farthest(points: np.ndarray, centre: np.ndarray) -> int:
+    """The index of the first point farthest from `centre`, as `max(points, key=norm)` finds it.
+
+    Measured together, distances can round otherwise in their last bit than one at a time (a
+    symmetric robot's tips lie at one distance): near ties, up to `_TIES` distinct points, are
+    settled one at a time, as the tokens the encoder was trained on were."""
+    distance = np.linalg.norm(points - centre, axis=1)
+    if not np.isfinite(distance.max()):  # numbers no robot has: the first NaN (or inf)
+        return int(np.argmax(distance))
+    near = np.flatnonzero(distance >= distance.max() * (1.0 - 1e-9))
+    if len(near) > 1:
+        _, first = np.unique(points[near], axis=0, return_index=True)
+        near = near[np.sort(first)]
+    if 1 < len(near) <= _TIES:
+        return int(max(near, key=lambda k: float(np.linalg.norm(points[k] - centre))))
+    return int(near[0])
 
 
 def token_batch(bodies: Sequence[Embodiment]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

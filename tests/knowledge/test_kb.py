@@ -170,6 +170,26 @@ def test_current_roles_are_the_grants_in_force_now(open_kb):
     assert site.current_roles(expiring) == frozenset() and not site.can_read(expiring)
     assert site.roles_of(revoked) == {Role.PUBLISH} and site.current_roles(revoked) == frozenset()
     assert site.current_roles(site.identity.public_key) == set(Role)  # a root
+    own = site.identity.public_key
+    assert site.vouching_sites(lasting) == {own} and site.vouching_sites(own) == {own}
+    for gone in (expiring, revoked, Identity.generate().public_key):
+        assert site.vouching_sites(gone) == frozenset()
+
+
+def test_vouching_sites_are_the_roots_whose_grants_a_device_holds(open_kb):
+    """Whose device a key is: a root's delegation counts where the policy trusts that root, for
+    the roles it is trusted with (a site fetches blobs only for its own devices)."""
+    a, b = open_kb("a"), open_kb("b")
+    a.set_policy(TrustPolicy().with_root(b.identity.public_key, [Role.PUBLISH]))
+    device, stranger = Identity.generate().public_key, Identity.generate().public_key
+    b.delegate(device, [Role.PUBLISH])
+    b.delegate(stranger, [Role.VALIDATE])  # a role b holds nowhere at a: no grant at a
+    sync(b, a)
+    assert a.vouching_sites(device) == {b.identity.public_key}
+    assert a.vouching_sites(b.identity.public_key) == {b.identity.public_key}  # a root
+    assert a.vouching_sites(stranger) == frozenset()
+    a.delegate(device, [Role.VALIDATE])
+    assert a.vouching_sites(device) == {a.identity.public_key, b.identity.public_key}
 
 
 def test_a_delegation_lasting_a_while_ends_by_the_sites_clock(open_kb):

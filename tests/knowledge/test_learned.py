@@ -35,6 +35,7 @@ from knowledge import (
     evaluate_encoder,
     train_encoder,
 )
+from knowledge.embodiment import _learned
 from knowledge.embodiment._learned import DEFAULT_CONFIG, FORMAT, population_reference
 from knowledge.embodiment._retrieval import index_path
 from knowledge.embodiment._tokens import BODY_FEATURES, JOINT_FEATURES, body_tokens
@@ -135,6 +136,23 @@ def test_vectors_are_deterministic_and_batching_does_not_change_them():
     )  # no padding: other float summation order
     assert np.allclose(single, vectors, atol=1e-5)
     assert shipped.encode_many([]).shape == (0, shipped.dim)
+
+
+def test_bodies_over_the_attention_budget_run_in_smaller_batches_in_their_order(monkeypatch):
+    """A batch pads every body to its longest: past `BATCH_ATTENTION` the bodies run in batches
+    by their number of joints (a peer's scope of 1,500 joints padded 100 arms to 21 GB)."""
+    bodies = BODIES * 3
+    whole = shipped.encode_many(bodies), shipped.ood_components(bodies)
+    monkeypatch.setattr(_learned, "BATCH_ATTENTION", 2 * 9**2)  # two arms of 8 joint tokens
+    batches = _learned._batches(bodies)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(bodies)))
+    for batch in batches:  # each within the budget, or a body alone
+        longest = max(sum(j.type != "free" for j in bodies[i].joints) + 1 for i in batch)
+        assert len(batch) == 1 or len(batch) * longest**2 <= 2 * 9**2
+    batched = shipped.encode_many(bodies), shipped.ood_components(bodies)
+    for one, other in zip(whole, batched, strict=True):
+        assert one is not None and other is not None and one.shape == other.shape
+        assert np.allclose(one, other, atol=1e-5)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -23,6 +23,7 @@ from knowledge import (
     EmbodimentError,
     FeatureEncoder,
     Identity,
+    LearnedEncoder,
     TrustPolicy,
 )
 from knowledge.embodiment._retrieval import index_path
@@ -239,6 +240,29 @@ def test_invalid_scope_entries_are_skipped(kb):
     kb.skills.publish("no-scope", "pick")
     results = kb.skills.query(BASE[0], active_only=False)
     assert [(r.skill.id, r.scope, r.distance) for r in results] == [(found.id, len(INVALID), 0.0)]
+
+
+def test_a_scope_no_encoder_can_encode_is_skipped_and_every_query_finds_the_rest(kb, caplog):
+    """A peer's numbers within the descriptor's checks that no robot has: masses adding up past
+    the float range (refused as a descriptor), a negative damping (the learned encoder takes a
+    logarithm of it). Every query raised, and a store's next found nothing at all."""
+    derived = ("dof", "mass", "reach", "end_effectors", "fingerprint")  # not checked when left out
+    heavy, negative = (
+        {k: v for k, v in copy.deepcopy(SCOPES[0]).items() if k not in derived} for _ in range(2)
+    )
+    for body in heavy["bodies"]:
+        body["mass"] = 1e308
+    negative["joints"][0]["damping"] = -1e6
+    with pytest.raises(EmbodimentError, match="non-finite"):
+        Embodiment.from_dict(heavy)
+    found = kb.skills.publish("found", "pick", embodiments=[SCOPES[0]])
+    kb.skills.publish("heavy", "pick", embodiments=[heavy])
+    kb.skills.publish("negative", "pick", embodiments=[negative])
+    for encoder in (None, LearnedEncoder(), None, LearnedEncoder()):
+        results = kb.skills.query(BASE[0], active_only=False, encoder=encoder)
+        assert found.id in {r.skill.id for r in results}
+        assert "heavy" not in {r.skill.name for r in results}
+    assert "cannot be encoded by transfer-attention (ValueError" in caplog.text
 
 
 def test_k_distinct_skills_when_one_skill_holds_many_bodies(kb):
