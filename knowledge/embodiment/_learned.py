@@ -446,8 +446,7 @@ def feature_spread(bodies: Sequence[Embodiment]) -> dict[str, str | float]:
     the guard's unit (`LearnedEncoder.guarded`), kept in the meta of weights trained on them."""
     features = FeatureEncoder()
     vectors = features.encode_many(bodies).astype(np.float64)
-    pairs = np.triu_indices(len(vectors), 1)
-    distances = np.linalg.norm(vectors[:, None] - vectors[None], axis=2)[pairs]
+    distances = _distances(vectors)[np.triu_indices(len(vectors), 1)]
     return {"version": features.version, "median": float(np.median(distances))}
 
 
@@ -468,8 +467,17 @@ def _spread(reference: _ood.Reference | None) -> float:
     """The median distance between the reference's vectors: the scale of the space."""
     if reference is None:
         return 0.0
-    vectors = reference.vectors.astype(np.float64)
-    return float(np.median(np.linalg.norm(vectors[:, None] - vectors[None], axis=2)))
+    return float(np.median(_distances(reference.vectors.astype(np.float64))))
+
+
+def _distances(vectors: np.ndarray, rows: int = 128) -> np.ndarray:
+    """(n, n) Euclidean distances between `vectors`, `rows` rows at a time: all differences at once
+    held n x n x dim floats (3.2 GB to load the shipped weights, for a 50 MB answer)."""
+    blocks = [
+        np.linalg.norm(vectors[i : i + rows, None] - vectors[None], axis=2)
+        for i in range(0, len(vectors), rows)
+    ]
+    return np.concatenate(blocks) if blocks else np.zeros((0, 0))
 
 
 def _version(config: dict, tensors: dict[str, np.ndarray]) -> str:

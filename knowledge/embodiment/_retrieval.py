@@ -293,7 +293,7 @@ class _Library:
         """Compare the index with every present skill: drop what left, add what is missing,
         refilter."""
         views = self._replica.views
-        self._position = views.skill_changes(_START)[1]
+        position = views.skill_changes(_START)[1]  # before reading, kept once all is done
         held: dict[str, list[str]] = defaultdict(list)
         for entry in self._index.ids():
             held[entry.partition("/")[0]].append(entry)
@@ -306,6 +306,7 @@ class _Library:
         known.update(self._add(missing))
         self._skills = {s: self._state(s, entries) for s, entries in known.items()}
         self._filters.clear()
+        self._position = position  # failure above leaves the next query to resync again
 
     def _has_no_scope(self, skill_id: str) -> bool:
         """Known to have no valid scope entry (the entries of every other known skill are in the

@@ -13,6 +13,7 @@ import pytest
 
 import knowledge
 from knowledge import Embodiment, FeatureEncoder, LearnedEncoder, TransferDataset, train_encoder
+from knowledge.embodiment import _learned
 from knowledge.embodiment._learned import KIND_MARGIN, KIND_PENALTY, feature_spread, weights_file
 from knowledge.embodiment._views import urdf_view
 
@@ -105,3 +106,12 @@ def test_a_query_returns_what_ranking_every_skill_by_guarded_distance_gives(tmp_
             unguarded = [ids[i] for i in np.argsort(learned, kind="stable")[:k]]
             if k == 8:
                 assert expected != unguarded, "the guard must matter for this test to mean much"
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 300])
+def test_pairwise_distances_by_blocks_are_the_distances(n):
+    """The spreads' distances, computed a block of rows at a time (loading the shipped weights
+    held 3.2 GB of differences at once), equal all differences at once, bit for bit."""
+    vectors = np.random.default_rng(n).normal(size=(n, 17))
+    whole = np.linalg.norm(vectors[:, None] - vectors[None], axis=2) if n else np.zeros((0, 0))
+    assert np.array_equal(_learned._distances(vectors, rows=128), whole)

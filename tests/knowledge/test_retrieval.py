@@ -265,6 +265,28 @@ def test_a_scope_no_encoder_can_encode_is_skipped_and_every_query_finds_the_rest
     assert "cannot be encoded by transfer-attention (ValueError" in caplog.text
 
 
+def test_a_query_interrupted_while_indexing_leaves_the_next_to_index_again(kb):
+    """An index build cut short (Ctrl-C in a REPL, a thread's interrupt) kept the library's place
+    in the skill log: the next query took every skill as indexed and found none."""
+
+    class Interrupted(FeatureEncoder):
+        calls = 0
+
+        def encode_many(self, bodies):
+            Interrupted.calls += 1
+            if Interrupted.calls == 1:
+                raise KeyboardInterrupt
+            return super().encode_many(bodies)
+
+    encoder = Interrupted()
+    skill = kb.skills.publish("found", "pick", embodiments=[SCOPES[0]])
+    with pytest.raises(KeyboardInterrupt):
+        kb.skills.query(BASE[0], active_only=False, encoder=encoder)
+    assert [r.skill.id for r in kb.skills.query(BASE[0], active_only=False, encoder=encoder)] == [
+        skill.id
+    ]
+
+
 def test_k_distinct_skills_when_one_skill_holds_many_bodies(kb):
     many = kb.skills.publish("many-bodies", "pick", embodiments=SCOPES)
     for i, scope in enumerate(SCOPES[:6]):
