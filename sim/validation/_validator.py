@@ -317,7 +317,13 @@ class Validator:
         if isinstance(task, dict) and isinstance(task.get("definition"), dict):
             self._check_budget({str(task.get("hash")): task["definition"]}, job)
             self._compiled(task["definition"], wave)
-        result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
+        result = spot_check(
+            self.kb,
+            cert,
+            threads=self.settings.threads,
+            rng=self.rng,
+            on_step=lambda: self._go_on(job),  # a stop, and max_job_s, within a control step
+        )
         self.totals["spot_checks"] += 1
         self.totals["branches_spot_checked"] += len(result.branches)
         if not result.reproduced:
