@@ -12,7 +12,7 @@ refused by a child process before this one compiles it: the site's `max_scene_mb
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -28,7 +28,13 @@ from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipp
 from ._tasks import Task
 from .evaluation import load_policy
 from .evaluation._evaluate import DEFAULT_WAVE
-from .validation._scene_budget import SceneOverBudget, WaveOverBudget, check_scene, rerun_wave
+from .validation._scene_budget import (
+    SceneOverBudget,
+    WaveOverBudget,
+    check_scene,
+    probe_replay,
+    rerun_wave,
+)
 from .validation._settings import SETTINGS_FILE, ValidatorSettings
 
 # exit status: a file a task loads is missing here, or a re-run's wave or its scene is over this
@@ -53,13 +59,14 @@ def skill_arg(name: str) -> Policy | EntryPointRef:
     )
 
 
-def task_arg(name: str, limits: SceneLimits, wave: int) -> Task:
+def task_arg(name: str, limits: SceneLimits, wave: int | Sequence[int], threads: int = 1) -> Task:
     """A shipped task, or a definition file: the files its scene loads are read relative to the
     file's directory and carried by hash (`Task.from_files`). A file's scene and its declared files
-    are first compiled with `wave` simulations' data in a child process under `limits` (MiB,
-    seconds; `scene_limits`), since a task from elsewhere may ask for gigabytes; one over them is a
-    ClickException naming the task and the limit (a scene loading files it does not declare, an
-    author's own, is found only by compiling it here)."""
+    are first compiled in a child process under `limits` (MiB, seconds; `scene_limits`), with what
+    the command simulates of it: a batch of `wave` simulations (or one per number, held at once) on
+    `threads` physics threads (`check_scene`), since a task from elsewhere may ask for gigabytes;
+    one over them is a ClickException naming the task and the limit (a scene loading files it does
+    not declare, an author's own, is found only by compiling it here)."""
     if name in shipped_tasks():
         return load_task(name)
     path = Path(name)
@@ -67,7 +74,7 @@ def task_arg(name: str, limits: SceneLimits, wave: int) -> Task:
         definition = json.loads(path.read_text())
         if isinstance(definition, dict):
             assets = {n: read_file(path.parent / n, f"assets[{n!r}]") for n in declared(definition)}
-            refusal = scene_refusal(definition, assets, wave, limits)
+            refusal = scene_refusal(definition, assets, wave, limits, threads)
             if refusal is not None:
                 raise click.ClickException(refusal)
         return Task.from_files(definition, path.parent)
@@ -135,29 +142,45 @@ def scene_limits(max_mb: int | None, max_s: float | None) -> SceneLimits:
 
 
 def scene_refusal(
-    definition: Mapping[str, Any], assets: Mapping[str, bytes], wave: int, limits: SceneLimits
+    definition: Mapping[str, Any],
+    assets: Mapping[str, bytes],
+    wave: int | Sequence[int],
+    limits: SceneLimits,
+    threads: int = 1,
 ) -> str | None:
-    """Why a task definition's scene, with `wave` simulations' data, is over `limits`; None if
-    it fits."""
+    """Why a task definition's scene, with a batch of `wave` simulations (or one per number) on
+    `threads` physics threads, is over `limits`; None if it fits."""
     try:
         check_scene(
-            definition, assets, max_mb=limits.max_mb, max_s=limits.max_s, wave=wave, remedy=REMEDY
+            definition,
+            assets,
+            max_mb=limits.max_mb,
+            max_s=limits.max_s,
+            wave=wave,
+            threads=threads,
+            remedy=REMEDY,
         )
     except SceneOverBudget as exc:
         return str(exc)
     return None
 
 
-def record_refusal(record: Any, assets: Mapping[str, bytes], limits: SceneLimits) -> str | None:
-    """Why re-running an evaluation record here is over `limits`: its wave (`layout.wave`, the
-    simulations the re-run steps at once) over `limits.max_wave`, or its task's scene (with
-    `assets`) with that many simulations over the scene budget; None if it fits."""
+def record_refusal(
+    record: Any, assets: Mapping[str, bytes], limits: SceneLimits, probe: Any = None
+) -> str | None:
+    """Why re-running an evaluation record (and replaying the certificate's `probe`, if given) here
+    is over `limits`: its wave (`layout.wave`, the simulations the re-run steps at once) over
+    `limits.max_wave`, the probe's branches over `probe_replay`'s bound, or its task's scene (with
+    `assets`) with the larger of their waves over the scene budget; None if it fits."""
     try:
         wave = rerun_wave(record, max_wave=limits.max_wave, remedy=WAVE_REMEDY)
+        replayed = probe_replay(probe, record, max_wave=limits.max_wave, remedy=WAVE_REMEDY)
     except WaveOverBudget as exc:
         return str(exc)
+    wave = max(wave, min(replayed, DEFAULT_WAVE))  # the probe's replay runs waves of up to 64
     definition = record_definition(record)
-    return None if definition is None else scene_refusal(definition, assets, wave, limits)
+    # on all CPUs, as `reproduce` and `verify_certificate` re-run it
+    return None if definition is None else scene_refusal(definition, assets, wave, limits, 0)
 
 
 def record_definition(record: Any) -> dict | None:

@@ -145,15 +145,16 @@ def _verified(
     workers: int,
     limits: SceneLimits,
 ) -> Verification:
-    """`verify_certificate`, once the certificate's wave showed within `limits` and a child process
-    that its scene with that wave fits them: "cannot verify here" if not."""
+    """`verify_certificate`, once the certificate's wave and its probe's branches showed within
+    `limits` and a child process that its scene with that wave fits them: "cannot verify here" if
+    not."""
     definition = record_definition(certificate.evaluation)
     try:
         assets = None if definition is None else fetch_assets(kb, definition)
     except (SimError, knowledge.SimnetError):  # missing or malformed: verifying says which
         assets = None
     if definition is None or assets is not None:
-        refusal = record_refusal(certificate.evaluation, assets or {}, limits)
+        refusal = record_refusal(certificate.evaluation, assets or {}, limits, certificate.probe)
         if refusal is not None:
             return Verification(False, f"cannot verify here: {refusal}", verifiable=False)
     return verify_certificate(kb, certificate, workers=workers)

@@ -402,6 +402,11 @@ def _require(ok: object, field: str, detail: str) -> None:
         raise TaskDefinitionError(field, detail)
 
 
+# the batch fields a task's runtime binds (each, one row per simulation): the scene budget's check
+# (sim.validation) binds them too, to hold what an evaluation holds
+RUNTIME_FIELDS = ("qpos", "qvel", "ctrl", "time", "site_xpos", "xpos", "xmat")
+
+
 class Runtime:
     """A task's terms compiled against one batch: observations, quantities and conditions as
     arrays."""
@@ -409,12 +414,9 @@ class Runtime:
     def __init__(self, task: Task, batch: mjbatch.Batch) -> None:
         self.task = task
         model = task.template.model
-        self.qpos, self.qvel, self.ctrl, self.time = (
-            batch.bind(f) for f in ("qpos", "qvel", "ctrl", "time")
-        )
         # derived fields are bound before the first call, so that it fills them
-        self.site_xpos, self.xpos, self.xmat = (
-            batch.bind(f) for f in ("site_xpos", "xpos", "xmat")
+        self.qpos, self.qvel, self.ctrl, self.time, self.site_xpos, self.xpos, self.xmat = (
+            batch.bind(f) for f in RUNTIME_FIELDS
         )
         limited = model.actuator_ctrllimited.astype(bool)
         self.ctrl_low = np.where(limited, model.actuator_ctrlrange[:, 0], -np.inf)

@@ -117,7 +117,7 @@ def evaluate_command(
 ) -> None:
     """Roll SKILL out closed loop in randomized branches of a task and report its success rate."""
     limits = scene_limits(max_scene_mb, max_compile_s)
-    task = task_arg(task_name, limits, wave or min(branches, DEFAULT_WAVE))
+    task = task_arg(task_name, limits, wave or min(branches, DEFAULT_WAVE), threads)
     if backend == "ray":
         use_ray(ray_address)
     result = evaluate(
@@ -262,7 +262,8 @@ def certify_command(
     """
     # as many simulations at once as a wave of its evaluation, or of its probe (64)
     wave = DEFAULT_WAVE if probe_budget else min(branches, DEFAULT_WAVE)
-    task = task_arg(task_name, scene_limits(max_scene_mb, max_compile_s), wave)
+    # on all CPUs, as evaluate and probe run by default
+    task = task_arg(task_name, scene_limits(max_scene_mb, max_compile_s), wave, threads=0)
     with home.open_writer() as kb:
         skill_id = skill_by_prefix(kb, skill_id).id
         result = evaluate(
@@ -337,14 +338,15 @@ def refine_command(
     """Run SKILL with the simulator planning around it (best of N perturbed rollouts,
     re-planned), report its success alone and refined; with --publish, distill the refined
     runs into a new version of the skill (its parent: SKILL) and publish it."""
-    task = task_arg(
-        task_name, scene_limits(max_scene_mb, max_compile_s), min(episodes, DEFAULT_WAVE)
-    )
+    # refine holds the episodes' batch and its planner's (episodes x candidates) at once, each
+    # on one physics thread (the evaluation alone, before it, holds fewer)
+    limits = scene_limits(max_scene_mb, max_compile_s)
+    task = task_arg(task_name, limits, (episodes, episodes * candidates), threads=1)
     sampler = sampler_arg(None, task, seed)
     with home.open_readonly() as kb:
         skill = skill_by_prefix(kb, skill_id)
         policy = load_policy(kb, skill.id)
-    alone = evaluate(task, policy, branches=episodes, sampler=sampler, progress=False)
+    alone = evaluate(task, policy, branches=episodes, sampler=sampler, threads=1, progress=False)
     refined = refine(task, policy, sampler=sampler, episodes=episodes, candidates=candidates)
     click.echo(
         f"{skill.name} on {task.name}: {alone.success_rate:.0%} alone, "

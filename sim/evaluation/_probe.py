@@ -145,7 +145,12 @@ def replay_probe(
         region = probe_record["region"]
         task = Task(evaluation["task"]["definition"], assets).replace(init=region["init"])
         sampler = Sampler.from_json(region["sampler"])
-        branches, failures = int(probe_record["branches"]), int(probe_record["failures"])
+        branches, failures = probe_record["branches"], probe_record["failures"]
+        counts = (branches, failures)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in counts):
+            raise ValueError(f"branches and failures are integers, not {counts!r}")
+        if not 0 <= failures <= branches or branches < 1:
+            raise ValueError(f"need 0 <= failures <= branches and branches >= 1, not {counts!r}")
     except MissingAssetError:
         raise
     except (SimError, KeyError, TypeError, ValueError) as exc:

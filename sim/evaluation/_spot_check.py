@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from knowledge import Certificate, KnowledgeBase, SpotCheck
@@ -50,6 +51,7 @@ def spot_check(
     threads: int = 1,
     sign: bool = True,
     rng: random.Random | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> SpotCheckResult:
     """Re-run at least `branches` branches of `certificate` (default: this site's policy,
     `spot_check_size`), in random whole waves, stopping after the wave that passes `budget_s`
@@ -57,7 +59,9 @@ def spot_check(
     (the writer needs the validate role). A record that cannot be re-run at all raises, and nothing
     is signed: that is no evidence against the validator (EvaluationRecordError if it is
     malformed, MissingAssetError if a file its task's scene loads cannot be fetched, the policy's
-    errors if it cannot be loaded here)."""
+    errors if it cannot be loaded here). `on_step()` is called after each control step of a wave,
+    as `sim.evaluate` calls it: a service's stop check or time budget, which an exception it raises
+    enforces (nothing is signed then)."""
     started = time.monotonic()
     policy = kb.policy.activation
     record = certificate.evaluation
@@ -75,7 +79,9 @@ def spot_check(
     rerun: list[BranchOutcome] = []
     with single_threaded_torch():
         for index in order:
-            rows = run_wave(task, caller, sampler, index, wave, planned, threads, start=start)
+            rows = run_wave(
+                task, caller, sampler, index, wave, planned, threads, on_step, start=start
+            )
             rerun += rows[: max(0, len(recorded) - index * wave)]
             if len(rerun) >= want or time.monotonic() - started > budget:
                 break

@@ -5,8 +5,12 @@ samples, a builtin texture as large, `<size memory="64G"/>` for every simulation
 grid of millions of bodies. Compiled in the validating site's own process, such a scene took all
 the machine's memory (the server with it) or its time. So the validator first compiles each scene
 in a child process whose address space is capped at the budget (`max_scene_mb`, on Linux) and
-whose run is capped in time (`max_compile_s`), making the data of one wave of simulations as an
-evaluation does; a scene that does not fit is refused, unstarted, naming the limit. A re-run of
+whose run is capped in time (`max_compile_s`), and there makes what an evaluation makes of it: a
+`mujoco.batch.Batch` of one wave's simulations on the evaluation's physics threads (a state row
+per simulation, an MjData per thread), with the fields a task's runtime binds (`RUNTIME_FIELDS`),
+reset and forwarded once; a scene that does not fit is refused, unstarted, naming the limit. (The
+check once made one MjData per simulation, which an evaluation never does: 64 of them reserve
+850 MB for the shipped arm, 1,070 MB for Talos, and an honest robot was refused.) A re-run of
 another site's evaluation record makes as many simulations at once as the record's `layout.wave`,
 which the record chooses: a wave over the site's limit (`ValidatorSettings.max_rerun_wave`) is
 refused before anything is compiled, and the scene is measured with the record's wave.
@@ -18,17 +22,21 @@ import base64
 import json
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._tasks import RUNTIME_FIELDS
 from ..evaluation._evaluate import DEFAULT_WAVE
 
-# The child: read {"scene", "assets"} from stdin, cap the address space at what it uses now plus
-# the budget, compile, make one wave's data, print the sizes. Only mujoco is imported.
+# The child: read {"scene", "assets", "batches", "threads", "fields"} from stdin, cap the address
+# space at what it uses now plus the budget, compile, make each batch an evaluation holds at once
+# (rows, on `threads` physics threads) with the fields its runtime binds, reset and forward them,
+# print the model's size. Only mujoco and numpy are imported.
 _CHILD = r"""
 import base64, json, resource, sys
 import mujoco
-budget, wave = int(sys.argv[1]), int(sys.argv[2])
+from mujoco import batch as mjbatch
+budget = int(sys.argv[1])
 job = json.loads(sys.stdin.buffer.read())
 try:
     with open("/proc/self/status") as status:
@@ -41,12 +49,18 @@ try:
         for name, data in job["assets"].items():
             vfs[name] = base64.b64decode(data)
         model = mujoco.MjModel.from_xml_string(job["scene"], vfs=vfs)
-    datas = [mujoco.MjData(model) for _ in range(wave)]
+    held = []
+    for rows in job["batches"]:
+        batch = mjbatch.Batch(model, rows, job["threads"])
+        held += [batch] + [batch.bind(f) for f in job["fields"]]
+        batch.reset()
+        batch.forward()
 except MemoryError:
     print(json.dumps({"error": "memory"}))
 except Exception as exc:
-    memory = "allocate" in str(exc) or "unknown exception" in str(exc)
-    print(json.dumps({"error": "memory" if memory else " ".join(str(exc).split())[:300]}))
+    text = str(exc)
+    memory = any(w in text for w in ("allocate", "unknown exception", "bad_alloc", "memory"))
+    print(json.dumps({"error": "memory" if memory else " ".join(text.split())[:300]}))
 else:
     print(json.dumps({"model_bytes": mujoco.mj_sizeModel(model)}))
 """
@@ -79,29 +93,61 @@ def rerun_wave(record: Any, *, max_wave: int, remedy: str) -> int:
     return wave
 
 
+def probe_replay(probe: Any, record: Any, *, max_wave: int, remedy: str) -> int:
+    """The branches `simnet verify` replays of a certificate's probe (`probe["branches"]`, the
+    measurement of its worst region, run in waves of up to 64), 0 if it has none or they are not a
+    positive integer (the replay refuses it). WaveOverBudget, naming them, the limit and, in
+    brackets, `remedy`, if they are more than the record's own branches (`layout.branches`, which
+    its outcomes bound) and more than `max_wave`: the probe record carries the number alone, and a
+    huge one ran out of memory after the main re-run matched."""
+    branches = probe.get("branches") if isinstance(probe, dict) else None
+    if not isinstance(branches, int) or isinstance(branches, bool) or branches < 1:
+        return 0
+    layout = record.get("layout") if isinstance(record, dict) else None
+    recorded = layout.get("branches") if isinstance(layout, dict) else None
+    limit = max(recorded if isinstance(recorded, int) else 0, max_wave)
+    if branches > limit:
+        raise WaveOverBudget(
+            f"its probe record asks for {branches:,} branches replayed, over this site's budget of "
+            f"{limit:,} (the certificate's own branches, or {max_wave:,} if more; {remedy})"
+        )
+    return branches
+
+
 def check_scene(
     definition: Mapping[str, Any],
     assets: Mapping[str, bytes],
     *,
     max_mb: int,
     max_s: float,
-    wave: int,
+    wave: int | Sequence[int],
+    threads: int = 1,
     remedy: str = "max_scene_mb, max_compile_s in validator.toml: to validate it, raise them, "
     "restart and request the skill",
 ) -> None:
-    """SceneOverBudget if compiling a task definition's scene (with `assets`) and making `wave`
-    simulations' data takes more than `max_mb` MiB of address space or `max_s` seconds; its message
-    names the task, the limits and, in brackets, `remedy` (how to raise them). A scene MuJoCo
+    """SceneOverBudget if compiling a task definition's scene (with `assets`) and making what an
+    evaluation holds of it takes more than `max_mb` MiB of address space or `max_s` seconds: a batch
+    of `wave` simulations (or one batch per number, held at once: refine's episodes and its
+    planner's episodes x candidates) stepped on `threads` physics threads (0: all CPUs, as
+    `mujoco.batch.Batch` counts them), with the fields a task's runtime binds. Its message names the
+    task, the simulations, the limits and, in brackets, `remedy` (how to raise them). A scene MuJoCo
     refuses for another reason passes: the task's own compile says what is wrong with it."""
     scene = definition.get("scene")
     if not isinstance(scene, str):
         return  # not a scene: the task refuses it
-    job = {"scene": scene, "assets": {n: base64.b64encode(b).decode() for n, b in assets.items()}}
+    batches = [wave] if isinstance(wave, int) else list(wave)
+    job = {
+        "scene": scene,
+        "assets": {n: base64.b64encode(b).decode() for n, b in assets.items()},
+        "batches": batches,
+        "threads": threads,
+        "fields": list(RUNTIME_FIELDS),
+    }
     limit = f"this site's budget of {max_mb:,} MiB and {max_s:g} s ({remedy})"
     name = f"task {definition.get('name')}: its scene"
     try:
         done = subprocess.run(
-            [sys.executable, "-P", "-c", _CHILD, str(max_mb * 2**20), str(wave)],
+            [sys.executable, "-P", "-c", _CHILD, str(max_mb * 2**20)],
             input=json.dumps(job).encode(),
             capture_output=True,
             timeout=max_s,
@@ -115,5 +161,6 @@ def check_scene(
         answer = None
     # killed, or out of memory on the way
     if not isinstance(answer, dict) or answer.get("error") == "memory":
-        simulations = f"{wave:,} simulation{'' if wave == 1 else 's'}"
+        total = sum(batches)
+        simulations = f"{total:,} simulation{'' if total == 1 else 's'}"
         raise SceneOverBudget(f"{name} with {simulations} does not fit in {limit}")

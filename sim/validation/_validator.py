@@ -317,7 +317,13 @@ class Validator:
         if isinstance(task, dict) and isinstance(task.get("definition"), dict):
             self._check_budget({str(task.get("hash")): task["definition"]}, job)
             self._compiled(task["definition"], wave)
-        result = spot_check(self.kb, cert, threads=self.settings.threads, rng=self.rng)
+        result = spot_check(
+            self.kb,
+            cert,
+            threads=self.settings.threads,
+            rng=self.rng,
+            on_step=lambda: self._go_on(job),  # a stop, and max_job_s, within a control step
+        )
         self.totals["spot_checks"] += 1
         self.totals["branches_spot_checked"] += len(result.branches)
         if not result.reproduced:
@@ -356,8 +362,16 @@ class Validator:
         simulations (default: a wave of this site's evaluations) fits this site's `max_scene_mb`
         and `max_compile_s` (SceneOverBudget if not)."""
         assets, s = fetch_assets(self.kb, definition), self.settings
-        wave = min(s.branches, DEFAULT_WAVE) if wave is None else wave
-        check_scene(definition, assets, max_mb=s.max_scene_mb, max_s=s.max_compile_s, wave=wave)
+        if wave is None:  # a wave of its evaluation, or of its probe (64)
+            wave = DEFAULT_WAVE if s.probe_budget else min(s.branches, DEFAULT_WAVE)
+        check_scene(
+            definition,
+            assets,
+            max_mb=s.max_scene_mb,
+            max_s=s.max_compile_s,
+            wave=wave,
+            threads=s.threads,
+        )
         return Task(definition, assets)
 
     def _trouble(

@@ -8,6 +8,7 @@ the same way: exit 1, naming the task and the limit, nothing signed or published
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import knowledge
@@ -31,7 +32,8 @@ def test_certify_refine_and_publish_refuse_a_task_file_over_the_scene_budget(liv
     limit = "this site's budget of 1,024 MiB and 60 s (--max-scene-mb, --max-compile-s"
     commands = [  # and the simulations each makes at once
         (("certify", skill.id[:16], "--task", str(bomb), "--branches", "8"), 8),
-        (("refine", skill.id[:16], "--task", str(bomb), "--episodes", "4"), 4),
+        # refine holds its 4 episodes and its planner's 4 x 32 candidates at once
+        (("refine", skill.id[:16], "--task", str(bomb), "--episodes", "4"), 132),
         (("publish", "arm_reach_good", "--name", "b", "--task", "x", "--for-task", str(bomb)), 1),
     ]
     for args, simulations in commands:
@@ -43,3 +45,29 @@ def test_certify_refine_and_publish_refuse_a_task_file_over_the_scene_budget(liv
         assert peak < 1500, (command, peak)  # the heightfield never lived in the command's process
     with knowledge.SiteHome(site.home).open_readonly() as kb:
         assert kb.heads() == heads  # nothing signed, nothing published
+
+
+def test_verify_refuses_a_probe_record_that_asks_for_more_branches_than_the_site_re_runs(
+    live, tmp_path
+):
+    """A certificate's probe record carries only the number of branches its region was measured
+    on, and `simnet verify` replayed that many once the main re-run matched: 10**12 of them ran out
+    of memory (a traceback, exit 1) under an 8 GB cap. Now the probe's branches are held to the
+    certificate's own branches or the site's re-run wave, whichever is more, like the main re-run's
+    wave: "cannot verify here", exit 3, nothing replayed."""
+    site = live("site")  # a home; no server: the command opens the store itself
+    good, task = sim.load_skill("arm_reach_good"), sim.load_task("arm_reach")
+    sampler = sim.load_sampler("arm_reach", 0)
+    with knowledge.SiteHome(site.home).open_writer() as kb:
+        skill = sim.publish_skill(kb, good, "good", "reach", tasks=[task])
+        result = sim.evaluate(task, good, branches=8, sampler=sampler, progress=False)
+        found = sim.probe(task, good, sampler=sampler, budget=32, threads=1)
+        huge = sim.certify(kb, skill.id, result, probe=dataclasses.replace(found, branches=10**12))
+        honest = sim.certify(kb, skill.id, result, probe=found)
+    status, output, _ = run_capped(site, "verify", huge.id[:16])
+    assert status == 3, output
+    assert f"{huge.id[:16]} UNVERIFIED: cannot verify here: its probe record asks for " in output
+    assert "1,000,000,000,000 branches replayed, over this site's budget of 128" in output
+    assert "Traceback" not in output
+    status, output, _ = run_capped(site, "verify", honest.id[:16])
+    assert status == 0 and f"{honest.id[:16]} valid" in output, output

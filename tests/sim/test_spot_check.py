@@ -12,6 +12,7 @@ import knowledge
 import sim
 from knowledge import ActivationPolicy, Identity, TrustPolicy
 from sim.evaluation._evaluation_record import _summary
+from sim.validation import Validator, ValidatorSettings
 
 POLICY = ActivationPolicy(min_branches=16, min_lower_bound=0.5, spot_check_branches=8)
 
@@ -136,3 +137,24 @@ def test_a_record_that_cannot_be_re_run_raises_and_signs_nothing(sites, short_ar
     with pytest.raises(sim.EvaluationRecordError):
         sim.spot_check(b, cert)
     assert b.certificates.checks(cert.id) == []
+
+
+def test_a_validators_spot_check_honours_its_job_time_budget(sites, short_arm):
+    """A validator's spot check re-ran the record's waves with no per-step callback, so
+    `max_job_s` (and a stop) was not honoured until the spot check ended: with a budget already
+    spent, the old code signed its check anyway. Now it stops at the first control step, over
+    budget, never retried, nothing signed."""
+    a, b, c = sites
+    skill = sim.publish_skill(
+        a, sim.load_skill("arm_reach_good"), "reach", "reach", tasks=[short_arm]
+    )
+    cert = sim.certify(a, skill.id, evaluate(a, skill, short_arm))
+    sync(a, b, c)
+    settings = ValidatorSettings(certifies=False, max_job_s=1e-9)
+    validator = Validator(b, settings, rng=random.Random(1))
+    job = validator.step()
+    assert job is not None and job.kind == "spot_check"
+    (failed,) = validator.status()["failed"]
+    assert failed["retry_at"] is None, failed
+    assert "over budget: it ran for more than this site's budget of 1e-09 s" in failed["reason"]
+    assert b.certificates.checks(cert.id) == [] and validator.totals["spot_checks"] == 0
