@@ -51,10 +51,13 @@ try:
         model = mujoco.MjModel.from_xml_string(job["scene"], vfs=vfs)
     held = []
     for rows in job["batches"]:
-        batch = mjbatch.Batch(model, rows, job["threads"])
+        batch = mjbatch.Batch(model, rows, 1)
         held += [batch] + [batch.bind(f) for f in job["fields"]]
         batch.reset()
         batch.forward()
+    # the other physics threads' data, made here: threads the cap keeps from starting would leave
+    # the batch on one thread, and a smaller budget would pass where a larger one fails
+    held += [mujoco.MjData(model) for _ in range(job["threads"] - 1)]
 except MemoryError:
     print(json.dumps({"error": "memory"}))
 except Exception as exc:

@@ -102,3 +102,18 @@ def test_refines_planner_is_counted():
     check_scene(crowd, {}, max_mb=200, max_s=60, wave=4)
     with pytest.raises(SceneOverBudget, match="with 1,028 simulations does not fit"):
         check_scene(crowd, {}, max_mb=200, max_s=60, wave=(4, 4 * 256))
+
+
+def test_a_budget_too_small_for_the_physics_threads_is_no_pass(monkeypatch):
+    """The check makes the other physics threads' MjData itself, without starting threads: it
+    started them, and under a budget too small for a thread the batch failed to construct one,
+    which read as a scene that does not compile (left for the real compile to report). Run as a
+    site runs (OMP_NUM_THREADS unset), 4 and 8 MiB passed two threads of the arm where 16 to 36 MiB
+    refused them (measured in a plain process; this suite's environment did not reproduce it).
+    Refusal grows with the budget."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    task = sim.load_task("arm_reach").to_json()
+    for mb in (2, 4, 8):
+        with pytest.raises(SceneOverBudget, match="with 8 simulations does not fit"):
+            check_scene(task, {}, max_mb=mb, max_s=60, wave=8, threads=2)
+    check_scene(task, {}, max_mb=256, max_s=60, wave=8, threads=2)

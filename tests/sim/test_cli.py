@@ -267,7 +267,7 @@ def test_a_mesh_task_file_certifies_and_a_site_without_its_files_cannot_verify(
 def test_certify_and_refine_check_a_task_file_under_the_sites_scene_budget(tmp_path):
     """`certify --task FILE` and `refine --task FILE` compile the file's scene first in a child
     process, with a wave of their simulations, under the site's max_scene_mb (validator.toml) or
-    --max-scene-mb: at 64 MiB, eight simulations of the arm (13 MiB of arena each) do not fit, and
+    --max-scene-mb: at 4 MiB, eight simulations of the arm do not fit (they take over 24), and
     nothing is certified; the option raises it. They compiled any file in their own process."""
     home = tmp_path / "site"
     task_file = tmp_path / "reach.json"
@@ -278,14 +278,15 @@ def test_certify_and_refine_check_a_task_file_under_the_sites_scene_budget(tmp_p
 
     assert simnet("init", "--name", "site").exit_code == 0
     assert simnet("publish", "arm_reach_good", "--name", "good", "--task", "reach").exit_code == 0
-    (home / "validator.toml").write_text("max_scene_mb = 64\n")
-    limit = "does not fit in this site's budget of 64 MiB and 60 s (--max-scene-mb"
+    (home / "validator.toml").write_text("max_scene_mb = 4\n")
+    limit = "does not fit in this site's budget of 4 MiB and 60 s (--max-scene-mb"
     certify = ("certify", "good", "--task", str(task_file), "--branches", "8")
     refused = simnet(*certify)
     assert refused.exit_code == 1, refused.output
     assert f"Error: task arm_reach: its scene with 8 simulations {limit}" in refused.output
     refine = simnet("refine", "good", "--task", str(task_file), "--episodes", "8")
-    assert refine.exit_code == 1 and "its scene with 8 simulations" in refine.output, refine.output
+    # refine holds its episodes and their candidates (32 each) at once
+    assert refine.exit_code == 1 and "its scene with 264 simulations" in refine.output
     with knowledge.SiteHome(home).open_readonly() as kb:
         (skill,) = kb.skills.list()
         assert kb.certificates.for_skill(skill.id) == []
