@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -49,15 +50,6 @@ try:
         for name, data in job["assets"].items():
             vfs[name] = base64.b64decode(data)
         model = mujoco.MjModel.from_xml_string(job["scene"], vfs=vfs)
-    held = []
-    for rows in job["batches"]:
-        batch = mjbatch.Batch(model, rows, 1)
-        held += [batch] + [batch.bind(f) for f in job["fields"]]
-        batch.reset()
-        batch.forward()
-    # the other physics threads' data, made here: threads the cap keeps from starting would leave
-    # the batch on one thread, and a smaller budget would pass where a larger one fails
-    held += [mujoco.MjData(model) for _ in range(job["threads"] - 1)]
 except MemoryError:
     print(json.dumps({"error": "memory"}))
 except Exception as exc:
@@ -65,7 +57,20 @@ except Exception as exc:
     memory = any(w in text for w in ("allocate", "unknown exception", "bad_alloc", "memory"))
     print(json.dumps({"error": "memory" if memory else " ".join(text.split())[:300]}))
 else:
-    print(json.dumps({"model_bytes": mujoco.mj_sizeModel(model)}))
+    try:  # a compiled scene failing here fails for room (a thread, a library's lazy load, arrays)
+        held = []
+        for rows in job["batches"]:
+            batch = mjbatch.Batch(model, rows, 1)
+            held += [batch] + [batch.bind(f) for f in job["fields"]]
+            batch.reset()
+            batch.forward()
+        # the other physics threads' data, made here without starting threads: a thread the cap
+        # left no room for would fail as no compile error, and a smaller budget pass
+        held += [mujoco.MjData(model) for _ in range(job["threads"] - 1)]
+    except Exception:
+        print(json.dumps({"error": "memory"}))
+    else:
+        print(json.dumps({"model_bytes": mujoco.mj_sizeModel(model)}))
 """
 
 
@@ -143,7 +148,7 @@ def check_scene(
         "scene": scene,
         "assets": {n: base64.b64encode(b).decode() for n, b in assets.items()},
         "batches": batches,
-        "threads": threads,
+        "threads": threads or os.cpu_count() or 1,
         "fields": list(RUNTIME_FIELDS),
     }
     limit = f"this site's budget of {max_mb:,} MiB and {max_s:g} s ({remedy})"
