@@ -85,10 +85,6 @@ SLOW_FIRST = (
     "tests/system/test_clocks.py",
     "tests/system/test_fleet.py",
     "tests/redteam/test_forks.py",
-    "tests/redteam/test_scene_budget_honest.py",  # Talos and dm_control's dog checked: 20 s
-    "tests/redteam/test_device_fetch.py",
-    "tests/redteam/test_scope_bodies.py",
-    "tests/redteam/test_scene_budget_commands.py",
     "tests/sim/test_morphologies.py",
     "tests/knowledge/test_corpus.py",
 )
