@@ -33,6 +33,7 @@ from ._policy import TrustPolicy
 from ._records import MAX_INT, RecordType, Role, make_key
 from ._replica import Limits, Replica
 from ._store import MEMORY, Store
+from ._trust import Grant
 
 log = logging.getLogger("knowledge")
 
@@ -377,27 +378,24 @@ class KnowledgeBase:
         revoked nor expired (`roles_of` counts those too). Expiry is judged by this site's clock
         now, not by its last timestamp: a site that writes and takes in nothing keeps that timestamp
         from before a device's expiry."""
-        replica = self._replica
-        with replica.lock:
-            now = max(replica.clock.last, pack(replica.clock.physical()))
-            return frozenset(
-                role
-                for g in replica.authority.grants(key)
-                if g.root or (g.last_seq is None and g.admits(0, now) is None)
-                for role in g.roles
-            )
+        return frozenset(role for g in self._current_grants(key) for role in g.roles)
 
     def vouching_sites(self, key: bytes) -> frozenset[bytes]:
         """The site roots whose current grants (as `current_roles` counts them) give `key` a role
         here: the sites whose device it is, or a root's own key for a root."""
+        return frozenset(g.site for g in self._current_grants(key) if g.roles)
+
+    def _current_grants(self, key: bytes) -> list[Grant]:
+        """`key`'s grants in force now: a root's, or delegations neither revoked nor expired by
+        this site's clock."""
         replica = self._replica
         with replica.lock:
             now = max(replica.clock.last, pack(replica.clock.physical()))
-            return frozenset(
-                g.site
+            return [
+                g
                 for g in replica.authority.grants(key)
-                if g.roles and (g.root or (g.last_seq is None and g.admits(0, now) is None))
-            )
+                if g.root or (g.last_seq is None and g.admits(0, now) is None)
+            ]
 
     def can_read(self, key: bytes) -> bool:
         """Whether `key` holds a current grant here (`current_roles`) with at least one role.
