@@ -405,9 +405,9 @@ def skills_query(
         )
     if not body.actuators:  # ranked as what the file says: a passive body, which no skill drives
         lines.append(
-            "note: this body has no actuators (a URDF: no joint gives <limit effort>), so it ranks "
-            "as a passive body; if its drives are added in code (dm_control's arms are), describe "
-            "the model with them"
+            "note: this body has no actuators (an MJCF declares none and gives no joint armature; "
+            "a URDF: no joint gives <limit effort>), so it ranks as a passive body; if its drives "
+            "are added in code, describe the model with them"
         )
     emit(rows, as_json, "\n".join(lines))
 

@@ -32,7 +32,7 @@ from ._descriptors import FORMAT, Embodiment, describe
 from ._mjcf import MjcfModel, prepare_mjcf
 from ._urdf import resolve_mesh, uses_xacro
 
-VERSION = f"simnet.descriptor-cache/3 format {FORMAT} mujoco {mujoco.__version__}"
+VERSION = f"simnet.descriptor-cache/4 format {FORMAT} mujoco {mujoco.__version__}"
 """Part of every key: a new descriptor layout, reader or MuJoCo version may describe a file
 differently (2: MJCF extents leave visual geoms out; 3: MJCF meshes that weigh are weighed with
 numpy, whose principal axes are not MuJoCo's to the last digits, and an MJCF scene's undriven

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 
 from ._descriptors import Embodiment
-from ._parts import Actuator
+from ._parts import Actuator, Joint
 
 Metric = Literal["l2", "cosine"]
 
@@ -252,7 +252,8 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
 
 LIMB_PARTS = 2
 """Rigid parts on joints a limb has at least: a leg's thigh and shank; not a wheel, a finger's last
-link or a sensor on a joint."""
+link or a sensor on a joint. One part hanging on the trunk is a limb too if it swings (its mass off
+its hinge's axis): a one-link leg, as on a minitaur with locked knees or a RHex."""
 
 
 def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:
@@ -278,7 +279,10 @@ def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:
         while part >= 0 and below[part] == 1 and e.bodies[part].parent >= 0:
             chain.append(part)
             part = top[e.bodies[part].parent]
-        if len(chain) >= LIMB_PARTS and e.bodies[tip].parent >= 0:
+        on_trunk = part >= 0 and e.bodies[part].parent < 0
+        if e.bodies[tip].parent >= 0 and (
+            len(chain) >= LIMB_PARTS or (on_trunk and _swings(e, tip))
+        ):
             limbs.append(math.fsum(mass[i] for i in chain))
     if len(limbs) < 4:
         return 0.0
@@ -309,12 +313,22 @@ def _wheels(e: Embodiment) -> int:
         turns = joint.range is None or joint.range[1] - joint.range[0] > 2 * math.pi + 1e-9
         if joint.type != "hinge" or not turns or joint.body in above_a_joint:
             continue
-        body = e.bodies[joint.body]
-        axis = np.array(joint.axis) / max(float(np.linalg.norm(joint.axis)), 1e-12)
-        com = np.array(body.com)
-        off_axis = float(np.linalg.norm(com - (com @ axis) * axis))
-        count += off_axis <= WHEEL_OFFSET * max(body.extent, 1e-9)
+        count += not _off_axis(e, joint)
     return count
+
+
+def _off_axis(e: Embodiment, joint: Joint) -> bool:
+    """Whether the centre of mass of the joint's body lies off the joint's axis, by more than
+    `WHEEL_OFFSET` of the body's extent: it swings like a leg rather than turns like a wheel."""
+    body = e.bodies[joint.body]
+    axis = np.array(joint.axis) / max(float(np.linalg.norm(joint.axis)), 1e-12)
+    com = np.array(body.com)
+    return float(np.linalg.norm(com - (com @ axis) * axis)) > WHEEL_OFFSET * max(body.extent, 1e-9)
+
+
+def _swings(e: Embodiment, body: int) -> bool:
+    """Whether a hinge moves the body with its mass off the hinge's axis (`_off_axis`)."""
+    return any(j.body == body and j.type == "hinge" and _off_axis(e, j) for j in e.joints)
 
 
 def _limit(bounds: tuple[float, float] | None) -> float:
@@ -334,7 +348,8 @@ class FeatureEncoder(Encoder):
     distance."""
 
     name = "morphology-features"
-    version = "6"  # 2: wheels; 3: trunk mass; 4: limb balance; 5: no root mass; 6: rigid parts
+    version = "7"  # 2: wheels; 3: trunk mass; 4: limb balance; 5: no root mass; 6: rigid parts;
+    # 7: one-link legs
     dim = len(FEATURES)
     feature_names = tuple(name for name, _ in FEATURES)
 

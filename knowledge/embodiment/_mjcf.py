@@ -32,7 +32,7 @@ from ._parts import (
     check_finite,
     vec,
 )
-from ._scene import robot_only, with_floating_base
+from ._scene import robot_only, with_armature_motors, with_floating_base
 from ._trim import Plan, split, trim
 from ._urdf import compile_urdf, drives, floats_by_default, prepare_urdf
 
@@ -92,7 +92,8 @@ class MjcfModel:
             raise EmbodimentError(
                 f"{self.label}: the model has no joints, so there is no robot to describe"
             )
-        parts = robot_only(_describe(model, {geom.id for geom in visual}, self.plan.bounds, boxed))
+        parts = _describe(model, {geom.id for geom in visual}, self.plan.bounds, boxed)
+        parts = robot_only(with_armature_motors(parts))
         return with_floating_base(self.label, check_finite(self.label, parts), floating_base)
 
 

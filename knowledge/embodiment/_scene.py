@@ -7,6 +7,13 @@ by actuators, the others are the scene and are left out: a tree is the robot if 
 one of its joints or bodies. A model with no actuators, or whose actuators reach no tree, is kept
 whole (nothing tells robot from scene there).
 
+A model that declares no actuators at all (dm_control's jaco arm and hand, whose loaders add them
+in Python) still says which joints have motors: MuJoCo's `armature` is the inertia of a geared
+rotor behind the joint. `with_armature_motors` gives each such hinge or slide joint the motor a
+`<motor joint=.../>` line would, its control limited to the joint's `actuatorfrcrange` if any, as
+URDF's reader reads a motor from a joint's effort limit. A model with any actuator is read as
+written.
+
 And walker models written to be placed in a scene (dm_control's, PyBullet's MJCF) often leave
 their root welded to the world, the loader adding the free joint: `with_floating_base` gives them
 theirs (`Embodiment.from_mjcf(floating_base=...)` decides otherwise).
@@ -18,8 +25,32 @@ from collections import Counter
 from dataclasses import replace
 
 from .._errors import EmbodimentError
-from ._parts import Joint, Parts
+from ._parts import Actuator, Joint, Parts
 from ._urdf import named_as_leg
+
+
+def with_armature_motors(parts: Parts) -> Parts:
+    """The parts with a motor on each hinge or slide joint that has armature, when the model
+    declares no actuator (module docstring); `parts` otherwise."""
+    name, bodies, joints, actuators, sites, sensors = parts
+    if actuators:
+        return parts
+    motors = [
+        Actuator(
+            joint.name,
+            "joint",
+            (j,),
+            "motor",
+            (1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+            1.0,
+            (0.0, 0.0, 0.0),
+            joint.force_range,
+            None,
+        )
+        for j, joint in enumerate(joints)
+        if joint.type in ("hinge", "slide") and joint.armature > 0
+    ]
+    return (name, bodies, joints, motors, sites, sensors) if motors else parts
 
 
 def robot_only(parts: Parts) -> Parts:

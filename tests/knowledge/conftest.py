@@ -29,7 +29,7 @@ from knowledge import Embodiment
 from knowledge.embodiment._descriptors import describe
 from knowledge.embodiment._mjcf import _describe, prepare_mjcf
 from knowledge.embodiment._parts import Parts
-from knowledge.embodiment._scene import robot_only, with_floating_base
+from knowledge.embodiment._scene import robot_only, with_armature_motors, with_floating_base
 from knowledge.embodiment._trim import split, trim
 
 _CAP_VERSION_3 = 0x20080522
@@ -136,7 +136,8 @@ def _untrimmed_parts(path: Path) -> Parts:
     spec = mujoco.MjSpec.from_file(str(path))
     visual = split(spec).visual
     model = spec.compile()
-    parts = robot_only(_describe(model, {geom.id for geom in visual}, trimmed.plan.bounds))
+    parts = _describe(model, {geom.id for geom in visual}, trimmed.plan.bounds)
+    parts = robot_only(with_armature_motors(parts))
     return with_floating_base(str(path), parts, None)
 
 

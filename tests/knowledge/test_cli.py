@@ -80,8 +80,9 @@ def test_skills_query_ranks_the_same_body_first(home):
 
 
 def test_a_query_for_a_body_without_actuators_says_it_ranks_as_passive(home, tmp_path):
-    """A file that declares no drives (dm_control's Jaco arm: its actuators are added in Python) is
-    a passive chain as read, nearest passive chains: the query says so, and why, in words only."""
+    """A file that declares no drives and gives no joint armature (which would say a geared motor
+    is there) is a passive chain as read, nearest passive chains: the query says so, and why, in
+    words only."""
     path, _ids = home
     chain = tmp_path / "chain.xml"
     chain.write_text(

@@ -46,7 +46,7 @@ def distance(a: str, b: str) -> float:
 
 def test_encoder_describes_its_space():
     assert isinstance(encoder, Encoder)
-    assert encoder.space == EmbeddingSpace("morphology-features", "6", len(FEATURES), "l2")
+    assert encoder.space == EmbeddingSpace("morphology-features", "7", len(FEATURES), "l2")
     assert encoder.feature_names == tuple(name for name, _ in FEATURES)
     assert len(set(encoder.feature_names)) == encoder.dim == 34
 
@@ -207,6 +207,14 @@ def test_limb_balance_is_how_evenly_the_four_heaviest_limbs_share_their_mass():
     assert morphology_features(_walker(unequal))["limb_balance"] == pytest.approx(5 / 9)
     assert morphology_features(_walker({"hl": 2.0, "hr": 2.0}))["limb_balance"] == 0.0
     assert morphology_features(_cart(WHEEL))["limb_balance"] == 0.0  # a wheel is one body
+    # one-link legs on the trunk (a minitaur with locked knees) are limbs; one-link fingers on a
+    # hand that hangs on a joint are not
+    assert morphology_features(_cart(SHIN))["limb_balance"] == pytest.approx(1.0)
+    fingers = "".join(SHIN.format(n=f"f{i}", x=0.05 * i, y=0) for i in range(4))
+    hand = f"""<body name="hand" pos=".3 0 0"><joint name="wrist" axis="0 0 1"/>
+      <geom type="box" size=".05 .05 .02" mass="1"/>{fingers}</body>"""
+    on_a_hand = Embodiment.from_mjcf(CART.format(limbs=hand, motors='<motor joint="wrist"/>'))
+    assert morphology_features(on_a_hand)["limb_balance"] == 0.0
     assert morphology_features(ALL["arm7.xml"])["limb_balance"] == 0.0  # one chain
     # a limb stops below a root: four stands of unlike mass, each holding a like two-link chain
     stand = """<body name="s{i}" pos="{i} 0 0"><geom type="box" size=".1 .1 .1" mass="{m}"/>

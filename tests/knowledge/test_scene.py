@@ -51,10 +51,39 @@ def test_undriven_objects_beside_a_robot_are_left_out(names):
     assert (scene.dof, scene.floating_base, scene.mass) == (7, False, alone.mass)
 
 
-def test_a_model_without_actuators_is_kept_whole():
-    bare = re.sub(r"<actuator>.*</actuator>", "", ARM, flags=re.S)
+BARE_ARM = re.sub(r"<actuator>.*</actuator>|<position [^>]*/>", "", ARM, flags=re.S)
+"""The arm with no actuators, nor their defaults; its joints keep their armature (0.1, 0.05)."""
+
+
+def test_a_model_without_actuators_or_armature_is_kept_whole():
+    bare = re.sub(r'armature="[^"]*"', "", BARE_ARM)
     whole = Embodiment.from_mjcf(_with(bare, SCENE_OBJECTS["ball on slides"]))
     assert (whole.dof, len(whole.actuators)) == (9, 0)
+
+
+def test_joints_with_armature_have_motors_when_a_model_declares_no_actuators():
+    """Armature is a geared rotor's inertia: the arm reads as if each joint had a `<motor>`, its
+    control limited to the joint's actuatorfrcrange, and a ball on slides without armature (the
+    file's default gives every joint 0.1) is the scene."""
+    limited = BARE_ARM.replace('<joint name="j1"', '<joint name="j1" actuatorfrcrange="-30 30"')
+    motors = "".join(f'<motor joint="j{i}"/>' for i in range(2, 8))
+    j1 = '<motor joint="j1" ctrlrange="-30 30"/>'
+    explicit = _with(limited, "").replace(
+        "</worldbody>", f"</worldbody><actuator>{j1}{motors}</actuator>", 1
+    )
+    ball = SCENE_OBJECTS["ball on slides"].replace('type="slide"', 'type="slide" armature="0"')
+    inferred = Embodiment.from_mjcf(_with(limited, ball))
+    assert inferred.fingerprint == Embodiment.from_mjcf(explicit).fingerprint
+    assert [a.kind for a in inferred.actuators] == ["motor"] * 7 and inferred.dof == 7
+    assert sorted(a.name for a in inferred.actuators) == [f"j{i}" for i in range(1, 8)]
+    # a joint without armature stays passive; a model declaring any actuator is read as written
+    one_passive = Embodiment.from_mjcf(limited.replace('name="j3"', 'name="j3" armature="0"'))
+    assert len(one_passive.actuators) == 6
+    assert "j3" not in {a.name for a in one_passive.actuators}
+    one_motor = limited.replace(
+        "</worldbody>", '</worldbody><actuator><motor joint="j1"/></actuator>', 1
+    )
+    assert len(Embodiment.from_mjcf(one_motor).actuators) == 1
 
 
 def test_a_tree_a_tendon_actuator_reaches_is_the_robot():
