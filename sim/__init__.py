@@ -42,19 +42,12 @@ Evaluations with `workers > 1` and worlds with worker processes start processes:
 `if __name__ == "__main__":`.
 """
 
-try:  # the simulator is an extra: say which, rather than which of its modules is missing
-    import orjson  # noqa: F401
-    import torch  # noqa: F401
-except ModuleNotFoundError as missing:
-    raise ModuleNotFoundError(
-        f"sim needs the sim extra ({missing.name} is not installed): "
-        "pip install 'simnet-fleet[sim]'",
-        name=missing.name,
-    ) from missing
+from typing import TYPE_CHECKING
 
 from knowledge import __version__ as __version__  # one distribution, one version
 from knowledge.stats import SPRT  # what evaluate(sprt=...) takes
 
+from . import _extra  # noqa: F401 - first: names a missing extra, not a module
 from ._assets import fetch_assets
 from ._builders import reach_task, stand_task
 from ._errors import (
@@ -86,7 +79,8 @@ from ._errors import (
     WorldFullError,
     WorldLockedError,
 )
-from ._mlp import MLP, EntryPointRef, MLPSpec, Policy
+from ._mlp import EntryPointRef, Policy
+from ._mlp_spec import MLPSpec
 from ._patches import Mutation, Patch, Sampler, SamplerTerm
 from ._shipped import load_sampler, load_skill, load_task, shipped_skills, shipped_tasks
 from ._snapshot import Snapshot
@@ -202,3 +196,15 @@ __all__ = [
     "use_ray",
     "verify_certificate",
 ]
+
+if TYPE_CHECKING:
+    from ._torch_mlp import MLP
+
+
+def __getattr__(name: str) -> object:
+    """`sim.MLP` imports torch when first asked for, not with `import sim`."""
+    if name == "MLP":
+        from ._torch_mlp import MLP
+
+        return MLP
+    raise AttributeError(f"module 'sim' has no attribute {name!r}")

@@ -6,194 +6,29 @@ carry.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import struct
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import safetensors.torch
-import torch
 
-from knowledge import canonical_json, content_hash, sha256_hex
+from knowledge import content_hash, sha256_hex
 
-from ._errors import EntryPointError, PolicyPayloadError, PolicySpecError
+from ._errors import EntryPointError, PolicyPayloadError
+from ._mlp_spec import DTYPE_TAGS, MLPSpec
 
-MLP_FORMAT = "simnet.mlp/1"
-ACTIVATIONS: dict[str, Callable[[], torch.nn.Module]] = {
-    "tanh": torch.nn.Tanh,
-    "relu": torch.nn.ReLU,
-    "elu": torch.nn.ELU,
-    "silu": torch.nn.SiLU,
-}
-# the same kernels in place, for inference (`MLP.act`): the same bits without new tensors
-_IN_PLACE: dict[str, Callable[[torch.Tensor], object]] = {
-    "tanh": torch.tanh_,
-    "relu": torch.relu_,
-    "elu": lambda x: torch.nn.functional.elu(x, inplace=True),
-    "silu": lambda x: torch.nn.functional.silu(x, inplace=True),
-}
-_DTYPES = {"float64": (torch.float64, "F64"), "float32": (torch.float32, "F32")}
+if TYPE_CHECKING:
+    import torch
+
+    from ._torch_mlp import MLP
+
 MAX_WEIGHTS_BYTES = 256 * 2**20
 POLICY_GROUP = "simnet.policies"
-
-
-@dataclass(frozen=True)
-class MLPSpec:
-    """obs → (obs - obs_mean) / obs_std → Linear/activation … → act_offset + act_scale * out.
-
-    `hidden=[]` is a linear (affine) policy, which expresses PD and CPG controllers exactly.
-    """
-
-    obs_dim: int
-    act_dim: int
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    output_activation: str | None = None
-    dtype: str = "float64"
-
-    def to_json(self) -> dict:
-        return {
-            "format": MLP_FORMAT,
-            "obs_dim": self.obs_dim,
-            "act_dim": self.act_dim,
-            "hidden": list(self.hidden),
-            "activation": self.activation,
-            "output_activation": self.output_activation,
-            "dtype": self.dtype,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> MLPSpec:
-        def need(ok: bool, key: str, detail: str) -> None:
-            if not ok:
-                raise PolicySpecError(key, detail)
-
-        need(isinstance(data, dict), "", "an architecture spec is a JSON object")
-        need(data.get("format") == MLP_FORMAT, "format", f"must be {MLP_FORMAT!r}")
-        keys = set(cls(1, 1).to_json())
-        extra = sorted(set(data) - keys)
-        need(not extra, extra[0] if extra else "", f"unknown key; keys are {sorted(keys)}")
-        for key in ("obs_dim", "act_dim"):
-            value = data.get(key)
-            need(
-                isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100_000,
-                key,
-                "must be an integer in [1, 100000]",
-            )
-        hidden = data.get("hidden")
-        need(
-            isinstance(hidden, list)
-            and len(hidden) <= 16
-            and all(
-                isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= 100_000 for h in hidden
-            ),
-            "hidden",
-            "must be a list of at most 16 layer sizes in [1, 100000]",
-        )
-        need(
-            isinstance(data.get("activation"), str) and data["activation"] in ACTIVATIONS,
-            "activation",
-            f"must be one of {sorted(ACTIVATIONS)}",
-        )
-        out = data.get("output_activation")
-        need(
-            out is None or (isinstance(out, str) and out in ACTIVATIONS),
-            "output_activation",
-            f"must be null or one of {sorted(ACTIVATIONS)}",
-        )
-        need(
-            isinstance(data.get("dtype"), str) and data["dtype"] in _DTYPES,
-            "dtype",
-            f"must be one of {sorted(_DTYPES)}",
-        )
-        return cls(
-            data["obs_dim"], data["act_dim"], tuple(hidden), data["activation"], out, data["dtype"]
-        )
-
-    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Every tensor the weights must hold, with its shape; nothing more is accepted."""
-        sizes = [self.obs_dim, *self.hidden, self.act_dim]
-        shapes: dict[str, tuple[int, ...]] = {
-            "obs_mean": (self.obs_dim,),
-            "obs_std": (self.obs_dim,),
-            "act_offset": (self.act_dim,),
-            "act_scale": (self.act_dim,),
-        }
-        for i, (n_in, n_out) in enumerate(pairwise(sizes)):
-            shapes[f"layers.{i}.weight"] = (n_out, n_in)
-            shapes[f"layers.{i}.bias"] = (n_out,)
-        return shapes
-
-
-class MLP(torch.nn.Module):
-    """The torch module of an MLPSpec; built only from checked tensors."""
-
-    # buffers (register_buffer below)
-    obs_mean: torch.Tensor
-    obs_std: torch.Tensor
-    act_offset: torch.Tensor
-    act_scale: torch.Tensor
-
-    def __init__(self, spec: MLPSpec, tensors: Mapping[str, torch.Tensor]) -> None:
-        super().__init__()
-        self.spec = spec
-        dtype = _DTYPES[spec.dtype][0]
-        sizes = [spec.obs_dim, *spec.hidden, spec.act_dim]
-        self.layers = torch.nn.ModuleList(
-            torch.nn.Linear(a, b, dtype=dtype) for a, b in pairwise(sizes)
-        )
-        self.activation = ACTIVATIONS[spec.activation]()
-        self.output_activation = (
-            ACTIVATIONS[spec.output_activation]() if spec.output_activation else None
-        )
-        for name in ("obs_mean", "obs_std", "act_offset", "act_scale"):
-            self.register_buffer(name, torch.zeros(spec.tensor_shapes()[name], dtype=dtype))
-        self.load_state_dict(dict(tensors), strict=True)
-        self.eval()
-        # what `act` reads, as dicts: Module attribute lookups cost as much as the kernels
-        # at a wave's batch sizes. The dicts are the modules' own, so a parameter or buffer loaded,
-        # converted or replaced later is the one `act` uses.
-        self._layer_parameters = tuple(
-            cast(dict[str, torch.Tensor], layer._parameters) for layer in self.layers
-        )
-        self._buffer_tensors = cast(dict[str, torch.Tensor], self._buffers)
-        self._hidden = _IN_PLACE[spec.activation]
-        self._output = _IN_PLACE[spec.output_activation] if spec.output_activation else None
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = (obs - self.obs_mean) / self.obs_std
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
-                x = self.activation(x)
-        if self.output_activation is not None:
-            x = self.output_activation(x)
-        return self.act_offset + self.act_scale * x
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """`forward` on a float64 array, as float64, with no autograd: the same kernels on the same
-        operands (in place, and without the submodules' call machinery), so the same bits. What a
-        rollout calls every control step."""
-        buffers, linear = self._buffer_tensors, torch.nn.functional.linear
-        *hidden_layers, last = self._layer_parameters
-        with torch.inference_mode():
-            x = torch.from_numpy(obs).to(buffers["obs_mean"].dtype)
-            x = (x - buffers["obs_mean"]).div_(buffers["obs_std"])
-            for parameters in hidden_layers:
-                x = linear(x, parameters["weight"], parameters["bias"])
-                self._hidden(x)
-            x = linear(x, last["weight"], last["bias"])
-            if self._output is not None:
-                self._output(x)
-            # offset + scale * x: IEEE products and sums commute, bit for bit
-            x.mul_(buffers["act_scale"]).add_(buffers["act_offset"])
-            return x.to(torch.float64).numpy()
 
 
 @dataclass(frozen=True)
@@ -216,16 +51,10 @@ class Policy:
     def from_tensors(
         cls, spec: MLPSpec, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None
     ) -> Policy:
-        dtype = _DTYPES[spec.dtype][0]
-        prepared = {
-            k: torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v)
-            .to(dtype)
-            .contiguous()
-            for k, v in tensors.items()
-        }
+        from ._torch_mlp import encode
+
         # metadata stays out of the blob: safetensors writes its map in no fixed order
-        blob = safetensors.torch.save(dict(sorted(prepared.items())))
-        return cls(spec, blob, dict(metadata or {}))
+        return cls(spec, encode(spec, tensors), dict(metadata or {}))
 
     @classmethod
     def linear(cls, weight: Any, bias: Any, metadata: Mapping[str, str] | None = None) -> Policy:
@@ -295,6 +124,8 @@ class Policy:
         }
 
     def module(self) -> MLP:
+        from ._torch_mlp import MLP
+
         return MLP(self.spec, self._tensors())
 
     def _tensors(self) -> dict[str, torch.Tensor]:
@@ -311,7 +142,7 @@ class Policy:
             raise PolicyPayloadError(
                 f"weights do not match the architecture: missing {missing}, unexpected {unexpected}"
             )
-        tag = _DTYPES[self.spec.dtype][1]
+        tag = DTYPE_TAGS[self.spec.dtype]
         for name, shape in expected.items():
             info = header[name]
             if (
@@ -323,23 +154,9 @@ class Policy:
                     f"tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
                     f"the architecture needs {tag} {list(shape)}"
                 )
-        try:
-            tensors = safetensors.torch.load(blob)
-        except Exception as exc:  # safetensors raises its own SafetensorError on corrupt data
-            raise PolicyPayloadError(f"weights are not valid safetensors: {exc}") from exc
-        # One encoding per set of tensors, so the weights' hash names what runs: a revocation
-        # follows the hash, and other bytes for the same tensors would be a copy it misses.
-        if safetensors.torch.save(dict(sorted(tensors.items()))) != blob:
-            raise PolicyPayloadError(
-                "weights are not in the one encoding of their tensors (safetensors of the tensors "
-                "in name order, no metadata): re-encode them with Policy.from_tensors"
-            )
-        for name, tensor in tensors.items():
-            if not torch.isfinite(tensor).all():
-                raise PolicyPayloadError(f"tensor {name!r} holds NaN or inf")
-        if not (tensors["obs_std"] > 0).all():
-            raise PolicyPayloadError("tensor 'obs_std' must be > 0 everywhere")
-        return tensors
+        from ._torch_mlp import checked_tensors
+
+        return checked_tensors(blob)
 
 
 def _safetensors_header(blob: bytes) -> dict:
@@ -407,20 +224,11 @@ def describe_policy(policy: Any) -> dict:
         return policy.describe()
     if isinstance(policy, EntryPointRef):
         return policy.to_json()
-    if isinstance(policy, MLP):
-        return {
-            "kind": "torch",
-            "class": "sim.MLP",
-            "architecture": policy.spec.to_json(),
-            "state_sha256": _state_digest(policy),
-        }
-    if isinstance(policy, torch.nn.Module):
-        cls = type(policy)
-        return {
-            "kind": "torch",
-            "class": f"{cls.__module__}.{cls.__qualname__}",
-            "state_sha256": _state_digest(policy),
-        }
+    if "torch" in sys.modules:  # a policy is a torch module only once torch is imported
+        from ._torch_mlp import describe_module
+
+        if (described := describe_module(policy)) is not None:
+            return described
     name = getattr(policy, "__qualname__", type(policy).__qualname__)
     return {"kind": "callable", "class": f"{getattr(policy, '__module__', '?')}.{name}"}
 
@@ -442,12 +250,3 @@ def policy_from_payload(payload: tuple) -> Any:
         return Policy(MLPSpec.from_json(payload[1]), payload[2])
     data = payload[1]
     return EntryPointRef(data["name"], data["distribution"], data["version"], data["group"])
-
-
-def _state_digest(module: torch.nn.Module) -> str:
-    h = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(canonical_json([name, str(t.dtype), list(t.shape)]))
-        h.update(t.numpy().tobytes())
-    return h.hexdigest()

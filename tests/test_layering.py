@@ -148,6 +148,20 @@ def test_the_core_packages_load_no_simulator_index_torch_or_server(package):
     assert out.stdout.strip() == "[]"
 
 
+def test_sim_loads_torch_only_to_run_a_policy():
+    """torch takes seconds to import (7 s on a loaded 2-core machine): `import sim`, a world's
+    processes and `simnet world` do without it, and a policy built from a skill loads it."""
+    code = (
+        "import sys, sim, sim.world, sim.cli; before = 'torch' in sys.modules; "
+        "sim.load_skill('arm_reach_good').module(); print(before, 'torch' in sys.modules, "
+        "sim.MLP.__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "True", "sim._torch_mlp"]
+
+
 def test_the_graph_sees_the_imports_it_judges():
     """The checks above are only as good as the graph: it must hold the known arrows."""
     assert "knowledge" in _graph()["federation._auth"]

@@ -30,7 +30,8 @@ from .._errors import (
     PolicySpecError,
     TaskDefinitionError,
 )
-from .._mlp import POLICY_GROUP, EntryPointRef, MLPSpec, Policy
+from .._mlp import POLICY_GROUP, EntryPointRef, Policy
+from .._mlp_spec import MLPSpec
 from .._tasks import Task
 from ._evaluation_record import Evaluation, check_record
 from ._probe import Probe, replay_probe

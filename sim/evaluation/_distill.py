@@ -8,14 +8,18 @@ every visited observation with the expert's action, refit an MLP on everything g
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from .._mlp import MLP, MLPSpec, Policy
+from .._mlp import Policy
+from .._mlp_spec import MLPSpec
 from .._patches import Sampler
 from .._tasks import Task
 from ._evaluate import evaluate, single_threaded_torch
+
+if TYPE_CHECKING:
+    from .._torch_mlp import MLP
 
 Controller = Callable[[np.ndarray], np.ndarray]
 
@@ -46,6 +50,10 @@ def fit_mlp(
     seed: int = 0,
 ) -> Policy:
     """Least-squares fit of an MLP skill; `act_bound` adds a tanh output scaled to ±act_bound."""
+    import torch  # here, not at import: `import sim` does not import torch
+
+    from .._torch_mlp import MLP
+
     generator = torch.Generator().manual_seed(seed)
     spec = MLPSpec(
         obs.shape[1],
@@ -137,6 +145,8 @@ def distill(
 
 
 def _numpy_policy(module: MLP) -> Callable[[np.ndarray], np.ndarray]:
+    import torch
+
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
             return module(torch.from_numpy(obs)).numpy()

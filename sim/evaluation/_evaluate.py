@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
 from knowledge.stats import SPRT, mcnemar_p
@@ -244,6 +243,8 @@ def _rounds(nwaves: int, size: int) -> Iterator[list[int]]:
 @contextlib.contextmanager
 def single_threaded_torch() -> Iterator[None]:
     """Policy calls on one intra-op thread: the same float result for a row at any machine load."""
+    import torch  # here, not at import: `import sim` does not import torch
+
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -281,6 +282,8 @@ class WaveWorker:
         threads: int,
         start: dict | None,
     ) -> None:
+        import torch
+
         torch.set_num_threads(1)
         self.task = Task(task_json, assets)
         self.caller = PolicyCaller(policy_from_payload(payload), self.task)

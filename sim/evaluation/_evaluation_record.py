@@ -47,7 +47,6 @@ from typing import Any
 
 import mujoco
 import numpy as np
-import torch
 
 import knowledge
 from knowledge import canonical_json, content_hash
@@ -88,6 +87,8 @@ compared statistically, never bit for bit (a spot check would dispute honest one
 def environment() -> dict:
     """What must be equal for outcomes to be bit-identical: library versions, what sampler targets
     mean (`PATCH_SEMANTICS`) and platform."""
+    import torch  # here, not at import: only what runs a policy needs torch
+
     return {
         "mujoco": mujoco.__version__,
         "patch_semantics": PATCH_SEMANTICS,

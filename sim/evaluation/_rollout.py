@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from typing import Any
 
 import mujoco
 import numpy as np
-import torch
 from mujoco import batch as mjbatch
 
 from .._errors import (
@@ -29,7 +29,7 @@ from .._errors import (
     PolicyOutputError,
     TaskDefinitionError,
 )
-from .._mlp import MLP, EntryPointRef, Policy
+from .._mlp import EntryPointRef, Policy
 from .._patches import (
     Draws,
     Patch,
@@ -66,7 +66,7 @@ class BranchOutcome:
 class PolicyCaller:
     """A policy as one batched numpy call: torch modules run in float and inference mode."""
 
-    def __init__(self, policy: object, task: Task) -> None:
+    def __init__(self, policy: Any, task: Task) -> None:
         if isinstance(policy, EntryPointRef):
             policy = policy.load()(task)
         if isinstance(policy, Policy):
@@ -78,12 +78,13 @@ class PolicyCaller:
                 f"task {task.name!r} gives {task.obs_dim} and drives {task.act_dim}"
             )
         self.policy: Any = policy  # a torch module, or any callable from an entry point
-        self.torch = isinstance(policy, torch.nn.Module)
+        torch = sys.modules.get("torch")  # a policy is a torch module only once torch is imported
+        self.torch = torch is not None and isinstance(policy, torch.nn.Module)
         self.parameters = 0  # a torch module's, the measure of its work per row
-        if isinstance(policy, torch.nn.Module):
-            first = next(iter(policy.parameters()), None)
-            self.dtype = first.dtype if first is not None else torch.float64
-            self.parameters = sum(p.numel() for p in policy.parameters())
+        self._call: Callable[[np.ndarray], object] = self.policy
+        if self.torch:
+            self.parameters = sum(p.numel() for p in self.policy.parameters())
+            self._call = _module_call(self.policy)
         self._splits: dict[tuple[int, int], bool] = {}
 
     def splits_exactly(self, rows: int, at: int, obs_dim: int) -> bool:
@@ -105,12 +106,26 @@ class PolicyCaller:
         return self._splits[(rows, at)]
 
     def __call__(self, obs: np.ndarray) -> object:
-        if isinstance(self.policy, MLP):
-            return self.policy.act(obs)
-        if not self.torch:
-            return self.policy(obs)
+        return self._call(obs)
+
+
+def _module_call(module: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """A torch module as a numpy call: `MLP.act`, else the module in its parameters' dtype in
+    inference mode, its output as float64."""
+    import torch
+
+    from .._torch_mlp import MLP
+
+    if isinstance(module, MLP):
+        return module.act
+    first = next(iter(module.parameters()), None)
+    dtype = first.dtype if first is not None else torch.float64
+
+    def call(obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            return self.policy(torch.from_numpy(obs).to(self.dtype)).to(torch.float64).numpy()
+            return module(torch.from_numpy(obs).to(dtype)).to(torch.float64).numpy()
+
+    return call
 
 
 def branch_patches(task: Task, sampler: Sampler, first: int, count: int) -> list[Patch]:

@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from knowledge import TransferDataset
 
-from .._mlp import MLPSpec, Policy
+from .._mlp import Policy
+from .._mlp_spec import MLPSpec
 from .._patches import Sampler
 from ..evaluation._evaluate import evaluate
 from ..evaluation._evaluation_record import environment
@@ -179,10 +179,17 @@ def _pool(
                 yield function(*job)
                 bar.update(1)
             return
-        with process_pool(workers, torch.set_num_threads, (1,)) as pool:
+        with process_pool(workers, _one_torch_thread, ()) as pool:
             for result in pool.map(function, *zip(*jobs, strict=True)):
                 yield result
                 bar.update(1)
+
+
+def _one_torch_thread() -> None:
+    """A worker's policy calls on one intra-op thread (as `single_threaded_torch`)."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def _sources(

@@ -14,7 +14,7 @@ from itertools import pairwise
 from typing import Any
 
 from .._errors import PolicySpecError
-from .._mlp import MLPSpec
+from .._mlp_spec import MLPSpec
 from .._tasks import definition_steps
 
 

@@ -1,0 +1,12 @@
+"""The simulator is an extra: `import sim` without it says which package to install, rather than
+which of its modules failed to import. torch is only looked for, not imported: it takes seconds to
+import, so only what runs or trains a policy imports it."""
+
+import importlib.util
+
+for _name in ("orjson", "torch"):
+    if importlib.util.find_spec(_name) is None:
+        raise ModuleNotFoundError(
+            f"sim needs the sim extra ({_name} is not installed): pip install 'simnet-fleet[sim]'",
+            name=_name,
+        )
