@@ -4,8 +4,16 @@ import, so only what runs or trains a policy imports it."""
 
 import importlib.util
 
+
+def _missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except ModuleNotFoundError:  # an import hook may say so by raising
+        return True
+
+
 for _name in ("orjson", "torch"):
-    if importlib.util.find_spec(_name) is None:
+    if _missing(_name):
         raise ModuleNotFoundError(
             f"sim needs the sim extra ({_name} is not installed): pip install 'simnet-fleet[sim]'",
             name=_name,

@@ -19,7 +19,7 @@ from knowledge import canonical_json
 from ._errors import PolicyPayloadError
 from ._mlp_spec import MLPSpec
 
-ACTIVATIONS: dict[str, Callable[[], torch.nn.Module]] = {
+ACTIVATION_MODULES: dict[str, Callable[[], torch.nn.Module]] = {
     "tanh": torch.nn.Tanh,
     "relu": torch.nn.ReLU,
     "elu": torch.nn.ELU,
@@ -52,9 +52,9 @@ class MLP(torch.nn.Module):
         self.layers = torch.nn.ModuleList(
             torch.nn.Linear(a, b, dtype=dtype) for a, b in pairwise(sizes)
         )
-        self.activation = ACTIVATIONS[spec.activation]()
+        self.activation = ACTIVATION_MODULES[spec.activation]()
         self.output_activation = (
-            ACTIVATIONS[spec.output_activation]() if spec.output_activation else None
+            ACTIVATION_MODULES[spec.output_activation]() if spec.output_activation else None
         )
         for name in ("obs_mean", "obs_std", "act_offset", "act_scale"):
             self.register_buffer(name, torch.zeros(spec.tensor_shapes()[name], dtype=dtype))
