@@ -206,5 +206,10 @@ def __getattr__(name: str) -> object:
     if name == "MLP":
         from ._torch_mlp import MLP
 
+        globals()["MLP"] = MLP
         return MLP
     raise AttributeError(f"module 'sim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "MLP"})

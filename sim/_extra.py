@@ -8,7 +8,7 @@ import importlib.util
 def _missing(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is None
-    except ModuleNotFoundError:  # an import hook may say so by raising
+    except (ImportError, ValueError):  # an import hook may say so by raising
         return True
 
 

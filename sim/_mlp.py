@@ -224,7 +224,7 @@ def describe_policy(policy: Any) -> dict:
         return policy.describe()
     if isinstance(policy, EntryPointRef):
         return policy.to_json()
-    if "torch" in sys.modules:  # a policy is a torch module only once torch is imported
+    if sys.modules.get("torch") is not None:  # a torch module needs torch imported
         from ._torch_mlp import describe_module
 
         if (described := describe_module(policy)) is not None:

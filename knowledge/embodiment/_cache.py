@@ -36,7 +36,8 @@ VERSION = f"simnet.descriptor-cache/4 format {FORMAT} mujoco {mujoco.__version__
 """Part of every key: a new descriptor layout, reader or MuJoCo version may describe a file
 differently (2: MJCF extents leave visual geoms out; 3: MJCF meshes that weigh are weighed with
 numpy, whose principal axes are not MuJoCo's to the last digits, and an MJCF scene's undriven
-objects are left out)."""
+objects are left out; 4: an MJCF model that declares no actuators has motors where its joints
+have armature)."""
 _ASSET_DIRS = ("meshdir", "texturedir", "assetdir")
 
 

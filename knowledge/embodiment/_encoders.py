@@ -261,12 +261,13 @@ def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:
 
     A limb is any unbranched chain of rigid parts (`Embodiment.rigid_parts`; `below` counts the
     parts hanging on each) that ends in a tip, below a root or a part with several parts on it,
-    with at least `LIMB_PARTS` parts: legs, but also a neck and head, a tail or a finger. So it
-    measures four chains of like mass, not four legs: four like legs give about 1; a humanoid's
-    arms are lighter than its legs, or end in a hand that branches into fingers and so are no limb
-    (0-0.54); dm_control's dog 0.51 (its neck and head outweigh a leg); a four-fingered hand up to
-    0.92; an arm, a wheeled base or a biped 0 or near it (fewer than four limbs). From the tree
-    and the masses alone: no pose or name enters."""
+    with at least `LIMB_PARTS` parts, or one that swings on a floating body's trunk (`_swings`):
+    legs, but also a neck and head, a tail or a finger. So it measures four chains of like mass,
+    not four legs: four like legs give about 1; a humanoid's arms are lighter than its legs, or
+    end in a hand that branches into fingers and so are no limb (0-0.54); dm_control's dog 0.51
+    (its neck and head outweigh a leg); a four-fingered hand up to 0.92; an arm, a wheeled base or
+    a biped 0 or near it (fewer than four limbs). From the tree and the masses alone: no pose or
+    name enters."""
     top = e.rigid_parts
     mass: dict[int, float] = {}
     for i, body in enumerate(e.bodies):
@@ -279,7 +280,7 @@ def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:
         while part >= 0 and below[part] == 1 and e.bodies[part].parent >= 0:
             chain.append(part)
             part = top[e.bodies[part].parent]
-        on_trunk = part >= 0 and e.bodies[part].parent < 0
+        on_trunk = e.floating_base and part >= 0 and e.bodies[part].parent < 0
         if e.bodies[tip].parent >= 0 and (
             len(chain) >= LIMB_PARTS or (on_trunk and _swings(e, tip))
         ):
@@ -327,7 +328,9 @@ def _off_axis(e: Embodiment, joint: Joint) -> bool:
 
 
 def _swings(e: Embodiment, body: int) -> bool:
-    """Whether a hinge moves the body with its mass off the hinge's axis (`_off_axis`)."""
+    """Whether a hinge moves the body with its mass off the hinge's axis (`_off_axis`). Read on
+    the part's top body, whose joint it is, as `_wheels` reads a wheel: mass a file welds below it
+    does not count, and the axis is taken through the body's origin."""
     return any(j.body == body and j.type == "hinge" and _off_axis(e, j) for j in e.joints)
 
 

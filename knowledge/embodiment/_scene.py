@@ -11,8 +11,8 @@ A model that declares no actuators at all (dm_control's jaco arm and hand, whose
 in Python) still says which joints have motors: MuJoCo's `armature` is the inertia of a geared
 rotor behind the joint. `with_armature_motors` gives each such hinge or slide joint the motor a
 `<motor joint=.../>` line would, its control limited to the joint's `actuatorfrcrange` if any, as
-URDF's reader reads a motor from a joint's effort limit. A model with any actuator is read as
-written.
+URDF's reader reads a motor from a joint's effort limit (the file's actuator defaults are not
+applied: no line names them). A model with any actuator is read as written.
 
 And walker models written to be placed in a scene (dm_control's, PyBullet's MJCF) often leave
 their root welded to the world, the loader adding the free joint: `with_floating_base` gives them

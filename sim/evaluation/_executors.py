@@ -276,10 +276,11 @@ def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
 
 
 def _context() -> multiprocessing.context.BaseContext:
-    """forkserver with `sim` preloaded: workers fork from a clean, single-threaded process that has
-    imported torch and mujoco once, instead of each paying for those imports (spawn)."""
+    """forkserver with `sim` and its torch side preloaded: workers fork from a clean,
+    single-threaded process that has imported torch and mujoco once, instead of each paying for
+    those imports (spawn). `import sim` alone does not import torch; a worker runs policies."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["sim"])
+    context.set_forkserver_preload(["sim", "sim._torch_mlp"])
     return context

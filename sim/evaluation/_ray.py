@@ -1,9 +1,10 @@
 """The optional Ray backend: a pool of generic actors for the executors.
 
-An actor imports torch and MuJoCo once (seconds), so actors are kept in a pool for the life of the
-Ray session and reused across worlds and evaluations; one that dies is dropped. An actor holds one
-object (a shard host, a wave worker) built from a factory it is sent, and runs its methods: calls
-ship whole units of work, an `advance` of a shard or a wave of branches, never one control step.
+An actor imports MuJoCo once, and torch once it runs a policy (seconds), so actors are kept in a
+pool for the life of the Ray session and reused across worlds and evaluations; one that dies is
+dropped. An actor holds one object (a shard host, a wave worker) built from a factory it is sent,
+and runs its methods: calls ship whole units of work, an `advance` of a shard or a wave of branches,
+never one control step.
 """
 
 from __future__ import annotations

@@ -215,6 +215,11 @@ def test_limb_balance_is_how_evenly_the_four_heaviest_limbs_share_their_mass():
       <geom type="box" size=".05 .05 .02" mass="1"/>{fingers}</body>"""
     on_a_hand = Embodiment.from_mjcf(CART.format(limbs=hand, motors='<motor joint="wrist"/>'))
     assert morphology_features(on_a_hand)["limb_balance"] == 0.0
+    # nor are they on a fixed palm: one-link legs are a floating body's
+    palm = f"""<mujoco><worldbody><body name="palm"><geom type="box" size=".05 .05 .02"/>
+      {fingers}</body></worldbody><actuator>{"".join(f'<motor joint="f{i}"/>' for i in range(4))}
+      </actuator></mujoco>"""
+    assert morphology_features(Embodiment.from_mjcf(palm))["limb_balance"] == 0.0
     assert morphology_features(ALL["arm7.xml"])["limb_balance"] == 0.0  # one chain
     # a limb stops below a root: four stands of unlike mass, each holding a like two-link chain
     stand = """<body name="s{i}" pos="{i} 0 0"><geom type="box" size=".1 .1 .1" mass="{m}"/>

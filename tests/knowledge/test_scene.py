@@ -73,6 +73,8 @@ def test_joints_with_armature_have_motors_when_a_model_declares_no_actuators():
     )
     ball = SCENE_OBJECTS["ball on slides"].replace('type="slide"', 'type="slide" armature="0"')
     inferred = Embodiment.from_mjcf(_with(limited, ball))
+    # the ball with the file's default armature reads as driven too: the robot and the ball
+    assert Embodiment.from_mjcf(_with(limited, SCENE_OBJECTS["ball on slides"])).dof == 9
     assert inferred.fingerprint == Embodiment.from_mjcf(explicit).fingerprint
     assert [a.kind for a in inferred.actuators] == ["motor"] * 7 and inferred.dof == 7
     assert sorted(a.name for a in inferred.actuators) == [f"j{i}" for i in range(1, 8)]
