@@ -147,9 +147,11 @@ def scene_refusal(
     wave: int | Sequence[int],
     limits: SceneLimits,
     threads: int = 1,
+    what: str | None = None,
 ) -> str | None:
     """Why a task definition's scene, with a batch of `wave` simulations (or one per number) on
-    `threads` physics threads, is over `limits`; None if it fits."""
+    `threads` physics threads, is over `limits`; None if it fits. `what` names the scene in the
+    message (default: the task's)."""
     try:
         check_scene(
             definition,
@@ -159,6 +161,7 @@ def scene_refusal(
             wave=wave,
             threads=threads,
             remedy=REMEDY,
+            what=what,
         )
     except SceneOverBudget as exc:
         return str(exc)

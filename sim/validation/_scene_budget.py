@@ -132,13 +132,15 @@ def check_scene(
     threads: int = 1,
     remedy: str = "max_scene_mb, max_compile_s in validator.toml: to validate it, raise them, "
     "restart and request the skill",
+    what: str | None = None,
 ) -> None:
     """SceneOverBudget if compiling a task definition's scene (with `assets`) and making what an
     evaluation holds of it takes more than `max_mb` MiB of address space or `max_s` seconds: a batch
     of `wave` simulations (or one batch per number, held at once: refine's episodes and its
     planner's episodes x candidates) stepped on `threads` physics threads (0: all CPUs, as
     `mujoco.batch.Batch` counts them), with the fields a task's runtime binds. Its message names the
-    task, the simulations, the limits and, in brackets, `remedy` (how to raise them). A scene MuJoCo
+    task (or `what` the scene is), the simulations, the limits and, in brackets, `remedy` (how to
+    raise them). A scene MuJoCo
     refuses for another reason passes: the task's own compile says what is wrong with it."""
     scene = definition.get("scene")
     if not isinstance(scene, str):
@@ -152,7 +154,7 @@ def check_scene(
         "fields": list(RUNTIME_FIELDS),
     }
     limit = f"this site's budget of {max_mb:,} MiB and {max_s:g} s ({remedy})"
-    name = f"task {definition.get('name')}: its scene"
+    name = what or f"task {definition.get('name')}: its scene"
     try:
         done = subprocess.run(
             [sys.executable, "-P", "-c", _CHILD, str(max_mb * 2**20)],

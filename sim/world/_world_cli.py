@@ -17,6 +17,7 @@ import click
 
 from knowledge import SiteHome
 
+from .._cli_args import scene_budget, scene_limits, scene_refusal
 from .._errors import SimError
 from ..evaluation._executors import BACKENDS
 from ._entities import Entity, check_name
@@ -110,6 +111,7 @@ def world_group() -> None:
     show_default=True,
     help="Ticks (physics steps) between checkpoints.",
 )
+@scene_budget
 @click.pass_obj
 def create_command(
     home: SiteHome,
@@ -117,8 +119,12 @@ def create_command(
     shards: tuple[str, ...],
     entities: tuple[str, ...],
     checkpoint_every: int,
+    max_scene_mb: int | None,
+    max_compile_s: float | None,
 ) -> None:
-    """Create world NAME in this site's directory."""
+    """Create world NAME in this site's directory. Each scene and entity file is first compiled in
+    a child process under the scene budget, as a task's scene is, so a file that asks for
+    gigabytes is refused with nothing created."""
     scenes = {}
     for spec in shards:
         shard, sep, scene = spec.partition("=")
@@ -130,6 +136,14 @@ def create_command(
             scenes[shard] = Path(scene).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--shard") from None
+    placed = [_entity(e) for e in entities]
+    limits = scene_limits(max_scene_mb, max_compile_s)
+    for what, text in [
+        *((f"shard {shard}: its scene", text) for shard, text in scenes.items()),
+        *((f"entity {entity.name}: its model", entity.mjcf) for entity in placed),
+    ]:
+        if refusal := scene_refusal({"scene": text}, {}, 1, limits, what=what):
+            raise click.ClickException(refusal)
     path, worlds = world_path(home, name), home.path / WORLDS_DIR
     try:  # the site's own folder of worlds (and the site's folder): made as needed
         worlds.mkdir(parents=True, exist_ok=True)
@@ -141,7 +155,7 @@ def create_command(
         with World.create(
             path,
             scenes,
-            [_entity(e) for e in entities],
+            placed,
             name=name,
             checkpoint_every=checkpoint_every,
             backend="inline",

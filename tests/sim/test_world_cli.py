@@ -162,3 +162,41 @@ def test_a_world_whose_folder_cannot_be_made_is_one_line(tmp_path, region):
         f"Error: cannot create the folder {home / 'worlds'} for world 'cell': Not a directory\n",
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "region.xml"]
+
+
+BOMB = '<asset><hfield name="bomb" nrow="20000" ncol="20000" size="1 1 1 0.1"/></asset>'
+
+
+def test_a_scene_or_entity_over_the_scene_budget_is_refused_with_nothing_created(
+    tmp_path, region, world_entities
+):
+    """A 20,000 x 20,000 heightfield (3 GiB) in a shard's scene or an entity's file is compiled
+    first in a child process under the budget, as a task's scene is: refused, naming the file's
+    role and the budget, and no world is made."""
+    (tmp_path / "region.xml").write_text(region)
+    (tmp_path / "huge.xml").write_text(region.replace("<worldbody>", BOMB + "<worldbody>", 1))
+    crate = world_entities[1].mjcf
+    (tmp_path / "crate.xml").write_text(crate)
+    (tmp_path / "huge_crate.xml").write_text(crate.replace("<worldbody>", BOMB + "<worldbody>", 1))
+    home = tmp_path / "site"
+    for shard, entity, role in (
+        ("huge.xml", "crate.xml", "shard west: its scene"),
+        ("region.xml", "huge_crate.xml", "entity crate: its model"),
+    ):
+        made = simnet(
+            home,
+            "world",
+            "create",
+            "cell",
+            "--shard",
+            f"west={tmp_path / shard}",
+            "--entity",
+            f"crate={tmp_path / entity}@west",
+            "--max-scene-mb",
+            "512",
+        )
+        assert made.exit_code == 1, made.output
+        assert role in made.output and "512 MiB" in made.output, made.output
+        assert not (home / "worlds" / "cell.db").exists()
+    fits = simnet(home, "world", "create", "cell", "--shard", f"west={tmp_path / 'region.xml'}")
+    assert fits.exit_code == 0, fits.output
