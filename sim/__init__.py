@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from knowledge import __version__ as __version__  # one distribution, one version
 from knowledge.stats import SPRT  # what evaluate(sprt=...) takes
 
-from . import _extra  # noqa: F401 - first: names a missing extra, not a module
+from . import _extra  # noqa: F401 - before sim's modules: names a missing extra, not a module
 from ._assets import fetch_assets
 from ._builders import reach_task, stand_task
 from ._errors import (

@@ -252,8 +252,8 @@ def morphology_features(e: Embodiment) -> dict[str, float]:
 
 LIMB_PARTS = 2
 """Rigid parts on joints a limb has at least: a leg's thigh and shank; not a wheel, a finger's last
-link or a sensor on a joint. One part hanging on the trunk is a limb too if it swings (its mass off
-its hinge's axis): a one-link leg, as on a minitaur with locked knees or a RHex."""
+link or a sensor on a joint. One part hanging on a floating body's trunk is a limb too if it swings
+(its mass off its hinge's axis): a one-link leg, as on a minitaur with locked knees or a RHex."""
 
 
 def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:

@@ -184,17 +184,9 @@ def test_a_scene_or_entity_over_the_scene_budget_is_refused_with_nothing_created
         ("region.xml", "huge_crate.xml", "entity crate: its model"),
     ):
         made = simnet(
-            home,
-            "world",
-            "create",
-            "cell",
-            "--shard",
-            f"west={tmp_path / shard}",
-            "--entity",
-            f"crate={tmp_path / entity}@west",
-            "--max-scene-mb",
-            "512",
-        )
+            home, "world", "create", "cell", "--shard", f"west={tmp_path / shard}",
+            "--entity", f"crate={tmp_path / entity}@west", "--max-scene-mb", "512",
+        )  # fmt: skip
         assert made.exit_code == 1, made.output
         assert role in made.output and "512 MiB" in made.output, made.output
         assert not (home / "worlds" / "cell.db").exists()
