@@ -272,6 +272,10 @@ def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:
     mass: dict[int, float] = {}
     for i, body in enumerate(e.bodies):
         mass[top[i]] = mass.get(top[i], 0.0) + body.mass
+    hinges: dict[int, list[Joint]] = {}
+    for joint in e.joints:
+        if joint.type == "hinge":
+            hinges.setdefault(joint.body, []).append(joint)
     limbs = []
     for tip in mass:
         if below.get(tip):
@@ -282,7 +286,7 @@ def _limb_balance(e: Embodiment, below: dict[int, int]) -> float:
             part = top[e.bodies[part].parent]
         on_trunk = e.floating_base and part >= 0 and e.bodies[part].parent < 0
         if e.bodies[tip].parent >= 0 and (
-            len(chain) >= LIMB_PARTS or (on_trunk and _swings(e, tip))
+            len(chain) >= LIMB_PARTS or (on_trunk and _swings(e, hinges.get(tip, [])))
         ):
             limbs.append(math.fsum(mass[i] for i in chain))
     if len(limbs) < 4:
@@ -327,11 +331,11 @@ def _off_axis(e: Embodiment, joint: Joint) -> bool:
     return float(np.linalg.norm(com - (com @ axis) * axis)) > WHEEL_OFFSET * max(body.extent, 1e-9)
 
 
-def _swings(e: Embodiment, body: int) -> bool:
-    """Whether a hinge moves the body with its mass off the hinge's axis (`_off_axis`). Read on
-    the part's top body, whose joint it is, as `_wheels` reads a wheel: mass a file welds below it
-    does not count, and the axis is taken through the body's origin."""
-    return any(j.body == body and j.type == "hinge" and _off_axis(e, j) for j in e.joints)
+def _swings(e: Embodiment, hinges: list[Joint]) -> bool:
+    """Whether one of a body's `hinges` moves it with its mass off the hinge's axis (`_off_axis`).
+    Read on the part's top body, whose joint it is, as `_wheels` reads a wheel: mass a file welds
+    below it does not count, and the axis is taken through the body's origin."""
+    return any(_off_axis(e, joint) for joint in hinges)
 
 
 def _limit(bounds: tuple[float, float] | None) -> float:
